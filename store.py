@@ -1,0 +1,1231 @@
+"""coord's state: one private SQLite WAL database per project on this host.
+
+Invariants this module keeps:
+- Every read-check-write runs inside `transaction()` (BEGIN IMMEDIATE), so two processes
+  can never both see a resource free and both take it.
+- Full UUIDs are the only stored identities. Five-word handles are derived aliases that
+  resolve only on an exact match; a prefix never resolves.
+- Every change of ownership or delivery state appends one audit row inside the same
+  transaction. Presence heartbeats and lease renewals are not audited (they move no
+  ownership and would drown the log).
+- A renewal never shortens a lease and an expired lease is never renewed: it is reaped and
+  must be claimed again.
+- The database directory is 0700 and the database files 0600, whatever the umask.
+
+Only json, sqlite3, hashlib and os are imported here: the hooks import this module on every
+tool call of every agent.
+"""
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import time
+
+SCHEMA_VERSION = 1
+DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
+DEFAULT_RUNTIME_TTL = 4 * 3600.0  # seconds a runtime stays live without a heartbeat
+BUSY_TIMEOUT = 5.0               # CLI wait for a locked database
+MAX_BODY = 16 * 1024             # bytes of one message body
+MAX_PURPOSE = 500                # characters of a lease purpose
+MAX_RESOURCE = 1024              # characters of a resource name
+HEARTBEAT_EVERY = 30.0           # hooks skip a heartbeat younger than this
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REFUSED, EXIT_ENV = 0, 1, 2, 3, 4
+
+DOMAIN_RUNTIME = "runtime"
+DOMAIN_WORK = "work"
+
+
+# --------------------------------------------------------------------------- errors
+
+class CoordError(Exception):
+    """A failure the user can act on: a message, a hint (the next command) and an exit code."""
+
+    exit_code = EXIT_INTERNAL
+    kind = "error"
+
+    def __init__(self, message, hint=None, **details):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details = details
+
+    def as_dict(self):
+        d = {"ok": False, "error": self.kind, "message": self.message, "exit": self.exit_code}
+        if self.hint:
+            d["hint"] = self.hint
+        d.update(self.details)
+        return d
+
+
+class UsageError(CoordError):
+    exit_code = EXIT_USAGE
+    kind = "usage"
+
+
+class Refused(CoordError):
+    """Refused by coordination state: a conflict, not the owner, a superseded runtime."""
+    exit_code = EXIT_REFUSED
+    kind = "refused"
+
+
+class EnvError(CoordError):
+    """The environment is not usable: database busy/corrupt/unreadable, no project ID, a missing tool."""
+    exit_code = EXIT_ENV
+    kind = "environment"
+
+
+# --------------------------------------------------------------------------- identity
+
+WORDS = (
+    "acorn amber anchor apple arrow autumn badge bamboo banjo basket beacon berry birch bison "
+    "blanket bloom bottle bramble breeze brick bridge bronze bucket butter cabin cactus camel "
+    "candle canyon carrot castle cedar cherry chimney cider circle cloud clover cobalt comet "
+    "copper coral cotton crane crayon cricket crystal daisy delta desert dolphin dragon drum "
+    "eagle ember falcon feather fern fiddle flint forest fossil fountain garden garnet ginger "
+    "glacier goose granite grape gravel harbor hazel heron honey island ivory jacket jasper "
+    "kettle kite ladder lantern lemon lily linen lizard maple marble meadow melon mirror molten "
+    "moss mountain nectar needle nickel oak ocean olive onyx orchid otter owl paddle panda "
+    "pebble pepper pillow pine planet plum pocket pond poppy quartz quill rabbit raven river "
+    "robin rocket saddle salmon sapphire sparrow timber"
+).split()
+assert len(WORDS) == 128 and len(set(WORDS)) == 128
+_WORD_SET = frozenset(WORDS)
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# Namespace for derived (subagent) runtime IDs; fixed forever.
+_SUBAGENT_NS = bytes.fromhex("6c1f3d0a8e2b4c7d9a5e0f1b2c3d4e5f")
+
+
+def _format_uuid(b):
+    h = b.hex()
+    return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:32])
+
+
+def new_uuid():
+    """A random version-4 UUID string."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    return _format_uuid(bytes(b))
+
+
+def subagent_uuid(conversation, agent_id):
+    """Deterministic runtime UUID of a subagent: RFC 4122 version 5 over parent conversation + agent_id."""
+    name = ("%s\0%s" % (conversation, agent_id)).encode("utf-8", "surrogatepass")
+    b = bytearray(hashlib.sha1(_SUBAGENT_NS + name).digest()[:16])
+    b[6] = (b[6] & 0x0F) | 0x50
+    b[8] = (b[8] & 0x3F) | 0x80
+    return _format_uuid(bytes(b))
+
+
+def handle_for(full_id, domain):
+    """The exact five-word handle of a full ID: 35 bits of a domain-separated SHA-256."""
+    digest = hashlib.sha256(b"coord-handle-v1\0" + domain.encode() + b"\0" + full_id.encode()).digest()
+    n = int.from_bytes(digest[:5], "big") >> 5
+    return "-".join(WORDS[(n >> (7 * (4 - i))) & 0x7F] for i in range(5))
+
+
+def is_uuid(text):
+    return isinstance(text, str) and bool(_UUID_RE.match(text))
+
+
+def is_handle(text):
+    if not isinstance(text, str):
+        return False
+    parts = text.split("-")
+    return len(parts) == 5 and all(p in _WORD_SET for p in parts)
+
+
+def _identity_kind(token, what):
+    token = (token or "").strip().lower()
+    if is_uuid(token):
+        return "id", token
+    if is_handle(token):
+        return "handle", token
+    raise UsageError(
+        "%r is not an exact five-word %s handle or a full UUID (prefixes never resolve)" % (token, what),
+        "coord list --verbose shows exact handles and IDs")
+
+
+# --------------------------------------------------------------------------- paths and resources
+
+def resolve_project_id(environ=None, start=None):
+    """COORD_PROJECT_ID, else the installer's .coord/project-id found from `start` upwards."""
+    env = os.environ if environ is None else environ
+    pid = env.get("COORD_PROJECT_ID", "").strip()
+    if not pid:
+        root = find_repo_root(start)
+        if root:
+            try:
+                with open(os.path.join(root, ".coord", "project-id"), encoding="utf-8") as f:
+                    pid = f.read().strip()
+            except OSError:
+                pid = ""
+    if not pid:
+        raise EnvError("no project ID: this repository has no .coord/project-id",
+                       "install coord with ./install REPO --project-id ID, or set COORD_PROJECT_ID")
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", pid):
+        raise EnvError("project ID %r must be letters, digits, '.', '_' or '-'" % pid,
+                       "set COORD_PROJECT_ID to a simple name")
+    return pid
+
+
+def resolve_db_path(environ=None, start=None):
+    """COORD_DB, else $XDG_STATE_HOME (or ~/.local/state)/fleet-agent-coord/<project-id>.sqlite3."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("COORD_DB", "")
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(os.path.abspath(base), "fleet-agent-coord",
+                        resolve_project_id(env, start) + ".sqlite3")
+
+
+def find_repo_root(start=None):
+    """The nearest directory at or above `start` holding .coord/, else .jj/ or .git/; None if none."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    if os.path.basename(here) == ".coord" and start is None:
+        return os.path.dirname(here)
+    d = os.path.realpath(start or os.getcwd())
+    fallback = None
+    while True:
+        if os.path.isdir(os.path.join(d, ".coord")):
+            return d
+        if fallback is None and (os.path.exists(os.path.join(d, ".git")) or
+                                 os.path.isdir(os.path.join(d, ".jj"))):
+            fallback = d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return fallback
+        d = parent
+
+
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def normalize_resource(name, root=None):
+    """Map a resource name or path to its one canonical repository-relative name.
+
+    `./`, duplicate and trailing slashes are dropped; an absolute path inside `root` becomes
+    relative. Refused: empty names, `..`, control characters, absolute paths outside the
+    repository, names longer than MAX_RESOURCE.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
+    if _CONTROL_RE.search(name):
+        raise UsageError("resource name %s contains control characters" % json.dumps(name))
+    if len(name) > MAX_RESOURCE:
+        raise UsageError("resource name is longer than %d characters" % MAX_RESOURCE)
+    if name.startswith("/"):
+        if not root:
+            raise UsageError("absolute path %s but no repository root is known" % name,
+                             "run coord from inside the repository")
+        rel = _relative_to(name, root)
+        if rel is None:
+            raise UsageError("%s is outside the repository %s" % (name, root),
+                             "coordinate only paths inside the repository")
+        name = rel
+        if not name:
+            raise UsageError("the repository root itself is not a resource name")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise UsageError("resource %s contains '..'" % json.dumps(name),
+                         "use the plain repository-relative name")
+    if not parts:
+        raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
+    return "/".join(parts)
+
+
+def _relative_to(path, root):
+    """`path` relative to `root` (both compared after normalisation and after resolving
+    symlinks); None when it lies outside."""
+    root_real = os.path.realpath(root)
+    for candidate in (os.path.normpath(path), _realpath_existing(path)):
+        for base in (os.path.normpath(root), root_real):
+            if candidate == base:
+                return ""
+            if candidate.startswith(base.rstrip("/") + "/"):
+                return candidate[len(base.rstrip("/")) + 1:]
+    return None
+
+
+def _realpath_existing(path):
+    """realpath that also resolves symlinks in the existing prefix of a not-yet-existing path."""
+    return os.path.realpath(path)
+
+
+def ancestors(resource):
+    """The resource itself and every ancestor name: a/b/c -> [a, a/b, a/b/c]."""
+    parts = resource.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def overlaps(a, b):
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def compatible(existing_mode, requested_mode):
+    """The lease matrix: only append next to append is allowed."""
+    return existing_mode == "append" and requested_mode == "append"
+
+
+# --------------------------------------------------------------------------- processes
+
+def process_start(pid):
+    """An opaque start-time token for pid (so a reused pid never matches), or None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2:].split()[19].decode()
+    except (OSError, ValueError, IndexError):
+        pass
+    if not os.path.isdir("/proc"):
+        import subprocess
+        try:
+            out = subprocess.run(["ps", "-o", "lstart=", "-p", str(int(pid))], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, timeout=5, text=True).stdout.strip()
+            return out or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return None
+
+
+def process_parent(pid):
+    """(ppid, command name) of pid, or (None, None)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+        comm = data[data.index(b"(") + 1:data.rindex(b")")].decode("utf-8", "replace")
+        return int(data[data.rindex(b")") + 2:].split()[1]), comm
+    except (OSError, ValueError, IndexError):
+        pass
+    if not os.path.isdir("/proc"):
+        import subprocess
+        try:
+            out = subprocess.run(["ps", "-o", "ppid=,comm=", "-p", str(int(pid))], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, timeout=5, text=True).stdout.split(None, 1)
+            return int(out[0]), os.path.basename(out[1].strip())
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return None, None
+    return None, None
+
+
+def process_alive(pid, start=None):
+    """True when pid exists and (if given) still has the recorded start token."""
+    if not pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    except OSError:
+        return False
+    if start:
+        now_start = process_start(pid)
+        if now_start is not None and now_start != start:
+            return False
+    return True
+
+
+def ancestor_processes(pid=None, limit=64):
+    """[(pid, start)] of pid's ancestors, nearest first (excluding pid itself and pid 1)."""
+    out = []
+    cur = os.getpid() if pid is None else pid
+    for _ in range(limit):
+        parent, _comm = process_parent(cur)
+        if not parent or parent <= 1:
+            break
+        out.append((parent, process_start(parent)))
+        cur = parent
+    return out
+
+
+# --------------------------------------------------------------------------- database
+
+_MIGRATIONS = {
+    1: [
+        """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+        """CREATE TABLE runtimes (
+            id TEXT PRIMARY KEY,
+            handle TEXT NOT NULL UNIQUE,
+            conversation TEXT NOT NULL,
+            agent_id TEXT,
+            harness TEXT NOT NULL DEFAULT '',
+            pid INTEGER,
+            pid_start TEXT,
+            cwd TEXT,
+            started_at REAL NOT NULL,
+            heartbeat_at REAL NOT NULL,
+            ended_at REAL,
+            end_reason TEXT,
+            superseded_by TEXT
+        )""",
+        """CREATE INDEX runtimes_conversation ON runtimes (conversation, agent_id)""",
+        """CREATE INDEX runtimes_live ON runtimes (pid) WHERE ended_at IS NULL""",
+        """CREATE TABLE leases (
+            resource TEXT NOT NULL,
+            runtime TEXT NOT NULL,
+            mode TEXT NOT NULL CHECK (mode IN ('exclusive', 'append')),
+            purpose TEXT NOT NULL DEFAULT '',
+            acquired_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            ttl REAL NOT NULL,
+            PRIMARY KEY (resource, runtime)
+        )""",
+        """CREATE INDEX leases_runtime ON leases (runtime)""",
+        """CREATE INDEX leases_expiry ON leases (expires_at)""",
+        """CREATE TABLE messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            sender TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            body TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            broadcast INTEGER NOT NULL,
+            created_at REAL NOT NULL
+        )""",
+        """CREATE TABLE deliveries (
+            message INTEGER NOT NULL,
+            recipient TEXT NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('queued', 'delivered', 'acked')),
+            delivered_at REAL,
+            acked_at REAL,
+            shown INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (message, recipient)
+        )""",
+        """CREATE INDEX deliveries_open ON deliveries (recipient, message) WHERE state != 'acked'""",
+        """CREATE TABLE work (
+            id TEXT PRIMARY KEY,
+            handle TEXT NOT NULL UNIQUE,
+            task TEXT NOT NULL,
+            state TEXT NOT NULL,
+            path TEXT,
+            scratch_root TEXT,
+            source TEXT,
+            conversation TEXT,
+            runtime TEXT,
+            token TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            data TEXT NOT NULL DEFAULT '{}'
+        )""",
+        """CREATE TABLE audit (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            event TEXT NOT NULL,
+            runtime TEXT,
+            subject TEXT,
+            data TEXT NOT NULL
+        )""",
+    ],
+}
+
+
+def _ensure_private_dir(directory):
+    """Create the database directory 0700, or secure/refuse an existing one."""
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        st = os.stat(directory)
+    except PermissionError as exc:
+        raise EnvError("cannot create database directory %s: %s" % (directory, exc.strerror),
+                       "set COORD_DB to a path in a private directory you own")
+    except OSError as exc:
+        raise EnvError("cannot use database directory %s: %s" % (directory, exc.strerror),
+                       "set COORD_DB to a path in a private directory you own")
+    if st.st_uid != os.getuid():
+        raise EnvError("database directory %s belongs to another user" % directory,
+                       "set COORD_DB to a path in a private directory you own")
+    if st.st_mode & 0o077:
+        try:
+            os.chmod(directory, 0o700)
+        except OSError as exc:
+            raise EnvError("database directory %s is open to other users and cannot be secured: %s"
+                           % (directory, exc.strerror),
+                           "chmod 700 %s, or set COORD_DB to a private directory" % directory)
+
+
+def _secure_files(path):
+    for suffix in ("", "-wal", "-shm"):
+        p = path + suffix
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if st.st_mode & 0o077:
+            try:
+                os.chmod(p, 0o600)
+            except OSError:
+                pass
+
+
+def _translate(exc, path):
+    """Turn a sqlite3 error into an EnvError that says what is wrong and how to recover."""
+    text = str(exc)
+    low = text.lower()
+    if "locked" in low or "busy" in low:
+        return EnvError("database busy, held by another coord process for longer than the timeout (%s)" % path,
+                        "retry; if it persists, find the stuck process with: fuser %s" % path)
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return EnvError("database %s is damaged (%s)" % (path, text),
+                        "move it aside (mv %s %s.damaged) and re-register agents; "
+                        "run .coord/install . --doctor for details" % (path, path))
+    if "readonly" in low or "read-only" in low:
+        return EnvError("database %s is read-only (%s)" % (path, text),
+                        "make the file and its directory writable by you, or set COORD_DB")
+    if "disk" in low and "full" in low:
+        return EnvError("disk full while writing %s" % path, "free space on that filesystem and retry")
+    if "unable to open" in low or "disk i/o" in low:
+        return EnvError("cannot open database %s (%s)" % (path, text),
+                        "check the file and directory permissions, or set COORD_DB")
+    return EnvError("database error on %s: %s" % (path, text), "run .coord/install . --doctor")
+
+
+class Store:
+    """One connection to the coordination database plus every operation on it."""
+
+    def __init__(self, path=None, timeout=BUSY_TIMEOUT, environ=None, migrate=True):
+        env = os.environ if environ is None else environ
+        self.path = path or resolve_db_path(env)
+        self.timeout = timeout
+        self.lease_ttl = _env_float(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL)
+        self.runtime_ttl = _env_float(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL)
+        _ensure_private_dir(os.path.dirname(self.path))
+        try:
+            if not os.path.exists(self.path):
+                os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                        check_same_thread=False)
+        except OSError as exc:
+            raise EnvError("cannot open database %s: %s" % (self.path, exc.strerror),
+                           "check permissions of %s, or set COORD_DB" % os.path.dirname(self.path))
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path)
+        try:
+            self.conn.execute("PRAGMA busy_timeout = %d" % int(timeout * 1000))
+            if migrate:
+                self._migrate()
+            self.conn.execute("PRAGMA synchronous = FULL")
+        except sqlite3.Error as exc:
+            self.conn.close()
+            raise _translate(exc, self.path)
+        _secure_files(self.path)
+
+    def close(self):
+        self.conn.close()
+
+    # -- schema
+
+    def _migrate(self):
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise EnvError("database %s has schema v%d, newer than this coord (v%d)"
+                           % (self.path, version, SCHEMA_VERSION), "upgrade coord (./install REPO)")
+        mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode.lower() != "wal":
+            self.conn.execute("PRAGMA journal_mode = WAL")
+        if version > 0:
+            self._backup(version)
+        with self.transaction():
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[target]:
+                    self.conn.execute(statement)
+                self.conn.execute("PRAGMA user_version = %d" % target)
+
+    def _backup(self, version):
+        dest = "%s.v%d-%d.bak" % (self.path, version, int(time.time()))
+        os.close(os.open(dest, os.O_RDWR | os.O_CREAT, 0o600))
+        target = sqlite3.connect(dest)
+        try:
+            self.conn.backup(target)
+        finally:
+            target.close()
+
+    # -- transactions
+
+    def transaction(self):
+        return _Transaction(self)
+
+    def q(self, sql, params=()):
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.path)
+
+    def audit(self, event, runtime=None, subject=None, now=None, **data):
+        """Append one audit row; call inside a transaction."""
+        self.conn.execute(
+            "INSERT INTO audit (at, event, runtime, subject, data) VALUES (?, ?, ?, ?, ?)",
+            (_now(now), event, runtime, subject, json.dumps(data, sort_keys=True, separators=(",", ":"))))
+
+    # -- runtimes
+
+    def _row_runtime(self, row):
+        if row is None:
+            return None
+        keys = ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start", "cwd",
+                "started_at", "heartbeat_at", "ended_at", "end_reason", "superseded_by")
+        return dict(zip(keys, row))
+
+    _RUNTIME_COLS = ("id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at, "
+                     "heartbeat_at, ended_at, end_reason, superseded_by")
+
+    def runtime(self, runtime_id):
+        return self._row_runtime(self.q("SELECT %s FROM runtimes WHERE id = ?" % self._RUNTIME_COLS,
+                                        (runtime_id,)).fetchone())
+
+    def runtime_live(self, rt, now=None):
+        """Live = not ended, heartbeat within the presence limit, recorded process still there."""
+        if rt is None or rt["ended_at"] is not None:
+            return False
+        if rt["heartbeat_at"] + self.runtime_ttl <= _now(now):
+            return False
+        return process_alive(rt["pid"], rt["pid_start"])
+
+    def resolve_runtime(self, token):
+        """A runtime by exact handle or full UUID; prefixes never match."""
+        kind, value = _identity_kind(token, "runtime")
+        col = "id" if kind == "id" else "handle"
+        rt = self._row_runtime(self.q("SELECT %s FROM runtimes WHERE %s = ?" % (self._RUNTIME_COLS, col),
+                                      (value,)).fetchone())
+        if rt is None:
+            raise Refused("no runtime %s" % value, "coord list --all shows known runtimes; register with coord hello")
+        return rt
+
+    def usable_runtime(self, runtime_id, now=None):
+        """The runtime record if it may act (renew, release, claim, ack); else a clear refusal."""
+        rt = self.runtime(runtime_id)
+        if rt is None:
+            raise Refused("no runtime %s" % runtime_id, "register with coord hello")
+        if rt["superseded_by"]:
+            new = self.runtime(rt["superseded_by"])
+            new_handle = new["handle"] if new else rt["superseded_by"]
+            raise Refused("runtime %s was superseded by %s (the conversation was resumed)" % (rt["handle"], new_handle),
+                          "act as the new attachment: --runtime %s" % new_handle,
+                          superseded_by=new_handle)
+        if rt["ended_at"] is not None:
+            raise Refused("runtime %s has ended (%s)" % (rt["handle"], rt["end_reason"] or "bye"),
+                          "register again with coord hello")
+        if not self.runtime_live(rt, now):
+            raise Refused("runtime %s is no longer live (no heartbeat or its process is gone)" % rt["handle"],
+                          "register again with coord hello")
+        return rt
+
+    def register(self, conversation=None, harness="", pid=None, pid_start=None, agent_id=None, cwd=None,
+                 source=None, now=None):
+        """Register one live attachment and return its record.
+
+        A top-level attachment of a conversation with a live runtime supersedes it: leases and
+        open deliveries move to the new runtime. A subagent (agent_id) gets a deterministic ID
+        and never inherits anything.
+        """
+        now = _now(now)
+        conversation = conversation or new_uuid()
+        if pid and pid_start is None:
+            pid_start = process_start(pid)
+        with self.transaction():
+            self._reap(now)
+            if agent_id:
+                rid = subagent_uuid(conversation, agent_id)
+                existing = self.runtime(rid)
+                if existing is not None:
+                    self.conn.execute(
+                        "UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?), ended_at = NULL, end_reason = NULL,"
+                        " pid = ?, pid_start = ? WHERE id = ?", (now, pid, pid_start, rid))
+                    if existing["ended_at"] is not None:
+                        self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id,
+                                   harness=harness, source=source or "")
+                    return self.runtime(rid)
+                handle = handle_for(rid, DOMAIN_RUNTIME)
+                clash = self.q("SELECT id FROM runtimes WHERE handle = ?", (handle,)).fetchone()
+                if clash:
+                    raise Refused("handle %s of subagent runtime %s collides with runtime %s" % (handle, rid, clash[0]),
+                                  "this is a 1-in-34-billion event; report it")
+            else:
+                for _ in range(16):
+                    rid = new_uuid()
+                    handle = handle_for(rid, DOMAIN_RUNTIME)
+                    if not self.q("SELECT 1 FROM runtimes WHERE handle = ?", (handle,)).fetchone():
+                        break
+                else:  # pragma: no cover - 16 collisions in a row cannot happen by chance
+                    raise Refused("could not draw a runtime ID with a free handle")
+            self.conn.execute(
+                "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
+                " heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (rid, handle, conversation, agent_id, harness or "", pid, pid_start, cwd, now, now))
+            self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id or "",
+                       harness=harness or "", source=source or "")
+            if not agent_id:
+                olds = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
+                              " AND id != ?", (conversation, rid)).fetchall()
+                for (old,) in olds:
+                    self._supersede(old, rid, now)
+            return self.runtime(rid)
+
+    def _supersede(self, old, new, now):
+        moved = [r[0] for r in self.q("SELECT resource FROM leases WHERE runtime = ? ORDER BY resource", (old,))]
+        self.conn.execute("UPDATE leases SET runtime = ? WHERE runtime = ?", (new, old))
+        self.conn.execute("UPDATE deliveries SET recipient = ? WHERE recipient = ? AND state != 'acked'", (new, old))
+        self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = 'superseded', superseded_by = ? WHERE id = ?",
+                          (now, new, old))
+        self.audit("runtime.superseded", new, old, now, moved_leases=moved)
+
+    def find_conversation_runtime(self, conversation, agent_id=None, now=None):
+        """The live runtime of a conversation (top level, or the given subagent), or None."""
+        if agent_id:
+            rt = self.runtime(subagent_uuid(conversation, agent_id))
+            return rt if rt and self.runtime_live(rt, now) else None
+        rows = self.q("SELECT %s FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
+                      " ORDER BY started_at DESC" % self._RUNTIME_COLS, (conversation,)).fetchall()
+        for row in rows:
+            rt = self._row_runtime(row)
+            if self.runtime_live(rt, now):
+                return rt
+        return None
+
+    def heartbeat(self, runtime_id, now=None, min_interval=0.0):
+        """Renew presence and every lease held; skip the write when the last beat is younger than min_interval."""
+        now = _now(now)
+        if min_interval:
+            row = self.q("SELECT heartbeat_at FROM runtimes WHERE id = ? AND ended_at IS NULL",
+                         (runtime_id,)).fetchone()
+            if row and now - row[0] < min_interval and now >= row[0]:
+                return False
+        with self.transaction():
+            self.usable_runtime(runtime_id, now)
+            self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?", (now, runtime_id))
+            self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ? + ttl) WHERE runtime = ?"
+                              " AND expires_at > ?", (now, runtime_id, now))
+        return True
+
+    def bye(self, runtime_id, reason="bye", now=None):
+        """End an attachment: release its leases; its conversation and messages stay."""
+        now = _now(now)
+        with self.transaction():
+            rt = self.runtime(runtime_id)
+            if rt is None:
+                raise Refused("no runtime %s" % runtime_id, "coord list --all")
+            if rt["ended_at"] is not None:
+                return rt
+            released = self._drop_leases(runtime_id, "lease.released", now)
+            self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = ? WHERE id = ?", (now, reason, runtime_id))
+            self.audit("runtime.bye", runtime_id, runtime_id, now, reason=reason, released=released)
+        return self.runtime(runtime_id)
+
+    def _drop_leases(self, runtime_id, event, now):
+        rows = self.q("SELECT resource, mode FROM leases WHERE runtime = ? ORDER BY resource", (runtime_id,)).fetchall()
+        self.conn.execute("DELETE FROM leases WHERE runtime = ?", (runtime_id,))
+        for resource, mode in rows:
+            self.audit(event, runtime_id, resource, now, mode=mode)
+        return [r[0] for r in rows]
+
+    def _reap(self, now):
+        """End dead runtimes and drop expired leases; call inside a transaction."""
+        rows = self.q("SELECT %s FROM runtimes WHERE ended_at IS NULL" % self._RUNTIME_COLS).fetchall()
+        for row in rows:
+            rt = self._row_runtime(row)
+            if self.runtime_live(rt, now):
+                continue
+            reason = "expired" if rt["heartbeat_at"] + self.runtime_ttl <= now else "process-gone"
+            released = self._drop_leases(rt["id"], "lease.reaped", now)
+            self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = ? WHERE id = ?", (now, reason, rt["id"]))
+            self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=released)
+        expired = self.q("SELECT resource, runtime, mode FROM leases WHERE expires_at <= ? ORDER BY resource, runtime",
+                         (now,)).fetchall()
+        if expired:
+            self.conn.execute("DELETE FROM leases WHERE expires_at <= ?", (now,))
+            for resource, runtime, mode in expired:
+                self.audit("lease.expired", runtime, resource, now, mode=mode)
+
+    def reap(self, now=None):
+        with self.transaction():
+            self._reap(_now(now))
+
+    def caller(self, explicit=None, environ=None, now=None):
+        """Who is calling: --runtime, COORD_RUNTIME_ID, the harness session variable, then the
+        registered harness process among the caller's ancestors (pid and start time)."""
+        env = os.environ if environ is None else environ
+        if explicit:
+            return self.usable_runtime(self.resolve_runtime(explicit)["id"], now)
+        if env.get("COORD_RUNTIME_ID"):
+            return self.usable_runtime(self.resolve_runtime(env["COORD_RUNTIME_ID"])["id"], now)
+        session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID")
+        thread = env.get("CODEX_THREAD_ID")
+        tried = []
+        if thread and session and thread != session:
+            rt = self.find_conversation_runtime(session, agent_id=thread, now=now)
+            tried.append("subagent %s of conversation %s" % (thread, session))
+            if rt:
+                return rt
+        conversation = session or thread
+        if conversation:
+            tried.append("conversation %s" % conversation)
+            rt = self.find_conversation_runtime(conversation, now=now)
+            if rt:
+                return rt
+        for pid, start in ancestor_processes():
+            rows = self.q("SELECT %s FROM runtimes WHERE pid = ? AND ended_at IS NULL AND agent_id IS NULL"
+                          % self._RUNTIME_COLS, (pid,)).fetchall()
+            found = [rt for rt in map(self._row_runtime, rows)
+                     if (rt["pid_start"] is None or start is None or rt["pid_start"] == start)
+                     and self.runtime_live(rt, now)]
+            if len(found) == 1:
+                return found[0]
+            if len(found) > 1:
+                raise Refused("more than one live runtime belongs to process %d: %s" % (
+                    pid, ", ".join(rt["handle"] for rt in found)), "name one with --runtime HANDLE")
+        tried.append("process ancestry")
+        raise Refused("cannot tell which runtime is calling (tried %s)" % ", ".join(tried),
+                      "register with: coord hello, then pass --runtime HANDLE or export COORD_RUNTIME_ID=<id>")
+
+    def live_runtimes(self, include_ended=False, now=None):
+        rows = self.q("SELECT %s FROM runtimes %s ORDER BY started_at, id" % (
+            self._RUNTIME_COLS, "" if include_ended else "WHERE ended_at IS NULL")).fetchall()
+        out = []
+        for row in rows:
+            rt = self._row_runtime(row)
+            rt["live"] = self.runtime_live(rt, now)
+            if rt["live"] or include_ended:
+                out.append(rt)
+        return out
+
+    # -- leases
+
+    def overlapping(self, resource, now=None):
+        """Unexpired leases overlapping `resource` (equal, ancestor or descendant), via the index:
+        ancestors by equality, descendants by a key range."""
+        names = ancestors(resource)
+        sql = ("SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
+               " r.heartbeat_at, r.ended_at FROM leases l JOIN runtimes r ON r.id = l.runtime"
+               " WHERE l.resource IN (%s) AND l.expires_at > ?"
+               " UNION ALL "
+               "SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
+               " r.heartbeat_at, r.ended_at FROM leases l JOIN runtimes r ON r.id = l.runtime"
+               " WHERE l.resource > ? AND l.resource < ? AND l.expires_at > ?") % ",".join("?" * len(names))
+        now = _now(now)
+        rows = self.q(sql, names + [now, resource + "/", resource + "0", now]).fetchall()
+        keys = ("resource", "runtime", "mode", "purpose", "expires_at", "handle", "pid", "pid_start",
+                "heartbeat_at", "ended_at")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def conflicts(self, resources, mode="exclusive", as_runtime=None, now=None):
+        """Leases of other live runtimes that block `mode` on any of `resources` (read only)."""
+        now = _now(now)
+        out = []
+        alive = {}
+        for resource in resources:
+            for lease in self.overlapping(resource, now):
+                if lease["runtime"] == as_runtime or compatible(lease["mode"], mode):
+                    continue
+                rid = lease["runtime"]
+                if rid not in alive:
+                    alive[rid] = (lease["ended_at"] is None and lease["heartbeat_at"] + self.runtime_ttl > now
+                                  and process_alive(lease["pid"], lease["pid_start"]))
+                if alive[rid]:
+                    lease["requested"] = resource
+                    out.append(lease)
+        return out
+
+    def claim(self, runtime_id, resources, mode="exclusive", purpose="", ttl=None, now=None):
+        """Take every lease or none. Returns the lease records."""
+        if mode not in ("exclusive", "append"):
+            raise UsageError("mode must be exclusive or append")
+        purpose = clean_text(purpose or "", MAX_PURPOSE)
+        ttl = float(ttl) if ttl else self.lease_ttl
+        if ttl <= 0:
+            raise UsageError("--ttl must be a positive number of seconds")
+        now = _now(now)
+        resources = _unique(resources)
+        with self.transaction():
+            self.usable_runtime(runtime_id, now)
+            self._reap(now)
+            blocking = self.conflicts(resources, mode, runtime_id, now)
+            if blocking:
+                raise Refused(describe_conflicts(blocking),
+                              conflict_hint(blocking[0]), conflicts=[public_lease(b) for b in blocking])
+            for resource in resources:
+                self.conn.execute(
+                    "INSERT INTO leases (resource, runtime, mode, purpose, acquired_at, expires_at, ttl)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (resource, runtime) DO UPDATE SET"
+                    " mode = excluded.mode, purpose = excluded.purpose, expires_at = max(expires_at, excluded.expires_at),"
+                    " ttl = excluded.ttl", (resource, runtime_id, mode, purpose, now, now + ttl, ttl))
+                self.audit("lease.claimed", runtime_id, resource, now, mode=mode, purpose=purpose, ttl=ttl)
+            self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?", (now, runtime_id))
+            return self.leases_of(runtime_id, resources)
+
+    def leases_of(self, runtime_id, resources=None):
+        rows = self.q("SELECT resource, mode, purpose, acquired_at, expires_at, ttl FROM leases WHERE runtime = ?"
+                      " ORDER BY resource", (runtime_id,)).fetchall()
+        keys = ("resource", "mode", "purpose", "acquired_at", "expires_at", "ttl")
+        out = [dict(zip(keys, r)) for r in rows]
+        if resources is not None:
+            wanted = set(resources)
+            out = [l for l in out if l["resource"] in wanted]
+        return out
+
+    def renew(self, runtime_id, resources=None, ttl=None, now=None):
+        """Extend the named (or all) leases; an expired or missing lease is refused, never revived."""
+        now = _now(now)
+        with self.transaction():
+            self.usable_runtime(runtime_id, now)
+            self._reap(now)
+            held = {l["resource"]: l for l in self.leases_of(runtime_id)}
+            names = _unique(resources) if resources else sorted(held)
+            missing = [r for r in names if r not in held]
+            if missing:
+                raise Refused("not held (expired or never claimed): %s" % ", ".join(missing),
+                              "claim again: coord claim %s" % " ".join(missing))
+            for name in names:
+                t = float(ttl) if ttl else held[name]["ttl"]
+                self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ?), ttl = ? WHERE resource = ?"
+                                  " AND runtime = ?", (now + t, t, name, runtime_id))
+                self.audit("lease.renewed", runtime_id, name, now, ttl=t)
+            self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?", (now, runtime_id))
+            return self.leases_of(runtime_id, names)
+
+    def release(self, runtime_id, resources=None, everything=False, now=None):
+        """Release the named leases (all of them must be held) or, with everything, all leases."""
+        now = _now(now)
+        with self.transaction():
+            self.usable_runtime(runtime_id, now)
+            if everything:
+                return self._drop_leases(runtime_id, "lease.released", now)
+            names = _unique(resources or [])
+            held = {l["resource"] for l in self.leases_of(runtime_id)}
+            missing = [r for r in names if r not in held]
+            if missing:
+                holders = []
+                for r in missing:
+                    for lease in self.overlapping(r, now):
+                        if lease["resource"] == r:
+                            holders.append("%s (held by %s)" % (r, lease["handle"]))
+                raise Refused("not held by you: %s%s" % (", ".join(missing),
+                              "; " + ", ".join(holders) if holders else ""),
+                              "coord list shows who holds what")
+            for name in names:
+                self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (name, runtime_id))
+                self.audit("lease.released", runtime_id, name, now)
+            return names
+
+    def all_leases(self, now=None):
+        now = _now(now)
+        rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at"
+                      " FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.expires_at > ?"
+                      " AND r.ended_at IS NULL ORDER BY l.resource, r.handle", (now,)).fetchall()
+        keys = ("resource", "runtime", "handle", "mode", "purpose", "acquired_at", "expires_at")
+        return [dict(zip(keys, r)) for r in rows]
+
+    # -- messages
+
+    def send(self, runtime_id, body, to, kind="note", now=None):
+        """Store one message and queue it for its recipients (a broadcast snapshots live peers now)."""
+        now = _now(now)
+        if not isinstance(body, str) or not body.strip():
+            raise UsageError("empty message body")
+        if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY:
+            raise UsageError("message body is larger than %d bytes" % MAX_BODY,
+                             "put long content in a file and send its path")
+        kind = clean_text(kind or "note", 40) or "note"
+        with self.transaction():
+            sender = self.usable_runtime(runtime_id, now)
+            self._reap(now)
+            if to == "*":
+                recipients = [rt["id"] for rt in self.live_runtimes(now=now) if rt["id"] != runtime_id]
+            else:
+                target = self.resolve_runtime(to)
+                while target["superseded_by"]:
+                    target = self.runtime(target["superseded_by"])
+                if not self.runtime_live(target, now):
+                    raise Refused("%s is not live" % target["handle"], "coord list shows live runtimes")
+                recipients = [target["id"]]
+            digest = hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+            cur = self.conn.execute(
+                "INSERT INTO messages (sender, kind, body, digest, broadcast, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (runtime_id, kind, body, digest, 1 if to == "*" else 0, now))
+            mid = cur.lastrowid
+            self.conn.executemany("INSERT INTO deliveries (message, recipient, state) VALUES (?, ?, 'queued')",
+                                  [(mid, r) for r in recipients])
+            self.audit("message.sent", runtime_id, str(mid), now, kind=kind, digest=digest,
+                       recipients=sorted(recipients), broadcast=(to == "*"))
+            return {"id": mid, "sender": sender["handle"], "kind": kind, "digest": digest,
+                    "recipients": [self.runtime(r)["handle"] for r in recipients]}
+
+    _MSG_SQL = ("SELECT m.id, m.kind, m.body, m.digest, m.created_at, s.handle, d.state, d.shown"
+                " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"
+                " WHERE d.recipient = ? AND d.state != 'acked' ORDER BY m.id")
+
+    def open_messages(self, runtime_id):
+        keys = ("id", "kind", "body", "digest", "created_at", "sender", "state", "shown")
+        return [dict(zip(keys, r)) for r in self.q(self._MSG_SQL, (runtime_id,)).fetchall()]
+
+    def inbox(self, runtime_id, peek=False, now=None):
+        """Unacknowledged messages; without peek, queued ones become delivered."""
+        now = _now(now)
+        if peek:
+            return self.open_messages(runtime_id)
+        with self.transaction():
+            self.usable_runtime(runtime_id, now)
+            msgs = self.open_messages(runtime_id)
+            self._mark_delivered(runtime_id, [m["id"] for m in msgs if m["state"] == "queued"], now)
+            self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND state != 'acked'",
+                              (runtime_id,))
+        return msgs
+
+    def _mark_delivered(self, runtime_id, ids, now):
+        for mid in ids:
+            self.conn.execute("UPDATE deliveries SET state = 'delivered', delivered_at = ? WHERE message = ?"
+                              " AND recipient = ? AND state = 'queued'", (now, mid, runtime_id))
+            self.audit("message.delivered", runtime_id, str(mid), now)
+
+    def ack(self, runtime_id, ids, now=None):
+        """Acknowledge messages addressed to this runtime; already acknowledged ones are fine."""
+        now = _now(now)
+        ids = [_message_id(i) for i in ids]
+        with self.transaction():
+            self.usable_runtime(runtime_id, now)
+            states = dict(self.q("SELECT message, state FROM deliveries WHERE recipient = ? AND message IN (%s)"
+                                 % ",".join("?" * len(ids)), [runtime_id] + ids).fetchall())
+            strangers = [i for i in ids if i not in states]
+            if strangers:
+                raise Refused("message %s is not addressed to you" % ", ".join(map(str, strangers)),
+                              "coord inbox --peek lists your messages")
+            acked = []
+            for mid in ids:
+                if states[mid] != "acked":
+                    self.conn.execute("UPDATE deliveries SET state = 'acked', acked_at = ? WHERE message = ?"
+                                      " AND recipient = ?", (now, mid, runtime_id))
+                    self.audit("message.acked", runtime_id, str(mid), now)
+                    acked.append(mid)
+                    states[mid] = "acked"
+            return acked
+
+    def pending_context(self, runtime_id, prefix=".coord/coord", now=None):
+        """What a hook boundary should inject for this runtime now, or None.
+
+        The first delivery carries the body; later boundaries carry only a compact reminder
+        (ID, sender, kind, digest, recovery command) until the message is acknowledged.
+        """
+        msgs = self.open_messages(runtime_id)
+        if not msgs:
+            return None
+        now = _now(now)
+        fresh = [m["id"] for m in msgs if m["state"] == "queued"]
+        with self.transaction():
+            self._mark_delivered(runtime_id, fresh, now)
+            self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND state != 'acked'",
+                              (runtime_id,))
+        return render_context(msgs, prefix)
+
+    # -- work records (the `work` commands own their meaning; this is storage only)
+
+    _WORK_COLS = ("id", "handle", "task", "state", "path", "scratch_root", "source", "conversation", "runtime",
+                  "token", "created_at", "updated_at", "data")
+
+    def _row_work(self, row):
+        if row is None:
+            return None
+        w = dict(zip(self._WORK_COLS, row))
+        w["data"] = json.loads(w["data"] or "{}")
+        return w
+
+    def insert_work(self, task, state, token, path=None, scratch_root=None, source=None, conversation=None,
+                    runtime=None, data=None, now=None, work_id=None):
+        """Insert a work record with a fresh ID whose handle is free; call inside a transaction."""
+        now = _now(now)
+        for _ in range(16):
+            wid = work_id or new_uuid()
+            handle = handle_for(wid, DOMAIN_WORK)
+            if not self.q("SELECT 1 FROM work WHERE handle = ?", (handle,)).fetchone():
+                break
+            if work_id:
+                raise Refused("work handle %s collides with an existing record" % handle)
+        self.conn.execute(
+            "INSERT INTO work (%s) VALUES (%s)" % (", ".join(self._WORK_COLS), ",".join("?" * len(self._WORK_COLS))),
+            (wid, handle, task, state, path, scratch_root, source, conversation, runtime, token, now, now,
+             json.dumps(data or {}, sort_keys=True)))
+        return self.work(wid)
+
+    def work(self, work_id):
+        return self._row_work(self.q("SELECT %s FROM work WHERE id = ?" % ", ".join(self._WORK_COLS),
+                                     (work_id,)).fetchone())
+
+    def resolve_work(self, token):
+        """A work record by exact handle or full UUID."""
+        kind, value = _identity_kind(token, "work")
+        col = "id" if kind == "id" else "handle"
+        w = self._row_work(self.q("SELECT %s FROM work WHERE %s = ?" % (", ".join(self._WORK_COLS), col),
+                                  (value,)).fetchone())
+        if w is None:
+            raise Refused("no work record %s" % value, "coord work list shows work handles")
+        return w
+
+    def update_work(self, work_id, now=None, data=None, **fields):
+        """Update columns and merge `data` keys (None deletes a key); call inside a transaction."""
+        w = self.work(work_id)
+        if w is None:
+            raise Refused("no work record %s" % work_id)
+        allowed = set(self._WORK_COLS) - {"id", "handle", "created_at", "data", "updated_at"}
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError("unknown work fields: %s" % ", ".join(sorted(bad)))
+        merged = dict(w["data"])
+        for k, v in (data or {}).items():
+            if v is None:
+                merged.pop(k, None)
+            else:
+                merged[k] = v
+        sets = ["updated_at = ?", "data = ?"]
+        params = [_now(now), json.dumps(merged, sort_keys=True)]
+        for k, v in fields.items():
+            sets.append("%s = ?" % k)
+            params.append(v)
+        self.conn.execute("UPDATE work SET %s WHERE id = ?" % ", ".join(sets), params + [work_id])
+        return self.work(work_id)
+
+    def works(self, include_removed=False):
+        rows = self.q("SELECT %s FROM work %s ORDER BY created_at, id" % (
+            ", ".join(self._WORK_COLS), "" if include_removed else "WHERE state != 'removed'")).fetchall()
+        return [self._row_work(r) for r in rows]
+
+    # -- audit export
+
+    def audit_lines(self, since=0, private=False):
+        """Deterministic JSONL: stable order, sorted keys, no clock reads; secrets redacted unless private."""
+        for row in self.q("SELECT id, at, event, runtime, subject, data FROM audit WHERE id > ? ORDER BY id",
+                          (int(since or 0),)):
+            data = json.loads(row[5])
+            if not private:
+                data = _redact(data)
+            yield json.dumps({"id": row[0], "at": row[1], "event": row[2], "runtime": row[3], "subject": row[4],
+                              "data": data}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception; nests as a no-op."""
+
+    def __init__(self, store):
+        self.store = store
+        self.outer = False
+
+    def __enter__(self):
+        conn = self.store.conn
+        if conn.in_transaction:
+            return self
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.store.path)
+        self.outer = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self.outer:
+            return False
+        conn = self.store.conn
+        if exc_type is None:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as err:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise _translate(err, self.store.path)
+        else:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            if isinstance(exc, sqlite3.Error):
+                raise _translate(exc, self.store.path) from exc
+        return False
+
+
+# --------------------------------------------------------------------------- presentation helpers
+
+_ESCAPE_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+
+
+def clean_text(text, limit=None):
+    """Text safe for a terminal or a model: escape sequences and control characters removed."""
+    text = _ESCAPE_RE.sub("", str(text))
+    if limit is not None and len(text) > limit:
+        text = text[:limit - 1] + "\u2026"
+    return text
+
+
+def public_lease(lease):
+    return {k: lease[k] for k in ("resource", "runtime", "handle", "mode", "purpose", "expires_at") if k in lease}
+
+
+def describe_conflicts(blocking):
+    parts = []
+    for b in blocking:
+        where = b["resource"] if b["resource"] == b.get("requested") else "%s (overlaps %s)" % (
+            b["resource"], b.get("requested"))
+        purpose = (': "%s"' % clean_text(b["purpose"], 120)) if b["purpose"] else ""
+        parts.append("%s held %s by %s%s" % (where, b["mode"], b["handle"], purpose))
+    return "blocked: " + "; ".join(parts)
+
+
+def conflict_hint(lease):
+    return ("ask the holder: coord send \"<request>\" --to %s ; or wait and retry; "
+            "coord inbox shows replies" % lease["handle"])
+
+
+def render_context(msgs, prefix=".coord/coord"):
+    """Hook context for open messages: bodies once, then one-line reminders."""
+    lines = []
+    for m in msgs:
+        if m["state"] == "queued":
+            lines.append("coord message #%d from %s (%s), for your information:\n%s\n(acknowledge: %s ack %d)"
+                         % (m["id"], m["sender"], clean_text(m["kind"]), clean_text(m["body"], MAX_BODY), prefix,
+                            m["id"]))
+        else:
+            lines.append("coord reminder: message #%d from %s (%s, sha256 %s) is not acknowledged; "
+                         "reread: %s inbox --peek ; ack: %s ack %d"
+                         % (m["id"], m["sender"], clean_text(m["kind"]), m["digest"][:12], prefix, prefix, m["id"]))
+    return "\n".join(lines)
+
+
+def _redact(value):
+    if isinstance(value, dict):
+        return {k: ("<redacted>" if "token" in k.lower() else _redact(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return value
+
+
+def _unique(items):
+    seen = []
+    for i in items:
+        if i not in seen:
+            seen.append(i)
+    return seen
+
+
+def _message_id(value):
+    try:
+        n = int(str(value).lstrip("#"))
+    except ValueError:
+        raise UsageError("message ID %r is not a number" % value, "coord inbox --peek lists message IDs")
+    if n <= 0:
+        raise UsageError("message ID must be positive")
+    return n
+
+
+def _now(now=None):
+    return time.time() if now is None else float(now)
+
+
+def _env_float(env, name, default):
+    try:
+        value = float(env.get(name, "") or default)
+        return value if value > 0 else default
+    except ValueError:
+        return default

@@ -1,0 +1,112 @@
+"""Shared test scaffolding.
+
+Every test gets a private HOME, XDG_STATE_HOME, COORD_DB and COORD_PROJECT_ID, so no
+test can touch a real user's state. Real tools only: a tool the test needs and cannot
+find fails the test under CI (CI=true) and skips it elsewhere.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COORD = os.path.join(ROOT, "coord")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# Variables a test must never inherit from the developer's own agent session.
+_SCRUB = (
+    "COORD_DB", "COORD_PROJECT_ID", "COORD_RUNTIME_ID", "COORD_WORK_ID",
+    "CLAUDE_CODE_SESSION_ID", "CODEX_SESSION_ID", "CODEX_THREAD_ID", "CLAUDE_ENV_FILE",
+    "CLAUDE_PROJECT_DIR", "TMUX", "TMUX_PANE", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
+)
+
+
+def require_tool(testcase, name):
+    """Return the path of `name`, or fail (CI) / skip (elsewhere) when it is missing."""
+    path = shutil.which(name)
+    if path:
+        return path
+    msg = "%s not found on PATH; run tests/run, which provisions it" % name
+    if IN_CI:
+        testcase.fail(msg)
+    testcase.skipTest(msg)
+
+
+def retry_until(predicate, timeout=10.0, interval=0.02):
+    """Poll predicate() until it returns a truthy value; return it, or raise on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met within %.1fs" % timeout)
+        time.sleep(interval)
+
+
+class CoordTestCase(unittest.TestCase):
+    """A test with private state directories and helpers to run the real CLI."""
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.mkdtemp(prefix="coord-test-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.home = os.path.join(self.tmp, "home")
+        self.state = os.path.join(self.tmp, "state")
+        os.makedirs(self.home)
+        self.db = os.path.join(self.state, "fleet-agent-coord", "test.sqlite3")
+        self.env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+        self.env.update({
+            "HOME": self.home,
+            "XDG_STATE_HOME": self.state,
+            "COORD_DB": self.db,
+            "COORD_PROJECT_ID": "test-project",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        })
+        self._saved_env = dict(os.environ)
+        self.addCleanup(self._restore_env)
+        os.environ.clear()
+        os.environ.update(self.env)
+
+    def _restore_env(self):
+        os.environ.clear()
+        os.environ.update(self._saved_env)
+
+    def coord(self, *args, runtime=None, env=None, cwd=None, input=None, check=None):
+        """Run the real `coord` script; return CompletedProcess (text)."""
+        e = dict(self.env)
+        if runtime:
+            e["COORD_RUNTIME_ID"] = runtime
+        if env:
+            e.update(env)
+        proc = subprocess.run(
+            [sys.executable, COORD] + [str(a) for a in args],
+            env=e, cwd=cwd or self.tmp, input=input,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+        )
+        if check is not None and proc.returncode != check:
+            self.fail("coord %s exited %d (wanted %d)\nstdout: %s\nstderr: %s" % (
+                " ".join(map(str, args)), proc.returncode, check, proc.stdout, proc.stderr))
+        return proc
+
+    def coord_json(self, *args, **kw):
+        """Run coord with --json and exit status 0 expected; return the parsed reply."""
+        kw.setdefault("check", 0)
+        proc = self.coord(*(list(args) + ["--json"]), **kw)
+        return json.loads(proc.stdout)
+
+    def hello(self, conversation=None, **kw):
+        """Register a runtime through the CLI; return its full record (dict)."""
+        args = ["hello"]
+        if conversation:
+            args += ["--conversation", conversation]
+        return self.coord_json(*args, **kw)
