@@ -1,0 +1,482 @@
+"""Run the real Claude Code and Codex CLIs offline against tests/modelserver.py.
+
+Each run gets a private HOME (and for Codex a private CODEX_HOME whose config.toml points at
+the scripted server), an environment scrubbed of the developer's own agent session, proxies
+aimed at the local server so that no request can leave the machine, and a timeout.
+
+Binaries are found on PATH first, then in `${COORD_TEST_CACHE:-~/.cache/coord-tests}/npm`
+(where tests/provision installs the pinned versions). A missing binary fails the test under
+CI=true and skips it elsewhere, as `support.require_tool` does.
+"""
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+from modelserver import ModelServer
+from support import IN_CI, _SCRUB, CoordTestCase
+
+CLAUDE_VERSION = "2.1.197"
+CODEX_VERSION = "0.171.0"
+MODEL_KEY_VAR = "COORD_E2E_MODEL_KEY"
+
+# Variables from the developer's own session or machine that must not reach a harness.
+_DROP_PREFIXES = ("ANTHROPIC_", "CLAUDE", "CODEX_", "OPENAI_", "COORD_", "OTEL_")
+_DROP = set(_SCRUB) | {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
+                       "https_proxy", "all_proxy", "no_proxy", "IS_SANDBOX", "XDG_CONFIG_HOME",
+                       "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"}
+
+
+# Resolved at import, before a test case points HOME at its private directory.
+_CACHE_DIR = os.environ.get("COORD_TEST_CACHE") or os.path.join(
+    os.path.expanduser("~"), ".cache", "coord-tests")
+
+
+def cache_dir():
+    return _CACHE_DIR
+
+
+def find_cli(name):
+    """Path of the `claude` or `codex` binary, or None."""
+    path = shutil.which(name)
+    if path:
+        return path
+    cand = os.path.join(cache_dir(), "npm", "node_modules", ".bin", name)
+    if os.access(cand, os.X_OK):
+        return cand
+    return None
+
+
+def require_cli(testcase, name):
+    """Like support.require_tool, but also looks in the test cache's npm prefix."""
+    path = find_cli(name)
+    if path:
+        return path
+    msg = "%s not found on PATH or in %s/npm; run tests/provision" % (name, cache_dir())
+    if IN_CI:
+        testcase.fail(msg)
+    testcase.skipTest(msg)
+
+
+class RunResult(object):
+    """What one harness run produced."""
+
+    def __init__(self, argv, code, stdout, stderr, seconds, timed_out=False):
+        self.argv = argv
+        self.code = code
+        self.stdout = stdout
+        self.stderr = stderr
+        self.seconds = seconds
+        self.timed_out = timed_out
+        self.events = []
+        for line in stdout.splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    self.events.append(json.loads(line))
+                except ValueError:
+                    pass
+
+    def describe(self):
+        """A short dump for assertion messages."""
+        return "argv=%s code=%s timed_out=%s %.1fs\nstdout(tail)=%s\nstderr(tail)=%s" % (
+            self.argv[:2], self.code, self.timed_out, self.seconds, self.stdout[-3000:],
+            self.stderr[-3000:])
+
+    def session_id(self):
+        """The conversation ID the harness reported (Claude system/init; Codex thread.started)."""
+        for ev in self.events:
+            if ev.get("type") == "system" and ev.get("session_id"):
+                return ev["session_id"]
+            if ev.get("type") == "thread.started" and ev.get("thread_id"):
+                return ev["thread_id"]
+        return None
+
+
+def base_env(home, server, extra=None):
+    """A scrubbed environment with a private HOME and all traffic aimed at the local server."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in _DROP and not k.startswith(_DROP_PREFIXES)}
+    env.update({
+        "HOME": home,
+        "HTTPS_PROXY": server.url,
+        "HTTP_PROXY": server.url,
+        "https_proxy": server.url,
+        "http_proxy": server.url,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+        "NO_COLOR": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    })
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _run(argv, cwd, env, timeout, stdin=subprocess.DEVNULL):
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            pass
+        out, err = proc.communicate()
+    seconds = time.monotonic() - start
+    return RunResult(argv, proc.returncode, out.decode("utf-8", "backslashreplace"),
+                     err.decode("utf-8", "backslashreplace"), seconds, timed_out)
+
+
+# -- Claude Code -------------------------------------------------------------------------------
+
+def claude_env(home, server, extra=None):
+    env = base_env(home, server, extra=None)
+    env.update({
+        "ANTHROPIC_BASE_URL": server.url,
+        "ANTHROPIC_API_KEY": "sk-e2e-offline",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    })
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_claude(claude, repo, prompt, server, home, env=None, timeout=120, args=()):
+    """Run `claude -p PROMPT` in `repo` (stream-json, acceptEdits); return a RunResult."""
+    os.makedirs(home, exist_ok=True)
+    argv = [claude, "-p", prompt, "--output-format", "stream-json", "--verbose",
+            "--permission-mode", "acceptEdits"] + list(args)
+    return _run(argv, repo, claude_env(home, server, env), timeout)
+
+
+def write_claude_hooks(repo, hooks):
+    """Write `.claude/settings.json` with `{"hooks": hooks}` (validated as JSON)."""
+    path = os.path.join(repo, ".claude", "settings.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = json.dumps({"hooks": hooks}, indent=2)
+    json.loads(data)
+    with open(path, "w") as f:
+        f.write(data + "\n")
+    return path
+
+
+# -- Codex ---------------------------------------------------------------------------------------
+
+def _toml_str(s):
+    # JSON string escapes are valid TOML basic-string escapes for the text we write.
+    return json.dumps(s)
+
+
+def snake_event(event):
+    """PreToolUse -> pre_tool_use."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", event).lower()
+
+
+def codex_hook_hashes(hooks_json_path):
+    """{state key: "sha256:<hex>"} for every handler in a `.codex/hooks.json`.
+
+    The key is `<abs hooks.json>:<event_snake>:<group>:<handler>`; the hash is sha256 of the
+    canonical JSON (sorted keys, no spaces) of the handler's normalised group, as Codex computes
+    it for its per-hook trust (`[hooks.state."<key>"] trusted_hash`). The timeout in it is the
+    effective one: default 600 s, SessionEnd default 1 s and capped at 3 s.
+    """
+    path = os.path.realpath(hooks_json_path)
+    with open(path) as f:
+        config = json.load(f)
+    out = {}
+    for event, groups in sorted(config.get("hooks", {}).items()):
+        ev = snake_event(event)
+        for gi, group in enumerate(groups):
+            for hi, handler in enumerate(group.get("hooks", [])):
+                timeout = handler.get("timeout", 1 if event == "SessionEnd" else 600)
+                if event == "SessionEnd":
+                    timeout = min(timeout, 3)  # Codex caps SessionEnd at 3 s, hash included
+                norm = {"type": handler.get("type", "command"), "command": handler["command"],
+                        "timeout": timeout, "async": handler.get("async", False)}
+                for opt in ("statusMessage", "additionalContextLimit"):
+                    if opt in handler:
+                        norm[opt] = handler[opt]
+                ident = {"event_name": ev, "hooks": [norm]}
+                if "matcher" in group:
+                    ident["matcher"] = group["matcher"]
+                canon = json.dumps(ident, sort_keys=True, separators=(",", ":"),
+                                   ensure_ascii=False)
+                digest = hashlib.sha256(canon.encode("utf-8")).hexdigest()
+                out["%s:%s:%d:%d" % (path, ev, gi, hi)] = "sha256:" + digest
+    return out
+
+
+def write_codex_config(codex_home, server, trusted_repos=(), trusted_hooks=None, features=None,
+                       extra=""):
+    """Write `$CODEX_HOME/config.toml`: scripted provider, no outside traffic, and trust.
+
+    trusted_repos: project directories to mark trusted (gate 1).
+    trusted_hooks: {state key: hash} (gate 2), e.g. from codex_hook_hashes().
+    features: extra `[features]` flags, e.g. {"multi_agent_v2": True}.
+    """
+    os.makedirs(codex_home, exist_ok=True)
+    lines = [
+        'model = "gpt-5.5"',
+        'model_provider = "mock"',
+        'approval_policy = "never"',
+        'sandbox_mode = "danger-full-access"',
+        'check_for_update_on_startup = false',
+        '',
+        '[model_providers.mock]',
+        'name = "mock"',
+        'base_url = %s' % _toml_str(server.url + "/v1"),
+        'env_key = %s' % _toml_str(MODEL_KEY_VAR),
+        'wire_api = "responses"',
+        'request_max_retries = 0',
+        'stream_max_retries = 0',
+        '',
+        '[analytics]',
+        'enabled = false',
+        '',
+        '[features]',
+        'plugins = false',
+    ]
+    for name, value in sorted((features or {}).items()):
+        lines.append('%s = %s' % (name, json.dumps(value)))
+    lines.append('')
+    if extra:
+        lines += [extra, '']
+    for repo in trusted_repos:
+        lines += ['[projects.%s]' % _toml_str(os.path.realpath(repo)),
+                  'trust_level = "trusted"', '']
+    for key, digest in sorted((trusted_hooks or {}).items()):
+        lines += ['[hooks.state.%s]' % _toml_str(key), 'trusted_hash = %s' % _toml_str(digest),
+                  '']
+    path = os.path.join(codex_home, "config.toml")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
+
+
+def trust_codex_repo(codex_home, server, repo, features=None, extra=""):
+    """Trust `repo` and every hook in its `.codex/hooks.json` in a fresh config.toml."""
+    hooks_json = os.path.join(repo, ".codex", "hooks.json")
+    hashes = codex_hook_hashes(hooks_json) if os.path.exists(hooks_json) else {}
+    return write_codex_config(codex_home, server, [repo], hashes, features=features, extra=extra)
+
+
+def write_codex_hooks(repo, hooks):
+    """Write `.codex/hooks.json` with `{"hooks": hooks}`."""
+    path = os.path.join(repo, ".codex", "hooks.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(json.dumps({"hooks": hooks}, indent=2) + "\n")
+    return path
+
+
+def codex_env(home, codex_home, server, extra=None):
+    env = base_env(home, server, extra=None)
+    env.update({"CODEX_HOME": codex_home, MODEL_KEY_VAR: "sk-e2e-offline"})
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_codex(codex, repo, prompt, server, home, codex_home, env=None, timeout=120, args=()):
+    """Run `codex exec --json PROMPT </dev/null` in `repo`; return a RunResult."""
+    os.makedirs(home, exist_ok=True)
+    argv = [codex, "exec", "--json"] + list(args) + [prompt]
+    return _run(argv, repo, codex_env(home, codex_home, server, env), timeout)
+
+
+def codex_hooks_list(codex, repo, home, codex_home, server, timeout=30):
+    """Ask `codex app-server` (stdio JSON-RPC) for hooks/list in `repo`; return the result."""
+    env = codex_env(home, codex_home, server)
+    proc = subprocess.Popen([codex, "app-server"], cwd=repo, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        def send(obj):
+            proc.stdin.write((json.dumps(obj) + "\n").encode())
+            proc.stdin.flush()
+
+        def wait_for(req_id):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("id") == req_id:
+                    return msg
+            raise AssertionError("codex app-server gave no reply to request %s" % req_id)
+
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"clientInfo": {"name": "coord-e2e", "version": "0"}}})
+        wait_for(1)
+        send({"jsonrpc": "2.0", "method": "initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "hooks/list",
+              "params": {"cwds": [os.path.realpath(repo)]}})
+        return wait_for(2)
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+# -- Repositories ----------------------------------------------------------------------------------
+
+def git_repo(path):
+    """Create an empty git repository with one commit at `path`; return its real path."""
+    os.makedirs(path, exist_ok=True)
+    env = dict(os.environ, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",
+               GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid")
+    for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        env.pop(k, None)
+    subprocess.run(["git", "init", "-q", "-b", "main", path], check=True, env=env)
+    subprocess.run(["git", "-C", path, "commit", "-q", "--allow-empty", "-m", "init"],
+                   check=True, env=env)
+    return os.path.realpath(path)
+
+
+# -- A test case that drives one harness -------------------------------------------------------------
+
+class HarnessCase(CoordTestCase):
+    """A CoordTestCase with a scripted model server, a temporary git repo and one harness.
+
+    Subclasses set `harness` to "claude" or "codex". `run_agent(script)` runs it in self.repo
+    with the test's private HOME, COORD_DB and COORD_PROJECT_ID.
+    """
+
+    harness = None
+
+    def setUp(self):
+        super().setUp()
+        self.cli = require_cli(self, self.harness)
+        self.server = ModelServer()
+        self.addCleanup(self.server.close)
+        self.repo = git_repo(os.path.join(self.tmp, "repo"))
+        self.codex_home = os.path.join(self.tmp, "codex-home")
+
+    def agent_env(self, extra=None):
+        env = {k: self.env[k] for k in ("COORD_DB", "COORD_PROJECT_ID", "XDG_STATE_HOME")
+               if k in self.env}
+        if extra:
+            env.update(extra)
+        return env
+
+    def run_agent(self, script, lanes=None, prompt="Do the scripted task.", env=None, args=(),
+                  trust=True, features=None, timeout=120, expect_ok=True):
+        """Load `script` into the server and run the harness once; return the RunResult."""
+        self.server.load(script, lanes)
+        if self.harness == "claude":
+            result = run_claude(self.cli, self.repo, prompt, self.server, self.home,
+                                env=self.agent_env(env), timeout=timeout, args=args)
+        else:
+            if trust:
+                trust_codex_repo(self.codex_home, self.server, self.repo, features=features)
+            else:
+                write_codex_config(self.codex_home, self.server, features=features)
+            result = run_codex(self.cli, self.repo, prompt, self.server, self.home,
+                               self.codex_home, env=self.agent_env(env), timeout=timeout,
+                               args=args)
+        self.assertEqual(self.server.refused, [],
+                         "the harness tried to leave the machine: %r"
+                         % [(r.method, r.path) for r in self.server.refused])
+        if expect_ok:
+            self.assertFalse(result.timed_out, result.describe())
+            self.assertEqual(result.code, 0, result.describe())
+            self.assertEqual(self.server.errors, [], result.describe())
+        return result
+
+    def write_hooks(self, hooks):
+        """Write the harness's project hook file with {"hooks": hooks}; return its path."""
+        if self.harness == "claude":
+            return write_claude_hooks(self.repo, hooks)
+        return write_codex_hooks(self.repo, hooks)
+
+    def write_file(self, rel, text):
+        path = os.path.join(self.repo, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def read_file(self, rel):
+        path = os.path.join(self.repo, rel)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return f.read()
+
+
+def figure(label, value, unit="s"):
+    """Print one measured figure where the test runner shows it (stderr)."""
+    sys.stderr.write("\n  e2e figure: %s = %.2f%s\n" % (label, value, unit))
+    sys.stderr.flush()
+
+
+# -- A recording hook (tests of the harnesses themselves) -----------------------------------------
+
+RECORD_HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "e2e",
+                           "record_hook.py")
+ALL_EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
+              "SessionEnd", "SubagentStart", "SubagentStop")
+
+
+def recording_hooks(log, reply_dir=None, events=ALL_EVENTS):
+    """Hook config running fixtures/e2e/record_hook.py on `events` (tool events match `*`)."""
+    cmd = "%s %s %s" % (shlex.quote(sys.executable), shlex.quote(RECORD_HOOK), shlex.quote(log))
+    if reply_dir:
+        cmd += " " + shlex.quote(reply_dir)
+    hooks = {}
+    for ev in events:
+        group = {"hooks": [{"type": "command", "command": cmd, "timeout": 30}]}
+        if ev in ("PreToolUse", "PostToolUse"):
+            group["matcher"] = "*"
+        hooks[ev] = [group]
+    return hooks
+
+
+def read_hook_log(log):
+    """The records the recording hook appended: [{"payload", "env", "pid", "ppid"}]."""
+    if not os.path.exists(log):
+        return []
+    with open(log) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_reply(reply_dir, name, reply):
+    """Make the recording hook answer `name` (`<Event>` or `<Event>-<tool>`) with `reply`."""
+    os.makedirs(reply_dir, exist_ok=True)
+    with open(os.path.join(reply_dir, name + ".json"), "w") as f:
+        json.dump(reply, f)
+
+
+def deny(reason):
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                   "permissionDecisionReason": reason}}
+
+
+def context(event, text):
+    return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}

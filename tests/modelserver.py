@@ -1,0 +1,495 @@
+"""A scripted model server on 127.0.0.1 for driving the real Claude Code and Codex CLIs offline.
+
+It speaks just enough of two streaming APIs for the harnesses to run their real tools and hooks:
+- Anthropic Messages: `POST /v1/messages` (SSE: message_start, content_block_start/delta/stop,
+  message_delta with stop_reason, message_stop);
+- OpenAI Responses: `POST /v1/responses` (SSE: response.created, response.output_item.added/done,
+  response.completed).
+
+A scenario is a list of turns consumed in order, one per model request. A turn is a `Turn`
+(text and/or tool calls) or a function `f(request) -> Turn`, so a turn can react to what the
+harness sent. When the script runs out, the server answers with a short final text and records
+the overrun in `errors`. Subagents run their own conversations, possibly concurrently with the
+parent: `lanes={marker: [turns]}` sends every request whose first user message contains
+`marker` in its user text (e.g. a word in the subagent's task prompt) to that lane's own list of turns.
+
+Invariants:
+- every request is recorded (`requests`), model requests in the order they were answered;
+- nothing leaves the machine: the harnesses' HTTP(S)_PROXY points here, and every CONNECT or
+  absolute-URL request to a non-loopback host is refused with 403 and recorded in `refused`;
+- side requests (count_tokens, model lists, anything else) get a harmless reply and are recorded.
+"""
+
+import itertools
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+class Turn(object):
+    """One scripted model reply: optional text, then zero or more tool calls."""
+
+    def __init__(self, text=None, calls=()):
+        self.text = text
+        self.calls = list(calls)
+
+    def __repr__(self):
+        return "Turn(text=%r, calls=%r)" % (self.text, self.calls)
+
+
+def say(text):
+    """A final reply: text only (Claude stop_reason end_turn; Codex an assistant message)."""
+    return Turn(text=text)
+
+
+def tool(name, **tool_input):
+    """A Claude tool call, e.g. tool("Write", file_path=..., content=...)."""
+    return Turn(calls=[{"kind": "claude", "name": name, "input": tool_input}])
+
+
+def apply_patch(patch):
+    """A Codex apply_patch call; `patch` is the whole `*** Begin Patch ... *** End Patch` text."""
+    if not patch.endswith("\n"):
+        patch += "\n"
+    return Turn(calls=[{"kind": "custom", "name": "apply_patch", "input": patch}])
+
+
+def shell(cmd, **extra):
+    """A Codex shell call (function `exec_command`)."""
+    args = {"cmd": cmd}
+    args.update(extra)
+    return Turn(calls=[{"kind": "function", "name": "exec_command", "arguments": args}])
+
+
+def function_call(name, arguments, namespace=None):
+    """Any other Codex function call (e.g. a multi-agent tool)."""
+    call = {"kind": "function", "name": name, "arguments": arguments}
+    if namespace:
+        call["namespace"] = namespace
+    return Turn(calls=[call])
+
+
+class Request(object):
+    """One recorded HTTP request."""
+
+    def __init__(self, method, path, headers, body, raw):
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.body = body
+        self.raw = raw
+        self.time = time.time()
+        self.turn = None  # index of the scripted turn that answered it, if any
+        self.lane = None  # the lane marker that answered it (None: the main script)
+
+    @property
+    def api(self):
+        p = urlsplit(self.path).path
+        if p == "/v1/messages":
+            return "anthropic"
+        if p == "/v1/responses":
+            return "openai"
+        return None
+
+    def text(self):
+        """The whole body as JSON text, for substring checks."""
+        return json.dumps(self.body, ensure_ascii=False)
+
+    def items(self):
+        """The conversation items: Claude `messages`, Codex `input`."""
+        if not isinstance(self.body, dict):
+            return []
+        if self.api == "anthropic":
+            return list(self.body.get("messages") or [])
+        return list(self.body.get("input") or [])
+
+    def tail(self):
+        """Items the harness added after the model's last output: tool results, context, ...
+
+        Claude: every message after the last assistant message. Codex: every input item after
+        the last item the model produced (a call, reasoning, or an assistant message).
+        """
+        items = self.items()
+        last = -1
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                continue
+            if self.api == "anthropic":
+                if item.get("role") == "assistant":
+                    last = i
+            elif item.get("type") in ("function_call", "custom_tool_call", "reasoning",
+                                      "local_shell_call", "web_search_call") or (
+                    item.get("type", "message") == "message" and item.get("role") == "assistant"):
+                last = i
+        return items[last + 1:]
+
+    def tail_text(self):
+        """The tail as JSON text, for substring checks on what is new in this request."""
+        return json.dumps(self.tail(), ensure_ascii=False)
+
+    def tool_results(self):
+        """Text of each tool result in the tail (Claude tool_result; Codex *_call_output)."""
+        out = []
+        for item in self.tail():
+            if not isinstance(item, dict):
+                continue
+            if self.api == "anthropic":
+                content = item.get("content")
+                if not isinstance(content, list):
+                    continue
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        out.append(_flatten(block.get("content")))
+            elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
+                out.append(_flatten(item.get("output")))
+        return out
+
+    def user_text(self):
+        """Text the user side wrote (prompts, injected context; not tool results)."""
+        out = []
+        for item in self.items():
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "agent_message":  # Codex: a task sent to a sub-agent
+                for block in item.get("content") or []:
+                    if isinstance(block, dict):
+                        out.append(block.get("text") or block.get("encrypted_content") or "")
+                continue
+            if item.get("role") != "user":
+                continue
+            content = item.get("content")
+            if isinstance(content, str):
+                out.append(content)
+                continue
+            for block in content or []:
+                if isinstance(block, dict) and block.get("type") in ("text", "input_text"):
+                    out.append(block.get("text") or "")
+        return "\n".join(out)
+
+
+def _flatten(value):
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(_flatten(v) for v in value)
+    if isinstance(value, dict):
+        for key in ("text", "content", "output"):
+            if key in value:
+                return _flatten(value[key])
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+class ModelServer(object):
+    """A running scripted server; use as a context manager or call close()."""
+
+    def __init__(self, script=(), lanes=None, name="model"):
+        self.script = list(script)
+        self.lanes = {k: list(v) for k, v in (lanes or {}).items()}
+        self.name = name
+        self.requests = []      # every request, in arrival order
+        self.refused = []       # proxy/CONNECT attempts to leave the machine
+        self.errors = []        # script overruns and turns that raised
+        self._lock = threading.Lock()
+        self._next = {}
+        self._ids = itertools.count(1)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.model = self
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="modelserver",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- scripting -------------------------------------------------------------------------
+    def load(self, script, lanes=None):
+        """Replace the script and forget earlier requests (reuse one server across runs)."""
+        with self._lock:
+            self.script = list(script)
+            self.lanes = {k: list(v) for k, v in (lanes or {}).items()}
+            self._next = {}
+            self.requests = []
+            self.refused = []
+            self.errors = []
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def model_requests(self, lane=None):
+        """Model requests of one lane (None: the main script), in the order they were answered."""
+        with self._lock:
+            return [r for r in self.requests if r.turn is not None and r.lane == lane]
+
+    def all_model_requests(self):
+        with self._lock:
+            return [r for r in self.requests if r.turn is not None]
+
+    def side_requests(self):
+        with self._lock:
+            return [r for r in self.requests if r.turn is None]
+
+    def exhausted(self):
+        """True when the main script and every lane have been played to the end."""
+        with self._lock:
+            if self._next.get(None, 0) < len(self.script):
+                return False
+            return all(self._next.get(k, 0) >= len(v) for k, v in self.lanes.items())
+
+    def _take_turn(self, request):
+        first = request.user_text()
+        with self._lock:
+            lane = None
+            for marker in self.lanes:
+                if marker in first:
+                    lane = marker
+                    break
+            turns = self.lanes[lane] if lane is not None else self.script
+            index = self._next.get(lane, 0)
+            self._next[lane] = index + 1
+            request.turn = index
+            request.lane = lane
+            step = turns[index] if index < len(turns) else None
+        if step is None:
+            self.errors.append("script exhausted at request %d of lane %r" % (index, lane))
+            return say("(script exhausted)")
+        if callable(step) and not isinstance(step, Turn):
+            try:
+                step = step(request)
+            except Exception as exc:  # a scripted function failed: end the run cleanly
+                self.errors.append("turn %d raised %r" % (index, exc))
+                return say("(scripted turn failed)")
+        return step
+
+    def new_id(self, prefix):
+        return "%s_%04d%s" % (prefix, next(self._ids), "e2e0" * 4)
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):  # keep test output clean
+        pass
+
+    @property
+    def model(self):
+        return self.server.model
+
+    def _read_body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if self.headers.get("Content-Encoding", "").lower() == "gzip":
+            import gzip
+            try:
+                raw = gzip.decompress(raw)
+            except OSError:
+                pass
+        try:
+            body = json.loads(raw.decode("utf-8")) if raw else None
+        except (UnicodeDecodeError, ValueError):
+            body = None
+        return raw, body
+
+    def _record(self, body=None, raw=b""):
+        req = Request(self.command, self.path, dict(self.headers.items()), body, raw)
+        with self.model._lock:
+            self.model.requests.append(req)
+        return req
+
+    def _leaves_machine(self):
+        if self.command == "CONNECT":
+            return True
+        if self.path.startswith("/"):
+            return False
+        host = urlsplit(self.path).hostname or ""
+        return host not in LOOPBACK
+
+    def _refuse(self):
+        req = self._record()
+        with self.model._lock:
+            self.model.refused.append(req)
+        self._send_json(403, {"error": "e2e model server: outside network refused"}, close=True)
+
+    def _send_json(self, status, obj, close=False):
+        data = json.dumps(obj).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_CONNECT(self):
+        self._refuse()
+
+    def do_GET(self):
+        if self._leaves_machine():
+            return self._refuse()
+        self._record()
+        path = urlsplit(self.path).path
+        if path.endswith("/models"):
+            return self._send_json(200, {"models": [], "data": [], "object": "list"})
+        self._send_json(404, {"error": {"type": "not_found", "message": "not scripted"}})
+
+    def do_HEAD(self):
+        if self._leaves_machine():
+            return self._refuse()
+        self._record()
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self):
+        if self._leaves_machine():
+            self._read_body()
+            return self._refuse()
+        raw, body = self._read_body()
+        path = urlsplit(self.path).path
+        if path == "/v1/messages/count_tokens":
+            self._record(body, raw)
+            return self._send_json(200, {"input_tokens": max(1, len(raw) // 4)})
+        if path == "/v1/messages" and isinstance(body, dict):
+            req = self._record(body, raw)
+            turn = self.model._take_turn(req)
+            if body.get("stream"):
+                return self._anthropic_stream(body, turn)
+            return self._send_json(200, self._anthropic_message(body, turn))
+        if path == "/v1/responses" and isinstance(body, dict):
+            req = self._record(body, raw)
+            turn = self.model._take_turn(req)
+            return self._openai_stream(body, turn)
+        self._record(body, raw)
+        self._send_json(404, {"error": {"type": "not_found", "message": "not scripted"}})
+
+    do_PUT = do_POST
+    do_PATCH = do_POST
+    do_DELETE = do_GET
+
+    # -- SSE ---------------------------------------------------------------------------------
+    def _start_sse(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        self.end_headers()
+
+    def _event(self, name, data):
+        chunk = "event: %s\ndata: %s\n\n" % (name, json.dumps(data))
+        self.wfile.write(chunk.encode("utf-8"))
+        self.wfile.flush()
+
+    # -- Anthropic ---------------------------------------------------------------------------
+    def _anthropic_blocks(self, turn):
+        blocks = []
+        if turn.text:
+            blocks.append({"type": "text", "text": turn.text})
+        for call in turn.calls:
+            blocks.append({"type": "tool_use", "id": self.model.new_id("toolu"),
+                           "name": call["name"], "input": call.get("input", {})})
+        return blocks
+
+    def _anthropic_message(self, body, turn):
+        blocks = self._anthropic_blocks(turn)
+        return {"id": self.model.new_id("msg"), "type": "message", "role": "assistant",
+                "model": body.get("model", "claude-e2e"), "content": blocks,
+                "stop_reason": "tool_use" if turn.calls else "end_turn", "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 10}}
+
+    def _anthropic_stream(self, body, turn):
+        self._start_sse()
+        msg = self._anthropic_message(body, turn)
+        blocks = msg["content"]
+        start = dict(msg, content=[], stop_reason=None)
+        start["usage"] = {"input_tokens": 10, "output_tokens": 1}
+        self._event("message_start", {"type": "message_start", "message": start})
+        for i, block in enumerate(blocks):
+            if block["type"] == "text":
+                self._event("content_block_start", {"type": "content_block_start", "index": i,
+                                                    "content_block": {"type": "text", "text": ""}})
+                self._event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                    "delta": {"type": "text_delta",
+                                                              "text": block["text"]}})
+            else:
+                head = dict(block, input={})
+                self._event("content_block_start", {"type": "content_block_start", "index": i,
+                                                    "content_block": head})
+                self._event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                    "delta": {"type": "input_json_delta",
+                                                              "partial_json": json.dumps(
+                                                                  block["input"])}})
+            self._event("content_block_stop", {"type": "content_block_stop", "index": i})
+        self._event("message_delta", {"type": "message_delta",
+                                      "delta": {"stop_reason": msg["stop_reason"],
+                                                "stop_sequence": None},
+                                      "usage": {"output_tokens": 10}})
+        self._event("message_stop", {"type": "message_stop"})
+
+    # -- OpenAI Responses --------------------------------------------------------------------
+    def _openai_items(self, turn):
+        items = []
+        if turn.text:
+            items.append({"type": "message", "role": "assistant", "status": "completed",
+                          "id": self.model.new_id("msg"),
+                          "content": [{"type": "output_text", "text": turn.text,
+                                       "annotations": []}]})
+        for call in turn.calls:
+            call_id = self.model.new_id("call")
+            if call["kind"] == "custom":
+                items.append({"type": "custom_tool_call", "id": self.model.new_id("ctc"),
+                              "status": "completed", "call_id": call_id, "name": call["name"],
+                              "input": call["input"]})
+            else:
+                args = call.get("arguments", {})
+                item = {"type": "function_call", "id": self.model.new_id("fc"),
+                        "status": "completed", "call_id": call_id, "name": call["name"],
+                        "arguments": args if isinstance(args, str) else json.dumps(args)}
+                if call.get("namespace"):
+                    item["namespace"] = call["namespace"]
+                items.append(item)
+        return items
+
+    def _openai_stream(self, body, turn):
+        self._start_sse()
+        rid = self.model.new_id("resp")
+        base = {"id": rid, "object": "response", "created_at": int(time.time()),
+                "model": body.get("model", "gpt-e2e"), "status": "in_progress", "output": []}
+        self._event("response.created", {"type": "response.created", "response": base})
+        items = self._openai_items(turn)
+        for i, item in enumerate(items):
+            added = dict(item)
+            if item["type"] == "message":
+                added["content"] = []
+                added["status"] = "in_progress"
+            self._event("response.output_item.added", {"type": "response.output_item.added",
+                                                       "output_index": i, "item": added})
+            if item["type"] == "message":
+                self._event("response.output_text.delta", {
+                    "type": "response.output_text.delta", "item_id": item["id"],
+                    "output_index": i, "content_index": 0, "delta": turn.text})
+            self._event("response.output_item.done", {"type": "response.output_item.done",
+                                                      "output_index": i, "item": item})
+        done = dict(base, status="completed", output=items,
+                    usage={"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+                           "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0},
+                           "total_tokens": 20})
+        self._event("response.completed", {"type": "response.completed", "response": done})
