@@ -1,0 +1,590 @@
+"""coord's tmux layer: launch, attach, validate and close managed harness windows.
+
+Invariants:
+- Every tmux call goes through `Tmux.run`: an argv list (never a shell), an explicit
+  `-S SOCKET`, a timeout, a scrubbed environment, and `TmuxError` on failure.
+- Every `-t` is an immutable ID that tmux itself returned (`$session`, `@window`, `%pane`).
+  Names are presentation only and are never looked up; tmux resolves names by prefix.
+- A recorded window is ours only while its user option `@coord-work` equals the full work ID,
+  its pane still has the recorded pid and start command, and the server is the recorded one
+  (IDs restart from zero when a server restarts). Anything else is refused with a reason.
+- Lookups list whole servers (`list-panes -a`) and match IDs in Python: `display-message`
+  silently falls back to another pane when its target is gone, and `show-options -q`
+  hides a missing target, so neither is used to decide whether something exists.
+
+This module owns tmux and nothing else; callers store the returned record (a plain dict).
+"""
+
+import os
+import shlex
+import subprocess
+import time
+
+TIMEOUT = 10.0
+SEP = "\t"
+
+# Harness name -> (environment variable holding its command, resume argv after the command).
+HARNESSES = {
+    "claude": ("COORD_CLAUDE_CMD", ("--resume",)),
+    "codex": ("COORD_CODEX_CMD", ("resume",)),
+}
+
+# Never handed to a tmux client: a client that starts the server gives the server its
+# environment, and every later window inherits it.
+_CLIENT_SCRUB = (
+    "TMUX", "TMUX_PANE", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_PREFIX", "COORD_RUNTIME_ID", "COORD_WORK_ID",
+    "CLAUDE_CODE_SESSION_ID", "CLAUDE_ENV_FILE", "CLAUDE_PROJECT_DIR", "CLAUDECODE",
+    "CLAUDE_CODE_ENTRYPOINT", "CODEX_SESSION_ID", "CODEX_THREAD_ID",
+)
+# Removed from a launched pane unless the caller sets them: an already running server may
+# carry another agent's identity in its global environment.
+_PANE_UNSET = tuple(v for v in _CLIENT_SCRUB if v not in ("TMUX", "TMUX_PANE"))
+
+# Separates commands inside one tmux invocation; a string ";" is escaped like any value.
+THEN = object()
+
+OPT_PROJECT = "@coord-project"
+OPT_WORK = "@coord-work"
+OPT_RUNTIME = "@coord-runtime"
+OPT_CONVERSATION = "@coord-conversation"
+
+_PANE_FIELDS = ("pid", "session_id", "window_id", "pane_id", "pane_pid", "pane_dead",
+                "pane_current_command", "pane_start_command")
+_PANE_FORMAT = SEP.join("#{%s}" % f for f in _PANE_FIELDS)
+
+
+class SessionError(Exception):
+    """A tmux-layer failure with a one-line message and the next command to run."""
+
+    def __init__(self, message, hint=None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class TmuxNotFound(SessionError):
+    """The tmux binary is not on PATH."""
+
+
+class TmuxError(SessionError):
+    """A tmux command failed: carries the argv, exit code (None on timeout) and stderr."""
+
+    def __init__(self, argv, returncode, stderr, hint=None):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        first = (stderr.strip().splitlines() or ["no output"])[0]
+        if returncode is None:
+            why = "timed out"
+        else:
+            why = "exit %d" % returncode
+        super().__init__("%s failed (%s): %s" % (" ".join(shlex.quote(a) for a in argv), why,
+                                                  first), hint)
+
+
+class Refused(SessionError):
+    """A recorded window/pane no longer matches its record, or closing it is unsafe."""
+
+
+# ---------------------------------------------------------------------------------------
+# Sockets and environments
+
+
+def default_socket(environ=None, label="default"):
+    """The path tmux uses for `-L label`: ${TMUX_TMPDIR:-/tmp}/tmux-UID/label, resolved."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("TMUX_TMPDIR") or "/tmp"
+    return os.path.join(os.path.realpath(base), "tmux-%d" % os.getuid(), label)
+
+
+def socket_from_tmux_env(value):
+    """The socket path in a $TMUX value ("path,server-pid,session-index"), or None."""
+    if not value:
+        return None
+    parts = value.rsplit(",", 2)
+    return parts[0] if len(parts) == 3 and parts[0] else None
+
+
+def resolve_socket(explicit=None, environ=None):
+    """Socket to use: explicit, else $COORD_TMUX_SOCKET, else the enclosing tmux, else default.
+
+    A value without a slash is a label, as with `tmux -L`.
+    """
+    environ = os.environ if environ is None else environ
+    value = explicit or environ.get("COORD_TMUX_SOCKET") or socket_from_tmux_env(
+        environ.get("TMUX"))
+    if not value:
+        return default_socket(environ)
+    if "/" not in value:
+        return default_socket(environ, value)
+    return os.path.abspath(value)
+
+
+def same_socket(a, b):
+    """True when two socket paths name the same file."""
+    if not a or not b:
+        return False
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def client_env(environ=None, keep_tmux=False):
+    """A copy of the environment safe to hand to a tmux client."""
+    environ = os.environ if environ is None else environ
+    drop = _CLIENT_SCRUB if not keep_tmux else tuple(
+        v for v in _CLIENT_SCRUB if v not in ("TMUX", "TMUX_PANE"))
+    return {k: v for k, v in environ.items() if k not in drop}
+
+
+# ---------------------------------------------------------------------------------------
+# The one subprocess helper
+
+
+class Tmux(object):
+    """One tmux server, addressed only by its socket path."""
+
+    def __init__(self, socket=None, environ=None):
+        self.socket = resolve_socket(socket, environ)
+        self.environ = environ
+
+    def argv(self, *args):
+        """The full argv for a tmux command on this server (THEN separates commands)."""
+        return ["tmux", "-S", self.socket] + [";" if a is THEN else _quote_arg(a) for a in args]
+
+    def run(self, *args, timeout=TIMEOUT):
+        """Run one tmux command (or a `;`-joined sequence); return stdout, raise TmuxError."""
+        argv = self.argv(*args)
+        try:
+            proc = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=client_env(self.environ), timeout=timeout,
+                encoding="utf-8", errors="backslashreplace")
+        except FileNotFoundError:
+            raise TmuxNotFound("tmux not found: install tmux",
+                               "apt-get install tmux (or brew install tmux), then retry")
+        except subprocess.TimeoutExpired as exc:
+            err = exc.stderr or ""
+            if isinstance(err, bytes):
+                err = err.decode("utf-8", "backslashreplace")
+            raise TmuxError(argv, None, err or "no reply within %.0fs" % timeout)
+        if proc.returncode != 0:
+            raise TmuxError(argv, proc.returncode, proc.stderr)
+        return proc.stdout
+
+    def panes(self):
+        """Every pane of the server as dicts of _PANE_FIELDS; [] when no server runs."""
+        try:
+            out = self.run("list-panes", "-a", "-F", _PANE_FORMAT)
+        except TmuxError as exc:
+            if _no_server(exc.stderr):
+                return []
+            raise
+        rows = []
+        for line in out.splitlines():
+            values = line.split(SEP, len(_PANE_FIELDS) - 1)
+            if len(values) != len(_PANE_FIELDS):
+                continue
+            row = dict(zip(_PANE_FIELDS, values))
+            row["pid"] = int(row["pid"])
+            row["pane_pid"] = int(row["pane_pid"])
+            row["pane_dead"] = row["pane_dead"] == "1"
+            rows.append(row)
+        return rows
+
+    def option(self, scope, target, name):
+        """A user option set on exactly this object (scope "session"/"window"/"pane"), or None.
+
+        The caller must already know the target exists: an unset option and a missing
+        target both make tmux fail here.
+        """
+        flag = {"session": [], "window": ["-w"], "pane": ["-p"]}[scope]
+        try:
+            out = self.run(*(["show-options"] + flag + ["-v", "-t", target, name]))
+        except TmuxError:
+            return None
+        return out[:-1] if out.endswith("\n") else out
+
+    def clients(self):
+        """Attached clients as (client_name, session_id) pairs."""
+        try:
+            out = self.run("list-clients", "-F", "#{client_name}" + SEP + "#{session_id}")
+        except TmuxError as exc:
+            if _no_server(exc.stderr):
+                return []
+            raise
+        return [tuple(line.split(SEP, 1)) for line in out.splitlines() if SEP in line]
+
+
+def _quote_arg(value):
+    """Keep a trailing ';' literal: tmux reads `word;` as `word` followed by a separator."""
+    value = str(value)
+    return value[:-1] + "\\;" if value.endswith(";") else value
+
+
+def _no_server(stderr):
+    text = stderr or ""
+    return ("no server running" in text or "error connecting" in text
+            or "No such file or directory" in text)
+
+
+# ---------------------------------------------------------------------------------------
+# Harness commands
+
+
+def harness_command(harness, environ=None):
+    """The argv prefix that starts a harness: shlex-split $COORD_<HARNESS>_CMD, or its name."""
+    if harness not in HARNESSES:
+        raise SessionError("unknown harness %r: use one of %s" % (
+            harness, ", ".join(sorted(HARNESSES))), "coord work start <work> --harness claude")
+    environ = os.environ if environ is None else environ
+    var = HARNESSES[harness][0]
+    raw = environ.get(var, "").strip()
+    if not raw:
+        return [harness]
+    try:
+        words = shlex.split(raw)
+    except ValueError as exc:
+        raise SessionError("%s is not valid shell words (%s): %r" % (var, exc, raw),
+                           "export %s='claude-direct' (or unset it)" % var)
+    return words or [harness]
+
+
+def harness_argv(harness, conversation=None, extra=(), environ=None):
+    """The argv that starts `harness`, resuming `conversation` when given."""
+    argv = harness_command(harness, environ)
+    if conversation:
+        argv += list(HARNESSES[harness][1]) + [conversation]
+    return argv + [str(a) for a in extra]
+
+
+def window_name(task, ident):
+    """Presentation-only window name `<short-task>-<sid4>`; never used to find anything."""
+    short = "".join(c if c.isalnum() or c in "-_" else "-" for c in (task or "").lower())
+    short = "-".join(p for p in short.split("-") if p)[:20].rstrip("-_") or "work"
+    tag = "".join(c for c in (ident or "") if c.isalnum())[:4].lower()
+    return "%s-%s" % (short, tag) if tag else short
+
+
+def _pane_argv(argv, env):
+    """`env -u LEAKED... K=V... argv`: several words, so tmux execs it without a shell."""
+    argv = [str(a) for a in argv]
+    if not argv or not argv[0]:
+        raise SessionError("empty harness command", "unset COORD_CLAUDE_CMD / COORD_CODEX_CMD")
+    if "=" in argv[0]:
+        raise SessionError("harness command %r contains '=', which env(1) would take as a "
+                           "variable" % argv[0], "put the command in a wrapper script")
+    env = dict(env or {})
+    words = ["env"]
+    for name in _PANE_UNSET:
+        if name not in env:
+            words += ["-u", name]
+    for name in sorted(env):
+        if not name or "=" in name or not (name[0].isalpha() or name[0] == "_"):
+            raise SessionError("invalid environment variable name %r" % name)
+        words.append("%s=%s" % (name, env[name]))
+    return words + argv
+
+
+# ---------------------------------------------------------------------------------------
+# Launch
+
+
+def launch(project, work_id, cwd, argv, env=None, task=None, runtime_id=None,
+           conversation=None, harness=None, previous=None, socket=None, name_ident=None):
+    """Open a window running `argv` in `cwd` and return its record (a dict to store).
+
+    Reuses the session of `previous` (an earlier record of this work) when that session
+    still exists on the same server and carries this project's `@coord-project`;
+    otherwise creates a new detached session.
+    """
+    if socket is None and previous and previous.get("socket"):
+        socket = previous["socket"]
+    tmux = Tmux(socket)
+    cwd = os.path.abspath(cwd)
+    if not os.path.isdir(cwd):
+        # tmux would silently start the window in some other directory.
+        raise SessionError("working directory %s does not exist" % cwd,
+                           "coord work inspect <work> (is the clone still there?)")
+    tmux_cwd = cwd.replace("#", "##")  # tmux expands -c as a format
+    name = window_name(task, name_ident or work_id)
+    command = _pane_argv(argv, env)
+    fmt = SEP.join(("#{session_id}", "#{window_id}", "#{pane_id}", "#{pane_pid}", "#{pid}",
+                    "#{pane_start_command}"))
+    session = _reusable_session(tmux, previous, project)
+    if session:
+        out = tmux.run("new-window", "-d", "-P", "-F", fmt, "-t", session, "-n", name,
+                       "-c", tmux_cwd, "--", *command)
+        created = False
+    else:
+        parent = os.path.dirname(tmux.socket)
+        if parent and not os.path.isdir(parent):
+            os.makedirs(parent, 0o700, exist_ok=True)
+        base = ["new-session", "-d", "-P", "-F", fmt, "-n", name, "-c", tmux_cwd]
+        out = _new_session(tmux, base, name, command)
+        created = True
+    fields = out.strip("\n").split(SEP, 5)
+    if len(fields) != 6 or not fields[1].startswith("@"):
+        # tmux can exit 0 without creating anything (e.g. an uncreatable socket).
+        raise TmuxError(tmux.argv("new-session" if created else "new-window"), 0,
+                        "no window was created on %s: %r" % (tmux.socket, out),
+                        "check that the socket directory %s is writable"
+                        % os.path.dirname(tmux.socket))
+    session_id, window_id, pane_id, pane_pid, server_pid, start = fields
+    record = {
+        "socket": tmux.socket, "server_pid": int(server_pid), "session_id": session_id,
+        "window_id": window_id, "pane_id": pane_id, "pane_pid": int(pane_pid),
+        "pane_command": start, "window_name": name, "project": project, "work_id": work_id,
+        "runtime_id": runtime_id, "conversation": conversation, "harness": harness,
+    }
+    labels = [(OPT_PROJECT, project), (OPT_WORK, work_id), (OPT_RUNTIME, runtime_id),
+              (OPT_CONVERSATION, conversation)]
+    seq = []
+    if created:
+        for opt, value in labels:
+            if value:
+                seq += [THEN, "set-option", "-t", session_id, opt, value]
+    for opt, value in labels:
+        if value:
+            seq += [THEN, "set-option", "-w", "-t", window_id, opt, value]
+            seq += [THEN, "set-option", "-p", "-t", pane_id, opt, value]
+    seq += [THEN, "set-option", "-w", "-t", window_id, "automatic-rename", "off"]
+    seq += [THEN, "set-option", "-w", "-t", window_id, "allow-rename", "off"]
+    try:
+        tmux.run(*seq[1:])
+    except SessionError:
+        # An unlabelled window could never be validated again: do not leave it behind.
+        try:
+            tmux.run("kill-window", "-t", window_id)
+        except SessionError:
+            pass
+        raise
+    return record
+
+
+def _new_session(tmux, base, name, command):
+    """Run new-session, retrying while a server that just lost its last window exits."""
+    deadline = time.monotonic() + 5.0
+    use_name = True
+    while True:
+        try:
+            out = tmux.run(*(base + (["-s", name] if use_name else []) + ["--"] + command))
+        except TmuxError as exc:
+            if "duplicate session" in exc.stderr and use_name:
+                use_name = False  # tmux numbers the session instead
+                continue
+            if "server exited unexpectedly" not in exc.stderr or time.monotonic() > deadline:
+                raise
+            out = ""
+        if out.strip() or time.monotonic() > deadline:
+            return out
+        time.sleep(0.05)
+
+
+def _reusable_session(tmux, previous, project):
+    """The recorded session ID when it lives on this server and belongs to `project`."""
+    if not previous or not previous.get("session_id"):
+        return None
+    if not same_socket(previous.get("socket"), tmux.socket):
+        return None
+    sid = previous["session_id"]
+    panes = tmux.panes()
+    if not any(p["session_id"] == sid for p in panes):
+        return None
+    if previous.get("server_pid") and panes[0]["pid"] != previous["server_pid"]:
+        return None  # restarted server: "$N" now names some other session
+    if tmux.option("session", sid, OPT_PROJECT) != project:
+        return None
+    return sid
+
+
+def set_conversation(record, conversation):
+    """Record a conversation learnt after launch on the validated window and pane."""
+    live = validate(record)
+    tmux = Tmux(record["socket"])
+    tmux.run("set-option", "-w", "-t", live["window_id"], OPT_CONVERSATION, conversation,
+             THEN, "set-option", "-p", "-t", live["pane_id"], OPT_CONVERSATION, conversation)
+    updated = dict(record)
+    updated["conversation"] = conversation
+    return updated
+
+
+# ---------------------------------------------------------------------------------------
+# Validation
+
+
+def problem(record, tmux=None):
+    """Why `record` no longer names its live window and pane, or None when it still does."""
+    try:
+        _inspect(record, tmux)
+    except Refused as exc:
+        return exc.message
+    return None
+
+
+def validate(record, tmux=None):
+    """Check the record against the live server; return the live state or raise Refused.
+
+    The returned dict has window_id, pane_id, dead (the harness exited but tmux kept the
+    pane), sessions (session IDs holding the window) and panes (pane IDs in the window).
+    Window names are not checked: they are presentation only.
+    """
+    return _inspect(record, tmux)
+
+
+def _inspect(record, tmux):
+    tmux = tmux or Tmux(record["socket"])
+    wid, pid_ = record["window_id"], record["pane_id"]
+    hint = "coord work inspect <work> (the record is stale; start the work again)"
+    panes = tmux.panes()
+    if not panes:
+        raise Refused("tmux server %s is not running: window %s is gone" % (tmux.socket, wid),
+                      hint)
+    server_pid = panes[0]["pid"]
+    if record.get("server_pid") and server_pid != record["server_pid"]:
+        raise Refused("tmux server %s restarted since launch (pid %d, recorded %d): %s may be "
+                      "another window" % (tmux.socket, server_pid, record["server_pid"], wid),
+                      hint)
+    in_window = [p for p in panes if p["window_id"] == wid]
+    if not in_window:
+        raise Refused("window %s no longer exists on %s" % (wid, tmux.socket), hint)
+    work = tmux.option("window", wid, OPT_WORK)
+    if work != record["work_id"]:
+        raise Refused("window %s is not this work's: %s is %r, expected %r (reused or "
+                      "relabelled)" % (wid, OPT_WORK, work, record["work_id"]), hint)
+    project = tmux.option("window", wid, OPT_PROJECT)
+    if record.get("project") and project != record["project"]:
+        raise Refused("window %s belongs to project %r, expected %r"
+                      % (wid, project, record["project"]), hint)
+    pane = next((p for p in in_window if p["pane_id"] == pid_), None)
+    if pane is None:
+        raise Refused("pane %s is no longer in window %s" % (pid_, wid), hint)
+    if pane["pane_pid"] != record["pane_pid"]:
+        raise Refused("pane %s was replaced: it runs pid %d, recorded %d"
+                      % (pid_, pane["pane_pid"], record["pane_pid"]), hint)
+    if record.get("pane_command") is not None and pane["pane_start_command"] != \
+            record["pane_command"]:
+        raise Refused("pane %s runs %r, recorded %r" % (
+            pid_, pane["pane_start_command"], record["pane_command"]), hint)
+    return {
+        "socket": tmux.socket, "server_pid": server_pid, "window_id": wid, "pane_id": pid_,
+        "dead": pane["pane_dead"], "current_command": pane["pane_current_command"],
+        "sessions": sorted({p["session_id"] for p in in_window}),
+        "panes": [p["pane_id"] for p in in_window],
+        "pane_pids": [p["pane_pid"] for p in in_window],
+        "all_panes": panes,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Attach
+
+
+def attach_command(record, inside_tmux=None, environ=None):
+    """The argv that shows the recorded pane: switch-client inside its server, else attach.
+
+    inside_tmux=None decides from $TMUX: inside only when it names the record's server.
+    """
+    environ = os.environ if environ is None else environ
+    if inside_tmux is None:
+        inside_tmux = same_socket(socket_from_tmux_env(environ.get("TMUX")), record["socket"])
+    verb = "switch-client" if inside_tmux else "attach-session"
+    # A pane target makes tmux select its window and pane as well as the session.
+    return ["tmux", "-S", record["socket"], verb, "-t", record["pane_id"]]
+
+
+def attach(record, inside_tmux=None, environ=None):
+    """Validate, then run the attach command on this terminal; return its exit status."""
+    environ = os.environ if environ is None else environ
+    validate(record)
+    argv = attach_command(record, inside_tmux, environ)
+    inside = argv[3] == "switch-client"
+    # switch-client finds the operator's client through $TMUX/$TMUX_PANE; a nested attach
+    # must not see $TMUX at all.
+    env = client_env(environ, keep_tmux=inside)
+    try:
+        return subprocess.call(argv, env=env, timeout=None if not inside else TIMEOUT)
+    except FileNotFoundError:
+        raise TmuxNotFound("tmux not found: install tmux",
+                           "apt-get install tmux (or brew install tmux), then retry")
+
+
+# ---------------------------------------------------------------------------------------
+# Close
+
+_FROM_ENV = object()
+
+
+def close(record, caller_pane=_FROM_ENV, caller_socket=_FROM_ENV, caller_pid=None):
+    """Kill exactly the recorded window after validating it; return what was done.
+
+    Refuses when the caller runs in that window (it would die before recording the close).
+    When a client is attached to a session for which this is the last window, that client
+    is first switched to another session of the same project, or the close is refused.
+    """
+    tmux = Tmux(record["socket"])
+    live = validate(record, tmux)
+    wid = live["window_id"]
+    if caller_pane is _FROM_ENV:
+        caller_pane = os.environ.get("TMUX_PANE")
+    if caller_socket is _FROM_ENV:
+        caller_socket = socket_from_tmux_env(os.environ.get("TMUX"))
+    same_server = caller_socket is None or same_socket(caller_socket, tmux.socket)
+    inside = bool(caller_pane) and same_server and caller_pane in live["panes"]
+    if not inside:
+        inside = _descends_from(caller_pid or os.getpid(), live["pane_pids"])
+    if inside:
+        raise Refused("refusing to close window %s from inside it (pane %s): the close would "
+                      "kill this command first" % (wid, caller_pane or "of an ancestor"),
+                      "run coord work close from a pane outside window %s" % wid)
+    all_panes = live["all_panes"]
+    switches = []
+    clients = tmux.clients()
+    for sid in live["sessions"]:
+        windows = {p["window_id"] for p in all_panes if p["session_id"] == sid}
+        attached = [name for name, csid in clients if csid == sid]
+        if windows != {wid} or not attached:
+            continue
+        other = _other_project_session(tmux, all_panes, live["sessions"], record["project"])
+        if other is None:
+            raise Refused("window %s is the last window of session %s, where %s attached, and "
+                          "no other session of project %r exists to move to"
+                          % (wid, sid, "a client is" if len(attached) == 1 else "clients are",
+                             record["project"]),
+                          "detach first (tmux -S %s detach-client -s %s) or start another "
+                          "work, then retry" % (tmux.socket, sid))
+        switches += [(name, other) for name in attached]
+    for name, other in switches:
+        tmux.run("switch-client", "-c", name, "-t", other)
+    tmux.run("kill-window", "-t", wid)
+    return {"window_id": wid, "switched": [{"client": n, "session_id": s} for n, s in switches]}
+
+
+def _other_project_session(tmux, all_panes, excluded, project):
+    """Another live session labelled with `project`, chosen by lowest ID for determinism."""
+    sessions = sorted({p["session_id"] for p in all_panes} - set(excluded),
+                      key=lambda s: int(s.lstrip("$")) if s.lstrip("$").isdigit() else 0)
+    for sid in sessions:
+        if tmux.option("session", sid, OPT_PROJECT) == project:
+            return sid
+    return None
+
+
+def _descends_from(pid, ancestors):
+    """True when process `pid` is one of `ancestors` or below one (Linux /proc; else False)."""
+    wanted = set(ancestors)
+    seen = 0
+    while pid and pid > 1 and seen < 256:
+        if pid in wanted:
+            return True
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            return False
+        # The command name is in parentheses and may contain spaces; ppid follows it.
+        try:
+            pid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (ValueError, IndexError):
+            return False
+        seen += 1
+    return False

@@ -1,0 +1,514 @@
+"""session.py against a real tmux server on a private socket per test.
+
+Every tmux command here names the test's own socket (or a default socket inside the test's
+temporary TMUX_TMPDIR), and cleanup kills only that server.
+"""
+
+import fcntl
+import json
+import os
+import pty
+import re
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import unittest
+import uuid
+
+import support
+from support import CoordTestCase, retry_until
+
+import session
+
+FAKE = os.path.join(support.FIXTURES, "fake_harness.py")
+
+
+def _zombie(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+class HarnessArgvTest(CoordTestCase):
+    """Harness command configuration needs no tmux."""
+
+    def test_defaults_are_plain_harness_names(self):
+        env = {}
+        self.assertEqual(session.harness_argv("claude", environ=env), ["claude"])
+        self.assertEqual(session.harness_argv("codex", environ=env), ["codex"])
+
+    def test_resume_argv_for_both_harnesses(self):
+        env = {}
+        self.assertEqual(session.harness_argv("claude", "conv-1", environ=env),
+                         ["claude", "--resume", "conv-1"])
+        self.assertEqual(session.harness_argv("codex", "conv-2", environ=env),
+                         ["codex", "resume", "conv-2"])
+
+    def test_configured_wrappers_are_shell_words(self):
+        env = {"COORD_CLAUDE_CMD": "claude-direct --model 'big one'",
+               "COORD_CODEX_CMD": "/opt/bin/codex-direct"}
+        self.assertEqual(session.harness_argv("claude", "c1", extra=["-x"], environ=env),
+                         ["claude-direct", "--model", "big one", "--resume", "c1", "-x"])
+        self.assertEqual(session.harness_argv("codex", "c2", environ=env),
+                         ["/opt/bin/codex-direct", "resume", "c2"])
+
+    def test_bad_configuration_is_a_clear_error(self):
+        with self.assertRaises(session.SessionError) as cm:
+            session.harness_argv("claude", environ={"COORD_CLAUDE_CMD": "claude 'open"})
+        self.assertIn("COORD_CLAUDE_CMD", cm.exception.message)
+        with self.assertRaises(session.SessionError):
+            session.harness_argv("gemini", environ={})
+
+    def test_window_name_is_short_task_and_four_id_characters(self):
+        self.assertEqual(session.window_name("Cache audit: v2!", "9f3a77-xx"),
+                         "cache-audit-v2-9f3a")
+        self.assertEqual(session.window_name("", "abcd"), "work-abcd")
+
+    def test_socket_resolution_order(self):
+        tmpdir = os.path.realpath(self.tmp)
+        env = {"TMUX_TMPDIR": self.tmp}
+        uid = os.getuid()
+        self.assertEqual(session.resolve_socket(environ=env),
+                         os.path.join(tmpdir, "tmux-%d" % uid, "default"))
+        env["TMUX"] = "/x/tmux-0/outer,123,4"
+        self.assertEqual(session.resolve_socket(environ=env), "/x/tmux-0/outer")
+        env["COORD_TMUX_SOCKET"] = "coordlabel"
+        self.assertEqual(session.resolve_socket(environ=env),
+                         os.path.join(tmpdir, "tmux-%d" % uid, "coordlabel"))
+        env["COORD_TMUX_SOCKET"] = "/y/sock"
+        self.assertEqual(session.resolve_socket(environ=env), "/y/sock")
+        self.assertEqual(session.resolve_socket("/z/explicit", environ=env), "/z/explicit")
+
+
+class TmuxTestCase(CoordTestCase):
+    """A private tmux server per test, and a stand-in harness that records how it started."""
+
+    def setUp(self):
+        super().setUp()
+        self.tmux_bin = support.require_tool(self, "tmux")
+        os.environ.pop("COORD_TMUX_SOCKET", None)
+        # Even a call that forgot its socket would land in this test's directory.
+        os.environ["TMUX_TMPDIR"] = self.tmp
+        self.sock = os.path.join(self.tmp, "tmux.sock")
+        self.addCleanup(self.kill_server, self.sock)
+        self.rec = os.path.join(self.tmp, "rec")
+        os.makedirs(self.rec)
+        self.work_dir = os.path.join(self.tmp, "clone")
+        os.makedirs(self.work_dir)
+        os.environ["COORD_CLAUDE_CMD"] = shlex.join([sys.executable, FAKE, "--record", self.rec])
+        os.environ["COORD_CODEX_CMD"] = shlex.join(
+            [sys.executable, FAKE, "--record", self.rec, "--codex-wrapper"])
+        self.tmux = session.Tmux(self.sock)
+
+    def kill_server(self, sock):
+        """Kill the server on `sock` (only ever a socket of this test) and wait until it is gone."""
+        def run(*args):
+            return subprocess.run([self.tmux_bin, "-S", sock] + list(args),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, timeout=10)
+        pid = run("display-message", "-p", "#{pid}").stdout.strip()
+        run("kill-server")
+        if pid.isdigit():
+            retry_until(lambda: not os.path.exists("/proc/%s" % pid) or _zombie(pid))
+
+    def t(self, *args):
+        """Run a raw tmux command on the private server; return stdout."""
+        return subprocess.run(["tmux", "-S", self.sock] + list(args), check=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=10).stdout
+
+    def launch(self, work_id=None, harness="claude", conversation=None, extra=(), env=None,
+               **kw):
+        work_id = work_id or str(uuid.uuid4())
+        kw.setdefault("project", "test-project")
+        kw.setdefault("task", "cache audit")
+        kw.setdefault("socket", self.sock)
+        kw.setdefault("cwd", self.work_dir)
+        full_env = {"COORD_WORK_ID": work_id, "COORD_DB": self.db,
+                    "COORD_PROJECT_ID": kw["project"]}
+        full_env.update(env or {})
+        return session.launch(
+            work_id=work_id, argv=session.harness_argv(harness, conversation, extra),
+            env=full_env, runtime_id=kw.pop("runtime_id", str(uuid.uuid4())),
+            conversation=conversation, harness=harness, **kw)
+
+    def seen(self, record_or_pid, suffix=".json"):
+        """What the stand-in harness recorded about itself (waits for it)."""
+        pid = record_or_pid if isinstance(record_or_pid, int) else record_or_pid["pane_pid"]
+        path = os.path.join(self.rec, "%d%s" % (pid, suffix))
+        retry_until(lambda: os.path.exists(path), timeout=20)
+        with open(path) as fh:
+            return json.load(fh)
+
+    def windows(self):
+        try:
+            out = self.t("list-windows", "-a", "-F", "#{window_id}")
+        except subprocess.CalledProcessError:
+            return set()  # the server exited with its last window
+        return set(out.split())
+
+    def option(self, flag, target, name):
+        args = ["show-options"] + ([flag] if flag else []) + ["-v", "-t", target, name]
+        return self.t(*args).rstrip("\n")
+
+    def attach_client(self, target):
+        """A real tmux client on a pty attached to `target`; returns its client name."""
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        env = dict(os.environ, TERM="xterm")
+        env.pop("TMUX", None)
+        proc = subprocess.Popen(["tmux", "-S", self.sock, "attach-session", "-t", target],
+                                stdin=slave, stdout=slave, stderr=slave, env=env,
+                                start_new_session=True)
+        os.close(slave)
+
+        def drain():
+            while True:
+                try:
+                    if not os.read(master, 65536):
+                        return
+                except OSError:
+                    return
+        threading.Thread(target=drain, daemon=True).start()
+
+        def stop():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+            os.close(master)
+        self.addCleanup(stop)
+        return retry_until(lambda: next(
+            (c for c, _ in self.tmux.clients() if self.client_pid(c) == proc.pid), None))
+
+    def client_pid(self, name):
+        out = self.t("list-clients", "-F", "#{client_name}\t#{client_pid}")
+        for line in out.splitlines():
+            n, pid = line.split("\t")
+            if n == name:
+                return int(pid)
+        return None
+
+    def client_where(self, name):
+        out = self.t("list-clients", "-F", "#{client_name}\t#{session_id}\t#{pane_id}")
+        for line in out.splitlines():
+            n, sid, pid = line.split("\t")
+            if n == name:
+                return sid, pid
+        return None
+
+
+class LaunchTest(TmuxTestCase):
+
+    def test_launch_returns_ids_and_labels_every_level(self):
+        work = "9f3a" + str(uuid.uuid4())[4:]
+        rec = self.launch(work_id=work, runtime_id="rt-1", conversation="conv-1")
+        self.assertRegex(rec["session_id"], r"^\$\d+$")
+        self.assertRegex(rec["window_id"], r"^@\d+$")
+        self.assertRegex(rec["pane_id"], r"^%\d+$")
+        self.assertEqual(rec["socket"], self.sock)
+        self.assertEqual(rec["server_pid"], int(self.t("display-message", "-p", "#{pid}")))
+        self.assertEqual(self.seen(rec)["pid"], rec["pane_pid"])
+        for flag, target in ((None, rec["session_id"]), ("-w", rec["window_id"]),
+                             ("-p", rec["pane_id"])):
+            self.assertEqual(self.option(flag, target, "@coord-project"), "test-project")
+            self.assertEqual(self.option(flag, target, "@coord-work"), work)
+            self.assertEqual(self.option(flag, target, "@coord-runtime"), "rt-1")
+            self.assertEqual(self.option(flag, target, "@coord-conversation"), "conv-1")
+        name = self.t("list-windows", "-t", rec["window_id"], "-F", "#{window_id} #{window_name}")
+        self.assertIn("%s cache-audit-9f3a" % rec["window_id"], name.splitlines())
+        self.assertEqual(rec["window_name"], "cache-audit-9f3a")
+        self.assertEqual(self.option("-w", rec["window_id"], "automatic-rename"), "off")
+        self.assertEqual(self.option("-w", rec["window_id"], "allow-rename"), "off")
+
+    def test_harness_gets_environment_cwd_and_resume_argv(self):
+        rec = self.launch(conversation="conv-7", extra=["--flag"],
+                          env={"EXTRA_VAR": "two words"})
+        seen = self.seen(rec)
+        self.assertEqual(seen["args"], ["--resume", "conv-7", "--flag"])
+        self.assertEqual(seen["env"]["COORD_WORK_ID"], rec["work_id"])
+        self.assertEqual(seen["env"]["COORD_DB"], self.db)
+        self.assertEqual(seen["env"]["COORD_PROJECT_ID"], "test-project")
+        self.assertEqual(seen["env"]["EXTRA_VAR"], "two words")
+        self.assertEqual(seen["env"]["TMUX_PANE"], rec["pane_id"])
+        self.assertEqual(os.path.realpath(seen["cwd"]), os.path.realpath(self.work_dir))
+
+    def test_codex_resume_through_configured_wrapper(self):
+        rec = self.launch(harness="codex", conversation="thread-9")
+        self.assertEqual(self.seen(rec)["args"], ["--codex-wrapper", "resume", "thread-9"])
+
+    def test_leaked_identity_never_reaches_the_harness(self):
+        # The caller's own identity and git variables, and a server whose global
+        # environment carries another agent's runtime.
+        os.environ.update({"COORD_RUNTIME_ID": "caller-runtime", "GIT_DIR": "/nope/.git",
+                           "CLAUDE_CODE_SESSION_ID": "caller-conv"})
+        first = self.launch()
+        self.t("set-environment", "-g", "CODEX_THREAD_ID", "other-agent")
+        second = self.launch()
+        for rec in (first, second):
+            env = self.seen(rec)["env"]
+            for name in ("COORD_RUNTIME_ID", "GIT_DIR", "CLAUDE_CODE_SESSION_ID",
+                         "CODEX_THREAD_ID"):
+                self.assertNotIn(name, env)
+
+    def test_values_ending_in_semicolon_and_cwd_with_hash_survive(self):
+        odd = os.path.join(self.tmp, "dir##x")
+        os.makedirs(odd)
+        rec = self.launch(project="proj;", extra=["x;", ";"], cwd=odd)
+        seen = self.seen(rec)
+        self.assertEqual(seen["args"], ["x;", ";"])
+        self.assertEqual(os.path.realpath(seen["cwd"]), os.path.realpath(odd))
+        self.assertEqual(self.option("-w", rec["window_id"], "@coord-project"), "proj;")
+        self.assertIsNone(session.problem(rec))
+
+    def test_missing_cwd_is_refused_before_tmux_runs(self):
+        with self.assertRaises(session.SessionError):
+            self.launch(cwd=os.path.join(self.tmp, "gone"))
+        self.assertFalse(os.path.exists(self.sock))
+
+    def test_relaunch_reuses_recorded_session_when_it_is_this_projects(self):
+        first = self.launch()
+        again = self.launch(work_id=first["work_id"], previous=first)
+        self.assertEqual(again["session_id"], first["session_id"])
+        self.assertNotEqual(again["window_id"], first["window_id"])
+
+    def test_relaunch_opens_new_session_when_recorded_one_is_gone_or_foreign(self):
+        first = self.launch()
+        self.t("set-option", "-t", first["session_id"], "@coord-project", "other")
+        foreign = self.launch(work_id=first["work_id"], previous=first)
+        self.assertNotEqual(foreign["session_id"], first["session_id"])
+        self.t("kill-session", "-t", foreign["session_id"])
+        gone = self.launch(work_id=first["work_id"], previous=foreign)
+        self.assertNotIn(gone["session_id"], (first["session_id"], foreign["session_id"]))
+
+    def test_same_task_twice_gets_a_numbered_session(self):
+        work = str(uuid.uuid4())
+        a = self.launch(work_id=work)
+        b = self.launch(work_id=work)
+        self.assertNotEqual(a["session_id"], b["session_id"])
+        self.assertEqual(a["window_name"], b["window_name"])
+
+    def test_default_socket_matches_what_tmux_reports(self):
+        # No -S at all: tmux picks its default socket inside this test's TMUX_TMPDIR.
+        expected = session.resolve_socket(environ=dict(os.environ))
+        self.addCleanup(self.kill_server, expected)
+        env = session.client_env()
+        subprocess.run(["tmux", "new-session", "-d", "sleep", "60"], env=env, check=True,
+                       timeout=10)
+        out = subprocess.run(["tmux", "display-message", "-p", "#{socket_path}"], env=env,
+                             check=True, stdout=subprocess.PIPE, text=True, timeout=10)
+        self.assertEqual(out.stdout.strip(), expected)
+        self.assertTrue(expected.startswith(os.path.realpath(self.tmp)))
+
+    def test_tmux_errors_are_typed(self):
+        self.launch()
+        with self.assertRaises(session.TmuxError) as cm:
+            self.tmux.run("kill-window", "-t", "@999")
+        self.assertEqual(cm.exception.returncode, 1)
+        self.assertIn("@999", cm.exception.stderr)
+        self.assertEqual(cm.exception.argv[:3], ["tmux", "-S", self.sock])
+
+    def test_missing_tmux_binary_says_install_tmux(self):
+        empty = os.path.join(self.tmp, "empty-bin")
+        os.makedirs(empty)
+        os.environ["PATH"] = empty
+        with self.assertRaises(session.TmuxNotFound) as cm:
+            self.tmux.run("list-sessions")
+        self.assertEqual(cm.exception.message, "tmux not found: install tmux")
+
+
+class ValidateTest(TmuxTestCase):
+
+    def test_fresh_record_validates(self):
+        rec = self.launch()
+        live = session.validate(rec)
+        self.assertEqual(live["panes"], [rec["pane_id"]])
+        self.assertEqual(live["sessions"], [rec["session_id"]])
+        self.assertFalse(live["dead"])
+
+    def test_renamed_window_still_validates_because_names_are_presentation(self):
+        rec = self.launch()
+        self.t("rename-window", "-t", rec["window_id"], "someone-else")
+        self.assertIsNone(session.problem(rec))
+
+    def test_relabelled_window_is_refused(self):
+        rec = self.launch()
+        self.t("set-option", "-w", "-t", rec["window_id"], "@coord-work", "another-work")
+        with self.assertRaises(session.Refused) as cm:
+            session.validate(rec)
+        self.assertIn("another-work", cm.exception.message)
+        self.t("set-option", "-w", "-u", "-t", rec["window_id"], "@coord-work")
+        self.assertIn("not this work", session.problem(rec))
+
+    def test_replaced_pane_is_refused(self):
+        rec = self.launch()
+        self.seen(rec)
+        self.t("respawn-pane", "-k", "-t", rec["pane_id"], "sleep", "60")
+        self.assertIn("replaced", session.problem(rec))
+
+    def test_pane_moved_out_of_window_is_refused(self):
+        rec = self.launch()
+        self.t("split-window", "-d", "-t", rec["window_id"], "sleep", "60")
+        self.t("break-pane", "-d", "-s", rec["pane_id"])
+        self.assertIn("no longer in window", session.problem(rec))
+
+    def test_closed_window_is_refused(self):
+        rec = self.launch()
+        other = self.launch()  # keeps the server alive
+        self.t("kill-window", "-t", rec["window_id"])
+        self.assertIn("no longer exists", session.problem(rec))
+        self.assertIsNone(session.problem(other))
+
+    def test_restarted_server_with_reused_ids_is_refused(self):
+        rec = self.launch()
+        self.kill_server(self.sock)
+        # A fresh server hands out the same IDs again, here even with our labels.
+        again = self.launch(work_id=rec["work_id"])
+        self.assertEqual(again["window_id"], rec["window_id"])
+        self.assertIn("restarted", session.problem(rec))
+
+    def test_no_server_is_refused(self):
+        rec = self.launch()
+        self.kill_server(self.sock)
+        self.assertIn("not running", session.problem(rec))
+
+    def test_dead_pane_kept_by_remain_on_exit_is_reported(self):
+        rec = self.launch()
+        self.t("set-option", "-w", "-t", rec["window_id"], "remain-on-exit", "on")
+        self.seen(rec)
+        os.kill(rec["pane_pid"], 15)
+        live = retry_until(lambda: (lambda v: v if v["dead"] else None)(session.validate(rec)))
+        self.assertTrue(live["dead"])
+        session.close(rec, caller_pane=None)
+        self.assertNotIn(rec["window_id"], self.windows())
+
+
+class AttachTest(TmuxTestCase):
+
+    def test_attach_command_outside_and_inside(self):
+        rec = self.launch()
+        self.assertEqual(session.attach_command(rec, inside_tmux=False),
+                         ["tmux", "-S", self.sock, "attach-session", "-t", rec["pane_id"]])
+        self.assertEqual(session.attach_command(rec, inside_tmux=True),
+                         ["tmux", "-S", self.sock, "switch-client", "-t", rec["pane_id"]])
+        inside = {"TMUX": "%s,1,0" % self.sock}
+        other = {"TMUX": "/elsewhere/sock,1,0"}
+        self.assertEqual(session.attach_command(rec, environ=inside)[3], "switch-client")
+        self.assertEqual(session.attach_command(rec, environ=other)[3], "attach-session")
+        self.assertEqual(session.attach_command(rec, environ={})[3], "attach-session")
+
+    def test_attach_command_lands_on_the_recorded_pane(self):
+        rec = self.launch()
+        self.t("new-window", "-d", "-t", rec["session_id"], "sleep", "60")
+        self.t("select-window", "-t", rec["session_id"] + ":" + "^")
+        client = self.attach_client(session.attach_command(rec, inside_tmux=False)[-1])
+        self.assertEqual(self.client_where(client), (rec["session_id"], rec["pane_id"]))
+
+    def test_attach_from_inside_switches_the_operators_client(self):
+        target = self.launch()
+        here = self.launch(env={"FAKE_ACTION": "attach",
+                                "FAKE_RECORD": os.path.join(self.tmp, "target.json")})
+        client = self.attach_client(here["pane_id"])
+        self.assertEqual(self.client_where(client)[1], here["pane_id"])
+        with open(os.path.join(self.tmp, "target.json"), "w") as fh:
+            json.dump(target, fh)
+        result = self.seen(here, ".action.json")
+        self.assertEqual(result, {"ok": 0})
+        self.assertEqual(self.client_where(client), (target["session_id"], target["pane_id"]))
+
+    def test_attach_refuses_a_stale_record(self):
+        rec = self.launch()
+        self.launch()
+        self.t("kill-window", "-t", rec["window_id"])
+        with self.assertRaises(session.Refused):
+            session.attach(rec)
+
+
+class CloseTest(TmuxTestCase):
+
+    def test_close_kills_exactly_the_window_despite_equal_names(self):
+        work = str(uuid.uuid4())
+        a = self.launch(work_id=work)
+        b = self.launch(work_id=work[:4] + str(uuid.uuid4())[4:], previous=a)
+        self.assertEqual(a["window_name"], b["window_name"])
+        decoy = self.t("new-window", "-d", "-P", "-F", "#{window_id}", "-t", a["session_id"],
+                       "-n", a["window_name"], "sleep", "60").strip()
+        before = self.windows()
+        result = session.close(a, caller_pane=None)
+        self.assertEqual(result["window_id"], a["window_id"])
+        self.assertEqual(self.windows(), before - {a["window_id"]})
+        self.assertIn(decoy, self.windows())
+        self.assertIsNone(session.problem(b))
+
+    def test_close_refuses_caller_pane_inside_window(self):
+        rec = self.launch()
+        self.launch()
+        self.t("split-window", "-d", "-t", rec["window_id"], "sleep", "60")
+        other_pane = [p for p in self.t("list-panes", "-t", rec["window_id"], "-F",
+                                        "#{pane_id}").split() if p != rec["pane_id"]][0]
+        for pane in (rec["pane_id"], other_pane):
+            with self.assertRaises(session.Refused) as cm:
+                session.close(rec, caller_pane=pane, caller_socket=self.sock)
+            self.assertIn("from inside", cm.exception.message)
+        self.assertIn(rec["window_id"], self.windows())
+        # The same pane ID on another server is not this window.
+        session.close(rec, caller_pane=rec["pane_id"], caller_socket="/other/server")
+        self.assertNotIn(rec["window_id"], self.windows())
+
+    def test_close_from_a_process_in_the_window_is_refused(self):
+        for drop_tmux in ("", "1"):
+            record_file = os.path.join(self.tmp, "self%s.json" % drop_tmux)
+            rec = self.launch(env={"FAKE_ACTION": "close", "FAKE_RECORD": record_file,
+                                   "FAKE_DROP_TMUX": drop_tmux})
+            with open(record_file, "w") as fh:
+                json.dump(rec, fh)
+            result = self.seen(rec, ".action.json")
+            self.assertEqual(result.get("type"), "Refused", result)
+            self.assertIn(rec["window_id"], self.windows())
+
+    def test_close_switches_attached_client_off_the_last_window(self):
+        a = self.launch()
+        b = self.launch()  # another session of the same project
+        self.t("new-session", "-d", "sleep", "60")  # an unlabelled session is never chosen
+        client = self.attach_client(a["pane_id"])
+        result = session.close(a, caller_pane=None)
+        self.assertEqual(result["switched"], [{"client": client, "session_id": b["session_id"]}])
+        self.assertEqual(self.client_where(client)[0], b["session_id"])
+        self.assertNotIn(a["window_id"], self.windows())
+
+    def test_close_refuses_last_window_with_client_and_no_project_session(self):
+        a = self.launch()
+        self.launch(project="other-project")
+        self.t("new-session", "-d", "sleep", "60")
+        client = self.attach_client(a["pane_id"])
+        with self.assertRaises(session.Refused) as cm:
+            session.close(a, caller_pane=None)
+        self.assertIn("last window", cm.exception.message)
+        self.assertIn("detach-client", cm.exception.hint)
+        self.assertIn(a["window_id"], self.windows())
+        self.assertEqual(self.client_where(client)[0], a["session_id"])
+
+    def test_close_leaves_client_alone_when_session_keeps_other_windows(self):
+        a = self.launch()
+        b = self.launch(previous=a)
+        client = self.attach_client(a["pane_id"])
+        result = session.close(a, caller_pane=None)
+        self.assertEqual(result["switched"], [])
+        self.assertEqual(self.client_where(client), (a["session_id"], b["pane_id"]))
+
+    def test_close_refuses_a_stale_record(self):
+        rec = self.launch()
+        self.launch()
+        self.t("respawn-pane", "-k", "-t", rec["pane_id"], "sleep", "60")
+        with self.assertRaises(session.Refused):
+            session.close(rec, caller_pane=None)
+        self.assertIn(rec["window_id"], self.windows())
+
+
+if __name__ == "__main__":
+    unittest.main()
