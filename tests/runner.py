@@ -98,6 +98,8 @@ def main(argv=None):
     parser.add_argument("--durations", type=int, default=0, metavar="N",
                         help="also print the N slowest tests")
     parser.add_argument("--dir", default=TESTS, help=argparse.SUPPRESS)  # for test_runner.py
+    parser.add_argument("--summary-file", metavar="PATH",
+                        help="also write the counting line to PATH (tests/run reads it)")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per test")
     parser.add_argument("names", nargs="*",
                         help="subset: modules, files or dotted test names; names that do not "
@@ -130,8 +132,12 @@ def main(argv=None):
             print("  %6.2fs %s" % (seconds, test_id))
 
     passed, failed, skipped = count(result)
-    print("%s: %d passed, %d failed, %d skipped" % (label, passed, failed, skipped))
+    line = "%s: %d passed, %d failed, %d skipped" % (label, passed, failed, skipped)
+    print(line)
     sys.stdout.flush()
+    if args.summary_file:
+        with open(args.summary_file, "w") as f:
+            f.write(line + "\n")
     return 1 if failed else 0
 
 
