@@ -428,7 +428,9 @@ def validate(record, tmux=None):
     pane), sessions (session IDs holding the window) and panes (pane IDs in the window).
     Window names are not checked: they are presentation only.
     """
-    return _inspect(record, tmux)
+    live = _inspect(record, tmux)
+    del live["all_panes"]
+    return live
 
 
 def _inspect(record, tmux):
@@ -522,7 +524,7 @@ def close(record, caller_pane=_FROM_ENV, caller_socket=_FROM_ENV, caller_pid=Non
     is first switched to another session of the same project, or the close is refused.
     """
     tmux = Tmux(record["socket"])
-    live = validate(record, tmux)
+    live = _inspect(record, tmux)
     wid = live["window_id"]
     if caller_pane is _FROM_ENV:
         caller_pane = os.environ.get("TMUX_PANE")

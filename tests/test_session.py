@@ -226,6 +226,21 @@ class LaunchTest(TmuxTestCase):
         self.assertEqual(self.option("-w", rec["window_id"], "automatic-rename"), "off")
         self.assertEqual(self.option("-w", rec["window_id"], "allow-rename"), "off")
 
+    def test_renaming_stays_off_even_when_the_server_allows_it(self):
+        self.launch()
+        self.t("set-option", "-g", "allow-rename", "on")
+        self.t("set-option", "-g", "-w", "automatic-rename", "on")
+        rec = self.launch()
+        self.assertEqual(self.option("-w", rec["window_id"], "automatic-rename"), "off")
+        self.assertEqual(self.option("-w", rec["window_id"], "allow-rename"), "off")
+
+    def test_conversation_learnt_later_is_labelled(self):
+        rec = self.launch()
+        updated = session.set_conversation(rec, "conv-late")
+        self.assertEqual(updated["conversation"], "conv-late")
+        self.assertEqual(self.option("-w", rec["window_id"], "@coord-conversation"), "conv-late")
+        self.assertEqual(self.option("-p", rec["pane_id"], "@coord-conversation"), "conv-late")
+
     def test_harness_gets_environment_cwd_and_resume_argv(self):
         rec = self.launch(conversation="conv-7", extra=["--flag"],
                           env={"EXTRA_VAR": "two words"})
