@@ -1,0 +1,509 @@
+"""store.py: identities, leases, messages, audit, permissions, migrations.
+
+Concurrency claims are proved by racing real processes (multiprocessing, spawn), each with
+its own connection to one real SQLite file.
+"""
+
+import json
+import multiprocessing
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+import uuid
+
+import support
+import store
+from store import Refused, UsageError
+
+
+def _claim_worker(db, rounds, barrier, results, index):
+    os.environ["COORD_DB"] = db
+    st = store.Store(db, timeout=30)
+    rt = st.register(harness="race")
+    for r in range(rounds):
+        # Even workers claim the directory, odd ones a file below it: all overlap.
+        resource = "round%d" % r if index % 2 == 0 else "round%d/file" % r
+        barrier.wait()
+        try:
+            st.claim(rt["id"], [resource])
+            results.put((r, rt["id"], True))
+        except Refused:
+            results.put((r, rt["id"], False))
+    st.close()
+
+
+def _send_worker(db, recipient, count, barrier, results):
+    st = store.Store(db, timeout=60)
+    rt = st.register(harness="sender")
+    barrier.wait()
+    ids = [st.send(rt["id"], "message %d from %s" % (i, rt["id"]), recipient)["id"] for i in range(count)]
+    results.put((rt["id"], ids))
+    st.close()
+
+
+class StoreCase(support.CoordTestCase):
+    def setUp(self):
+        super().setUp()
+        self.st = store.Store(self.db)
+        self.addCleanup(self.st.close)
+
+    def rt(self, **kw):
+        return self.st.register(**kw)["id"]
+
+
+class IdentityTest(StoreCase):
+    def test_handle_is_five_words_from_the_list_and_domain_separated(self):
+        rid = str(uuid.uuid4())
+        h = store.handle_for(rid, store.DOMAIN_RUNTIME)
+        self.assertEqual(len(h.split("-")), 5)
+        self.assertTrue(all(w in store.WORDS for w in h.split("-")))
+        self.assertEqual(h, store.handle_for(rid, store.DOMAIN_RUNTIME))
+        self.assertNotEqual(h, store.handle_for(rid, store.DOMAIN_WORK))
+
+    def test_subagent_uuid_is_rfc4122_v5_and_deterministic(self):
+        a = store.subagent_uuid("conv-1", "agent-9")
+        self.assertEqual(a, store.subagent_uuid("conv-1", "agent-9"))
+        self.assertNotEqual(a, store.subagent_uuid("conv-1", "agent-8"))
+        self.assertEqual(uuid.UUID(a).version, 5)
+        self.assertEqual(uuid.UUID(store.new_uuid()).version, 4)
+
+    def test_exact_handle_and_full_uuid_resolve(self):
+        rt = self.st.register()
+        self.assertEqual(self.st.resolve_runtime(rt["handle"])["id"], rt["id"])
+        self.assertEqual(self.st.resolve_runtime(rt["id"])["id"], rt["id"])
+        self.assertEqual(self.st.resolve_runtime(rt["id"].upper())["id"], rt["id"])
+
+    def test_prefixes_and_altered_handles_never_resolve(self):
+        rt = self.st.register()
+        words = rt["handle"].split("-")
+        for bad in (rt["id"][:8], rt["id"][:-1], "-".join(words[:4]), rt["handle"][:-1]):
+            with self.assertRaises(UsageError, msg=bad):
+                self.st.resolve_runtime(bad)
+        other = store.WORDS[(store.WORDS.index(words[2]) + 1) % 128]
+        changed = "-".join(words[:2] + [other] + words[3:])
+        with self.assertRaises(Refused):
+            self.st.resolve_runtime(changed)
+
+    def test_resume_supersedes_and_moves_leases_and_messages(self):
+        old = self.st.register(conversation="conv-a")
+        peer = self.rt()
+        self.st.claim(old["id"], ["src/x.py"])
+        self.st.send(peer, "for you", old["handle"])
+        new = self.st.register(conversation="conv-a", source="resume")
+        self.assertNotEqual(old["id"], new["id"])
+        self.assertEqual([l["resource"] for l in self.st.leases_of(new["id"])], ["src/x.py"])
+        self.assertEqual(len(self.st.open_messages(new["id"])), 1)
+        for action in (lambda: self.st.heartbeat(old["id"]),
+                       lambda: self.st.claim(old["id"], ["other"]),
+                       lambda: self.st.renew(old["id"]),
+                       lambda: self.st.release(old["id"], ["src/x.py"]),
+                       lambda: self.st.ack(old["id"], [1])):
+            with self.assertRaises(Refused) as cm:
+                action()
+            self.assertIn(new["handle"], cm.exception.message)
+        events = [json.loads(l)["event"] for l in self.st.audit_lines()]
+        self.assertIn("runtime.superseded", events)
+
+    def test_subagent_has_own_runtime_and_no_parent_authority(self):
+        parent = self.st.register(conversation="conv-p")
+        self.st.claim(parent["id"], ["src/p.py"])
+        sub = self.st.register(conversation="conv-p", agent_id="sub-1")
+        self.assertEqual(sub["id"], store.subagent_uuid("conv-p", "sub-1"))
+        self.assertEqual(self.st.leases_of(sub["id"]), [])
+        self.assertTrue(self.st.conflicts(["src/p.py"], as_runtime=sub["id"]))
+        with self.assertRaises(Refused):
+            self.st.release(sub["id"], ["src/p.py"])
+        # Registering the subagent did not supersede the parent.
+        self.assertIsNone(self.st.runtime(parent["id"])["ended_at"])
+        # A new parent attachment does not end the subagent either.
+        self.assertEqual(self.st.register(conversation="conv-p", agent_id="sub-1")["id"], sub["id"])
+
+    def test_caller_resolution_order(self):
+        a = self.st.register(conversation="conv-1")
+        b = self.st.register(conversation="conv-2")
+        sub = self.st.register(conversation="conv-2", agent_id="thread-9")
+        self.assertEqual(self.st.caller(b["handle"], {"COORD_RUNTIME_ID": a["id"]})["id"], b["id"])
+        self.assertEqual(self.st.caller(None, {"COORD_RUNTIME_ID": a["id"],
+                                               "CLAUDE_CODE_SESSION_ID": "conv-2"})["id"], a["id"])
+        self.assertEqual(self.st.caller(None, {"CLAUDE_CODE_SESSION_ID": "conv-2"})["id"], b["id"])
+        self.assertEqual(self.st.caller(None, {"CODEX_SESSION_ID": "conv-1", "CODEX_THREAD_ID": "conv-1"})["id"],
+                         a["id"])
+        self.assertEqual(self.st.caller(None, {"CODEX_SESSION_ID": "conv-2", "CODEX_THREAD_ID": "thread-9"})["id"],
+                         sub["id"])
+        with self.assertRaises(Refused) as cm:
+            self.st.caller(None, {})
+        self.assertIn("coord hello", cm.exception.hint)
+
+    def test_caller_by_process_ancestry_needs_matching_start_time(self):
+        me = os.getpid()
+        rt = self.st.register(pid=me)
+        proc = subprocess.run([sys.executable, "-c", "import sys, store, json;"
+                               "st = store.Store(); print(st.caller(None, {})['id'])"],
+                              env=dict(self.env, PYTHONPATH=support.ROOT), stdout=subprocess.PIPE, text=True)
+        self.assertEqual(proc.stdout.strip(), rt["id"])
+        # Same pid, different start time: a reused pid never matches.
+        self.st.conn.execute("UPDATE runtimes SET pid_start = 'x' WHERE id = ?", (rt["id"],))
+        self.assertFalse(self.st.runtime_live(self.st.runtime(rt["id"])))
+
+
+class LeaseTest(StoreCase):
+    def test_matrix_with_hierarchy(self):
+        cases = [  # existing mode, existing name, requested mode, requested name, allowed
+            ("append", "a/b", "append", "a/b", True),
+            ("append", "a/b", "exclusive", "a/b", False),
+            ("exclusive", "a/b", "append", "a/b", False),
+            ("exclusive", "a/b", "exclusive", "a/b", False),
+            ("append", "a", "append", "a/b/c", True),
+            ("append", "a", "exclusive", "a/b/c", False),
+            ("exclusive", "a/b/c", "append", "a", False),
+            ("exclusive", "a/b/c", "exclusive", "a", False),
+            ("exclusive", "a/b", "exclusive", "a/bc", True),
+            ("exclusive", "a/b", "exclusive", "a/b.txt", True),
+            ("exclusive", "a/b", "exclusive", "a", False),
+            ("exclusive", "ab", "exclusive", "a", True),
+        ]
+        for i, (emode, ename, rmode, rname, allowed) in enumerate(cases):
+            with self.subTest(case=cases[i]):
+                holder, asker = self.rt(), self.rt()
+                self.st.claim(holder, ["c%d/%s" % (i, ename)], emode)
+                if allowed:
+                    self.st.claim(asker, ["c%d/%s" % (i, rname)], rmode)
+                else:
+                    with self.assertRaises(Refused) as cm:
+                        self.st.claim(asker, ["c%d/%s" % (i, rname)], rmode)
+                    self.assertIn(self.st.runtime(holder)["handle"], cm.exception.message)
+                    self.assertIn("coord send", cm.exception.hint)
+
+    def test_runtime_never_conflicts_with_itself(self):
+        a = self.rt()
+        self.st.claim(a, ["src"])
+        self.st.claim(a, ["src/x.py"], "exclusive")
+        self.st.claim(a, ["src/y.py"], "append")
+        self.assertEqual(len(self.st.leases_of(a)), 3)
+
+    def test_claim_is_all_or_nothing(self):
+        a, b = self.rt(), self.rt()
+        self.st.claim(a, ["held"])
+        with self.assertRaises(Refused):
+            self.st.claim(b, ["free1", "held", "free2"])
+        self.assertEqual(self.st.leases_of(b), [])
+
+    def test_partial_release_removes_only_named(self):
+        a = self.rt()
+        self.st.claim(a, ["x", "y", "z"])
+        self.st.release(a, ["y"])
+        self.assertEqual([l["resource"] for l in self.st.leases_of(a)], ["x", "z"])
+        with self.assertRaises(Refused):
+            self.st.release(a, ["x", "never"])
+        self.assertEqual([l["resource"] for l in self.st.leases_of(a)], ["x", "z"])
+        self.assertEqual(self.st.release(a, everything=True), ["x", "z"])
+
+    def test_renewal_extends_and_expired_lease_is_not_revived(self):
+        a, b = self.rt(), self.rt()
+        t0 = time.time()
+        self.st.claim(a, ["r"], ttl=10, now=t0)
+        self.st.renew(a, ["r"], now=t0 + 8)
+        self.assertAlmostEqual(self.st.leases_of(a)[0]["expires_at"], t0 + 18, places=3)
+        # Past expiry: renewal is refused, the lease is gone and a peer may take it.
+        with self.assertRaises(Refused):
+            self.st.renew(a, ["r"], now=t0 + 19)
+        self.st.claim(b, ["r"], now=t0 + 19)
+
+    def test_heartbeat_renews_presence_and_leases_but_never_shortens(self):
+        a = self.rt()
+        t0 = time.time()
+        self.st.claim(a, ["r"], ttl=100, now=t0)
+        self.st.heartbeat(a, now=t0 + 50)
+        self.assertAlmostEqual(self.st.leases_of(a)[0]["expires_at"], t0 + 150, places=3)
+        # A heartbeat from the past (clock stepped back) does not shorten anything.
+        self.st.heartbeat(a, now=t0 - 1000)
+        self.assertAlmostEqual(self.st.leases_of(a)[0]["expires_at"], t0 + 150, places=3)
+        self.assertGreaterEqual(self.st.runtime(a)["heartbeat_at"], t0 + 50)
+
+    def test_expired_lease_is_reaped_and_audited(self):
+        a, b = self.rt(), self.rt()
+        t0 = time.time()
+        self.st.claim(a, ["r"], ttl=5, now=t0)
+        self.assertTrue(self.st.conflicts(["r"], as_runtime=b, now=t0 + 4))
+        self.assertFalse(self.st.conflicts(["r"], as_runtime=b, now=t0 + 6))
+        self.st.reap(now=t0 + 6)
+        self.assertEqual(self.st.leases_of(a), [])
+        self.assertIn("lease.expired", [json.loads(l)["event"] for l in self.st.audit_lines()])
+
+    def test_dead_process_runtime_is_reaped_and_frees_leases(self):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        a = self.st.register(pid=proc.pid)["id"]
+        b = self.rt()
+        self.st.claim(a, ["r"])
+        self.assertTrue(self.st.conflicts(["r"], as_runtime=b))
+        proc.kill()
+        proc.wait()
+        self.assertFalse(self.st.conflicts(["r"], as_runtime=b))
+        self.st.claim(b, ["r"])
+        rt = self.st.runtime(a)
+        self.assertEqual(rt["end_reason"], "process-gone")
+        self.assertIn("runtime.reaped", [json.loads(l)["event"] for l in self.st.audit_lines()])
+
+    def test_silent_runtime_expires(self):
+        t0 = time.time()
+        a = self.st.register(now=t0)["id"]
+        self.st.claim(a, ["r"], ttl=10 * self.st.runtime_ttl, now=t0)
+        b = self.rt()
+        self.assertFalse(self.st.conflicts(["r"], as_runtime=b, now=t0 + self.st.runtime_ttl + 1))
+
+    def test_overlap_query_uses_indexes(self):
+        names = store.ancestors("a/b/c")
+        sql = ("SELECT resource FROM leases WHERE resource IN (%s) AND expires_at > 0 UNION ALL "
+               "SELECT resource FROM leases WHERE resource > ? AND resource < ? AND expires_at > 0"
+               % ",".join("?" * len(names)))
+        plan = " ".join(r[-1] for r in self.st.conn.execute("EXPLAIN QUERY PLAN " + sql,
+                                                             names + ["a/b/c/", "a/b/c0"]))
+        self.assertNotIn("SCAN leases", plan.replace("SCAN TABLE leases", "SCAN leases"), plan)
+
+    def test_bye_releases_leases_and_keeps_conversation(self):
+        a = self.st.register(conversation="conv-b")
+        self.st.claim(a["id"], ["r"])
+        self.st.bye(a["id"])
+        self.assertEqual(self.st.all_leases(), [])
+        again = self.st.register(conversation="conv-b")
+        self.assertEqual(again["conversation"], "conv-b")
+
+
+class ResourceNameTest(support.CoordTestCase):
+    def test_normalisation(self):
+        root = os.path.join(self.tmp, "repo")
+        os.makedirs(os.path.join(root, "src"))
+        for given, want in (("./src//a.py", "src/a.py"), ("src/a.py/", "src/a.py"), ("integration/master",
+                            "integration/master"), (os.path.join(root, "src", "a.py"), "src/a.py"),
+                            ("a/./b", "a/b")):
+            self.assertEqual(store.normalize_resource(given, root), want, given)
+
+    def test_refusals(self):
+        root = os.path.join(self.tmp, "repo")
+        os.makedirs(root)
+        for bad in ("", "  ", "../x", "a/../../b", "a/..", "/etc/passwd", "a\x00b", "a\x1b[31mb",
+                    "x" * 5000, root):
+            with self.assertRaises(UsageError, msg=repr(bad)):
+                store.normalize_resource(bad, root)
+
+    def test_absolute_path_through_symlink_maps_inside(self):
+        root = os.path.join(self.tmp, "repo")
+        os.makedirs(os.path.join(root, "src"))
+        link = os.path.join(self.tmp, "link")
+        os.symlink(root, link)
+        self.assertEqual(store.normalize_resource(os.path.join(link, "src", "a.py"), root), "src/a.py")
+
+
+class MessageTest(StoreCase):
+    def test_broadcast_snapshots_live_recipients_at_send_time(self):
+        a, b, c = self.rt(), self.rt(), self.rt()
+        self.st.bye(c)
+        msg = self.st.send(a, "hi all", "*")
+        late = self.rt()
+        self.assertEqual(msg["recipients"], [self.st.runtime(b)["handle"]])
+        self.assertEqual(self.st.open_messages(late), [])
+        self.assertEqual(self.st.open_messages(a), [])
+
+    def test_delivery_sequence_queued_delivered_acked(self):
+        a, b = self.rt(), self.rt()
+        mid = self.st.send(a, "body text", self.st.runtime(b)["handle"], kind="request")["id"]
+        first = self.st.pending_context(b)
+        self.assertIn("body text", first)
+        second = self.st.pending_context(b)
+        self.assertNotIn("body text", second)
+        self.assertIn("#%d" % mid, second)
+        self.assertIn("inbox --peek", second)
+        self.assertIn(self.st.runtime(a)["handle"], second)
+        self.assertEqual(self.st.inbox(b, peek=True)[0]["state"], "delivered")
+        self.st.ack(b, [mid])
+        self.assertIsNone(self.st.pending_context(b))
+        self.st.ack(b, [mid])  # idempotent
+
+    def test_ack_of_a_message_not_addressed_to_you_is_refused(self):
+        a, b, c = self.rt(), self.rt(), self.rt()
+        mid = self.st.send(a, "private", self.st.runtime(b)["handle"])["id"]
+        with self.assertRaises(Refused):
+            self.st.ack(c, [mid])
+
+    def test_peek_changes_nothing(self):
+        a, b = self.rt(), self.rt()
+        self.st.send(a, "x", self.st.runtime(b)["handle"])
+        before = list(self.st.audit_lines())
+        self.assertEqual(self.st.inbox(b, peek=True)[0]["state"], "queued")
+        self.assertEqual(list(self.st.audit_lines()), before)
+
+    def test_bodies_are_bounded_and_escapes_never_reach_output(self):
+        a, b = self.rt(), self.rt()
+        with self.assertRaises(UsageError):
+            self.st.send(a, "x" * (store.MAX_BODY + 1), "*")
+        self.st.send(a, "red \x1b[31malert\x1b[0m \x1b]0;title\x07 bell\x07", self.st.runtime(b)["handle"])
+        text = self.st.pending_context(b)
+        self.assertNotIn("\x1b", text)
+        self.assertNotIn("\x07", text)
+        self.assertIn("alert", text)
+
+
+class AuditTest(StoreCase):
+    def test_export_is_byte_identical_and_redacts_tokens(self):
+        a, b = self.rt(), self.rt()
+        self.st.claim(a, ["x"], purpose="p")
+        self.st.send(a, "m", "*")
+        with self.st.transaction():
+            self.st.audit("work.created", a, "w", owner_token="secret-value", nested={"token": "s2"})
+        first = "\n".join(self.st.audit_lines())
+        second_store = store.Store(self.db)
+        second = "\n".join(second_store.audit_lines())
+        second_store.close()
+        self.assertEqual(first, second)
+        self.assertNotIn("secret-value", first)
+        self.assertNotIn("s2", first)
+        self.assertIn("secret-value", "\n".join(self.st.audit_lines(private=True)))
+        for line in first.splitlines():
+            self.assertEqual(line, json.dumps(json.loads(line), sort_keys=True, separators=(",", ":")))
+        ids = [json.loads(l)["id"] for l in first.splitlines()]
+        self.assertEqual(ids, sorted(ids))
+        since = list(self.st.audit_lines(since=ids[-2]))
+        self.assertEqual(len(since), 1)
+
+
+class PermissionTest(support.CoordTestCase):
+    def test_private_modes_under_umask_000(self):
+        path = os.path.join(self.tmp, "priv", "deep", "db.sqlite3")
+        code = ("import os, store; os.umask(0); st = store.Store(%r); rt = st.register();"
+                "st.claim(rt['id'], ['x']); st.conn.execute('PRAGMA wal_checkpoint'); print('ok')" % path)
+        # Keep a reader open so the -wal and -shm files exist when we look.
+        proc = subprocess.run([sys.executable, "-c", code + "; import time; "
+                               "import os; os.system('ls -la %s > %s/ls.txt')" % (os.path.dirname(path), self.tmp)],
+                              env=dict(self.env, PYTHONPATH=support.ROOT), stdout=subprocess.PIPE, text=True)
+        self.assertEqual(proc.stdout.strip().splitlines()[0], "ok")
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode), 0o700)
+        for suffix in ("", "-wal", "-shm"):
+            p = path + suffix
+            if os.path.exists(p):
+                self.assertEqual(stat.S_IMODE(os.stat(p).st_mode), 0o600, p)
+        listing = open(os.path.join(self.tmp, "ls.txt")).read()
+        self.assertIn("db.sqlite3-wal", listing)
+        for line in listing.splitlines():
+            if "db.sqlite3" in line:
+                self.assertTrue(line.startswith("-rw-------"), line)
+
+    def test_world_writable_directory_is_secured_or_refused(self):
+        d = os.path.join(self.tmp, "open")
+        os.makedirs(d)
+        os.chmod(d, 0o777)
+        st = store.Store(os.path.join(d, "db.sqlite3"))
+        st.close()
+        self.assertEqual(stat.S_IMODE(os.stat(d).st_mode), 0o700)
+        if os.getuid() == 0:
+            return  # root owns /tmp too; the foreign-owner refusal needs a non-root user
+        with self.assertRaises(store.EnvError):
+            store.Store("/tmp/coord-test-%d.sqlite3" % os.getpid())
+
+
+class MigrationTest(support.CoordTestCase):
+    def test_fresh_database_is_wal_at_current_schema(self):
+        st = store.Store(self.db)
+        self.assertEqual(st.conn.execute("PRAGMA journal_mode").fetchone()[0], "wal")
+        self.assertEqual(st.conn.execute("PRAGMA user_version").fetchone()[0], store.SCHEMA_VERSION)
+        st.close()
+
+    def test_newer_schema_is_refused(self):
+        os.makedirs(os.path.dirname(self.db), mode=0o700)
+        conn = sqlite3.connect(self.db)
+        conn.execute("PRAGMA user_version = %d" % (store.SCHEMA_VERSION + 1))
+        conn.close()
+        with self.assertRaises(store.EnvError) as cm:
+            store.Store(self.db)
+        self.assertIn("newer", cm.exception.message)
+
+    def test_migration_takes_a_backup_first_and_keeps_data(self):
+        st = store.Store(self.db)
+        rt = st.register()
+        st.claim(rt["id"], ["kept"])
+        st.close()
+        saved = (store.SCHEMA_VERSION, dict(store._MIGRATIONS))
+        store.SCHEMA_VERSION = saved[0] + 1
+        store._MIGRATIONS[saved[0] + 1] = ["CREATE TABLE extra (x TEXT)"]
+        try:
+            st = store.Store(self.db)
+            self.assertEqual(st.conn.execute("PRAGMA user_version").fetchone()[0], saved[0] + 1)
+            self.assertEqual([l["resource"] for l in st.all_leases()], ["kept"])
+            st.close()
+        finally:
+            store.SCHEMA_VERSION = saved[0]
+            store._MIGRATIONS.clear()
+            store._MIGRATIONS.update(saved[1])
+        backups = [f for f in os.listdir(os.path.dirname(self.db)) if f.endswith(".bak")]
+        self.assertEqual(len(backups), 1, backups)
+        path = os.path.join(os.path.dirname(self.db), backups[0])
+        self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+        conn = sqlite3.connect(path)
+        self.assertEqual(conn.execute("PRAGMA user_version").fetchone()[0], saved[0])
+        self.assertEqual(conn.execute("SELECT resource FROM leases").fetchall(), [("kept",)])
+        conn.close()
+
+    def test_corrupt_database_is_a_clear_environment_error(self):
+        os.makedirs(os.path.dirname(self.db), mode=0o700)
+        with open(self.db, "wb") as f:
+            f.write(b"this is not a database" * 100)
+        with self.assertRaises(store.EnvError) as cm:
+            store.Store(self.db)
+        self.assertIn("damaged", cm.exception.message)
+
+
+class RaceTest(support.CoordTestCase):
+    def test_eight_processes_race_for_one_exclusive_lease_for_60_rounds(self):
+        ctx = multiprocessing.get_context("spawn")
+        store.Store(self.db).close()
+        rounds, workers = 60, 8
+        barrier = ctx.Barrier(workers)
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_claim_worker, args=(self.db, rounds, barrier, results, i))
+                 for i in range(workers)]
+        for p in procs:
+            p.start()
+        got = [results.get(timeout=120) for _ in range(rounds * workers)]
+        for p in procs:
+            p.join(30)
+            self.assertEqual(p.exitcode, 0)
+        for r in range(rounds):
+            winners = [g for g in got if g[0] == r and g[2]]
+            self.assertEqual(len(winners), 1, "round %d winners %r" % (r, winners))
+        st = store.Store(self.db)
+        leases = st.all_leases()
+        st.close()
+        self.assertEqual(len(leases), rounds)
+
+    def _senders(self, senders, per_sender):
+        ctx = multiprocessing.get_context("spawn")
+        st = store.Store(self.db)
+        recipient = st.register(harness="sink")
+        barrier = ctx.Barrier(senders)
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_send_worker, args=(self.db, recipient["handle"], per_sender, barrier, results))
+                 for _ in range(senders)]
+        for p in procs:
+            p.start()
+        got = [results.get(timeout=180) for _ in range(senders)]
+        for p in procs:
+            p.join(30)
+            self.assertEqual(p.exitcode, 0)
+        all_ids = []
+        for _sender, ids in got:
+            self.assertEqual(ids, sorted(ids))
+            self.assertEqual(len(set(ids)), len(ids))
+            all_ids.extend(ids)
+        self.assertEqual(len(set(all_ids)), senders * per_sender)
+        inbox = st.inbox(recipient["id"], peek=True)
+        self.assertEqual(sorted(m["id"] for m in inbox), sorted(all_ids))
+        self.assertEqual([m["id"] for m in inbox], sorted(m["id"] for m in inbox))
+        st.close()
+
+    def test_six_simultaneous_senders_lose_nothing(self):
+        self._senders(6, 20)
+
+    def test_thirty_two_simultaneous_senders_lose_nothing(self):
+        self._senders(32, 10)
