@@ -1,0 +1,727 @@
+"""install: fresh install, upgrades, idempotence, drift check/repair, refusals, crash safety,
+doctor's Codex trust and sandbox report, and the generated hook command.
+
+Every test installs the real repository's release into a real `git init` repository in a
+temporary directory and runs the real installer as a subprocess.
+"""
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+import support
+
+ROOT = support.ROOT
+INSTALL = os.path.join(ROOT, "install")
+RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "session.py", "install",
+           "VERSION", "README.md", "DESIGN.md", "CLAUDE.md", "AGENTS.md")
+EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
+          "SessionEnd", "SubagentStart", "SubagentStop")
+
+
+def _load_installer(path):
+    loader = importlib.machinery.SourceFileLoader("coord_install_under_test", path)
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+installer = _load_installer(INSTALL)
+
+
+def _skill_files(base):
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for fn in filenames:
+            p = os.path.join(dirpath, fn)
+            out[os.path.relpath(p, base)] = p
+    return out
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _is_exec(path):
+    return bool(os.stat(path).st_mode & 0o111)
+
+
+class InstallTestCase(support.CoordTestCase):
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "git")
+        self.src = ROOT
+        missing = [f for f in RUNTIME if not os.path.exists(os.path.join(ROOT, f))]
+        if missing:
+            # Parts of the release are still being written: install from a copy of the real
+            # tree with placeholders for the missing files (removed once they all exist).
+            self.src = os.path.join(self.tmp, "src")
+            os.makedirs(self.src)
+            for f in RUNTIME:
+                if f in missing:
+                    with open(os.path.join(self.src, f), "w") as fh:
+                        fh.write("# placeholder %s\n" % f)
+                else:
+                    shutil.copy2(os.path.join(ROOT, f), os.path.join(self.src, f))
+            shutil.copytree(os.path.join(ROOT, "skills"), os.path.join(self.src, "skills"))
+        self.install_path = os.path.join(self.src, "install")
+        self.codex_home = os.path.join(self.tmp, "codex-home")
+        os.makedirs(self.codex_home)
+        self.env["CODEX_HOME"] = self.codex_home
+        self.env.pop("COORD_PYTHON", None)
+        self.target = self.new_repo("target")
+
+    def new_repo(self, name):
+        path = os.path.join(self.tmp, name)
+        os.makedirs(path)
+        subprocess.run(["git", "init", "-q", path], check=True, env=self.env)
+        return path
+
+    def install(self, *args, target=None, env=None, check=None, cwd=None, install_path=None):
+        e = dict(self.env)
+        if env:
+            e.update(env)
+        proc = subprocess.run(
+            [sys.executable, install_path or self.install_path, target or self.target]
+            + list(args),
+            env=e, cwd=cwd or self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, timeout=120)
+        if check is not None and proc.returncode != check:
+            self.fail("install %s exited %d (wanted %d)\nstdout: %s\nstderr: %s" % (
+                " ".join(args), proc.returncode, check, proc.stdout, proc.stderr))
+        return proc
+
+    def fresh(self, project="demo"):
+        self.install("--project-id", project, check=0)
+
+    def t(self, *parts):
+        return os.path.join(self.target, *parts)
+
+    def snapshot(self):
+        """{relative path: (bytes, mode, inode, mtime_ns)} for every file outside .git."""
+        snap = {}
+        for dirpath, dirnames, filenames in os.walk(self.target):
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+            for fn in filenames:
+                p = os.path.join(dirpath, fn)
+                st = os.lstat(p)
+                snap[os.path.relpath(p, self.target)] = (
+                    _read(p), stat.S_IMODE(st.st_mode), st.st_ino, st.st_mtime_ns)
+        return snap
+
+    def settings(self, rel=".claude/settings.json"):
+        with open(self.t(rel)) as f:
+            return json.load(f)
+
+    def write_json(self, rel, doc):
+        os.makedirs(os.path.dirname(self.t(rel)), exist_ok=True)
+        with open(self.t(rel), "w") as f:
+            json.dump(doc, f, indent=4)
+
+    def assert_fully_installed(self):
+        for f in RUNTIME:
+            dst = self.t(".coord", f)
+            src = os.path.join(self.src, f)
+            self.assertEqual(_read(dst), _read(src), f)
+            self.assertEqual(_is_exec(dst), _is_exec(src), f)
+        skill = _skill_files(os.path.join(self.src, "skills", "coord"))
+        for copy in (".coord/skills/coord", ".agents/skills/coord", ".claude/skills/coord"):
+            self.assertEqual(sorted(_skill_files(self.t(copy))), sorted(skill), copy)
+            for rel, path in skill.items():
+                self.assertEqual(_read(self.t(copy, rel)), _read(path), copy + "/" + rel)
+        for rel, harness in ((".claude/settings.json", "claude"), (".codex/hooks.json", "codex")):
+            hooks = self.settings(rel)["hooks"]
+            for event in EVENTS:
+                own = [h for g in hooks[event] for h in g["hooks"]
+                       if ".coord/hook.py" in h.get("command", "")]
+                self.assertEqual(len(own), 1, (rel, event))
+                self.assertEqual(own[0]["command"], installer.hook_command(harness))
+                self.assertIsInstance(own[0]["timeout"], int)
+        self.install("--check", check=0)
+
+
+class FreshInstallTest(InstallTestCase):
+
+    def test_fresh_install_into_new_git_repo(self):
+        with open(self.t("AGENTS.md"), "w") as f:
+            f.write("target's own agent rules\n")
+        with open(self.t("CLAUDE.md"), "w") as f:
+            f.write("target's own claude rules\n")
+        subprocess.run(["git", "-C", self.target, "add", "-A"], check=True, env=self.env)
+        subprocess.run(["git", "-C", self.target, "-c", "user.name=t", "-c", "user.email=t@t",
+                        "commit", "-qm", "base"], check=True, env=self.env)
+        head = subprocess.run(["git", "-C", self.target, "rev-parse", "HEAD"], check=True,
+                              env=self.env, stdout=subprocess.PIPE, text=True).stdout
+
+        proc = self.install("--project-id", "demo", check=0)
+
+        self.assertIn("installed", proc.stdout)
+        self.assert_fully_installed()
+        self.assertEqual(_read(self.t(".coord", "project-id")), b"demo\n")
+        self.assertEqual(_read(self.t("AGENTS.md")), b"target's own agent rules\n")
+        self.assertEqual(_read(self.t("CLAUDE.md")), b"target's own claude rules\n")
+        self.assertEqual(head, subprocess.run(
+            ["git", "-C", self.target, "rev-parse", "HEAD"], check=True, env=self.env,
+            stdout=subprocess.PIPE, text=True).stdout)
+        self.assertFalse(os.path.exists(self.db), "the installer must never create the database")
+        self.assertTrue(_is_exec(self.t(".claude", "coord", "coord")))
+
+    def test_first_install_without_project_id_is_refused(self):
+        proc = self.install(check=2)
+        self.assertIn("--project-id", proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertEqual(self.snapshot(), {})
+
+    def test_pre_tool_use_matchers_per_harness(self):
+        self.fresh()
+        claude = self.settings()["hooks"]["PreToolUse"]
+        codex = self.settings(".codex/hooks.json")["hooks"]["PreToolUse"]
+        self.assertEqual(claude[0]["matcher"], "Edit|Write|NotebookEdit")
+        self.assertEqual(codex[0]["matcher"], "apply_patch|Edit|Write")
+        self.assertNotIn("matcher", self.settings()["hooks"]["PostToolUse"][0])
+        end = self.settings(".codex/hooks.json")["hooks"]["SessionEnd"][0]["hooks"][0]
+        self.assertGreater(end["timeout"], 1)
+
+    def test_skill_front_matter_and_codex_metadata(self):
+        text = _read(os.path.join(ROOT, "skills", "coord", "SKILL.md")).decode("utf-8")
+        m = re.match(r"^---\n(.*?)\n---\n", text, re.S)
+        self.assertIsNotNone(m, "SKILL.md needs YAML front matter")
+        fields = dict(line.split(": ", 1) for line in m.group(1).splitlines())
+        self.assertEqual(set(fields), {"name", "description"})
+        self.assertEqual(fields["name"], "coord")
+        self.assertLessEqual(len(fields["description"]), 1024)
+        self.assertNotRegex(fields["description"], "[<>]")
+        for word in ("claim", "message", "tmux", "clean"):
+            self.assertIn(word, fields["description"])
+        meta = _read(os.path.join(ROOT, "skills", "coord", "agents", "openai.yaml")).decode()
+        self.assertIn("interface:", meta)
+        short = re.search(r'short_description: "([^"]*)"', meta).group(1)
+        self.assertTrue(25 <= len(short) <= 64, short)
+        self.fresh()
+        self.assertTrue(os.path.isfile(self.t(".agents", "skills", "coord", "agents", "openai.yaml")))
+
+    def test_installed_coord_version_from_subdirectory(self):
+        self.fresh()
+        sub = self.t("src", "deep")
+        os.makedirs(sub)
+        proc = subprocess.run([os.path.join("..", "..", ".coord", "coord"), "--version"],
+                              cwd=sub, env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+        version = _read(os.path.join(self.src, "VERSION")).decode().strip()
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn(version, proc.stdout)
+        shim = subprocess.run([os.path.join("..", "..", ".claude", "coord", "coord"), "--version"],
+                              cwd=sub, env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(shim.returncode, 0, shim.stderr)
+        self.assertIn(version, shim.stdout)
+
+
+class UpgradeTest(InstallTestCase):
+
+    def test_upgrade_in_place_over_older_release(self):
+        self.fresh()
+        with open(self.t(".coord", "VERSION"), "w") as f:
+            f.write("0.0.1\n")
+        with open(self.t(".coord", "store.py"), "ab") as f:
+            f.write(b"# older release\n")
+        settings = self.settings()
+        settings["hooks"]["Stop"][0]["hooks"][0]["command"] = \
+            'python3 "$CLAUDE_PROJECT_DIR/.coord/hook.py" --harness claude'
+        self.write_json(".claude/settings.json", settings)
+
+        doctor = self.install("--doctor", "--json", check=1)
+        report = json.loads(doctor.stdout)
+        self.assertEqual(report["installed"]["version"], "0.0.1")
+        stale = {d["path"] for d in report["drift"]}
+        self.assertEqual(stale, {".coord/VERSION", ".coord/store.py", ".claude/settings.json"})
+
+        self.install(check=0)
+        self.assert_fully_installed()
+        self.assertEqual(_read(self.t(".coord", "project-id")), b"demo\n")
+
+    def test_upgrade_over_legacy_unversioned_install(self):
+        os.makedirs(self.t(".coord"))
+        os.makedirs(self.t(".claude", "coord"))
+        with open(self.t(".coord", "project-id"), "w") as f:
+            f.write("legacy\n")
+        with open(self.t(".coord", "coord"), "w") as f:
+            f.write("#!/usr/bin/env python3\nprint('old coord')\n")
+        with open(self.t(".claude", "coord", "hook.py"), "w") as f:
+            f.write("print('old hook')\n")
+        self.write_json(".claude/settings.json", {"hooks": {
+            "PreToolUse": [{"matcher": "Edit|Write", "hooks": [
+                {"type": "command", "command": 'python3 "$CLAUDE_PROJECT_DIR"/.claude/coord/hook.py'}]}],
+            "Notification": [{"hooks": [
+                {"type": "command", "command": "python3 .claude/coord/hook.py notify"}]}],
+        }})
+
+        doctor = self.install("--doctor", check=1)
+        self.assertIn("installed: unversioned", doctor.stdout)
+        self.assertIn("--repair", doctor.stdout)
+
+        self.install(check=0)
+        self.assert_fully_installed()
+        hooks = self.settings()["hooks"]
+        self.assertNotIn("Notification", hooks, "a legacy coord-only event must be dropped")
+        self.assertNotIn(".claude/coord/hook.py", json.dumps(hooks))
+        self.assertEqual(_read(self.t(".coord", "project-id")), b"legacy\n")
+        self.assertIn("installed: %s" % _read(os.path.join(self.src, "VERSION")).decode().strip(),
+                      self.install("--doctor", check=0).stdout)
+
+    def test_unrelated_hooks_and_settings_preserved_in_order(self):
+        foreign_claude = {
+            "model": "opus",
+            "permissions": {"allow": ["Bash(ls:*)"], "deny": []},
+            "hooks": {
+                "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+                "PreToolUse": [
+                    {"matcher": "Bash", "hooks": [{"type": "command", "command": "audit-bash"}]},
+                    {"matcher": "Edit|Write", "hooks": [
+                        {"type": "command", "command": "fmt-check", "timeout": 30},
+                        {"type": "command", "command": "python3 .claude/coord/hook.py"},
+                    ]},
+                ],
+                "Notification": [{"hooks": [{"type": "command", "command": "beep"}]}],
+            },
+            "env": {"FOO": "1"},
+        }
+        foreign_codex = {"hooks": {"PostToolUse": [
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": "log-shell"}]}]},
+            "extra": [1, 2]}
+        self.write_json(".claude/settings.json", foreign_claude)
+        self.write_json(".codex/hooks.json", foreign_codex)
+
+        self.fresh()
+
+        def strip_coord(doc):
+            out = json.loads(json.dumps(doc))
+            for event in list(out.get("hooks", {})):
+                groups = []
+                for g in out["hooks"][event]:
+                    g["hooks"] = [h for h in g["hooks"] if "coord/hook" not in h["command"]]
+                    if g["hooks"]:
+                        groups.append(g)
+                if groups:
+                    out["hooks"][event] = groups
+                else:
+                    del out["hooks"][event]
+            return out
+
+        def order(doc):
+            return json.dumps(doc)  # json.dumps keeps key and list order
+
+        got = self.settings()
+        self.assertEqual(list(got), ["model", "permissions", "hooks", "env"])
+        self.assertEqual(list(got["hooks"])[:3], ["Stop", "PreToolUse", "Notification"])
+        self.assertEqual(order(strip_coord(got)), order(strip_coord(foreign_claude)))
+        self.assertEqual(got["hooks"]["PreToolUse"][0]["hooks"][0]["command"], "audit-bash")
+        self.assertEqual(got["hooks"]["PreToolUse"][1]["matcher"], "Edit|Write|NotebookEdit")
+        self.assertEqual(got["hooks"]["PreToolUse"][2]["hooks"],
+                         [{"type": "command", "command": "fmt-check", "timeout": 30}])
+        got_codex = self.settings(".codex/hooks.json")
+        self.assertEqual(list(got_codex), ["hooks", "extra"])
+        self.assertEqual(order(strip_coord(got_codex)), order(strip_coord(foreign_codex)))
+        self.assert_fully_installed()
+
+    def test_second_install_writes_nothing(self):
+        self.write_json(".claude/settings.json", {"hooks": {"Stop": [
+            {"hooks": [{"type": "command", "command": "true"}]}]}})
+        self.fresh()
+        before = self.snapshot()
+        proc = self.install(check=0)
+        self.assertEqual(proc.stdout, "")
+        self.assertEqual(self.snapshot(), before)
+        proc = self.install("--repair", check=0)
+        self.assertEqual(self.snapshot(), before)
+
+
+class DriftTest(InstallTestCase):
+
+    def _drift_kinds(self):
+        def missing_file():
+            os.unlink(self.t(".coord", "store.py"))
+            return ".coord/store.py"
+
+        def stale_file():
+            with open(self.t(".agents", "skills", "coord", "SKILL.md"), "ab") as f:
+                f.write(b"edited\n")
+            return ".agents/skills/coord/SKILL.md"
+
+        def mode_changed():
+            os.chmod(self.t(".coord", "coord"), 0o644)
+            return ".coord/coord"
+
+        def extra_skill_file():
+            with open(self.t(".claude", "skills", "coord", "stray.md"), "w") as f:
+                f.write("stray\n")
+            return ".claude/skills/coord/stray.md"
+
+        def missing_hook_entry():
+            doc = self.settings(".codex/hooks.json")
+            del doc["hooks"]["SessionEnd"]
+            self.write_json(".codex/hooks.json", doc)
+            return ".codex/hooks.json"
+
+        def stale_hook_entry():
+            doc = self.settings()
+            doc["hooks"]["PreToolUse"][0]["hooks"][0]["timeout"] = 600
+            self.write_json(".claude/settings.json", doc)
+            return ".claude/settings.json"
+
+        def missing_shim():
+            os.unlink(self.t(".claude", "coord", "coord"))
+            return ".claude/coord/coord"
+
+        return [missing_file, stale_file, mode_changed, extra_skill_file, missing_hook_entry,
+                stale_hook_entry, missing_shim]
+
+    def test_check_clean_then_dirty_for_each_drift_and_repair_fixes_it(self):
+        self.fresh()
+        self.assertEqual(self.install("--check", check=0).stdout, "")
+        for make_drift in self._drift_kinds():
+            with self.subTest(drift=make_drift.__name__):
+                path = make_drift()
+                proc = self.install("--check", check=1)
+                self.assertIn(path, proc.stdout)
+                self.assertIn("--repair", proc.stdout)
+                report = json.loads(self.install("--check", "--json", check=1).stdout)
+                self.assertEqual([d["path"] for d in report["drift"]], [path])
+                self.install("--repair", check=0)
+                self.assertEqual(self.install("--check", check=0).stdout, "")
+        self.assert_fully_installed()
+
+    def test_check_is_read_only(self):
+        self.fresh()
+        os.unlink(self.t(".coord", "store.py"))
+        before = self.snapshot()
+        self.install("--check", check=1)
+        self.install("--doctor", check=1)
+        self.assertEqual(self.snapshot(), before)
+
+
+class RefusalTest(InstallTestCase):
+
+    def test_conflicting_project_id_refused(self):
+        self.fresh("alpha")
+        before = self.snapshot()
+        proc = self.install("--project-id", "beta", check=2)
+        self.assertIn("alpha", proc.stderr)
+        self.assertIn("beta", proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertEqual(self.snapshot(), before)
+        self.install("--project-id", "alpha", check=0)
+
+    def test_malformed_json_refused_with_nothing_changed(self):
+        cases = [
+            (".claude/settings.json", '{"hooks": {"Stop": [}', "not valid JSON"),
+            (".codex/hooks.json", "{\n  \"hooks\": {,\n}", "not valid JSON"),
+            (".claude/settings.json", '{"hooks": []}', "unexpected shape"),
+            (".codex/hooks.json", '{"hooks": {"Stop": {"hooks": []}}}', "unexpected shape"),
+        ]
+        for rel, text, words in cases:
+            with self.subTest(file=rel, text=text):
+                target = self.new_repo("malformed-%d" % cases.index((rel, text, words)))
+                self.target = target
+                if rel == ".codex/hooks.json":
+                    self.fresh()  # an upgrade must refuse too, leaving the old install as it is
+                os.makedirs(os.path.dirname(self.t(rel)), exist_ok=True)
+                with open(self.t(rel), "w") as f:
+                    f.write(text)
+                with open(self.t(".coord-marker"), "w") as f:
+                    f.write("x")
+                before = self.snapshot()
+                proc = self.install("--project-id", "demo", check=2)
+                self.assertIn(rel, proc.stderr)
+                self.assertIn(words, proc.stderr)
+                self.assertNotIn("Traceback", proc.stderr)
+                self.assertEqual(self.snapshot(), before)
+                check = self.install("--check")
+                self.assertEqual(check.returncode, 2)
+                self.assertIn(rel, check.stderr)
+
+    def test_incomplete_source_refused(self):
+        src = os.path.join(self.tmp, "partial")
+        shutil.copytree(self.src, src)
+        os.unlink(os.path.join(src, "store.py"))
+        proc = self.install("--project-id", "demo", install_path=os.path.join(src, "install"),
+                            check=2)
+        self.assertIn("store.py", proc.stderr)
+        self.assertEqual(self.snapshot(), {})
+
+
+class CrashTest(InstallTestCase):
+
+    def test_killed_between_replacements_then_rerun_completes(self):
+        self.write_json(".claude/settings.json", {"hooks": {"Stop": [
+            {"hooks": [{"type": "command", "command": "true"}]}]}})
+        self.fresh()
+        old = {}
+        for rel in (".coord/store.py", ".coord/VERSION", ".agents/skills/coord/SKILL.md"):
+            with open(self.t(rel), "ab") as f:
+                f.write(b"\n")
+            old[rel] = _read(self.t(rel))
+        doc = self.settings()
+        doc["hooks"]["Stop"][-1]["hooks"][0]["timeout"] = 99
+        self.write_json(".claude/settings.json", doc)
+        old[".claude/settings.json"] = _read(self.t(".claude/settings.json"))
+        # Counts of replacements the upgrade needs: 4 stale files.
+        for crash_after in (1, 2, 3):
+            with self.subTest(crash_after=crash_after):
+                target = self.t()
+                proc = self.install(env={"COORD_INSTALL_CRASH_AFTER": str(crash_after)})
+                self.assertEqual(proc.returncode, 70, proc.stderr)
+                drift = self.install("--check", check=1).stdout
+                stale = [line.split()[1] for line in drift.splitlines()
+                         if line.startswith("stale ")]
+                self.assertEqual(len(stale), 4 - crash_after, drift)
+                for rel, data in old.items():
+                    now = _read(os.path.join(target, rel))
+                    if rel in stale:
+                        self.assertEqual(now, data, rel)  # still the old file, whole
+                leftovers = [p for p in self.snapshot() if ".coord-tmp-" in p]
+                self.assertEqual(leftovers, [])
+                self.install(check=0)
+                self.assert_fully_installed()
+                for rel in old:  # make the same files stale again for the next round
+                    with open(self.t(rel), "wb") as f:
+                        f.write(old[rel])
+
+    def test_sigkilled_fresh_install_then_rerun_completes(self):
+        proc = self.install("--project-id", "demo",
+                            env={"COORD_INSTALL_CRASH_AFTER": "7"})
+        self.assertEqual(proc.returncode, 70)
+        self.assertEqual(self.install("--check").returncode, 1)
+        self.install(check=0)  # the stored project id survived the crash
+        self.assert_fully_installed()
+
+
+class DoctorTest(InstallTestCase):
+
+    def doctor(self, check=None):
+        return json.loads(self.install("--doctor", "--json", check=check).stdout)
+
+    def test_doctor_reports_versions_environment_and_database(self):
+        self.fresh()
+        r = self.doctor(check=0)
+        version = _read(os.path.join(self.src, "VERSION")).decode().strip()
+        self.assertEqual(r["source"]["version"], version)
+        self.assertEqual(r["installed"]["version"], version)
+        self.assertEqual(r["drift"], [])
+        self.assertEqual(r["database"]["path"], self.db)
+        self.assertIsNone(r["database"]["facts"])
+        self.assertTrue(r["python"]["version"])
+        self.assertIsNotNone(r["python"]["startup_ms"])
+        self.assertFalse(os.path.exists(self.db), "doctor must not create the database")
+
+        import sqlite3
+        os.makedirs(os.path.dirname(self.db))
+        conn = sqlite3.connect(self.db)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA user_version=7")
+        conn.commit()
+        conn.close()
+        r = self.doctor(check=0)
+        self.assertEqual(r["database"]["facts"], {"journal_mode": "wal", "schema_version": 7})
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("journal wal, schema 7", text)
+
+    def test_doctor_database_path_follows_xdg_state_and_project_id(self):
+        self.fresh("projx")
+        env = {"COORD_DB": "", "COORD_PROJECT_ID": ""}
+        r = json.loads(self.install("--doctor", "--json", env=env).stdout)
+        self.assertEqual(r["database"]["path"],
+                         os.path.join(self.state, "fleet-agent-coord", "projx.sqlite3"))
+
+    def test_doctor_codex_trust_untrusted_trusted_and_modified(self):
+        import harnesses
+        self.fresh()
+        r = self.doctor(check=0)
+        statuses = {h["status"] for h in r["codex"]["hooks"]}
+        self.assertEqual(len(r["codex"]["hooks"]), len(EVENTS))
+        self.assertEqual(statuses, {"untrusted"})
+        self.assertIn("/hooks", self.install("--doctor", check=0).stdout)
+
+        hashes = harnesses.codex_hook_hashes(self.t(".codex", "hooks.json"))
+        keys = sorted(hashes)
+        config = ['sandbox_mode = "danger-full-access"', "",
+                  '[projects.%s]' % json.dumps(os.path.realpath(self.target)),
+                  'trust_level = "trusted"', ""]
+        for key in keys:
+            config += ["[hooks.state.%s]" % json.dumps(key),
+                       "trusted_hash = %s" % json.dumps(hashes[key]), ""]
+        with open(os.path.join(self.codex_home, "config.toml"), "w") as f:
+            f.write("\n".join(config))
+        r = self.doctor(check=0)
+        self.assertTrue(r["codex"]["project_trusted"])
+        self.assertEqual({h["status"] for h in r["codex"]["hooks"]}, {"trusted"})
+        self.assertIn("codex hooks: %d trusted" % len(EVENTS),
+                      self.install("--doctor", check=0).stdout)
+
+        # An upgrade that changes one hook makes exactly that one "modified".
+        doc = self.settings(".codex/hooks.json")
+        doc["hooks"]["Stop"][0]["hooks"][0]["timeout"] = 11
+        self.write_json(".codex/hooks.json", doc)
+        r = self.doctor(check=1)
+        by_status = {}
+        for h in r["codex"]["hooks"]:
+            by_status.setdefault(h["status"], []).append(h["key"])
+        self.assertEqual(by_status["modified"], ["stop:0:0"])
+        self.assertEqual(len(by_status["trusted"]), len(EVENTS) - 1)
+        with open(os.path.join(self.codex_home, "config.toml")) as f:
+            self.assertEqual(f.read(), "\n".join(config), "doctor must never write trust")
+
+    def test_doctor_codex_sandbox_writable_roots(self):
+        self.fresh()
+        config = os.path.join(self.codex_home, "config.toml")
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n')
+        r = self.doctor(check=0)
+        db_dir = os.path.dirname(self.db)
+        self.assertFalse(r["codex"]["sandbox"]["ok"])
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn('writable_roots = ["%s"]' % db_dir, text)
+        self.assertIn("[sandbox_workspace_write]", text)
+
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\n'
+                    'writable_roots = [\n  "/elsewhere",\n  "%s",\n]\n' % db_dir)
+        self.assertTrue(self.doctor(check=0)["codex"]["sandbox"]["ok"])
+
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "danger-full-access"\n')
+        self.assertTrue(self.doctor(check=0)["codex"]["sandbox"]["ok"])
+
+    def test_vendored_installer_doctors_its_own_release(self):
+        self.fresh()
+        vendored = self.t(".coord", "install")
+        proc = self.install("--doctor", target=".", cwd=self.target, install_path=vendored,
+                            check=0)
+        self.assertIn("drift: none", proc.stdout)
+        os.unlink(self.t(".agents", "skills", "coord", "SKILL.md"))
+        proc = self.install("--doctor", target=".", cwd=self.target, install_path=vendored,
+                            check=1)
+        self.assertIn("missing .agents/skills/coord/SKILL.md", proc.stdout)
+        self.install("--repair", target=".", cwd=self.target, install_path=vendored, check=0)
+        self.assert_fully_installed()
+
+
+class HookCommandTest(InstallTestCase):
+    """The generated hook command finds .coord/hook.py from any directory in the repository."""
+
+    RECORDER = (
+        "import json, os, sys\n"
+        "sys.stdout.write(json.dumps({'argv': sys.argv[1:], 'file': __file__,\n"
+        "    'cwd': os.getcwd(), 'stdin': sys.stdin.read(), 'exe': sys.executable,\n"
+        "    'main': __name__}))\n"
+    )
+
+    def setUp(self):
+        super().setUp()
+        self.fresh()
+        self.sub = self.t("pkg", "deep")
+        os.makedirs(self.sub)
+
+    def use_recorder(self):
+        with open(self.t(".coord", "hook.py"), "w") as f:
+            f.write(self.RECORDER)
+
+    def run_hook(self, harness, env=None, cwd=None, payload='{"hook_event_name": "Stop"}'):
+        command = self.settings(
+            ".claude/settings.json" if harness == "claude" else ".codex/hooks.json"
+        )["hooks"]["Stop"][0]["hooks"][0]["command"]
+        e = dict(self.env)
+        e.pop("CLAUDE_PROJECT_DIR", None)
+        e.update(env or {})
+        return subprocess.run(["/bin/sh", "-c", command], cwd=cwd or self.sub, env=e,
+                              input=payload, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+
+    def test_command_runs_installed_hook_from_subdirectory(self):
+        self.use_recorder()
+        for harness in ("claude", "codex"):
+            with self.subTest(harness=harness):
+                proc = self.run_hook(harness)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                got = json.loads(proc.stdout)
+                self.assertEqual(got["argv"], ["--harness", harness])
+                self.assertEqual(os.path.realpath(got["file"]),
+                                 os.path.realpath(self.t(".coord", "hook.py")))
+                self.assertEqual(os.path.realpath(got["cwd"]), os.path.realpath(self.sub))
+                self.assertEqual(got["stdin"], '{"hook_event_name": "Stop"}')
+                self.assertEqual(got["main"], "__main__")
+
+    def test_claude_command_prefers_claude_project_dir(self):
+        self.use_recorder()
+        proc = self.run_hook("claude", cwd=self.tmp, env={"CLAUDE_PROJECT_DIR": self.target})
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(os.path.realpath(json.loads(proc.stdout)["file"]),
+                         os.path.realpath(self.t(".coord", "hook.py")))
+
+    def test_command_outside_any_installation_does_nothing(self):
+        outside = os.path.join(self.tmp, "elsewhere")
+        os.makedirs(outside)
+        for harness in ("claude", "codex"):
+            proc = self.run_hook(harness, cwd=outside)
+            self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (0, "", ""))
+
+    def test_command_skips_version_manager_shims(self):
+        self.use_recorder()
+        shims = os.path.join(self.tmp, "fake", "shims")
+        os.makedirs(shims)
+        marker = os.path.join(self.tmp, "shim-ran")
+        with open(os.path.join(shims, "python3"), "w") as f:
+            f.write("#!/bin/sh\ntouch %s\nexit 9\n" % marker)
+        os.chmod(os.path.join(shims, "python3"), 0o755)
+        real_dir = os.path.join(self.tmp, "realbin")
+        os.makedirs(real_dir)
+        os.symlink(sys.executable, os.path.join(real_dir, "python3"))
+        env = {"PATH": "%s:%s:/usr/bin:/bin" % (shims, real_dir)}
+        proc = self.run_hook("codex", env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertFalse(os.path.exists(marker))
+        self.assertEqual(json.loads(proc.stdout)["exe"], os.path.join(real_dir, "python3"))
+
+        override = self.run_hook("claude", env=dict(env, COORD_PYTHON=sys.executable))
+        self.assertEqual(json.loads(override.stdout)["exe"], sys.executable)
+
+    def test_command_fails_open_on_python_older_than_3_9(self):
+        old = [p for p in ("/root/.pyenv/versions/3.8.18/bin/python3",
+                           "/root/.pyenv/versions/3.7.16/bin/python3",
+                           "/root/.pyenv/versions/3.6.15/bin/python3") if os.path.exists(p)]
+        if not old:
+            self.skipTest("no Python older than 3.9 on this machine")
+        self.use_recorder()
+        proc = self.run_hook("claude", env={"COORD_PYTHON": old[0]})
+        self.assertEqual((proc.returncode, proc.stdout), (0, ""), proc.stderr)
+
+    def test_real_hook_runs_from_subdirectory(self):
+        payload_path = os.path.join(support.FIXTURES, "claude-SessionStart.json")
+        if not os.path.exists(payload_path):
+            payload = json.dumps({"session_id": "00000000-0000-4000-8000-000000000001",
+                                  "cwd": self.sub, "hook_event_name": "SessionStart",
+                                  "source": "startup"})
+        else:
+            with open(payload_path) as f:
+                doc = json.load(f)
+            doc["cwd"] = self.sub
+            payload = json.dumps(doc)
+        proc = self.run_hook("claude", payload=payload)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
