@@ -216,6 +216,8 @@ def normalize_resource(name, root=None):
         raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
     if _CONTROL_RE.search(name):
         raise UsageError("resource name %s contains control characters" % json.dumps(name))
+    if text_in(name) != name:
+        raise UsageError("resource name %s is not valid UTF-8" % json.dumps(text_in(name)))
     if len(name) > MAX_RESOURCE:
         raise UsageError("resource name is longer than %d characters" % MAX_RESOURCE)
     if name.startswith("/"):
@@ -239,21 +241,15 @@ def normalize_resource(name, root=None):
 
 
 def _relative_to(path, root):
-    """`path` relative to `root` (both compared after normalisation and after resolving
-    symlinks); None when it lies outside."""
-    root_real = os.path.realpath(root)
-    for candidate in (os.path.normpath(path), _realpath_existing(path)):
-        for base in (os.path.normpath(root), root_real):
-            if candidate == base:
-                return ""
-            if candidate.startswith(base.rstrip("/") + "/"):
-                return candidate[len(base.rstrip("/")) + 1:]
+    """`path` relative to `root` after resolving symlinks (also in the existing prefix of a path
+    that does not exist yet); None when the real location lies outside the repository."""
+    real = os.path.realpath(path)
+    base = os.path.realpath(root).rstrip("/")
+    if real == base:
+        return ""
+    if real.startswith(base + "/"):
+        return real[len(base) + 1:]
     return None
-
-
-def _realpath_existing(path):
-    """realpath that also resolves symlinks in the existing prefix of a not-yet-existing path."""
-    return os.path.realpath(path)
 
 
 def ancestors(resource):
@@ -466,8 +462,11 @@ def _translate(exc, path):
     text = str(exc)
     low = text.lower()
     if "locked" in low or "busy" in low:
-        return EnvError("database busy, held by another coord process for longer than the timeout (%s)" % path,
-                        "retry; if it persists, find the stuck process with: fuser %s" % path)
+        holders = _open_by(path)
+        return EnvError("database busy, held by %s for longer than the timeout (%s)"
+                        % (", ".join(holders) if holders else "another process", path),
+                        "retry; if it persists, stop the stuck process%s" % (
+                            " (kill %s)" % " ".join(h.split()[1] for h in holders) if holders else ""))
     if "not a database" in low or "malformed" in low or "corrupt" in low:
         return EnvError("database %s is damaged (%s)" % (path, text),
                         "move it aside (mv %s %s.damaged) and re-register agents; "
@@ -483,12 +482,52 @@ def _translate(exc, path):
     return EnvError("database error on %s: %s" % (path, text), "run .coord/install . --doctor")
 
 
+def _open_by(path):
+    """Other processes holding the database open, as 'pid N (command)' (Linux /proc; else [])."""
+    if not os.path.isdir("/proc"):
+        return []
+    targets = set()
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            st = os.stat(path + suffix)
+            targets.add((st.st_dev, st.st_ino))
+        except OSError:
+            pass
+    found = []
+    me = os.getpid()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        if pid == me:
+            continue
+        fd_dir = "/proc/%d/fd" % pid
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in targets:
+                found.append("pid %d (%s)" % (pid, process_parent(pid)[1] or "?"))
+                break
+        if len(found) >= 5:
+            break
+    return found
+
+
 class Store:
     """One connection to the coordination database plus every operation on it."""
 
-    def __init__(self, path=None, timeout=BUSY_TIMEOUT, environ=None, migrate=True):
+    def __init__(self, path=None, timeout=None, environ=None, migrate=True):
         env = os.environ if environ is None else environ
         self.path = path or resolve_db_path(env)
+        if timeout is None:
+            timeout = _env_float(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT)
         self.timeout = timeout
         self.lease_ttl = _env_float(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL)
         self.runtime_ttl = _env_float(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL)
@@ -927,6 +966,7 @@ class Store:
         now = _now(now)
         if not isinstance(body, str) or not body.strip():
             raise UsageError("empty message body")
+        body = text_in(body)
         if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY:
             raise UsageError("message body is larger than %d bytes" % MAX_BODY,
                              "put long content in a file and send its path")
@@ -1151,9 +1191,14 @@ class _Transaction:
 _ESCAPE_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
 
 
+def text_in(text):
+    """Text as it may be stored: undecodable bytes (surrogates from argv) become U+FFFD."""
+    return str(text).encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
 def clean_text(text, limit=None):
     """Text safe for a terminal or a model: escape sequences and control characters removed."""
-    text = _ESCAPE_RE.sub("", str(text))
+    text = _ESCAPE_RE.sub("", text_in(text))
     if limit is not None and len(text) > limit:
         text = text[:limit - 1] + "\u2026"
     return text
