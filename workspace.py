@@ -1,0 +1,1282 @@
+"""coord's managed work: isolated jj clones, their integration evidence and their cleanup.
+
+Invariants this module keeps:
+- Every jj/git call goes through `run_tool`: an argv list (never a shell), a timeout, text
+  decoded with errors="backslashreplace", a child environment without GIT_DIR and friends,
+  and `ToolError` (command, exit code, output) on failure.
+- A work record is written (state `creating`) before anything touches the disk, so a clone
+  that fails half-way is recorded as `failed` with its reason, never left as a silent orphan.
+- Nothing is ever found by scanning directories. A directory is ours only while its real path
+  lies below the recorded scratch root and its `.jj/coord-owner` marker carries the private
+  token stored in the registry. jj never runs in a directory that fails either check.
+- Full change and commit IDs are the only evidence. Bookmarks, workspace names and
+  descriptions are navigation aids; handles are aliases; prefixes never authorize anything.
+- Releasing the integration lease is not integration evidence. Proof means: the candidate
+  frozen at acquisition is an ancestor of an exact full target commit in the canonical
+  repository, recorded by the runtime that holds the lease that froze it.
+- Removal deletes a directory only when every rule holds; otherwise it says which rule fails
+  and the next command. A squash or rebase merge creates a new commit, so its candidate is
+  never proven: the work stays until kept, or explicitly waived and released.
+"""
+
+import hmac
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import stat as _stat
+import subprocess
+import time
+
+import store
+from store import EnvError, Refused, UsageError
+
+DEFAULT_SCRATCH_ROOT = "/var/tmp/fleet-audit"
+MARKER = "coord-owner"          # inside the checkout's .jj/
+TOOL_TIMEOUT = 120.0            # seconds for one ordinary jj/git call
+CLONE_TIMEOUT = 1800.0          # seconds for `jj git clone` of a large repository
+_TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
+_BOOKMARK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+_FULL_COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_CHANGE_RE = re.compile(r"^[k-z]{32}$")
+# Everything the clone holds that no canonical bookmark or tag already contains, minus empty
+# commits: work that exists only in this clone.
+LOCAL_WORK = "(~::(remote_bookmarks() | tags() | root())) ~ empty()"
+_ID_TEMPLATE = ('change_id ++ " " ++ commit_id ++ " " ++ if(empty, "empty", "changed") ++ " " ++ '
+                'parents.map(|c| c.commit_id()).join(",") ++ "\\n"')
+_ROW_TEMPLATE = 'commit_id ++ " " ++ change_id ++ " " ++ if(current_working_copy, "wc", "-") ++ "\\n"'
+SQUASH_NOTE = ("a squash or rebase merge makes a new commit, so this candidate can never be proven; "
+               "keep the clone, or discard it explicitly: coord work gate %s --waive --reason R ; "
+               "coord work integrate release %s")
+
+# Git variables that redirect git at another repository; a hook environment can leak them.
+_GIT_KEEP = frozenset(("GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY",
+                       "GIT_ASKPASS", "GIT_ALLOW_PROTOCOL", "GIT_CONFIG_NOSYSTEM", "GIT_HTTP_PROXY_AUTHMETHOD"))
+
+
+# --------------------------------------------------------------------------- external tools
+
+class ToolError(EnvError):
+    """A jj/git command failed: carries argv, exit code (None on timeout) and output."""
+
+    def __init__(self, argv, returncode, output, hint=None):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.output = output or ""
+        lines = [l for l in self.output.strip().splitlines() if l.strip()]
+        first = next((l for l in lines if l.startswith("Error")), lines[0] if lines else "no output")
+        why = "timed out" if returncode is None else "exit %d" % returncode
+        super().__init__("%s failed (%s): %s" % (" ".join(self.argv[:3]), why, store.clean_text(first, 300)),
+                         hint, command=self.argv, returncode=returncode)
+
+
+def tool_env(environ=None):
+    """The child environment: no GIT_* that redirects git, no prompts, no pager, no colour."""
+    env = dict(os.environ if environ is None else environ)
+    for key in list(env):
+        if key.startswith("GIT_") and key not in _GIT_KEEP and not key.startswith("GIT_CONFIG_"):
+            del env[key]
+    for key in ("GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT"):
+        env.pop(key, None)
+    for key in list(env):
+        if key.startswith("GIT_CONFIG_KEY_") or key.startswith("GIT_CONFIG_VALUE_"):
+            del env[key]
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["NO_COLOR"] = "1"
+    env.pop("JJ_EDITOR", None)
+    env["EDITOR"] = env["VISUAL"] = "false"  # a command that wants an editor fails instead of hanging
+    return env
+
+
+def run_tool(argv, cwd=None, timeout=TOOL_TIMEOUT, environ=None, check=True):
+    """Run jj/git; return (exit code, stdout, stderr). Raise ToolError when check and it fails."""
+    argv = [str(a) for a in argv]
+    if cwd is not None and not os.path.isdir(cwd):
+        raise EnvError("directory %s does not exist" % cwd, "coord work list shows recorded paths")
+    try:
+        proc = subprocess.run(argv, cwd=cwd, env=tool_env(environ), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                              encoding="utf-8", errors="backslashreplace")
+    except FileNotFoundError:
+        what = {"jj": "Jujutsu (jj)", "git": "git (>= 2.42 for jj)"}.get(argv[0], argv[0])
+        raise EnvError("%s not found: coord work needs %s on PATH" % (argv[0], what),
+                       "install %s, or put it on PATH, then retry" % what)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stderr or exc.stdout or b""
+        if isinstance(out, bytes):
+            out = out.decode("utf-8", "backslashreplace")
+        raise ToolError(argv, None, out, "retry; if it keeps timing out, run the command by hand in %s" % cwd)
+    if check and proc.returncode != 0:
+        raise ToolError(argv, proc.returncode, proc.stderr or proc.stdout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def jj(args, cwd, snapshot=True, timeout=TOOL_TIMEOUT, environ=None, check=True):
+    """Run jj in cwd; without snapshot, read the last snapshot and never touch the working copy."""
+    argv = ["jj", "--no-pager", "--color=never"] + ([] if snapshot else ["--ignore-working-copy"]) + list(args)
+    return run_tool(argv, cwd=cwd, timeout=timeout, environ=environ, check=check)
+
+
+def git(args, cwd, environ=None, check=True, timeout=TOOL_TIMEOUT):
+    return run_tool(["git"] + list(args), cwd=cwd, timeout=timeout, environ=environ, check=check)
+
+
+def head_ids(path, snapshot=True, environ=None):
+    """{change, commit, empty, parents} of @ in a checkout (snapshotting it first by default)."""
+    _, out, _ = jj(["log", "--no-graph", "-r", "@", "-T", _ID_TEMPLATE], path, snapshot, environ=environ)
+    change, commit, empty, parents = (out.strip().split(" ") + [""])[:4]
+    return {"change": change, "commit": commit, "empty": empty == "empty",
+            "parents": [p for p in parents.split(",") if p]}
+
+
+def local_changes(path, revset, environ=None):
+    """[{commit, change, wc}] for a revset in a checkout, read from the last snapshot."""
+    _, out, _ = jj(["log", "--no-graph", "-r", revset, "-T", _ROW_TEMPLATE], path, snapshot=False, environ=environ)
+    rows = []
+    for line in out.splitlines():
+        parts = line.split(" ")
+        if len(parts) == 3:
+            rows.append({"commit": parts[0], "change": parts[1], "wc": parts[2] == "wc"})
+    return rows
+
+
+# --------------------------------------------------------------------------- paths and names
+
+def resolve_scratch_root(option=None, environ=None, canonical=None):
+    """The safe real directory holding managed clones (created 0700 when missing).
+
+    Safe means: absolute; a directory owned by this user and writable by nobody else; every
+    ancestor either not writable by others or sticky (so nobody can swap a component); and
+    not inside the canonical repository (jj there would snapshot every clone).
+    """
+    env = os.environ if environ is None else environ
+    raw = option or env.get("COORD_SCRATCH_ROOT") or DEFAULT_SCRATCH_ROOT
+    hint = "pass --scratch-root /a/private/dir (or set COORD_SCRATCH_ROOT)"
+    if not os.path.isabs(raw):
+        raise UsageError("scratch root %s is not an absolute path" % raw, hint)
+    try:
+        os.makedirs(raw, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise EnvError("cannot create scratch root %s: %s" % (raw, exc.strerror), hint)
+    real = os.path.realpath(raw)
+    st = os.stat(real)
+    if not _stat.S_ISDIR(st.st_mode):
+        raise EnvError("scratch root %s is not a directory" % real, hint)
+    if st.st_uid != os.getuid():
+        raise EnvError("scratch root %s belongs to another user" % real, hint)
+    if st.st_mode & 0o022:
+        raise EnvError("scratch root %s is writable by other users (mode %o)" % (real, st.st_mode & 0o7777),
+                       "chmod go-w %s, or %s" % (real, hint))
+    parent = os.path.dirname(real)
+    while parent != os.path.dirname(parent):
+        pst = os.stat(parent)
+        if pst.st_mode & 0o002 and not pst.st_mode & _stat.S_ISVTX:
+            raise EnvError("scratch root %s sits below %s, which anyone can write without the sticky bit"
+                           % (real, parent), hint)
+        parent = os.path.dirname(parent)
+    if canonical:
+        croot = os.path.realpath(canonical)
+        if real == croot or real.startswith(croot.rstrip("/") + "/"):
+            raise UsageError("scratch root %s is inside the repository %s" % (real, croot), hint)
+    return real
+
+
+def below(path, root):
+    """True when `path` lies strictly below `root` (both taken literally)."""
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def check_task(task):
+    if not isinstance(task, str) or not _TASK_RE.match(task):
+        raise UsageError("task name %r: use 1-48 letters, digits, '-' or '_' (it names a bookmark and a directory)"
+                         % task, "coord work create cache-audit")
+    return task
+
+
+def check_bookmark(name):
+    if not name or not _BOOKMARK_RE.match(name) or ".." in name or name.endswith("/") or "//" in name \
+            or name.endswith(".lock") or "@" in name:
+        raise UsageError("%r is not a plain bookmark name" % name, "name the target bookmark, e.g. --into main")
+    return name
+
+
+def full_commit(text, what="commit"):
+    value = (text or "").strip().lower()
+    if not _FULL_COMMIT_RE.match(value):
+        raise UsageError("%s %r is not a full commit ID (40 or 64 hex digits; prefixes never count)" % (what, text),
+                         "git rev-parse REV prints the full ID")
+    return value
+
+
+def workspace_name(work_id):
+    return "agent-" + work_id
+
+
+def bookmark_name(task, work_id):
+    return "agent/%s/%s" % (task, work_id)
+
+
+def description(task, work_id):
+    return "coord work %s: %s\n\nCoord-Work-Id: %s\n" % (work_id, task, work_id)
+
+
+def canonical_root(ctx):
+    """The canonical checkout: ctx.root, or the recorded source when ctx.root is a managed clone."""
+    root = ctx.root
+    if not root:
+        raise EnvError("not inside a repository", "run coord from the repository root")
+    root = os.path.realpath(root)
+    marker = read_marker(root)
+    if marker is not None:
+        w = ctx.store.work(marker.get("work", "")) if marker.get("work") else None
+        if w is None or not w.get("source"):
+            raise Refused("%s is a managed checkout whose record is unknown" % root,
+                          "run this from the canonical checkout")
+        return w["source"]
+    return root
+
+
+def git_dir_args(repo):
+    """git arguments that address a repository's git store (colocated .git, else jj's own)."""
+    if os.path.exists(os.path.join(repo, ".git")):
+        return ["-C", repo]
+    inner = os.path.join(repo, ".jj", "repo", "store", "git")
+    if os.path.isdir(inner):
+        return ["--git-dir", inner]
+    raise EnvError("%s has neither .git nor a jj git store" % repo, "coord works only in jj/git repositories")
+
+
+def clone_source(repo):
+    if os.path.exists(os.path.join(repo, ".git")):
+        return repo
+    inner = os.path.join(repo, ".jj", "repo", "store", "git")
+    if os.path.isdir(inner):
+        return inner
+    raise EnvError("%s is not a git or colocated jj repository" % repo, "run coord from the repository root")
+
+
+# --------------------------------------------------------------------------- ownership marker
+
+def marker_path(path):
+    return os.path.join(path, ".jj", MARKER)
+
+
+def read_marker(path):
+    """The marker dict of a checkout, or None when there is none (never follows a symlink)."""
+    try:
+        fd = os.open(marker_path(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
+            data = json.loads(f.read(4096))
+        return data if isinstance(data, dict) else {}
+    except ValueError:
+        return {}
+
+
+def write_marker(path, work_id, token):
+    """Atomically write .jj/coord-owner (mode 0600)."""
+    target = marker_path(path)
+    tmp = "%s.%s.tmp" % (target, secrets.token_hex(4))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"work": work_id, "token": token}, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def directory_problems(w):
+    """Why the recorded directory is not provably this work's (path and marker), [] if it is.
+
+    Each problem is (code, message, next command). jj must not run when this is non-empty.
+    """
+    h = w["handle"]
+    path, root = w["path"], w["scratch_root"]
+    if not path or not root:
+        return [("no-path", "the record has no directory", "coord work inspect %s" % h)]
+    if not os.path.lexists(path):
+        return [("missing", "directory %s is gone" % path,
+                 "if it was deleted on purpose: coord work remove %s --confirm %s --forget" % (h, h))]
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    if real != path or real_root != root or not below(real, real_root):
+        return [("outside-root", "%s resolves to %s, not below the recorded scratch root %s"
+                 % (path, real, root), "inspect it by hand; coord never deletes outside its scratch root")]
+    if not os.path.isdir(os.path.join(path, ".jj")):
+        return [("not-jj", "%s has no .jj directory" % path, "inspect it by hand; coord work inspect %s" % h)]
+    marker = read_marker(path)
+    if marker is None or not hmac.compare_digest(str(marker.get("token", "")), w["token"] or "") \
+            or marker.get("work") != w["id"]:
+        return [("token-mismatch", "the ownership marker in %s does not match the registry" % path,
+                 "if this is really the clone: coord work adopt %s" % path)]
+    return []
+
+
+def verified_path(w):
+    problems = directory_problems(w)
+    if problems:
+        code, message, hint = problems[0]
+        raise Refused("work %s: %s" % (w["handle"], message), hint, reason=code)
+    return w["path"]
+
+
+# --------------------------------------------------------------------------- records
+
+def _now():
+    return time.time()
+
+
+def _who(caller):
+    return caller["id"] if caller else None
+
+
+def _history(w, state, caller, **extra):
+    entry = {"state": state, "at": _now(), "by": _who(caller)}
+    entry.update({k: v for k, v in extra.items() if v is not None})
+    return list(w["data"].get("history", [])) + [entry]
+
+
+def _optional_caller(ctx):
+    try:
+        return ctx.caller()
+    except Refused:
+        return None
+
+
+def _owner_of(st, w):
+    """The live runtime that owns the work (the recorded runtime or its resumed successor), or None."""
+    rid = w.get("runtime")
+    seen = set()
+    while rid and rid not in seen:
+        seen.add(rid)
+        rt = st.runtime(rid)
+        if rt is None:
+            return None
+        if rt.get("superseded_by"):
+            rid = rt["superseded_by"]
+            continue
+        return rt if st.runtime_live(rt) else None
+    return None
+
+
+def _owns(st, w, caller):
+    if not caller:
+        return False
+    owner = _owner_of(st, w)
+    return caller["id"] == w.get("runtime") or (owner is not None and owner["id"] == caller["id"])
+
+
+def target_work(ctx, handle, default_ok=False):
+    """The named work record; with default_ok, COORD_WORK_ID after proving ownership and cwd."""
+    st = ctx.store
+    if handle:
+        return st.resolve_work(handle)
+    wid = ctx.environ.get("COORD_WORK_ID", "").strip() if default_ok else ""
+    if not wid:
+        raise UsageError("name the work handle", "coord work list shows work handles")
+    w = st.resolve_work(wid)
+    caller = ctx.caller()
+    if not _owns(st, w, caller):
+        raise Refused("COORD_WORK_ID names %s, which %s does not own" % (w["handle"], caller["handle"]),
+                      "name the work handle explicitly")
+    cwd = os.path.realpath(os.getcwd())
+    if not w["path"] or not (cwd == w["path"] or below(cwd, w["path"])):
+        raise Refused("COORD_WORK_ID names %s but the current directory is outside %s" % (w["handle"], w["path"]),
+                      "cd into the clone, or name the work handle explicitly")
+    return w
+
+
+def public_work(w, st=None):
+    """The machine view of a record: every field except the ownership token."""
+    out = {k: v for k, v in w.items() if k not in ("token", "data")}
+    out["data"] = store._redact(w["data"])
+    if st is not None and w.get("runtime"):
+        rt = st.runtime(w["runtime"])
+        out["runtime_handle"] = rt["handle"] if rt else None
+    return out
+
+
+def _integration(w):
+    return dict(w["data"].get("integration") or {"state": "none"})
+
+
+def _gate(w):
+    return dict(w["data"].get("gate") or {"state": "pending"})
+
+
+def summary_line(w):
+    bits = [w["handle"], store.clean_text(w["task"], 48), w["state"]]
+    integ = _integration(w)
+    if integ.get("state", "none") != "none":
+        bits.append("%s->%s" % (integ["state"], integ.get("into", "?")))
+    gate = _gate(w)
+    if gate["state"] != "pending":
+        bits.append("gate " + gate["state"])
+    if w["data"].get("kind") == "native":
+        bits.append("native")
+    return "  ".join(bits)
+
+
+# --------------------------------------------------------------------------- create
+
+def cmd_create(ctx, args):
+    st = ctx.store
+    caller = ctx.caller()
+    task = check_task(args.task)
+    source = canonical_root(ctx)
+    scratch = resolve_scratch_root(args.scratch_root, ctx.environ, source)
+    depends = []
+    for h in args.depends or []:
+        dep = st.resolve_work(h)
+        if dep["id"] not in depends:
+            depends.append(dep["id"])
+    planned = ctx.resources(args.resources) if args.resources else []
+    native = bool(args.native_workspace)
+    if not native:
+        clone_source(source)
+    work_id = store.new_uuid()
+    path = os.path.join(scratch, "%s.%s" % (task, work_id[:8]))
+    if os.path.lexists(path):
+        path = os.path.join(scratch, "%s.%s" % (task, work_id))
+    token = secrets.token_hex(32)
+    data = {
+        "kind": "native" if native else "clone",
+        "agent_id": caller.get("agent_id"),
+        "workspace_name": workspace_name(work_id),
+        "bookmark": bookmark_name(task, work_id),
+        "from": args.from_rev,
+        "depends": depends,
+        "resources": {"planned": planned, "actual": []},
+        "gate": {"state": "pending"},
+        "integration": {"state": "none"},
+        "history": [{"state": "creating", "at": _now(), "by": caller["id"]}],
+    }
+    with st.transaction():
+        w = st.insert_work(task, "creating", token, path=path, scratch_root=scratch, source=source,
+                           conversation=caller["conversation"], runtime=caller["id"], data=data, work_id=work_id)
+        st.audit("work.creating", caller["id"], work_id, task=task, path=path, source=source,
+                 kind=data["kind"], depends=depends, planned=planned)
+    step = "mkdir"
+    try:
+        if native:
+            step = "jj workspace add"
+            argv = ["workspace", "add", "--name", workspace_name(work_id)]
+            if args.from_rev:
+                argv += ["-r", args.from_rev]
+            jj(argv + [path], source, environ=ctx.environ)
+        else:
+            os.mkdir(path, 0o700)
+            step = "jj git clone"
+            jj(["git", "clone", "--colocate", clone_source(source), path], scratch, timeout=CLONE_TIMEOUT,
+               environ=ctx.environ)
+            step = "jj workspace rename"
+            jj(["workspace", "rename", workspace_name(work_id)], path, environ=ctx.environ)
+            if args.from_rev:
+                step = "jj new %s" % args.from_rev
+                _new_from(path, args.from_rev, ctx.environ)
+        step = "write ownership marker"
+        write_marker(path, work_id, token)
+        step = "jj describe"
+        jj(["describe", "-m", description(task, work_id)], path, environ=ctx.environ)
+        step = "jj bookmark create"
+        jj(["bookmark", "create", bookmark_name(task, work_id), "-r", "@"], path, environ=ctx.environ)
+        step = "jj log"
+        ids = head_ids(path, environ=ctx.environ)
+    except (store.CoordError, OSError) as exc:
+        reason = exc.message if isinstance(exc, store.CoordError) else "%s: %s" % (type(exc).__name__, exc)
+        removed, left = _discard_half_created(w, native, ctx.environ)
+        with st.transaction():
+            cur = st.work(work_id)
+            st.update_work(work_id, state="failed", data={
+                "failure": {"step": step, "reason": reason, "at": _now(),
+                            "directory": "removed" if removed else ("left at %s" % path if left else "never created")},
+                "history": _history(cur, "failed", caller, reason=reason)})
+            st.audit("work.failed", caller["id"], work_id, step=step, reason=reason, removed=removed)
+        raise EnvError("work create %s failed at %s: %s; recorded as failed (%s)" % (
+            task, step, reason, "directory removed" if removed else ("directory left at %s" % path if left
+                                                                     else "nothing on disk")),
+            "coord work inspect %s" % w["handle"])
+    base = {"change": ids["change"], "commit": ids["commit"],
+            "parent": ids["parents"][0] if len(ids["parents"]) == 1 else None, "parents": ids["parents"]}
+    git_kind = _git_kind(path)
+    with st.transaction():
+        cur = st.work(work_id)
+        w = st.update_work(work_id, state="active", data={
+            "base": base, "current": dict(base, empty=ids["empty"], at=_now()), "git": git_kind,
+            "history": _history(cur, "active", caller)})
+        st.audit("work.created", caller["id"], work_id, task=task, path=path, base_change=ids["change"],
+                 base_commit=ids["commit"], kind=data["kind"])
+    lines = [w["handle"], path]
+    if native:
+        lines.append(native_note(source, git_kind))
+    return 0, {"ok": True, "work": public_work(w, st)}, "\n".join(lines)
+
+
+def _new_from(path, rev, environ):
+    """Start the clone's working copy on `rev` (also tried as `rev@origin`, the fetched bookmark)."""
+    try:
+        jj(["new", rev], path, environ=environ)
+    except ToolError:
+        if "@" in rev or not _BOOKMARK_RE.match(rev):
+            raise
+        jj(["new", "%s@origin" % rev], path, environ=environ)
+
+
+def _git_kind(path):
+    g = os.path.join(path, ".git")
+    if os.path.islink(g):
+        return "symlink"
+    if os.path.isdir(g):
+        return "directory"
+    if os.path.isfile(g):
+        return "worktree-file"
+    return "none"
+
+
+def native_note(source, git_kind):
+    git_text = {"directory": "its own .git",
+                "worktree-file": "a .git file linking a worktree of the shared git repository, not its own .git",
+                "none": "no .git, so git-based tools (and nix flake discovery) do not see a repository"}.get(
+        git_kind, "an unusual .git (%s)" % git_kind)
+    return ("note: native jj workspace of %s: it shares the operation log, object store and bookmarks with every "
+            "other workspace there, and every jj command in either snapshots into that shared store; it has %s. "
+            "It is not an isolation boundary." % (source, git_text))
+
+
+def _discard_half_created(w, native, environ):
+    """Remove what a failed create left, only the directory this create made. -> (removed, left)."""
+    path = w["path"]
+    if native:
+        try:
+            jj(["workspace", "forget", workspace_name(w["id"])], w["source"], environ=environ)
+        except store.CoordError:
+            pass
+    if not os.path.lexists(path):
+        return False, False
+    if os.path.islink(path) or not below(os.path.realpath(path), w["scratch_root"]):
+        return False, True
+    try:
+        shutil.rmtree(path)
+        return True, False
+    except OSError:
+        return False, True
+
+
+# --------------------------------------------------------------------------- list / inspect
+
+def cmd_list(ctx, args):
+    st = ctx.store
+    works = st.works(include_removed=args.all)
+    data = {"ok": True, "work": [public_work(w, st) for w in works]}
+    lines = []
+    for w in works:
+        line = summary_line(w)
+        if ctx.verbose:
+            line += "  id=%s path=%s" % (w["id"], w["path"])
+        lines.append(line)
+    return 0, data, "\n".join(lines)
+
+
+def cmd_inspect(ctx, args):
+    st = ctx.store
+    w = target_work(ctx, args.handle, default_ok=True)
+    owner = st.runtime(w["runtime"]) if w["runtime"] else None
+    live_owner = _owner_of(st, w)
+    lines = [summary_line(w)]
+    lines.append("path %s%s" % (w["path"], "" if w["path"] and os.path.isdir(w["path"]) else " (missing)"))
+    if owner:
+        lines.append("owner %s%s" % (owner["handle"], "" if live_owner else " (not live)"))
+    failure = w["data"].get("failure")
+    if failure:
+        lines.append("failed at %s: %s (directory %s)" % (failure["step"], store.clean_text(failure["reason"], 300),
+                                                          failure["directory"]))
+    gate = _gate(w)
+    if gate.get("reason"):
+        lines.append("gate %s: %s" % (gate["state"], store.clean_text(gate["reason"], 200)))
+    for dep in w["data"].get("depends", []):
+        d = st.work(dep)
+        lines.append("depends on %s (%s)" % (d["handle"] if d else dep, d["state"] if d else "unknown"))
+    data = {"ok": True, "work": public_work(w, st)}
+    if ctx.verbose:
+        d = w["data"]
+        lines.append("id %s" % w["id"])
+        lines.append("source %s" % w["source"])
+        lines.append("conversation %s runtime %s" % (w["conversation"], w["runtime"]))
+        for key in ("base", "current"):
+            if d.get(key):
+                lines.append("%s change %s commit %s" % (key, d[key].get("change"), d[key].get("commit")))
+        integ = _integration(w)
+        cand = integ.get("candidate")
+        if cand:
+            lines.append("candidate change %s commit %s (frozen by %s for %s)" % (
+                cand["change"], cand["commit"], cand["runtime"], cand["resource"]))
+        if integ.get("proof"):
+            lines.append("proof: candidate is an ancestor of %s on %s" % (integ["proof"]["target"],
+                                                                          integ["proof"]["into"]))
+        res = d.get("resources") or {}
+        if res.get("planned") or res.get("actual"):
+            lines.append("resources planned %s actual %s" % (", ".join(res.get("planned") or []) or "-",
+                                                             ", ".join(res.get("actual") or []) or "-"))
+        if d.get("tmux"):
+            t = d["tmux"]
+            lines.append("tmux %s %s %s on %s" % (t.get("session_id"), t.get("window_id"), t.get("pane_id"),
+                                                  t.get("socket")))
+        if not directory_problems(w) and w["state"] not in ("removed", "failed"):
+            try:
+                ids = head_ids(w["path"], snapshot=False, environ=ctx.environ)
+                data["observed"] = ids
+                lines.append("observed @ change %s commit %s%s (last snapshot)" % (
+                    ids["change"], ids["commit"], " empty" if ids["empty"] else ""))
+            except store.CoordError as exc:
+                lines.append("observed: %s" % exc.message)
+    return 0, data, "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- gate
+
+def cmd_gate(ctx, args):
+    st = ctx.store
+    if args.passed == args.waive:
+        raise UsageError("give exactly one of --pass or --waive", "coord work gate HANDLE --pass")
+    if args.waive and not (args.reason or "").strip():
+        raise UsageError("--waive needs --reason: a waiver is deliberate and recorded",
+                         "coord work gate HANDLE --waive --reason \"why\"")
+    w = target_work(ctx, args.handle, default_ok=True)
+    if w["state"] in ("removed", "failed"):
+        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+    caller = _optional_caller(ctx)
+    gate = {"state": "passed" if args.passed else "waived", "at": _now(), "by": _who(caller),
+            "by_handle": caller["handle"] if caller else None, "user": _user(),
+            "reason": store.clean_text(args.reason, 500) if args.reason else None}
+    with st.transaction():
+        cur = st.resolve_work(w["id"])
+        st.update_work(w["id"], data={"gate": {k: v for k, v in gate.items() if v is not None}})
+        st.audit("work.gate." + gate["state"], _who(caller), w["id"], reason=gate.get("reason"), user=gate["user"])
+    return 0, {"ok": True, "work": cur["handle"], "gate": gate}, None
+
+
+def _user():
+    try:
+        import getpass
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - only a label
+        return str(os.getuid())
+
+
+# --------------------------------------------------------------------------- integration
+
+def _integration_resource(bookmark):
+    return store.normalize_resource("integration/" + check_bookmark(bookmark))
+
+
+def cmd_enqueue(ctx, args):
+    st = ctx.store
+    caller = ctx.caller()
+    into = check_bookmark(args.into)
+    w = st.resolve_work(args.handle)
+    if w["state"] in ("removed", "failed", "creating"):
+        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+    with st.transaction():
+        cur = st.resolve_work(w["id"])
+        integ = _integration(cur)
+        if integ["state"] not in ("none", "lock-released"):
+            raise Refused("work %s is already %s for %s" % (w["handle"], integ["state"], integ.get("into")),
+                          "coord work integrate queue")
+        integ.update({"state": "queued", "into": into, "queued_at": _now(), "queued_by": caller["id"]})
+        st.update_work(w["id"], data={"integration": integ})
+        st.audit("work.queued", caller["id"], w["id"], into=into)
+    return 0, {"ok": True, "work": w["handle"], "into": into}, None
+
+
+def cmd_queue(ctx, args):
+    st = ctx.store
+    into = check_bookmark(args.into) if args.into else None
+    rows = []
+    for w in st.works():
+        integ = _integration(w)
+        if integ["state"] not in ("queued", "integrating") or (into and integ.get("into") != into):
+            continue
+        deps = []
+        for dep in w["data"].get("depends", []):
+            d = st.work(dep)
+            deps.append({"handle": d["handle"] if d else dep,
+                         "integration": _integration(d)["state"] if d else "unknown"})
+        rows.append({"handle": w["handle"], "task": w["task"], "state": integ["state"], "into": integ.get("into"),
+                     "queued_at": integ.get("queued_at") or integ.get("candidate", {}).get("at") or 0,
+                     "depends": deps})
+    rows.sort(key=lambda r: (r["queued_at"], r["handle"]))
+    holders = {}
+    for lease in st.all_leases():
+        if lease["resource"].startswith("integration/"):
+            holders[lease["resource"][len("integration/"):]] = lease["handle"]
+    lines = []
+    for b, h in sorted(holders.items()):
+        if not into or b == into:
+            lines.append("integration/%s held by %s" % (b, h))
+    for i, r in enumerate(rows, 1):
+        dep = ""
+        if r["depends"]:
+            dep = "  after " + ", ".join("%s (%s)" % (d["handle"], d["integration"]) for d in r["depends"])
+        lines.append("%d. %s  %s  %s->%s%s" % (i, r["handle"], store.clean_text(r["task"], 40), r["state"],
+                                               r["into"], dep))
+    if rows:
+        lines.append("the queue is an order, not a grant: the integration owner takes integration/<bookmark>")
+    return 0, {"ok": True, "queue": rows, "holders": holders}, "\n".join(lines)
+
+
+def cmd_acquire(ctx, args):
+    """Take integration/<bookmark>, snapshot the clone and freeze its exact candidate."""
+    st = ctx.store
+    caller = ctx.caller()
+    into = check_bookmark(args.into)
+    resource = _integration_resource(into)
+    w = st.resolve_work(args.handle)
+    if w["state"] in ("removed", "failed", "creating"):
+        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+    path = verified_path(w)
+    ids = head_ids(path, environ=ctx.environ)  # snapshots the clone
+    rows = local_changes(path, _local_revset(w), ctx.environ)
+    commits = {r["commit"]: r for r in rows}
+    if ids["commit"] in commits:
+        cand_commit, cand_change = ids["commit"], ids["change"]
+    elif len(ids["parents"]) == 1 and ids["parents"][0] in commits:
+        cand_commit, cand_change = ids["parents"][0], commits[ids["parents"][0]]["change"]
+    elif not rows:
+        raise Refused("work %s has nothing to integrate: no change beyond the canonical bookmarks" % w["handle"],
+                      "make the change first, or gate and remove the work")
+    else:
+        raise Refused("work %s: its local changes are neither @ nor @-; the candidate would be a guess"
+                      % w["handle"], "in %s move @ onto the change to integrate (jj new <change>), then retry" % path)
+    with st.transaction():
+        st.claim(caller["id"], [resource], "exclusive", "integrate %s" % w["handle"])
+        cur = st.resolve_work(w["id"])
+        integ = _integration(cur)
+        integ.update({"state": "integrating", "into": into,
+                      "queued_at": integ.get("queued_at") or _now(),
+                      "candidate": {"change": cand_change, "commit": cand_commit, "at": _now(),
+                                    "runtime": caller["id"], "resource": resource}})
+        integ.pop("proof", None)
+        integ.pop("released", None)
+        st.update_work(w["id"], data={"integration": integ,
+                                      "current": {"change": ids["change"], "commit": ids["commit"],
+                                                  "empty": ids["empty"], "at": _now()},
+                                      "resources": _resources(st, cur)})
+        st.audit("work.integration.acquired", caller["id"], w["id"], resource=resource,
+                 candidate_change=cand_change, candidate_commit=cand_commit)
+    waiting = []
+    for dep in w["data"].get("depends", []):
+        d = st.work(dep)
+        if d is None or _integration(d)["state"] != "integrated":
+            waiting.append("%s (%s)" % (d["handle"] if d else dep, _integration(d)["state"] if d else "unknown"))
+    text = "candidate %s" % cand_commit
+    if waiting:
+        text += "\nnote: depends on %s, not integrated yet" % ", ".join(waiting)
+    return 0, {"ok": True, "work": w["handle"], "resource": resource,
+               "candidate": {"change": cand_change, "commit": cand_commit}, "waiting_on": waiting}, text
+
+
+def _resources(st, w):
+    res = dict(w["data"].get("resources") or {"planned": []})
+    if w.get("runtime"):
+        res["actual"] = [l["resource"] for l in st.leases_of(w["runtime"])]
+    return res
+
+
+def _local_revset(w):
+    if w["data"].get("kind") == "native":
+        parent = (w["data"].get("base") or {}).get("parent")
+        if parent:
+            return "(::@ ~ ::%s) ~ empty()" % parent
+        return "(::@ ~ ::(remote_bookmarks() | tags() | root())) ~ empty()"
+    return LOCAL_WORK
+
+
+def _candidate_for(w, caller):
+    integ = _integration(w)
+    cand = integ.get("candidate")
+    if not cand:
+        raise Refused("work %s has no frozen candidate" % w["handle"],
+                      "coord work integrate acquire %s --into BOOKMARK" % w["handle"])
+    if cand["runtime"] != caller["id"]:
+        raise Refused("the candidate of %s was frozen by another runtime (%s), not %s"
+                      % (w["handle"], cand["runtime"], caller["handle"]),
+                      "only that runtime may prove or release it; to take over: "
+                      "coord work integrate acquire %s --into %s" % (w["handle"], integ.get("into")))
+    return integ, cand
+
+
+def cmd_prove(ctx, args):
+    st = ctx.store
+    caller = ctx.caller()
+    target = full_commit(args.target, "target")
+    w = st.resolve_work(args.handle)
+    integ, cand = _candidate_for(w, caller)
+    if integ["state"] == "lock-released":
+        raise Refused("the integration lock of %s was released; a release is not evidence" % w["handle"],
+                      "re-acquire: coord work integrate acquire %s --into %s" % (w["handle"], integ["into"]))
+    held = [l["resource"] for l in st.leases_of(caller["id"], [cand["resource"]])]
+    if cand["resource"] not in held:
+        raise Refused("%s does not hold %s (expired or released), so it cannot prove" % (
+            caller["handle"], cand["resource"]),
+            "coord work integrate acquire %s --into %s (re-freezes the candidate)" % (w["handle"], integ["into"]))
+    source = w["source"]
+    gargs = git_dir_args(source)
+    for what, oid in (("target", target), ("candidate", cand["commit"])):
+        code, _, _ = git(gargs + ["cat-file", "-e", oid + "^{commit}"], source, ctx.environ, check=False)
+        if code != 0:
+            hint = ("push the candidate to %s first" % source if what == "candidate" else
+                    "name a commit that exists in %s" % source)
+            raise Refused("%s commit %s is not in the canonical repository %s" % (what, oid, source), hint)
+    code, _, err = git(gargs + ["merge-base", "--is-ancestor", cand["commit"], target], source, ctx.environ,
+                       check=False)
+    if code == 1:
+        raise Refused("candidate %s of %s is not an ancestor of %s" % (cand["commit"], w["handle"], target),
+                      SQUASH_NOTE % (w["handle"], w["handle"]))
+    if code != 0:
+        raise ToolError(["git", "merge-base", "--is-ancestor"], code, err)
+    ref = "refs/heads/" + integ["into"]
+    code, _, _ = git(gargs + ["merge-base", "--is-ancestor", target, ref], source, ctx.environ, check=False)
+    if code != 0:
+        raise Refused("target %s is not on bookmark %s in %s" % (target, integ["into"], source),
+                      "name the commit %s points at: git %s rev-parse %s" % (integ["into"], " ".join(gargs), ref))
+    with st.transaction():
+        cur = st.resolve_work(w["id"])
+        now_integ, now_cand = _candidate_for(cur, caller)
+        if now_cand != cand:
+            raise Refused("the candidate of %s changed while proving" % w["handle"], "retry")
+        now_integ.update({"state": "integrated", "proof": {
+            "target": target, "into": integ["into"], "candidate": cand["commit"], "at": _now(),
+            "runtime": caller["id"], "resource": cand["resource"]}})
+        st.update_work(w["id"], data={"integration": now_integ,
+                                      "history": _history(cur, cur["state"], caller, event="integrated")})
+        st.audit("work.integrated", caller["id"], w["id"], candidate=cand["commit"], target=target,
+                 into=integ["into"], resource=cand["resource"])
+    return 0, {"ok": True, "work": w["handle"], "candidate": cand["commit"], "target": target}, None
+
+
+def cmd_release(ctx, args):
+    st = ctx.store
+    caller = ctx.caller()
+    w = st.resolve_work(args.handle)
+    integ, cand = _candidate_for(w, caller)
+    if integ.get("released"):
+        raise Refused("the integration lock of %s was already released" % w["handle"], "coord work inspect %s"
+                      % w["handle"])
+    with st.transaction():
+        held = [l["resource"] for l in st.leases_of(caller["id"], [cand["resource"]])]
+        if cand["resource"] in held:
+            st.release(caller["id"], [cand["resource"]])
+        cur = st.resolve_work(w["id"])
+        now_integ, _ = _candidate_for(cur, caller)
+        now_integ["released"] = {"at": _now(), "runtime": caller["id"], "resource": cand["resource"],
+                                 "lease_was_held": cand["resource"] in held}
+        if now_integ["state"] != "integrated":
+            now_integ["state"] = "lock-released"
+        st.update_work(w["id"], data={"integration": now_integ})
+        st.audit("work.integration.released", caller["id"], w["id"], resource=cand["resource"],
+                 proven=now_integ["state"] == "integrated")
+    text = None
+    if now_integ["state"] != "integrated":
+        text = "released without proof: %s is not integrated" % w["handle"]
+    return 0, {"ok": True, "work": w["handle"], "integration": now_integ["state"]}, text
+
+
+# --------------------------------------------------------------------------- cleanup
+
+def cleanup_blockers(ctx, w, caller):
+    """Every reason the work's directory may not be deleted now: [(code, message, next command)].
+
+    Rules (all must hold): the real path is below the recorded scratch root; the on-disk
+    marker carries the registry token; no live runtime other than the caller owns the work and
+    no recorded tmux window still runs in it; the caller is not inside it; the gate passed or
+    was waived; and, after a fresh snapshot, the clone holds no non-empty change the canonical
+    bookmarks lack (@ included) unless those changes are all within the frozen candidate and
+    that candidate was proven integrated, or released with a waived gate.
+    """
+    st = ctx.store
+    h = w["handle"]
+    if w["state"] == "removed":
+        return [("removed", "already removed", "coord work list")]
+    out = []
+    if w["state"] == "creating":
+        out.append(("creating", "its creation never finished", "coord work inspect %s" % h))
+    problems = directory_problems(w)
+    if problems:
+        return out + problems
+    owner = _owner_of(st, w)
+    if owner is not None and (caller is None or owner["id"] != caller["id"]):
+        out.append(("owner-alive", "owned by live runtime %s" % owner["handle"],
+                    "ask it: coord send \"done with %s?\" --to %s ; or wait until it ends" % (h, owner["handle"])))
+    tmux_problem = _tmux_alive(w)
+    if tmux_problem:
+        out.append(("tmux-open", tmux_problem, "coord work close %s" % h))
+    cwd = os.path.realpath(os.getcwd())
+    if cwd == w["path"] or below(cwd, w["path"]):
+        out.append(("cwd-inside", "this command runs inside %s" % w["path"], "cd out of the clone, then retry"))
+    gate = _gate(w)
+    if gate["state"] not in ("passed", "waived"):
+        out.append(("ungated", "its gate has not passed and was not waived",
+                    "coord work gate %s --pass (or --waive --reason \"why\")" % h))
+    try:
+        ids = head_ids(w["path"], environ=ctx.environ)  # the snapshot: edits on disk become visible
+        rows = local_changes(w["path"], _local_revset(w), ctx.environ)
+    except store.CoordError as exc:
+        return out + [("jj-failed", "cannot read the clone: %s" % exc.message, "coord work inspect %s --verbose" % h)]
+    w["data"]["current"] = {"change": ids["change"], "commit": ids["commit"], "empty": ids["empty"], "at": _now()}
+    if not rows:
+        return out
+    integ = _integration(w)
+    cand = integ.get("candidate")
+    proven = bool(integ.get("proof")) and cand and integ["proof"].get("candidate") == cand["commit"]
+    released = bool(integ.get("released"))
+    if proven or (released and cand):
+        try:
+            extra = local_changes(w["path"], "(%s) ~ ::%s" % (_local_revset(w), cand["commit"]), ctx.environ)
+        except store.CoordError:
+            extra = rows
+        if extra:
+            if proven:
+                out.append(("changed-after-integration",
+                            "%d change(s) beyond the integrated candidate %s (first %s)" % (
+                                len(extra), cand["commit"][:12], extra[0]["commit"]),
+                            "integrate them again (coord work integrate acquire %s --into %s) or keep the clone"
+                            % (h, integ.get("into"))))
+            else:
+                out.append(("changed-after-freeze",
+                            "%d change(s) beyond the candidate frozen before the release" % len(extra),
+                            "coord work integrate acquire %s --into %s" % (h, integ.get("into"))))
+        elif not proven and gate["state"] != "waived":
+            out.append(("unintegrated", "its candidate %s was released without proof of integration"
+                        % cand["commit"][:12], SQUASH_NOTE % (h, h)))
+        return out
+    wc = [r for r in rows if r["wc"]]
+    committed = [r for r in rows if not r["wc"]]
+    if wc:
+        out.append(("dirty", "its working copy @ has changes (%s)" % wc[0]["commit"][:12],
+                    "commit and integrate them, or keep the clone"))
+    if committed:
+        out.append(("unintegrated", "%d committed change(s) are in no canonical bookmark and were not proven "
+                    "integrated" % len(committed),
+                    "coord work integrate acquire %s --into BOOKMARK, push, then prove" % h))
+    return out
+
+
+def _tmux_alive(w):
+    rec = w["data"].get("tmux")
+    if not rec or w["state"] in ("closed", "parked"):
+        return None
+    try:
+        import session
+    except ImportError:
+        return None
+    try:
+        session.validate(rec)
+    except session.SessionError:
+        return None
+    return "its tmux window %s still runs" % rec.get("window_id")
+
+
+def _delete_checkout(ctx, w):
+    """Delete a verified checkout: forget a native workspace, move aside atomically, then rmtree."""
+    path = w["path"]
+    if w["data"].get("kind") == "native":
+        jj(["workspace", "forget", workspace_name(w["id"])], path, environ=ctx.environ)
+    aside = "%s.removing-%s" % (path, secrets.token_hex(4))
+    os.rename(path, aside)
+    shutil.rmtree(aside)
+
+
+def _mark_removed(ctx, w, caller, how):
+    st = ctx.store
+    with st.transaction():
+        cur = st.work(w["id"])
+        st.update_work(w["id"], state="removed", data={
+            "removed": {"at": _now(), "by": _who(caller), "how": how},
+            "current": w["data"].get("current"),
+            "history": _history(cur, "removed", caller, how=how)})
+        st.audit("work.removed", _who(caller), w["id"], how=how, path=w["path"])
+
+
+def cmd_remove(ctx, args):
+    st = ctx.store
+    w = st.resolve_work(args.handle)
+    if args.confirm not in (w["handle"], w["id"]):
+        raise UsageError("removal needs the exact work handle repeated: --confirm %s" % w["handle"],
+                         "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
+    caller = _optional_caller(ctx)
+    if w["state"] == "removed":
+        return 0, {"ok": True, "work": w["handle"], "removed": False, "already": True}, None
+    if args.forget:
+        if os.path.lexists(w["path"] or ""):
+            raise Refused("--forget only drops a record whose directory is gone; %s exists" % w["path"],
+                          "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
+        _mark_removed(ctx, w, caller, "forgotten (directory was already gone)")
+        return 0, {"ok": True, "work": w["handle"], "removed": True, "forgotten": True}, None
+    if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
+        _mark_removed(ctx, w, caller, "failed create, nothing on disk")
+        return 0, {"ok": True, "work": w["handle"], "removed": True}, None
+    blockers = cleanup_blockers(ctx, w, caller)
+    if blockers:
+        raise Refused("will not remove %s: %s" % (w["handle"], "; ".join(b[1] for b in blockers)),
+                      " ; ".join(_unique(b[2] for b in blockers)),
+                      reasons=[{"code": c, "message": m, "next": n} for c, m, n in blockers])
+    _delete_checkout(ctx, w)
+    _mark_removed(ctx, w, caller, "remove")
+    return 0, {"ok": True, "work": w["handle"], "removed": True}, None
+
+
+def cmd_gc(ctx, args):
+    st = ctx.store
+    caller = _optional_caller(ctx)
+    removed, kept = [], []
+    for w in st.works():
+        if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
+            if not args.dry_run:
+                _mark_removed(ctx, w, caller, "gc: failed create, nothing on disk")
+            removed.append({"handle": w["handle"], "task": w["task"], "record_only": True})
+            continue
+        blockers = cleanup_blockers(ctx, w, caller)
+        if blockers:
+            kept.append({"handle": w["handle"], "task": w["task"], "path": w["path"],
+                         "reasons": [{"code": c, "message": m, "next": n} for c, m, n in blockers]})
+            continue
+        if not args.dry_run:
+            try:
+                _delete_checkout(ctx, w)
+            except (OSError, store.CoordError) as exc:
+                kept.append({"handle": w["handle"], "task": w["task"], "path": w["path"], "reasons": [
+                    {"code": "delete-failed", "message": str(getattr(exc, "message", exc)),
+                     "next": "coord work inspect %s" % w["handle"]}]})
+                continue
+            _mark_removed(ctx, w, caller, "gc")
+        removed.append({"handle": w["handle"], "task": w["task"]})
+    lines = []
+    verb = "would remove" if args.dry_run else "removed"
+    for r in removed:
+        lines.append("%s %s  %s" % (verb, r["handle"], store.clean_text(r["task"], 48)))
+    if kept:
+        lines.append("recovery candidates:")
+    for k in kept:
+        lines.append("  %s  %s: %s" % (k["handle"], store.clean_text(k["task"], 48),
+                                       "; ".join("%s (next: %s)" % (r["message"], r["next"]) for r in k["reasons"])))
+    return 0, {"ok": True, "removed": removed, "kept": kept, "dry_run": bool(args.dry_run)}, "\n".join(lines)
+
+
+def _unique(items):
+    out = []
+    for i in items:
+        if i not in out:
+            out.append(i)
+    return out
+
+
+# --------------------------------------------------------------------------- adopt
+
+def cmd_adopt(ctx, args):
+    """Register a known clone again after the database was lost, then rotate its marker."""
+    st = ctx.store
+    caller = _optional_caller(ctx)
+    canonical = canonical_root(ctx)
+    scratch = resolve_scratch_root(args.scratch_root, ctx.environ, canonical)
+    raw = os.path.abspath(args.path)
+    if os.path.islink(raw):
+        raise Refused("%s is a symlink; adopt names the clone's real directory" % raw, "pass the resolved path")
+    path = os.path.realpath(raw)
+    if not below(path, scratch):
+        raise Refused("%s is not below the scratch root %s" % (path, scratch),
+                      "pass --scratch-root DIR when the clone lives under another scratch root")
+    for needed in (".jj", ".git"):
+        if not os.path.isdir(os.path.join(path, needed)):
+            raise Refused("%s has no %s directory: only independent colocated clones can be adopted" % (path, needed),
+                          "inspect it by hand")
+    _, out, _ = git(["remote", "get-url", "origin"], path, ctx.environ, check=False)
+    source = out.strip()
+    source_real = os.path.realpath(source) if source and os.path.isabs(source) else source
+    if not source_real or source_real == path or below(path, source_real) or below(source_real, path):
+        raise Refused("the clone's origin %r is not a repository distinct from %s" % (source, path),
+                      "adopt only clones of the canonical repository")
+    if source_real != canonical and source_real != clone_source(canonical):
+        raise Refused("%s is a clone of %s, not of this repository %s" % (path, source_real, canonical),
+                      "run adopt from the checkout it was cloned from")
+    # The authority: the clone's own jj metadata, read without touching its working copy.
+    _, names, _ = jj(["workspace", "list", "-T", 'name ++ "\\n"'], path, snapshot=False, environ=ctx.environ)
+    names = [n for n in names.splitlines() if n]
+    ids = [n[len("agent-"):] for n in names if n.startswith("agent-") and store.is_uuid(n[len("agent-"):])]
+    if len(ids) != 1 or len(names) != 1:
+        raise Refused("%s does not have exactly one agent-<work id> workspace (found %s)" % (
+            path, ", ".join(names) or "none"), "inspect it by hand")
+    work_id = ids[0]
+    marker = read_marker(path)
+    if marker is not None and marker.get("work") not in (None, work_id):
+        raise Refused("the marker in %s names work %s but the workspace is agent-%s" % (
+            path, marker.get("work"), work_id), "inspect it by hand")
+    if args.work_id and args.work_id.strip().lower() != work_id:
+        raise Refused("%s holds work %s, not %s" % (path, work_id, args.work_id), "check the ID")
+    existing = st.work(work_id)
+    if existing is not None and existing["state"] != "removed":
+        raise Refused("work %s is already registered as %s" % (work_id, existing["handle"]),
+                      "coord work inspect %s" % existing["handle"])
+    _, out, _ = jj(["bookmark", "list", "-T", 'if(remote, "", name ++ "\\n")'], path, snapshot=False,
+                   environ=ctx.environ)
+    suffix = "/" + work_id
+    bookmarks = [b for b in out.splitlines() if b.startswith("agent/") and b.endswith(suffix)]
+    if len(bookmarks) != 1:
+        raise Refused("%s has no single agent/<task>/%s bookmark" % (path, work_id), "inspect it by hand")
+    task = bookmarks[0][len("agent/"):-len(suffix)]
+    check_task(task)
+    _, out, _ = jj(["log", "--no-graph", "-r", "bookmarks(exact:%s)" % json.dumps(bookmarks[0]),
+                    "-T", _ID_TEMPLATE], path, snapshot=False, environ=ctx.environ)
+    fields = (out.strip().split(" ") + ["", ""])[:2]
+    if not _CHANGE_RE.match(fields[0]) or not _FULL_COMMIT_RE.match(fields[1]):
+        raise Refused("cannot read exact IDs of %s in %s" % (bookmarks[0], path), "inspect it by hand")
+    if args.expect_commit and full_commit(args.expect_commit) != fields[1]:
+        raise Refused("bookmark %s is at %s, not the expected %s" % (bookmarks[0], fields[1], args.expect_commit),
+                      "check the ID")
+    head = head_ids(path, snapshot=False, environ=ctx.environ)
+    token = secrets.token_hex(32)
+    data = {"kind": "clone", "adopted": {"at": _now(), "by": _who(caller), "bookmark_commit": fields[1],
+                                         "bookmark_change": fields[0]},
+            "workspace_name": names[0], "bookmark": bookmarks[0], "depends": [],
+            "resources": {"planned": [], "actual": []}, "gate": {"state": "pending"},
+            "integration": {"state": "none"},
+            "current": {"change": head["change"], "commit": head["commit"], "empty": head["empty"], "at": _now()},
+            "git": _git_kind(path), "agent_id": caller.get("agent_id") if caller else None,
+            "history": [{"state": "active", "at": _now(), "by": _who(caller), "event": "adopted"}]}
+    with st.transaction():
+        if st.work(work_id) is not None:
+            raise Refused("work %s was registered meanwhile" % work_id, "coord work list")
+        w = st.insert_work(task, "active", token, path=path, scratch_root=scratch, source=canonical,
+                           conversation=caller["conversation"] if caller else None, runtime=_who(caller),
+                           data=data, work_id=work_id)
+        st.audit("work.adopted", _who(caller), work_id, path=path, bookmark=bookmarks[0], commit=fields[1])
+    write_marker(path, work_id, token)
+    return 0, {"ok": True, "work": public_work(w, st)}, w["handle"]
+
+
+# --------------------------------------------------------------------------- remote
+
+def cmd_remote_verify(ctx, args):
+    """Read REMOTE's bookmark over the wire (git ls-remote) and require the expected full commit."""
+    expect = full_commit(args.expect, "--expect")
+    bookmark = check_bookmark(args.bookmark)
+    remote = args.remote
+    if not remote or remote.startswith("-"):
+        raise UsageError("remote %r is not a remote name or URL" % remote, "coord remote verify origin main --expect C")
+    repo = canonical_root(ctx)
+    ref = "refs/heads/" + bookmark
+    _, out, _ = git(git_dir_args(repo) + ["ls-remote", remote, ref], repo, ctx.environ)
+    found = [line.split("\t", 1)[0] for line in out.splitlines() if line.split("\t", 1)[-1] == ref]
+    actual = found[0] if found else None
+    data = {"ok": actual == expect, "remote": remote, "bookmark": bookmark, "expected": expect, "actual": actual}
+    if actual is None:
+        raise Refused("remote %s has no bookmark %s" % (remote, bookmark),
+                      "git ls-remote %s shows what it has" % remote, **data)
+    if actual != expect:
+        raise Refused("remote %s %s is at %s, not the expected %s" % (remote, bookmark, actual, expect),
+                      "re-read the remote and rebase or re-plan; never force: git ls-remote %s %s" % (remote, ref),
+                      **data)
+    return 0, data, None
+
+
+# --------------------------------------------------------------------------- registration
+
+def register(sub, common, ident):
+    """Add `work ...` and `remote verify` to coord's top-level subparsers."""
+    both = [common, ident]
+    work = sub.add_parser("work", parents=[common], help="isolated jj clones: create, list, inspect, integrate, "
+                          "remove, ...", description="Managed work: each writable agent gets its own colocated "
+                          "jj clone, recorded with exact IDs, integrated by one owner, and removed only with evidence.")
+    ws = work.add_subparsers(dest="work_command", metavar="SUBCOMMAND")
+
+    p = ws.add_parser("create", parents=both, help="clone the repository for one task; prints handle and path")
+    p.add_argument("task", metavar="TASK", help="short task name (letters, digits, - and _)")
+    p.add_argument("--scratch-root", metavar="DIR", help="where clones live (default $COORD_SCRATCH_ROOT or %s)"
+                   % DEFAULT_SCRATCH_ROOT)
+    p.add_argument("--native-workspace", action="store_true",
+                   help="use `jj workspace add` (shared op log and store: not isolated)")
+    p.add_argument("--from", dest="from_rev", metavar="REV", help="start from this revision (default: the "
+                   "canonical default bookmark)")
+    p.add_argument("--depends", nargs="+", action="extend", default=[], metavar="HANDLE",
+                   help="work this one builds on")
+    p.add_argument("--resources", nargs="+", action="extend", default=[], metavar="R",
+                   help="resources this work plans to change")
+    p.set_defaults(func=cmd_create)
+
+    p = ws.add_parser("list", parents=both, help="work records: handle, task, state")
+    p.add_argument("--all", action="store_true", help="include removed work")
+    p.set_defaults(func=cmd_list)
+
+    p = ws.add_parser("inspect", parents=both, help="one work record (--verbose adds exact IDs)")
+    p.add_argument("handle", nargs="?", metavar="HANDLE", help="default: $COORD_WORK_ID, when you own it")
+    p.set_defaults(func=cmd_inspect)
+
+    p = ws.add_parser("gate", parents=both, help="record that the work's checks passed, or waive them")
+    p.add_argument("handle", nargs="?", metavar="HANDLE", help="default: $COORD_WORK_ID, when you own it")
+    p.add_argument("--pass", dest="passed", action="store_true")
+    p.add_argument("--waive", action="store_true")
+    p.add_argument("--reason", metavar="TEXT")
+    p.set_defaults(func=cmd_gate)
+
+    integ = ws.add_parser("integrate", parents=[common], help="one integration owner at a time: acquire, prove, "
+                          "release; queue")
+    isub = integ.add_subparsers(dest="integrate_command", metavar="STEP")
+    p = isub.add_parser("acquire", parents=both, help="take integration/BOOKMARK and freeze the candidate")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--into", required=True, metavar="BOOKMARK")
+    p.set_defaults(func=cmd_acquire)
+    p = isub.add_parser("prove", parents=both, help="record proof: candidate is an ancestor of the target commit")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--target", required=True, metavar="COMMIT", help="full commit ID on the bookmark")
+    p.set_defaults(func=cmd_prove)
+    p = isub.add_parser("release", parents=both, help="release the integration lock (not evidence)")
+    p.add_argument("handle", metavar="HANDLE")
+    p.set_defaults(func=cmd_release)
+    p = isub.add_parser("enqueue", parents=both, help="join the visible queue (grants nothing)")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--into", required=True, metavar="BOOKMARK")
+    p.set_defaults(func=cmd_enqueue)
+    p = isub.add_parser("queue", parents=both, help="show queued work in order, with dependencies")
+    p.add_argument("--into", metavar="BOOKMARK")
+    p.set_defaults(func=cmd_queue)
+
+    p = ws.add_parser("remove", parents=both, help="delete a clone, only when every cleanup rule holds")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--confirm", required=True, metavar="HANDLE", help="the same handle again")
+    p.add_argument("--forget", action="store_true", help="drop a record whose directory is already gone")
+    p.set_defaults(func=cmd_remove)
+
+    p = ws.add_parser("gc", parents=both, help="remove what passes every rule; list the rest with reasons")
+    p.add_argument("--dry-run", action="store_true")
+    p.set_defaults(func=cmd_gc)
+
+    p = ws.add_parser("adopt", parents=both, help="register a known clone again after database loss")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--scratch-root", metavar="DIR")
+    p.add_argument("--work-id", metavar="UUID", help="refuse unless the clone holds this work ID")
+    p.add_argument("--expect-commit", metavar="COMMIT", help="refuse unless its agent bookmark is at this commit")
+    p.set_defaults(func=cmd_adopt)
+
+    _register_session(ws, both)
+
+    remote = sub.add_parser("remote", parents=[common], help="verify a remote bookmark authoritatively")
+    rs = remote.add_subparsers(dest="remote_command", metavar="SUBCOMMAND")
+    p = rs.add_parser("verify", parents=both, help="exit 0 only when REMOTE's BOOKMARK is exactly --expect")
+    p.add_argument("remote", metavar="REMOTE")
+    p.add_argument("bookmark", metavar="BOOKMARK")
+    p.add_argument("--expect", required=True, metavar="COMMIT", help="full commit ID")
+    p.set_defaults(func=cmd_remote_verify)
+
+
+def _register_session(ws, both):
+    """tmux subcommands, present only when session.py is available."""
+    return None
