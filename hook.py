@@ -1,0 +1,495 @@
+"""coord's hook: the one program Claude Code and Codex run for every hook event.
+
+Usage: python3 -I -S .coord/hook.py --harness claude|codex   (payload JSON on stdin)
+
+Contract:
+- Exit status is always 0. Stdout is empty, or exactly one JSON reply.
+- A write is denied only on a positively recognised conflict: a live peer holds a lease that
+  overlaps a path the tool will write. Everything else fails open: unreadable payload,
+  unknown event or tool, missing project ID or database, a busy or damaged database, any
+  exception. A fail-open case prints at most one line on stderr.
+- A deny never carries additionalContext, and the hook never says "allow".
+- PreToolUse writes nothing to the database; other events heartbeat at most every
+  store.HEARTBEAT_EVERY seconds and deliver messages only when some are open.
+- Only os, sys, json and re (json's own dependency) load before the event needs the store.
+
+Paths: the repository root is COORD_REPO_ROOT when set, else the parent of the `.coord/`
+directory holding this file, else (a source checkout) the nearest `.coord/`, `.jj/` or `.git/`
+above the payload's cwd. Paths resolve against the payload's cwd, then through symlinks.
+"""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path",
+              "NotebookEdit": "notebook_path"}
+PATCH_TOOLS = ("apply_patch",)
+SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
+MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails open
+BUSY_WAIT = 1.0          # seconds one statement waits for a locked database (SessionEnd: half)
+SHOWN = 8                # peer leases listed at SessionStart
+_PATCH = {}              # compiled patch regexes, built on first use
+
+
+def patch_paths(text):
+    """Every path an apply_patch envelope writes: added, updated and deleted files, and each
+    `*** Move to:` destination. Mirrors Codex's lenient parser (markers trimmed, CRLF
+    tolerated); a marker-like line inside an update hunk is content, as it is for Codex."""
+    if not _PATCH:
+        import re
+        _PATCH["file"] = re.compile(r"\*\*\*\s*(add|update|delete)\s+file\s*:(.*)$", re.I)
+        _PATCH["move"] = re.compile(r"\*\*\*\s*move\s+to\s*:(.*)$", re.I)
+    found, state, fresh = [], None, False
+    for line in text.split("\n"):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if state == "add" and line.startswith("+"):
+            continue
+        s = line.strip()
+        if state == "update":
+            m = _PATCH["move"].match(s) if (fresh or line.startswith("*")) else None
+            fresh = False
+            if m:
+                found.append(m.group(1).strip())
+                continue
+            if not line.startswith("*"):
+                continue
+        m = _PATCH["file"].match(s)
+        if m:
+            found.append(m.group(2).strip())
+            state = m.group(1).lower()
+            fresh = state == "update"
+        elif state == "add":
+            state = None
+    return [p for p in found if p]
+
+
+def write_targets(tool, tool_input):
+    """Paths (as written in the payload) that this tool call will write; [] when none or unknown."""
+    if not isinstance(tool_input, dict):
+        return []
+    if tool in FILE_TOOLS:
+        path = tool_input.get(FILE_TOOLS[tool])
+        if not isinstance(path, str):
+            path = tool_input.get("file_path")
+        return [path] if isinstance(path, str) else []
+    if tool in PATCH_TOOLS:
+        for key in ("command", "input", "patch"):
+            if isinstance(tool_input.get(key), str):
+                return patch_paths(tool_input[key])
+    return []
+
+
+class Hook:
+    """One event: the payload's identity fields plus the store, opened on demand."""
+
+    def __init__(self, payload, harness, environ):
+        self.payload = payload
+        self.event = payload["hook_event_name"]
+        self.session = payload["session_id"]
+        self.agent = payload.get("agent_id")
+        cwd = payload.get("cwd")
+        self.cwd = cwd if isinstance(cwd, str) and cwd.startswith("/") else os.getcwd()
+        self.harness = harness
+        self.environ = environ
+        self.st = self.targets = None
+        self._root = self._proc = None
+        import store
+        self.store = store
+
+    def root(self):
+        if self._root is None:
+            explicit = self.environ.get("COORD_REPO_ROOT")
+            root = explicit
+            if not root:
+                for d in (os.path.dirname(os.path.abspath(__file__)), HERE):
+                    if os.path.basename(d) == ".coord":
+                        root = os.path.dirname(d)
+                        break
+            root = root or self.store.find_repo_root(self.cwd) or ""
+            self._root = os.path.realpath(root) if root else ""
+        return self._root
+
+    def db_path(self):
+        return self.store.resolve_db_path(self.environ, self.root() or None)
+
+    def open(self, migrate=True):
+        wait = BUSY_WAIT / 2 if self.event == "SessionEnd" else BUSY_WAIT
+        self.st = self.store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate)
+        return self.st
+
+    def process(self):
+        """(pid, start) of the harness: the nearest ancestor that is not a shell; (None, None)
+        without /proc (identity then rests on the conversation alone)."""
+        if self._proc is None:
+            self._proc = (None, None)
+            if os.path.isdir("/proc"):
+                pid = os.getppid()
+                for _ in range(8):
+                    parent, comm = self.store.process_parent(pid)
+                    if comm not in SHELLS or not parent or parent <= 1:
+                        break
+                    pid = parent
+                self._proc = (pid, self.store.process_start(pid))
+        return self._proc
+
+    def ours(self, rt):
+        """True when rt was attached by this harness process (or cannot be told apart)."""
+        pid, start = self.process()
+        if pid is None or rt["pid"] is None:
+            return True
+        return rt["pid"] == pid and (rt["pid_start"] in (None, start) or start is None)
+
+    def superseded(self):
+        """This process's own superseded attachment of the conversation, or None."""
+        pid, start = self.process()
+        row = self.st.q("SELECT id, pid_start FROM runtimes WHERE conversation = ? AND agent_id IS NULL"
+                        " AND pid = ? AND superseded_by IS NOT NULL ORDER BY started_at DESC LIMIT 1",
+                        (self.session, pid)).fetchone()
+        return row[0] if row and row[1] in (None, start) else None
+
+    def identity(self):
+        """(runtime ID or None, live runtime of the conversation owned by another attachment
+        when this process was superseded by it) without writing anything."""
+        if self.agent:
+            return self.store.subagent_uuid(self.session, self.agent), None
+        rt = self.st.find_conversation_runtime(self.session)
+        if rt is None:
+            return None, None
+        if not self.ours(rt):
+            old = self.superseded()
+            if old:
+                return old, rt
+        return rt["id"], None
+
+    def attach(self):
+        """This event's live runtime, registered quietly when missing; None for a superseded
+        (stale) process, which must neither renew nor receive the new attachment's state."""
+        st = self.st
+        rt = st.find_conversation_runtime(self.session, self.agent)
+        if rt is not None and not self.agent and not self.ours(rt) and self.superseded():
+            return None
+        if rt is None:
+            pid, start = self.process()
+            rt = st.register(conversation=self.session, harness=self.harness, pid=pid, pid_start=start,
+                             agent_id=self.agent, cwd=self.cwd, source="hook")
+        return rt
+
+    def command(self):
+        """How the agent runs coord from its cwd (.coord/coord at the repository root)."""
+        root = self.root()
+        if not root:
+            return ".coord/coord"
+        cwd = os.path.realpath(self.cwd)
+        if cwd == root:
+            return ".coord/coord"
+        full = os.path.join(root, ".coord", "coord")
+        return os.path.relpath(full, cwd) if cwd.startswith(root + "/") else full
+
+    def resources(self, path):
+        """Repository-relative resource names a write to `path` touches: the name through a
+        resolved parent (what a delete or rename changes) and the fully resolved target."""
+        if not path or "\0" in path:
+            return []
+        try:
+            joined = os.path.join(self.cwd, path)
+            names = [os.path.realpath(joined)]
+            base = os.path.basename(joined)
+            if base not in ("", ".", ".."):
+                names.insert(0, os.path.join(os.path.realpath(os.path.dirname(joined)), base))
+        except ValueError:
+            return []  # undecodable (lone surrogate) names cannot be files the harness writes
+        root, out = self.root(), []
+        for full in names:
+            if not root or not full.startswith(root + "/"):
+                continue
+            rel = full[len(root) + 1:]
+            try:
+                rel = self.store.normalize_resource(rel)
+            except self.store.CoordError:
+                pass  # not a leasable name itself, yet its ancestors may be leased
+            if rel not in out:
+                out.append(rel)
+        return out
+
+
+def reply(event, text):
+    import json
+    return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
+
+
+# --------------------------------------------------------------------------- events
+
+def on_pre_tool_use(h):
+    resources = []
+    for path in h.targets:
+        resources.extend(r for r in h.resources(path) if r not in resources)
+    if not resources or not os.path.exists(h.db_path()):
+        return ""  # nothing coordinated, or no database: no lease can exist
+    st = h.open(migrate=False)
+    me, successor = h.identity()
+    blocking = st.conflicts(resources, "exclusive", as_runtime=me)
+    if me and any(b["mode"] == "append" for b in blocking):
+        # A writer holding an append lease that covers the path writes as an appender: only
+        # exclusive leases block it. Without one, a write is an exclusive request (the matrix).
+        now = h.store.time.time()
+        mine = [l["resource"] for l in st.leases_of(me) if l["expires_at"] > now]
+        blocking = [b for b in blocking if b["mode"] != "append" or
+                    not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
+    if not blocking:
+        return ""
+    return deny(h, blocking, successor)
+
+
+def deny(h, blocking, successor):
+    import json
+    clean, cmd = h.store.clean_text, h.command()
+    seen, parts = set(), []
+    for b in blocking:
+        key = (b["resource"], b["runtime"])
+        if key in seen:
+            continue
+        seen.add(key)
+        where = b["requested"] if b["resource"] == b["requested"] else "%s (inside %s)" % (
+            b["requested"], b["resource"])
+        purpose = ' for "%s"' % clean(b["purpose"], 120) if b["purpose"] else ""
+        how = "exclusively" if b["mode"] == "exclusive" else "for appending"
+        parts.append("%s is leased %s by %s%s" % (where, how, b["handle"], purpose))
+    holder = blocking[0]["handle"]
+    text = "coord: write refused: %s." % "; ".join(parts[:4])
+    if len(parts) > 4:
+        text += " (+%d more)" % (len(parts) - 4)
+    if successor is not None and any(b["runtime"] == successor["id"] for b in blocking):
+        text += (" This conversation was resumed elsewhere as %s; this session is stale and should stop"
+                 " editing." % successor["handle"])
+    text += (" Ask the holder: %s send \"<what you need>\" --to %s ; or do other work and retry later;"
+             " replies arrive here or with %s inbox." % (cmd, holder, cmd))
+    if all(b["mode"] == "append" for b in blocking):
+        text += (" To append alongside: %s claim %s --mode append -p \"<purpose>\"."
+                 % (cmd, blocking[0]["requested"]))
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                              "permissionDecisionReason": text}})
+
+
+def on_deliver(h):
+    """UserPromptSubmit, PostToolUse: heartbeat, then open messages as context (else nothing)."""
+    st = h.open()
+    rt = h.attach()
+    if rt is None:
+        return ""
+    st.heartbeat(rt["id"], min_interval=h.store.HEARTBEAT_EVERY)
+    text = st.pending_context(rt["id"], prefix=h.command())
+    return reply(h.event, text) if text else ""
+
+
+def on_stop(h):
+    st = h.open()
+    rt = h.attach()
+    if rt is not None:
+        st.heartbeat(rt["id"], min_interval=h.store.HEARTBEAT_EVERY)
+    return ""
+
+
+def on_session_start(h):
+    if h.agent:
+        return on_subagent_start(h)
+    st = h.open()
+    pid, start = h.process()
+    rt = st.find_conversation_runtime(h.session)
+    if rt is not None and rt["pid"] is not None and rt["pid"] == pid and h.ours(rt):
+        st.reap()  # same process (compaction, /clear back to it): same attachment, same handle
+        st.heartbeat(rt["id"])
+    else:
+        rt = st.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
+                         source="hook:%s" % h.payload.get("source"))
+    env_file = h.environ.get("CLAUDE_ENV_FILE")
+    if env_file:
+        export_runtime(env_file, rt["id"])
+    return reply("SessionStart", session_context(h, rt))
+
+
+def export_runtime(path, runtime_id):
+    """Append the runtime ID for the agent's later shell commands (Claude sources this file)."""
+    try:
+        with open(path, "ab+") as f:
+            f.seek(0, 2)
+            lead = b""
+            if f.tell():
+                f.seek(-1, 2)
+                lead = b"" if f.read(1) == b"\n" else b"\n"
+            f.write(lead + ("export COORD_RUNTIME_ID=%s\n" % runtime_id).encode())
+    except OSError:
+        pass  # identity then falls back to CLAUDE_CODE_SESSION_ID
+
+
+def session_context(h, rt):
+    st, clean, cmd = h.st, h.store.clean_text, h.command()
+    lines = ["coord: you are %s. Peers reach you with: %s send \"<text>\" --to %s" % (rt["handle"], cmd, rt["handle"])]
+    mine = [l["resource"] for l in st.leases_of(rt["id"])]
+    if mine:
+        lines.append("Your leases: %s" % ", ".join(mine[:SHOWN]) + (" (+%d more)" % (len(mine) - SHOWN)
+                                                                     if len(mine) > SHOWN else ""))
+    sql = (" FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.mode = 'exclusive' AND l.runtime != ?"
+           " AND l.expires_at > ? AND r.ended_at IS NULL")
+    now = h.store.time.time()
+    rows = st.q("SELECT l.resource, r.handle, l.purpose" + sql + " ORDER BY l.resource LIMIT ?",
+                (rt["id"], now, SHOWN)).fetchall()
+    if rows:
+        total = st.q("SELECT count(*)" + sql, (rt["id"], now)).fetchone()[0]
+        lines.append("Held exclusively by peers (ask before editing):")
+        for resource, handle, purpose in rows:
+            lines.append("  %s  %s%s" % (resource, handle, ('  "%s"' % clean(purpose, 80)) if purpose else ""))
+        if total > len(rows):
+            lines.append("  +%d more: %s list" % (total - len(rows), cmd))
+    pending = st.pending_context(rt["id"], prefix=cmd)
+    if pending:
+        lines.append(pending)
+    return "\n".join(lines)
+
+
+def on_subagent_start(h):
+    h.open()
+    h.attach()
+    return ""
+
+
+def on_subagent_stop(h):
+    st = h.open()
+    rid = h.store.subagent_uuid(h.session, h.agent)
+    if st.runtime(rid) is not None:
+        st.bye(rid, reason="subagent-stop")
+    return ""
+
+
+def on_session_end(h):
+    st = h.open()
+    if h.agent:
+        return on_subagent_stop(h)
+    rt = st.find_conversation_runtime(h.session)
+    if rt is None or not h.ours(rt):
+        return ""  # nothing live, or a stale process: the resumed attachment keeps its state
+    st.bye(rt["id"], reason="session-end")
+    pid, start = h.process()
+    if pid is not None:
+        for (sub,) in st.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NOT NULL"
+                           " AND ended_at IS NULL AND pid = ?", (h.session, pid)).fetchall():
+            st.bye(sub, reason="session-end")
+    return ""
+
+
+EVENTS = {
+    "SessionStart": on_session_start,
+    "UserPromptSubmit": on_deliver,
+    "PostToolUse": on_deliver,
+    "PreToolUse": on_pre_tool_use,
+    "Stop": on_stop,
+    "SubagentStart": on_subagent_start,
+    "SubagentStop": on_subagent_stop,
+    "SessionEnd": on_session_end,
+}
+NEEDS_AGENT = ("SubagentStart", "SubagentStop")
+
+
+# --------------------------------------------------------------------------- entry
+
+def run(raw, argv=(), environ=None):
+    """Handle one payload (bytes); return (stdout text, stderr line). Never raises."""
+    environ = os.environ if environ is None else environ
+    h = None
+    try:
+        if len(raw) > MAX_INPUT:
+            return "", "coord hook: payload larger than %d bytes; not checked" % MAX_INPUT
+        import json
+        payload = json.loads(raw)
+        if not isinstance(payload, dict):
+            return "", ""
+        event = payload.get("hook_event_name")
+        handler = EVENTS.get(event) if isinstance(event, str) else None
+        session, agent = payload.get("session_id"), payload.get("agent_id", "")
+        if handler is None or not isinstance(session, str) or not session.strip():
+            return "", ""
+        if not isinstance(agent, str) or (event in NEEDS_AGENT and not agent):
+            return "", ""
+        targets = None
+        if handler is on_pre_tool_use:
+            targets = write_targets(payload.get("tool_name"), payload.get("tool_input"))
+            if not targets:
+                return "", ""  # not a recognised write: allowed without touching the store
+        h = Hook(payload, harness_of(argv), environ)
+        h.targets = targets
+        return handler(h) or "", ""
+    except Exception as exc:
+        return "", failure(exc)
+    finally:
+        if h is not None and h.st is not None:
+            try:
+                h.st.close()
+            except Exception:
+                pass
+
+
+def harness_of(argv):
+    for i, arg in enumerate(argv):
+        if arg == "--harness" and i + 1 < len(argv):
+            return argv[i + 1][:20]
+        if arg.startswith("--harness="):
+            return arg[10:30]
+    return ""
+
+
+def failure(exc):
+    """One stderr line for a fail-open case; an unexpected exception also leaves its traceback
+    in the state directory's errors.log."""
+    try:
+        import store
+        if isinstance(exc, store.CoordError):
+            return "coord hook: %s; allowed" % store.clean_text(exc.message, 300).replace("\n", " ")
+        where = log_traceback()
+        return "coord hook: internal error %s: %s%s; allowed" % (
+            type(exc).__name__, store.clean_text(str(exc), 200).replace("\n", " "),
+            " (details in %s)" % where if where else "")
+    except Exception:
+        return "coord hook: internal error; allowed"
+
+
+def log_traceback():
+    import traceback
+    try:
+        base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        d = os.path.join(base, "fleet-agent-coord")
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        path = os.path.join(d, "errors.log")
+        if os.path.exists(path) and os.path.getsize(path) > 1 << 20:
+            os.replace(path, path + ".1")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as f:
+            f.write("coord hook %r\n%s\n" % (sys.argv, traceback.format_exc()))
+        return path
+    except Exception:
+        return None
+
+
+def main(argv=None):
+    """Read the payload, handle it, write the reply; the exit status is always 0."""
+    try:
+        if sys.version_info < (3, 9):
+            return 0
+        raw = sys.stdin.buffer.read(MAX_INPUT + 1)
+        out, err = run(raw, sys.argv[1:] if argv is None else argv)
+        for fd, text in ((1, out), (2, err)):
+            if text:
+                data = (text + "\n").encode("utf-8", "replace")
+                while data:
+                    data = data[os.write(fd, data):]
+    except BaseException:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    main()
+    os._exit(0)  # the database is closed; skip interpreter teardown (the harness waits for it)
