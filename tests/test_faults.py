@@ -1,0 +1,355 @@
+"""Faults and hostile input against the store and the CLI, with real processes and files.
+
+Each test asserts the invariants after the fault: integrity, no overlapping exclusive leases
+between live runtimes, acknowledged writes kept, clear errors, nothing stored lost.
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import unittest
+
+import support
+import store
+
+STORM = r'''
+import os, random, sys, time
+sys.path.insert(0, os.environ["COORD_ROOT"])
+import store
+log_path = sys.argv[1]
+rnd = random.Random(int(sys.argv[2]))
+st = store.Store(timeout=30)
+me = st.register(pid=os.getpid(), harness="storm")["id"]
+log = open(log_path, "a")
+names = ["src/%s" % x for x in ("a", "b", "c", "a/x.py", "b/y.py", "c/z")] + ["docs", "docs/readme.md"]
+while True:
+    op = rnd.random()
+    try:
+        if op < 0.35:
+            st.claim(me, [rnd.choice(names)], rnd.choice(["exclusive", "exclusive", "append"]), ttl=30)
+        elif op < 0.5:
+            st.renew(me)
+        elif op < 0.65:
+            st.release(me, everything=True)
+        elif op < 0.9:
+            nonce = "%d-%d-%f" % (os.getpid(), rnd.getrandbits(48), time.time())
+            msg = st.send(me, "storm " + nonce, "*")
+            log.write("%d %s\n" % (msg["id"], nonce))
+            log.flush()
+        else:
+            opened = st.inbox(me, peek=True)
+            if opened:
+                st.ack(me, [m["id"] for m in opened[:3]])
+    except store.Refused:
+        pass
+'''
+
+
+class StormTest(support.CoordTestCase):
+    def test_kill_9_during_a_storm_keeps_every_invariant(self):
+        store.Store(self.db).close()
+        env = dict(self.env, COORD_ROOT=support.ROOT)
+        rnd = random.Random(1234)
+        logs = []
+        procs = []
+        killed = 0
+        rounds = 12
+        for r in range(rounds):
+            while len(procs) < 6:
+                log = os.path.join(self.tmp, "log-%d-%d" % (r, len(logs)))
+                logs.append(log)
+                procs.append(subprocess.Popen([sys.executable, "-c", STORM, log, str(rnd.getrandbits(32))],
+                                              env=env, stderr=subprocess.PIPE))
+            time.sleep(rnd.uniform(0.2, 0.5))
+            for victim in rnd.sample(procs, 2):
+                victim.send_signal(signal.SIGKILL)
+                victim.wait()
+                err = victim.stderr.read().decode()
+                victim.stderr.close()
+                self.assertNotIn("Traceback", err)
+                procs.remove(victim)
+                killed += 1
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            p.stderr.close()
+        conn = sqlite3.connect(self.db)
+        self.assertEqual(conn.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+        logged = {}
+        for log in logs:
+            if not os.path.exists(log):
+                continue
+            ids = []
+            for line in open(log):
+                mid, nonce = line.split()
+                ids.append(int(mid))
+                logged[int(mid)] = nonce
+            self.assertEqual(ids, sorted(set(ids)), "IDs a writer saw must strictly increase")
+        self.assertGreater(len(logged), 20, "the storm sent too little to prove anything")
+        for mid, nonce in logged.items():
+            rows = conn.execute("SELECT id FROM messages WHERE body = ?", ("storm " + nonce,)).fetchall()
+            self.assertEqual(rows, [(mid,)])
+        conn.close()
+        st = store.Store(self.db)
+        st.reap()
+        live = {rt["id"] for rt in st.live_runtimes()}
+        self.assertEqual(live, set(), "every storm process is dead; the reaper must end them all")
+        self.assertEqual(st.q("SELECT count(*) FROM leases").fetchone()[0], 0)
+        st.close()
+        self.assertEqual(killed, rounds * 2)
+
+    def test_no_overlapping_exclusive_leases_between_live_runtimes_mid_storm(self):
+        store.Store(self.db).close()
+        env = dict(self.env, COORD_ROOT=support.ROOT)
+        procs = [subprocess.Popen([sys.executable, "-c", STORM, os.path.join(self.tmp, "l%d" % i), str(i)],
+                                  env=env, stderr=subprocess.DEVNULL) for i in range(5)]
+        try:
+            st = store.Store(self.db)
+            checks = 0
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:
+                st.conn.execute("BEGIN")  # a read snapshot: WAL readers never wait for writers
+                try:
+                    rows = st.q("SELECT l.resource, l.runtime, l.mode, r.ended_at FROM leases l JOIN runtimes r"
+                                " ON r.id = l.runtime WHERE l.expires_at > ?", (time.time(),)).fetchall()
+                finally:
+                    st.conn.execute("COMMIT")
+                for a in rows:
+                    for b in rows:
+                        if a[1] != b[1] and store.overlaps(a[0], b[0]) and a[3] is None and b[3] is None:
+                            self.assertFalse("exclusive" in (a[2], b[2]), (a, b))
+                checks += 1
+            self.assertGreater(checks, 10)
+            st.close()
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
+
+class LockedDatabaseTest(support.CoordTestCase):
+    def test_hung_writer_makes_cli_fail_with_busy_error_naming_the_holder(self):
+        store.Store(self.db).close()
+        holder = subprocess.Popen([sys.executable, "-c",
+                                   "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+                                   "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(60)", self.db],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(holder.stdout.readline().strip(), "locked")
+            start = time.monotonic()
+            proc = self.coord("hello", env={"COORD_BUSY_TIMEOUT": "0.5"})
+            elapsed = time.monotonic() - start
+            self.assertEqual(proc.returncode, 4, proc.stderr)
+            self.assertIn("database busy, held by pid %d" % holder.pid, proc.stderr)
+            self.assertNotIn("Traceback", proc.stderr)
+            self.assertLess(elapsed, 30)
+        finally:
+            holder.kill()
+            holder.wait()
+            holder.stdout.close()
+        self.coord("hello", check=0)
+
+
+class DamagedDatabaseTest(support.CoordTestCase):
+    def _populated(self):
+        st = store.Store(self.db)
+        rt = st.register()
+        st.claim(rt["id"], ["kept/a.py"], purpose="precious")
+        st.close()
+        return rt
+
+    def test_truncated_database_is_reported_and_left_untouched(self):
+        self._populated()
+        with open(self.db, "rb") as f:
+            data = f.read()
+        with open(self.db, "wb") as f:
+            f.write(data[:len(data) // 3 + 100])
+        before = open(self.db, "rb").read()
+        proc = self.coord("list")
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertIn("next:", proc.stderr)
+        self.assertEqual(open(self.db, "rb").read(), before, "a damaged database must never be rewritten")
+
+    def test_garbage_database_is_reported(self):
+        os.makedirs(os.path.dirname(self.db), mode=0o700)
+        with open(self.db, "wb") as f:
+            f.write(os.urandom(8192))
+        proc = self.coord("claim", "x", "--runtime", store.new_uuid())
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("damaged", proc.stderr)
+
+    def test_unreadable_database_is_reported(self):
+        self._populated()
+        if os.getuid() == 0:
+            # Root reads any file; run the CLI as an unprivileged user instead.
+            run_as = _nobody()
+            if run_as is None:
+                self.skipTest("no unprivileged user to run as")
+            os.chmod(self.tmp, 0o755)
+            python = "/usr/bin/python3"
+            if not os.access(python, os.X_OK):
+                self.skipTest("no system python3 an unprivileged user can run")
+            # A private copy of the CLI, so the checkout's own location needs no permissions.
+            bindir = os.path.join(self.tmp, "bin")
+            os.makedirs(bindir)
+            for name in ("coord", "store.py", "VERSION"):
+                shutil.copy(os.path.join(support.ROOT, name), bindir)
+            os.chmod(bindir, 0o755)
+            proc = subprocess.run([python, "-I", os.path.join(bindir, "coord"), "list"], env=self.env, cwd="/",
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=run_as)
+        else:
+            os.chmod(self.db, 0)
+            proc = self.coord("list")
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertIn("next:", proc.stderr)
+
+
+def _nobody():
+    try:
+        import pwd
+        pw = pwd.getpwnam("nobody")
+    except (ImportError, KeyError):
+        return None
+
+    def demote():
+        os.setgroups([])
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    return demote
+
+
+class SmallFilesystemTest(support.CoordTestCase):
+    """A tmpfs of our own: read-only remounts and a full disk. Needs root (CI runs as root)."""
+
+    def mount(self, size="2m"):
+        if os.getuid() != 0:
+            if support.IN_CI:
+                self.fail("CI runs as root; mounting a test filesystem must work there")
+            self.skipTest("mounting a tmpfs needs root")
+        mnt = os.path.join(self.tmp, "mnt")
+        os.makedirs(mnt)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "tmpfs", mnt], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", mnt])
+        return mnt
+
+    def test_read_only_directory_is_reported_and_data_survives(self):
+        mnt = self.mount()
+        db = os.path.join(mnt, "state", "db.sqlite3")
+        env = {"COORD_DB": db}
+        a = self.hello(env=env)["runtime"]
+        self.coord("claim", "kept", runtime=a["id"], env=env, check=0)
+        subprocess.run(["mount", "-o", "remount,ro", mnt], check=True)
+        proc = self.coord("claim", "more", runtime=a["id"], env=env)
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        subprocess.run(["mount", "-o", "remount,rw", mnt], check=True)
+        self.assertEqual([l["resource"] for l in self.coord_json("list", env=env)["leases"]], ["kept"])
+
+    def test_full_disk_is_reported_and_data_survives(self):
+        mnt = self.mount("1m")
+        db = os.path.join(mnt, "state", "db.sqlite3")
+        env = {"COORD_DB": db}
+        a = self.hello(env=env)["runtime"]
+        b = self.hello(env=env)["runtime"]
+        sent = []
+        for i in range(3):
+            sent.append(self.coord_json("send", "before %d" % i, "--to", b["handle"], runtime=a["id"], env=env)["id"])
+        filler = os.path.join(mnt, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        failures = 0
+        for i in range(40):
+            proc = self.coord("send", ("x" * 8000) + str(i), "--to", b["handle"], runtime=a["id"], env=env)
+            self.assertIn(proc.returncode, (0, 4), proc.stderr)
+            self.assertNotIn("Traceback", proc.stderr)
+            if proc.returncode == 4:
+                failures += 1
+                self.assertTrue("disk full" in proc.stderr or "database" in proc.stderr, proc.stderr)
+        self.assertGreater(failures, 0, "the disk never filled up")
+        os.unlink(filler)
+        inbox = self.coord_json("inbox", "--peek", runtime=b["id"], env=env)["messages"]
+        self.assertEqual([m["id"] for m in inbox][:3], sent)
+        conn = sqlite3.connect(db)
+        self.assertEqual(conn.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+        conn.close()
+
+
+class ClockTest(support.CoordTestCase):
+    def test_heartbeat_after_expiry_does_not_revive_and_future_beat_does_not_shorten(self):
+        st = store.Store(self.db)
+        a = st.register()["id"]
+        b = st.register()["id"]
+        t0 = time.time()
+        st.claim(a, ["r"], ttl=10, now=t0)
+        st.heartbeat(a, now=t0 + 20)  # too late: the lease expired at t0+10
+        self.assertEqual(st.conflicts(["r"], as_runtime=b, now=t0 + 21), [])
+        st.claim(a, ["s"], ttl=100, now=t0)
+        st.heartbeat(a, now=t0 + 50)           # expiry now t0+150
+        st.heartbeat(a, now=t0 - 3600)         # clock stepped back an hour
+        self.assertTrue(st.conflicts(["s"], as_runtime=b, now=t0 + 140))
+        self.assertEqual(st.conflicts(["s"], as_runtime=b, now=t0 + 151), [])
+        st.close()
+
+
+class HostileInputTest(support.CoordTestCase):
+    def test_hostile_resource_names_are_refused_or_canonical(self):
+        a = self.hello()["runtime"]
+        repo = os.path.join(self.tmp, "repo")
+        os.makedirs(os.path.join(repo, ".git"))
+        outside = os.path.join(self.tmp, "outside")
+        os.makedirs(outside)
+        os.symlink(outside, os.path.join(repo, "escape"))
+        refused = ["..", "a/../..", "/etc/shadow", os.path.join(repo, "escape", "f"), "a\x01b", "x" * 2000,
+                   "a\x1b]0;t\x07"]
+        for name in refused:
+            proc = self.coord("claim", name, runtime=a["id"], cwd=repo)
+            self.assertEqual(proc.returncode, 2, (name, proc.stderr))
+            self.assertNotIn("Traceback", proc.stderr)
+        canonical = {"./src//a.py/": "src/a.py", "%2e%2e/x": "%2e%2e/x", "\uff0e\uff0e/x": "\uff0e\uff0e/x",
+                     "Src/A.py": "Src/A.py"}
+        for given, want in canonical.items():
+            self.coord("claim", given, runtime=a["id"], cwd=repo, check=0)
+            self.assertIn(want, [l["resource"] for l in self.coord_json("list")["leases"]])
+
+    def test_undecodable_and_escape_laden_input_never_breaks_output(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        body = b"caf\xff \x1b[2J\x1b[31mred\x1b[0m \x07\x00end".decode("utf-8", "surrogateescape").replace("\x00", "")
+        proc = subprocess.run([sys.executable, support.COORD, "send", body, "--to", b["handle"], "--runtime", a["id"]],
+                              env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.coord("claim", "x", "-p", "\x1b[31mevil\x1b[0m purpose", runtime=a["id"], check=0)
+        for args in (["inbox", "--peek"], ["list"], ["list", "--verbose"]):
+            out = subprocess.run([sys.executable, support.COORD] + args + ["--runtime", b["id"]], env=self.env,
+                                 stdout=subprocess.PIPE).stdout
+            self.assertNotIn(b"\x1b", out, args)
+            self.assertNotIn(b"\x07", out, args)
+            data = json.loads(subprocess.run([sys.executable, support.COORD] + args + ["--json", "--runtime", b["id"]],
+                                             env=self.env, stdout=subprocess.PIPE).stdout)
+            self.assertTrue(data["ok"])
+        audit = self.coord("audit", check=0).stdout
+        for line in audit.splitlines():
+            json.loads(line)
+
+    def test_huge_body_is_refused_cleanly(self):
+        a = self.hello()["runtime"]
+        proc = self.coord("send", "y" * (store.MAX_BODY + 10), "--to", "*", runtime=a["id"])
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("larger than", proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
