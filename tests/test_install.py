@@ -498,7 +498,18 @@ class CrashTest(InstallTestCase):
                     with open(self.t(rel), "wb") as f:
                         f.write(old[rel])
 
-    def test_sigkilled_fresh_install_then_rerun_completes(self):
+    def test_rerun_removes_temp_files_of_a_killed_write(self):
+        self.fresh()
+        with open(self.t(".coord", "store.py"), "ab") as f:
+            f.write(b"# older\n")
+        leftover = self.t(".coord", ".store.py.coord-tmp-12345")
+        with open(leftover, "wb") as f:
+            f.write(b"half a fi")
+        self.install(check=0)
+        self.assertFalse(os.path.exists(leftover))
+        self.assert_fully_installed()
+
+    def test_crashed_fresh_install_then_rerun_completes(self):
         proc = self.install("--project-id", "demo",
                             env={"COORD_INSTALL_CRASH_AFTER": "7"})
         self.assertEqual(proc.returncode, 70)
@@ -581,6 +592,21 @@ class DoctorTest(InstallTestCase):
         self.assertEqual(len(by_status["trusted"]), len(EVENTS) - 1)
         with open(os.path.join(self.codex_home, "config.toml")) as f:
             self.assertEqual(f.read(), "\n".join(config), "doctor must never write trust")
+
+    def test_doctor_codex_trust_hash_uses_capped_session_end_timeout(self):
+        import harnesses
+        self.fresh()
+        doc = self.settings(".codex/hooks.json")
+        doc["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"] = 5
+        self.write_json(".codex/hooks.json", doc)
+        hashes = harnesses.codex_hook_hashes(self.t(".codex", "hooks.json"))
+        with open(os.path.join(self.codex_home, "config.toml"), "w") as f:
+            for key, digest in sorted(hashes.items()):
+                f.write("[hooks.state.%s]\ntrusted_hash = %s\n\n"
+                        % (json.dumps(key), json.dumps(digest)))
+        r = self.doctor()
+        self.assertEqual({h["key"]: h["status"] for h in r["codex"]["hooks"]}["session_end:0:0"],
+                         "trusted")
 
     def test_doctor_codex_sandbox_writable_roots(self):
         self.fresh()
