@@ -1,0 +1,563 @@
+"""workspace.py against real jj/git repositories in temporary directories.
+
+Every test gets a private HOME, a JJ_CONFIG file with a user name and email, a canonical
+colocated jj repository, a private scratch root and its own coord database. Refusals are
+asserted through the real CLI, each with the directory still on disk afterwards.
+"""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+
+import support
+from support import CoordTestCase
+
+import workspace
+
+
+class WorkTestCase(CoordTestCase):
+    """A canonical jj repository with one commit on `main` and a registered runtime."""
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "jj")
+        support.require_tool(self, "git")
+        cfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(cfg, "w") as f:
+            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
+        self.scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(self.scratch, 0o700)
+        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": self.scratch,
+                         "GIT_CONFIG_GLOBAL": os.path.join(self.home, ".gitconfig")})
+        os.environ.update(self.env)
+        self.canon = os.path.join(self.tmp, "canon")
+        self.jj(self.tmp, "git", "init", "--colocate", self.canon)
+        self.write(self.canon, "README", "hello\n")
+        self.jj(self.canon, "commit", "-m", "initial")
+        self.jj(self.canon, "bookmark", "create", "main", "-r", "@-")
+        self.main0 = self.commit_of(self.canon, "main")
+        self.rt = self.hello()["runtime"]
+
+    # -- helpers
+
+    def jj(self, cwd, *args, check=True):
+        proc = subprocess.run(["jj", "--no-pager", "--color=never"] + list(args), cwd=cwd, env=self.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            self.fail("jj %s failed in %s: %s" % (" ".join(args), cwd, proc.stderr))
+        return proc.stdout
+
+    def git(self, cwd, *args, check=True):
+        proc = subprocess.run(["git"] + list(args), cwd=cwd, env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+        if check and proc.returncode != 0:
+            self.fail("git %s failed in %s: %s" % (" ".join(args), cwd, proc.stderr))
+        return proc
+
+    def write(self, cwd, name, text):
+        path = os.path.join(cwd, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+    def commit_of(self, cwd, rev):
+        return self.jj(cwd, "log", "--no-graph", "-r", rev, "-T", "commit_id").strip()
+
+    def work(self, *args, runtime=None, cwd=None, check=None, env=None):
+        return self.coord("work", *args, runtime=runtime or self.rt["id"], cwd=cwd or self.canon, check=check,
+                          env=env)
+
+    def work_json(self, *args, runtime=None, cwd=None, check=0):
+        proc = self.work(*(list(args) + ["--json"]), runtime=runtime, cwd=cwd, check=check)
+        return json.loads(proc.stdout)
+
+    def create(self, task="task", *extra, runtime=None):
+        proc = self.work("create", task, *extra, runtime=runtime, check=0)
+        lines = proc.stdout.splitlines()
+        return lines[0], lines[1], proc
+
+    def record(self, handle):
+        return self.work_json("inspect", handle, "--verbose")["work"]
+
+    def refused(self, handle, *extra, runtime=None):
+        """Run `work remove`, require a refusal, return its reason codes; the directory must survive."""
+        path = self.record(handle)["path"]
+        existed = os.path.lexists(path)
+        proc = self.work("remove", handle, "--confirm", handle, "--json", *extra, runtime=runtime)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertIn("next:", proc.stderr)
+        if existed:
+            self.assertTrue(os.path.lexists(path), "a refused removal deleted %s" % path)
+        self.assertNotEqual(self.record(handle)["state"], "removed")
+        return [r["code"] for r in json.loads(proc.stdout)["reasons"]]
+
+    def gate(self, handle, runtime=None):
+        self.work("gate", handle, "--pass", runtime=runtime, check=0)
+
+
+    def integrate(self, task="feature"):
+        """Create, change, acquire, push the candidate to canonical main, prove, release."""
+        handle, path, _ = self.create(task)
+        self.write(path, "feature.txt", "feature\n")
+        reply = self.work_json("integrate", "acquire", handle, "--into", "main")
+        cand = reply["candidate"]["commit"]
+        self.assertEqual(cand, self.commit_of(path, "@"))
+        self.jj(path, "bookmark", "set", "main", "-r", cand)
+        self.jj(path, "git", "push", "--bookmark", "main")
+        self.work("integrate", "prove", handle, "--target", cand, check=0)
+        self.work("integrate", "release", handle, check=0)
+        self.gate(handle)
+        return handle, path
+
+
+class CreateTest(WorkTestCase):
+
+    def test_create_inspect_remove_real_clone(self):
+        handle, path, proc = self.create("cache-audit")
+        self.assertEqual(len(proc.stdout.splitlines()), 2, proc.stdout)
+        self.assertEqual(proc.stderr, "")
+        rec = self.record(handle)
+        wid = rec["id"]
+        self.assertEqual(rec["handle"], handle)
+        self.assertTrue(path.startswith(os.path.realpath(self.scratch) + "/"))
+        self.assertTrue(os.path.isdir(os.path.join(path, ".jj")))
+        self.assertTrue(os.path.isdir(os.path.join(path, ".git")), "a clone has its own ordinary .git")
+        self.assertEqual(self.jj(path, "workspace", "list", "-T", 'name ++ "\\n"').split(), ["agent-" + wid])
+        self.assertIn("agent/cache-audit/" + wid, self.jj(path, "bookmark", "list", "-T", 'name ++ "\\n"').split())
+        self.assertIn(wid, self.jj(path, "log", "--no-graph", "-r", "@", "-T", "description"))
+        self.assertEqual(rec["data"]["base"]["parent"], self.main0)
+        self.assertEqual(rec["data"]["base"]["commit"], self.commit_of(path, "@"))
+        self.assertEqual(rec["source"], os.path.realpath(self.canon))
+        self.assertEqual(rec["runtime"], self.rt["id"])
+        marker = os.path.join(path, ".jj", "coord-owner")
+        self.assertEqual(stat.S_IMODE(os.stat(marker).st_mode), 0o600)
+        with open(marker) as f:
+            token = json.load(f)["token"]
+        for args in (("inspect", handle, "--json", "--verbose"), ("list", "--json"), ("inspect", handle, "-v")):
+            self.assertNotIn(token, self.work(*args, check=0).stdout)
+        self.assertNotIn(token, self.coord("audit", check=0).stdout)
+        self.gate(handle)
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+        self.assertEqual(self.record(handle)["state"], "removed")
+        self.assertEqual(self.work("list", check=0).stdout, "")
+
+    def test_remove_needs_the_exact_handle_repeated(self):
+        handle, path, _ = self.create()
+        self.gate(handle)
+        proc = self.work("remove", handle, "--confirm", handle.rsplit("-", 1)[0])
+        self.assertEqual(proc.returncode, 2)
+        self.assertTrue(os.path.isdir(path))
+        proc = self.work("remove", handle.rsplit("-", 1)[0] + "-x", "--confirm", handle)
+        self.assertEqual(proc.returncode, 2)
+
+    def test_clones_are_independent(self):
+        h1, p1, _ = self.create("one")
+        h2, p2, _ = self.create("two")
+        self.assertNotEqual(os.path.realpath(os.path.join(p1, ".git")), os.path.realpath(os.path.join(p2, ".git")))
+        self.write(p1, "peer-edit.txt", "peer work\n")
+        self.jj(p1, "status")  # snapshots clone one
+        self.assertIn("peer-edit.txt", self.jj(p1, "diff", "--name-only"))
+        self.assertNotIn("peer-edit.txt", self.jj(p2, "diff", "--name-only"))
+        self.assertNotIn("peer-edit.txt", self.jj(p2, "log", "-r", "all()", "--summary"))
+        self.assertNotIn("peer-edit.txt", self.jj(self.canon, "log", "-r", "all()", "--summary"))
+        ops1 = set(self.jj(p1, "op", "log", "--no-graph", "-T", 'id ++ "\\n"').split())
+        ops2 = set(self.jj(p2, "op", "log", "--no-graph", "-T", 'id ++ "\\n"').split())
+        self.assertFalse((ops1 & ops2) - {"0" * 128}, "clones share operations")
+        # Each clone sees only its own workspace; the canonical repository sees none of them.
+        self.assertNotIn("agent-", self.jj(self.canon, "workspace", "list"))
+
+    def test_native_workspace_states_its_limits(self):
+        proc = self.work("create", "shared", "--native-workspace", check=0)
+        handle, path, note = proc.stdout.splitlines()
+        self.assertIn("shares the operation log", note)
+        self.assertIn("not an isolation boundary", note)
+        self.assertFalse(os.path.isdir(os.path.join(path, ".git")), "a native workspace has no .git directory")
+        wid = self.record(handle)["id"]
+        self.assertIn("agent-" + wid, self.jj(self.canon, "workspace", "list"))  # one shared repository
+        self.gate(handle)
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+        self.assertNotIn("agent-" + wid, self.jj(self.canon, "workspace", "list"))
+
+    def test_from_a_bookmark(self):
+        self.write(self.canon, "second", "2\n")
+        self.jj(self.canon, "commit", "-m", "second")
+        self.jj(self.canon, "bookmark", "create", "next", "-r", "@-")
+        handle, path, _ = self.create("from-next", "--from", "next")
+        self.assertEqual(self.record(handle)["data"]["base"]["parent"], self.commit_of(self.canon, "next"))
+        self.assertTrue(os.path.exists(os.path.join(path, "second")))
+
+    def test_jj_failing_mid_create_leaves_a_failed_record(self):
+        proc = self.work("create", "broken", "--from", "no-such-revision")
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("no-such-revision", proc.stderr)
+        self.assertIn("recorded as failed", proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        works = self.work_json("list")["work"]
+        self.assertEqual(len(works), 1)
+        w = works[0]
+        self.assertEqual(w["state"], "failed")
+        self.assertTrue(w["data"]["failure"]["step"].startswith("jj new"))
+        self.assertEqual(w["data"]["failure"]["directory"], "removed")
+        self.assertFalse(os.path.lexists(w["path"]))
+        self.assertEqual(os.listdir(self.scratch), [])
+        gc = self.work_json("gc")
+        self.assertEqual([r["handle"] for r in gc["removed"]], [w["handle"]])
+        self.assertEqual(self.work_json("list", "--all")["work"][0]["state"], "removed")
+
+    def test_unsafe_scratch_roots_are_refused(self):
+        open_dir = os.path.join(self.tmp, "open")
+        os.mkdir(open_dir)
+        os.chmod(open_dir, 0o777)
+        proc = self.work("create", "x", "--scratch-root", open_dir)
+        self.assertEqual(proc.returncode, 4)
+        self.assertIn("writable by other users", proc.stderr)
+        proc = self.work("create", "x", "--scratch-root", "relative/dir")
+        self.assertEqual(proc.returncode, 2)
+        proc = self.work("create", "x", "--scratch-root", os.path.join(self.canon, "clones"))
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("inside the repository", proc.stderr)
+        self.assertEqual(self.work_json("list")["work"], [])
+
+    def test_missing_jj_is_a_clear_error(self):
+        bare = os.path.join(self.tmp, "nobin")
+        os.mkdir(bare)
+        proc = self.work("create", "x", env={"PATH": bare})
+        self.assertEqual(proc.returncode, 4)
+        self.assertIn("jj not found", proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertEqual(self.work_json("list")["work"][0]["state"], "failed")
+
+    def test_work_id_default_needs_ownership_and_cwd(self):
+        handle, path, _ = self.create()
+        wid = self.record(handle)["id"]
+        env = {"COORD_WORK_ID": wid}
+        proc = self.work("inspect", cwd=path, env=env, check=0)
+        self.assertTrue(proc.stdout.startswith(handle))
+        proc = self.work("inspect", cwd=self.canon, env=env)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("outside", proc.stderr)
+        other = self.hello()["runtime"]
+        proc = self.work("inspect", cwd=path, env=env, runtime=other["id"])
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("does not own", proc.stderr)
+        proc = self.work("remove", "--confirm", handle, cwd=path, env=env)
+        self.assertEqual(proc.returncode, 2, "destructive commands never default to COORD_WORK_ID")
+
+
+class CleanupRefusalTest(WorkTestCase):
+
+    def test_dirty_working_copy(self):
+        handle, path, _ = self.create()
+        self.gate(handle)
+        self.write(path, "new.txt", "uncommitted\n")
+        self.assertEqual(self.refused(handle), ["dirty"])
+
+    def test_ungated(self):
+        handle, path, _ = self.create()
+        self.assertEqual(self.refused(handle), ["ungated"])
+
+    def test_advanced_but_unintegrated(self):
+        handle, path, _ = self.create()
+        self.write(path, "feature.txt", "done\n")
+        self.jj(path, "commit", "-m", "feature")
+        self.gate(handle)
+        self.assertEqual(self.refused(handle), ["unintegrated"])
+
+    def test_token_mismatch(self):
+        handle, path, _ = self.create()
+        self.gate(handle)
+        marker = os.path.join(path, ".jj", "coord-owner")
+        with open(marker) as f:
+            data = json.load(f)
+        data["token"] = "0" * 64
+        with open(marker, "w") as f:
+            json.dump(data, f)
+        self.assertEqual(self.refused(handle), ["token-mismatch"])
+        os.unlink(marker)
+        self.assertEqual(self.refused(handle), ["token-mismatch"])
+
+    def test_path_outside_root_via_symlink(self):
+        handle, path, _ = self.create()
+        self.gate(handle)
+        elsewhere = os.path.join(self.tmp, "elsewhere")
+        os.rename(path, elsewhere)
+        os.symlink(elsewhere, path)
+        self.assertEqual(self.refused(handle), ["outside-root"])
+        self.assertTrue(os.path.isdir(os.path.join(elsewhere, ".jj")))
+
+    def test_owner_alive(self):
+        handle, path, _ = self.create()
+        self.gate(handle)
+        other = self.hello()["runtime"]
+        self.assertEqual(self.refused(handle, runtime=other["id"]), ["owner-alive"])
+        self.coord("bye", runtime=self.rt["id"], check=0)
+        self.work("remove", handle, "--confirm", handle, runtime=other["id"], check=0)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_changed_after_integration(self):
+        handle, path = self.integrate()
+        self.write(path, "later.txt", "after the proof\n")
+        self.assertEqual(self.refused(handle), ["changed-after-integration"])
+
+    def test_missing_directory_is_a_recovery_candidate(self):
+        handle, path, _ = self.create()
+        self.gate(handle)
+        shutil.rmtree(path)
+        self.assertEqual(self.refused(handle), ["missing"])
+        self.work("remove", handle, "--confirm", handle, "--forget", check=0)
+        self.assertEqual(self.record(handle)["state"], "removed")
+
+    def test_gc_removes_only_what_passes_every_rule(self):
+        clean, clean_path, _ = self.create("clean")
+        dirty, dirty_path, _ = self.create("dirty")
+        ungated, ungated_path, _ = self.create("ungated")
+        self.gate(clean)
+        self.gate(dirty)
+        self.write(dirty_path, "wip.txt", "wip\n")
+        proc = self.work("gc", check=0)
+        self.assertIn("removed " + clean, proc.stdout)
+        self.assertIn("recovery candidates:", proc.stdout)
+        self.assertIn(dirty, proc.stdout)
+        self.assertIn(ungated, proc.stdout)
+        self.assertFalse(os.path.lexists(clean_path))
+        self.assertTrue(os.path.isdir(dirty_path))
+        self.assertTrue(os.path.isdir(ungated_path))
+        kept = {k["handle"]: [r["code"] for r in k["reasons"]] for k in self.work_json("gc")["kept"]}
+        self.assertEqual(kept, {dirty: ["dirty"], ungated: ["ungated"]})
+
+class IntegrationTest(WorkTestCase):
+
+    def test_end_to_end(self):
+        handle, path = self.integrate()
+        rec = self.record(handle)
+        integ = rec["data"]["integration"]
+        self.assertEqual(integ["state"], "integrated")
+        self.assertEqual(integ["proof"]["candidate"], integ["candidate"]["commit"])
+        self.assertEqual(integ["proof"]["runtime"], self.rt["id"])
+        self.assertEqual(integ["released"]["resource"], "integration/main")
+        self.assertEqual(self.git(self.canon, "rev-parse", "refs/heads/main").stdout.strip(),
+                         integ["candidate"]["commit"])
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+        # A fresh empty change on top of the integrated candidate is not new work.
+        self.jj(path, "new")
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+        events = [json.loads(l)["event"] for l in self.coord("audit", check=0).stdout.splitlines()]
+        for e in ("work.created", "work.integration.acquired", "work.integrated", "work.integration.released",
+                  "work.gate.passed", "work.removed"):
+            self.assertIn(e, events)
+
+    def test_one_integration_owner_at_a_time(self):
+        h1, p1, _ = self.create("one")
+        h2, p2, _ = self.create("two")
+        self.write(p1, "a.txt", "a\n")
+        self.write(p2, "b.txt", "b\n")
+        other = self.hello()["runtime"]
+        self.work_json("integrate", "acquire", h1, "--into", "main")
+        proc = self.work("integrate", "acquire", h2, "--into", "main", runtime=other["id"])
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("integration/main", proc.stderr)
+        proc = self.work("integrate", "release", h1, runtime=other["id"])
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("another runtime", proc.stderr)
+        self.work("integrate", "release", h1, check=0)
+        self.work_json("integrate", "acquire", h2, "--into", "main", runtime=other["id"])
+
+    def test_release_is_not_evidence(self):
+        handle, path, _ = self.create()
+        self.write(path, "x.txt", "x\n")
+        self.work_json("integrate", "acquire", handle, "--into", "main")
+        proc = self.work("integrate", "release", handle, check=0)
+        self.assertIn("not integrated", proc.stdout)
+        self.gate(handle)
+        self.assertEqual(self.refused(handle), ["unintegrated"])
+        proc = self.work("integrate", "prove", handle, "--target", self.main0)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("not evidence", proc.stderr)
+        # The explicit discard path: a waived gate plus the release (e.g. after a squash merge).
+        self.work("gate", handle, "--waive", "--reason", "squash-merged by hand", check=0)
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_proof_refusals(self):
+        handle, path, _ = self.create()
+        create_commit = self.commit_of(path, "@")
+        self.jj(path, "new")  # the create-time commit stays as it is
+        self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "describe", "-m", "feature")
+        cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
+        self.assertNotEqual(cand, create_commit)
+        # The candidate must be in the canonical repository at all.
+        proc = self.work("integrate", "prove", handle, "--target", self.main0)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("not in the canonical repository", proc.stderr)
+        self.jj(path, "bookmark", "create", "side", "-r", cand)
+        self.jj(path, "git", "push", "--bookmark", "side")
+        # A non-ancestor: main as it was before anything was integrated.
+        proc = self.work("integrate", "prove", handle, "--target", self.main0)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("not an ancestor", proc.stderr)
+        self.assertIn("squash", proc.stderr)
+        # A stale create-time commit integrated instead of the frozen candidate.
+        self.jj(path, "bookmark", "set", "main", "-r", create_commit)
+        self.jj(path, "git", "push", "--bookmark", "main")
+        self.assertEqual(self.git(self.canon, "merge-base", "--is-ancestor", create_commit, create_commit).returncode, 0)
+        proc = self.work("integrate", "prove", handle, "--target", create_commit)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("not an ancestor", proc.stderr)
+        # The real candidate pushed; a different runtime may still not prove it.
+        self.jj(path, "bookmark", "set", "main", "-r", cand)
+        self.jj(path, "git", "push", "--bookmark", "main")
+        other = self.hello()["runtime"]
+        proc = self.work("integrate", "prove", handle, "--target", cand, runtime=other["id"])
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("another runtime", proc.stderr)
+        proc = self.work("integrate", "prove", handle, "--target", cand[:12])
+        self.assertEqual(proc.returncode, 2, "a prefix is never a target")
+        self.assertEqual(self.record(handle)["data"]["integration"]["state"], "integrating")
+        self.work("integrate", "prove", handle, "--target", cand, check=0)
+        self.assertEqual(self.record(handle)["data"]["integration"]["state"], "integrated")
+
+    def test_proof_needs_the_lease(self):
+        handle, path, _ = self.create()
+        self.write(path, "x.txt", "x\n")
+        cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
+        self.jj(path, "bookmark", "set", "main", "-r", cand)
+        self.jj(path, "git", "push", "--bookmark", "main")
+        self.coord("release", "integration/main", runtime=self.rt["id"], check=0)
+        proc = self.work("integrate", "prove", handle, "--target", cand)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("does not hold integration/main", proc.stderr)
+
+    def test_queue_is_visible_and_grants_nothing(self):
+        h1, _, _ = self.create("first")
+        h2, _, _ = self.create("second", "--depends", h1)
+        self.work("integrate", "enqueue", h1, "--into", "main", check=0)
+        self.work("integrate", "enqueue", h2, "--into", "main", check=0)
+        queue = self.work_json("integrate", "queue")["queue"]
+        self.assertEqual([q["handle"] for q in queue], [h1, h2])
+        self.assertEqual(queue[1]["depends"], [{"handle": h1, "integration": "queued"}])
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+
+
+class AdoptTest(WorkTestCase):
+
+    def test_adopt_after_database_loss(self):
+        handle, path, _ = self.create("survivor")
+        wid = self.record(handle)["id"]
+        with open(os.path.join(path, ".jj", "coord-owner")) as f:
+            old_token = json.load(f)["token"]
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+        self.assertEqual(self.work_json("list")["work"], [])
+        proc = self.work("adopt", path, check=0)
+        self.assertEqual(proc.stdout.strip(), handle)
+        rec = self.record(handle)
+        self.assertEqual(rec["id"], wid)
+        self.assertEqual(rec["task"], "survivor")
+        with open(os.path.join(path, ".jj", "coord-owner")) as f:
+            self.assertNotEqual(json.load(f)["token"], old_token)
+        proc = self.work("adopt", path)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("already registered", proc.stderr)
+        self.gate(handle)
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_adopt_refuses_what_it_cannot_prove(self):
+        handle, path, _ = self.create("survivor")
+        os.unlink(self.db)
+        self.rt = self.hello()["runtime"]
+        outside = os.path.join(self.tmp, "outside-clone")
+        self.jj(self.tmp, "git", "clone", "--colocate", self.canon, outside)
+        proc = self.work("adopt", outside)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("not below the scratch root", proc.stderr)
+        plain = os.path.join(self.scratch, "plain")
+        self.jj(self.tmp, "git", "clone", "--colocate", self.canon, plain)
+        proc = self.work("adopt", plain)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("agent-<work id>", proc.stderr)
+        proc = self.work("adopt", path, "--expect-commit", self.main0)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("not the expected", proc.stderr)
+        shutil.rmtree(os.path.join(path, ".git"))
+        proc = self.work("adopt", path)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("no .git", proc.stderr)
+        self.assertEqual(self.work_json("list")["work"], [])
+
+
+class RemoteVerifyTest(WorkTestCase):
+
+    def test_match_mismatch_and_missing(self):
+        remote = os.path.join(self.tmp, "remote.git")
+        self.git(self.tmp, "init", "--bare", "-q", remote)
+        self.git(self.canon, "remote", "add", "origin", remote)
+        self.git(self.canon, "push", "-q", "origin", "%s:refs/heads/main" % self.main0)
+        # A cached remote-tracking ref that lies must not matter: only the wire counts.
+        self.git(self.canon, "update-ref", "refs/remotes/origin/main", self.main0)
+        proc = self.coord("remote", "verify", "origin", "main", "--expect", self.main0, cwd=self.canon, check=0)
+        self.assertEqual(proc.stdout, "")
+        self.write(self.canon, "more", "more\n")
+        self.jj(self.canon, "commit", "-m", "more")
+        newer = self.commit_of(self.canon, "@-")
+        self.git(self.canon, "push", "-q", "origin", "%s:refs/heads/main" % newer)
+        self.git(self.canon, "update-ref", "refs/remotes/origin/main", self.main0)
+        proc = self.coord("remote", "verify", "origin", "main", "--expect", self.main0, "--json", cwd=self.canon)
+        self.assertEqual(proc.returncode, 3)
+        self.assertEqual(json.loads(proc.stdout)["actual"], newer)
+        proc = self.coord("remote", "verify", "origin", "nope", "--expect", newer, cwd=self.canon)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("no bookmark nope", proc.stderr)
+        proc = self.coord("remote", "verify", "origin", "main", "--expect", newer[:10], cwd=self.canon)
+        self.assertEqual(proc.returncode, 2)
+
+
+class HelperTest(CoordTestCase):
+
+    def test_tool_env_drops_git_redirection(self):
+        env = workspace.tool_env({"GIT_DIR": "/x", "GIT_WORK_TREE": "/y", "GIT_INDEX_FILE": "/z",
+                                  "GIT_EXEC_PATH": "/keep", "GIT_CONFIG_PARAMETERS": "'a.b'='c'", "PATH": "/bin"})
+        self.assertNotIn("GIT_DIR", env)
+        self.assertNotIn("GIT_WORK_TREE", env)
+        self.assertNotIn("GIT_INDEX_FILE", env)
+        self.assertNotIn("GIT_CONFIG_PARAMETERS", env)
+        self.assertEqual(env["GIT_EXEC_PATH"], "/keep")
+        self.assertEqual(env["GIT_TERMINAL_PROMPT"], "0")
+
+    def test_tool_error_carries_command_exit_and_output(self):
+        with self.assertRaises(workspace.ToolError) as cm:
+            workspace.run_tool(["sh", "-c", "echo 'Error: broken \xff' >&2; exit 7"])
+        err = cm.exception
+        self.assertEqual(err.returncode, 7)
+        self.assertEqual(err.argv[0], "sh")
+        self.assertIn("Error: broken", err.output)
+        self.assertIn("exit 7", err.message)
+
+    def test_missing_binary_is_an_env_error(self):
+        with self.assertRaises(workspace.EnvError) as cm:
+            workspace.run_tool(["coord-no-such-tool-xyz"])
+        self.assertIn("coord-no-such-tool-xyz not found", cm.exception.message)
+
+    def test_names(self):
+        for bad in ("", "-x", "a b", "a/b", "x" * 49, "../x"):
+            with self.assertRaises(workspace.UsageError):
+                workspace.check_task(bad)
+        for bad in ("main@origin", "a..b", "-x", "a/", "x.lock"):
+            with self.assertRaises(workspace.UsageError):
+                workspace.check_bookmark(bad)
+        with self.assertRaises(workspace.UsageError):
+            workspace.full_commit("abc123")
+        self.assertEqual(workspace.full_commit("A" * 40), "a" * 40)
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
