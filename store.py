@@ -12,11 +12,10 @@ Invariants this module keeps:
   must be claimed again.
 - The database directory is 0700 and the database files 0600, whatever the umask.
 
-Only json, sqlite3, hashlib and os are imported here: the hooks import this module on every
-tool call of every agent.
+Only json, sqlite3, re and os are imported here: the hooks import this module on every tool
+call of every agent. hashlib (OpenSSL, ~2 ms) loads on first use; a hook's write check never hashes.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -98,6 +97,11 @@ _UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 _SUBAGENT_NS = bytes.fromhex("6c1f3d0a8e2b4c7d9a5e0f1b2c3d4e5f")
 
 
+def _hashlib():
+    import hashlib
+    return hashlib
+
+
 def _format_uuid(b):
     h = b.hex()
     return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:32])
@@ -114,7 +118,7 @@ def new_uuid():
 def subagent_uuid(conversation, agent_id):
     """Deterministic runtime UUID of a subagent: RFC 4122 version 5 over parent conversation + agent_id."""
     name = ("%s\0%s" % (conversation, agent_id)).encode("utf-8", "surrogatepass")
-    b = bytearray(hashlib.sha1(_SUBAGENT_NS + name).digest()[:16])
+    b = bytearray(_hashlib().sha1(_SUBAGENT_NS + name).digest()[:16])
     b[6] = (b[6] & 0x0F) | 0x50
     b[8] = (b[8] & 0x3F) | 0x80
     return _format_uuid(bytes(b))
@@ -122,7 +126,7 @@ def subagent_uuid(conversation, agent_id):
 
 def handle_for(full_id, domain):
     """The exact five-word handle of a full ID: 35 bits of a domain-separated SHA-256."""
-    digest = hashlib.sha256(b"coord-handle-v1\0" + domain.encode() + b"\0" + full_id.encode()).digest()
+    digest = _hashlib().sha256(b"coord-handle-v1\0" + domain.encode() + b"\0" + full_id.encode()).digest()
     n = int.from_bytes(digest[:5], "big") >> 5
     return "-".join(WORDS[(n >> (7 * (4 - i))) & 0x7F] for i in range(5))
 
@@ -983,7 +987,7 @@ class Store:
                 if not self.runtime_live(target, now):
                     raise Refused("%s is not live" % target["handle"], "coord list shows live runtimes")
                 recipients = [target["id"]]
-            digest = hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+            digest = _hashlib().sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
             cur = self.conn.execute(
                 "INSERT INTO messages (sender, kind, body, digest, broadcast, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                 (runtime_id, kind, body, digest, 1 if to == "*" else 0, now))
