@@ -124,5 +124,155 @@ class HarnessFacts(h.HarnessCase):
         h.figure("claude scripted run (Write + final), no hooks", result.seconds)
 
 
+def _read_write_edit(repo):
+    a = os.path.join(repo, "src", "a.py")
+    return [tool("Read", file_path=a),
+            tool("Write", file_path=a, content="agent\n"),
+            tool("Edit", file_path=a, old_string="original", new_string="agent"),
+            say("done")]
+
+
+class CoordScenarios(h.CoordCase):
+    """coord installed by ./install; the real hooks; Claude Code driven by the script."""
+
+    harness = "claude"
+    BASH = ["--allowedTools", "Bash"]
+
+    def agent_runtime(self, session):
+        mains = [rt for rt in self.runtimes_of(session) if not rt.get("agent_id")]
+        self.assertEqual(len(mains), 1, self.coord_state())
+        return mains[0]
+
+    def test_start_up_registers_the_agent_until_the_session_ends(self):
+        def script(repo):
+            return [tool("Write", file_path=os.path.join(repo, "a.txt"), content="x\n"),
+                    say("done")]
+        result = self.run_agent(script(self.repo))
+        session = result.session_id()
+        self.assertTrue(session)
+        rt = self.agent_runtime(session)
+        self.assertIsNotNone(rt["ended_at"], rt)
+        self.assertFalse(rt["live"], rt)
+        self.compare_with_plain("start-up", result, script)
+
+    def test_write_to_a_peers_exclusive_lease_is_denied(self):
+        peer = self.peer()
+        self.rcoord("claim", "src/a.py", "--runtime", peer["id"], "-p", "peer work")
+        for repo in (self.repo, self.plain):
+            self.write_file("src/a.py", "original\n", repo=repo)
+        result = self.run_agent(_read_write_edit(self.repo))
+        self.assertEqual(self.read_file("src/a.py"), "original\n")
+        reqs = self.server.model_requests()
+        for i, what in ((2, "Write"), (3, "Edit")):
+            block = reqs[i].tail()[-1]["content"][0]
+            self.assertEqual(block["type"], "tool_result", what)
+            self.assertIs(block.get("is_error"), True, (what, block))
+            self.assertIn(peer["handle"], h.flatten(block["content"]), what)
+            self.assertIn("src/a.py", h.flatten(block["content"]), what)
+        self.compare_with_plain("denied Write+Edit", result, _read_write_edit)
+
+    def test_write_to_an_unleased_path_goes_through(self):
+        peer = self.peer()
+        self.rcoord("claim", "src/a.py", "--runtime", peer["id"])
+
+        def script(repo):
+            return [tool("Write", file_path=os.path.join(repo, "src", "c.py"), content="c\n"),
+                    say("done")]
+        result = self.run_agent(script(self.repo))
+        self.assertEqual(self.read_file("src/c.py"), "c\n")
+        self.assertNotIn(peer["handle"], self.server.model_requests()[1].tail_text())
+        self.compare_with_plain("unleased Write", result, script)
+
+    def test_message_is_injected_then_reminded_until_acked(self):
+        peer = self.peer()
+        body = "BODY-7f3: please leave src/a.py alone"
+        sent = {}
+        for repo in (self.repo, self.plain):
+            self.write_file("notes.txt", "notes\n", repo=repo)
+
+        def send(req):
+            agents = [rt for rt in self.rcoord("list")["runtimes"] if rt["id"] != peer["id"]]
+            self.assertEqual(len(agents), 1, agents)
+            sent.update(self.rcoord("send", body, "--to", agents[0]["handle"],
+                                    "--runtime", peer["id"]))
+            return tool("Read", file_path=os.path.join(self.repo, "notes.txt"))
+
+        def ack(req):
+            return tool("Bash", command=".coord/coord ack %d" % sent["id"])
+
+        read = tool("Read", file_path=os.path.join(self.repo, "notes.txt"))
+        result = self.run_agent([send, read, ack, read, say("done")], args=self.BASH)
+        reqs = self.server.model_requests()
+        first, second, after_ack, later = (reqs[i].tail_text() for i in (1, 2, 3, 4))
+        self.assertIn(body, first)
+        self.assertNotIn(body, second)
+        for part in (str(sent["id"]), peer["handle"], sent["digest"][:8], "coord inbox --peek"):
+            self.assertIn(part, second)
+        self.assertNotIn(peer["handle"], after_ack)
+        self.assertNotIn(peer["handle"], later)
+
+        def plain_script(repo):
+            r = tool("Read", file_path=os.path.join(repo, "notes.txt"))
+            return [r, r, tool("Bash", command="true"), r, say("done")]
+        self.compare_with_plain("message/reminder/ack", result, plain_script, args=self.BASH)
+
+    def test_subagent_is_its_own_runtime_and_cannot_write_the_parents_lease(self):
+        seen = {}
+
+        def sub_write(req):
+            seen["state"] = self.coord_state()
+            return tool("Write", file_path=os.path.join(self.repo, "src", "a.py"),
+                        content="sub\n")
+        result = self.run_agent(
+            [tool("Bash", command=".coord/coord claim src/a.py -p parent"),
+             tool("Agent", description="sub", prompt="SUBTASK-5 write src/a.py",
+                  subagent_type="general-purpose"),
+             say("done")],
+            lanes={"SUBTASK-5": [sub_write, say("sub done")]}, args=self.BASH)
+        self.assertIsNone(self.read_file("src/a.py"))
+        session = result.session_id()
+        parent = self.agent_runtime(session)
+        held = [l for l in seen["state"]["leases"] if l["resource"] == "src/a.py"]
+        self.assertEqual([l["runtime"] for l in held], [parent["id"]])
+        denial = self.server.model_requests("SUBTASK-5")[1].tool_results()
+        self.assertIn(parent["handle"], denial[0])
+        subs = [rt for rt in self.runtimes_of(session) if rt.get("agent_id")]
+        self.assertEqual(len(subs), 1, self.coord_state())
+        self.assertNotEqual(subs[0]["id"], parent["id"])
+        self.assertNotEqual(subs[0]["handle"], parent["handle"])
+
+    def test_hooks_fail_open_when_the_database_cannot_be_opened(self):
+        blocker = os.path.join(self.tmp, "not-a-directory")
+        with open(blocker, "w") as f:
+            f.write("x")
+        for n, db in enumerate((os.path.join(blocker, "db.sqlite3"), self.corrupt_db())):
+            rel = "f%d.txt" % n
+            result = self.run_agent([tool("Write", file_path=os.path.join(self.repo, rel),
+                                          content=db + "\n"), say("done")],
+                                    env={"COORD_DB": db})
+            self.assertEqual(self.read_file(rel), db + "\n")
+            self.assertEqual(result.events[-1].get("subtype"), "success", result.describe())
+            h.figure("claude fail-open run (%s)" % ("unopenable", "corrupt")[n], result.seconds)
+
+    def corrupt_db(self):
+        path = os.path.join(self.tmp, "corrupt.sqlite3")
+        with open(path, "wb") as f:
+            f.write(b"this is not an SQLite database" * 100)
+        return path
+
+    def test_agents_own_claim_resolves_to_its_runtime(self):
+        seen = {}
+
+        def look(req):
+            seen["state"] = self.coord_state()
+            seen["output"] = req.tool_results()
+            return say("done")
+        result = self.run_agent([tool("Bash", command=".coord/coord claim src/x.py"), look],
+                                args=self.BASH)
+        rt = self.agent_runtime(result.session_id())
+        held = [l for l in seen["state"]["leases"] if l["resource"] == "src/x.py"]
+        self.assertEqual([l["runtime"] for l in held], [rt["id"]], seen)
+
+
 if __name__ == "__main__":
     unittest.main()

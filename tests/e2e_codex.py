@@ -126,5 +126,159 @@ class HarnessFacts(h.HarnessCase):
         h.figure("codex scripted run (apply_patch + final), no hooks", result.seconds)
 
 
+def patch(*lines):
+    return apply_patch("*** Begin Patch\n%s\n*** End Patch" % "\n".join(lines))
+
+
+DENIED_PATCHES = (
+    ("add", patch("*** Add File: src/a.py", "+agent")),
+    ("update", patch("*** Update File: src/a.py", "@@", "-original", "+agent")),
+    ("move", patch("*** Update File: src/b.py", "*** Move to: src/a.py", "@@", "-bee", "+agent")),
+)
+
+
+class CoordScenarios(h.CoordCase):
+    """coord installed by ./install; the real hooks, trusted by the test; Codex driven by the
+    script."""
+
+    harness = "codex"
+
+    def agent_runtime(self, session):
+        mains = [rt for rt in self.runtimes_of(session) if not rt.get("agent_id")]
+        self.assertEqual(len(mains), 1, self.coord_state())
+        return mains[0]
+
+    def test_start_up_registers_the_agent_until_the_session_ends(self):
+        def script(repo):
+            return [add_file("a.txt", "x"), say("done")]
+        result = self.run_agent(script(self.repo))
+        session = result.session_id()
+        self.assertTrue(session)
+        rt = self.agent_runtime(session)
+        self.assertIsNotNone(rt["ended_at"], rt)
+        self.assertFalse(rt["live"], rt)
+        self.compare_with_plain("start-up", result, script)
+
+    def test_patches_onto_a_peers_exclusive_lease_are_denied(self):
+        peer = self.peer()
+        self.rcoord("claim", "src/a.py", "--runtime", peer["id"], "-p", "peer work")
+        for repo in (self.repo, self.plain):
+            self.write_file("src/a.py", "original\n", repo=repo)
+            self.write_file("src/b.py", "bee\n", repo=repo)
+
+        def script(repo):
+            return [p for _, p in DENIED_PATCHES] + [say("done")]
+        result = self.run_agent(script(self.repo))
+        self.assertEqual(self.read_file("src/a.py"), "original\n")
+        self.assertEqual(self.read_file("src/b.py"), "bee\n")
+        reqs = self.server.model_requests()
+        for i, (what, _) in enumerate(DENIED_PATCHES):
+            item = reqs[i + 1].tail()[-1]
+            self.assertEqual(item["type"], "custom_tool_call_output", what)
+            self.assertTrue(item["output"].startswith("Command blocked by PreToolUse hook: "),
+                            (what, item["output"]))
+            self.assertIn(peer["handle"], item["output"], what)
+            self.assertIn("src/a.py", item["output"].split(". Command: ")[0], what)
+        self.compare_with_plain("denied add/update/move", result, script)
+
+    def test_patch_to_an_unleased_path_goes_through(self):
+        peer = self.peer()
+        self.rcoord("claim", "src/a.py", "--runtime", peer["id"])
+
+        def script(repo):
+            return [add_file("src/c.py", "c"), say("done")]
+        result = self.run_agent(script(self.repo))
+        self.assertEqual(self.read_file("src/c.py"), "c\n")
+        self.assertNotIn(peer["handle"], self.server.model_requests()[1].tail_text())
+        self.compare_with_plain("unleased add", result, script)
+
+    def test_message_is_injected_then_reminded_until_acked(self):
+        peer = self.peer()
+        body = "BODY-7f3: please leave src/a.py alone"
+        sent = {}
+
+        def send(req):
+            agents = [rt for rt in self.rcoord("list")["runtimes"] if rt["id"] != peer["id"]]
+            self.assertEqual(len(agents), 1, agents)
+            sent.update(self.rcoord("send", body, "--to", agents[0]["handle"],
+                                    "--runtime", peer["id"]))
+            return shell("true")
+
+        def ack(req):
+            return shell(".coord/coord ack %d" % sent["id"])
+
+        result = self.run_agent([send, shell("true"), ack, shell("true"), say("done")])
+        reqs = self.server.model_requests()
+        first, second, after_ack, later = (reqs[i].tail_text() for i in (1, 2, 3, 4))
+        self.assertIn(body, first)
+        self.assertNotIn(body, second)
+        for part in (str(sent["id"]), peer["handle"], sent["digest"][:8], "coord inbox --peek"):
+            self.assertIn(part, second)
+        self.assertNotIn(peer["handle"], after_ack)
+        self.assertNotIn(peer["handle"], later)
+
+        def plain_script(repo):
+            return [shell("true")] * 4 + [say("done")]
+        self.compare_with_plain("message/reminder/ack", result, plain_script)
+
+    def test_hooks_fail_open_when_the_database_cannot_be_opened(self):
+        blocker = os.path.join(self.tmp, "not-a-directory")
+        with open(blocker, "w") as f:
+            f.write("x")
+        corrupt = os.path.join(self.tmp, "corrupt.sqlite3")
+        with open(corrupt, "wb") as f:
+            f.write(b"this is not an SQLite database" * 100)
+        for n, db in enumerate((os.path.join(blocker, "db.sqlite3"), corrupt)):
+            result = self.run_agent([add_file("f%d.txt" % n, "x"), say("done")],
+                                    env={"COORD_DB": db})
+            self.assertEqual(self.read_file("f%d.txt" % n), "x\n")
+            self.assertIn({"type": "turn.completed"},
+                          [{"type": e.get("type")} for e in result.events], result.describe())
+            h.figure("codex fail-open run (%s)" % ("unopenable", "corrupt")[n], result.seconds)
+
+    def test_agents_own_claim_resolves_to_its_runtime(self):
+        seen = {}
+
+        def look(req):
+            seen["state"] = self.coord_state()
+            seen["output"] = req.tool_results()
+            return say("done")
+        result = self.run_agent([shell(".coord/coord claim src/x.py"), look])
+        rt = self.agent_runtime(result.session_id())
+        held = [l for l in seen["state"]["leases"] if l["resource"] == "src/x.py"]
+        self.assertEqual([l["runtime"] for l in held], [rt["id"]], seen)
+
+    def test_sub_agent_is_its_own_runtime_and_cannot_patch_the_parents_lease(self):
+        # Not in Claude's form only: Codex sub-agents (multi_agent_v2) are identified by
+        # CODEX_THREAD_ID in their shell and by agent_id in their hook payloads.
+        done = os.path.join(self.tmp, "sub-done")
+        seen = {}
+
+        def look(req):
+            seen["state"] = self.coord_state()
+            return say("done")
+        result = self.run_agent(
+            [shell(".coord/coord claim src/a.py -p parent"),
+             function_call("spawn_agent", {"task_name": "sub1", "fork_turns": "none",
+                                           "message": "SUBTASK-5"}, namespace="collaboration"),
+             shell("for i in $(seq 300); do [ -e %s ] && break; sleep 0.05; done" % done),
+             look],
+            lanes={"SUBTASK-5": [add_file("src/a.py", "sub"),
+                                 shell(".coord/coord claim src/s.py; touch %s" % done),
+                                 say("sub done")]},
+            features={"multi_agent_v2": True})
+        self.assertIsNone(self.read_file("src/a.py"))
+        session = result.session_id()
+        parent = self.agent_runtime(session)
+        denial = self.server.model_requests("SUBTASK-5")[1].tool_results()
+        self.assertIn(parent["handle"], denial[0])
+        subs = [rt for rt in self.runtimes_of(session) if rt.get("agent_id")]
+        self.assertEqual(len(subs), 1, self.coord_state())
+        self.assertNotEqual(subs[0]["id"], parent["id"])
+        held = dict((l["resource"], l["runtime"]) for l in seen["state"]["leases"])
+        self.assertEqual(held.get("src/a.py"), parent["id"])
+        self.assertEqual(held.get("src/s.py"), subs[0]["id"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from modelserver import ModelServer
+from modelserver import ModelServer, flatten  # noqa: F401 (re-exported for tests)
 from support import IN_CI, _SCRUB, CoordTestCase
 
 CLAUDE_VERSION = "2.1.197"
@@ -386,18 +386,20 @@ class HarnessCase(CoordTestCase):
         return env
 
     def run_agent(self, script, lanes=None, prompt="Do the scripted task.", env=None, args=(),
-                  trust=True, features=None, timeout=120, expect_ok=True):
-        """Load `script` into the server and run the harness once; return the RunResult."""
+                  trust=True, features=None, timeout=120, expect_ok=True, repo=None):
+        """Load `script` into the server and run the harness once in `repo` (default
+        self.repo); return the RunResult."""
+        repo = repo or self.repo
         self.server.load(script, lanes)
         if self.harness == "claude":
-            result = run_claude(self.cli, self.repo, prompt, self.server, self.home,
+            result = run_claude(self.cli, repo, prompt, self.server, self.home,
                                 env=self.agent_env(env), timeout=timeout, args=args)
         else:
             if trust:
-                trust_codex_repo(self.codex_home, self.server, self.repo, features=features)
+                trust_codex_repo(self.codex_home, self.server, repo, features=features)
             else:
                 write_codex_config(self.codex_home, self.server, features=features)
-            result = run_codex(self.cli, self.repo, prompt, self.server, self.home,
+            result = run_codex(self.cli, repo, prompt, self.server, self.home,
                                self.codex_home, env=self.agent_env(env), timeout=timeout,
                                args=args)
         self.assertEqual(self.server.refused, [],
@@ -415,8 +417,8 @@ class HarnessCase(CoordTestCase):
             return write_claude_hooks(self.repo, hooks)
         return write_codex_hooks(self.repo, hooks)
 
-    def write_file(self, rel, text):
-        path = os.path.join(self.repo, rel)
+    def write_file(self, rel, text, repo=None):
+        path = os.path.join(repo or self.repo, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(text)
@@ -480,3 +482,61 @@ def deny(reason):
 
 def context(event, text):
     return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
+
+
+# -- coord installed in the repository ---------------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class CoordCase(HarnessCase):
+    """A HarnessCase whose repository has coord installed by the real `./install`.
+
+    The harness runs with the test's private COORD_DB and COORD_PROJECT_ID, so coord's hooks
+    and the test's own `rcoord` calls share one database. `self.plain` is a second repository
+    with no coord and no hooks, for the same scripted run as a baseline.
+    """
+
+    project_id = "test-project"
+
+    def setUp(self):
+        super().setUp()
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "install"), self.repo,
+                               "--project-id", self.project_id],
+                              env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, "install failed:\n%s%s" % (proc.stdout, proc.stderr))
+        self.plain = git_repo(os.path.join(self.tmp, "plain"))
+
+    def rcoord(self, *args, **kw):
+        """Run the installed `.coord/coord ARGS --json`; return the parsed reply (exit 0)."""
+        env = dict(self.env)
+        env.update(kw.pop("env", None) or {})
+        check = kw.pop("check", 0)
+        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + list(args)
+        argv.append("--json")
+        proc = subprocess.run(argv, env=env, cwd=self.repo, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+        if check is not None and proc.returncode != check:
+            raise AssertionError("coord %s exited %d\nstdout: %s\nstderr: %s" % (
+                " ".join(args), proc.returncode, proc.stdout, proc.stderr))
+        return json.loads(proc.stdout) if proc.stdout.strip() else None
+
+    def peer(self):
+        """Register a peer runtime with `coord hello`; return its record."""
+        return self.rcoord("hello")["runtime"]
+
+    def coord_state(self):
+        """`coord list --all --json`: {"runtimes": [...], "leases": [...]}."""
+        return self.rcoord("list", "--all")
+
+    def runtimes_of(self, conversation):
+        return [rt for rt in self.coord_state()["runtimes"] if rt.get("conversation") == conversation]
+
+    def compare_with_plain(self, label, result, script_for, **kw):
+        """Run script_for(self.plain) without coord; print both wall times and their ratio."""
+        base = self.run_agent(script_for(self.plain), repo=self.plain, **kw)
+        figure("%s %s: with coord hooks" % (self.harness, label), result.seconds)
+        figure("%s %s: no hooks" % (self.harness, label), base.seconds)
+        figure("%s %s: ratio" % (self.harness, label), result.seconds / base.seconds, "x")
+        return base

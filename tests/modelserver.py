@@ -143,9 +143,9 @@ class Request(object):
                     continue
                 for block in content:
                     if isinstance(block, dict) and block.get("type") == "tool_result":
-                        out.append(_flatten(block.get("content")))
+                        out.append(flatten(block.get("content")))
             elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
-                out.append(_flatten(item.get("output")))
+                out.append(flatten(item.get("output")))
         return out
 
     def user_text(self):
@@ -171,17 +171,18 @@ class Request(object):
         return "\n".join(out)
 
 
-def _flatten(value):
+def flatten(value):
+    """Text of a content value (string, list of blocks, or block)."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "\n".join(_flatten(v) for v in value)
+        return "\n".join(flatten(v) for v in value)
     if isinstance(value, dict):
         for key in ("text", "content", "output"):
             if key in value:
-                return _flatten(value[key])
+                return flatten(value[key])
         return json.dumps(value, ensure_ascii=False)
     return str(value)
 
