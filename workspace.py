@@ -600,6 +600,12 @@ def cmd_inspect(ctx, args):
     if failure:
         lines.append("failed at %s: %s (directory %s)" % (failure["step"], store.clean_text(failure["reason"], 300),
                                                           failure["directory"]))
+    if w["data"].get("parked") and w["state"] == "parked":
+        lines.append("parked: %s" % store.clean_text(w["data"]["parked"]["reason"], 200))
+    if w["data"].get("tmux"):
+        live, why = _live_tmux(w)
+        lines.append("tmux window %s %s" % (w["data"]["tmux"].get("window_id"),
+                                            "running" if live else "gone (%s)" % store.clean_text(why, 120)))
     gate = _gate(w)
     if gate.get("reason"):
         lines.append("gate %s: %s" % (gate["state"], store.clean_text(gate["reason"], 200)))
@@ -972,18 +978,8 @@ def cleanup_blockers(ctx, w, caller):
 
 
 def _tmux_alive(w):
-    rec = w["data"].get("tmux")
-    if not rec or w["state"] in ("closed", "parked"):
-        return None
-    try:
-        import session
-    except ImportError:
-        return None
-    try:
-        session.validate(rec)
-    except session.SessionError:
-        return None
-    return "its tmux window %s still runs" % rec.get("window_id")
+    live, _ = _live_tmux(w)
+    return "its tmux window %s still runs" % live["window_id"] if live else None
 
 
 def _delete_checkout(ctx, w):
@@ -1277,6 +1273,186 @@ def register(sub, common, ident):
     p.set_defaults(func=cmd_remote_verify)
 
 
+# --------------------------------------------------------------------------- tmux (session.py)
+
+def _session_module():
+    try:
+        import session
+    except ImportError:
+        return None
+    return session
+
+
+def _session_call(fn, *a, **kw):
+    """Call into session.py, turning its errors into coord's (missing tmux is the environment)."""
+    import session
+    try:
+        return fn(*a, **kw)
+    except (session.TmuxNotFound, session.TmuxError) as exc:
+        raise EnvError(exc.message, exc.hint)
+    except session.SessionError as exc:
+        raise Refused(exc.message, exc.hint)
+
+
+def _live_tmux(w):
+    """The work's recorded window when it still validates, else None (with the reason)."""
+    session = _session_module()
+    rec = w["data"].get("tmux")
+    if not rec or session is None:
+        return None, "no recorded window"
+    try:
+        session.validate(rec)
+    except session.SessionError as exc:
+        return None, exc.message
+    return rec, None
+
+
+def _launch(ctx, w, conversation, harness, extra, previous):
+    import session
+    project = store.resolve_project_id(ctx.environ, w["source"])
+    env = {"COORD_WORK_ID": w["id"], "COORD_PROJECT_ID": project}
+    for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
+        if ctx.environ.get(name):
+            env[name] = ctx.environ[name]
+    argv = _session_call(session.harness_argv, harness, conversation, extra, ctx.environ)
+    socket = (previous or {}).get("socket") or session.resolve_socket(None, ctx.environ)
+    return _session_call(session.launch, project, w["id"], w["path"], argv, env=env, task=w["task"],
+                         conversation=conversation, harness=harness, previous=previous, socket=socket)
+
+
+def _record_tmux(ctx, w, state, rec, caller, **extra):
+    st = ctx.store
+    with st.transaction():
+        cur = st.work(w["id"])
+        data = {"history": _history(cur, state, caller, **extra)}
+        if rec is not None:
+            data["tmux"] = rec
+        if extra.get("reason") is not None or state in ("active", "resumed", "closed"):
+            data["parked"] = {"reason": extra["reason"], "at": _now()} if state == "parked" else None
+        cur = st.update_work(w["id"], state=state, data=data)
+        st.audit("work." + state, _who(caller), w["id"], window=(rec or cur["data"].get("tmux") or {}).get(
+            "window_id"), **{k: v for k, v in extra.items() if v is not None})
+    return cur
+
+
+def _record_launch(ctx, w, state, rec, **extra):
+    """Record a launched window; if that fails, close the window so it is never unrecorded."""
+    import session
+    try:
+        _record_tmux(ctx, w, state, rec, _optional_caller(ctx), **extra)
+    except BaseException:
+        try:
+            session.close(rec)
+        except session.SessionError:
+            pass
+        raise
+
+
+def cmd_start(ctx, args):
+    w = ctx.store.resolve_work(args.handle)
+    if w["state"] in ("removed", "failed", "creating"):
+        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+    verified_path(w)
+    live, _ = _live_tmux(w)
+    if live:
+        raise Refused("work %s already runs in tmux window %s" % (w["handle"], live["window_id"]),
+                      "coord work attach %s" % w["handle"])
+    rec = _launch(ctx, w, None, args.harness, args.extra, w["data"].get("tmux"))
+    _record_launch(ctx, w, "active", rec, step="started", harness=args.harness)
+    return 0, {"ok": True, "work": w["handle"], "tmux": rec}, None
+
+
+def cmd_resume(ctx, args):
+    w = ctx.store.resolve_work(args.handle)
+    if w["state"] in ("removed", "failed", "creating"):
+        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+    verified_path(w)
+    live, _ = _live_tmux(w)
+    if live:
+        raise Refused("work %s already runs in tmux window %s" % (w["handle"], live["window_id"]),
+                      "coord work attach %s" % w["handle"])
+    previous = w["data"].get("tmux") or {}
+    conversation = args.conversation or previous.get("conversation")
+    harness = args.harness or previous.get("harness") or "claude"
+    if not conversation:
+        raise UsageError("no conversation is recorded for %s, so there is nothing to resume" % w["handle"],
+                         "coord work resume %s --conversation ID, or start afresh: coord work start %s"
+                         % (w["handle"], w["handle"]))
+    rec = _launch(ctx, w, conversation, harness, [], previous)
+    _record_launch(ctx, w, "resumed", rec, conversation=conversation)
+    return 0, {"ok": True, "work": w["handle"], "tmux": rec}, None
+
+
+def cmd_attach(ctx, args):
+    import session
+    w = ctx.store.resolve_work(args.handle)
+    rec = w["data"].get("tmux")
+    if not rec:
+        raise Refused("work %s has no tmux window" % w["handle"], "coord work start %s" % w["handle"])
+    _session_call(session.validate, rec)
+    if args.execute:
+        code = _session_call(session.attach, rec, None, ctx.environ)
+        return code, {"ok": code == 0, "work": w["handle"]}, None
+    argv = session.attach_command(rec, None, ctx.environ)
+    return 0, {"ok": True, "work": w["handle"], "command": argv}, " ".join(shlex.quote(a) for a in argv)
+
+
+def _close_window(w):
+    """Kill the validated window; a window already gone (or no longer provably ours) is left alone."""
+    import session
+    rec = w["data"].get("tmux")
+    if not rec:
+        return "no window"
+    problem = session.problem(rec)
+    if problem:
+        return "window not closed: " + problem
+    _session_call(session.close, rec)
+    return "closed %s" % rec["window_id"]
+
+
+def cmd_park(ctx, args):
+    w = ctx.store.resolve_work(args.handle)
+    if w["state"] in ("removed", "failed", "creating"):
+        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+    if not (args.reason or "").strip():
+        raise UsageError("parking needs --reason", "coord work park %s --reason \"waiting for review\"" % w["handle"])
+    what = _close_window(w)
+    _record_tmux(ctx, w, "parked", None, _optional_caller(ctx), reason=store.clean_text(args.reason, 500),
+                 outcome=what)
+    return 0, {"ok": True, "work": w["handle"], "window": what}, None
+
+
+def cmd_close(ctx, args):
+    w = ctx.store.resolve_work(args.handle)
+    if w["state"] in ("removed", "failed", "creating"):
+        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+    what = _close_window(w)
+    _record_tmux(ctx, w, "closed", None, _optional_caller(ctx), outcome=what)
+    return 0, {"ok": True, "work": w["handle"], "window": what}, (what if what.startswith("window not") else None)
+
+
 def _register_session(ws, both):
     """tmux subcommands, present only when session.py is available."""
-    return None
+    if _session_module() is None:
+        return
+    p = ws.add_parser("start", parents=both, help="run a harness for the work in a new tmux window")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--harness", choices=("claude", "codex"), default="claude")
+    p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments (after --)")
+    p.set_defaults(func=cmd_start)
+    p = ws.add_parser("attach", parents=both, help="print (or --execute) the command that shows the window")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--execute", action="store_true")
+    p.set_defaults(func=cmd_attach)
+    p = ws.add_parser("park", parents=both, help="close the window but keep the clone, with a reason")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--reason", required=True)
+    p.set_defaults(func=cmd_park)
+    p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--conversation", metavar="ID", help="default: the recorded conversation")
+    p.add_argument("--harness", choices=("claude", "codex"))
+    p.set_defaults(func=cmd_resume)
+    p = ws.add_parser("close", parents=both, help="kill exactly the recorded window (validated by ID)")
+    p.add_argument("handle", metavar="HANDLE")
+    p.set_defaults(func=cmd_close)

@@ -7,9 +7,11 @@ asserted through the real CLI, each with the directory still on disk afterwards.
 
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
+import sys
 
 import support
 from support import CoordTestCase
@@ -518,6 +520,95 @@ class RemoteVerifyTest(WorkTestCase):
         self.assertIn("no bookmark nope", proc.stderr)
         proc = self.coord("remote", "verify", "origin", "main", "--expect", newer[:10], cwd=self.canon)
         self.assertEqual(proc.returncode, 2)
+
+
+FAKE = os.path.join(support.FIXTURES, "fake_harness.py")
+
+
+class TmuxWorkTest(WorkTestCase):
+    """work start/attach/park/resume/close on a real tmux server with a private socket."""
+
+    def setUp(self):
+        super().setUp()
+        self.tmux_bin = support.require_tool(self, "tmux")
+        self.sock = os.path.join(self.tmp, "tmux.sock")
+        self.rec = os.path.join(self.tmp, "rec")
+        os.mkdir(self.rec)
+        self.env.update({"COORD_TMUX_SOCKET": self.sock, "TMUX_TMPDIR": self.tmp,
+                         "COORD_CLAUDE_CMD": " ".join(shlex.quote(a) for a in [sys.executable, FAKE, "--record",
+                                                                              self.rec])})
+        os.environ.update(self.env)
+        self.addCleanup(self.kill_server)
+
+    def kill_server(self):
+        subprocess.run([self.tmux_bin, "-S", self.sock, "kill-server"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=10)
+
+    def windows(self):
+        proc = subprocess.run([self.tmux_bin, "-S", self.sock, "list-windows", "-a", "-F", "#{window_id}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10)
+        return proc.stdout.split()
+
+    def launched(self, n):
+        """The n-th recorded start of the stand-in harness (waits for it)."""
+        def ready():
+            files = sorted(f for f in os.listdir(self.rec) if f.endswith(".json") and ".action" not in f)
+            return files if len(files) >= n else None
+        files = support.retry_until(ready)
+        runs = []
+        for f in files:
+            with open(os.path.join(self.rec, f)) as fh:
+                runs.append(json.load(fh))
+        return runs
+
+    def test_start_park_resume_close(self):
+        handle, path, _ = self.create("tmuxed")
+        wid = self.record(handle)["id"]
+        self.work("start", handle, check=0)
+        rec = self.record(handle)
+        tmux = rec["data"]["tmux"]
+        self.assertEqual(rec["state"], "active")
+        self.assertTrue(tmux["window_id"].startswith("@") and tmux["pane_id"].startswith("%"))
+        self.assertEqual(self.windows(), [tmux["window_id"]])
+        run = self.launched(1)[0]
+        self.assertEqual(os.path.realpath(run["cwd"]), path)
+        self.assertEqual(run["env"]["COORD_WORK_ID"], wid)
+        self.assertEqual(run["args"], [])
+        proc = self.work("start", handle)
+        self.assertEqual(proc.returncode, 3, "one window per work")
+        cmd = self.work("attach", handle, check=0).stdout
+        self.assertIn(tmux["pane_id"], cmd)
+        self.gate(handle)
+        self.assertEqual(self.refused(handle), ["tmux-open"])
+        self.work("park", handle, "--reason", "waiting for review", check=0)
+        rec = self.record(handle)
+        self.assertEqual(rec["state"], "parked")
+        self.assertEqual(rec["data"]["parked"]["reason"], "waiting for review")
+        self.assertNotIn(tmux["window_id"], self.windows())
+        self.assertIn("parked: waiting for review", self.work("inspect", handle, check=0).stdout)
+        proc = self.work("resume", handle)
+        self.assertEqual(proc.returncode, 2, "no conversation recorded yet")
+        self.work("resume", handle, "--conversation", "conv-123", check=0)
+        rec = self.record(handle)
+        self.assertEqual(rec["state"], "resumed")
+        self.assertIn(["--resume", "conv-123"], [r["args"] for r in self.launched(2)])
+        new_window = rec["data"]["tmux"]["window_id"]
+        self.assertEqual(self.windows(), [new_window])
+        self.work("close", handle, check=0)
+        self.assertEqual(self.record(handle)["state"], "closed")
+        self.assertEqual(self.windows(), [])
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_close_leaves_a_window_that_is_no_longer_provably_ours(self):
+        handle, path, _ = self.create("tmuxed")
+        self.work("start", handle, check=0)
+        window = self.record(handle)["data"]["tmux"]["window_id"]
+        subprocess.run([self.tmux_bin, "-S", self.sock, "set-option", "-w", "-t", window, "@coord-work", "other"],
+                       check=True, timeout=10)
+        proc = self.work("close", handle, check=0)
+        self.assertIn("window not closed", proc.stdout)
+        self.assertIn(window, self.windows())
 
 
 class HelperTest(CoordTestCase):
