@@ -106,6 +106,19 @@ class HarnessFacts(h.HarnessCase):
         self.assertEqual([p["agent_id"] for p in sub_bash], [start["agent_id"]])
         self.assertEqual(sub_bash[0]["session_id"], start["session_id"])
 
+    def test_updated_input_can_tag_a_subagents_bash_command(self):
+        # The one way to tell a subagent's shell who it is: its PreToolUse payload has
+        # agent_id, and a reply with updatedInput (no permissionDecision) rewrites the command.
+        h.write_reply(self.replies, "PreToolUse-Bash", {"hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "updatedInput": {"command": "COORD_RUNTIME_ID=tagged env > env.txt"}}})
+        self.run_agent(
+            [tool("Agent", description="sub", prompt="SUBTASK-2", subagent_type="general-purpose"),
+             say("done")],
+            lanes={"SUBTASK-2": [tool("Bash", command="env > env.txt"), say("sub done")]},
+            args=["--allowedTools", "Bash"])
+        self.assertIn("COORD_RUNTIME_ID=tagged\n", self.read_file("env.txt"))
+
     def test_bash_needs_allowed_tools_in_accept_edits_mode(self):
         # acceptEdits alone refuses this Bash command in -p mode; tests that script shell
         # commands pass --allowedTools Bash.

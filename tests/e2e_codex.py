@@ -254,18 +254,17 @@ class CoordScenarios(h.CoordCase):
         done = os.path.join(self.tmp, "sub-done")
         seen = {}
 
-        def look(req):
+        def look(req):  # while the sub-agent still runs: its leases end with it
             seen["state"] = self.coord_state()
-            return say("done")
+            return shell("touch %s" % done)
         result = self.run_agent(
             [shell(".coord/coord claim src/a.py -p parent"),
              function_call("spawn_agent", {"task_name": "sub1", "fork_turns": "none",
                                            "message": "SUBTASK-5"}, namespace="collaboration"),
              shell("for i in $(seq 300); do [ -e %s ] && break; sleep 0.05; done" % done),
-             look],
-            lanes={"SUBTASK-5": [add_file("src/a.py", "sub"),
-                                 shell(".coord/coord claim src/s.py; touch %s" % done),
-                                 say("sub done")]},
+             say("done")],
+            lanes={"SUBTASK-5": [add_file("src/a.py", "sub"), shell(".coord/coord claim src/s.py"),
+                                 look, say("sub done")]},
             features={"multi_agent_v2": True})
         self.assertIsNone(self.read_file("src/a.py"))
         session = result.session_id()
