@@ -70,7 +70,7 @@ def patch_paths(text):
 
 def write_targets(tool, tool_input):
     """Paths (as written in the payload) that this tool call will write; [] when none or unknown."""
-    if not isinstance(tool_input, dict):
+    if not isinstance(tool_input, dict) or not isinstance(tool, str):
         return []
     if tool in FILE_TOOLS:
         path = tool_input.get(FILE_TOOLS[tool])
@@ -92,8 +92,8 @@ class Hook:
         self.event = payload["hook_event_name"]
         self.session = payload["session_id"]
         self.agent = payload.get("agent_id")
-        cwd = payload.get("cwd")
-        self.cwd = cwd if isinstance(cwd, str) and cwd.startswith("/") else os.getcwd()
+        cwd = identifier(payload.get("cwd"), 4096)
+        self.cwd = cwd if cwd and cwd.startswith("/") else os.getcwd()
         self.harness = harness
         self.environ = environ
         self.st = self.targets = None
@@ -205,7 +205,7 @@ class Hook:
             return []  # undecodable (lone surrogate) names cannot be files the harness writes
         root, out = self.root(), []
         for full in names:
-            if not root or not full.startswith(root + "/"):
+            if not root or not full.startswith(root + "/") or identifier(full, 1 << 16) is None:
                 continue
             rel = full[len(root) + 1:]
             try:
@@ -404,15 +404,18 @@ def run(raw, argv=(), environ=None):
         if len(raw) > MAX_INPUT:
             return "", "coord hook: payload larger than %d bytes; not checked" % MAX_INPUT
         import json
-        payload = json.loads(raw)
+        try:
+            payload = json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            return "", "coord hook: unreadable payload (%s); allowed" % type(exc).__name__
         if not isinstance(payload, dict):
             return "", ""
         event = payload.get("hook_event_name")
         handler = EVENTS.get(event) if isinstance(event, str) else None
-        session, agent = payload.get("session_id"), payload.get("agent_id", "")
-        if handler is None or not isinstance(session, str) or not session.strip():
-            return "", ""
-        if not isinstance(agent, str) or (event in NEEDS_AGENT and not agent):
+        session, agent = identifier(payload.get("session_id")), payload.get("agent_id")
+        if agent is not None and identifier(agent) is None:
+            return "", ""  # a subagent we cannot name must not act as its parent
+        if handler is None or session is None or (event in NEEDS_AGENT and agent is None):
             return "", ""
         targets = None
         if handler is on_pre_tool_use:
@@ -432,6 +435,17 @@ def run(raw, argv=(), environ=None):
                 pass
 
 
+def identifier(value, limit=256):
+    """Payload text usable as an ID or path (SQLite can store it, sane length), else None."""
+    if not isinstance(value, str) or not value.strip() or len(value) > limit:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeError:
+        return None
+    return value
+
+
 def harness_of(argv):
     for i, arg in enumerate(argv):
         if arg == "--harness" and i + 1 < len(argv):
@@ -445,6 +459,8 @@ def failure(exc):
     """One stderr line for a fail-open case; an unexpected exception also leaves its traceback
     in the state directory's errors.log."""
     try:
+        if isinstance(exc, ImportError):
+            return "coord hook: cannot load store.py from %s (%s); allowed" % (HERE, exc)
         import store
         if isinstance(exc, store.CoordError):
             return "coord hook: %s; allowed" % store.clean_text(exc.message, 300).replace("\n", " ")

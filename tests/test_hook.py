@@ -1,0 +1,838 @@
+"""hook.py: every harness payload, write enforcement, delivery, identity, and failing open.
+
+Hooks run as real subprocesses (`python3 -I -S hook.py --harness ...`) on real SQLite files.
+The hook's harness is its parent process: the test process itself, or a FakeHarness (a real
+long-lived process that spawns the hook) when two attachments of one conversation must be told
+apart. Payloads are the harnesses' recorded samples (tests/fixtures/payloads/) with their
+/home/user/repo paths pointed at a temporary repository.
+"""
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+import support
+import store
+import hook
+
+HOOK = os.path.join(support.ROOT, "hook.py")
+PAYLOADS = os.path.join(support.FIXTURES, "payloads")
+SAMPLE_ROOT = "/home/user/repo"
+CLAUDE_MAIN = "61dfc1a5-feda-4891-9142-f7defe73b697"      # SessionStart..SessionEnd samples
+CLAUDE_PARENT = "692aa4d9-1628-42d9-8ff7-8164f04a4f6e"    # the Agent/subagent samples
+CLAUDE_AGENT = "a3141b31c0dcb97ce"
+CODEX_MAIN = "01a22af1-31cf-7f50-a411-97b001022a84"
+CODEX_PARENT = "01a22af2-649e-7440-84c1-522c2b8d8ea9"
+CODEX_AGENT = "01a22af2-65e3-7763-bdfa-b47e2231db0c"
+
+# A real process that runs hooks as its children, like a harness: one JSON request per line.
+DRIVER = r"""
+import json, subprocess, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    p = subprocess.run(req["argv"], input=req["input"].encode(), env=req["env"], cwd=req["cwd"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    print(json.dumps({"rc": p.returncode, "out": p.stdout.decode(), "err": p.stderr.decode()}), flush=True)
+"""
+
+
+class FakeHarness:
+    """A long-lived process whose children are the hook runs (so it is their harness)."""
+
+    def __init__(self, testcase):
+        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        testcase.addCleanup(self.close)
+
+    def run(self, argv, data, env, cwd):
+        self.proc.stdin.write(json.dumps({"argv": argv, "input": data, "env": env, "cwd": cwd}) + "\n")
+        self.proc.stdin.flush()
+        r = json.loads(self.proc.stdout.readline())
+        return r["rc"], r["out"], r["err"]
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+            self.proc.stdout.close()
+
+
+class HookCase(support.CoordTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.repo = os.path.join(self.tmp, "repo")
+        os.makedirs(os.path.join(self.repo, ".coord"))
+        os.makedirs(os.path.join(self.repo, "src"))
+        self._st = None
+
+    @property
+    def st(self):
+        if self._st is None:
+            self._st = store.Store(self.db)
+            self.addCleanup(self._st.close)
+        return self._st
+
+    # -- payloads and runs
+
+    def payload(self, name, **changes):
+        with open(os.path.join(PAYLOADS, name + ".json"), encoding="utf-8") as f:
+            data = json.loads(f.read().replace(SAMPLE_ROOT, self.repo))
+        data.update(changes)
+        return data
+
+    def write(self, path, session=CLAUDE_MAIN, **changes):
+        """A Claude Write PreToolUse payload for `path` (relative to the repository or absolute)."""
+        return self.payload("claude-PreToolUse-Write", session_id=session, tool_input={
+            "file_path": os.path.join(self.repo, path), "content": "x\n"}, **changes)
+
+    def patch(self, text, session=CODEX_MAIN, **changes):
+        return self.payload("codex-PreToolUse-apply_patch", session_id=session,
+                            tool_input={"command": text}, **changes)
+
+    def run_hook(self, data, harness="claude", env=None, cwd=None, via=None, python=None, script=HOOK):
+        """Run the hook once; check the invariants every run keeps; return (stdout, stderr)."""
+        raw = data if isinstance(data, (bytes, str)) else json.dumps(data)
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "surrogateescape")
+        e = dict(self.env)
+        e.update(env or {})
+        e = {k: v for k, v in e.items() if v is not None}
+        argv = [python or sys.executable, "-I", "-S", script, "--harness", harness]
+        cwd = cwd or self.repo
+        if via is not None:
+            rc, out, err = via.run(argv, raw, e, cwd)
+        else:
+            p = subprocess.run(argv, input=raw.encode("utf-8", "surrogateescape"), env=e, cwd=cwd,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+            rc, out, err = p.returncode, p.stdout.decode(), p.stderr.decode()
+        self.assertEqual(rc, 0, "hook exited %d: %s" % (rc, err))
+        self.assertNotIn("Traceback", err)
+        self.assertLessEqual(len(err.strip().splitlines()), 1, err)
+        if out:
+            self.check_reply(out)
+        return out, err
+
+    def check_reply(self, out):
+        reply = json.loads(out)
+        spec = reply["hookSpecificOutput"]
+        self.assertEqual(set(reply), {"hookSpecificOutput"})
+        if "permissionDecision" in spec:
+            self.assertEqual(spec["permissionDecision"], "deny")
+            self.assertEqual(set(spec), {"hookEventName", "permissionDecision", "permissionDecisionReason"})
+            self.assertEqual(spec["hookEventName"], "PreToolUse")
+            self.assertTrue(spec["permissionDecisionReason"].strip())
+        else:
+            self.assertEqual(set(spec), {"hookEventName", "additionalContext"})
+            self.assertTrue(spec["additionalContext"].strip())
+        return reply
+
+    def context(self, data, **kw):
+        out, _ = self.run_hook(data, **kw)
+        return json.loads(out)["hookSpecificOutput"]["additionalContext"] if out else None
+
+    def denial(self, data, **kw):
+        out, _ = self.run_hook(data, **kw)
+        if not out:
+            return None
+        spec = json.loads(out)["hookSpecificOutput"]
+        return spec.get("permissionDecisionReason")
+
+    # -- state
+
+    def start(self, session=CLAUDE_MAIN, harness="claude", **kw):
+        """SessionStart for `session`; return its runtime record."""
+        sample = "claude-SessionStart" if harness == "claude" else "codex-SessionStart"
+        self.run_hook(self.payload(sample, session_id=session), harness=harness, **kw)
+        rt = self.st.find_conversation_runtime(session)
+        self.assertIsNotNone(rt)
+        return rt
+
+    def peer(self, *resources, mode="exclusive", purpose="peer work", pid=None):
+        """A live peer runtime (registered like `coord hello`) holding `resources`."""
+        rt = self.st.register(harness="codex", pid=pid)
+        if resources:
+            self.st.claim(rt["id"], list(resources), mode, purpose)
+        return rt
+
+    def audit_count(self):
+        return self.st.q("SELECT count(*) FROM audit").fetchone()[0]
+
+
+class SampleTest(HookCase):
+    """Every recorded payload, run alone on an empty database, has its documented effect."""
+
+    def expect(self, name, data):
+        event = data["hook_event_name"]
+        session, agent = data["session_id"], data.get("agent_id")
+        if event.startswith("PreToolUse"):
+            return "nothing, and no database"
+        if event in ("SessionStart",):
+            return "context + runtime"
+        if event == "SubagentStop" or event == "SessionEnd":
+            return "nothing live"
+        return "runtime" if agent is None else "subagent"
+
+    def test_every_sample_has_its_effect(self):
+        names = sorted(f[:-5] for f in os.listdir(PAYLOADS) if f.endswith(".json"))
+        self.assertEqual(len(names), 34)
+        for name in names:
+            with self.subTest(sample=name):
+                for suffix in ("", "-wal", "-shm"):
+                    if os.path.exists(self.db + suffix):
+                        os.unlink(self.db + suffix)
+                if self._st is not None:
+                    self._st.close()
+                    self._st = None
+                harness = name.split("-")[0]
+                data = self.payload(name)
+                out, err = self.run_hook(data, harness=harness)
+                self.assertEqual(err, "")
+                want = self.expect(name, data)
+                if want == "nothing, and no database":
+                    self.assertEqual(out, "")
+                    self.assertFalse(os.path.exists(self.db), "PreToolUse created the database")
+                    continue
+                session, agent = data["session_id"], data.get("agent_id")
+                if want == "context + runtime":
+                    rt = self.st.find_conversation_runtime(session)
+                    self.assertEqual(rt["harness"], harness)
+                    self.assertEqual(rt["pid"], os.getpid())  # the hook's parent is its harness
+                    self.assertIn("you are %s" % rt["handle"], json.loads(out)["hookSpecificOutput"]["additionalContext"])
+                    continue
+                self.assertEqual(out, "")
+                if want == "runtime":
+                    rt = self.st.find_conversation_runtime(session)
+                    self.assertIsNotNone(rt, "registered quietly")
+                    self.assertIsNone(rt["agent_id"])
+                elif want == "subagent":
+                    rt = self.st.find_conversation_runtime(session, agent_id=agent)
+                    self.assertEqual(rt["id"], store.subagent_uuid(session, agent))
+                    self.assertIsNone(self.st.find_conversation_runtime(session), "the parent is not registered by it")
+                else:
+                    self.assertEqual(self.st.live_runtimes(), [])
+
+    def lifecycle(self, harness, samples, session):
+        seen = []
+        for name in samples:
+            data = self.payload(name, session_id=session)
+            out, err = self.run_hook(data, harness=harness)
+            self.assertEqual(err, "")
+            seen.append((name, out))
+        return seen
+
+    def test_claude_session_lifecycle(self):
+        seen = self.lifecycle("claude", ["claude-SessionStart", "claude-UserPromptSubmit", "claude-PreToolUse-Write",
+                                         "claude-PostToolUse-Write", "claude-PreToolUse-Edit", "claude-Stop"],
+                              CLAUDE_MAIN)
+        self.assertTrue(seen[0][1])
+        self.assertEqual([out for _, out in seen[1:]], [""] * 5)
+        rt = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.assertEqual(len(self.st.live_runtimes()), 1, "one attachment, registered once")
+        self.run_hook(self.payload("claude-SessionEnd"))
+        self.assertEqual(self.st.runtime(rt["id"])["end_reason"], "session-end")
+
+    def test_codex_session_lifecycle(self):
+        seen = self.lifecycle("codex", ["codex-SessionStart", "codex-UserPromptSubmit", "codex-PreToolUse-apply_patch",
+                                        "codex-PostToolUse-apply_patch", "codex-PreToolUse-apply_patch-update",
+                                        "codex-PreToolUse-apply_patch-move", "codex-PreToolUse-Bash-exec_command",
+                                        "codex-PostToolUse-Bash-exec_command", "codex-Stop"], CODEX_MAIN)
+        self.assertIn("you are", seen[0][1])
+        self.assertEqual([out for _, out in seen[1:]], [""] * 8)
+        rt = self.st.find_conversation_runtime(CODEX_MAIN)
+        self.assertEqual(rt["harness"], "codex")
+        self.run_hook(self.payload("codex-SessionEnd"), harness="codex")
+        self.assertIsNotNone(self.st.runtime(rt["id"])["ended_at"])
+
+    def test_subagent_samples_give_the_subagent_its_own_runtime(self):
+        for harness, session, agent, samples in (
+                ("claude", CLAUDE_PARENT, CLAUDE_AGENT,
+                 ["claude-PreToolUse-Agent", "claude-SubagentStart", "claude-PreToolUse-Write-in-subagent",
+                  "claude-PostToolUse-Write-in-subagent"]),
+                ("codex", CODEX_PARENT, CODEX_AGENT,
+                 ["codex-SubagentStart", "codex-PreToolUse-apply_patch-in-subagent"])):
+            with self.subTest(harness=harness):
+                self.start(session, harness)
+                self.lifecycle(harness, samples, session)
+                sub = self.st.find_conversation_runtime(session, agent_id=agent)
+                self.assertEqual(sub["id"], store.subagent_uuid(session, agent))
+                self.assertNotEqual(sub["handle"], self.st.find_conversation_runtime(session)["handle"])
+                stop = "%s-SubagentStop" % harness
+                self.run_hook(self.payload(stop), harness=harness)
+                self.assertEqual(self.st.runtime(sub["id"])["end_reason"], "subagent-stop")
+                self.assertIsNotNone(self.st.find_conversation_runtime(session), "the parent lives on")
+                post = "claude-PostToolUse-Agent" if harness == "claude" else "codex-PostToolUse-spawn_agent"
+                out, _ = self.run_hook(self.payload(post), harness=harness)
+                self.assertEqual(out, "")
+
+
+class PatchParsingTest(HookCase):
+    """hook.patch_paths finds exactly the paths Codex's apply_patch would write."""
+
+    def test_add_update_delete_and_move(self):
+        text = ("*** Begin Patch\n*** Add File: a.txt\n+one\n*** Update File: b.py\n@@\n-x\n+y\n"
+                "*** Delete File: c.md\n*** Update File: d.txt\n*** Move to: e/d.txt\n@@\n-1\n+2\n*** End Patch\n")
+        self.assertEqual(hook.patch_paths(text), ["a.txt", "b.py", "c.md", "d.txt", "e/d.txt"])
+
+    def test_recorded_samples(self):
+        for name, want in (("codex-PreToolUse-apply_patch", ["added.txt"]),
+                           ("codex-PreToolUse-apply_patch-update", ["added.txt"]),
+                           ("codex-PreToolUse-apply_patch-move", ["added.txt", "moved.txt"]),
+                           ("codex-PreToolUse-apply_patch-in-subagent", ["sub.txt"])):
+            self.assertEqual(hook.patch_paths(self.payload(name)["tool_input"]["command"]), want)
+
+    def test_odd_whitespace_crlf_and_spaces_in_paths(self):
+        text = ("  *** Begin Patch  \r\n\t*** Add File:   dir with space/new file.txt  \r\n+x\r\n"
+                " *** Update File: old name.txt\t\r\n*** Move to:  new name.txt \r\n@@\r\n-a\r\n+b\r\n"
+                "***  Delete File:gone.txt\r\n*** End Patch")
+        self.assertEqual(hook.patch_paths(text),
+                         ["dir with space/new file.txt", "old name.txt", "new name.txt", "gone.txt"])
+
+    def test_marker_text_inside_hunks_is_content(self):
+        text = ("*** Begin Patch\n*** Add File: doc.md\n+*** Add File: not-a-file.txt\n"
+                "*** Update File: notes.md\n@@\n *** Delete File: context-line.txt\n-*** Move to: removed.txt\n"
+                "+*** Update File: added-line.txt\n*** End of File\n *** Add File: still-content.txt\n"
+                "*** End Patch\n")
+        self.assertEqual(hook.patch_paths(text), ["doc.md", "notes.md"])
+
+    def test_heredoc_wrapper_and_empty_paths(self):
+        text = "<<'EOF'\n*** Begin Patch\n*** Add File: \n*** Delete File: x\n*** End Patch\nEOF\n"
+        self.assertEqual(hook.patch_paths(text), ["x"])
+        self.assertEqual(hook.patch_paths(""), [])
+        self.assertEqual(hook.patch_paths("no patch at all\n*** Move to: y"), [])
+
+    def test_write_targets_by_tool(self):
+        self.assertEqual(hook.write_targets("Write", {"file_path": "/r/a"}), ["/r/a"])
+        self.assertEqual(hook.write_targets("Edit", {"file_path": "/r/b"}), ["/r/b"])
+        self.assertEqual(hook.write_targets("NotebookEdit", {"notebook_path": "/r/n.ipynb"}), ["/r/n.ipynb"])
+        self.assertEqual(hook.write_targets("apply_patch", {"command": "*** Begin Patch\n*** Delete File: d\n"}), ["d"])
+        self.assertEqual(hook.write_targets("Bash", {"command": "echo > a"}), [])
+        self.assertEqual(hook.write_targets("Read", {"file_path": "/r/a"}), [])
+        self.assertEqual(hook.write_targets("Write", {"file_path": 7}), [])
+        self.assertEqual(hook.write_targets("Write", "file_path"), [])
+
+
+class EnforcementTest(HookCase):
+
+    def test_deny_names_resource_holder_purpose_and_next_commands(self):
+        self.start()
+        holder = self.peer("src/app.py", purpose="auth refactor")
+        reason = self.denial(self.write("src/app.py"))
+        self.assertIn("src/app.py", reason)
+        self.assertIn(holder["handle"], reason)
+        self.assertIn("auth refactor", reason)
+        self.assertIn(".coord/coord send", reason)
+        self.assertIn("--to %s" % holder["handle"], reason)
+        self.assertIn(".coord/coord inbox", reason)
+
+    def test_free_paths_and_own_leases_are_allowed(self):
+        me = self.start()
+        self.peer("src/app.py")
+        self.st.claim(me["id"], ["src/mine.py"])
+        self.assertIsNone(self.denial(self.write("src/other.py")))
+        self.assertIsNone(self.denial(self.write("src/mine.py")))
+        self.assertIsNone(self.denial(self.write("src/app.py.bak")))
+
+    def test_ancestor_and_descendant_leases_block(self):
+        self.start()
+        self.peer("src/pkg")
+        self.assertIn("src/pkg/deep/mod.py (inside src/pkg)", self.denial(self.write("src/pkg/deep/mod.py")))
+        self.peer("docs/api/index.md")
+        self.assertIsNotNone(self.denial(self.payload(
+            "claude-PreToolUse-Write", tool_input={"file_path": os.path.join(self.repo, "docs")})))
+
+    def test_unregistered_session_is_checked_against_every_live_lease(self):
+        self.peer("src/app.py")
+        self.assertIsNotNone(self.denial(self.write("src/app.py", session="never-registered")))
+
+    def test_expired_and_dead_holders_do_not_block(self):
+        self.start()
+        dead = subprocess.Popen(["sleep", "600"])
+        self.peer("src/dead.py", pid=dead.pid)
+        self.assertIsNotNone(self.denial(self.write("src/dead.py")))
+        dead.kill()
+        dead.wait()
+        rt = self.peer()
+        self.st.claim(rt["id"], ["src/expired.py"], ttl=0.001)
+        self.assertIsNone(self.denial(self.write("src/dead.py")))
+        self.assertIsNone(self.denial(self.write("src/expired.py")))
+
+    def test_append_holders_block_plain_writers_but_not_fellow_appenders(self):
+        me = self.start()
+        self.peer("log/changes.md", mode="append", purpose="release notes")
+        reason = self.denial(self.write("log/changes.md"))
+        self.assertIn("for appending", reason)
+        self.assertIn("claim log/changes.md --mode append", reason)
+        self.st.claim(me["id"], ["log/changes.md"], mode="append")
+        self.assertIsNone(self.denial(self.write("log/changes.md")))
+        self.peer("log/locked.md", purpose="exclusive one")
+        self.assertIsNotNone(self.denial(self.write("log/locked.md")), "an exclusive lease still blocks an appender")
+
+    def test_other_tools_and_outside_paths_are_not_coordinated(self):
+        self.start()
+        self.peer("src/app.py")
+        bash = self.payload("claude-PreToolUse-Bash", session_id=CLAUDE_MAIN,
+                            tool_input={"command": "echo x > src/app.py"})
+        self.assertIsNone(self.denial(bash))
+        odd = self.write("src/app.py", tool_name="Frobnicate")
+        self.assertIsNone(self.denial(odd))
+        outside = os.path.join(self.tmp, "elsewhere.txt")
+        self.assertIsNone(self.denial(self.payload("claude-PreToolUse-Write", tool_input={"file_path": outside})))
+
+    def test_pre_tool_use_writes_nothing(self):
+        self.start()
+        self.peer("src/app.py")
+        probe = sqlite3.connect(self.db)
+        self.addCleanup(probe.close)
+        before = (probe.execute("PRAGMA data_version").fetchone()[0], self.audit_count())
+        self.assertIsNotNone(self.denial(self.write("src/app.py")))
+        self.assertIsNone(self.denial(self.write("src/free.py")))
+        self.run_hook(self.patch("*** Begin Patch\n*** Add File: src/new.py\n+x\n*** End Patch\n"), harness="codex")
+        after = (probe.execute("PRAGMA data_version").fetchone()[0], self.audit_count())
+        self.assertEqual(before, after)
+
+
+class PatchEnforcementTest(HookCase):
+
+    def test_move_destination_is_blocked(self):
+        self.start(CODEX_MAIN, "codex")
+        holder = self.peer("moved.txt")
+        reason = self.denial(self.payload("codex-PreToolUse-apply_patch-move"), harness="codex")
+        self.assertIn("moved.txt", reason)
+        self.assertIn(holder["handle"], reason)
+
+    def test_any_file_of_a_multi_file_patch_blocks(self):
+        self.start(CODEX_MAIN, "codex")
+        self.peer("c/three.txt")
+        text = ("*** Begin Patch\n*** Add File: a/one.txt\n+1\n*** Delete File: b/two.txt\n"
+                "*** Update File: c/three.txt\n@@\n-x\n+y\n*** End Patch\n")
+        self.assertIn("c/three.txt", self.denial(self.patch(text), harness="codex"))
+        self.assertIsNone(self.denial(self.patch(text.replace("c/three", "c/four")), harness="codex"))
+
+    def test_paths_resolve_against_the_payload_cwd(self):
+        self.start(CODEX_MAIN, "codex")
+        self.peer("src/sub/x.py")
+        os.makedirs(os.path.join(self.repo, "src", "sub"))
+        text = "*** Begin Patch\n*** Add File: x.py\n+1\n*** End Patch\n"
+        cwd = os.path.join(self.repo, "src", "sub")
+        reason = self.denial(self.patch(text, cwd=cwd), harness="codex", cwd=cwd)
+        self.assertIn("src/sub/x.py", reason)
+        self.assertIn("../../.coord/coord send", reason, "commands are given relative to the agent's cwd")
+
+    def test_dotdot_escapes_and_absolute_paths(self):
+        self.start(CODEX_MAIN, "codex")
+        self.peer("held.txt")
+        outside = os.path.join(self.tmp, "held.txt")
+        for path, blocked in (("src/../held.txt", True), ("../held.txt", False), ("../repo/held.txt", True),
+                              ("src/../../repo/held.txt", True), (os.path.join(self.repo, "held.txt"), True),
+                              (outside, False), ("./held.txt", True), ("src//..//held.txt", True)):
+            with self.subTest(path=path):
+                text = "*** Begin Patch\n*** Update File: %s\n@@\n-a\n+b\n*** End Patch\n" % path
+                self.assertEqual(self.denial(self.patch(text), harness="codex") is not None, blocked)
+
+    def test_spaces_and_crlf_in_a_real_patch(self):
+        self.start(CODEX_MAIN, "codex")
+        self.peer("my docs/read me.md")
+        text = "*** Begin Patch\r\n*** Update File:  my docs/read me.md \r\n@@\r\n-a\r\n+b\r\n*** End Patch\r\n"
+        self.assertIn("my docs/read me.md", self.denial(self.patch(text), harness="codex"))
+
+
+class SymlinkTest(HookCase):
+
+    def setUp(self):
+        super().setUp()
+        os.makedirs(os.path.join(self.repo, "real"))
+        os.symlink("real", os.path.join(self.repo, "link"))
+        self.start()
+
+    def test_symlinked_parent_of_a_new_file(self):
+        self.peer("real/new.py")
+        self.assertIn("real/new.py", self.denial(self.write("link/new.py")))
+
+    def test_symlink_from_outside_into_the_repository(self):
+        self.peer("src/a.py")
+        way_in = os.path.join(self.tmp, "way-in")
+        os.symlink(os.path.join(self.repo, "src"), way_in)
+        self.assertIsNotNone(self.denial(self.payload("claude-PreToolUse-Write",
+                                                      tool_input={"file_path": os.path.join(way_in, "a.py")})))
+
+    def test_symlink_leading_out_of_the_repository_is_not_coordinated(self):
+        elsewhere = os.path.join(self.tmp, "elsewhere")
+        os.makedirs(elsewhere)
+        os.symlink(elsewhere, os.path.join(self.repo, "out"))
+        self.peer("out")
+        self.assertIsNone(self.denial(self.write("out/file.txt")))
+
+    def test_file_symlink_checks_link_name_and_target(self):
+        with open(os.path.join(self.repo, "target.txt"), "w") as f:
+            f.write("t\n")
+        os.symlink("target.txt", os.path.join(self.repo, "alias.txt"))
+        holder = self.peer("target.txt")
+        self.assertIn("target.txt", self.denial(self.write("alias.txt")))
+        self.st.release(holder["id"], everything=True)
+        self.peer("alias.txt")
+        text = "*** Begin Patch\n*** Delete File: alias.txt\n*** End Patch\n"
+        self.assertIsNotNone(self.denial(self.patch(text, session=CLAUDE_MAIN)))
+
+    def test_repository_reached_through_a_symlink(self):
+        self.peer("src/a.py")
+        alias = os.path.join(self.tmp, "repo-alias")
+        os.symlink(self.repo, alias)
+        data = self.payload("claude-PreToolUse-Write", cwd=alias,
+                            tool_input={"file_path": os.path.join(alias, "src", "a.py")})
+        self.assertIsNotNone(self.denial(data, cwd=alias))
+
+
+class FailOpenTest(HookCase):
+    """Anything that is not a positively recognised conflict: exit 0, no deny, <= 1 stderr line."""
+
+    def setUp(self):
+        super().setUp()
+        self.start()
+        self.peer("src/app.py")
+        self.blocked = self.write("src/app.py")
+        self.assertIsNotNone(self.denial(self.blocked), "the conflict the cases below must not report")
+
+    def assertAllowed(self, data, **kw):
+        out, err = self.run_hook(data, **kw)
+        self.assertEqual(out, "")
+        return err
+
+    def test_unreadable_payloads(self):
+        for raw in (b"", b"not json", b"[1, 2]", b'"PreToolUse"', b"{", b"\xff\xfe\x00garbage", b"null",
+                    json.dumps(self.blocked)[:-5].encode(), b"[" * 100000):
+            with self.subTest(raw=raw[:20]):
+                self.assertAllowed(raw)
+
+    def test_unknown_events_and_wrong_types(self):
+        cases = [dict(self.blocked, hook_event_name="PreToolUseX"), dict(self.blocked, hook_event_name=["PreToolUse"]),
+                 dict(self.blocked, session_id=12), dict(self.blocked, session_id=""), dict(self.blocked, agent_id=5),
+                 dict(self.blocked, tool_input="src/app.py"), dict(self.blocked, tool_input={"file_path": ["x"]}),
+                 dict(self.blocked, tool_name=None), dict(self.blocked, tool_input={"file_path": "src/app\0.py"}),
+                 dict(self.blocked, hook_event_name="SubagentStart"),
+                 dict(self.payload("claude-SessionStart"), session_id={"a": 1})]
+        for data in cases:
+            with self.subTest(data=str(data)[:80]):
+                self.assertAllowed(data)
+
+    def test_wrong_cwd_type_falls_back_to_the_hook_cwd(self):
+        data = dict(self.blocked, cwd=17, tool_input={"file_path": "src/app.py"})
+        self.assertIsNotNone(self.denial(data, cwd=self.repo))
+
+    def test_missing_project_id(self):
+        env = {"COORD_DB": None, "COORD_PROJECT_ID": None}
+        err = self.assertAllowed(self.blocked, env=env)
+        self.assertIn("project ID", err)
+        self.assertEqual(self.run_hook(self.payload("claude-UserPromptSubmit"), env=env)[0], "")
+
+    def test_unusable_database_paths(self):
+        as_dir = os.path.join(self.tmp, "db-is-a-dir")
+        os.makedirs(as_dir)
+        under_file = os.path.join(self.repo, "src", "file", "x.sqlite3")
+        with open(os.path.join(self.repo, "src", "file"), "w") as f:
+            f.write("x")
+        for db in (as_dir, under_file):
+            with self.subTest(db=db):
+                self.assertAllowed(self.blocked, env={"COORD_DB": db})
+                self.assertAllowed(self.payload("claude-PostToolUse-Write"), env={"COORD_DB": db})
+                self.assertAllowed(self.payload("claude-SessionStart"), env={"COORD_DB": db})
+
+    def test_corrupt_database(self):
+        bad = os.path.join(self.tmp, "corrupt.sqlite3")
+        with open(bad, "wb") as f:
+            f.write(b"this is not a database" * 200)
+        for name in ("claude-PreToolUse-Write", "claude-PostToolUse-Write", "claude-SessionStart", "claude-Stop"):
+            with self.subTest(sample=name):
+                data = self.blocked if name == "claude-PreToolUse-Write" else self.payload(name)
+                err = self.assertAllowed(data, env={"COORD_DB": bad})
+                self.assertIn("damaged", err)
+
+    def test_database_without_tables(self):
+        empty = os.path.join(self.tmp, "empty.sqlite3")
+        sqlite3.connect(empty).close()
+        self.assertAllowed(self.blocked, env={"COORD_DB": empty})
+        self.assertEqual(sqlite3.connect(empty).execute("PRAGMA user_version").fetchone()[0], 0,
+                         "PreToolUse does not migrate (it writes nothing)")
+
+    def test_locked_database_fails_open_but_a_conflict_still_denies(self):
+        sender = self.peer()
+        self.st.send(sender["id"], "please look", to=self.st.find_conversation_runtime(CLAUDE_MAIN)["handle"])
+        locker = sqlite3.connect(self.db, isolation_level=None)
+        self.addCleanup(locker.close)
+        locker.execute("BEGIN IMMEDIATE")
+        try:
+            err = self.assertAllowed(self.payload("claude-PostToolUse-Write"))
+            self.assertIn("busy", err)
+            self.assertIsNotNone(self.denial(self.blocked), "WAL readers are not blocked: the check still runs")
+        finally:
+            locker.execute("ROLLBACK")
+        self.assertIn("please look", self.context(self.payload("claude-PostToolUse-Write")), "delivered once unlocked")
+
+    def test_store_missing_beside_the_hook(self):
+        lone = os.path.join(self.tmp, "lone", ".coord")
+        os.makedirs(lone)
+        shutil.copy(HOOK, lone)
+        err = self.assertAllowed(self.blocked, script=os.path.join(lone, "hook.py"))
+        self.assertIn("store", err)
+
+    def test_old_python_exits_quietly(self):
+        old = "/root/.pyenv/versions/3.8.18/bin/python3"
+        if not os.path.exists(old):
+            self.skipTest("no Python 3.8 here")
+        self.assertEqual(self.assertAllowed(self.blocked, python=old), "")
+
+    def test_oversized_payload(self):
+        data = dict(self.blocked)
+        data["tool_input"] = dict(data["tool_input"], content="x" * (hook.MAX_INPUT + 10))
+        err = self.assertAllowed(data)
+        self.assertIn("larger than", err)
+
+
+class DeliveryTest(HookCase):
+
+    def test_body_once_then_reminders_until_ack_then_silence(self):
+        me = self.start()
+        self.assertEqual(self.run_hook(self.payload("claude-PostToolUse-Write"))[0], "", "idle: nothing printed")
+        sender = self.peer()
+        msg = self.st.send(sender["id"], "tests are red on main", to=me["handle"], kind="alert")
+        first = self.context(self.payload("claude-PostToolUse-Write"))
+        self.assertIn("tests are red on main", first)
+        self.assertIn("ack %d" % msg["id"], first)
+        for sample in ("claude-PostToolUse-Edit", "claude-UserPromptSubmit", "claude-SessionStart"):
+            with self.subTest(boundary=sample):
+                text = self.context(self.payload(sample, session_id=CLAUDE_MAIN))
+                self.assertNotIn("tests are red on main", text)
+                self.assertIn("#%d" % msg["id"], text)
+                self.assertIn("inbox --peek", text)
+        self.assertEqual(self.st.find_conversation_runtime(CLAUDE_MAIN)["id"], me["id"])
+        self.st.ack(me["id"], [msg["id"]])
+        for sample in ("claude-PostToolUse-Write", "claude-UserPromptSubmit", "claude-Stop"):
+            self.assertEqual(self.run_hook(self.payload(sample))[0], "")
+
+    def test_session_start_lists_peer_exclusive_leases_bounded(self):
+        holder = self.peer(*["src/f%02d.py" % i for i in range(12)], purpose="big change")
+        self.peer("notes.md", mode="append")
+        text = self.context(self.payload("claude-SessionStart"))
+        self.assertIn("src/f00.py  %s" % holder["handle"], text)
+        self.assertNotIn("src/f11.py", text)
+        self.assertIn("+4 more", text)
+        self.assertNotIn("notes.md", text, "append leases do not stop a fellow appender")
+
+    def test_session_start_is_short_when_alone(self):
+        text = self.context(self.payload("codex-SessionStart"), harness="codex")
+        self.assertEqual(len(text.splitlines()), 1)
+
+    def test_claude_env_file_gets_the_runtime_export(self):
+        env_file = os.path.join(self.tmp, "claude-env")
+        with open(env_file, "w") as f:
+            f.write("export OTHER=1")  # no trailing newline: the export must start its own line
+        self.run_hook(self.payload("claude-SessionStart"), env={"CLAUDE_ENV_FILE": env_file})
+        rt = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        with open(env_file) as f:
+            self.assertEqual(f.read(), "export OTHER=1\nexport COORD_RUNTIME_ID=%s\n" % rt["id"])
+        seen = subprocess.run(["sh", "-c", '. "$1"; echo "$COORD_RUNTIME_ID"', "sh", env_file],
+                              stdout=subprocess.PIPE, text=True).stdout.strip()
+        self.assertEqual(seen, rt["id"])
+        self.run_hook(self.payload("claude-SubagentStart"), env={"CLAUDE_ENV_FILE": env_file})
+        with open(env_file) as f:
+            self.assertEqual(f.read().count("COORD_RUNTIME_ID"), 1, "a subagent does not take the export")
+
+
+class IdentityTest(HookCase):
+
+    def test_resume_in_a_new_process_supersedes_and_the_old_process_goes_stale(self):
+        old_proc, new_proc = FakeHarness(self), FakeHarness(self)
+        old = self.start(via=old_proc)
+        self.assertEqual(old["pid"], old_proc.pid)
+        self.st.claim(old["id"], ["src/app.py"], purpose="mine")
+        text = self.context(self.payload("claude-SessionStart", source="resume"), via=new_proc)
+        new = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.assertNotEqual(new["id"], old["id"])
+        self.assertIn("you are %s" % new["handle"], text)
+        self.assertIn("Your leases: src/app.py", text)
+        self.assertEqual(self.st.runtime(old["id"])["superseded_by"], new["id"])
+        self.assertIsNone(self.denial(self.write("src/app.py"), via=new_proc))
+        reason = self.denial(self.write("src/app.py"), via=old_proc)
+        self.assertIn("resumed elsewhere as %s" % new["handle"], reason)
+        msg = self.st.send(self.peer()["id"], "for the live one", to=new["handle"])
+        for sample in ("claude-PostToolUse-Write", "claude-UserPromptSubmit", "claude-Stop", "claude-SessionEnd"):
+            self.assertEqual(self.run_hook(self.payload(sample), via=old_proc)[0], "")
+        self.assertEqual(self.st.open_messages(new["id"])[0]["state"], "queued", "the stale process took nothing")
+        self.assertIsNone(self.st.runtime(new["id"])["ended_at"], "the stale SessionEnd ended nothing")
+        self.assertIn("for the live one", self.context(self.payload("claude-PostToolUse-Write"), via=new_proc))
+        self.assertEqual(msg["recipients"], [new["handle"]])
+
+    def test_same_process_session_start_keeps_the_attachment(self):
+        first = self.start()
+        again = self.context(self.payload("claude-SessionStart", source="compact"))
+        self.assertIn("you are %s" % first["handle"], again)
+        self.assertEqual(len(self.st.live_runtimes()), 1)
+
+    def test_shells_between_harness_and_hook_are_skipped(self):
+        harness = FakeHarness(self)
+        argv_runner = harness.run
+
+        def through_shell(argv, data, env, cwd):
+            return argv_runner(["sh", "-c", '"$@"; exit $?', "sh"] + argv, data, env, cwd)
+        harness.run = through_shell
+        rt = self.start(via=harness)
+        self.assertEqual(rt["pid"], harness.pid)
+
+    def test_missing_runtime_is_registered_again_quietly(self):
+        rt = self.start()
+        self.st.bye(rt["id"])
+        self.assertEqual(self.run_hook(self.payload("claude-PostToolUse-Write"))[0], "")
+        again = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.assertIsNotNone(again)
+        self.assertNotEqual(again["id"], rt["id"])
+
+    def test_subagent_is_independent_of_its_parent(self):
+        parent = self.start(CLAUDE_PARENT)
+        self.run_hook(self.payload("claude-SubagentStart"))
+        sub_id = store.subagent_uuid(CLAUDE_PARENT, CLAUDE_AGENT)
+        self.st.claim(parent["id"], ["sub.txt"], purpose="parent's")
+        in_sub = self.payload("claude-PreToolUse-Write-in-subagent")
+        self.assertIn(parent["handle"], self.denial(in_sub), "the parent's lease binds its subagent")
+        self.st.release(parent["id"], everything=True)
+        self.st.claim(sub_id, ["sub.txt"], purpose="subagent's")
+        self.assertIsNone(self.denial(in_sub))
+        as_parent = self.write("sub.txt", session=CLAUDE_PARENT)
+        self.assertIn(self.st.runtime(sub_id)["handle"], self.denial(as_parent))
+        self.st.send(parent["id"], "sub only", to=self.st.runtime(sub_id)["handle"])
+        self.assertEqual(self.run_hook(self.payload("claude-PostToolUse-Agent"))[0], "")
+        self.assertIn("sub only", self.context(self.payload("claude-PostToolUse-Write-in-subagent")))
+        self.run_hook(self.payload("claude-SubagentStop"))
+        self.assertIsNone(self.denial(as_parent), "SubagentStop released the subagent's leases")
+        self.assertIsNotNone(self.st.find_conversation_runtime(CLAUDE_PARENT))
+
+    def test_session_end_releases_leases(self):
+        me = self.start()
+        self.st.claim(me["id"], ["src/app.py"])
+        self.run_hook(self.payload("claude-SessionEnd"))
+        self.assertEqual(self.st.all_leases(), [])
+
+
+class LayoutTest(HookCase):
+
+    def install(self):
+        coord_dir = os.path.join(self.repo, ".coord")
+        for name in ("hook.py", "store.py"):
+            shutil.copy(os.path.join(support.ROOT, name), coord_dir)
+        with open(os.path.join(coord_dir, "project-id"), "w") as f:
+            f.write("layout-test\n")
+        return os.path.join(coord_dir, "hook.py")
+
+    def test_installed_hook_uses_its_repository_and_project_database(self):
+        script = self.install()
+        env = {"COORD_DB": None, "COORD_PROJECT_ID": None}
+        sub = os.path.join(self.repo, "src")
+        self.run_hook(self.payload("codex-SessionStart", cwd=sub), harness="codex", env=env, cwd=sub, script=script)
+        db = os.path.join(self.state, "fleet-agent-coord", "layout-test.sqlite3")
+        st = store.Store(db)
+        self.addCleanup(st.close)
+        holder = st.register(harness="claude")
+        st.claim(holder["id"], ["src/held.py"])
+        text = "*** Begin Patch\n*** Add File: held.py\n+x\n*** End Patch\n"
+        out, _ = self.run_hook(self.patch(text, cwd=sub), harness="codex", env=env, cwd=sub, script=script)
+        self.assertIn("src/held.py", out)
+        elsewhere = tempfile.mkdtemp(dir=self.tmp)
+        data = self.payload("claude-PreToolUse-Write", cwd=elsewhere,
+                            tool_input={"file_path": os.path.join(self.repo, "src", "held.py")})
+        self.assertIn("deny", self.run_hook(data, env=env, cwd=elsewhere, script=script)[0])
+
+    def test_repo_root_override(self):
+        self.peer("src/app.py")
+        elsewhere = tempfile.mkdtemp(dir=self.tmp)
+        data = self.payload("claude-PreToolUse-Write", cwd=elsewhere,
+                            tool_input={"file_path": os.path.join(self.repo, "src", "app.py")})
+        self.assertIsNone(self.denial(data, cwd=elsewhere), "no repository above the cwd: not coordinated")
+        self.assertIsNotNone(self.denial(data, cwd=elsewhere, env={"COORD_REPO_ROOT": self.repo}))
+
+    def test_hot_path_imports_only_what_it_needs(self):
+        self.start()
+        self.peer("src/other.py")
+        for data in (self.write("src/app.py"), self.payload("claude-PostToolUse-Write")):
+            p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", HOOK, "--harness", "claude"],
+                               input=json.dumps(data).encode(), env=self.env, cwd=self.repo,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+            loaded = {line.split("|")[-1].strip() for line in p.stderr.decode().splitlines() if "|" in line}
+            self.assertIn("store", loaded)
+            for heavy in ("subprocess", "argparse", "hashlib", "workspace", "session", "traceback", "tempfile"):
+                self.assertNotIn(heavy, loaded)
+
+
+class GarbageTest(HookCase):
+    """Random and malformed payloads: always exit 0, never a traceback, never a baseless deny."""
+
+    def setUp(self):
+        super().setUp()
+        self.me = self.start()
+        self.peer("locked.txt", purpose="garbage target")
+        self.rng = random.Random(20261130)
+
+    def junk_value(self, depth=0):
+        r = self.rng.random()
+        if depth > 2 or r < 0.3:
+            return self.rng.choice([None, True, 0, -1, 2 ** 70, 1.5, float("inf"), "", " ", "\x00", "\udc80",
+                                    "../../etc/passwd", "/", "locked.txt", "*** Begin Patch", "a" * 5000,
+                                    os.path.join(self.repo, "locked.txt"), "PreToolUse", "\u202e"])
+        if r < 0.6:
+            return [self.junk_value(depth + 1) for _ in range(self.rng.randint(0, 3))]
+        return {self.rng.choice(["file_path", "command", "x", "notebook_path", ""]): self.junk_value(depth + 1)
+                for _ in range(self.rng.randint(0, 3))}
+
+    def cases(self, n):
+        samples = [self.payload(f[:-5]) for f in sorted(os.listdir(PAYLOADS))]
+        for i in range(n):
+            kind = i % 4
+            if kind == 0:
+                yield bytes(self.rng.getrandbits(8) for _ in range(self.rng.randint(0, 300)))
+                continue
+            data = dict(self.rng.choice(samples))
+            data["session_id"] = CLAUDE_MAIN
+            if kind == 1:
+                for key in self.rng.sample(sorted(data), self.rng.randint(1, 3)):
+                    data[key] = self.junk_value()
+            elif kind == 2:
+                data["tool_input"] = self.junk_value()
+                data["hook_event_name"] = self.rng.choice(["PreToolUse", "PostToolUse", "SessionStart", "Bogus"])
+                data["tool_name"] = self.rng.choice(["Write", "Edit", "NotebookEdit", "apply_patch", "Bash", 3])
+            raw = json.dumps(data).encode()
+            if kind == 3:
+                cut = self.rng.randint(0, len(raw))
+                raw = raw[:cut] + bytes(self.rng.getrandbits(8) for _ in range(self.rng.randint(0, 8))) + raw[cut:]
+            yield raw
+
+    def mentions_target(self, raw):
+        return b"locked.txt" in raw
+
+    def test_in_process_garbage_loop(self):
+        count = 0
+        for raw in self.cases(2000):
+            out, err = hook.run(raw, ["--harness", "claude"])
+            count += 1
+            self.assertLessEqual(len(err.splitlines()), 1, err)
+            self.assertNotIn("internal error", err, "an unexpected exception on %r" % raw[:200])
+            if out:
+                reply = self.check_reply(out)
+                if "permissionDecision" in reply["hookSpecificOutput"]:
+                    self.assertTrue(self.mentions_target(raw), "deny without a real conflict: %r" % raw[:300])
+        self.assertEqual(count, 2000)
+        self.assertFalse(os.path.exists(os.path.join(self.state, "fleet-agent-coord", "errors.log")))
+
+    def test_subprocess_garbage(self):
+        for raw in list(self.cases(40)) + [os.urandom(2 << 20), b"{" * 50000 + b"}" * 50000]:
+            out, _ = self.run_hook(raw)
+            if "permissionDecision" in out:
+                self.assertTrue(self.mentions_target(raw))
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
