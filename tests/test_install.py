@@ -630,6 +630,38 @@ class DoctorTest(InstallTestCase):
         self.assert_fully_installed()
 
 
+class TomlReadingTest(support.CoordTestCase):
+    """The minimal config.toml reading doctor relies on (tomllib is 3.11+)."""
+
+    def test_reads_tables_quoted_keys_arrays_and_skips_what_it_does_not_model(self):
+        path = os.path.join(self.tmp, "config.toml")
+        with open(path, "w") as f:
+            f.write(
+                '# comment\nsandbox_mode = "workspace-write" # trailing\n'
+                "approval = 'never'\ninline = { a = 1 }\n"
+                'multi = """\nline1\nline2"""\n\n'
+                '[sandbox_workspace_write]\nwritable_roots = [\n  "/one", # c\n  \'/two\',\n]\n'
+                "network_access = true\n\n[[array_of_tables]]\nname = \"skipped\"\n\n"
+                '[projects."/home/u/my.repo"]\ntrust_level = "trusted"\n\n'
+                '[hooks.state."/r/.codex/hooks.json:pre_tool_use:0:0"]\n'
+                'trusted_hash = "sha256:abc"\n\n'
+                '[hooks]\nstate."/x:stop:0:0".trusted_hash = "sha256:def"\n'
+                'esc = "a\\"b\\\\c\\u00e9"\n')
+        got = installer.read_toml(path)
+        self.assertEqual(got, {
+            ("sandbox_mode",): "workspace-write",
+            ("approval",): "never",
+            ("multi",): "line1\nline2",
+            ("sandbox_workspace_write", "writable_roots"): ["/one", "/two"],
+            ("sandbox_workspace_write", "network_access"): True,
+            ("projects", "/home/u/my.repo", "trust_level"): "trusted",
+            ("hooks", "state", "/r/.codex/hooks.json:pre_tool_use:0:0", "trusted_hash"):
+                "sha256:abc",
+            ("hooks", "state", "/x:stop:0:0", "trusted_hash"): "sha256:def",
+            ("hooks", "esc"): 'a"b\\c\u00e9',
+        })
+
+
 class HookCommandTest(InstallTestCase):
     """The generated hook command finds .coord/hook.py from any directory in the repository."""
 
