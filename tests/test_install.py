@@ -532,8 +532,22 @@ class DoctorTest(InstallTestCase):
         conn.close()
         r = self.doctor(check=0)
         self.assertEqual(r["database"]["facts"], {"journal_mode": "wal", "schema_version": 7})
+        self.assertEqual(os.listdir(os.path.dirname(self.db)), [os.path.basename(self.db)],
+                         "doctor must leave no -wal/-shm files behind")
         text = self.install("--doctor", check=0).stdout
         self.assertIn("journal wal, schema 7", text)
+
+        # While the database is open elsewhere, the newest schema version may sit in the WAL.
+        conn = sqlite3.connect(self.db)
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute("PRAGMA user_version=8")
+        conn.commit()
+        try:
+            self.assertTrue(os.path.exists(self.db + "-wal"))
+            r = self.doctor(check=0)
+            self.assertEqual(r["database"]["facts"], {"journal_mode": "wal", "schema_version": 8})
+        finally:
+            conn.close()
 
     def test_doctor_database_path_follows_xdg_state_and_project_id(self):
         self.fresh("projx")
