@@ -254,6 +254,15 @@ class CoordScenarios(h.CoordCase):
         self.assertNotEqual(subs[0]["id"], parent["id"])
         self.assertNotEqual(subs[0]["handle"], parent["handle"])
 
+    def test_timing_with_and_without_hooks(self):
+        def script(repo, i):
+            path = os.path.join(repo, "t%d.txt" % i)
+            return [tool("Write", file_path=path, content="x\n"), tool("Read", file_path=path),
+                    say("done")]
+        with_hooks, plain = self.time_with_and_without_hooks("Write+Read", script)
+        for i in range(len(with_hooks)):
+            self.assertEqual(self.read_file("t%d.txt" % i), "x\n")
+
     def test_hooks_fail_open_when_the_database_cannot_be_opened(self):
         blocker = os.path.join(self.tmp, "not-a-directory")
         with open(blocker, "w") as f:
@@ -285,6 +294,10 @@ class CoordScenarios(h.CoordCase):
         rt = self.agent_runtime(result.session_id())
         held = [l for l in seen["state"]["leases"] if l["resource"] == "src/x.py"]
         self.assertEqual([l["runtime"] for l in held], [rt["id"]], seen)
+
+
+def tearDownModule():
+    h.print_figures()
 
 
 if __name__ == "__main__":

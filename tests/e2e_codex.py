@@ -221,6 +221,24 @@ class CoordScenarios(h.CoordCase):
             return [shell("true")] * 4 + [say("done")]
         self.compare_with_plain("message/reminder/ack", result, plain_script)
 
+    def test_installed_hooks_are_all_trusted_by_the_entries_the_test_writes(self):
+        self.server.load([])
+        h.trust_codex_repo(self.codex_home, self.server, self.repo)
+        reply = h.codex_hooks_list(self.cli, self.repo, self.home, self.codex_home, self.server)
+        listed = [hk for entry in reply["result"]["data"] for hk in entry["hooks"]]
+        self.assertTrue(listed)
+        self.assertEqual([hk["key"] for hk in listed if hk["trustStatus"] != "trusted"], [])
+        events = set(hk["eventName"] for hk in listed)
+        self.assertTrue({"sessionStart", "preToolUse", "postToolUse", "sessionEnd"} <= events,
+                        events)
+
+    def test_timing_with_and_without_hooks(self):
+        def script(repo, i):
+            return [add_file("t%d.txt" % i, "x"), shell("true"), say("done")]
+        with_hooks, plain = self.time_with_and_without_hooks("add+shell", script)
+        for i in range(len(with_hooks)):
+            self.assertEqual(self.read_file("t%d.txt" % i), "x\n")
+
     def test_hooks_fail_open_when_the_database_cannot_be_opened(self):
         blocker = os.path.join(self.tmp, "not-a-directory")
         with open(blocker, "w") as f:
@@ -277,6 +295,10 @@ class CoordScenarios(h.CoordCase):
         held = dict((l["resource"], l["runtime"]) for l in seen["state"]["leases"])
         self.assertEqual(held.get("src/a.py"), parent["id"])
         self.assertEqual(held.get("src/s.py"), subs[0]["id"])
+
+
+def tearDownModule():
+    h.print_figures()
 
 
 if __name__ == "__main__":
