@@ -914,8 +914,8 @@ def cleanup_blockers(ctx, w, caller):
     if w["state"] == "removed":
         return [("removed", "already removed", "coord work list")]
     out = []
-    if w["state"] == "creating":
-        out.append(("creating", "its creation never finished", "coord work inspect %s" % h))
+    if w["state"] == "creating" and _owner_of(st, w) is not None:
+        out.append(("creating", "its creation may still be running", "wait, then coord work inspect %s" % h))
     problems = directory_problems(w)
     if problems:
         return out + problems
