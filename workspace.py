@@ -370,10 +370,20 @@ def _owner_of(st, w):
 
 
 def _owns(st, w, caller):
+    """The caller created the work (or resumed its creator), or is the harness launched for it:
+    the recorded conversation of its tmux window, or the pid of that window's live pane."""
     if not caller:
         return False
     owner = _owner_of(st, w)
-    return caller["id"] == w.get("runtime") or (owner is not None and owner["id"] == caller["id"])
+    if caller["id"] == w.get("runtime") or (owner is not None and owner["id"] == caller["id"]):
+        return True
+    rec = w["data"].get("tmux") or {}
+    if rec.get("conversation") and caller.get("conversation") == rec["conversation"]:
+        return True
+    if caller.get("pid") and caller["pid"] == rec.get("pane_pid"):
+        live, _ = _live_tmux(w)
+        return live is not None
+    return False
 
 
 def target_work(ctx, handle, default_ok=False):

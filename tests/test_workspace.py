@@ -600,6 +600,19 @@ class TmuxWorkTest(WorkTestCase):
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
 
+    def test_launched_harness_owns_its_work(self):
+        handle, path, _ = self.create("tmuxed")
+        wid = self.record(handle)["id"]
+        self.work("start", handle, check=0)
+        pane_pid = self.record(handle)["data"]["tmux"]["pane_pid"]
+        agent = self.coord_json("hello", "--pid", pane_pid)["runtime"]
+        env = {"COORD_WORK_ID": wid}
+        proc = self.work("inspect", cwd=path, env=env, runtime=agent["id"], check=0)
+        self.assertTrue(proc.stdout.startswith(handle))
+        stranger = self.hello()["runtime"]
+        proc = self.work("inspect", cwd=path, env=env, runtime=stranger["id"])
+        self.assertEqual(proc.returncode, 3)
+
     def test_close_leaves_a_window_that_is_no_longer_provably_ours(self):
         handle, path, _ = self.create("tmuxed")
         self.work("start", handle, check=0)
