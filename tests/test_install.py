@@ -198,6 +198,24 @@ class FreshInstallTest(InstallTestCase):
         self.fresh()
         self.assertTrue(os.path.isfile(self.t(".agents", "skills", "coord", "agents", "openai.yaml")))
 
+    def test_every_skill_command_exists_in_the_cli(self):
+        text = _read(os.path.join(ROOT, "skills", "coord", "SKILL.md")).decode("utf-8")
+        commands = set()
+        for line in text.splitlines():
+            words = line.split()
+            if len(words) < 2 or words[0] != ".coord/coord":
+                continue
+            path = [words[1]]
+            if words[1] == "work":
+                path.append(words[2])
+                if words[2] == "integrate":
+                    path.append(words[3])
+            commands.add(tuple(path))
+        self.assertGreaterEqual(len(commands), 20)
+        for path in sorted(commands):
+            with self.subTest(command=" ".join(path)):
+                self.coord(*(list(path) + ["--help"]), check=0)
+
     def test_installed_coord_version_from_subdirectory(self):
         self.fresh()
         sub = self.t("src", "deep")
