@@ -615,6 +615,20 @@ class DeliveryTest(HookCase):
         for sample in ("claude-PostToolUse-Write", "claude-UserPromptSubmit", "claude-Stop"):
             self.assertEqual(self.run_hook(self.payload(sample))[0], "")
 
+    def test_idle_boundaries_write_nothing_until_the_heartbeat_is_due(self):
+        me = self.start()
+        probe = sqlite3.connect(self.db)
+        self.addCleanup(probe.close)
+        before = probe.execute("PRAGMA data_version").fetchone()[0]
+        for sample in ("claude-PostToolUse-Write", "claude-UserPromptSubmit", "claude-PostToolUse-Edit", "claude-Stop"):
+            self.assertEqual(self.run_hook(self.payload(sample, session_id=CLAUDE_MAIN))[0], "")
+        self.assertEqual(probe.execute("PRAGMA data_version").fetchone()[0], before)
+        stale = me["heartbeat_at"] - store.HEARTBEAT_EVERY - 5
+        with self.st.transaction():
+            self.st.conn.execute("UPDATE runtimes SET heartbeat_at = ? WHERE id = ?", (stale, me["id"]))
+        self.run_hook(self.payload("claude-PostToolUse-Write"))
+        self.assertGreater(self.st.runtime(me["id"])["heartbeat_at"], me["heartbeat_at"])
+
     def test_session_start_lists_peer_exclusive_leases_bounded(self):
         holder = self.peer(*["src/f%02d.py" % i for i in range(12)], purpose="big change")
         self.peer("notes.md", mode="append")
