@@ -452,6 +452,8 @@ def cmd_create(ctx, args):
             depends.append(dep["id"])
     planned = ctx.resources(args.resources) if args.resources else []
     native = bool(args.native_workspace)
+    if args.from_rev is not None and (not args.from_rev.strip() or args.from_rev.startswith("-")):
+        raise UsageError("--from %r is not a revision" % args.from_rev, "coord work create TASK --from main")
     if not native:
         clone_source(source)
     work_id = store.new_uuid()
