@@ -188,3 +188,8 @@ class CliRaceTest(support.CoordTestCase):
                 p.stdout.close()
                 p.stderr.close()
             self.assertEqual(sorted(codes), [0] + [3] * 7, "round %d" % r)
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()

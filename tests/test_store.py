@@ -507,3 +507,8 @@ class RaceTest(support.CoordTestCase):
 
     def test_thirty_two_simultaneous_senders_lose_nothing(self):
         self._senders(32, 10)
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
