@@ -7,6 +7,8 @@ apart. Payloads are the harnesses' recorded samples (tests/fixtures/payloads/) w
 /home/user/repo paths pointed at a temporary repository.
 """
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import random
@@ -759,6 +761,30 @@ class LayoutTest(HookCase):
         data = self.payload("claude-PreToolUse-Write", cwd=elsewhere,
                             tool_input={"file_path": os.path.join(self.repo, "src", "held.py")})
         self.assertIn("deny", self.run_hook(data, env=env, cwd=elsewhere, script=script)[0])
+
+    def test_imported_as_a_module_and_through_the_installer_command(self):
+        script = self.install()
+        env = dict(self.env, CLAUDE_PROJECT_DIR=self.repo)
+        for key in ("COORD_DB", "COORD_PROJECT_ID"):
+            env.pop(key)
+        db = os.path.join(self.state, "fleet-agent-coord", "layout-test.sqlite3")
+        st = store.Store(db)
+        self.addCleanup(st.close)
+        holder = st.register(harness="codex")
+        st.claim(holder["id"], ["src/held.py"])
+        data = json.dumps(self.write("src/held.py")).encode()
+        module = "import sys,os;sys.path[0]=sys.argv[1];del sys.argv[1];import hook;os._exit(hook.main())"
+        loader = importlib.machinery.SourceFileLoader("coord_install", os.path.join(support.ROOT, "install"))
+        installer = importlib.util.module_from_spec(importlib.util.spec_from_loader("coord_install", loader))
+        loader.exec_module(installer)
+        for argv in ([sys.executable, "-E", "-S", "-c", module, os.path.dirname(script), "--harness", "claude"],
+                     ["sh", "-c", installer.hook_command("claude")]):
+            with self.subTest(argv=argv[:3]):
+                p = subprocess.run(argv, input=data, env=env, cwd=os.path.join(self.repo, "src"),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+                self.assertEqual((p.returncode, p.stderr), (0, b""))
+                self.check_reply(p.stdout.decode())
+                self.assertIn(holder["handle"], p.stdout.decode())
 
     def test_repo_root_override(self):
         self.peer("src/app.py")
