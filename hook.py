@@ -103,8 +103,7 @@ class Hook:
 
     def root(self):
         if self._root is None:
-            explicit = self.environ.get("COORD_REPO_ROOT")
-            root = explicit
+            root = self.environ.get("COORD_REPO_ROOT")
             if not root:
                 for d in (os.path.dirname(os.path.abspath(__file__)), HERE):
                     if os.path.basename(d) == ".coord":
@@ -246,7 +245,6 @@ def on_pre_tool_use(h):
 
 
 def deny(h, blocking, successor):
-    import json
     clean, cmd = h.store.clean_text, h.command()
     seen, parts = set(), []
     for b in blocking:
@@ -254,8 +252,10 @@ def deny(h, blocking, successor):
         if key in seen:
             continue
         seen.add(key)
-        where = b["requested"] if b["resource"] == b["requested"] else "%s (inside %s)" % (
-            b["requested"], b["resource"])
+        where = b["requested"]
+        if b["resource"] != where:
+            inside = where.startswith(b["resource"] + "/")
+            where = "%s (%s %s)" % (where, "inside" if inside else "which contains", b["resource"])
         purpose = ' for "%s"' % clean(b["purpose"], 120) if b["purpose"] else ""
         how = "exclusively" if b["mode"] == "exclusive" else "for appending"
         parts.append("%s is leased %s by %s%s" % (where, how, b["handle"], purpose))
@@ -264,15 +264,20 @@ def deny(h, blocking, successor):
     if len(parts) > 4:
         text += " (+%d more)" % (len(parts) - 4)
     if successor is not None and any(b["runtime"] == successor["id"] for b in blocking):
-        text += (" This conversation was resumed elsewhere as %s; this session is stale and should stop"
-                 " editing." % successor["handle"])
+        return refusal(text + " This conversation was resumed elsewhere as %s, which now holds this"
+                              " session's leases; this session is stale: stop editing." % successor["handle"])
     text += (" Ask the holder: %s send \"<what you need>\" --to %s ; or do other work and retry later;"
              " replies arrive here or with %s inbox." % (cmd, holder, cmd))
     if all(b["mode"] == "append" for b in blocking):
         text += (" To append alongside: %s claim %s --mode append -p \"<purpose>\"."
                  % (cmd, blocking[0]["requested"]))
+    return refusal(text)
+
+
+def refusal(reason):
+    import json
     return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                              "permissionDecisionReason": text}})
+                                              "permissionDecisionReason": reason}})
 
 
 def on_deliver(h):
@@ -366,9 +371,9 @@ def on_subagent_stop(h):
 
 
 def on_session_end(h):
-    st = h.open()
     if h.agent:
         return on_subagent_stop(h)
+    st = h.open()
     rt = st.find_conversation_runtime(h.session)
     if rt is None or not h.ours(rt):
         return ""  # nothing live, or a stale process: the resumed attachment keeps its state
