@@ -41,9 +41,10 @@ _TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 _BOOKMARK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 _FULL_COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _CHANGE_RE = re.compile(r"^[k-z]{32}$")
-# Everything the clone holds that no canonical bookmark or tag already contains, minus empty
-# commits: work that exists only in this clone.
-LOCAL_WORK = "(~::(remote_bookmarks() | tags() | root())) ~ empty()"
+# Work that exists only in a clone: its non-empty commits outside the ancestry of the
+# `safe` commits, which are the clone's origin bookmarks that the canonical repository
+# itself (not the clone's remote-tracking cache) still contains. See local_work_revset().
+LOCAL_WORK = "(~::(%s)) ~ empty()"
 _ID_TEMPLATE = ('change_id ++ " " ++ commit_id ++ " " ++ if(empty, "empty", "changed") ++ " " ++ '
                 'parents.map(|c| c.commit_id()).join(",") ++ "\\n"')
 _ROW_TEMPLATE = 'commit_id ++ " " ++ change_id ++ " " ++ if(current_working_copy, "wc", "-") ++ "\\n"'
@@ -763,7 +764,7 @@ def cmd_acquire(ctx, args):
         raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
     path = verified_path(w)
     ids = head_ids(path, environ=ctx.environ)  # snapshots the clone
-    rows = local_changes(path, _local_revset(w), ctx.environ)
+    rows = local_changes(path, _local_revset(w, ctx.environ), ctx.environ)
     commits = {r["commit"]: r for r in rows}
     if ids["commit"] in commits:
         cand_commit, cand_change = ids["commit"], ids["change"]
@@ -810,13 +811,31 @@ def _resources(st, w):
     return res
 
 
-def _local_revset(w):
+def _local_revset(w, environ=None):
+    """The revset of commits that exist only in this checkout (see LOCAL_WORK).
+
+    A clone's remote-tracking bookmarks are a cache of the canonical repository: one that
+    was deleted or moved there since the last fetch must not make commits look safe. So only
+    targets that a current canonical branch or tag contains count, checked with git in the
+    canonical repository. A native workspace shares the canonical store: its own work is
+    what @ added above its recorded base.
+    """
     if w["data"].get("kind") == "native":
         parent = (w["data"].get("base") or {}).get("parent")
-        if parent:
-            return "(::@ ~ ::%s) ~ empty()" % parent
-        return "(::@ ~ ::(remote_bookmarks() | tags() | root())) ~ empty()"
-    return LOCAL_WORK
+        return "(::@ ~ ::%s) ~ empty()" % (parent or "root()")
+    _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
+                    'if(remote && remote != "git", normal_target.commit_id() ++ "\\n")'],
+                   w["path"], snapshot=False, environ=environ)
+    targets = sorted({t for t in out.split() if _FULL_COMMIT_RE.match(t)})
+    safe = ["root()"]
+    if targets:
+        gargs = git_dir_args(w["source"])
+        for t in targets:
+            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", t, "refs/heads", "refs/tags"],
+                                 w["source"], environ, check=False)
+            if code == 0 and found.strip():
+                safe.append(t)
+    return LOCAL_WORK % " | ".join(safe)
 
 
 def _candidate_for(w, caller):
@@ -852,7 +871,8 @@ def cmd_prove(ctx, args):
     for what, oid in (("target", target), ("candidate", cand["commit"])):
         code, _, _ = git(gargs + ["cat-file", "-e", oid + "^{commit}"], source, ctx.environ, check=False)
         if code != 0:
-            hint = ("push the candidate to %s first" % source if what == "candidate" else
+            hint = ("push the candidate to %s first; %s" % (source, SQUASH_NOTE % (w["handle"], w["handle"]))
+                    if what == "candidate" else
                     "name a commit that exists in %s" % source)
             raise Refused("%s commit %s is not in the canonical repository %s" % (what, oid, source), hint)
     code, _, err = git(gargs + ["merge-base", "--is-ancestor", cand["commit"], target], source, ctx.environ,
@@ -947,7 +967,8 @@ def cleanup_blockers(ctx, w, caller):
                     "coord work gate %s --pass (or --waive --reason \"why\")" % h))
     try:
         ids = head_ids(w["path"], environ=ctx.environ)  # the snapshot: edits on disk become visible
-        rows = local_changes(w["path"], _local_revset(w), ctx.environ)
+        local = _local_revset(w, ctx.environ)
+        rows = local_changes(w["path"], local, ctx.environ)
     except store.CoordError as exc:
         return out + [("jj-failed", "cannot read the clone: %s" % exc.message, "coord work inspect %s --verbose" % h)]
     w["data"]["current"] = {"change": ids["change"], "commit": ids["commit"], "empty": ids["empty"], "at": _now()}
@@ -959,7 +980,7 @@ def cleanup_blockers(ctx, w, caller):
     released = bool(integ.get("released"))
     if proven or (released and cand):
         try:
-            extra = local_changes(w["path"], "(%s) ~ ::%s" % (_local_revset(w), cand["commit"]), ctx.environ)
+            extra = local_changes(w["path"], "(%s) ~ ::%s" % (local, cand["commit"]), ctx.environ)
         except store.CoordError:
             extra = rows
         if extra:

@@ -424,6 +424,39 @@ class IntegrationTest(WorkTestCase):
         self.work("integrate", "prove", handle, "--target", cand, check=0)
         self.assertEqual(self.record(handle)["data"]["integration"]["state"], "integrated")
 
+    def test_squash_merged_candidate_is_never_proven(self):
+        handle, path, _ = self.create()
+        self.write(path, "feature.txt", "feature\n")
+        cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
+        # The same content as a new commit on main, as a squash merge would land it.
+        self.jj(path, "new", "main@origin", "-m", "squashed feature")
+        self.write(path, "feature.txt", "feature\n")
+        squashed = self.commit_of(path, "@")
+        self.jj(path, "bookmark", "set", "main", "-r", squashed)
+        self.jj(path, "git", "push", "--bookmark", "main")
+        proc = self.work("integrate", "prove", handle, "--target", squashed)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("squash", proc.stderr)
+        self.work("integrate", "release", handle, check=0)
+        self.gate(handle)
+        self.assertEqual(self.refused(handle), ["unintegrated"])
+        self.jj(path, "edit", cand)  # back on the frozen candidate; the squashed copy is canonical now
+        self.work("gate", handle, "--waive", "--reason", "squash-merged as " + squashed, check=0)
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_stale_remote_tracking_bookmark_does_not_make_work_safe(self):
+        handle, path, _ = self.create()
+        self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "commit", "-m", "feature")
+        self.jj(path, "bookmark", "create", "side", "-r", "@-")
+        self.jj(path, "git", "push", "--bookmark", "side")
+        self.gate(handle)
+        self.assertEqual(self.work_json("gc", "--dry-run")["removed"][0]["handle"], handle,
+                         "work pushed to a canonical bookmark is not lost by removal")
+        self.git(self.canon, "update-ref", "-d", "refs/heads/side")  # deleted upstream; side@origin is stale
+        self.assertEqual(self.refused(handle), ["unintegrated"])
+
     def test_proof_needs_the_lease(self):
         handle, path, _ = self.create()
         self.write(path, "x.txt", "x\n")
