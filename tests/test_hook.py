@@ -183,7 +183,8 @@ class SampleTest(HookCase):
 
     def test_every_sample_has_its_effect(self):
         names = sorted(f[:-5] for f in os.listdir(PAYLOADS) if f.endswith(".json"))
-        self.assertEqual(len(names), 34)
+        self.assertEqual(len([n for n in names if not n.endswith(".variant")]), 34, "every recorded sample")
+        self.assertGreaterEqual(len(names), 39, "and our own variants")
         for name in names:
             with self.subTest(sample=name):
                 for suffix in ("", "-wal", "-shm"):
@@ -282,6 +283,11 @@ class PatchParsingTest(HookCase):
                 "*** Delete File: c.md\n*** Update File: d.txt\n*** Move to: e/d.txt\n@@\n-1\n+2\n*** End Patch\n")
         self.assertEqual(hook.patch_paths(text), ["a.txt", "b.py", "c.md", "d.txt", "e/d.txt"])
 
+    def test_multi_file_variant(self):
+        text = self.payload("codex-PreToolUse-apply_patch-multi.variant")["tool_input"]["command"]
+        self.assertEqual(hook.patch_paths(text), ["notes/new file.md", "src/old name.py", "src/new name.py",
+                                                  "../outside.txt", self.repo + "/abs.txt"])
+
     def test_recorded_samples(self):
         for name, want in (("codex-PreToolUse-apply_patch", ["added.txt"]),
                            ("codex-PreToolUse-apply_patch-update", ["added.txt"]),
@@ -340,6 +346,11 @@ class EnforcementTest(HookCase):
         self.assertIsNone(self.denial(self.write("src/other.py")))
         self.assertIsNone(self.denial(self.write("src/mine.py")))
         self.assertIsNone(self.denial(self.write("src/app.py.bak")))
+
+    def test_notebook_edit_is_a_write(self):
+        self.start()
+        self.peer("analysis/report.ipynb", purpose="rerun")
+        self.assertIn("analysis/report.ipynb", self.denial(self.payload("claude-PreToolUse-NotebookEdit.variant")))
 
     def test_ancestor_and_descendant_leases_block(self):
         self.start()
@@ -401,6 +412,18 @@ class EnforcementTest(HookCase):
 
 
 class PatchEnforcementTest(HookCase):
+
+    def test_every_path_of_the_multi_file_variant_is_checked(self):
+        self.start(CODEX_MAIN, "codex")
+        data = self.payload("codex-PreToolUse-apply_patch-multi.variant")
+        self.assertIsNone(self.denial(data, harness="codex"))
+        for resource in ("notes/new file.md", "src/old name.py", "src/new name.py", "abs.txt", "notes"):
+            with self.subTest(resource=resource):
+                holder = self.peer(resource)
+                self.assertIn(holder["handle"], self.denial(data, harness="codex"))
+                self.st.bye(holder["id"])
+        self.peer("outside.txt")
+        self.assertIsNone(self.denial(data, harness="codex"), "../outside.txt is outside the repository")
 
     def test_move_destination_is_blocked(self):
         self.start(CODEX_MAIN, "codex")
@@ -667,7 +690,7 @@ class IdentityTest(HookCase):
         old = self.start(via=old_proc)
         self.assertEqual(old["pid"], old_proc.pid)
         self.st.claim(old["id"], ["src/app.py"], purpose="mine")
-        text = self.context(self.payload("claude-SessionStart", source="resume"), via=new_proc)
+        text = self.context(self.payload("claude-SessionStart-resume.variant"), via=new_proc)
         new = self.st.find_conversation_runtime(CLAUDE_MAIN)
         self.assertNotEqual(new["id"], old["id"])
         self.assertIn("you are %s" % new["handle"], text)
@@ -686,9 +709,16 @@ class IdentityTest(HookCase):
 
     def test_same_process_session_start_keeps_the_attachment(self):
         first = self.start()
-        again = self.context(self.payload("claude-SessionStart", source="compact"))
+        again = self.context(self.payload("claude-SessionStart-compact.variant"))
         self.assertIn("you are %s" % first["handle"], again)
         self.assertEqual(len(self.st.live_runtimes()), 1)
+
+    def test_codex_resume_in_a_new_process_supersedes(self):
+        first, second = FakeHarness(self), FakeHarness(self)
+        old = self.start(CODEX_MAIN, "codex", via=first)
+        self.context(self.payload("codex-SessionStart-resume.variant"), harness="codex", via=second)
+        new = self.st.find_conversation_runtime(CODEX_MAIN)
+        self.assertEqual((new["pid"], self.st.runtime(old["id"])["superseded_by"]), (second.pid, new["id"]))
 
     def test_shells_between_harness_and_hook_are_skipped(self):
         harness = FakeHarness(self)
