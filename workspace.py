@@ -824,7 +824,7 @@ def _local_revset(w, environ=None):
         parent = (w["data"].get("base") or {}).get("parent")
         return "(::@ ~ ::%s) ~ empty()" % (parent or "root()")
     _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
-                    'if(remote && remote != "git", normal_target.commit_id() ++ "\\n")'],
+                    'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
                    w["path"], snapshot=False, environ=environ)
     targets = sorted({t for t in out.split() if _FULL_COMMIT_RE.match(t)})
     safe = ["root()"]
