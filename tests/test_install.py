@@ -609,6 +609,9 @@ class DoctorTest(InstallTestCase):
             by_status.setdefault(h["status"], []).append(h["key"])
         self.assertEqual(by_status["modified"], ["stop:0:0"])
         self.assertEqual(len(by_status["trusted"]), len(EVENTS) - 1)
+        self.assertIn("codex hooks: %d trusted, 1 modified (stop:0:0); a person approves them "
+                      "with /hooks in Codex" % (len(EVENTS) - 1),
+                      self.install("--doctor").stdout)
         with open(os.path.join(self.codex_home, "config.toml")) as f:
             self.assertEqual(f.read(), "\n".join(config), "doctor must never write trust")
 
