@@ -1,6 +1,8 @@
 """coord's hook: the one program Claude Code and Codex run for every hook event.
 
-Usage: python3 -I -S .coord/hook.py --harness claude|codex   (payload JSON on stdin)
+Usage: python3 -I -S .coord/hook.py --harness claude|codex   (payload JSON on stdin), or
+`import hook; os._exit(hook.main())` with .coord/ first on sys.path, as the installer's command
+does: imported, its bytecode is cached instead of compiled on every call (~4 ms).
 
 Contract:
 - Exit status is always 0. Stdout is empty, or exactly one JSON reply.
@@ -166,17 +168,18 @@ class Hook:
         return rt["id"], None
 
     def attach(self):
-        """This event's live runtime, registered quietly when missing; None for a superseded
-        (stale) process, which must neither renew nor receive the new attachment's state."""
+        """(this event's live runtime, registered quietly when missing, None); for a superseded
+        (stale) process, which must neither renew nor receive the new attachment's state,
+        (None, the runtime that superseded it)."""
         st = self.st
         rt = st.find_conversation_runtime(self.session, self.agent)
         if rt is not None and not self.agent and not self.ours(rt) and self.superseded():
-            return None
+            return None, rt
         if rt is None:
             pid, start = self.process()
             rt = st.register(conversation=self.session, harness=self.harness, pid=pid, pid_start=start,
                              agent_id=self.agent, cwd=self.cwd, source="hook")
-        return rt
+        return rt, None
 
     def command(self):
         """How the agent runs coord from its cwd (.coord/coord at the repository root)."""
@@ -283,9 +286,12 @@ def refusal(reason):
 def on_deliver(h):
     """UserPromptSubmit, PostToolUse: heartbeat, then open messages as context (else nothing)."""
     st = h.open()
-    rt = h.attach()
+    rt, successor = h.attach()
     if rt is None:
-        return ""
+        if h.event != "UserPromptSubmit":
+            return ""
+        return reply(h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
+                              " and messages; this session is stale: stop editing." % successor["handle"])
     st.heartbeat(rt["id"], min_interval=h.store.HEARTBEAT_EVERY)
     text = st.pending_context(rt["id"], prefix=h.command())
     return reply(h.event, text) if text else ""
@@ -293,7 +299,7 @@ def on_deliver(h):
 
 def on_stop(h):
     st = h.open()
-    rt = h.attach()
+    rt = h.attach()[0]
     if rt is not None:
         st.heartbeat(rt["id"], min_interval=h.store.HEARTBEAT_EVERY)
     return ""
@@ -310,7 +316,7 @@ def on_session_start(h):
         st.heartbeat(rt["id"])
     else:
         rt = st.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
-                         source="hook:%s" % h.payload.get("source"))
+                         source="hook:%s" % str(h.payload.get("source"))[:40])
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
         export_runtime(env_file, rt["id"])

@@ -700,8 +700,11 @@ class IdentityTest(HookCase):
         reason = self.denial(self.write("src/app.py"), via=old_proc)
         self.assertIn("resumed elsewhere as %s" % new["handle"], reason)
         msg = self.st.send(self.peer()["id"], "for the live one", to=new["handle"])
-        for sample in ("claude-PostToolUse-Write", "claude-UserPromptSubmit", "claude-Stop", "claude-SessionEnd"):
+        for sample in ("claude-PostToolUse-Write", "claude-Stop", "claude-SessionEnd"):
             self.assertEqual(self.run_hook(self.payload(sample), via=old_proc)[0], "")
+        notice = self.context(self.payload("claude-UserPromptSubmit"), via=old_proc)
+        self.assertIn("resumed elsewhere as %s" % new["handle"], notice)
+        self.assertNotIn("for the live one", notice)
         self.assertEqual(self.st.open_messages(new["id"])[0]["state"], "queued", "the stale process took nothing")
         self.assertIsNone(self.st.runtime(new["id"])["ended_at"], "the stale SessionEnd ended nothing")
         self.assertIn("for the live one", self.context(self.payload("claude-PostToolUse-Write"), via=new_proc))
