@@ -279,6 +279,7 @@ def deny(h, blocking, successor):
 
 def refusal(reason):
     import json
+    reason = reason.rstrip(". ")  # Codex appends ". Command: ..." to the reason
     return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                               "permissionDecisionReason": reason}})
 
@@ -320,7 +321,34 @@ def on_session_start(h):
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
         export_runtime(env_file, rt["id"])
+    work_id = h.environ.get("COORD_WORK_ID")
+    if work_id:
+        link_work(h, rt, work_id, pid)
     return reply("SessionStart", session_context(h, rt))
+
+
+def link_work(h, rt, work_id, pid):
+    """A harness launched by `coord work start/resume` records its conversation and runtime in
+    the work's tmux record, so `work resume` knows what to resume. Only the harness running in
+    the recorded pane (the pane's process or one of its descendants) may do this."""
+    st, store = h.st, h.store
+    if not pid or not store.is_uuid(work_id):
+        return
+    chain, cur = [pid], pid
+    for _ in range(4):
+        cur = store.process_parent(cur)[0]
+        if not cur or cur <= 1:
+            break
+        chain.append(cur)
+    with st.transaction():
+        w = st.work(work_id)
+        tmux = (w or {}).get("data", {}).get("tmux") or {}
+        if not w or tmux.get("pane_pid") not in chain:
+            return
+        if tmux.get("conversation") == h.session and tmux.get("runtime_id") == rt["id"]:
+            return
+        st.update_work(w["id"], data={"tmux": dict(tmux, conversation=h.session, runtime_id=rt["id"])})
+        st.audit("work.attached", rt["id"], w["id"], conversation=h.session)
 
 
 def export_runtime(path, runtime_id):

@@ -708,6 +708,14 @@ class Store:
                               " AND id != ?", (conversation, rid)).fetchall()
                 for (old,) in olds:
                     self._supersede(old, rid, now)
+                # Messages to an earlier attachment that ended without a successor (its harness
+                # died, or it said bye) are still the conversation's: they follow it here.
+                moved = self.conn.execute(
+                    "UPDATE deliveries SET recipient = ? WHERE state != 'acked' AND recipient IN (SELECT id FROM"
+                    " runtimes WHERE conversation = ? AND agent_id IS NULL AND id != ? AND superseded_by IS NULL)",
+                    (rid, conversation, rid)).rowcount
+                if moved:
+                    self.audit("message.inherited", rid, rid, now, deliveries=moved)
             return self.runtime(rid)
 
     def _supersede(self, old, new, now):
@@ -1054,12 +1062,16 @@ class Store:
         The first delivery carries the body; later boundaries carry only a compact reminder
         (ID, sender, kind, digest, recovery command) until the message is acknowledged.
         """
-        msgs = self.open_messages(runtime_id)
-        if not msgs:
-            return None
+        if not self.q("SELECT 1 FROM deliveries WHERE recipient = ? AND state != 'acked' LIMIT 1",
+                      (runtime_id,)).fetchone():
+            return None  # the common case: one indexed read, no write
         now = _now(now)
-        fresh = [m["id"] for m in msgs if m["state"] == "queued"]
         with self.transaction():
+            # Re-read under the write lock, so parallel hooks never both show the same body.
+            msgs = self.open_messages(runtime_id)
+            if not msgs:
+                return None
+            fresh = [m["id"] for m in msgs if m["state"] == "queued"]
             self._mark_delivered(runtime_id, fresh, now)
             self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND state != 'acked'",
                               (runtime_id,))

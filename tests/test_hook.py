@@ -767,6 +767,34 @@ class IdentityTest(HookCase):
         self.assertEqual(self.st.all_leases(), [])
 
 
+class WorkLinkTest(HookCase):
+    """A harness launched for a work record tells the record its conversation at SessionStart."""
+
+    def work(self, pane_pid):
+        with self.st.transaction():
+            return self.st.insert_work("task", "active", "secret-token",
+                                       data={"tmux": {"pane_pid": pane_pid, "window_id": "@1"}})
+
+    def test_launched_harness_records_its_conversation_and_runtime(self):
+        harness = FakeHarness(self)
+        w = self.work(harness.pid)
+        rt = self.start(env={"COORD_WORK_ID": w["id"]}, via=harness)
+        tmux = self.st.work(w["id"])["data"]["tmux"]
+        self.assertEqual((tmux["conversation"], tmux["runtime_id"]), (CLAUDE_MAIN, rt["id"]))
+        self.assertEqual(tmux["window_id"], "@1")
+
+    def test_a_process_outside_the_recorded_pane_records_nothing(self):
+        harness = FakeHarness(self)
+        w = self.work(harness.pid + 100000)
+        self.start(env={"COORD_WORK_ID": w["id"]}, via=harness)
+        self.assertNotIn("conversation", self.st.work(w["id"])["data"]["tmux"])
+
+    def test_a_bogus_work_id_fails_open(self):
+        harness = FakeHarness(self)
+        for bogus in ("not-a-uuid", store.new_uuid(), "x" * 5000):
+            self.start(env={"COORD_WORK_ID": bogus}, via=harness)
+
+
 class LayoutTest(HookCase):
 
     def install(self):

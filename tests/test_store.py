@@ -107,6 +107,18 @@ class IdentityTest(StoreCase):
         events = [json.loads(l)["event"] for l in self.st.audit_lines()]
         self.assertIn("runtime.superseded", events)
 
+    def test_messages_follow_the_conversation_after_its_harness_died(self):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        old = self.st.register(conversation="conv-d", pid=proc.pid)
+        peer = self.rt()
+        mid = self.st.send(peer, "while you were away", old["handle"])["id"]
+        proc.kill()
+        proc.wait()
+        new = self.st.register(conversation="conv-d", source="resume")
+        self.assertEqual(self.st.runtime(old["id"])["end_reason"], "process-gone")
+        self.assertEqual([m["id"] for m in self.st.open_messages(new["id"])], [mid])
+        self.assertIn("while you were away", self.st.pending_context(new["id"]))
+
     def test_subagent_has_own_runtime_and_no_parent_authority(self):
         parent = self.st.register(conversation="conv-p")
         self.st.claim(parent["id"], ["src/p.py"])
