@@ -1248,9 +1248,8 @@ def render_context(msgs, prefix=".coord/coord"):
                          % (m["id"], m["sender"], clean_text(m["kind"]), clean_text(m["body"], MAX_BODY), prefix,
                             m["id"]))
         else:
-            lines.append("coord reminder: message #%d from %s (%s, sha256 %s) is not acknowledged; "
-                         "reread: %s inbox --peek ; ack: %s ack %d"
-                         % (m["id"], m["sender"], clean_text(m["kind"]), m["digest"][:12], prefix, prefix, m["id"]))
+            lines.append("coord: unacked #%d from %s (%s, sha256:%s); reread: %s inbox --peek; ack: %s ack %d"
+                         % (m["id"], m["sender"], clean_text(m["kind"]), m["digest"][:8], prefix, prefix, m["id"]))
     return "\n".join(lines)
 
 
