@@ -17,7 +17,6 @@ import json
 import os
 import shlex
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -338,6 +337,11 @@ class HostileIdentityTest(FaultyToolCase):
         self.assertEqual(self.windows(), [])
 
 
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _nobody():
     try:
         import pwd
@@ -398,12 +402,12 @@ class DoctorDatabaseTest(CoordTestCase):
     def test_corrupt_header_is_named(self):
         with open(self.db, "r+b") as f:
             f.write(b"this is no database header" * 4)
-        before = open(self.db, "rb").read()
+        before = _read(self.db)
         proc = self.doctor(check=0)
         line = self.db_line(proc.stdout)
         self.assertIn(self.db, line)
         self.assertIn("not an SQLite database", line)
-        self.assertEqual(open(self.db, "rb").read(), before, "doctor never writes the database")
+        self.assertEqual(_read(self.db), before, "doctor never writes the database")
 
     def test_corrupt_pages_behind_a_good_header_are_named(self):
         size = os.path.getsize(self.db)
@@ -417,8 +421,7 @@ class DoctorDatabaseTest(CoordTestCase):
         self.assertRegex(line, r"damaged|corrupt|malformed|unreadable")
 
     def test_truncated_database_is_named(self):
-        with open(self.db, "rb") as f:
-            data = f.read()
+        data = _read(self.db)
         with open(self.db, "wb") as f:
             f.write(data[:len(data) // 3 + 100])
         proc = self.doctor(check=0)
@@ -493,6 +496,7 @@ def _holder(db, how):
     line = proc.stdout.readline()
     if line.strip() != "held":
         proc.kill()
+        proc.wait()
         raise AssertionError("lock holder did not start")
     return proc
 
@@ -605,6 +609,7 @@ class InstalledHookTest(CoordTestCase):
             finally:
                 holder.stdin.close()
                 holder.wait(timeout=10)
+                holder.stdout.close()
 
     def test_escapes_in_bodies_and_purposes_never_reach_the_model(self):
         self.peer_holds(purpose="\x1b[31mred purpose\x1b[0m\x07")
