@@ -79,8 +79,16 @@ class TmuxError(SessionError):
             why = "timed out"
         else:
             why = "exit %d" % returncode
-        super().__init__("%s failed (%s): %s" % (" ".join(shlex.quote(a) for a in argv), why,
-                                                  first), hint)
+        sub = next((a for a in self.argv[1:] if not a.startswith("-") and a != self.socket_of()), "")
+        super().__init__("tmux %s failed (%s): %s" % (sub, why, first), hint or
+                         "retry; coord work list shows what was recorded")
+
+    def socket_of(self):
+        """The -S/-L operand of the recorded argv, so it is not taken for the subcommand."""
+        for i, a in enumerate(self.argv[:-1]):
+            if a in ("-S", "-L"):
+                return self.argv[i + 1]
+        return None
 
 
 class Refused(SessionError):
@@ -351,12 +359,15 @@ def launch(project, work_id, cwd, argv, env=None, task=None, runtime_id=None,
     seq += [THEN, "set-option", "-w", "-t", window_id, "allow-rename", "off"]
     try:
         tmux.run(*seq[1:])
-    except SessionError:
+    except SessionError as exc:
         # An unlabelled window could never be validated again: do not leave it behind.
         try:
             tmux.run("kill-window", "-t", window_id)
         except SessionError:
-            pass
+            raise TmuxError(["set-option"], getattr(exc, "returncode", 1), getattr(exc, "stderr", exc.message),
+                            "window %s (pane %s, pid %s) was left running unlabelled on %s and is not recorded; "
+                            "stop it with: tmux -S %s kill-window -t %s"
+                            % (window_id, pane_id, pane_pid, tmux.socket, shlex.quote(tmux.socket), window_id))
         raise
     return record
 

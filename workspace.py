@@ -70,7 +70,9 @@ class ToolError(EnvError):
         first = next((l for l in lines if l.startswith("Error")), lines[0] if lines else "no output")
         why = "timed out" if returncode is None else "exit %d" % returncode
         super().__init__("%s failed (%s): %s" % (" ".join(self.argv[:3]), why, store.clean_text(first, 300)),
-                         hint, command=self.argv, returncode=returncode)
+                         hint or "fix what %s reports and retry; coord work list shows what was recorded"
+                         % os.path.basename(self.argv[0] if self.argv else "the tool"),
+                         command=self.argv, returncode=returncode)
 
 
 def tool_env(environ=None):
@@ -611,7 +613,8 @@ def cmd_inspect(ctx, args):
         lines.append("owner %s%s" % (owner["handle"], "" if live_owner else " (not live)"))
     failure = w["data"].get("failure")
     if failure:
-        lines.append("failed at %s: %s (directory %s)" % (failure["step"], store.clean_text(failure["reason"], 300),
+        lines.append("failed at %s: %s (directory %s)" % (store.clean_text(failure["step"], 120),
+                                                          store.clean_text(failure["reason"], 300),
                                                           failure["directory"]))
     if w["data"].get("parked") and w["state"] == "parked":
         lines.append("parked: %s" % store.clean_text(w["data"]["parked"]["reason"], 200))
