@@ -664,8 +664,9 @@ class Store:
         """Register one live attachment and return its record.
 
         A top-level attachment of a conversation with a live runtime supersedes it: leases and
-        open deliveries move to the new runtime. A subagent (agent_id) gets a deterministic ID
-        and never inherits anything.
+        open deliveries move to the new runtime; the same harness process (pid and start time)
+        keeps its live runtime instead. A subagent (agent_id) gets a deterministic ID and never
+        inherits anything.
         """
         now = _now(now)
         conversation = conversation or new_uuid()
@@ -690,6 +691,16 @@ class Store:
                     raise Refused("handle %s of subagent runtime %s collides with runtime %s" % (handle, rid, clash[0]),
                                   "this is a 1-in-34-billion event; report it")
             else:
+                if pid:
+                    # The same harness process is the same attachment: parallel first hooks after
+                    # a reap (or a repeated hello) must not supersede each other.
+                    row = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND"
+                                 " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)",
+                                 (conversation, pid, pid_start, pid_start)).fetchone()
+                    if row:
+                        self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?",
+                                          (now, row[0]))
+                        return self.runtime(row[0])
                 for _ in range(16):
                     rid = new_uuid()
                     handle = handle_for(rid, DOMAIN_RUNTIME)

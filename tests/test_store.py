@@ -44,6 +44,13 @@ def _send_worker(db, recipient, count, barrier, results):
     st.close()
 
 
+def _register_worker(db, pid, barrier, results):
+    st = store.Store(db, timeout=30)
+    barrier.wait()
+    results.put(st.register(conversation="conv-par", pid=pid, harness="parallel")["id"])
+    st.close()
+
+
 class StoreCase(support.CoordTestCase):
     def setUp(self):
         super().setUp()
@@ -118,6 +125,20 @@ class IdentityTest(StoreCase):
         self.assertEqual(self.st.runtime(old["id"])["end_reason"], "process-gone")
         self.assertEqual([m["id"] for m in self.st.open_messages(new["id"])], [mid])
         self.assertIn("while you were away", self.st.pending_context(new["id"]))
+
+    def test_same_harness_process_keeps_its_attachment_under_parallel_registration(self):
+        ctx = multiprocessing.get_context("spawn")
+        barrier = ctx.Barrier(6)
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_register_worker, args=(self.db, os.getpid(), barrier, results))
+                 for _ in range(6)]
+        for p in procs:
+            p.start()
+        ids = {results.get(timeout=60) for _ in procs}
+        for p in procs:
+            p.join(30)
+        self.assertEqual(len(ids), 1, ids)
+        self.assertEqual(self.st.q("SELECT count(*) FROM runtimes WHERE conversation = 'conv-par'").fetchone()[0], 1)
 
     def test_subagent_has_own_runtime_and_no_parent_authority(self):
         parent = self.st.register(conversation="conv-p")
