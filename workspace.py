@@ -1390,8 +1390,9 @@ def _record_launch(ctx, w, state, rec, **extra):
         raise
 
 
-def cmd_start(ctx, args):
-    w = ctx.store.resolve_work(args.handle)
+def _launchable(ctx, handle):
+    """The work record, refused unless it may get a new harness window (and has none running)."""
+    w = ctx.store.resolve_work(handle)
     if w["state"] in ("removed", "failed", "creating"):
         raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
     verified_path(w)
@@ -1399,20 +1400,18 @@ def cmd_start(ctx, args):
     if live:
         raise Refused("work %s already runs in tmux window %s" % (w["handle"], live["window_id"]),
                       "coord work attach %s" % w["handle"])
+    return w
+
+
+def cmd_start(ctx, args):
+    w = _launchable(ctx, args.handle)
     rec = _launch(ctx, w, None, args.harness, args.extra, w["data"].get("tmux"))
     _record_launch(ctx, w, "active", rec, step="started", harness=args.harness)
     return 0, {"ok": True, "work": w["handle"], "tmux": rec}, None
 
 
 def cmd_resume(ctx, args):
-    w = ctx.store.resolve_work(args.handle)
-    if w["state"] in ("removed", "failed", "creating"):
-        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
-    verified_path(w)
-    live, _ = _live_tmux(w)
-    if live:
-        raise Refused("work %s already runs in tmux window %s" % (w["handle"], live["window_id"]),
-                      "coord work attach %s" % w["handle"])
+    w = _launchable(ctx, args.handle)
     previous = w["data"].get("tmux") or {}
     conversation = args.conversation or previous.get("conversation")
     harness = args.harness or previous.get("harness") or "claude"

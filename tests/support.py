@@ -43,6 +43,21 @@ def require_tool(testcase, name):
     testcase.skipTest(msg)
 
 
+def demote_to_nobody():
+    """A preexec_fn that runs the child as the unprivileged user `nobody`, or None without one."""
+    try:
+        import pwd
+        pw = pwd.getpwnam("nobody")
+    except (ImportError, KeyError):
+        return None
+
+    def demote():
+        os.setgroups([])
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    return demote
+
+
 def retry_until(predicate, timeout=10.0, interval=0.02):
     """Poll predicate() until it returns a truthy value; return it, or raise on timeout."""
     deadline = time.monotonic() + timeout

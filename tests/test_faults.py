@@ -190,7 +190,7 @@ class DamagedDatabaseTest(support.CoordTestCase):
         self._populated()
         if os.getuid() == 0:
             # Root reads any file; run the CLI as an unprivileged user instead.
-            run_as = _nobody()
+            run_as = support.demote_to_nobody()
             if run_as is None:
                 self.skipTest("no unprivileged user to run as")
             os.chmod(self.tmp, 0o755)
@@ -214,20 +214,6 @@ class DamagedDatabaseTest(support.CoordTestCase):
         self.assertEqual(proc.returncode, 4, proc.stderr)
         self.assertNotIn("Traceback", proc.stderr)
         self.assertIn("next:", proc.stderr)
-
-
-def _nobody():
-    try:
-        import pwd
-        pw = pwd.getpwnam("nobody")
-    except (ImportError, KeyError):
-        return None
-
-    def demote():
-        os.setgroups([])
-        os.setgid(pw.pw_gid)
-        os.setuid(pw.pw_uid)
-    return demote
 
 
 class SmallFilesystemTest(support.CoordTestCase):

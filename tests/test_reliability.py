@@ -342,20 +342,6 @@ def _read(path):
         return f.read()
 
 
-def _nobody():
-    try:
-        import pwd
-        pw = pwd.getpwnam("nobody")
-    except (ImportError, KeyError):
-        return None
-
-    def demote():
-        os.setgroups([])
-        os.setgid(pw.pw_gid)
-        os.setuid(pw.pw_uid)
-    return demote
-
-
 class DoctorDatabaseTest(CoordTestCase):
     """install --doctor names what is wrong with the database; drift alone sets its exit status."""
 
@@ -439,7 +425,7 @@ class DoctorDatabaseTest(CoordTestCase):
         else:
             # Root reads any file: run a copy of the installer as `nobody`, against a copy of the
             # target and the database in a directory that user can reach (/tmp here is 0700).
-            demote = _nobody()
+            demote = support.demote_to_nobody()
             python = "/usr/bin/python3"
             if demote is None or not os.access(python, os.X_OK):
                 self.skipTest("no unprivileged user or system python3 to run as")
