@@ -457,6 +457,9 @@ def run(raw, argv=(), environ=None):
         if handler is None or session is None or (event in NEEDS_AGENT and agent is None):
             return "", ""
         targets = None
+        if handler is on_pre_tool_use and agent is not None and payload.get("tool_name") == "Bash" \
+                and harness_of(argv) == "claude":
+            return tag_subagent_shell(payload, session, agent), ""
         if handler is on_pre_tool_use:
             targets = write_targets(payload.get("tool_name"), payload.get("tool_input"))
             if not targets:
@@ -472,6 +475,21 @@ def run(raw, argv=(), environ=None):
                 h.st.close()
             except Exception:
                 pass
+
+
+def tag_subagent_shell(payload, session, agent):
+    """A Claude subagent's shell has its parent's environment, so its own `coord` commands would
+    act as the parent. Prefix such a command with the subagent's runtime ID; Claude applies
+    `updatedInput` without any permission decision. Other commands are left alone."""
+    tool_input = payload.get("tool_input")
+    command = tool_input.get("command") if isinstance(tool_input, dict) else None
+    if not isinstance(command, str) or "coord" not in command:
+        return ""
+    import json
+    import store
+    rid = store.subagent_uuid(session, agent)
+    updated = dict(tool_input, command="export COORD_RUNTIME_ID=%s; %s" % (rid, command))
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}})
 
 
 def identifier(value, limit=256):

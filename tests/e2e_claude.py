@@ -254,6 +254,28 @@ class CoordScenarios(h.CoordCase):
         self.assertNotEqual(subs[0]["id"], parent["id"])
         self.assertNotEqual(subs[0]["handle"], parent["handle"])
 
+    def test_subagents_own_claim_is_its_own_and_lets_it_write(self):
+        # The subagent's shell has the parent's environment; the hook tags its coord commands
+        # with the subagent's runtime, so its claim is its own and its write goes through.
+        seen = {}
+
+        def sub_write(req):
+            seen["state"] = self.coord_state()
+            seen["claim_output"] = req.tool_results()
+            return tool("Write", file_path=os.path.join(self.repo, "src", "sub.py"), content="sub\n")
+        result = self.run_agent(
+            [tool("Agent", description="sub", prompt="SUBTASK-6 claim and write src/sub.py",
+                  subagent_type="general-purpose"),
+             say("done")],
+            lanes={"SUBTASK-6": [tool("Bash", command=".coord/coord claim src/sub.py -p sub"),
+                                 sub_write, say("sub done")]}, args=self.BASH)
+        session = result.session_id()
+        subs = [rt for rt in self.runtimes_of(session) if rt.get("agent_id")]
+        self.assertEqual(len(subs), 1, self.coord_state())
+        held = [l for l in seen["state"]["leases"] if l["resource"] == "src/sub.py"]
+        self.assertEqual([l["runtime"] for l in held], [subs[0]["id"]], seen)
+        self.assertEqual(self.read_file("src/sub.py"), "sub\n")
+
     def test_timing_with_and_without_hooks(self):
         def script(repo, i):
             path = os.path.join(repo, "t%d.txt" % i)

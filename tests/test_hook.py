@@ -130,6 +130,10 @@ class HookCase(support.CoordTestCase):
             self.assertEqual(set(spec), {"hookEventName", "permissionDecision", "permissionDecisionReason"})
             self.assertEqual(spec["hookEventName"], "PreToolUse")
             self.assertTrue(spec["permissionDecisionReason"].strip())
+        elif "updatedInput" in spec:
+            self.assertEqual(set(spec), {"hookEventName", "updatedInput"})
+            self.assertEqual(spec["hookEventName"], "PreToolUse")
+            self.assertTrue(spec["updatedInput"]["command"].startswith("export COORD_RUNTIME_ID="))
         else:
             self.assertEqual(set(spec), {"hookEventName", "additionalContext"})
             self.assertTrue(spec["additionalContext"].strip())
@@ -793,6 +797,37 @@ class WorkLinkTest(HookCase):
         harness = FakeHarness(self)
         for bogus in ("not-a-uuid", store.new_uuid(), "x" * 5000):
             self.start(env={"COORD_WORK_ID": bogus}, via=harness)
+
+
+class SubagentShellTest(HookCase):
+    """A Claude subagent's coord commands are tagged with its own runtime (updatedInput)."""
+
+    def bash(self, command, **changes):
+        data = self.payload("claude-PreToolUse-Bash", tool_input={"command": command, "description": "d"})
+        data.update(changes)
+        return data
+
+    def test_subagent_coord_command_gets_its_own_runtime(self):
+        data = self.bash(".coord/coord claim src/x.py", agent_id="sub-7", agent_type="t")
+        out, _ = self.run_hook(data)
+        spec = json.loads(out)["hookSpecificOutput"]
+        self.assertEqual(set(spec), {"hookEventName", "updatedInput"})
+        rid = store.subagent_uuid(data["session_id"], "sub-7")
+        self.assertEqual(spec["updatedInput"], {"command": "export COORD_RUNTIME_ID=%s; .coord/coord claim src/x.py"
+                                                % rid, "description": "d"})
+        # The rewritten command really runs as the subagent: same shell semantics as Claude's.
+        env = dict(self.env, COORD_RUNTIME_ID="parent-id")
+        got = subprocess.run(["bash", "-c", spec["updatedInput"]["command"].replace(
+            ".coord/coord claim src/x.py", "echo $COORD_RUNTIME_ID")], env=env, stdout=subprocess.PIPE, text=True)
+        self.assertEqual(got.stdout.strip(), rid)
+
+    def test_other_commands_and_other_agents_are_left_alone(self):
+        for data, harness in ((self.bash("ls -la", agent_id="sub-7"), "claude"),
+                              (self.bash(".coord/coord claim x"), "claude"),
+                              (self.bash(".coord/coord claim x", agent_id="sub-7"), "codex"),
+                              (self.bash(["not", "a", "string"], agent_id="sub-7"), "claude")):
+            out, _ = self.run_hook(data, harness=harness)
+            self.assertEqual(out, "", data)
 
 
 class LayoutTest(HookCase):

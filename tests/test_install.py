@@ -174,7 +174,7 @@ class FreshInstallTest(InstallTestCase):
         self.fresh()
         claude = self.settings()["hooks"]["PreToolUse"]
         codex = self.settings(".codex/hooks.json")["hooks"]["PreToolUse"]
-        self.assertEqual(claude[0]["matcher"], "Edit|Write|NotebookEdit")
+        self.assertEqual(claude[0]["matcher"], "Edit|Write|NotebookEdit|Bash")
         self.assertEqual(codex[0]["matcher"], "apply_patch|Edit|Write")
         self.assertNotIn("matcher", self.settings()["hooks"]["PostToolUse"][0])
         end = self.settings(".codex/hooks.json")["hooks"]["SessionEnd"][0]["hooks"][0]
@@ -332,7 +332,7 @@ class UpgradeTest(InstallTestCase):
         self.assertEqual(list(got["hooks"])[:3], ["Stop", "PreToolUse", "Notification"])
         self.assertEqual(order(strip_coord(got)), order(strip_coord(foreign_claude)))
         self.assertEqual(got["hooks"]["PreToolUse"][0]["hooks"][0]["command"], "audit-bash")
-        self.assertEqual(got["hooks"]["PreToolUse"][1]["matcher"], "Edit|Write|NotebookEdit")
+        self.assertEqual(got["hooks"]["PreToolUse"][1]["matcher"], "Edit|Write|NotebookEdit|Bash")
         self.assertEqual(got["hooks"]["PreToolUse"][2]["hooks"],
                          [{"type": "command", "command": "fmt-check", "timeout": 30}])
         got_codex = self.settings(".codex/hooks.json")
