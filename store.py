@@ -886,8 +886,7 @@ class Store:
                     continue
                 rid = lease["runtime"]
                 if rid not in alive:
-                    alive[rid] = (lease["ended_at"] is None and lease["heartbeat_at"] + self.runtime_ttl > now
-                                  and process_alive(lease["pid"], lease["pid_start"]))
+                    alive[rid] = self.runtime_live(lease, now)
                 if alive[rid]:
                     lease["requested"] = resource
                     out.append(lease)
@@ -902,7 +901,7 @@ class Store:
         if ttl <= 0:
             raise UsageError("--ttl must be a positive number of seconds")
         now = _now(now)
-        resources = _unique(resources)
+        resources = unique(resources)
         with self.transaction():
             self.usable_runtime(runtime_id, now)
             self._reap(now)
@@ -937,7 +936,7 @@ class Store:
             self.usable_runtime(runtime_id, now)
             self._reap(now)
             held = {l["resource"]: l for l in self.leases_of(runtime_id)}
-            names = _unique(resources) if resources else sorted(held)
+            names = unique(resources) if resources else sorted(held)
             missing = [r for r in names if r not in held]
             if missing:
                 raise Refused("not held (expired or never claimed): %s" % ", ".join(missing),
@@ -957,7 +956,7 @@ class Store:
             self.usable_runtime(runtime_id, now)
             if everything:
                 return self._drop_leases(runtime_id, "lease.released", now)
-            names = _unique(resources or [])
+            names = unique(resources or [])
             held = {l["resource"] for l in self.leases_of(runtime_id)}
             missing = [r for r in names if r not in held]
             if missing:
@@ -1272,7 +1271,8 @@ def _redact(value):
     return value
 
 
-def _unique(items):
+def unique(items):
+    """Items in first-seen order, without repeats."""
     seen = []
     for i in items:
         if i not in seen:

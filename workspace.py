@@ -1066,7 +1066,7 @@ def cmd_remove(ctx, args):
     blockers = cleanup_blockers(ctx, w, caller)
     if blockers:
         raise Refused("will not remove %s: %s" % (w["handle"], "; ".join(b[1] for b in blockers)),
-                      " ; ".join(_unique(b[2] for b in blockers)),
+                      " ; ".join(store.unique(b[2] for b in blockers)),
                       reasons=[{"code": c, "message": m, "next": n} for c, m, n in blockers])
     _delete_checkout(ctx, w)
     _mark_removed(ctx, w, caller, "remove")
@@ -1108,14 +1108,6 @@ def cmd_gc(ctx, args):
         lines.append("  %s  %s: %s" % (k["handle"], store.clean_text(k["task"], 48),
                                        "; ".join("%s (next: %s)" % (r["message"], r["next"]) for r in k["reasons"])))
     return 0, {"ok": True, "removed": removed, "kept": kept, "dry_run": bool(args.dry_run)}, "\n".join(lines)
-
-
-def _unique(items):
-    out = []
-    for i in items:
-        if i not in out:
-            out.append(i)
-    return out
 
 
 # --------------------------------------------------------------------------- adopt

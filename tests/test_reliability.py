@@ -15,7 +15,6 @@ PATH under the tool's name and forwards to the real binary except for the calls 
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -30,35 +29,16 @@ import store
 import test_workspace
 
 FLAKY = os.path.join(support.FIXTURES, "reliability", "flaky")
-FAKE_HARNESS = os.path.join(support.FIXTURES, "fake_harness.py")
 INSTALL = os.path.join(support.ROOT, "install")
 CONTROL = (b"\x1b", b"\x07", b"\x9b")
 
 
-class FaultyToolCase(test_workspace.WorkTestCase):
-    """WorkTestCase plus a private tmux server and helpers to break jj or tmux on demand."""
+class FaultyToolCase(test_workspace.TmuxWorkCase):
+    """TmuxWorkCase plus helpers to break jj or tmux on demand."""
 
     def setUp(self):
         super().setUp()
-        self.tmux_bin = support.require_tool(self, "tmux")
-        self.sock = os.path.join(self.tmp, "tmux.sock")
-        self.rec = os.path.join(self.tmp, "rec")
-        os.mkdir(self.rec)
-        self.env.update({"COORD_TMUX_SOCKET": self.sock, "TMUX_TMPDIR": self.tmp,
-                         "COORD_CLAUDE_CMD": " ".join(shlex.quote(a) for a in [sys.executable, FAKE_HARNESS,
-                                                                              "--record", self.rec])})
-        os.environ.update(self.env)
-        self.addCleanup(self.kill_server)
         self._hints = []
-
-    def kill_server(self):
-        subprocess.run([self.tmux_bin, "-S", self.sock, "kill-server"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=10)
-
-    def windows(self):
-        proc = subprocess.run([self.tmux_bin, "-S", self.sock, "list-windows", "-a", "-F", "#{window_id}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10)
-        return proc.stdout.split()
 
     def flaky(self, tool, on=None, after=None):
         """Environment overrides that put a breaking `tool` first on PATH; returns (env, call log path)."""

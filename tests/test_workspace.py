@@ -558,8 +558,8 @@ class RemoteVerifyTest(WorkTestCase):
 FAKE = os.path.join(support.FIXTURES, "fake_harness.py")
 
 
-class TmuxWorkTest(WorkTestCase):
-    """work start/attach/park/resume/close on a real tmux server with a private socket."""
+class TmuxWorkCase(WorkTestCase):
+    """A WorkTestCase with a private tmux server and a stand-in harness that records its starts."""
 
     def setUp(self):
         super().setUp()
@@ -581,6 +581,10 @@ class TmuxWorkTest(WorkTestCase):
         proc = subprocess.run([self.tmux_bin, "-S", self.sock, "list-windows", "-a", "-F", "#{window_id}"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10)
         return proc.stdout.split()
+
+
+class TmuxWorkTest(TmuxWorkCase):
+    """work start/attach/park/resume/close on a real tmux server with a private socket."""
 
     def launched(self, n):
         """The n-th recorded start of the stand-in harness (waits for it)."""
