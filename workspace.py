@@ -1020,7 +1020,7 @@ def cleanup_blockers(ctx, w, caller):
 
 
 def _tmux_alive(w):
-    live, _ = _live_tmux(w)
+    live, _ = _live_tmux(w, strict=True)
     return "its tmux window %s still runs" % live["window_id"] if live else None
 
 
@@ -1328,14 +1328,23 @@ def _session_call(fn, *a, **kw):
         raise Refused(exc.message, exc.hint)
 
 
-def _live_tmux(w):
-    """The work's recorded window when it still validates, else None (with the reason)."""
+def _live_tmux(w, strict=False):
+    """The work's recorded window when it still validates, else None (with the reason).
+
+    strict: when tmux cannot answer (not on PATH, failing), raise EnvError instead of
+    calling the window gone; cleanup needs evidence, not the absence of an answer.
+    """
     session = _session_module()
     rec = w["data"].get("tmux")
     if not rec or session is None:
         return None, "no recorded window"
     try:
         session.validate(rec)
+    except (session.TmuxNotFound, session.TmuxError) as exc:
+        if strict:
+            raise EnvError("cannot check tmux window %s of %s: %s" % (rec.get("window_id"), w["handle"],
+                                                                      exc.message), exc.hint)
+        return None, exc.message
     except session.SessionError as exc:
         return None, exc.message
     return rec, None
@@ -1436,7 +1445,7 @@ def _close_window(w):
     rec = w["data"].get("tmux")
     if not rec:
         return "no window"
-    problem = session.problem(rec)
+    problem = _session_call(session.problem, rec)
     if problem:
         return "window not closed: " + problem
     _session_call(session.close, rec)

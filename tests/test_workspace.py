@@ -661,6 +661,64 @@ class TmuxWorkTest(TmuxWorkCase):
         self.assertIn(window, self.windows())
 
 
+class MissingToolTest(TmuxWorkCase):
+    """A tool missing from PATH is an environment error (exit 4) with a hint, never exit 1."""
+
+    def errors_log(self):
+        path = os.path.join(self.state, "fleet-agent-coord", "errors.log")
+        if not os.path.exists(path):
+            return ""
+        with open(path) as f:
+            return f.read()
+
+    def path_with(self, *tools):
+        """A PATH directory holding only `tools` (symlinks to the real ones)."""
+        d = os.path.join(self.tmp, "bin-" + "-".join(tools or ("none",)))
+        os.mkdir(d)
+        for t in tools:
+            os.symlink(shutil.which(t), os.path.join(d, t))
+        return d
+
+    def test_every_tmux_command_without_tmux_exits_4_with_a_hint(self):
+        handle, path, _ = self.create("tmuxed")
+        self.work("start", handle, check=0)
+        self.gate(handle)
+        window = self.record(handle)["data"]["tmux"]["window_id"]
+        no_tmux = {"PATH": self.path_with("jj", "git")}
+        for args in (["start", handle], ["resume", handle, "--conversation", "c-1"], ["attach", handle],
+                     ["attach", handle, "--execute"], ["park", handle, "--reason", "lunch"], ["close", handle],
+                     ["remove", handle, "--confirm", handle], ["gc"]):
+            with self.subTest(args=args):
+                proc = self.work(*args, env=no_tmux)
+                self.assertEqual(proc.returncode, 4, proc.stderr)
+                self.assertIn("tmux", proc.stderr)
+                self.assertIn("install tmux", proc.stderr)
+                self.assertNotIn("internal error", proc.stderr)
+        self.work("inspect", handle, env=no_tmux, check=0)
+        self.assertEqual(self.errors_log(), "")
+        self.assertEqual(self.record(handle)["state"], "active")
+        self.assertEqual(self.windows(), [window], "nothing was closed or recorded without tmux")
+        self.assertTrue(os.path.isdir(path))
+        self.work("close", handle, check=0)
+
+    def test_every_work_command_without_jj_or_git_exits_4_not_1(self):
+        handle, path, _ = self.create("plain")
+        wid = self.record(handle)["id"]
+        bare = {"PATH": self.path_with()}
+        for args in (["create", "other"], ["list"], ["inspect", handle], ["gate", handle, "--pass"],
+                     ["integrate", "acquire", handle, "--into", "main"], ["integrate", "queue"],
+                     ["remove", handle, "--confirm", handle], ["gc"], ["adopt", path, "--work-id", wid],
+                     ["start", handle], ["close", handle]):
+            with self.subTest(args=args):
+                proc = self.work(*args, env=bare)
+                self.assertIn(proc.returncode, (0, 3, 4), proc.stderr)
+                self.assertNotIn("internal error", proc.stderr)
+        proc = self.coord("remote", "verify", "origin", "main", "--expect", "0" * 40, env=bare, cwd=self.canon)
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertEqual(self.errors_log(), "")
+        self.assertTrue(os.path.isdir(path))
+
+
 class HelperTest(CoordTestCase):
 
     def test_tool_env_drops_git_redirection(self):
