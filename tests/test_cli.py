@@ -14,6 +14,40 @@ class CliTest(support.CoordTestCase):
             want = f.read().strip()
         self.assertEqual(self.coord("--version", check=0).stdout.strip(), "coord " + want)
 
+    def test_version_and_audit_json_replies_carry_ok(self):
+        for args in (["--version", "--json"], ["--json", "--version"]):
+            data = json.loads(self.coord(*args, check=0).stdout)
+            self.assertEqual((data["ok"], "coord " + data["version"]), (True, self.coord("--version").stdout.strip()))
+        a = self.hello()["runtime"]
+        self.coord("claim", "x", runtime=a["id"], check=0)
+        data = self.coord_json("audit")
+        self.assertTrue(data["ok"])
+        self.assertEqual([e["event"] for e in data["events"]], ["runtime.hello", "lease.claimed"])
+        self.assertEqual([json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()], data["events"])
+        self.assertEqual([e["event"] for e in self.coord_json("audit", "--since", "1")["events"]], ["lease.claimed"])
+
+    def test_abbreviated_options_are_not_expanded(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        self.coord("claim", "docs", runtime=a["id"], check=0)
+        for args in (["check", "docs", "--a", a["handle"]], ["claim", "x", "--run", b["id"]],
+                     ["claim", "x", "--purp", "p"], ["release", "--al"], ["list", "--js"]):
+            with self.subTest(args=args):
+                proc = self.coord(*args, runtime=b["id"])
+                self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+                self.assertIn("unrecognized arguments", proc.stderr)
+        self.assertEqual([l["resource"] for l in self.coord_json("list")["leases"]], ["docs"])
+
+    def test_abbreviated_options_are_not_expanded_in_work_and_remote(self):
+        a = self.hello()["runtime"]
+        for args in (["work", "remove", "h", "--conf", "h"], ["work", "create", "t", "--scratch", self.tmp],
+                     ["work", "integrate", "acquire", "h", "--in", "main"],
+                     ["remote", "verify", "origin", "main", "--exp", "0" * 40]):
+            with self.subTest(args=args):
+                proc = self.coord(*args, runtime=a["id"])
+                self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+                self.assertRegex(proc.stderr, "unrecognized arguments|arguments are required")
+
     def test_hello_prints_only_the_handle(self):
         out = self.coord("hello", check=0).stdout
         self.assertEqual(len(out.strip().split("-")), 5, out)
@@ -138,8 +172,8 @@ class BatchTest(support.CoordTestCase):
     def test_actions_run_in_order_as_one_runtime(self):
         a = self.hello()["runtime"]
         b = self.hello()["runtime"]
-        data = self.coord_json("batch", "claim", "docs/plan.md", "-p", "plan", ":", "send", "a : b", "--to",
-                               b["handle"], ":", "list", runtime=a["id"])
+        data = json.loads(self.coord("batch", "--json", "claim", "docs/plan.md", "-p", "plan", ":", "send", "a : b",
+                                     "--to", b["handle"], ":", "list", runtime=a["id"], check=0).stdout)
         self.assertTrue(data["ok"])
         self.assertEqual([r["action"] for r in data["results"]], ["claim", "send", "list"])
         self.assertEqual(self.coord_json("inbox", "--peek", runtime=b["id"])["messages"][0]["body"], "a : b")
@@ -154,6 +188,34 @@ class BatchTest(support.CoordTestCase):
         proc = self.coord("batch", "claim", "x", "--runtime=%s" % b["id"], runtime=a["id"])
         self.assertEqual(proc.returncode, 2)
         self.assertEqual(self.coord_json("list")["leases"], [])
+
+    def test_abbreviated_identity_flags_inside_actions_are_refused(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        self.coord("claim", "x", runtime=a["id"], check=0)
+        for extra in (["--a", a["handle"]], ["--a=%s" % a["handle"]], ["--run", a["id"]], ["--runt=%s" % a["id"]],
+                      ["--si", a["id"]]):
+            with self.subTest(extra=extra):
+                # As b, x is blocked (exit 3); run as a it would be free (exit 0). Neither may happen.
+                proc = self.coord("batch", "--runtime", b["id"], "check", "x", *extra)
+                self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+                self.assertIn("identity flag", proc.stderr)
+        self.assertEqual(self.coord("batch", "--runtime", b["id"], "check", "x").returncode, 3)
+        self.assertEqual(self.coord("batch", "--runtime", b["id"], "send", "--to", a["handle"], "--",
+                                    "--as is just text").returncode, 0)
+
+    def test_json_inside_an_action_does_not_switch_the_reply(self):
+        a = self.hello()["runtime"]
+        for args in (["list", ":", "check", "x", "--json"], ["check", "x", "--json"], ["list", "--jso"]):
+            with self.subTest(args=args):
+                proc = self.coord("batch", *args, runtime=a["id"])
+                self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+                self.assertEqual(proc.stdout, "", "no JSON envelope was asked for where it belongs")
+                self.assertIn("coord batch --json", proc.stderr)
+        plain = self.coord("batch", "check", "x", ":", "list", runtime=a["id"], check=0)
+        self.assertRaises(ValueError, json.loads, plain.stdout)
+        data = json.loads(self.coord("batch", "--json", "check", "x", ":", "list", runtime=a["id"], check=0).stdout)
+        self.assertEqual([r["action"] for r in data["results"]], ["check", "list"])
 
     def test_stops_at_first_failure_and_is_not_atomic(self):
         a = self.hello()["runtime"]

@@ -418,6 +418,13 @@ class DriftTest(InstallTestCase):
 
 class RefusalTest(InstallTestCase):
 
+    def test_abbreviated_options_are_refused(self):
+        for args in (["--project", "demo"], ["--chec"], ["--rep"]):
+            with self.subTest(args=args):
+                proc = self.install(*args, check=2)
+                self.assertIn("unrecognized arguments", proc.stderr)
+        self.assertFalse(os.path.exists(self.t(".coord")))
+
     def test_conflicting_project_id_refused(self):
         self.fresh("alpha")
         before = self.snapshot()
