@@ -534,7 +534,11 @@ def log_traceback():
     try:
         base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
         d = os.path.join(base, "fleet-agent-coord")
-        os.makedirs(d, mode=0o700, exist_ok=True)
+        try:
+            import store
+            store.make_private_dirs(d)  # parents too, 0700 whatever the umask
+        except ImportError:  # the fault may be a missing store.py
+            os.makedirs(d, mode=0o700, exist_ok=True)
         path = os.path.join(d, "errors.log")
         if os.path.exists(path) and os.path.getsize(path) > 1 << 20:
             os.replace(path, path + ".1")

@@ -424,10 +424,32 @@ _MIGRATIONS = {
 }
 
 
+def make_private_dirs(path):
+    """Create `path` and every missing parent 0700 whatever the umask.
+
+    os.makedirs applies its mode to the last component only: under umask 000 the parents
+    it creates would be 0777. Existing directories are left as they are.
+    """
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+
+
 def _ensure_private_dir(directory):
     """Create the database directory 0700, or secure/refuse an existing one."""
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        make_private_dirs(directory)
         st = os.stat(directory)
     except PermissionError as exc:
         raise EnvError("cannot create database directory %s: %s" % (directory, exc.strerror),

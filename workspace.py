@@ -148,23 +148,42 @@ def local_changes(path, revset, environ=None):
 # --------------------------------------------------------------------------- paths and names
 
 def resolve_scratch_root(option=None, environ=None, canonical=None):
-    """The safe real directory holding managed clones (created 0700 when missing).
+    """The safe real directory holding managed clones (it and missing parents created 0700).
 
     Safe means: absolute; a directory owned by this user and writable by nobody else; every
     ancestor either not writable by others or sticky (so nobody can swap a component); and
-    not inside the canonical repository (jj there would snapshot every clone).
+    not inside the canonical repository (jj there would snapshot every clone). Everything
+    that can be checked before the directory exists is checked first: a refused root is
+    never created.
     """
     env = os.environ if environ is None else environ
     raw = option or env.get("COORD_SCRATCH_ROOT") or DEFAULT_SCRATCH_ROOT
     hint = "pass --scratch-root /a/private/dir (or set COORD_SCRATCH_ROOT)"
     if not os.path.isabs(raw):
         raise UsageError("scratch root %s is not an absolute path" % raw, hint)
+    real = os.path.realpath(raw)  # resolves the part that exists; the rest is taken literally
+    if canonical:
+        croot = os.path.realpath(canonical)
+        if real == croot or real.startswith(croot.rstrip("/") + "/"):
+            raise UsageError("scratch root %s is inside the repository %s" % (real, croot), hint)
+    parent = os.path.dirname(real)
+    while parent != os.path.dirname(parent):
+        try:
+            pst = os.stat(parent)
+        except FileNotFoundError:
+            parent = os.path.dirname(parent)
+            continue  # created below, 0700
+        if pst.st_mode & 0o002 and not pst.st_mode & _stat.S_ISVTX:
+            raise EnvError("scratch root %s sits below %s, which anyone can write without the sticky bit"
+                           % (real, parent), hint)
+        parent = os.path.dirname(parent)
     try:
-        os.makedirs(raw, mode=0o700, exist_ok=True)
+        store.make_private_dirs(real)
+        st = os.stat(real)
     except OSError as exc:
         raise EnvError("cannot create scratch root %s: %s" % (raw, exc.strerror), hint)
-    real = os.path.realpath(raw)
-    st = os.stat(real)
+    if os.path.realpath(raw) != real:
+        raise EnvError("scratch root %s changed while it was being created" % raw, hint)
     if not _stat.S_ISDIR(st.st_mode):
         raise EnvError("scratch root %s is not a directory" % real, hint)
     if st.st_uid != os.getuid():
@@ -172,17 +191,6 @@ def resolve_scratch_root(option=None, environ=None, canonical=None):
     if st.st_mode & 0o022:
         raise EnvError("scratch root %s is writable by other users (mode %o)" % (real, st.st_mode & 0o7777),
                        "chmod go-w %s, or %s" % (real, hint))
-    parent = os.path.dirname(real)
-    while parent != os.path.dirname(parent):
-        pst = os.stat(parent)
-        if pst.st_mode & 0o002 and not pst.st_mode & _stat.S_ISVTX:
-            raise EnvError("scratch root %s sits below %s, which anyone can write without the sticky bit"
-                           % (real, parent), hint)
-        parent = os.path.dirname(parent)
-    if canonical:
-        croot = os.path.realpath(canonical)
-        if real == croot or real.startswith(croot.rstrip("/") + "/"):
-            raise UsageError("scratch root %s is inside the repository %s" % (real, croot), hint)
     return real
 
 

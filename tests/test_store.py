@@ -423,6 +423,24 @@ class PermissionTest(support.CoordTestCase):
             if "db.sqlite3" in line:
                 self.assertTrue(line.startswith("-rw-------"), line)
 
+    def test_missing_state_parents_are_created_private_under_umask_000(self):
+        base = os.path.join(self.tmp, "fresh")
+        env = dict(self.env, XDG_STATE_HOME=os.path.join(base, "a", "state"))
+        del env["COORD_DB"]
+        proc = subprocess.run(["sh", "-c", 'umask 000 && exec "$@"', "sh", sys.executable, support.COORD, "hello"],
+                              env=env, cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        for d in (base, os.path.join(base, "a"), os.path.join(base, "a", "state"),
+                  os.path.join(base, "a", "state", "fleet-agent-coord")):
+            self.assertEqual(stat.S_IMODE(os.stat(d).st_mode), 0o700, d)
+        db = os.path.join(self.tmp, "other", "deep", "db.sqlite3")
+        proc = subprocess.run(["sh", "-c", 'umask 000 && exec "$@"', "sh", sys.executable, support.COORD, "hello"],
+                              env=dict(self.env, COORD_DB=db), cwd=self.tmp, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        for d in (os.path.join(self.tmp, "other"), os.path.dirname(db)):
+            self.assertEqual(stat.S_IMODE(os.stat(d).st_mode), 0o700, d)
+
     def test_world_writable_directory_is_secured_or_refused(self):
         d = os.path.join(self.tmp, "open")
         os.makedirs(d)

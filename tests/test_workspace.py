@@ -224,6 +224,30 @@ class CreateTest(WorkTestCase):
         self.assertIn("inside the repository", proc.stderr)
         self.assertEqual(self.work_json("list")["work"], [])
 
+    def test_refused_scratch_roots_are_never_created(self):
+        inside = os.path.join(self.canon, "clones", "deep")
+        proc = self.work("create", "x", "--scratch-root", inside)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertFalse(os.path.lexists(os.path.join(self.canon, "clones")))
+        open_dir = os.path.join(self.tmp, "open")
+        os.mkdir(open_dir)
+        os.chmod(open_dir, 0o777)
+        proc = self.work("create", "x", "--scratch-root", os.path.join(open_dir, "sub", "clones"))
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("without the sticky bit", proc.stderr)
+        self.assertEqual(os.listdir(open_dir), [])
+        self.assertEqual(self.work_json("list")["work"], [])
+
+    def test_new_scratch_root_and_parents_are_private_under_umask_000(self):
+        root = os.path.join(self.tmp, "new", "a", "clones")
+        proc = subprocess.run(["sh", "-c", 'umask 000 && exec "$@"', "sh", sys.executable, support.COORD, "work",
+                               "create", "x", "--scratch-root", root, "--runtime", self.rt["id"]],
+                              env=self.env, cwd=self.canon, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        for d in (os.path.join(self.tmp, "new"), os.path.join(self.tmp, "new", "a"), root,
+                  proc.stdout.splitlines()[1]):
+            self.assertEqual(stat.S_IMODE(os.stat(d).st_mode), 0o700, d)
+
     def test_missing_jj_is_a_clear_error(self):
         bare = os.path.join(self.tmp, "nobin")
         os.mkdir(bare)
