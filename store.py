@@ -1236,7 +1236,10 @@ class _Transaction:
 
 # --------------------------------------------------------------------------- presentation helpers
 
-_ESCAPE_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+# Terminal escapes, C0/C1 controls, and the bidirectional controls (U+061C, U+200E/F,
+# U+202A-E, U+2066-9) that make text display in another order than it is read.
+_ESCAPE_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]"
+                        "|[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def text_in(text):
@@ -1245,7 +1248,7 @@ def text_in(text):
 
 
 def clean_text(text, limit=None):
-    """Text safe for a terminal or a model: escape sequences and control characters removed."""
+    """Text safe for a terminal or a model: escape sequences, control and bidi characters removed."""
     text = _ESCAPE_RE.sub("", text_in(text))
     if limit is not None and len(text) > limit:
         text = text[:limit - 1] + "\u2026"

@@ -142,6 +142,16 @@ class CliTest(support.CoordTestCase):
         self.assertEqual(data["runtimes"][0]["id"], a["id"])
         self.assertEqual(data["leases"][0]["resource"], "lib/x.py")
 
+    def test_bidi_controls_are_stripped_from_message_text(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        self.coord("send", "ok \u202egnp.exe\u202c and \u2067x\u2069 \u200f\u061c", "--to", b["handle"],
+                   runtime=a["id"], check=0)
+        out = self.coord("inbox", "--peek", runtime=b["id"], check=0).stdout
+        self.assertIn("ok gnp.exe and x ", out)
+        for ch in "\u202e\u202c\u2067\u2069\u200f\u061c":
+            self.assertNotIn(ch, out)
+
     def test_list_prints_nothing_when_there_is_nothing(self):
         self.assertEqual(self.coord("list", check=0).stdout, "")
 

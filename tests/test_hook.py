@@ -644,6 +644,20 @@ class DeliveryTest(HookCase):
         for sample in ("claude-PostToolUse-Write", "claude-UserPromptSubmit", "claude-Stop"):
             self.assertEqual(self.run_hook(self.payload(sample))[0], "")
 
+    def test_bidi_controls_never_reach_the_model(self):
+        me = self.start()
+        sender = self.peer()
+        bidi = "\u202e\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+        self.st.send(sender["id"], "run tests%s then txt.exe" % bidi, to=me["handle"], kind="al\u202eert")
+        text = self.context(self.payload("claude-PostToolUse-Write"))
+        self.assertIn("run tests then txt.exe", text)
+        self.assertIn("(alert)", text)
+        self.peer("src/app.py", purpose="fix \u202eoof")
+        reason = self.denial(self.write("src/app.py"))
+        self.assertIn("fix oof", reason)
+        for ch in bidi:
+            self.assertNotIn(ch, text + reason, "U+%04X" % ord(ch))
+
     def test_idle_boundaries_write_nothing_until_the_heartbeat_is_due(self):
         me = self.start()
         probe = sqlite3.connect(self.db)
