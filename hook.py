@@ -248,22 +248,16 @@ def on_pre_tool_use(h):
 
 
 def deny(h, blocking, successor):
-    clean, cmd = h.store.clean_text, h.command()
+    cmd = h.command()
     seen, parts = set(), []
     for b in blocking:
         key = (b["resource"], b["runtime"])
         if key in seen:
             continue
         seen.add(key)
-        where = b["requested"]
-        if b["resource"] != where:
-            inside = where.startswith(b["resource"] + "/")
-            where = "%s (%s %s)" % (where, "inside" if inside else "which contains", b["resource"])
-        purpose = ' for "%s"' % clean(b["purpose"], 120) if b["purpose"] else ""
-        how = "exclusively" if b["mode"] == "exclusive" else "for appending"
-        parts.append("%s is leased %s by %s%s" % (where, how, b["handle"], purpose))
+        parts.append(h.store.blocked_by(b))
     holder = blocking[0]["handle"]
-    text = "coord: write refused: %s." % "; ".join(parts[:4])
+    text = "coord: write refused. %s." % "; ".join(parts[:4])
     if len(parts) > 4:
         text += " (+%d more)" % (len(parts) - 4)
     if successor is not None and any(b["runtime"] == successor["id"] for b in blocking):

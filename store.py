@@ -1259,14 +1259,22 @@ def public_lease(lease):
     return {k: lease[k] for k in ("resource", "runtime", "handle", "mode", "purpose", "expires_at") if k in lease}
 
 
+def blocked_by(lease):
+    """Which requested name is blocked by whose lease on what, e.g.
+    `src/a.py: blocked by H's exclusive lease on src/ ("purpose")`."""
+    wanted, held = lease.get("requested") or lease["resource"], lease["resource"]
+    if held == wanted:
+        on = ""
+    elif wanted.startswith(held + "/"):
+        on = " on %s/" % held  # a lease on a directory holding the path
+    else:
+        on = " on %s" % held  # a lease on something inside the requested directory
+    purpose = ' ("%s")' % clean_text(lease["purpose"], 120) if lease.get("purpose") else ""
+    return "%s: blocked by %s's %s lease%s%s" % (wanted, lease["handle"], lease["mode"], on, purpose)
+
+
 def describe_conflicts(blocking):
-    parts = []
-    for b in blocking:
-        where = b["resource"] if b["resource"] == b.get("requested") else "%s (overlaps %s)" % (
-            b["resource"], b.get("requested"))
-        purpose = (': "%s"' % clean_text(b["purpose"], 120)) if b["purpose"] else ""
-        parts.append("%s held %s by %s%s" % (where, b["mode"], b["handle"], purpose))
-    return "blocked: " + "; ".join(parts)
+    return "; ".join(unique(blocked_by(b) for b in blocking))
 
 
 def conflict_hint(lease):

@@ -76,6 +76,20 @@ class CliTest(support.CoordTestCase):
         data = json.loads(self.coord("check", "docs", "--json").stdout)
         self.assertFalse(data["free"])
 
+    def test_refusals_say_which_lease_blocks_which_path(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        self.coord("claim", "src", "-p", "move src", runtime=a["id"], check=0)
+        self.coord("claim", "docs/api/index.md", runtime=a["id"], check=0)
+        want = 'src/a.py: blocked by %s\'s exclusive lease on src/ ("move src")' % a["handle"]
+        self.assertEqual(self.coord("check", "src/a.py", runtime=b["id"], check=3).stdout.splitlines()[0], want)
+        self.assertIn("coord: " + want + "\n", self.coord("claim", "src/a.py", runtime=b["id"], check=3).stderr)
+        want = "docs: blocked by %s's exclusive lease on docs/api/index.md" % a["handle"]
+        self.assertEqual(self.coord("check", "docs", runtime=b["id"], check=3).stdout.splitlines()[0], want)
+        self.assertIn("coord: " + want + "\n", self.coord("claim", "docs", runtime=b["id"], check=3).stderr)
+        self.assertEqual(self.coord("check", "src", "--mode", "append", runtime=b["id"], check=3).stdout
+                         .splitlines()[0], 'src: blocked by %s\'s exclusive lease ("move src")' % a["handle"])
+
     def test_usage_errors_exit_2(self):
         a = self.hello()["runtime"]
         for args in (["claim"], ["claim", "../up", "--runtime", a["id"]], ["nonsense"],

@@ -358,11 +358,16 @@ class EnforcementTest(HookCase):
 
     def test_ancestor_and_descendant_leases_block(self):
         self.start()
-        self.peer("src/pkg")
-        self.assertIn("src/pkg/deep/mod.py (inside src/pkg)", self.denial(self.write("src/pkg/deep/mod.py")))
-        self.peer("docs/api/index.md")
-        self.assertIn("docs (which contains docs/api/index.md)", self.denial(self.payload(
-            "claude-PreToolUse-Write", tool_input={"file_path": os.path.join(self.repo, "docs")})))
+        holder = self.peer("src/pkg", purpose="split pkg")
+        reason = self.denial(self.write("src/pkg/deep/mod.py"))
+        self.assertIn("src/pkg/deep/mod.py: blocked by %s's exclusive lease on src/pkg/ (\"split pkg\")"
+                      % holder["handle"], reason)
+        self.assertNotIn("src/pkg is", reason)
+        holder = self.peer("docs/api/index.md")
+        reason = self.denial(self.payload("claude-PreToolUse-Write",
+                                          tool_input={"file_path": os.path.join(self.repo, "docs")}))
+        self.assertIn("docs: blocked by %s's exclusive lease on docs/api/index.md (" % holder["handle"], reason)
+        self.assertNotIn("docs is", reason)
 
     def test_unregistered_session_is_checked_against_every_live_lease(self):
         self.peer("src/app.py")
@@ -384,7 +389,7 @@ class EnforcementTest(HookCase):
         me = self.start()
         self.peer("log/changes.md", mode="append", purpose="release notes")
         reason = self.denial(self.write("log/changes.md"))
-        self.assertIn("for appending", reason)
+        self.assertIn("'s append lease (\"release notes\")", reason)
         self.assertIn("claim log/changes.md --mode append", reason)
         self.st.claim(me["id"], ["log/changes.md"], mode="append")
         self.assertIsNone(self.denial(self.write("log/changes.md")))
