@@ -209,12 +209,16 @@ def find_repo_root(start=None):
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def normalize_resource(name, root=None):
+def normalize_resource(name, root=None, resolve=True):
     """Map a resource name or path to its one canonical repository-relative name.
 
     `./`, duplicate and trailing slashes are dropped; an absolute path inside `root` becomes
-    relative. Refused: empty names, `..`, control characters, absolute paths outside the
-    repository, names longer than MAX_RESOURCE.
+    relative. With `root` known, a relative name that passes through a symbolic link inside the
+    repository becomes the real repository-relative path (the existing part resolved, a missing
+    tail kept), so one file has one name; a name that does not exist on disk (a named operation
+    such as integration/main) stays as it is. `resolve=False` keeps relative names literal, as
+    earlier versions stored them. Refused: empty names, `..`, control characters, names whose
+    real location is outside the repository, names longer than MAX_RESOURCE.
     """
     if not isinstance(name, str) or not name.strip():
         raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
@@ -241,7 +245,20 @@ def normalize_resource(name, root=None):
                          "use the plain repository-relative name")
     if not parts:
         raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
-    return "/".join(parts)
+    name = "/".join(parts)
+    if root and resolve:
+        real = _relative_to(os.path.join(root, name), root)
+        if real is None:
+            raise UsageError("%s leads outside the repository through a symbolic link (to %s)"
+                             % (name, os.path.realpath(os.path.join(root, name))),
+                             "coordinate only paths inside the repository")
+        if not real:
+            raise UsageError("%s is a symbolic link to the repository root, not a resource name" % name,
+                             "name a path inside the repository")
+        if len(real) > MAX_RESOURCE:
+            raise UsageError("resource name is longer than %d characters" % MAX_RESOURCE)
+        name = real
+    return name
 
 
 def _relative_to(path, root):

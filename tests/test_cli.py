@@ -190,6 +190,105 @@ class CliRaceTest(support.CoordTestCase):
             self.assertEqual(sorted(codes), [0] + [3] * 7, "round %d" % r)
 
 
+class SymlinkNameTest(support.CoordTestCase):
+    """One file, one resource name: relative names through a symlink inside the repository
+    resolve to the real path, in every command that takes names."""
+
+    def setUp(self):
+        super().setUp()
+        self.repo = os.path.join(self.tmp, "repo")
+        os.makedirs(os.path.join(self.repo, ".git"))
+        os.makedirs(os.path.join(self.repo, "docs"))
+        with open(os.path.join(self.repo, "docs", "guide.md"), "w") as f:
+            f.write("guide\n")
+        os.symlink("docs", os.path.join(self.repo, "manual"))
+        self.a = self.hello()["runtime"]
+        self.b = self.hello()["runtime"]
+
+    def run_as(self, who, *args, check=None):
+        return self.coord(*args, runtime=who["id"], cwd=self.repo, check=check)
+
+    def held(self):
+        return sorted((l["resource"], l["handle"]) for l in self.coord_json("list", cwd=self.repo)["leases"])
+
+    def test_claim_through_the_link_conflicts_with_the_real_name_both_ways(self):
+        self.run_as(self.a, "claim", "manual/guide.md", "-p", "via link", check=0)
+        self.assertEqual(self.held(), [("docs/guide.md", self.a["handle"])])
+        refused = self.run_as(self.b, "claim", "docs/guide.md", check=3)
+        self.assertIn(self.a["handle"], refused.stderr)
+        self.assertEqual(self.run_as(self.b, "check", "docs/guide.md").returncode, 3)
+        self.run_as(self.a, "release", "manual/guide.md", check=0)
+        self.assertEqual(self.held(), [])
+        self.run_as(self.a, "claim", "docs/guide.md", check=0)
+        self.assertIn(self.a["handle"], self.run_as(self.b, "claim", "manual/guide.md", check=3).stderr)
+        self.assertEqual(self.run_as(self.b, "check", "manual/guide.md").returncode, 3)
+        self.assertEqual(self.held(), [("docs/guide.md", self.a["handle"])])
+
+    def test_two_exclusive_holders_of_one_file_cannot_coexist(self):
+        self.run_as(self.a, "claim", "docs", check=0)
+        self.run_as(self.b, "claim", "manual/guide.md", check=3)
+        self.run_as(self.a, "release", "--all", check=0)
+        self.run_as(self.a, "claim", "manual", check=0)  # the link's own name protects its target
+        self.assertEqual(self.held(), [("docs", self.a["handle"])])
+        self.run_as(self.b, "claim", "docs/guide.md", check=3)
+        self.run_as(self.b, "claim", "manual/new/file.md", check=3)
+        self.assertEqual(self.held(), [("docs", self.a["handle"])])
+
+    def test_renew_release_and_batch_take_the_name_as_claimed(self):
+        self.run_as(self.a, "claim", "manual/guide.md", check=0)
+        self.run_as(self.a, "renew", "manual/guide.md", check=0)
+        self.run_as(self.a, "renew", "docs/guide.md", check=0)
+        self.run_as(self.a, "release", "manual/guide.md", check=0)
+        self.assertEqual(self.held(), [])
+        self.run_as(self.a, "batch", "claim", "manual/new.md", ":", "renew", "docs/new.md", check=0)
+        self.assertEqual(self.held(), [("docs/new.md", self.a["handle"])])
+        proc = self.run_as(self.b, "batch", "check", "docs/new.md", ":", "claim", "manual/new.md")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.run_as(self.a, "batch", "release", "manual/new.md", check=0)
+        self.assertEqual(self.held(), [])
+
+    def test_file_symlink_is_one_resource_with_its_target(self):
+        os.symlink("guide.md", os.path.join(self.repo, "docs", "alias.md"))
+        self.run_as(self.a, "claim", "docs/alias.md", check=0)
+        self.assertEqual(self.held(), [("docs/guide.md", self.a["handle"])])
+        self.run_as(self.b, "claim", "manual/guide.md", check=3)
+        self.run_as(self.a, "release", "docs/alias.md", check=0)
+        self.assertEqual(self.held(), [])
+
+    def test_names_that_leave_the_repository_are_refused(self):
+        outside = os.path.join(self.tmp, "outside")
+        os.makedirs(outside)
+        os.symlink(outside, os.path.join(self.repo, "ext"))
+        os.symlink("..", os.path.join(self.repo, "up"))
+        os.symlink(".", os.path.join(self.repo, "self"))
+        os.symlink(os.path.join(outside, "secret.txt"), os.path.join(self.repo, "leak.txt"))
+        for name in ("ext/file.txt", "ext", "up/outside/x", "leak.txt", "manual/../../outside/x",
+                     os.path.join(self.repo, "manual", "..", "..", "outside", "x"), "self"):
+            for command in ("claim", "check"):
+                proc = self.run_as(self.a, command, name)
+                self.assertEqual(proc.returncode, 2, (command, name, proc.stderr))
+                self.assertTrue(proc.stderr.startswith("coord: "), proc.stderr)
+                self.assertNotIn("Traceback", proc.stderr)
+        self.assertIn("outside the repository", self.run_as(self.a, "claim", "ext/file.txt").stderr)
+        self.assertEqual(self.held(), [])
+        self.run_as(self.a, "claim", "self/docs/guide.md", check=0)
+        self.assertEqual(self.held(), [("docs/guide.md", self.a["handle"])])
+
+    def test_named_operations_stay_as_they_are(self):
+        self.run_as(self.a, "claim", "integration/main", "push/origin/main", check=0)
+        self.assertEqual([r for r, _ in self.held()], ["integration/main", "push/origin/main"])
+        self.run_as(self.a, "release", "integration/main", "push/origin/main", check=0)
+
+    def test_a_lease_stored_under_the_literal_name_is_still_released_by_it(self):
+        # Compatibility: databases written before names were resolved hold the literal name.
+        import store
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        st.claim(self.a["id"], ["manual/guide.md"])
+        self.run_as(self.a, "renew", "manual/guide.md", check=0)
+        self.run_as(self.a, "release", "manual/guide.md", check=0)
+        self.assertEqual(self.held(), [])
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
