@@ -33,6 +33,10 @@ HEARTBEAT_EVERY = 30.0           # hooks skip a heartbeat younger than this
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REFUSED, EXIT_ENV = 0, 1, 2, 3, 4
 
+# The next step for a superseded (stale) attachment, given the handle that replaced it.
+STALE_HINT = ("this session is stale: stop acting for the conversation here; %s carries it on"
+              " (resume the conversation in this session to take it back)")
+
 DOMAIN_RUNTIME = "runtime"
 DOMAIN_WORK = "work"
 
@@ -209,12 +213,16 @@ def find_repo_root(start=None):
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def normalize_resource(name, root=None):
+def normalize_resource(name, root=None, resolve=True):
     """Map a resource name or path to its one canonical repository-relative name.
 
     `./`, duplicate and trailing slashes are dropped; an absolute path inside `root` becomes
-    relative. Refused: empty names, `..`, control characters, absolute paths outside the
-    repository, names longer than MAX_RESOURCE.
+    relative. With `root` known, a relative name that passes through a symbolic link inside the
+    repository becomes the real repository-relative path (the existing part resolved, a missing
+    tail kept), so one file has one name; a name that does not exist on disk (a named operation
+    such as integration/main) stays as it is. `resolve=False` keeps relative names literal, as
+    earlier versions stored them. Refused: empty names, `..`, control characters, names whose
+    real location is outside the repository, names longer than MAX_RESOURCE.
     """
     if not isinstance(name, str) or not name.strip():
         raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
@@ -241,7 +249,20 @@ def normalize_resource(name, root=None):
                          "use the plain repository-relative name")
     if not parts:
         raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
-    return "/".join(parts)
+    name = "/".join(parts)
+    if root and resolve:
+        real = _relative_to(os.path.join(root, name), root)
+        if real is None:
+            raise UsageError("%s leads outside the repository through a symbolic link (to %s)"
+                             % (name, os.path.realpath(os.path.join(root, name))),
+                             "coordinate only paths inside the repository")
+        if not real:
+            raise UsageError("%s is a symbolic link to the repository root, not a resource name" % name,
+                             "name a path inside the repository")
+        if len(real) > MAX_RESOURCE:
+            raise UsageError("resource name is longer than %d characters" % MAX_RESOURCE)
+        name = real
+    return name
 
 
 def _relative_to(path, root):
@@ -668,11 +689,13 @@ class Store:
         if rt is None:
             raise Refused("no runtime %s" % runtime_id, "register with coord hello")
         if rt["superseded_by"]:
-            new = self.runtime(rt["superseded_by"])
-            new_handle = new["handle"] if new else rt["superseded_by"]
-            raise Refused("runtime %s was superseded by %s (the conversation was resumed)" % (rt["handle"], new_handle),
-                          "act as the new attachment: --runtime %s" % new_handle,
-                          superseded_by=new_handle)
+            new = self.successor(rt)
+            if self.runtime_live(new, now):
+                raise Refused("runtime %s was superseded by %s (the conversation was resumed)" % (
+                    rt["handle"], new["handle"]), STALE_HINT % new["handle"], superseded_by=new["handle"])
+            raise Refused("runtime %s was superseded by %s (the conversation was resumed), which has ended too" % (
+                rt["handle"], new["handle"]), "resume the conversation to attach it again, or register with"
+                " coord hello", superseded_by=new["handle"])
         if rt["ended_at"] is not None:
             raise Refused("runtime %s has ended (%s)" % (rt["handle"], rt["end_reason"] or "bye"),
                           "register again with coord hello")
@@ -680,6 +703,42 @@ class Store:
             raise Refused("runtime %s is no longer live (no heartbeat or its process is gone)" % rt["handle"],
                           "register again with coord hello")
         return rt
+
+    def successor(self, rt):
+        """The newest attachment in rt's chain of successors (rt itself when not superseded)."""
+        seen = {rt["id"]}
+        while rt["superseded_by"] and rt["superseded_by"] not in seen:
+            nxt = self.runtime(rt["superseded_by"])
+            if nxt is None:
+                break
+            seen.add(nxt["id"])
+            rt = nxt
+        return rt
+
+    def confirm_attachment(self, rt, chain=None):
+        """Refuse a caller found through its conversation when it descends from the harness
+        process of a superseded attachment of that conversation rather than from rt's own.
+
+        Only positive evidence refuses: without a recorded harness pid, or with an ancestry that
+        shows neither process (unreadable, or a sandbox's own PID namespace), the conversation
+        alone identifies the caller."""
+        if not rt["pid"]:
+            return
+        chain = ancestor_processes() if chain is None else chain
+        for pid, start in chain:
+            if pid == rt["pid"] and (rt["pid_start"] is None or start is None or start == rt["pid_start"]):
+                return
+        mine = set((pid, start) for pid, start in chain if start is not None)
+        if not mine:
+            return
+        rows = self.q("SELECT %s FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND superseded_by IS NOT"
+                      " NULL AND pid IS NOT NULL ORDER BY started_at DESC" % self._RUNTIME_COLS,
+                      (rt["conversation"],)).fetchall()
+        for old in map(self._row_runtime, rows):
+            if (old["pid"], old["pid_start"]) in mine:
+                raise Refused("this process's attachment %s was superseded by %s: the conversation was resumed in"
+                              " another process, which now holds its leases and messages" % (old["handle"], rt["handle"]),
+                              STALE_HINT % rt["handle"], superseded_by=rt["handle"])
 
     def register(self, conversation=None, harness="", pid=None, pid_start=None, agent_id=None, cwd=None,
                  source=None, now=None):
@@ -851,6 +910,7 @@ class Store:
             tried.append("conversation %s" % conversation)
             rt = self.find_conversation_runtime(conversation, now=now)
             if rt:
+                self.confirm_attachment(rt)
                 return rt
         for pid, start in ancestor_processes():
             rows = self.q("SELECT %s FROM runtimes WHERE pid = ? AND ended_at IS NULL AND agent_id IS NULL"

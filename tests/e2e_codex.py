@@ -6,12 +6,15 @@ sees), using a recording hook of the tests' own. The coord scenarios live in Coo
 """
 
 import os
+import shutil
 import sys
+import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harnesses as h  # noqa: E402
+import support  # noqa: E402
 from modelserver import apply_patch, function_call, say, shell  # noqa: E402
 
 
@@ -295,6 +298,75 @@ class CoordScenarios(h.CoordCase):
         held = dict((l["resource"], l["runtime"]) for l in seen["state"]["leases"])
         self.assertEqual(held.get("src/a.py"), parent["id"])
         self.assertEqual(held.get("src/s.py"), subs[0]["id"])
+
+    def test_process_whose_conversation_was_resumed_elsewhere_cannot_act_for_it(self):
+        # Process A runs the conversation and claims; process B resumes it (`codex exec resume`)
+        # while A still runs, superseding A's runtime. A's own `.coord/coord` calls through
+        # CODEX_THREAD_ID are then refused with B's handle; B's succeed.
+        a_go, b_go = os.path.join(self.tmp, "a-go"), os.path.join(self.tmp, "b-go")
+        wait = "for i in $(seq 1200); do [ -e %s ] && break; sleep 0.05; done"
+        seen = {}
+
+        def a_look(req):
+            seen["a"] = req.tool_results()
+            return say("a done")
+
+        def b_look(req):
+            seen["b"] = req.tool_results()
+            seen["state"] = self.coord_state()
+            return say("b done")
+        lanes = {"RESUMED-B": [shell(wait % b_go), shell(".coord/coord claim src/b.py; echo rc=$?"), b_look],
+                 "TASK-A": [shell(".coord/coord claim src/a.py"), shell(wait % a_go),
+                            shell(".coord/coord claim src/grab.py; echo rc=$?;"
+                                  " .coord/coord release --all; echo rc=$?"), a_look]}
+        self.server.load([], lanes)
+        h.trust_codex_repo(self.codex_home, self.server, self.repo)
+        env = h.codex_env(self.home, self.codex_home, self.server, self.agent_env())
+        results, threads = {}, []
+
+        def run(name, argv, env):
+            results[name] = h._run(argv, self.repo, env, 180)
+
+        def start(name, argv, env):
+            threads.append(threading.Thread(target=run, args=(name, argv, env)))
+            threads[-1].start()
+
+        def release(*paths):
+            for path in paths:
+                open(path, "w").close()
+
+        def finish():  # let both scripts end, whatever happened
+            release(a_go, b_go)
+            for t in threads:
+                t.join(180)
+        self.addCleanup(finish)
+        start("a", [self.cli, "exec", "--json", "TASK-A"], env)
+        held = support.retry_until(lambda: [l for l in self.coord_state()["leases"] if l["resource"] == "src/a.py"],
+                                   timeout=120)
+        session = [rt for rt in self.coord_state()["runtimes"] if rt["id"] == held[0]["runtime"]][0]["conversation"]
+        # Codex keeps one writer per thread in a CODEX_HOME (thread-writer-locks/), so while A
+        # runs, the conversation can be resumed only from another home holding its history.
+        other_home = os.path.join(self.tmp, "codex-home-b")
+        shutil.copytree(self.codex_home, other_home, ignore=shutil.ignore_patterns("thread-writer-locks"))
+        env_b = h.codex_env(self.home, other_home, self.server, self.agent_env())
+        start("b", [self.cli, "exec", "resume", "--json", session, "RESUMED-B"], env_b)
+        support.retry_until(lambda: len(self.runtimes_of(session)) == 2 or "b" in results, timeout=120)
+        self.assertNotIn("b", results, results["b"].describe() if "b" in results else "")
+        old_rt = [rt for rt in self.runtimes_of(session) if rt["id"] == held[0]["runtime"]][0]
+        new_rt = [rt for rt in self.runtimes_of(session) if rt["id"] != old_rt["id"]][0]
+        self.assertEqual(old_rt["superseded_by"], new_rt["id"])
+        release(a_go)
+        threads[0].join(180)
+        release(b_go)
+        threads[1].join(180)
+        for name in ("a", "b"):
+            self.assertEqual(results[name].code, 0, results[name].describe())
+        refusals = "\n".join(seen["a"])
+        self.assertEqual(refusals.count("rc=3"), 2, refusals)
+        self.assertIn("superseded by %s" % new_rt["handle"], refusals)
+        self.assertIn("rc=0", "\n".join(seen["b"]))
+        held = sorted((l["resource"], l["runtime"]) for l in seen["state"]["leases"])
+        self.assertEqual(held, [("src/a.py", new_rt["id"]), ("src/b.py", new_rt["id"])])
 
 
 def tearDownModule():

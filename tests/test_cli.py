@@ -276,6 +276,226 @@ class CliRaceTest(support.CoordTestCase):
             self.assertEqual(sorted(codes), [0] + [3] * 7, "round %d" % r)
 
 
+class SymlinkNameTest(support.CoordTestCase):
+    """One file, one resource name: relative names through a symlink inside the repository
+    resolve to the real path, in every command that takes names."""
+
+    def setUp(self):
+        super().setUp()
+        self.repo = os.path.join(self.tmp, "repo")
+        os.makedirs(os.path.join(self.repo, ".git"))
+        os.makedirs(os.path.join(self.repo, "docs"))
+        with open(os.path.join(self.repo, "docs", "guide.md"), "w") as f:
+            f.write("guide\n")
+        os.symlink("docs", os.path.join(self.repo, "manual"))
+        self.a = self.hello()["runtime"]
+        self.b = self.hello()["runtime"]
+
+    def run_as(self, who, *args, check=None):
+        return self.coord(*args, runtime=who["id"], cwd=self.repo, check=check)
+
+    def held(self):
+        return sorted((l["resource"], l["handle"]) for l in self.coord_json("list", cwd=self.repo)["leases"])
+
+    def test_claim_through_the_link_conflicts_with_the_real_name_both_ways(self):
+        self.run_as(self.a, "claim", "manual/guide.md", "-p", "via link", check=0)
+        self.assertEqual(self.held(), [("docs/guide.md", self.a["handle"])])
+        refused = self.run_as(self.b, "claim", "docs/guide.md", check=3)
+        self.assertIn(self.a["handle"], refused.stderr)
+        self.assertEqual(self.run_as(self.b, "check", "docs/guide.md").returncode, 3)
+        self.run_as(self.a, "release", "manual/guide.md", check=0)
+        self.assertEqual(self.held(), [])
+        self.run_as(self.a, "claim", "docs/guide.md", check=0)
+        self.assertIn(self.a["handle"], self.run_as(self.b, "claim", "manual/guide.md", check=3).stderr)
+        self.assertEqual(self.run_as(self.b, "check", "manual/guide.md").returncode, 3)
+        self.assertEqual(self.held(), [("docs/guide.md", self.a["handle"])])
+
+    def test_two_exclusive_holders_of_one_file_cannot_coexist(self):
+        self.run_as(self.a, "claim", "docs", check=0)
+        self.run_as(self.b, "claim", "manual/guide.md", check=3)
+        self.run_as(self.a, "release", "--all", check=0)
+        self.run_as(self.a, "claim", "manual", check=0)  # the link's own name protects its target
+        self.assertEqual(self.held(), [("docs", self.a["handle"])])
+        self.run_as(self.b, "claim", "docs/guide.md", check=3)
+        self.run_as(self.b, "claim", "manual/new/file.md", check=3)
+        self.assertEqual(self.held(), [("docs", self.a["handle"])])
+
+    def test_renew_release_and_batch_take_the_name_as_claimed(self):
+        self.run_as(self.a, "claim", "manual/guide.md", check=0)
+        self.run_as(self.a, "renew", "manual/guide.md", check=0)
+        self.run_as(self.a, "renew", "docs/guide.md", check=0)
+        self.run_as(self.a, "release", "manual/guide.md", check=0)
+        self.assertEqual(self.held(), [])
+        self.run_as(self.a, "batch", "claim", "manual/new.md", ":", "renew", "docs/new.md", check=0)
+        self.assertEqual(self.held(), [("docs/new.md", self.a["handle"])])
+        proc = self.run_as(self.b, "batch", "check", "docs/new.md", ":", "claim", "manual/new.md")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.run_as(self.a, "batch", "release", "manual/new.md", check=0)
+        self.assertEqual(self.held(), [])
+
+    def test_file_symlink_is_one_resource_with_its_target(self):
+        os.symlink("guide.md", os.path.join(self.repo, "docs", "alias.md"))
+        self.run_as(self.a, "claim", "docs/alias.md", check=0)
+        self.assertEqual(self.held(), [("docs/guide.md", self.a["handle"])])
+        self.run_as(self.b, "claim", "manual/guide.md", check=3)
+        self.run_as(self.a, "release", "docs/alias.md", check=0)
+        self.assertEqual(self.held(), [])
+
+    def test_names_that_leave_the_repository_are_refused(self):
+        outside = os.path.join(self.tmp, "outside")
+        os.makedirs(outside)
+        os.symlink(outside, os.path.join(self.repo, "ext"))
+        os.symlink("..", os.path.join(self.repo, "up"))
+        os.symlink(".", os.path.join(self.repo, "self"))
+        os.symlink(os.path.join(outside, "secret.txt"), os.path.join(self.repo, "leak.txt"))
+        for name in ("ext/file.txt", "ext", "up/outside/x", "leak.txt", "manual/../../outside/x",
+                     os.path.join(self.repo, "manual", "..", "..", "outside", "x"), "self"):
+            for command in ("claim", "check"):
+                proc = self.run_as(self.a, command, name)
+                self.assertEqual(proc.returncode, 2, (command, name, proc.stderr))
+                self.assertTrue(proc.stderr.startswith("coord: "), proc.stderr)
+                self.assertNotIn("Traceback", proc.stderr)
+        self.assertIn("outside the repository", self.run_as(self.a, "claim", "ext/file.txt").stderr)
+        self.assertEqual(self.held(), [])
+        self.run_as(self.a, "claim", "self/docs/guide.md", check=0)
+        self.assertEqual(self.held(), [("docs/guide.md", self.a["handle"])])
+
+    def test_named_operations_stay_as_they_are(self):
+        self.run_as(self.a, "claim", "integration/main", "push/origin/main", check=0)
+        self.assertEqual([r for r, _ in self.held()], ["integration/main", "push/origin/main"])
+        self.run_as(self.a, "release", "integration/main", "push/origin/main", check=0)
+
+    def test_a_lease_stored_under_the_literal_name_is_still_released_by_it(self):
+        # Compatibility: databases written before names were resolved hold the literal name.
+        import store
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        st.claim(self.a["id"], ["manual/guide.md"])
+        self.run_as(self.a, "renew", "manual/guide.md", check=0)
+        self.run_as(self.a, "release", "manual/guide.md", check=0)
+        self.assertEqual(self.held(), [])
+
+
+# A long-lived process standing in for a harness: it runs each requested command as its child
+# (so it is that command's ancestor, as a harness is for its agent's shell commands).
+HARNESS = r"""
+import json, subprocess, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    p = subprocess.run(req["argv"], env=req["env"], cwd=req["cwd"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    print(json.dumps({"rc": p.returncode, "out": p.stdout.decode(), "err": p.stderr.decode()}), flush=True)
+"""
+
+
+class Harness:
+    def __init__(self, testcase):
+        self.testcase = testcase
+        self.proc = subprocess.Popen([sys.executable, "-c", HARNESS], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        testcase.addCleanup(self.close)
+
+    def coord(self, *args, env=None):
+        """Run the real coord CLI as this process's child; return (exit status, stdout, stderr)."""
+        e = dict(self.testcase.env)
+        e.update(env or {})
+        req = {"argv": [sys.executable, support.COORD] + list(args), "env": e, "cwd": self.testcase.tmp}
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        r = json.loads(self.proc.stdout.readline())
+        return r["rc"], r["out"], r["err"]
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+            self.proc.stdout.close()
+
+
+class SupersededProcessTest(support.CoordTestCase):
+    """A process whose conversation was resumed in another process may not act as its successor
+    through the conversation variable."""
+
+    CONVERSATION = "01a22af1-31cf-7f50-a411-97b001022a84"
+
+    def setUp(self):
+        super().setUp()
+        import store
+        self.st = store.Store(self.db)
+        self.addCleanup(self.st.close)
+        self.old_harness, self.new_harness = Harness(self), Harness(self)
+        self.old = self.st.register(conversation=self.CONVERSATION, harness="codex", pid=self.old_harness.pid)
+        self.st.claim(self.old["id"], ["src/carried.py"])
+        self.new = self.st.register(conversation=self.CONVERSATION, harness="codex", pid=self.new_harness.pid)
+        self.st.claim(self.new["id"], ["src/new.py"])
+        self.assertEqual(self.st.runtime(self.old["id"])["superseded_by"], self.new["id"])
+
+    def leases(self):
+        return sorted((l["resource"], l["handle"]) for l in self.st.all_leases())
+
+    def assert_refused(self, result):
+        rc, out, err = result
+        self.assertEqual(rc, 3, err)
+        self.assertIn("this process's attachment %s was superseded by %s" % (self.old["handle"], self.new["handle"]),
+                      err)
+        self.assertIn("next: this session is stale", err)
+        self.assertNotIn("Traceback", err)
+
+    def test_old_process_cannot_claim_or_release_through_the_conversation(self):
+        before = self.leases()
+        self.assertEqual(before, [("src/carried.py", self.new["handle"]), ("src/new.py", self.new["handle"])])
+        for variable in ("CODEX_THREAD_ID", "CLAUDE_CODE_SESSION_ID", "CODEX_SESSION_ID"):
+            env = {variable: self.CONVERSATION}
+            self.assert_refused(self.old_harness.coord("release", "--all", env=env))
+            self.assert_refused(self.old_harness.coord("claim", "src/grab.py", env=env))
+            self.assert_refused(self.old_harness.coord("release", "src/new.py", env=env))
+            self.assert_refused(self.old_harness.coord("batch", "release", "--all", env=env))
+            self.assertEqual(self.leases(), before, variable)
+        rc, out, err = self.old_harness.coord("claim", "src/grab.py", "--json", env={"CODEX_THREAD_ID": self.CONVERSATION})
+        data = json.loads(out)
+        self.assertEqual((rc, data["ok"], data["exit"], data["superseded_by"]), (3, False, 3, self.new["handle"]))
+
+    def test_the_successors_own_children_still_act(self):
+        env = {"CODEX_THREAD_ID": self.CONVERSATION}
+        rc, out, err = self.new_harness.coord("claim", "src/more.py", env=env)
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.new_harness.coord("release", "src/carried.py", env=env)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.leases(), [("src/more.py", self.new["handle"]), ("src/new.py", self.new["handle"])])
+
+    def test_taking_the_conversation_back_makes_the_old_process_the_owner_again(self):
+        again = self.st.register(conversation=self.CONVERSATION, harness="codex", pid=self.old_harness.pid)
+        env = {"CODEX_THREAD_ID": self.CONVERSATION}
+        rc, out, err = self.old_harness.coord("claim", "src/back.py", env=env)
+        self.assertEqual(rc, 0, err)
+        rc, out, err = self.new_harness.coord("claim", "src/other.py", env=env)
+        self.assertEqual(rc, 3, err)
+        self.assertIn("superseded by %s" % again["handle"], err)
+
+    def test_without_evidence_the_conversation_alone_identifies(self):
+        # A caller related to neither harness (as inside a sandbox's own PID namespace), or a
+        # live runtime with no recorded process: the conversation variable decides, as before.
+        env = {"CODEX_THREAD_ID": self.CONVERSATION}
+        self.coord("claim", "src/unrelated.py", env=env, check=0)
+        other = "c-without-pid"
+        first = self.st.register(conversation=other, pid=self.old_harness.pid)
+        second = self.st.register(conversation=other)
+        rc, out, err = self.old_harness.coord("claim", "src/no-pid.py", env={"CODEX_THREAD_ID": other})
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(self.st.runtime(first["id"])["superseded_by"], second["id"])
+        self.assertIn(("src/no-pid.py", second["handle"]), self.leases())
+
+    def test_runtime_variable_naming_a_superseded_runtime_names_the_newest(self):
+        third = Harness(self)
+        newest = self.st.register(conversation=self.CONVERSATION, harness="codex", pid=third.pid)
+        for stale in (self.old, self.new):
+            proc = self.coord("release", "--all", runtime=stale["id"], check=3)
+            self.assertIn("was superseded by %s" % newest["handle"], proc.stderr)
+            self.assertIn("next: this session is stale", proc.stderr)
+        self.assertEqual([h for _, h in self.leases()], [newest["handle"]] * 2)
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

@@ -314,6 +314,27 @@ class HostileInputTest(support.CoordTestCase):
             self.coord("claim", given, runtime=a["id"], cwd=repo, check=0)
             self.assertIn(want, [l["resource"] for l in self.coord_json("list")["leases"]])
 
+    def test_relative_names_through_symlinks_cannot_escape_or_split_a_file(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        repo = os.path.join(self.tmp, "repo")
+        os.makedirs(os.path.join(repo, ".git"))
+        os.makedirs(os.path.join(repo, "docs"))
+        outside = os.path.join(self.tmp, "outside")
+        os.makedirs(outside)
+        os.symlink(outside, os.path.join(repo, "escape"))
+        os.symlink("..", os.path.join(repo, "parent"))
+        os.symlink("docs", os.path.join(repo, "manual"))
+        for name in ("escape/f", "escape", "parent/outside/f", "manual/../escape/f", "manual/../../outside/f"):
+            proc = self.coord("claim", name, runtime=a["id"], cwd=repo)
+            self.assertEqual(proc.returncode, 2, (name, proc.stderr))
+            self.assertNotIn("Traceback", proc.stderr)
+        self.coord("claim", "manual/x.md", runtime=a["id"], cwd=repo, check=0)
+        self.coord("claim", "docs/x.md", runtime=b["id"], cwd=repo, check=3)
+        self.coord("claim", "parent/repo/docs", runtime=b["id"], cwd=repo, check=3)
+        self.assertEqual([(l["resource"], l["handle"]) for l in self.coord_json("list")["leases"]],
+                         [("docs/x.md", a["handle"])])
+
     def test_undecodable_and_escape_laden_input_never_breaks_output(self):
         a = self.hello()["runtime"]
         b = self.hello()["runtime"]

@@ -514,6 +514,31 @@ class SymlinkTest(HookCase):
         text = "*** Begin Patch\n*** Delete File: alias.txt\n*** End Patch\n"
         self.assertIsNotNone(self.denial(self.patch(text, session=CLAUDE_MAIN)))
 
+    def test_cli_claim_through_a_link_is_enforced_on_both_names(self):
+        # The CLI resolves `link/guide.md` to `real/guide.md`, the name the hook checks.
+        with open(os.path.join(self.repo, "real", "guide.md"), "w") as f:
+            f.write("guide\n")
+        for claimed in ("link/guide.md", "real/guide.md", "link"):
+            peer = self.coord_json("hello")["runtime"]
+            self.coord("claim", claimed, "-p", "docs pass", runtime=peer["id"], cwd=self.repo, check=0)
+            for written in ("real/guide.md", "link/guide.md"):
+                reason = self.denial(self.write(written))
+                self.assertIsNotNone(reason, (claimed, written))
+                self.assertIn(peer["handle"], reason)
+            text = "*** Begin Patch\n*** Update File: link/guide.md\n@@\n-guide\n+new\n*** End Patch\n"
+            self.assertIsNotNone(self.denial(self.patch(text), harness="codex"), claimed)
+            self.coord("release", claimed, runtime=peer["id"], cwd=self.repo, check=0)
+            self.assertIsNone(self.denial(self.write("link/guide.md")), claimed)
+
+    def test_cli_claim_on_a_file_symlink_protects_its_target(self):
+        with open(os.path.join(self.repo, "target.txt"), "w") as f:
+            f.write("t\n")
+        os.symlink("target.txt", os.path.join(self.repo, "alias.txt"))
+        peer = self.coord_json("hello")["runtime"]
+        self.coord("claim", "alias.txt", runtime=peer["id"], cwd=self.repo, check=0)
+        self.assertIn(peer["handle"], self.denial(self.write("target.txt")))
+        self.assertIn(peer["handle"], self.denial(self.write("alias.txt")))
+
     def test_repository_reached_through_a_symlink(self):
         self.peer("src/a.py")
         alias = os.path.join(self.tmp, "repo-alias")

@@ -329,6 +329,26 @@ class ResourceNameTest(support.CoordTestCase):
         os.symlink(root, link)
         self.assertEqual(store.normalize_resource(os.path.join(link, "src", "a.py"), root), "src/a.py")
 
+    def test_relative_names_through_symlinks_resolve_inside_the_repository(self):
+        root = os.path.join(self.tmp, "repo")
+        os.makedirs(os.path.join(root, "docs"))
+        os.symlink("docs", os.path.join(root, "manual"))
+        os.symlink("missing.md", os.path.join(root, "dangling.md"))
+        os.symlink("loop-b", os.path.join(root, "loop-a"))
+        os.symlink("loop-a", os.path.join(root, "loop-b"))
+        outside = os.path.join(self.tmp, "outside")
+        os.makedirs(outside)
+        os.symlink(outside, os.path.join(root, "ext"))
+        for given, want in (("manual/guide.md", "docs/guide.md"), ("manual", "docs"), ("./manual//a/b/", "docs/a/b"),
+                            ("dangling.md", "missing.md"), ("integration/main", "integration/main")):
+            self.assertEqual(store.normalize_resource(given, root), want, given)
+        self.assertEqual(store.normalize_resource("manual/guide.md", root, resolve=False), "manual/guide.md")
+        self.assertEqual(store.normalize_resource("manual/guide.md", None), "manual/guide.md")
+        self.assertTrue(store.normalize_resource("loop-a/x", root).startswith("loop-"))
+        for bad in ("ext/x", "ext", "manual/../../x"):
+            with self.assertRaises(UsageError, msg=bad):
+                store.normalize_resource(bad, root)
+
 
 class MessageTest(StoreCase):
     def test_broadcast_snapshots_live_recipients_at_send_time(self):
