@@ -333,10 +333,36 @@ def process_parent(pid):
     return None, None
 
 
+# The kernel's initial PID namespace always has this inode (PROC_PID_INIT_INO).
+_HOST_PID_NAMESPACE = "pid:[4026531836]"
+_nested = []
+
+
+def in_nested_pid_namespace():
+    """True when this process runs in a PID namespace below the host's (Codex's sandbox, a
+    container): recorded pids then name processes this process may not be able to see."""
+    if not _nested:
+        try:
+            _nested.append(os.readlink("/proc/self/ns/pid") != _HOST_PID_NAMESPACE)
+        except OSError:  # no /proc (macOS) or no namespaces: pids are global
+            _nested.append(False)
+    return _nested[0]
+
+
 def process_alive(pid, start=None):
-    """True when pid exists and (if given) still has the recorded start token."""
+    """True when pid exists and (if given) still has the recorded start token.
+
+    From a nested PID namespace a missing or different process is no evidence of death (the
+    recorded pid lives in the host's numbering), so the answer there is only ever "alive";
+    such runtimes end by SessionEnd, by a caller in the host namespace, or by heartbeat TTL.
+    """
     if not pid:
         return True
+    alive = _process_matches(pid, start)
+    return alive or in_nested_pid_namespace()
+
+
+def _process_matches(pid, start):
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -364,3 +364,53 @@ class HostileInputTest(support.CoordTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class NestedPidNamespaceTest(support.CoordTestCase):
+    """Codex's workspace-write sandbox runs commands in their own PID namespace, where the
+    harness pids recorded from the host cannot be seen. A call from there must not take live
+    peers for dead (reaping them and dropping their leases)."""
+
+    def setUp(self):
+        super().setUp()
+        unshare = support.require_tool(self, "unshare")
+        probe = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", "true"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if probe.returncode != 0:
+            probe = subprocess.run([unshare, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "true"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.prefix = [unshare, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+        else:
+            self.prefix = [unshare, "--pid", "--fork", "--mount-proc"]
+        if probe.returncode != 0:
+            msg = "this machine cannot create a PID namespace with unshare"
+            if support.IN_CI:
+                self.fail(msg)
+            self.skipTest(msg)
+
+    def nested(self, *args):
+        return subprocess.run(self.prefix + [sys.executable, support.COORD] + list(args), env=self.env,
+                              cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+
+    def test_a_nested_namespace_never_reaps_a_live_peer(self):
+        peer_proc = subprocess.Popen(["sleep", "300"])
+        self.addCleanup(peer_proc.wait)
+        self.addCleanup(peer_proc.kill)
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        peer = st.register(conversation=store.new_uuid(), harness="codex", pid=peer_proc.pid)
+        st.claim(peer["id"], ["src/mine.py"])
+        # The sandboxed agent registers and lists: both reap inside their transaction.
+        for args in (["hello", "--json"], ["list", "--json"], ["check", "src/mine.py", "--json"]):
+            proc = self.nested(*args)
+            self.assertNotIn("Traceback", proc.stderr)
+        self.assertIsNone(st.runtime(peer["id"])["ended_at"])
+        self.assertEqual([l["resource"] for l in st.leases_of(peer["id"])], ["src/mine.py"])
+        proc = self.nested("check", "src/mine.py")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        # The host namespace still sees the truth: once the peer's process dies, it is reaped.
+        peer_proc.kill()
+        peer_proc.wait()
+        self.coord("hello", check=0)
+        self.assertEqual(st.runtime(peer["id"])["end_reason"], "process-gone")
+        self.assertEqual(st.leases_of(peer["id"]), [])
