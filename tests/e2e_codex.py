@@ -137,6 +137,21 @@ DENIED_PATCHES = (
 )
 
 
+def shell_patch(script, *lines, **extra):
+    """Codex's shell tool running `script` (with %s for the patch), as models write it."""
+    return shell(script % ("*** Begin Patch\n%s\n*** End Patch" % "\n".join(lines)), **extra)
+
+
+DENIED_SHELL_PATCHES = (
+    ("heredoc update", shell_patch("apply_patch <<'EOF'\n%s\nEOF", "*** Update File: src/a.py", "@@",
+                                   "-original", "+agent 1")),
+    ("cd, alias, move", shell_patch("cd src && applypatch <<PATCH\n%s\nPATCH", "*** Update File: b.py",
+                                    "*** Move to: a.py", "@@", "-bee", "+agent 2")),
+    ("workdir add", shell_patch("apply_patch <<'EOF'\n%s\nEOF", "*** Add File: a.py", "+agent 3",
+                                workdir="src")),
+)
+
+
 class CoordScenarios(h.CoordCase):
     """coord installed by ./install; the real hooks, trusted by the test; Codex driven by the
     script."""
@@ -180,6 +195,39 @@ class CoordScenarios(h.CoordCase):
             self.assertIn(peer["handle"], item["output"], what)
             self.assertIn("src/a.py", item["output"].split(". Command: ")[0], what)
         self.compare_with_plain("denied add/update/move", result, script)
+
+    def test_shell_patches_onto_a_peers_exclusive_lease_are_denied(self):
+        # Codex applies `apply_patch <<EOF` run through its shell with its own patch engine.
+        peer = self.peer()
+        self.rcoord("claim", "src/a.py", "--runtime", peer["id"], "-p", "peer work")
+        for repo in (self.repo, self.plain):
+            self.write_file("src/a.py", "original\n", repo=repo)
+            self.write_file("src/b.py", "bee\n", repo=repo)
+
+        def script(repo):
+            return [p for _, p in DENIED_SHELL_PATCHES] + [
+                shell_patch("apply_patch <<'EOF'\n%s\nEOF", "*** Add File: src/c.py", "+free"), say("done")]
+        result = self.run_agent(script(self.repo))
+        self.assertEqual(self.read_file("src/a.py"), "original\n")
+        self.assertEqual(self.read_file("src/b.py"), "bee\n")
+        self.assertEqual(self.read_file("src/c.py"), "free\n", "an unleased path is not held up")
+        reqs = self.server.model_requests()
+        for i, (what, _) in enumerate(DENIED_SHELL_PATCHES):
+            item = reqs[i + 1].tail()[-1]
+            self.assertEqual(item["type"], "function_call_output", what)
+            self.assertTrue(item["output"].startswith("Command blocked by PreToolUse hook: "),
+                            (what, item["output"]))
+            self.assertIn(peer["handle"], item["output"], what)
+            self.assertIn("src/a.py", item["output"].split(". Command: ")[0], what)
+        # Control: the same run without coord's hooks rewrites the leased file.
+        self.compare_with_plain("denied shell patches", result, script)
+        plain = {}
+        for rel in ("src/a.py", "src/b.py", "src/c.py"):
+            path = os.path.join(self.plain, rel)
+            if os.path.exists(path):
+                with open(path) as f:
+                    plain[rel] = f.read()
+        self.assertEqual(plain, {"src/a.py": "agent 3\n", "src/c.py": "free\n"})
 
     def test_patch_to_an_unleased_path_goes_through(self):
         peer = self.peer()
