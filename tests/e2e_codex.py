@@ -14,6 +14,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harnesses as h  # noqa: E402
 from modelserver import apply_patch, function_call, say, shell  # noqa: E402
 
+sys.path.insert(0, h.ROOT)
+import hook  # noqa: E402
+
 
 def add_file(rel, text):
     body = "".join("+" + line + "\n" for line in text.splitlines())
@@ -119,11 +122,63 @@ class HarnessFacts(h.HarnessCase):
                     if r["payload"].get("agent_id")]
         self.assertEqual([p["agent_id"] for p in sub_bash], [agent_id])
 
+    def test_shell_patch_shapes_codex_applies_are_the_ones_the_hook_checks(self):
+        # Codex applies some `apply_patch` shell commands itself and runs the rest as plain
+        # shell; the hook must recognise exactly the first kind (a Codex release that changes
+        # its parser fails here).
+        os.makedirs(os.path.join(self.repo, "sub"))
+        body = "*** Begin Patch\n*** Add File: f-%d.txt\n+hi\n*** End Patch"
+        commands = [shape % (body % i) for i, shape in enumerate(SHELL_PATCH_SHAPES)]
+        self.run_agent([shell(c) for c in commands] + [say("done")])
+        for i, command in enumerate(commands):
+            written = [rel for rel in ("f-%d.txt" % i, "sub/f-%d.txt" % i)
+                       if os.path.exists(os.path.join(self.repo, rel))]
+            self.assertEqual([os.path.normpath(p) for p in hook.shell_patch_targets({"command": command})],
+                             written, command)
+        self.assertIn("sub/f-0.txt", [os.path.normpath(p) for p in hook.shell_patch_targets(
+            {"command": commands[0]})], "the table starts with an accepted shape")
+
     def test_wall_time_without_hooks(self):
         os.unlink(self.hooks_json)
         result = self.run_agent([add_file("a.txt", "x"), say("done")])
         self.assertEqual(self.records(), [])
         h.figure("codex scripted run (apply_patch + final), no hooks", result.seconds)
+
+
+SHELL_PATCH_SHAPES = (  # %s is the patch
+    "cd sub && apply_patch <<'EOF'\n%s\nEOF",
+    "apply_patch <<'EOF'\n%s\nEOF",
+    "apply_patch <<EOF\n%s\nEOF\n",
+    'applypatch <<"PATCH"\n%s\nPATCH',
+    "apply_patch << 'EOF'\n%s\nEOF",
+    "apply_patch <<\\EOF\n%s\nEOF",
+    "apply_patch <<-EOF\n%s\n\tEOF",
+    "\n  apply_patch <<'EOF'\n%s\nEOF",
+    "FOO=1 apply_patch <<'EOF'\n%s\nEOF",
+    "apply_patch <<'EOF'\r\n%s\r\nEOF\r\n",
+    "apply_patch <<'EOF'\n%s\n",
+    "cd sub && applypatch <<PATCH\n%s\nPATCH",
+    "cd 'sub' && apply_patch <<'EOF'\n%s\nEOF",
+    'cd "sub" && apply_patch <<\'EOF\'\n%s\nEOF',
+    "cd sub &&\n  apply_patch <<'EOF'\n%s\nEOF",
+    "cd sub && apply_patch ignored <<'EOF'\n%s\nEOF",
+    "FOO=1 cd sub && apply_patch <<'EOF'\n%s\nEOF",
+    # run as plain shell
+    "echo x; apply_patch <<'EOF'\n%s\nEOF",
+    "apply_patch <<'EOF'\n%s\nEOF\necho done",
+    "apply_patch foo <<'EOF'\n%s\nEOF",
+    "apply_patch 2>&1 <<'EOF'\n%s\nEOF",
+    "apply_patch <<'EOF' 2>&1\n%s\nEOF",
+    "cd sub && cd . && apply_patch <<'EOF'\n%s\nEOF",
+    "cd sub; apply_patch <<'EOF'\n%s\nEOF",
+    'cd "$NOPE""sub" && apply_patch <<\'EOF\'\n%s\nEOF',
+    "bash -lc \"apply_patch <<'EOF'\n%s\nEOF\"",
+    "apply_patch '%s'",
+    "cat <<'EOF' | apply_patch\n%s\nEOF",
+    "(apply_patch <<'EOF'\n%s\nEOF\n)",
+    "# edit\napply_patch <<'EOF'\n%s\nEOF",
+    "/usr/bin/apply_patch <<'EOF'\n%s\nEOF",
+)
 
 
 def patch(*lines):
