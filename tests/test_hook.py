@@ -589,6 +589,20 @@ class ShellPatchTest(HookCase):
         self.assertIsNone(self.denial(self.bash("apply_patch <<'EOF'\n%s\nEOF" % BODY), harness="codex"),
                           "without the cd the patch writes a.py at the top")
 
+    def test_hostile_shell_commands_fail_open_and_a_buried_conflict_still_denies(self):
+        self.start(CODEX_MAIN, "codex")
+        holder = self.peer("a.py")
+        filler = "*** Add File: pad.txt\n" + "+%s\n" % ("x" * 200) * 20000
+        buried = "apply_patch <<'EOF'\n*** Begin Patch\n%s*** Update File: a.py\n@@\n-x\n+y\n*** End Patch\nEOF" % filler
+        self.assertIn(holder["handle"], self.denial(self.bash(buried), harness="codex"))
+        for command in ("apply_patch " + "<<" * 50000, "cd " + "'" * 9999 + " && apply_patch <<EOF\n",
+                        "apply_patch <<EOF\n*** Add File: \ud800.py\n+x\nEOF", "apply_patch <<EOF\n\x00\x1b[2J\nEOF",
+                        "applypatch <<'EOF'\n*** Add File: /etc/passwd\n*** Delete File: ../../x\nEOF",
+                        ["apply_patch", "*** Delete File: \ud800"], ["bash", "-lc", None], [], {"x": 1}):
+            with self.subTest(command=str(command)[:40]):
+                out, err = self.run_hook(self.bash(command), harness="codex")
+                self.assertEqual((out, err), ("", ""))
+
     def test_plain_shell_stays_advisory_without_the_store(self):
         self.start(CODEX_MAIN, "codex")
         self.peer("shell_out.txt", "a.py")
