@@ -118,7 +118,7 @@ def shell_patch(script):
         import re
         assign = r"""(?:[A-Za-z_][A-Za-z0-9_]*=(?:'[^'\n]*'|"[^"\n]*"|[^\s'"\\;&|<>()]*)[ \t]+)*"""
         _PATCH["head"] = re.compile(
-            r"""\s*(?:%scd[ \t]+(?P<dir>'[^'\n]*'|"[^"\n]*"|[^\s'"\\$`;&|<>()]+)[ \t]*&&\s*)?%s"""
+            r"""\s*(?:%scd[ \t]+(?P<dir>'[^'\n]*'|"(?:[^"\\\n]|\\.)*"|[^\s'"\\$`;&|<>()]+)[ \t]*&&\s*)?%s"""
             r"""(?:apply_patch|applypatch)(?P<args>(?:[ \t][^\n]*?)?)<<(?P<dash>-?)[ \t]*"""
             r"""(?P<delim>'[^'\n]*'|"[^"\n]*"|\\?[^\s'"\\;&|<>()]+)[ \t\r]*(?:\n|$)"""
             % (assign, assign))

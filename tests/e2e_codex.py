@@ -178,6 +178,7 @@ SHELL_PATCH_SHAPES = (  # %s is the patch
     "(apply_patch <<'EOF'\n%s\nEOF\n)",
     "# edit\napply_patch <<'EOF'\n%s\nEOF",
     "/usr/bin/apply_patch <<'EOF'\n%s\nEOF",
+    'apply_patch <<E"O"F\n%s\nEOF',
 )
 
 

@@ -501,6 +501,7 @@ class ShellPatchTest(HookCase):
         ("cd sub && apply_patch ignored <<'EOF'\n%s\nEOF", "sub"),
         ("FOO=1 cd sub && apply_patch <<'EOF'\n%s\nEOF", "sub"),
         ("cd ~ && apply_patch <<'EOF'\n%s\nEOF", "~"),
+        ('cd "s\\"ub" && apply_patch <<\'EOF\'\n%s\nEOF', 's\\"ub'),  # raw text, escape and all
     )
     PLAIN_SHELL = (
         "echo x; apply_patch <<'EOF'\n%s\nEOF",
@@ -523,6 +524,7 @@ class ShellPatchTest(HookCase):
         "/usr/bin/apply_patch <<'EOF'\n%s\nEOF",
         "cat > notes.md <<'EOF'\napply_patch <<X\n%s\nX\nEOF",
         "grep -rn apply_patch . # %s",
+        'apply_patch <<E"O"F\n%s\nEOF',
     )
 
     def bash(self, command, cwd=None, **changes):
