@@ -30,6 +30,8 @@ if HERE not in sys.path:
 FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path",
               "NotebookEdit": "notebook_path"}
 PATCH_TOOLS = ("apply_patch",)
+SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
+PATCH_WORDS = ("apply_patch", "applypatch")
 SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
 MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails open
 BUSY_WAIT = 1.0          # seconds one statement waits for a locked database (SessionEnd: half)
@@ -41,7 +43,7 @@ def patch_paths(text):
     """Every path an apply_patch envelope writes: added, updated and deleted files, and each
     `*** Move to:` destination. Mirrors Codex's lenient parser (markers trimmed, CRLF
     tolerated); a marker-like line inside an update hunk is content, as it is for Codex."""
-    if not _PATCH:
+    if "file" not in _PATCH:
         import re
         _PATCH["file"] = re.compile(r"\*\*\*\s*(add|update|delete)\s+file\s*:(.*)$", re.I)
         _PATCH["move"] = re.compile(r"\*\*\*\s*move\s+to\s*:(.*)$", re.I)
@@ -68,6 +70,83 @@ def patch_paths(text):
         elif state == "add":
             state = None
     return [p for p in found if p]
+
+
+def shell_patch_targets(tool_input):
+    """Paths Codex's own patch engine writes when it intercepts this shell command (Codex
+    runs `apply_patch` heredocs itself instead of the shell); [] for every other command.
+    A cheap substring test keeps ordinary commands off the parser."""
+    command = tool_input.get("command") if isinstance(tool_input, dict) else None
+    if isinstance(command, list):  # an argv: [apply_patch, PATCH] or [bash, -lc, SCRIPT]
+        if not all(isinstance(a, str) for a in command):
+            return []
+        if len(command) == 2 and command[0] in PATCH_WORDS:
+            return patch_paths(command[1])
+        command = wrapped_script(command)
+    if not isinstance(command, str) or ("apply_patch" not in command and "applypatch" not in command):
+        return []
+    found = shell_patch(command)
+    if found is None:
+        return []
+    workdir, body = found
+    return [os.path.join(workdir, p) for p in patch_paths(body)]
+
+
+def wrapped_script(argv):
+    """The script of `bash|zsh|sh -c|-lc SCRIPT` (and Codex's PowerShell and cmd forms), else None."""
+    if len(argv) == 4 and argv[1].lower() == "-noprofile":
+        argv = [argv[0]] + argv[2:]
+    if len(argv) != 3:
+        return None
+    name = os.path.basename(argv[0].replace("\\", "/")).lower()
+    name = name[:-4] if name.endswith(".exe") else name
+    flag = argv[1]
+    if (name in ("bash", "zsh", "sh") and flag in ("-c", "-lc")) or \
+            (name in ("pwsh", "powershell") and flag.lower() == "-command") or (name == "cmd" and flag.lower() == "/c"):
+        return argv[2]
+    return None
+
+
+def shell_patch(script):
+    """(workdir, heredoc body) when `script` is a shape Codex intercepts, else None. Codex's
+    parser (codex-rs/apply-patch, a tree-sitter query) accepts exactly one statement:
+    `apply_patch <<DELIM` or `cd DIR && apply_patch <<DELIM` (also `applypatch`; DELIM bare
+    or quoted; DIR one word or one quoted string), then the body, then DELIM, then nothing.
+    Where its query is loose (variable assignments before a command, arguments after the
+    `cd` form's apply_patch, a missing end line) this accepts the same, or more, never less."""
+    if "head" not in _PATCH:
+        import re
+        assign = r"""(?:[A-Za-z_][A-Za-z0-9_]*=(?:'[^'\n]*'|"[^"\n]*"|[^\s'"\\;&|<>()]*)[ \t]+)*"""
+        _PATCH["head"] = re.compile(
+            r"""\s*(?:%scd[ \t]+(?P<dir>'[^'\n]*'|"(?:[^"\\\n]|\\.)*"|[^\s'"\\$`;&|<>()]+)[ \t]*&&\s*)?%s"""
+            r"""(?:apply_patch|applypatch)(?P<args>(?:[ \t][^\n]*?)?)<<(?P<dash>-?)[ \t]*"""
+            r"""(?P<delim>'[^'\n]*'|"[^"\n]*"|\\?[^\s'"\\;&|<>()]+)[ \t\r]*(?:\n|$)"""
+            % (assign, assign))
+        _PATCH["expansion"] = re.compile(r"\$\{[^}]*\}|\$\([^)]*\)|`[^`]*`|\$(?:[A-Za-z_]\w*|[0-9@*#?$!-])?")
+    m = _PATCH["head"].match(script)
+    if not m:
+        return None
+    workdir, args = m.group("dir") or "", m.group("args")
+    if args.strip() if m.group("dir") is None else any(c in args for c in ";&|()`"):
+        return None  # alone, apply_patch takes no arguments; after `cd DIR &&` Codex ignores them
+    if workdir[:1] == "'":
+        workdir = workdir[1:-1]
+    elif workdir[:1] == '"':
+        # Codex takes the string's literal text without expanding it; with expansions
+        # inside, the last literal piece (none: not its shape)
+        pieces = [piece for piece in _PATCH["expansion"].split(workdir[1:-1]) if piece]
+        if not pieces:
+            return None
+        workdir = pieces[-1]
+    delim = m.group("delim").strip("'\"").lstrip("\\")
+    lines = script[m.end():].split("\n")
+    for i, line in enumerate(lines):
+        end = line[:-1] if line.endswith("\r") else line
+        if (end.lstrip("\t") if m.group("dash") else end) == delim:
+            if "\n".join(lines[i + 1:]).strip():
+                return None  # a second statement: Codex runs the whole script as plain shell
+            return workdir, "\n".join(lines[:i])
+    return workdir, "\n".join(lines)
 
 
 def write_targets(tool, tool_input):
@@ -454,7 +533,11 @@ def run(raw, argv=(), environ=None):
         if handler is on_pre_tool_use and agent is not None and payload.get("tool_name") == "Bash" \
                 and harness_of(argv) == "claude":
             return tag_subagent_shell(payload, session, agent), ""
-        if handler is on_pre_tool_use:
+        if handler is on_pre_tool_use and payload.get("tool_name") in SHELL_TOOLS:
+            targets = shell_patch_targets(payload.get("tool_input")) if harness_of(argv) == "codex" else []
+            if not targets:
+                return "", ""  # plain shell is advisory: allowed without touching the store
+        elif handler is on_pre_tool_use:
             targets = write_targets(payload.get("tool_name"), payload.get("tool_input"))
             if not targets:
                 return "", ""  # not a recognised write: allowed without touching the store

@@ -17,6 +17,9 @@ import harnesses as h  # noqa: E402
 import support  # noqa: E402
 from modelserver import apply_patch, function_call, say, shell  # noqa: E402
 
+sys.path.insert(0, h.ROOT)
+import hook  # noqa: E402
+
 
 def add_file(rel, text):
     body = "".join("+" + line + "\n" for line in text.splitlines())
@@ -122,11 +125,64 @@ class HarnessFacts(h.HarnessCase):
                     if r["payload"].get("agent_id")]
         self.assertEqual([p["agent_id"] for p in sub_bash], [agent_id])
 
+    def test_shell_patch_shapes_codex_applies_are_the_ones_the_hook_checks(self):
+        # Codex applies some `apply_patch` shell commands itself and runs the rest as plain
+        # shell; the hook must recognise exactly the first kind (a Codex release that changes
+        # its parser fails here).
+        os.makedirs(os.path.join(self.repo, "sub"))
+        body = "*** Begin Patch\n*** Add File: f-%d.txt\n+hi\n*** End Patch"
+        commands = [shape % (body % i) for i, shape in enumerate(SHELL_PATCH_SHAPES)]
+        self.run_agent([shell(c) for c in commands] + [say("done")])
+        for i, command in enumerate(commands):
+            written = [rel for rel in ("f-%d.txt" % i, "sub/f-%d.txt" % i)
+                       if os.path.exists(os.path.join(self.repo, rel))]
+            self.assertEqual([os.path.normpath(p) for p in hook.shell_patch_targets({"command": command})],
+                             written, command)
+        self.assertIn("sub/f-0.txt", [os.path.normpath(p) for p in hook.shell_patch_targets(
+            {"command": commands[0]})], "the table starts with an accepted shape")
+
     def test_wall_time_without_hooks(self):
         os.unlink(self.hooks_json)
         result = self.run_agent([add_file("a.txt", "x"), say("done")])
         self.assertEqual(self.records(), [])
         h.figure("codex scripted run (apply_patch + final), no hooks", result.seconds)
+
+
+SHELL_PATCH_SHAPES = (  # %s is the patch
+    "cd sub && apply_patch <<'EOF'\n%s\nEOF",
+    "apply_patch <<'EOF'\n%s\nEOF",
+    "apply_patch <<EOF\n%s\nEOF\n",
+    'applypatch <<"PATCH"\n%s\nPATCH',
+    "apply_patch << 'EOF'\n%s\nEOF",
+    "apply_patch <<\\EOF\n%s\nEOF",
+    "apply_patch <<-EOF\n%s\n\tEOF",
+    "\n  apply_patch <<'EOF'\n%s\nEOF",
+    "FOO=1 apply_patch <<'EOF'\n%s\nEOF",
+    "apply_patch <<'EOF'\r\n%s\r\nEOF\r\n",
+    "apply_patch <<'EOF'\n%s\n",
+    "cd sub && applypatch <<PATCH\n%s\nPATCH",
+    "cd 'sub' && apply_patch <<'EOF'\n%s\nEOF",
+    'cd "sub" && apply_patch <<\'EOF\'\n%s\nEOF',
+    "cd sub &&\n  apply_patch <<'EOF'\n%s\nEOF",
+    "cd sub && apply_patch ignored <<'EOF'\n%s\nEOF",
+    "FOO=1 cd sub && apply_patch <<'EOF'\n%s\nEOF",
+    # run as plain shell
+    "echo x; apply_patch <<'EOF'\n%s\nEOF",
+    "apply_patch <<'EOF'\n%s\nEOF\necho done",
+    "apply_patch foo <<'EOF'\n%s\nEOF",
+    "apply_patch 2>&1 <<'EOF'\n%s\nEOF",
+    "apply_patch <<'EOF' 2>&1\n%s\nEOF",
+    "cd sub && cd . && apply_patch <<'EOF'\n%s\nEOF",
+    "cd sub; apply_patch <<'EOF'\n%s\nEOF",
+    'cd "$NOPE""sub" && apply_patch <<\'EOF\'\n%s\nEOF',
+    "bash -lc \"apply_patch <<'EOF'\n%s\nEOF\"",
+    "apply_patch '%s'",
+    "cat <<'EOF' | apply_patch\n%s\nEOF",
+    "(apply_patch <<'EOF'\n%s\nEOF\n)",
+    "# edit\napply_patch <<'EOF'\n%s\nEOF",
+    "/usr/bin/apply_patch <<'EOF'\n%s\nEOF",
+    'apply_patch <<E"O"F\n%s\nEOF',
+)
 
 
 def patch(*lines):
@@ -137,6 +193,21 @@ DENIED_PATCHES = (
     ("add", patch("*** Add File: src/a.py", "+agent")),
     ("update", patch("*** Update File: src/a.py", "@@", "-original", "+agent")),
     ("move", patch("*** Update File: src/b.py", "*** Move to: src/a.py", "@@", "-bee", "+agent")),
+)
+
+
+def shell_patch(script, *lines, **extra):
+    """Codex's shell tool running `script` (with %s for the patch), as models write it."""
+    return shell(script % ("*** Begin Patch\n%s\n*** End Patch" % "\n".join(lines)), **extra)
+
+
+DENIED_SHELL_PATCHES = (
+    ("heredoc update", shell_patch("apply_patch <<'EOF'\n%s\nEOF", "*** Update File: src/a.py", "@@",
+                                   "-original", "+agent 1")),
+    ("cd, alias, move", shell_patch("cd src && applypatch <<PATCH\n%s\nPATCH", "*** Update File: b.py",
+                                    "*** Move to: a.py", "@@", "-bee", "+agent 2")),
+    ("workdir add", shell_patch("apply_patch <<'EOF'\n%s\nEOF", "*** Add File: a.py", "+agent 3",
+                                workdir="src")),
 )
 
 
@@ -183,6 +254,39 @@ class CoordScenarios(h.CoordCase):
             self.assertIn(peer["handle"], item["output"], what)
             self.assertIn("src/a.py", item["output"].split(". Command: ")[0], what)
         self.compare_with_plain("denied add/update/move", result, script)
+
+    def test_shell_patches_onto_a_peers_exclusive_lease_are_denied(self):
+        # Codex applies `apply_patch <<EOF` run through its shell with its own patch engine.
+        peer = self.peer()
+        self.rcoord("claim", "src/a.py", "--runtime", peer["id"], "-p", "peer work")
+        for repo in (self.repo, self.plain):
+            self.write_file("src/a.py", "original\n", repo=repo)
+            self.write_file("src/b.py", "bee\n", repo=repo)
+
+        def script(repo):
+            return [p for _, p in DENIED_SHELL_PATCHES] + [
+                shell_patch("apply_patch <<'EOF'\n%s\nEOF", "*** Add File: src/c.py", "+free"), say("done")]
+        result = self.run_agent(script(self.repo))
+        self.assertEqual(self.read_file("src/a.py"), "original\n")
+        self.assertEqual(self.read_file("src/b.py"), "bee\n")
+        self.assertEqual(self.read_file("src/c.py"), "free\n", "an unleased path is not held up")
+        reqs = self.server.model_requests()
+        for i, (what, _) in enumerate(DENIED_SHELL_PATCHES):
+            item = reqs[i + 1].tail()[-1]
+            self.assertEqual(item["type"], "function_call_output", what)
+            self.assertTrue(item["output"].startswith("Command blocked by PreToolUse hook: "),
+                            (what, item["output"]))
+            self.assertIn(peer["handle"], item["output"], what)
+            self.assertIn("src/a.py", item["output"].split(". Command: ")[0], what)
+        # Control: the same run without coord's hooks rewrites the leased file.
+        self.compare_with_plain("denied shell patches", result, script)
+        plain = {}
+        for rel in ("src/a.py", "src/b.py", "src/c.py"):
+            path = os.path.join(self.plain, rel)
+            if os.path.exists(path):
+                with open(path) as f:
+                    plain[rel] = f.read()
+        self.assertEqual(plain, {"src/a.py": "agent 3\n", "src/c.py": "free\n"})
 
     def test_patch_to_an_unleased_path_goes_through(self):
         peer = self.peer()

@@ -187,7 +187,7 @@ class SampleTest(HookCase):
 
     def test_every_sample_has_its_effect(self):
         names = sorted(f[:-5] for f in os.listdir(PAYLOADS) if f.endswith(".json"))
-        self.assertEqual(len([n for n in names if not n.endswith(".variant")]), 34, "every recorded sample")
+        self.assertEqual(len([n for n in names if not n.endswith(".variant")]), 37, "every recorded sample")
         self.assertGreaterEqual(len(names), 39, "and our own variants")
         for name in names:
             with self.subTest(sample=name):
@@ -475,6 +475,160 @@ class PatchEnforcementTest(HookCase):
         self.peer("my docs/read me.md")
         text = "*** Begin Patch\r\n*** Update File:  my docs/read me.md \r\n@@\r\n-a\r\n+b\r\n*** End Patch\r\n"
         self.assertIn("my docs/read me.md", self.denial(self.patch(text), harness="codex"))
+
+
+BODY = "*** Begin Patch\n*** Update File: a.py\n*** Move to: b.py\n@@\n-x\n+y\n*** Delete File: c.py\n*** End Patch"
+
+
+class ShellPatchTest(HookCase):
+    """Codex applies `apply_patch <<EOF` shell commands with its own patch engine (tool_name
+    Bash). The shapes below were run through the pinned Codex CLI: the accepted ones wrote
+    files, the others ran as plain shell (`apply_patch: command not found`)."""
+
+    ACCEPTED = (
+        ("apply_patch <<'EOF'\n%s\nEOF", ""),
+        ("apply_patch <<EOF\n%s\nEOF\n", ""),
+        ('apply_patch <<"PATCH"\n%s\nPATCH', ""),
+        ("apply_patch << 'EOF'\n%s\nEOF", ""),
+        ("apply_patch <<\\EOF\n%s\nEOF", ""),
+        ("apply_patch <<-EOF\n%s\n\tEOF", ""),
+        ("applypatch <<'EOF'\n%s\nEOF", ""),
+        ("\n  apply_patch <<'EOF'\n%s\nEOF", ""),
+        ("FOO=1 apply_patch <<'EOF'\n%s\nEOF", ""),
+        ("apply_patch <<'EOF'\r\n%s\r\nEOF\r\n", ""),
+        ("apply_patch <<'EOF'\n%s\n", ""),  # no end line: Codex still applies it
+        ("cd sub && apply_patch <<'EOF'\n%s\nEOF", "sub"),
+        ("cd sub && applypatch <<PATCH\n%s\nPATCH", "sub"),
+        ("cd 'my dir' && apply_patch <<'EOF'\n%s\nEOF", "my dir"),
+        ('cd "my dir" && apply_patch <<\'EOF\'\n%s\nEOF', "my dir"),
+        ('cd "x$HOME" && apply_patch <<\'EOF\'\n%s\nEOF', "x"),  # Codex does not expand it
+        ("cd sub &&\n  apply_patch <<'EOF'\n%s\nEOF", "sub"),
+        ("cd sub && apply_patch ignored <<'EOF'\n%s\nEOF", "sub"),
+        ("FOO=1 cd sub && apply_patch <<'EOF'\n%s\nEOF", "sub"),
+        ("cd ~ && apply_patch <<'EOF'\n%s\nEOF", "~"),
+        ('cd "s\\"ub" && apply_patch <<\'EOF\'\n%s\nEOF', 's\\"ub'),  # raw text, escape and all
+    )
+    PLAIN_SHELL = (
+        "echo x; apply_patch <<'EOF'\n%s\nEOF",
+        "apply_patch <<'EOF'\n%s\nEOF\necho done",
+        "apply_patch <<'EOF'\n%s\nEOF\n;",
+        "apply_patch foo <<'EOF'\n%s\nEOF",
+        "apply_patch 2>&1 <<'EOF'\n%s\nEOF",
+        "apply_patch <<'EOF' 2>&1\n%s\nEOF",
+        "apply_patch <<'EOF' &\n%s\nEOF",
+        "cd a && cd b && apply_patch <<'EOF'\n%s\nEOF",
+        "cd a b && apply_patch <<'EOF'\n%s\nEOF",
+        "cd a; apply_patch <<'EOF'\n%s\nEOF",
+        "cd a || apply_patch <<'EOF'\n%s\nEOF",
+        'cd "$NOPE""sub" && apply_patch <<\'EOF\'\n%s\nEOF',
+        "bash -lc \"apply_patch <<'EOF'\n%s\nEOF\"",
+        "apply_patch '%s'",
+        "cat <<'EOF' | apply_patch\n%s\nEOF",
+        "(apply_patch <<'EOF'\n%s\nEOF\n)",
+        "# edit\napply_patch <<'EOF'\n%s\nEOF",
+        "/usr/bin/apply_patch <<'EOF'\n%s\nEOF",
+        "cat > notes.md <<'EOF'\napply_patch <<X\n%s\nX\nEOF",
+        "grep -rn apply_patch . # %s",
+        'apply_patch <<E"O"F\n%s\nEOF',
+    )
+
+    def bash(self, command, cwd=None, **changes):
+        data = self.payload("codex-PreToolUse-Bash-exec_command", tool_input={"command": command}, **changes)
+        if cwd:
+            data["cwd"] = cwd
+        return data
+
+    def test_every_shape_codex_accepts_yields_the_patch_paths(self):
+        for script, workdir in self.ACCEPTED:
+            with self.subTest(script=script):
+                want = [os.path.join(workdir, p) for p in ("a.py", "b.py", "c.py")]
+                self.assertEqual(hook.shell_patch_targets({"command": script % BODY}), want)
+
+    def test_argv_forms(self):
+        script = "cd sub && apply_patch <<'EOF'\n%s\nEOF" % BODY
+        for argv, want in ((["apply_patch", BODY], ""), (["applypatch", BODY], ""),
+                           (["bash", "-lc", script], "sub"), (["/bin/zsh", "-c", script], "sub"),
+                           (["pwsh", "-NoProfile", "-Command", script], "sub"), (["cmd.exe", "/c", script], "sub")):
+            with self.subTest(argv=argv[:2]):
+                self.assertEqual(hook.shell_patch_targets({"command": argv}),
+                                 [os.path.join(want, p) for p in ("a.py", "b.py", "c.py")])
+        for argv in (["python3", "-c", script], ["bash", "-x", script], ["bash", "-lc", script, "x"],
+                     ["apply_patch"], ["bash", "-lc", 7]):
+            self.assertEqual(hook.shell_patch_targets({"command": argv}), [], argv)
+
+    def test_shapes_codex_runs_as_plain_shell_are_not_patches(self):
+        for script in self.PLAIN_SHELL:
+            with self.subTest(script=script):
+                self.assertEqual(hook.shell_patch_targets({"command": script % BODY}), [])
+        for odd in (None, 7, {"command": 7}, {"command": ""}, {"cmd": "apply_patch <<EOF\n%s\nEOF" % BODY}):
+            self.assertEqual(hook.shell_patch_targets(odd), [])
+
+    def test_recorded_shell_patches_onto_a_peers_lease_are_denied(self):
+        self.start(CODEX_MAIN, "codex")
+        os.makedirs(os.path.join(self.repo, "src", "sub"))
+        for sample, leased, free in (
+                ("codex-PreToolUse-Bash-apply_patch-heredoc", ("src/app.py", "src/main.py"), "src/other.py"),
+                ("codex-PreToolUse-Bash-apply_patch-cd-applypatch", ("src/added.py", "src"), "added.py"),
+                ("codex-PreToolUse-Bash-apply_patch-workdir", ("src/main.py",), "main.py")):
+            data = self.payload(sample, session_id=CODEX_MAIN)
+            with self.subTest(sample=sample):
+                holder = self.peer(free)
+                self.assertIsNone(self.denial(data, harness="codex"))
+                self.st.bye(holder["id"])
+                for resource in leased:
+                    holder = self.peer(resource, purpose="peer work")
+                    reason = self.denial(data, harness="codex")
+                    self.assertIn(holder["handle"], reason)
+                    self.assertIn(resource, reason)
+                    self.st.bye(holder["id"])
+
+    def test_cd_directory_and_payload_cwd_both_count(self):
+        self.start(CODEX_MAIN, "codex")
+        os.makedirs(os.path.join(self.repo, "src", "sub"))
+        holder = self.peer("src/sub/a.py")
+        inside = os.path.join(self.repo, "src")
+        for command, cwd in (("cd src/sub && apply_patch <<'EOF'\n%s\nEOF", None),
+                             ("cd sub && apply_patch <<'EOF'\n%s\nEOF", inside),
+                             ("cd %s && apply_patch <<'EOF'\n%%s\nEOF" % os.path.join(inside, "sub"), inside),
+                             ("cd ../src/sub && apply_patch <<'EOF'\n%s\nEOF", os.path.join(self.repo, "docs"))):
+            with self.subTest(command=command, cwd=cwd):
+                self.assertIn(holder["handle"], self.denial(self.bash(command % BODY, cwd=cwd), harness="codex"))
+        self.assertIsNone(self.denial(self.bash("apply_patch <<'EOF'\n%s\nEOF" % BODY), harness="codex"),
+                          "without the cd the patch writes a.py at the top")
+
+    def test_hostile_shell_commands_fail_open_and_a_buried_conflict_still_denies(self):
+        self.start(CODEX_MAIN, "codex")
+        holder = self.peer("a.py")
+        filler = "*** Add File: pad.txt\n" + "+%s\n" % ("x" * 200) * 20000
+        buried = "apply_patch <<'EOF'\n*** Begin Patch\n%s*** Update File: a.py\n@@\n-x\n+y\n*** End Patch\nEOF" % filler
+        self.assertIn(holder["handle"], self.denial(self.bash(buried), harness="codex"))
+        for command in ("apply_patch " + "<<" * 50000, "cd " + "'" * 9999 + " && apply_patch <<EOF\n",
+                        "apply_patch <<EOF\n*** Add File: \ud800.py\n+x\nEOF", "apply_patch <<EOF\n\x00\x1b[2J\nEOF",
+                        "applypatch <<'EOF'\n*** Add File: /etc/passwd\n*** Delete File: ../../x\nEOF",
+                        ["apply_patch", "*** Delete File: \ud800"], ["bash", "-lc", None], [], {"x": 1}):
+            with self.subTest(command=str(command)[:40]):
+                out, err = self.run_hook(self.bash(command), harness="codex")
+                self.assertEqual((out, err), ("", ""))
+
+    def test_plain_shell_stays_advisory_without_the_store(self):
+        self.start(CODEX_MAIN, "codex")
+        self.peer("shell_out.txt", "a.py")
+        for data in (self.payload("codex-PreToolUse-Bash-exec_command"),
+                     self.bash("echo x; apply_patch <<'EOF'\n%s\nEOF" % BODY),
+                     self.bash("git commit -m 'use apply_patch for a.py'")):
+            with self.subTest(command=data["tool_input"]["command"]):
+                self.assertIsNone(self.denial(data, harness="codex"))
+                p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", HOOK, "--harness", "codex"],
+                                   input=json.dumps(data).encode(), env=self.env, cwd=self.repo,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+                loaded = {line.split("|")[-1].strip() for line in p.stderr.decode().splitlines() if "|" in line}
+                self.assertNotIn("store", loaded)
+                self.assertNotIn("sqlite3", loaded)
+        self.assertIsNotNone(self.denial(self.bash("apply_patch <<'EOF'\n%s\nEOF" % BODY), harness="codex"))
+        # Claude Code has no patch engine behind its Bash tool: the same text is plain shell.
+        data = self.payload("claude-PreToolUse-Bash", session_id=CLAUDE_MAIN,
+                            tool_input={"command": "apply_patch <<'EOF'\n%s\nEOF" % BODY})
+        self.assertIsNone(self.denial(data))
 
 
 class SymlinkTest(HookCase):

@@ -175,7 +175,7 @@ class FreshInstallTest(InstallTestCase):
         claude = self.settings()["hooks"]["PreToolUse"]
         codex = self.settings(".codex/hooks.json")["hooks"]["PreToolUse"]
         self.assertEqual(claude[0]["matcher"], "Edit|Write|NotebookEdit|Bash")
-        self.assertEqual(codex[0]["matcher"], "apply_patch|Edit|Write")
+        self.assertEqual(codex[0]["matcher"], "apply_patch|Edit|Write|Bash")
         self.assertNotIn("matcher", self.settings()["hooks"]["PostToolUse"][0])
         end = self.settings(".codex/hooks.json")["hooks"]["SessionEnd"][0]["hooks"][0]
         self.assertGreater(end["timeout"], 1)
@@ -621,6 +621,24 @@ class DoctorTest(InstallTestCase):
                       self.install("--doctor").stdout)
         with open(os.path.join(self.codex_home, "config.toml")) as f:
             self.assertEqual(f.read(), "\n".join(config), "doctor must never write trust")
+
+    def test_upgrade_from_the_old_codex_matcher_asks_for_approval_again(self):
+        # 0.1.0 installed "apply_patch|Edit|Write": Codex never ran the hook for its shell.
+        import harnesses
+        self.fresh()
+        doc = self.settings(".codex/hooks.json")
+        doc["hooks"]["PreToolUse"][0]["matcher"] = "apply_patch|Edit|Write"
+        self.write_json(".codex/hooks.json", doc)
+        hashes = harnesses.codex_hook_hashes(self.t(".codex", "hooks.json"))
+        with open(os.path.join(self.codex_home, "config.toml"), "w") as f:
+            for key, digest in sorted(hashes.items()):
+                f.write("[hooks.state.%s]\ntrusted_hash = %s\n\n" % (json.dumps(key), json.dumps(digest)))
+        out = self.install(check=0).stdout
+        self.assertIn("Codex hooks changed: a person must approve them with /hooks in Codex", out)
+        self.assertEqual(self.settings(".codex/hooks.json")["hooks"]["PreToolUse"][0]["matcher"],
+                         "apply_patch|Edit|Write|Bash")
+        modified = [h["key"] for h in self.doctor()["codex"]["hooks"] if h["status"] == "modified"]
+        self.assertEqual(modified, ["pre_tool_use:0:0"])
 
     def test_doctor_codex_trust_hash_uses_capped_session_end_timeout(self):
         import harnesses
