@@ -120,7 +120,8 @@ class Hook:
 
     def open(self, migrate=True):
         wait = BUSY_WAIT / 2 if self.event == "SessionEnd" else BUSY_WAIT
-        self.st = self.store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate)
+        self.st = self.store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate,
+                                   strict_env=False)  # a bad COORD_*_TTL means its default here
         return self.st
 
     def process(self):

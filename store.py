@@ -31,6 +31,14 @@ MAX_PURPOSE = 500                # characters of a lease purpose
 MAX_RESOURCE = 1024              # characters of a resource name
 HEARTBEAT_EVERY = 30.0           # hooks skip a heartbeat younger than this
 
+# Every number read from a flag or the environment is checked against one of these closed
+# ranges (check_float / check_int); anything else, including inf and nan, is a usage error.
+LEASE_TTL_RANGE = (1.0, 7 * 86400.0)       # --ttl, COORD_LEASE_TTL (seconds)
+RUNTIME_TTL_RANGE = (60.0, 7 * 86400.0)    # COORD_RUNTIME_TTL: at least two heartbeat intervals
+BUSY_TIMEOUT_RANGE = (0.0, 600.0)          # COORD_BUSY_TIMEOUT (0: fail at once when locked)
+ID_RANGE = (1, (1 << 63) - 1)              # message IDs (SQLite INTEGER); audit --since starts at 0
+PID_RANGE = (1, (1 << 31) - 1)             # hello --pid (pid_t)
+
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REFUSED, EXIT_ENV = 0, 1, 2, 3, 4
 
 DOMAIN_RUNTIME = "runtime"
@@ -322,7 +330,7 @@ def process_alive(pid, start=None):
         return False
     except PermissionError:
         pass
-    except OSError:
+    except (OSError, OverflowError):  # OverflowError: no pid_t holds it (an older coord stored --pid 2**31)
         return False
     if start:
         now_start = process_start(pid)
@@ -527,14 +535,16 @@ def _open_by(path):
 class Store:
     """One connection to the coordination database plus every operation on it."""
 
-    def __init__(self, path=None, timeout=None, environ=None, migrate=True):
+    def __init__(self, path=None, timeout=None, environ=None, migrate=True, strict_env=True):
+        """strict_env=False (the hooks) ignores an out-of-range numeric variable and uses its
+        default; otherwise (the CLI) it is a UsageError naming the variable and its range."""
         env = os.environ if environ is None else environ
         self.path = path or resolve_db_path(env)
         if timeout is None:
-            timeout = _env_float(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT)
-        self.timeout = timeout
-        self.lease_ttl = _env_float(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL)
-        self.runtime_ttl = _env_float(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL)
+            timeout = env_number(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT, BUSY_TIMEOUT_RANGE, strict_env)
+        self.timeout = timeout = check_float(timeout, "busy timeout", *BUSY_TIMEOUT_RANGE)
+        self.lease_ttl = env_number(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL, LEASE_TTL_RANGE, strict_env)
+        self.runtime_ttl = env_number(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL, RUNTIME_TTL_RANGE, strict_env)
         _ensure_private_dir(os.path.dirname(self.path))
         try:
             if not os.path.exists(self.path):
@@ -797,6 +807,10 @@ class Store:
             released = self._drop_leases(rt["id"], "lease.reaped", now)
             self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = ? WHERE id = ?", (now, reason, rt["id"]))
             self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=released)
+        # An older coord accepted --ttl inf: such a lease would never expire. Bring it within range.
+        longest = LEASE_TTL_RANGE[1]
+        self.conn.execute("UPDATE leases SET expires_at = ? + ?, ttl = min(ttl, ?) WHERE expires_at > ? + ?",
+                          (now, longest, longest, now, longest))
         expired = self.q("SELECT resource, runtime, mode FROM leases WHERE expires_at <= ? ORDER BY resource, runtime",
                          (now,)).fetchall()
         if expired:
@@ -897,9 +911,7 @@ class Store:
         if mode not in ("exclusive", "append"):
             raise UsageError("mode must be exclusive or append")
         purpose = clean_text(purpose or "", MAX_PURPOSE)
-        ttl = float(ttl) if ttl else self.lease_ttl
-        if ttl <= 0:
-            raise UsageError("--ttl must be a positive number of seconds")
+        ttl = self.lease_ttl if ttl is None else check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
         now = _now(now)
         resources = unique(resources)
         with self.transaction():
@@ -932,6 +944,8 @@ class Store:
     def renew(self, runtime_id, resources=None, ttl=None, now=None):
         """Extend the named (or all) leases; an expired or missing lease is refused, never revived."""
         now = _now(now)
+        if ttl is not None:
+            ttl = check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
         with self.transaction():
             self.usable_runtime(runtime_id, now)
             self._reap(now)
@@ -942,7 +956,7 @@ class Store:
                 raise Refused("not held (expired or never claimed): %s" % ", ".join(missing),
                               "claim again: coord claim %s" % " ".join(missing))
             for name in names:
-                t = float(ttl) if ttl else held[name]["ttl"]
+                t = held[name]["ttl"] if ttl is None else ttl
                 self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ?), ttl = ? WHERE resource = ?"
                                   " AND runtime = ?", (now + t, t, name, runtime_id))
                 self.audit("lease.renewed", runtime_id, name, now, ttl=t)
@@ -1163,7 +1177,7 @@ class Store:
     def audit_lines(self, since=0, private=False):
         """Deterministic JSONL: stable order, sorted keys, no clock reads; secrets redacted unless private."""
         for row in self.q("SELECT id, at, event, runtime, subject, data FROM audit WHERE id > ? ORDER BY id",
-                          (int(since or 0),)):
+                          (check_int(since or 0, "--since", 0, ID_RANGE[1]),)):
             data = json.loads(row[5])
             if not private:
                 data = _redact(data)
@@ -1280,23 +1294,59 @@ def unique(items):
     return seen
 
 
-def _message_id(value):
+def _shown(value):
+    return json.dumps(clean_text(value, 40))
+
+
+def _num(x):
+    return ("%d" % x) if x == int(x) else ("%g" % x)
+
+
+def check_float(value, what, low, high, unit="seconds", hint=None):
+    """`value` (text or number) as a finite float within [low, high]; else a UsageError that
+    names `what` and the allowed range. inf, nan and 1e309 are refused."""
     try:
-        n = int(str(value).lstrip("#"))
-    except ValueError:
-        raise UsageError("message ID %r is not a number" % value, "coord inbox --peek lists message IDs")
-    if n <= 0:
-        raise UsageError("message ID must be positive")
-    return n
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = None
+    if number is None or not low <= number <= high:  # nan fails every comparison
+        raise UsageError("%s must be a number of %s from %s to %s, not %s"
+                         % (what, unit, _num(low), _num(high), _shown(value)), hint)
+    return number
+
+
+def check_int(value, what, low, high, hint=None):
+    """`value` (text or int) as a whole number within [low, high]; else a UsageError that names
+    `what` and the allowed range."""
+    number = None
+    if not isinstance(value, (bool, float)):
+        try:
+            number = int(str(value).strip())
+        except ValueError:  # also digit strings longer than int() accepts
+            number = None
+    if number is None or not low <= number <= high:
+        raise UsageError("%s must be a whole number from %d to %d, not %s" % (what, low, high, _shown(value)), hint)
+    return number
+
+
+def env_number(env, name, default, bounds, strict=True):
+    """A numeric environment variable: unset or empty gives `default`; a value outside `bounds`
+    is a UsageError, or (strict=False, for hooks, which must fail open) the default."""
+    raw = env.get(name, "")
+    if not raw.strip():
+        return default
+    try:
+        return check_float(raw, name, bounds[0], bounds[1])
+    except UsageError as exc:
+        if not strict:
+            return default
+        raise UsageError(exc.message, "unset %s or give it a value in that range" % name)
+
+
+def _message_id(value):
+    return check_int(str(value).strip().lstrip("#"), "message ID", ID_RANGE[0], ID_RANGE[1],
+                     "coord inbox --peek lists message IDs")
 
 
 def _now(now=None):
     return time.time() if now is None else float(now)
-
-
-def _env_float(env, name, default):
-    try:
-        value = float(env.get(name, "") or default)
-        return value if value > 0 else default
-    except ValueError:
-        return default

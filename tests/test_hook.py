@@ -376,7 +376,7 @@ class EnforcementTest(HookCase):
         dead.kill()
         dead.wait()
         rt = self.peer()
-        self.st.claim(rt["id"], ["src/expired.py"], ttl=0.001)
+        self.st.claim(rt["id"], ["src/expired.py"], ttl=1, now=store.time.time() - 5)  # expired 4 s ago
         self.assertIsNone(self.denial(self.write("src/dead.py")))
         self.assertIsNone(self.denial(self.write("src/expired.py")))
 
@@ -615,6 +615,25 @@ class FailOpenTest(HookCase):
         if not os.path.exists(old):
             self.skipTest("no Python 3.8 here")
         self.assertEqual(self.assertAllowed(self.blocked, python=old), "")
+
+    def test_bad_numeric_environment_means_the_defaults(self):
+        """The CLI refuses these (exit 2); a hook must neither crash nor act on them."""
+        silent = self.peer("src/old.py")
+        with self.st.transaction():  # silent for 5 hours: gone under the default 4 h presence limit
+            self.st.conn.execute("UPDATE runtimes SET heartbeat_at = heartbeat_at - 5 * 3600 WHERE id = ?",
+                                 (silent["id"],))
+        me = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        for name, value in (("COORD_RUNTIME_TTL", "1e309"), ("COORD_RUNTIME_TTL", "inf"),
+                            ("COORD_RUNTIME_TTL", "nan"), ("COORD_LEASE_TTL", "inf"), ("COORD_LEASE_TTL", "-1"),
+                            ("COORD_BUSY_TIMEOUT", "inf"), ("COORD_BUSY_TIMEOUT", "nan")):
+            with self.subTest(var=name, value=value):
+                env = {name: value}
+                self.assertIsNotNone(self.denial(self.blocked, env=env), "a live holder still blocks")
+                self.assertEqual(self.run_hook(self.write("src/old.py"), env=env), ("", ""),
+                                 "a runtime silent for 5 h is gone whatever the variable says")
+                msg = self.st.send(self.peer()["id"], "note under %s=%s" % (name, value), me["handle"])
+                self.assertIn("note under", self.context(self.payload("claude-PostToolUse-Write"), env=env))
+                self.st.ack(me["id"], [msg["id"]])
 
     def test_oversized_payload(self):
         data = dict(self.blocked)
