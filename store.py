@@ -989,11 +989,20 @@ class Store:
 
     def all_leases(self, now=None):
         now = _now(now)
-        rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at"
+        rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at,"
+                      " r.pid, r.pid_start, r.heartbeat_at, r.ended_at"
                       " FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.expires_at > ?"
                       " AND r.ended_at IS NULL ORDER BY l.resource, r.handle", (now,)).fetchall()
         keys = ("resource", "runtime", "handle", "mode", "purpose", "acquired_at", "expires_at")
-        return [dict(zip(keys, r)) for r in rows]
+        out, alive = [], {}
+        for r in rows:
+            # Held means what conflicts() would enforce: unexpired, and its runtime live. This
+            # reads without reaping, so it never waits for the write lock or writes audit rows.
+            if r[1] not in alive:
+                alive[r[1]] = self.runtime_live(dict(zip(("pid", "pid_start", "heartbeat_at", "ended_at"), r[7:])), now)
+            if alive[r[1]]:
+                out.append(dict(zip(keys, r)))
+        return out
 
     # -- messages
 

@@ -108,6 +108,30 @@ class CliTest(support.CoordTestCase):
         self.assertEqual(data["runtimes"][0]["id"], a["id"])
         self.assertEqual(data["leases"][0]["resource"], "lib/x.py")
 
+    def test_list_shows_only_leases_that_are_held(self):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        dead = self.coord_json("hello", "--pid", proc.pid)["runtime"]
+        live = self.hello()["runtime"]
+        self.coord("claim", "src/gone.py", "-p", "left behind", runtime=dead["id"], check=0)
+        self.coord("claim", "src/kept.py", runtime=live["id"], check=0)
+        self.assertIn("src/gone.py", self.coord("list", check=0).stdout)
+        proc.kill()
+        proc.wait()
+        self.assertEqual(self.coord("check", "src/gone.py", "--as", live["handle"]).returncode, 0, "check: free")
+        plain = self.coord("list", check=0).stdout
+        verbose = self.coord("list", "--verbose", check=0).stdout
+        data = self.coord_json("list")
+        everything = self.coord_json("list", "--all")
+        for out in (plain, verbose, json.dumps(data), json.dumps(everything)):
+            self.assertNotIn("src/gone.py", out)
+            self.assertIn("src/kept.py", out)
+        self.assertNotIn(dead["handle"], plain)
+        self.assertEqual([l["resource"] for l in data["leases"]], ["src/kept.py"])
+        gone = [r for r in everything["runtimes"] if r["id"] == dead["id"]][0]
+        self.assertFalse(gone["live"])
+
     def test_list_prints_nothing_when_there_is_nothing(self):
         self.assertEqual(self.coord("list", check=0).stdout, "")
 

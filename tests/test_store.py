@@ -337,6 +337,24 @@ class LeaseTest(StoreCase):
         again = self.st.register(conversation="conv-b")
         self.assertEqual(again["conversation"], "conv-b")
 
+    def test_listing_shows_only_what_is_held(self):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        dead = self.st.register(pid=proc.pid)["id"]
+        live = self.rt()
+        t0 = time.time()
+        self.st.claim(dead, ["gone"])
+        self.st.claim(live, ["short"], ttl=5, now=t0)
+        self.st.claim(live, ["kept"])
+        self.assertEqual([l["resource"] for l in self.st.all_leases(now=t0 + 1)], ["gone", "kept", "short"])
+        proc.kill()
+        proc.wait()
+        before = self.audit_count()
+        self.assertEqual([l["resource"] for l in self.st.all_leases(now=t0 + 6)], ["kept"])
+        self.assertEqual(self.audit_count(), before, "listing reads; it never reaps")
+
+    def audit_count(self):
+        return self.st.q("SELECT count(*) FROM audit").fetchone()[0]
+
 
 class ResourceNameTest(support.CoordTestCase):
     def test_normalisation(self):
