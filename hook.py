@@ -385,7 +385,8 @@ def session_context(h, rt):
             lines.append("  %s  %s%s" % (resource, handle, ('  "%s"' % clean(purpose, 80)) if purpose else ""))
         if total > len(rows):
             lines.append("  +%d more: %s list" % (total - len(rows), cmd))
-    pending = st.pending_context(rt["id"], prefix=cmd)
+    used = len("\n".join(lines).encode("utf-8", "replace")) + 1
+    pending = st.pending_context(rt["id"], prefix=cmd, budget=max(0, h.store.CONTEXT_BUDGET - used))
     if pending:
         lines.append(pending)
     return "\n".join(lines)

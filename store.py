@@ -26,7 +26,9 @@ SCHEMA_VERSION = 1
 DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
 DEFAULT_RUNTIME_TTL = 4 * 3600.0  # seconds a runtime stays live without a heartbeat
 BUSY_TIMEOUT = 5.0               # CLI wait for a locked database
-MAX_BODY = 16 * 1024             # bytes of one message body
+CONTEXT_BUDGET = 8 * 1024        # bytes of message context one hook boundary injects (see DESIGN.md)
+MAX_BODY = 6 * 1024              # bytes of one message body: one maximal message fits one boundary
+REMINDERS = 5                    # reminder lines per boundary; the rest are counted
 MAX_PURPOSE = 500                # characters of a lease purpose
 MAX_RESOURCE = 1024              # characters of a resource name
 HEARTBEAT_EVERY = 30.0           # hooks skip a heartbeat younger than this
@@ -1012,8 +1014,10 @@ class Store:
         if not isinstance(body, str) or not body.strip():
             raise UsageError("empty message body")
         body = text_in(body)
-        if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY:
-            raise UsageError("message body is larger than %d bytes" % MAX_BODY,
+        size = len(body.encode("utf-8", "surrogatepass"))
+        if size > MAX_BODY:
+            raise UsageError("message body is %d bytes, larger than the limit of %d bytes (so that one message"
+                             " always fits the %d bytes a hook shows at once)" % (size, MAX_BODY, CONTEXT_BUDGET),
                              "put long content in a file and send its path")
         kind = clean_text(kind or "note", 40) or "note"
         with self.transaction():
@@ -1089,26 +1093,37 @@ class Store:
                     states[mid] = "acked"
             return acked
 
-    def pending_context(self, runtime_id, prefix=".coord/coord", now=None):
-        """What a hook boundary should inject for this runtime now, or None.
+    _OPEN_SQL = ("SELECT m.id, m.kind, length(CAST(m.body AS BLOB)), m.digest, s.handle, d.state"
+                 " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"
+                 " WHERE d.recipient = ? AND d.state != 'acked' ORDER BY m.id")
 
-        The first delivery carries the body; later boundaries carry only a compact reminder
-        (ID, sender, kind, digest, recovery command) until the message is acknowledged.
+    def pending_context(self, runtime_id, prefix=".coord/coord", now=None, budget=CONTEXT_BUDGET):
+        """What a hook boundary should inject for this runtime now (at most `budget` bytes, see
+        render_context), or None.
+
+        A queued message's body is shown once and the message becomes delivered; later
+        boundaries carry a compact reminder (ID, sender, kind, digest, recovery command) until
+        it is acknowledged. A body that does not fit stays queued, counted and pointed to inbox:
+        nothing is marked delivered that was not injected.
         """
         if not self.q("SELECT 1 FROM deliveries WHERE recipient = ? AND state != 'acked' LIMIT 1",
                       (runtime_id,)).fetchone():
             return None  # the common case: one indexed read, no write
         now = _now(now)
+        keys = ("id", "kind", "size", "digest", "sender", "state")
         with self.transaction():
             # Re-read under the write lock, so parallel hooks never both show the same body.
-            msgs = self.open_messages(runtime_id)
+            msgs = [dict(zip(keys, r)) for r in self.q(self._OPEN_SQL, (runtime_id,)).fetchall()]
             if not msgs:
                 return None
-            fresh = [m["id"] for m in msgs if m["state"] == "queued"]
+            text, fresh, shown = render_context(
+                msgs, prefix, budget,
+                lambda m: self.q("SELECT body FROM messages WHERE id = ?", (m["id"],)).fetchone()[0])
             self._mark_delivered(runtime_id, fresh, now)
-            self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND state != 'acked'",
-                              (runtime_id,))
-        return render_context(msgs, prefix)
+            if shown:
+                self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND message IN (%s)"
+                                  % ",".join("?" * len(shown)), [runtime_id] + shown)
+        return text
 
     # -- work records (the `work` commands own their meaning; this is storage only)
 
@@ -1272,18 +1287,60 @@ def conflict_hint(lease):
             "coord inbox shows replies" % lease["handle"])
 
 
-def render_context(msgs, prefix=".coord/coord"):
-    """Hook context for open messages: bodies once, then one-line reminders."""
-    lines = []
-    for m in msgs:
-        if m["state"] == "queued":
-            lines.append("coord message #%d from %s (%s), for your information:\n%s\n(acknowledge: %s ack %d)"
-                         % (m["id"], m["sender"], clean_text(m["kind"]), clean_text(m["body"], MAX_BODY), prefix,
-                            m["id"]))
-        else:
-            lines.append("coord: unacked #%d from %s (%s, sha256:%s); reread: %s inbox --peek; ack: %s ack %d"
-                         % (m["id"], m["sender"], clean_text(m["kind"]), m["digest"][:8], prefix, prefix, m["id"]))
-    return "\n".join(lines)
+def render_context(msgs, prefix=".coord/coord", budget=CONTEXT_BUDGET, body_of=None):
+    """Hook context for open messages in at most `budget` bytes of UTF-8 (when the budget can
+    hold the two summary lines): (text or None, IDs whose body it shows, IDs it shows at all).
+
+    `msgs` are open deliveries in ID order with id, kind, sender, digest, state and size (the
+    body's bytes); `body_of(msg)` reads a body (default: msg["body"]). Queued bodies go first,
+    oldest first; the first one that does not fit stops the rest, so they arrive in order.
+    Then up to REMINDERS one-line reminders of delivered, unacknowledged messages. What is
+    left is counted: one line for new messages (read them with inbox) and one for unacked ones.
+    """
+    body_of = body_of or (lambda m: m["body"])
+    queued = [m for m in msgs if m["state"] == "queued"]
+    older = [m for m in msgs if m["state"] != "queued"]
+
+    def cost(text):
+        return len(text.encode("utf-8", "surrogatepass")) + 1  # and its newline
+
+    def waiting(ms):
+        return ("coord: %d new message%s (%d bytes) not shown here; read %s with: %s inbox"
+                % (len(ms), "" if len(ms) == 1 else "s", sum(m["size"] for m in ms),
+                   "it" if len(ms) == 1 else "them", prefix))
+
+    def unacked(n):
+        return ("coord: %d more unacked message%s; reread: %s inbox --peek; ack: %s ack ID..."
+                % (n, "" if n == 1 else "s", prefix, prefix))
+
+    # The summary lines are reserved first (at their largest), so the bound always holds.
+    room = budget - (cost(waiting(queued)) if queued else 0) - (cost(unacked(len(older))) if older else 0)
+    used, bodies, fresh = 0, [], []
+    for m in queued:
+        head = "coord message #%d from %s (%s), for your information:" % (m["id"], m["sender"], clean_text(m["kind"]))
+        foot = "(acknowledge: %s ack %d)" % (prefix, m["id"])
+        if used + cost(head) + m["size"] + 1 + cost(foot) > room:
+            break  # cleaning only shortens a body, so its stored size bounds what it adds
+        entry = "%s\n%s\n%s" % (head, clean_text(body_of(m)), foot)
+        used += cost(entry)
+        bodies.append(entry)
+        fresh.append(m["id"])
+    reminders, reminded = [], []
+    for m in older[:REMINDERS]:
+        line = ("coord: unacked #%d from %s (%s, sha256:%s); reread: %s inbox --peek; ack: %s ack %d"
+                % (m["id"], m["sender"], clean_text(m["kind"]), m["digest"][:8], prefix, prefix, m["id"]))
+        if used + cost(line) > room:
+            break
+        used += cost(line)
+        reminders.append(line)
+        reminded.append(m["id"])
+    lines = bodies
+    if len(fresh) < len(queued):
+        lines.append(waiting(queued[len(fresh):]))
+    lines.extend(reminders)
+    if len(reminded) < len(older):
+        lines.append(unacked(len(older) - len(reminded)))
+    return ("\n".join(lines) or None), fresh, fresh + reminded
 
 
 def _redact(value):

@@ -97,6 +97,17 @@ class CliTest(support.CoordTestCase):
         self.coord("ack", str(sent["id"]), runtime=b["id"], check=0)
         self.assertEqual(self.coord("inbox", runtime=b["id"], check=0).stdout, "")
 
+    def test_send_refuses_a_body_over_the_limit(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        proc = self.coord("send", "x" * 16384, "--to", b["handle"], runtime=a["id"])
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("16384 bytes, larger than the limit of 6144 bytes", proc.stderr)
+        self.assertIn("send its path", proc.stderr)
+        self.assertEqual(self.coord_json("inbox", "--peek", runtime=b["id"])["messages"], [])
+        self.coord("send", "\u00e9" * 3072, "--to", b["handle"], runtime=a["id"], check=0)  # 6144 bytes
+        self.assertEqual(self.coord("send", "\u00e9" * 3072 + "x", "--to", b["handle"], runtime=a["id"]).returncode, 2)
+
     def test_list_is_concise_by_default_and_full_with_verbose_or_json(self):
         a = self.hello()["runtime"]
         self.coord("claim", "lib/x.py", "-p", "p", runtime=a["id"], check=0)

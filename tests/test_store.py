@@ -440,6 +440,21 @@ class MessageTest(StoreCase):
         self.assertIsNone(self.st.pending_context(b))
         self.st.ack(b, [mid])  # idempotent
 
+    def test_a_boundary_marks_delivered_only_what_it_shows(self):
+        a, b = self.rt(), self.rt()
+        to = self.st.runtime(b)["handle"]
+        ids = [self.st.send(a, "%d " % i + "z" * 1000, to)["id"] for i in range(12)]
+        text = self.st.pending_context(b, budget=2500)
+        self.assertLessEqual(len(text.encode()), 2500)
+        rows = self.st.q("SELECT message, state, shown FROM deliveries WHERE recipient = ? ORDER BY message",
+                         (b,)).fetchall()
+        shown = [m for m, state, n in rows if state == "delivered"]
+        self.assertEqual(shown, ids[:2])
+        self.assertEqual([n for _, _, n in rows], [1, 1] + [0] * 10)
+        self.assertIn("10 new messages", text)
+        with self.assertRaises(UsageError):
+            self.st.ack(b, [1 << 63])
+
     def test_ack_of_a_message_not_addressed_to_you_is_refused(self):
         a, b, c = self.rt(), self.rt(), self.rt()
         mid = self.st.send(a, "private", self.st.runtime(b)["handle"])["id"]
