@@ -199,7 +199,8 @@ class Hook:
 
     def open(self, migrate=True):
         wait = BUSY_WAIT / 2 if self.event == "SessionEnd" else BUSY_WAIT
-        self.st = self.store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate)
+        self.st = self.store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate,
+                                   strict_env=False)  # a bad COORD_*_TTL means its default here
         return self.st
 
     def process(self):
@@ -457,7 +458,8 @@ def session_context(h, rt):
             lines.append("  %s  %s%s" % (resource, handle, ('  "%s"' % clean(purpose, 80)) if purpose else ""))
         if total > len(rows):
             lines.append("  +%d more: %s list" % (total - len(rows), cmd))
-    pending = st.pending_context(rt["id"], prefix=cmd)
+    used = len("\n".join(lines).encode("utf-8", "replace")) + 1
+    pending = st.pending_context(rt["id"], prefix=cmd, budget=max(0, h.store.CONTEXT_BUDGET - used))
     if pending:
         lines.append(pending)
     return "\n".join(lines)

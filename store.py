@@ -26,10 +26,20 @@ SCHEMA_VERSION = 1
 DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
 DEFAULT_RUNTIME_TTL = 4 * 3600.0  # seconds a runtime stays live without a heartbeat
 BUSY_TIMEOUT = 5.0               # CLI wait for a locked database
-MAX_BODY = 16 * 1024             # bytes of one message body
+CONTEXT_BUDGET = 8 * 1024        # bytes of message context one hook boundary injects (see DESIGN.md)
+MAX_BODY = 6 * 1024              # bytes of one message body: one maximal message fits one boundary
+REMINDERS = 5                    # reminder lines per boundary; the rest are counted
 MAX_PURPOSE = 500                # characters of a lease purpose
 MAX_RESOURCE = 1024              # characters of a resource name
 HEARTBEAT_EVERY = 30.0           # hooks skip a heartbeat younger than this
+
+# Every number read from a flag or the environment is checked against one of these closed
+# ranges (check_float / check_int); anything else, including inf and nan, is a usage error.
+LEASE_TTL_RANGE = (1.0, 7 * 86400.0)       # --ttl, COORD_LEASE_TTL (seconds)
+RUNTIME_TTL_RANGE = (60.0, 7 * 86400.0)    # COORD_RUNTIME_TTL: at least two heartbeat intervals
+BUSY_TIMEOUT_RANGE = (0.0, 600.0)          # COORD_BUSY_TIMEOUT (0: fail at once when locked)
+ID_RANGE = (1, (1 << 63) - 1)              # message IDs (SQLite INTEGER); audit --since starts at 0
+PID_RANGE = (1, (1 << 31) - 1)             # hello --pid (pid_t)
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REFUSED, EXIT_ENV = 0, 1, 2, 3, 4
 
@@ -369,7 +379,7 @@ def _process_matches(pid, start):
         return False
     except PermissionError:
         pass
-    except OSError:
+    except (OSError, OverflowError):  # OverflowError: no pid_t holds it (an older coord stored --pid 2**31)
         return False
     if start:
         now_start = process_start(pid)
@@ -596,14 +606,16 @@ def _open_by(path):
 class Store:
     """One connection to the coordination database plus every operation on it."""
 
-    def __init__(self, path=None, timeout=None, environ=None, migrate=True):
+    def __init__(self, path=None, timeout=None, environ=None, migrate=True, strict_env=True):
+        """strict_env=False (the hooks) ignores an out-of-range numeric variable and uses its
+        default; otherwise (the CLI) it is a UsageError naming the variable and its range."""
         env = os.environ if environ is None else environ
         self.path = path or resolve_db_path(env)
         if timeout is None:
-            timeout = _env_float(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT)
-        self.timeout = timeout
-        self.lease_ttl = _env_float(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL)
-        self.runtime_ttl = _env_float(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL)
+            timeout = env_number(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT, BUSY_TIMEOUT_RANGE, strict_env)
+        self.timeout = timeout = check_float(timeout, "busy timeout", *BUSY_TIMEOUT_RANGE)
+        self.lease_ttl = env_number(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL, LEASE_TTL_RANGE, strict_env)
+        self.runtime_ttl = env_number(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL, RUNTIME_TTL_RANGE, strict_env)
         _ensure_private_dir(os.path.dirname(self.path))
         try:
             if not os.path.exists(self.path):
@@ -904,6 +916,10 @@ class Store:
             released = self._drop_leases(rt["id"], "lease.reaped", now)
             self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = ? WHERE id = ?", (now, reason, rt["id"]))
             self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=released)
+        # An older coord accepted --ttl inf: such a lease would never expire. Bring it within range.
+        longest = LEASE_TTL_RANGE[1]
+        self.conn.execute("UPDATE leases SET expires_at = ? + ?, ttl = min(ttl, ?) WHERE expires_at > ? + ?",
+                          (now, longest, longest, now, longest))
         expired = self.q("SELECT resource, runtime, mode FROM leases WHERE expires_at <= ? ORDER BY resource, runtime",
                          (now,)).fetchall()
         if expired:
@@ -1005,9 +1021,7 @@ class Store:
         if mode not in ("exclusive", "append"):
             raise UsageError("mode must be exclusive or append")
         purpose = clean_text(purpose or "", MAX_PURPOSE)
-        ttl = float(ttl) if ttl else self.lease_ttl
-        if ttl <= 0:
-            raise UsageError("--ttl must be a positive number of seconds")
+        ttl = self.lease_ttl if ttl is None else check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
         now = _now(now)
         resources = unique(resources)
         with self.transaction():
@@ -1040,6 +1054,8 @@ class Store:
     def renew(self, runtime_id, resources=None, ttl=None, now=None):
         """Extend the named (or all) leases; an expired or missing lease is refused, never revived."""
         now = _now(now)
+        if ttl is not None:
+            ttl = check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
         with self.transaction():
             self.usable_runtime(runtime_id, now)
             self._reap(now)
@@ -1050,7 +1066,7 @@ class Store:
                 raise Refused("not held (expired or never claimed): %s" % ", ".join(missing),
                               "claim again: coord claim %s" % " ".join(missing))
             for name in names:
-                t = float(ttl) if ttl else held[name]["ttl"]
+                t = held[name]["ttl"] if ttl is None else ttl
                 self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ?), ttl = ? WHERE resource = ?"
                                   " AND runtime = ?", (now + t, t, name, runtime_id))
                 self.audit("lease.renewed", runtime_id, name, now, ttl=t)
@@ -1083,11 +1099,20 @@ class Store:
 
     def all_leases(self, now=None):
         now = _now(now)
-        rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at"
+        rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at,"
+                      " r.pid, r.pid_start, r.heartbeat_at, r.ended_at"
                       " FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.expires_at > ?"
                       " AND r.ended_at IS NULL ORDER BY l.resource, r.handle", (now,)).fetchall()
         keys = ("resource", "runtime", "handle", "mode", "purpose", "acquired_at", "expires_at")
-        return [dict(zip(keys, r)) for r in rows]
+        out, alive = [], {}
+        for r in rows:
+            # Held means what conflicts() would enforce: unexpired, and its runtime live. This
+            # reads without reaping, so it never waits for the write lock or writes audit rows.
+            if r[1] not in alive:
+                alive[r[1]] = self.runtime_live(dict(zip(("pid", "pid_start", "heartbeat_at", "ended_at"), r[7:])), now)
+            if alive[r[1]]:
+                out.append(dict(zip(keys, r)))
+        return out
 
     # -- messages
 
@@ -1097,8 +1122,10 @@ class Store:
         if not isinstance(body, str) or not body.strip():
             raise UsageError("empty message body")
         body = text_in(body)
-        if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY:
-            raise UsageError("message body is larger than %d bytes" % MAX_BODY,
+        size = len(body.encode("utf-8", "surrogatepass"))
+        if size > MAX_BODY:
+            raise UsageError("message body is %d bytes, larger than the limit of %d bytes (so that one message"
+                             " always fits the %d bytes a hook shows at once)" % (size, MAX_BODY, CONTEXT_BUDGET),
                              "put long content in a file and send its path")
         kind = clean_text(kind or "note", 40) or "note"
         with self.transaction():
@@ -1174,26 +1201,37 @@ class Store:
                     states[mid] = "acked"
             return acked
 
-    def pending_context(self, runtime_id, prefix=".coord/coord", now=None):
-        """What a hook boundary should inject for this runtime now, or None.
+    _OPEN_SQL = ("SELECT m.id, m.kind, length(CAST(m.body AS BLOB)), m.digest, s.handle, d.state"
+                 " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"
+                 " WHERE d.recipient = ? AND d.state != 'acked' ORDER BY m.id")
 
-        The first delivery carries the body; later boundaries carry only a compact reminder
-        (ID, sender, kind, digest, recovery command) until the message is acknowledged.
+    def pending_context(self, runtime_id, prefix=".coord/coord", now=None, budget=CONTEXT_BUDGET):
+        """What a hook boundary should inject for this runtime now (at most `budget` bytes, see
+        render_context), or None.
+
+        A queued message's body is shown once and the message becomes delivered; later
+        boundaries carry a compact reminder (ID, sender, kind, digest, recovery command) until
+        it is acknowledged. A body that does not fit stays queued, counted and pointed to inbox:
+        nothing is marked delivered that was not injected.
         """
         if not self.q("SELECT 1 FROM deliveries WHERE recipient = ? AND state != 'acked' LIMIT 1",
                       (runtime_id,)).fetchone():
             return None  # the common case: one indexed read, no write
         now = _now(now)
+        keys = ("id", "kind", "size", "digest", "sender", "state")
         with self.transaction():
             # Re-read under the write lock, so parallel hooks never both show the same body.
-            msgs = self.open_messages(runtime_id)
+            msgs = [dict(zip(keys, r)) for r in self.q(self._OPEN_SQL, (runtime_id,)).fetchall()]
             if not msgs:
                 return None
-            fresh = [m["id"] for m in msgs if m["state"] == "queued"]
+            text, fresh, shown = render_context(
+                msgs, prefix, budget,
+                lambda m: self.q("SELECT body FROM messages WHERE id = ?", (m["id"],)).fetchone()[0])
             self._mark_delivered(runtime_id, fresh, now)
-            self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND state != 'acked'",
-                              (runtime_id,))
-        return render_context(msgs, prefix)
+            if shown:
+                self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND message IN (%s)"
+                                  % ",".join("?" * len(shown)), [runtime_id] + shown)
+        return text
 
     # -- work records (the `work` commands own their meaning; this is storage only)
 
@@ -1271,7 +1309,7 @@ class Store:
     def audit_lines(self, since=0, private=False):
         """Deterministic JSONL: stable order, sorted keys, no clock reads; secrets redacted unless private."""
         for row in self.q("SELECT id, at, event, runtime, subject, data FROM audit WHERE id > ? ORDER BY id",
-                          (int(since or 0),)):
+                          (check_int(since or 0, "--since", 0, ID_RANGE[1]),)):
             data = json.loads(row[5])
             if not private:
                 data = _redact(data)
@@ -1368,18 +1406,60 @@ def conflict_hint(lease):
             "coord inbox shows replies" % lease["handle"])
 
 
-def render_context(msgs, prefix=".coord/coord"):
-    """Hook context for open messages: bodies once, then one-line reminders."""
-    lines = []
-    for m in msgs:
-        if m["state"] == "queued":
-            lines.append("coord message #%d from %s (%s), for your information:\n%s\n(acknowledge: %s ack %d)"
-                         % (m["id"], m["sender"], clean_text(m["kind"]), clean_text(m["body"], MAX_BODY), prefix,
-                            m["id"]))
-        else:
-            lines.append("coord: unacked #%d from %s (%s, sha256:%s); reread: %s inbox --peek; ack: %s ack %d"
-                         % (m["id"], m["sender"], clean_text(m["kind"]), m["digest"][:8], prefix, prefix, m["id"]))
-    return "\n".join(lines)
+def render_context(msgs, prefix=".coord/coord", budget=CONTEXT_BUDGET, body_of=None):
+    """Hook context for open messages in at most `budget` bytes of UTF-8 (when the budget can
+    hold the two summary lines): (text or None, IDs whose body it shows, IDs it shows at all).
+
+    `msgs` are open deliveries in ID order with id, kind, sender, digest, state and size (the
+    body's bytes); `body_of(msg)` reads a body (default: msg["body"]). Queued bodies go first,
+    oldest first; the first one that does not fit stops the rest, so they arrive in order.
+    Then up to REMINDERS one-line reminders of delivered, unacknowledged messages. What is
+    left is counted: one line for new messages (read them with inbox) and one for unacked ones.
+    """
+    body_of = body_of or (lambda m: m["body"])
+    queued = [m for m in msgs if m["state"] == "queued"]
+    older = [m for m in msgs if m["state"] != "queued"]
+
+    def cost(text):
+        return len(text.encode("utf-8", "surrogatepass")) + 1  # and its newline
+
+    def waiting(ms):
+        return ("coord: %d new message%s (%d bytes) not shown here; read %s with: %s inbox"
+                % (len(ms), "" if len(ms) == 1 else "s", sum(m["size"] for m in ms),
+                   "it" if len(ms) == 1 else "them", prefix))
+
+    def unacked(n):
+        return ("coord: %d more unacked message%s; reread: %s inbox --peek; ack: %s ack ID..."
+                % (n, "" if n == 1 else "s", prefix, prefix))
+
+    # The summary lines are reserved first (at their largest), so the bound always holds.
+    room = budget - (cost(waiting(queued)) if queued else 0) - (cost(unacked(len(older))) if older else 0)
+    used, bodies, fresh = 0, [], []
+    for m in queued:
+        head = "coord message #%d from %s (%s), for your information:" % (m["id"], m["sender"], clean_text(m["kind"]))
+        foot = "(acknowledge: %s ack %d)" % (prefix, m["id"])
+        if used + cost(head) + m["size"] + 1 + cost(foot) > room:
+            break  # cleaning only shortens a body, so its stored size bounds what it adds
+        entry = "%s\n%s\n%s" % (head, clean_text(body_of(m)), foot)
+        used += cost(entry)
+        bodies.append(entry)
+        fresh.append(m["id"])
+    reminders, reminded = [], []
+    for m in older[:REMINDERS]:
+        line = ("coord: unacked #%d from %s (%s, sha256:%s); reread: %s inbox --peek; ack: %s ack %d"
+                % (m["id"], m["sender"], clean_text(m["kind"]), m["digest"][:8], prefix, prefix, m["id"]))
+        if used + cost(line) > room:
+            break
+        used += cost(line)
+        reminders.append(line)
+        reminded.append(m["id"])
+    lines = bodies
+    if len(fresh) < len(queued):
+        lines.append(waiting(queued[len(fresh):]))
+    lines.extend(reminders)
+    if len(reminded) < len(older):
+        lines.append(unacked(len(older) - len(reminded)))
+    return ("\n".join(lines) or None), fresh, fresh + reminded
 
 
 def _redact(value):
@@ -1399,23 +1479,59 @@ def unique(items):
     return seen
 
 
-def _message_id(value):
+def _shown(value):
+    return json.dumps(clean_text(value, 40))
+
+
+def _num(x):
+    return ("%d" % x) if x == int(x) else ("%g" % x)
+
+
+def check_float(value, what, low, high, unit="seconds", hint=None):
+    """`value` (text or number) as a finite float within [low, high]; else a UsageError that
+    names `what` and the allowed range. inf, nan and 1e309 are refused."""
     try:
-        n = int(str(value).lstrip("#"))
-    except ValueError:
-        raise UsageError("message ID %r is not a number" % value, "coord inbox --peek lists message IDs")
-    if n <= 0:
-        raise UsageError("message ID must be positive")
-    return n
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = None
+    if number is None or not low <= number <= high:  # nan fails every comparison
+        raise UsageError("%s must be a number of %s from %s to %s, not %s"
+                         % (what, unit, _num(low), _num(high), _shown(value)), hint)
+    return number
+
+
+def check_int(value, what, low, high, hint=None):
+    """`value` (text or int) as a whole number within [low, high]; else a UsageError that names
+    `what` and the allowed range."""
+    number = None
+    if not isinstance(value, (bool, float)):
+        try:
+            number = int(str(value).strip())
+        except ValueError:  # also digit strings longer than int() accepts
+            number = None
+    if number is None or not low <= number <= high:
+        raise UsageError("%s must be a whole number from %d to %d, not %s" % (what, low, high, _shown(value)), hint)
+    return number
+
+
+def env_number(env, name, default, bounds, strict=True):
+    """A numeric environment variable: unset or empty gives `default`; a value outside `bounds`
+    is a UsageError, or (strict=False, for hooks, which must fail open) the default."""
+    raw = env.get(name, "")
+    if not raw.strip():
+        return default
+    try:
+        return check_float(raw, name, bounds[0], bounds[1])
+    except UsageError as exc:
+        if not strict:
+            return default
+        raise UsageError(exc.message, "unset %s or give it a value in that range" % name)
+
+
+def _message_id(value):
+    return check_int(str(value).strip().lstrip("#"), "message ID", ID_RANGE[0], ID_RANGE[1],
+                     "coord inbox --peek lists message IDs")
 
 
 def _now(now=None):
     return time.time() if now is None else float(now)
-
-
-def _env_float(env, name, default):
-    try:
-        value = float(env.get(name, "") or default)
-        return value if value > 0 else default
-    except ValueError:
-        return default

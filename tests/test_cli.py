@@ -145,6 +145,17 @@ class CliTest(support.CoordTestCase):
         self.coord("ack", str(sent["id"]), runtime=b["id"], check=0)
         self.assertEqual(self.coord("inbox", runtime=b["id"], check=0).stdout, "")
 
+    def test_send_refuses_a_body_over_the_limit(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        proc = self.coord("send", "x" * 16384, "--to", b["handle"], runtime=a["id"])
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("16384 bytes, larger than the limit of 6144 bytes", proc.stderr)
+        self.assertIn("send its path", proc.stderr)
+        self.assertEqual(self.coord_json("inbox", "--peek", runtime=b["id"])["messages"], [])
+        self.coord("send", "\u00e9" * 3072, "--to", b["handle"], runtime=a["id"], check=0)  # 6144 bytes
+        self.assertEqual(self.coord("send", "\u00e9" * 3072 + "x", "--to", b["handle"], runtime=a["id"]).returncode, 2)
+
     def test_list_is_concise_by_default_and_full_with_verbose_or_json(self):
         a = self.hello()["runtime"]
         self.coord("claim", "lib/x.py", "-p", "p", runtime=a["id"], check=0)
@@ -165,6 +176,30 @@ class CliTest(support.CoordTestCase):
         self.assertIn("ok gnp.exe and x ", out)
         for ch in "\u202e\u202c\u2067\u2069\u200f\u061c":
             self.assertNotIn(ch, out)
+
+    def test_list_shows_only_leases_that_are_held(self):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        dead = self.coord_json("hello", "--pid", proc.pid)["runtime"]
+        live = self.hello()["runtime"]
+        self.coord("claim", "src/gone.py", "-p", "left behind", runtime=dead["id"], check=0)
+        self.coord("claim", "src/kept.py", runtime=live["id"], check=0)
+        self.assertIn("src/gone.py", self.coord("list", check=0).stdout)
+        proc.kill()
+        proc.wait()
+        self.assertEqual(self.coord("check", "src/gone.py", "--as", live["handle"]).returncode, 0, "check: free")
+        plain = self.coord("list", check=0).stdout
+        verbose = self.coord("list", "--verbose", check=0).stdout
+        data = self.coord_json("list")
+        everything = self.coord_json("list", "--all")
+        for out in (plain, verbose, json.dumps(data), json.dumps(everything)):
+            self.assertNotIn("src/gone.py", out)
+            self.assertIn("src/kept.py", out)
+        self.assertNotIn(dead["handle"], plain)
+        self.assertEqual([l["resource"] for l in data["leases"]], ["src/kept.py"])
+        gone = [r for r in everything["runtimes"] if r["id"] == dead["id"]][0]
+        self.assertFalse(gone["live"])
 
     def test_list_prints_nothing_when_there_is_nothing(self):
         self.assertEqual(self.coord("list", check=0).stdout, "")

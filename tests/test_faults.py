@@ -362,6 +362,94 @@ class HostileInputTest(support.CoordTestCase):
         self.assertIn("larger than", proc.stderr)
 
 
+def strict_json(text):
+    """Parse JSON as a strict parser would: Infinity, -Infinity and NaN are not JSON."""
+    def refuse(name):
+        raise ValueError("not JSON: %s" % name)
+    return json.loads(text, parse_constant=refuse)
+
+
+class HostileNumberTest(support.CoordTestCase):
+    """Every number from a flag or the environment has a finite range; outside it, exit 2."""
+
+    def assertUsage(self, proc, *needles):
+        self.assertEqual(proc.returncode, 2, (proc.args[2:], proc.stdout, proc.stderr))
+        self.assertNotIn("Traceback", proc.stderr)
+        self.assertNotIn("internal error", proc.stderr)
+        for needle in needles:
+            self.assertIn(needle, proc.stderr)
+
+    def test_ttl_flags_refuse_infinite_nan_and_out_of_range_values(self):
+        a = self.hello()["runtime"]
+        self.coord("claim", "held", runtime=a["id"], check=0)
+        for value in ("inf", "1e309", "nan", "-inf", "-5", "0", "0.5", "604801", "1e9", "ten", ""):
+            with self.subTest(ttl=value):
+                flag = ["--ttl=" + value] if value.startswith("-") else ["--ttl", value]
+                self.assertUsage(self.coord("claim", "x", *flag, runtime=a["id"]), "--ttl", "from 1 to 604800")
+                self.assertUsage(self.coord("renew", *flag, runtime=a["id"]), "from 1 to 604800")
+                self.assertUsage(self.coord("batch", "--runtime", a["id"], "claim", "y", *flag), "--ttl")
+        listing = self.coord("list", "--json", check=0)
+        self.assertEqual([l["resource"] for l in strict_json(listing.stdout)["leases"]], ["held"])
+        self.coord("list", "--verbose", check=0)
+        self.coord("claim", "edge", "--ttl", "604800", runtime=a["id"], check=0)
+        lease = [l for l in strict_json(self.coord("list", "--json", check=0).stdout)["leases"]
+                 if l["resource"] == "edge"][0]
+        self.assertLessEqual(lease["expires_at"] - lease["acquired_at"], 604800)
+
+    def test_numeric_environment_variables_are_checked_by_the_cli(self):
+        a = self.hello()["runtime"]
+        cases = {"COORD_LEASE_TTL": ("inf", "1e309", "nan", "0", "-1", "604801", "soon"),
+                 "COORD_RUNTIME_TTL": ("inf", "nan", "59", "-inf", "1e309"),
+                 "COORD_BUSY_TIMEOUT": ("inf", "nan", "-1", "601", "1e309")}
+        for name, values in cases.items():
+            for value in values:
+                with self.subTest(var=name, value=value):
+                    for args in (["list"], ["claim", "x"], ["send", "hi", "--to", "*"]):
+                        self.assertUsage(self.coord(*args, runtime=a["id"], env={name: value}), name, "from ")
+        self.assertEqual(self.coord_json("list")["leases"], [], "nothing was claimed under a bad value")
+        self.coord("claim", "x", runtime=a["id"], env={"COORD_LEASE_TTL": "120", "COORD_BUSY_TIMEOUT": "0",
+                                                       "COORD_RUNTIME_TTL": "60"}, check=0)
+        lease = self.coord_json("list")["leases"][0]
+        self.assertAlmostEqual(lease["expires_at"] - lease["acquired_at"], 120, places=3)
+
+    def test_huge_and_negative_integers_are_usage_errors(self):
+        a = self.hello()["runtime"]
+        top = str((1 << 63) - 1)
+        for ids in (["99999999999999999999"], [str(1 << 63)], ["0"], ["-1"], ["1e3"], ["1", "9" * 5000]):
+            with self.subTest(ids=[i[:25] for i in ids]):
+                self.assertUsage(self.coord("ack", *ids, runtime=a["id"]), "message ID", top)
+        self.assertEqual(self.coord("ack", top, runtime=a["id"]).returncode, 3, "in range: not addressed to you")
+        for since in ("99999999999999999999", str(1 << 63), "-1", "1.5", "inf"):
+            with self.subTest(since=since):
+                self.assertUsage(self.coord("audit", "--since", since), "--since", top)
+        self.assertEqual(self.coord("audit", "--since", top, check=0).stdout, "")
+        for pid in ("99999999999999999999", str(1 << 31), "0", "-1"):
+            with self.subTest(pid=pid):
+                self.assertUsage(self.coord("hello", "--pid", pid), "--pid")
+
+    def test_a_never_expiring_lease_from_an_older_coord_prints_valid_json_and_is_repaired(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        with st.transaction():  # what 0.1.0 stored for `claim legacy --ttl inf`
+            st.conn.execute("INSERT INTO leases (resource, runtime, mode, purpose, acquired_at, expires_at, ttl)"
+                            " VALUES ('legacy', ?, 'exclusive', '', ?, ?, ?)",
+                            (a["id"], time.time(), float("inf"), float("inf")))
+        listing = strict_json(self.coord("list", "--json", check=0).stdout)
+        self.assertEqual([l["resource"] for l in listing["leases"]], ["legacy"])
+        self.assertIn("never expires", self.coord("list", "--verbose", check=0).stdout)
+        blocked = self.coord("check", "legacy", "--json", "--as", b["handle"])
+        self.assertEqual(blocked.returncode, 3)
+        self.assertFalse(strict_json(blocked.stdout)["free"])
+        strict_json(self.coord("claim", "legacy", "--json", runtime=b["id"], check=3).stdout)
+        self.coord("claim", "other", runtime=b["id"], check=0)  # any write reaps: the lease gets an end
+        expires, ttl = st.q("SELECT expires_at, ttl FROM leases WHERE resource = 'legacy'").fetchone()
+        self.assertLessEqual(expires, time.time() + store.LEASE_TTL_RANGE[1])
+        self.assertEqual(ttl, store.LEASE_TTL_RANGE[1])
+        self.assertIn("expires in", self.coord("list", "--verbose", check=0).stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
 

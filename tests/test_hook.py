@@ -381,7 +381,7 @@ class EnforcementTest(HookCase):
         dead.kill()
         dead.wait()
         rt = self.peer()
-        self.st.claim(rt["id"], ["src/expired.py"], ttl=0.001)
+        self.st.claim(rt["id"], ["src/expired.py"], ttl=1, now=store.time.time() - 5)  # expired 4 s ago
         self.assertIsNone(self.denial(self.write("src/dead.py")))
         self.assertIsNone(self.denial(self.write("src/expired.py")))
 
@@ -800,6 +800,25 @@ class FailOpenTest(HookCase):
             self.skipTest("no Python 3.8 here")
         self.assertEqual(self.assertAllowed(self.blocked, python=old), "")
 
+    def test_bad_numeric_environment_means_the_defaults(self):
+        """The CLI refuses these (exit 2); a hook must neither crash nor act on them."""
+        silent = self.peer("src/old.py")
+        with self.st.transaction():  # silent for 5 hours: gone under the default 4 h presence limit
+            self.st.conn.execute("UPDATE runtimes SET heartbeat_at = heartbeat_at - 5 * 3600 WHERE id = ?",
+                                 (silent["id"],))
+        me = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        for name, value in (("COORD_RUNTIME_TTL", "1e309"), ("COORD_RUNTIME_TTL", "inf"),
+                            ("COORD_RUNTIME_TTL", "nan"), ("COORD_LEASE_TTL", "inf"), ("COORD_LEASE_TTL", "-1"),
+                            ("COORD_BUSY_TIMEOUT", "inf"), ("COORD_BUSY_TIMEOUT", "nan")):
+            with self.subTest(var=name, value=value):
+                env = {name: value}
+                self.assertIsNotNone(self.denial(self.blocked, env=env), "a live holder still blocks")
+                self.assertEqual(self.run_hook(self.write("src/old.py"), env=env), ("", ""),
+                                 "a runtime silent for 5 h is gone whatever the variable says")
+                msg = self.st.send(self.peer()["id"], "note under %s=%s" % (name, value), me["handle"])
+                self.assertIn("note under", self.context(self.payload("claude-PostToolUse-Write"), env=env))
+                self.st.ack(me["id"], [msg["id"]])
+
     def test_oversized_payload(self):
         data = dict(self.blocked)
         data["tool_input"] = dict(data["tool_input"], content="x" * (hook.MAX_INPUT + 10))
@@ -841,6 +860,94 @@ class DeliveryTest(HookCase):
         self.assertIn("fix oof", reason)
         for ch in bidi:
             self.assertNotIn(ch, text + reason, "U+%04X" % ord(ch))
+
+    def delivery_states(self, runtime_id):
+        return dict(self.st.q("SELECT state, count(*) FROM deliveries WHERE recipient = ? GROUP BY state",
+                              (runtime_id,)).fetchall())
+
+    def test_sixty_maximal_messages_never_overflow_a_boundary_and_all_arrive(self):
+        me = self.start()
+        sender = self.peer()
+        marker = "coord-test-message-%02d "
+        ids = [self.st.send(sender["id"], (marker % i).ljust(store.MAX_BODY, "x"), me["handle"])["id"]
+               for i in range(60)]
+        seen = {}
+        for boundary in range(20):
+            text = self.context(self.payload("claude-PostToolUse-Write"))
+            self.assertLessEqual(len(text), 10000, "Claude Code replaces longer context with a 2 KB preview")
+            self.assertLessEqual(len(text.encode()), store.CONTEXT_BUDGET)
+            shown = [i for i in range(60) if marker % i in text]
+            self.assertEqual(len(shown), 1, "one maximal message fits a boundary, beside the reminders")
+            for i in shown:
+                self.assertNotIn(i, seen, "a body is injected once")
+                seen[i] = boundary
+            self.assertIn("%d new messages (%d bytes) not shown here; read them with: .coord/coord inbox"
+                          % (59 - boundary, (59 - boundary) * store.MAX_BODY), text)
+            self.assertLessEqual(text.count("coord: unacked #"), store.REMINDERS)
+            self.assertEqual(self.delivery_states(me["id"]), {"delivered": boundary + 1, "queued": 59 - boundary},
+                             "only what was injected is marked delivered")
+        self.assertEqual(sorted(seen), list(range(20)), "in the order sent")
+        inbox = self.coord("inbox", runtime=me["id"], check=0).stdout
+        for i in range(60):
+            self.assertIn(marker % i, inbox, "the rest arrive with inbox (and delivered ones are reread)")
+        self.assertEqual(self.delivery_states(me["id"]), {"delivered": 60})
+        later = self.context(self.payload("claude-UserPromptSubmit"))
+        self.assertNotIn("coord-test-message-", later)
+        self.assertEqual(later.count("coord: unacked #"), store.REMINDERS)
+        self.assertIn("%d more unacked messages" % (60 - store.REMINDERS), later)
+        self.assertLessEqual(len(later.splitlines()), store.REMINDERS + 1)
+        self.assertLess(len(later.encode()), 2000)
+        self.coord("ack", *ids, runtime=me["id"], check=0)
+        self.assertEqual(self.run_hook(self.payload("claude-PostToolUse-Write"))[0], "")
+
+    def test_small_messages_fill_a_boundary_in_order_and_session_start_is_bounded_too(self):
+        me = self.start()
+        sender = self.peer()
+        for i in range(300):
+            self.st.send(sender["id"], "small note %03d" % i, me["handle"])
+        text = self.context(self.payload("claude-SessionStart"))
+        self.assertLessEqual(len(text.encode()), store.CONTEXT_BUDGET)
+        self.assertTrue(text.startswith("coord: you are %s" % me["handle"]))
+        first = [i for i in range(300) if "small note %03d" % i in text]
+        self.assertEqual(first, list(range(len(first))), "oldest first, none skipped")
+        self.assertGreater(len(first), 10)
+        self.assertEqual(self.delivery_states(me["id"]).get("delivered"), len(first))
+        delivered = len(first)
+        while delivered < 300:
+            text = self.context(self.payload("claude-PostToolUse-Write"))
+            self.assertLessEqual(len(text.encode()), store.CONTEXT_BUDGET)
+            now = [i for i in range(300) if "small note %03d\n" % i in text]
+            self.assertEqual(now, list(range(delivered, delivered + len(now))))
+            self.assertTrue(now)
+            delivered += len(now)
+            self.assertEqual(self.delivery_states(me["id"]).get("delivered"), delivered)
+
+    def test_a_body_larger_than_a_boundary_stays_queued_for_inbox(self):
+        me = self.start()
+        sender = self.peer()
+        first = self.st.send(sender["id"], "first, small", me["handle"])["id"]
+        huge = "legacy " + "y" * (16 * 1024)
+        with self.st.transaction():  # what 0.1.0 accepted: a 16 KiB body
+            mid = self.st.conn.execute("INSERT INTO messages (sender, kind, body, digest, broadcast, created_at)"
+                                       " VALUES (?, 'note', ?, 'ab', 0, 0)", (sender["id"], huge)).lastrowid
+            self.st.conn.execute("INSERT INTO deliveries (message, recipient, state) VALUES (?, ?, 'queued')",
+                                 (mid, me["id"]))
+        after = self.st.send(sender["id"], "after the big one", me["handle"])["id"]
+        for _ in range(3):
+            text = self.context(self.payload("claude-PostToolUse-Write"))
+            self.assertLessEqual(len(text.encode()), store.CONTEXT_BUDGET)
+            self.assertNotIn("yyyy", text)
+            self.assertNotIn("after the big one", text, "messages arrive in order")
+            self.assertIn("2 new messages (%d bytes) not shown here; read them with: .coord/coord inbox"
+                          % (len(huge) + len("after the big one")), text)
+        states = dict(self.st.q("SELECT message, state FROM deliveries WHERE recipient = ?", (me["id"],)).fetchall())
+        self.assertEqual(states, {first: "delivered", mid: "queued", after: "queued"})
+        inbox = self.coord("inbox", runtime=me["id"], check=0).stdout
+        self.assertIn(huge, inbox)
+        self.assertIn("after the big one", inbox)
+        text = self.context(self.payload("claude-PostToolUse-Write"))
+        self.assertNotIn("not shown here", text)
+        self.assertEqual(text.count("coord: unacked #"), 3)
 
     def test_idle_boundaries_write_nothing_until_the_heartbeat_is_due(self):
         me = self.start()

@@ -280,6 +280,39 @@ class LeaseTest(StoreCase):
         self.assertEqual(rt["end_reason"], "process-gone")
         self.assertIn("runtime.reaped", [json.loads(l)["event"] for l in self.st.audit_lines()])
 
+    def test_lease_lifetimes_are_finite_and_in_range(self):
+        a = self.rt()
+        for ttl in (float("inf"), float("nan"), float("-inf"), 1e309, 0, -1, 0.5, 604801, "soon"):
+            with self.subTest(ttl=ttl):
+                with self.assertRaises(UsageError) as cm:
+                    self.st.claim(a, ["r"], ttl=ttl)
+                self.assertIn("from 1 to 604800", cm.exception.message)
+        self.assertEqual(self.st.leases_of(a), [])
+        self.st.claim(a, ["r"], ttl=604800)
+        for ttl in (float("inf"), float("nan"), 0):
+            with self.assertRaises(UsageError):
+                self.st.renew(a, ttl=ttl)
+        self.assertEqual(self.st.leases_of(a)[0]["ttl"], 604800)
+
+    def test_a_never_expiring_lease_of_an_older_coord_is_brought_within_range(self):
+        a, b = self.rt(), self.rt()
+        now = time.time()
+        with self.st.transaction():
+            self.st.conn.execute("INSERT INTO leases (resource, runtime, mode, purpose, acquired_at, expires_at, ttl)"
+                                 " VALUES ('r', ?, 'exclusive', '', ?, ?, ?)", (a, now, float("inf"), float("inf")))
+        self.st.reap(now=now)
+        lease = self.st.leases_of(a)[0]
+        self.assertEqual((lease["expires_at"], lease["ttl"]), (now + 604800, 604800))
+        self.st.heartbeat(a, now=now + 10)
+        self.assertEqual(self.st.leases_of(a)[0]["expires_at"], now + 10 + 604800, "renewals stay finite")
+        self.assertTrue(self.st.conflicts(["r"], as_runtime=b, now=now + 10))
+
+    def test_a_pid_no_process_can_have_is_dead_not_an_error(self):
+        a = self.st.register(pid=1 << 40)["id"]  # an older coord stored any --pid
+        self.assertFalse(self.st.runtime_live(self.st.runtime(a)))
+        self.st.reap()
+        self.assertEqual(self.st.runtime(a)["end_reason"], "process-gone")
+
     def test_silent_runtime_expires(self):
         t0 = time.time()
         a = self.st.register(now=t0)["id"]
@@ -303,6 +336,24 @@ class LeaseTest(StoreCase):
         self.assertEqual(self.st.all_leases(), [])
         again = self.st.register(conversation="conv-b")
         self.assertEqual(again["conversation"], "conv-b")
+
+    def test_listing_shows_only_what_is_held(self):
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        dead = self.st.register(pid=proc.pid)["id"]
+        live = self.rt()
+        t0 = time.time()
+        self.st.claim(dead, ["gone"])
+        self.st.claim(live, ["short"], ttl=5, now=t0)
+        self.st.claim(live, ["kept"])
+        self.assertEqual([l["resource"] for l in self.st.all_leases(now=t0 + 1)], ["gone", "kept", "short"])
+        proc.kill()
+        proc.wait()
+        before = self.audit_count()
+        self.assertEqual([l["resource"] for l in self.st.all_leases(now=t0 + 6)], ["kept"])
+        self.assertEqual(self.audit_count(), before, "listing reads; it never reaps")
+
+    def audit_count(self):
+        return self.st.q("SELECT count(*) FROM audit").fetchone()[0]
 
 
 class ResourceNameTest(support.CoordTestCase):
@@ -350,6 +401,40 @@ class ResourceNameTest(support.CoordTestCase):
                 store.normalize_resource(bad, root)
 
 
+class NumberTest(support.CoordTestCase):
+    def test_helpers_accept_only_finite_numbers_in_range(self):
+        self.assertEqual(store.check_float(" 2.5 ", "x", 1, 3), 2.5)
+        self.assertEqual(store.check_int("7", "x", 0, 9), 7)
+        for bad in ("inf", "-inf", "nan", "1e309", float("nan"), 10 ** 400, "0x10", "", None, "4"):
+            with self.subTest(value=bad):
+                with self.assertRaises(UsageError) as cm:
+                    store.check_float(bad, "--x", 1, 3)
+                self.assertIn("--x must be a number of seconds from 1 to 3", cm.exception.message)
+        for bad in ("1e3", "1.0", "-1", str(1 << 63), "9" * 5000, 2.0, True, None, "#1"):
+            with self.subTest(value=str(bad)[:20]):
+                with self.assertRaises(UsageError) as cm:
+                    store.check_int(bad, "ID", 0, (1 << 63) - 1)
+                self.assertIn("ID must be a whole number from 0 to 9223372036854775807", cm.exception.message)
+                self.assertLess(len(cm.exception.message), 160, "the value shown is clipped")
+
+    def test_environment_numbers_are_checked_or_defaulted(self):
+        base = {"COORD_DB": self.db}
+        for name, value in (("COORD_LEASE_TTL", "inf"), ("COORD_RUNTIME_TTL", "nan"), ("COORD_BUSY_TIMEOUT", "inf"),
+                            ("COORD_LEASE_TTL", "0"), ("COORD_RUNTIME_TTL", "1"), ("COORD_BUSY_TIMEOUT", "-1")):
+            with self.subTest(var=name, value=value):
+                with self.assertRaises(UsageError) as cm:
+                    store.Store(environ=dict(base, **{name: value}))
+                self.assertIn(name, cm.exception.message)
+                self.assertIn(name, cm.exception.hint)
+                st = store.Store(environ=dict(base, **{name: value}), strict_env=False)
+                self.assertEqual((st.lease_ttl, st.runtime_ttl, st.timeout),
+                                 (store.DEFAULT_LEASE_TTL, store.DEFAULT_RUNTIME_TTL, store.BUSY_TIMEOUT))
+                st.close()
+        st = store.Store(environ=dict(base, COORD_LEASE_TTL="90", COORD_RUNTIME_TTL="600", COORD_BUSY_TIMEOUT=""))
+        self.assertEqual((st.lease_ttl, st.runtime_ttl, st.timeout), (90.0, 600.0, store.BUSY_TIMEOUT))
+        st.close()
+
+
 class MessageTest(StoreCase):
     def test_broadcast_snapshots_live_recipients_at_send_time(self):
         a, b, c = self.rt(), self.rt(), self.rt()
@@ -374,6 +459,21 @@ class MessageTest(StoreCase):
         self.st.ack(b, [mid])
         self.assertIsNone(self.st.pending_context(b))
         self.st.ack(b, [mid])  # idempotent
+
+    def test_a_boundary_marks_delivered_only_what_it_shows(self):
+        a, b = self.rt(), self.rt()
+        to = self.st.runtime(b)["handle"]
+        ids = [self.st.send(a, "%d " % i + "z" * 1000, to)["id"] for i in range(12)]
+        text = self.st.pending_context(b, budget=2500)
+        self.assertLessEqual(len(text.encode()), 2500)
+        rows = self.st.q("SELECT message, state, shown FROM deliveries WHERE recipient = ? ORDER BY message",
+                         (b,)).fetchall()
+        shown = [m for m, state, n in rows if state == "delivered"]
+        self.assertEqual(shown, ids[:2])
+        self.assertEqual([n for _, _, n in rows], [1, 1] + [0] * 10)
+        self.assertIn("10 new messages", text)
+        with self.assertRaises(UsageError):
+            self.st.ack(b, [1 << 63])
 
     def test_ack_of_a_message_not_addressed_to_you_is_refused(self):
         a, b, c = self.rt(), self.rt(), self.rt()
