@@ -41,6 +41,7 @@ _TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 _BOOKMARK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 _FULL_COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _CHANGE_RE = re.compile(r"^[k-z]{32}$")
+_BYTECODE_RE = re.compile(r"^((?:.*/)?)__pycache__/([^/.]+)\.[A-Za-z0-9_-]+(?:\.opt-[0-9]+)?\.pyc$")
 # Work that exists only in a clone: its non-empty commits outside the ancestry of the
 # `safe` commits, which are the clone's origin bookmarks that the canonical repository
 # itself (not the clone's remote-tracking cache) still contains. See local_work_revset().
@@ -1059,6 +1060,13 @@ def _named(paths):
     return shown + (" and %d more" % more if more > 0 else "")
 
 
+def _cache_of(path, tracked):
+    """True for Python bytecode of a file in @ (coord's own hooks write .coord/__pycache__):
+    a cache rebuilt from a commit, so nothing is lost with it."""
+    m = _BYTECODE_RE.match(path)
+    return bool(m) and m.group(1) + m.group(2) + ".py" in tracked
+
+
 def uncaptured(ctx, w):
     """Blockers for files on disk that the snapshot left out of @: untracked ones jj did not
     snapshot (too large, auto-track, nested repositories) and ignored ones. Call only right
@@ -1078,16 +1086,15 @@ def uncaptured(ctx, w):
         return out
     ignored = ignored_paths(w, missing, ctx.environ)
     untracked = [f for f in missing if f not in ignored]
-    ignored = [f for f in missing if f in ignored]
+    ignored = [f for f in missing if f in ignored and not _cache_of(f, tracked)]
     if untracked:
-        out.append(("untracked", "%d file(s) on disk that jj did not snapshot (over snapshot.max-new-file-size, "
-                    "auto-track off, or in a nested repository): %s" % (len(untracked), _named(untracked)),
-                    "commit them (jj --config snapshot.max-new-file-size=100MiB file track PATH, or move a "
-                    "nested repository's files in, then integrate) or move them out of the clone",
-                    {"paths": untracked}))
+        out.append(("untracked", "%d file(s) jj did not snapshot (too large, auto-track off, or in a nested "
+                    "repository): %s" % (len(untracked), _named(untracked)),
+                    "commit the untracked files (a large one: jj --config snapshot.max-new-file-size=100MiB "
+                    "file track PATH) or move them out of the clone", {"paths": untracked}))
     if ignored:
         out.append(("ignored", "%d ignored file(s) in no commit: %s" % (len(ignored), _named(ignored)),
-                    "move them out of the clone, or discard them with it: coord work remove %s --confirm %s "
+                    "move the ignored files out, or discard them with the clone: coord work remove %s --confirm %s "
                     "--discard-ignored" % (h, h), {"paths": ignored}))
     return out
 

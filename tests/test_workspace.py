@@ -437,6 +437,22 @@ class CleanupEvidenceTest(WorkTestCase):
         rows = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         self.assertIn(["run.log"], [r["data"].get("discarded_ignored") for r in rows if r["event"] == "work.removed"])
 
+    def test_bytecode_of_a_committed_module_is_not_evidence_of_loss(self):
+        self.write(self.canon, "tool.py", "X = 1\n")
+        self.ignore("__pycache__/")
+        handle, path, _ = self.create("pyc")
+        self.gate(handle)
+        subprocess.run([sys.executable, "-m", "py_compile", "tool.py"], cwd=path, env=self.env, check=True,
+                       timeout=60)
+        self.assertTrue(os.listdir(os.path.join(path, "__pycache__")))
+        self.write(path, "__pycache__/gone.cpython-39.pyc", "bytecode of no committed file\n")
+        reasons = self.reasons(handle)
+        self.assertEqual(list(reasons), ["ignored"])
+        self.assertEqual(reasons["ignored"]["paths"], ["__pycache__/gone.cpython-39.pyc"])
+        os.unlink(os.path.join(path, "__pycache__", "gone.cpython-39.pyc"))
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+
     def test_live_runtime_inside_blocks_without_a_snapshot(self):
         handle, path, _ = self.create("busy")
         self.gate(handle)
