@@ -1081,7 +1081,9 @@ def uncaptured(ctx, w):
     _, listed, _ = jj(["file", "list", "-r", "@", "-T", 'path ++ "\\0"'], w["path"], snapshot=False,
                       environ=ctx.environ)
     tracked = set(listed.split("\0"))
-    missing = sorted(f for f in files if f not in tracked)
+    # Compare names as jj prints them (a name that is not UTF-8 then never matches: it blocks).
+    missing = sorted(n for n in (os.fsencode(f).decode("utf-8", "backslashreplace") for f in files)
+                     if n not in tracked)
     if not missing:
         return out
     ignored = ignored_paths(w, missing, ctx.environ)
