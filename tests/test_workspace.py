@@ -385,13 +385,16 @@ class CleanupEvidenceTest(WorkTestCase):
         self.write(path, "notes/todo.txt", "not tracked\n")
         self.git(path, "init", "-q", "vendor/lib")
         self.write(path, "vendor/lib/code.c", "int x;\n")
+        with open(os.path.join(os.fsencode(path), b"caf\xe9.txt"), "wb") as f:  # jj skips a non-UTF-8 name
+            f.write(b"latin-1 name\n")
         reasons = self.reasons(handle)
         self.assertEqual(list(reasons), ["untracked"])
         paths = reasons["untracked"]["paths"]
-        for name in ("notes/todo.txt", "vendor/lib/code.c", "vendor/lib/.git/HEAD"):  # its commits too
-            self.assertIn(name, paths)
+        for name in ("notes/todo.txt", "vendor/lib/code.c", "vendor/lib/.git/HEAD", "caf\\xe9.txt"):
+            self.assertIn(name, paths)  # a nested repository's .git may hold commits found nowhere else
         shutil.rmtree(os.path.join(path, "notes"))
         shutil.rmtree(os.path.join(path, "vendor"))
+        os.unlink(os.path.join(os.fsencode(path), b"caf\xe9.txt"))
         self.work("remove", handle, "--confirm", handle, check=0)  # control: nothing left out
         self.assertFalse(os.path.lexists(path))
 
