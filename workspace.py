@@ -41,6 +41,7 @@ _TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 _BOOKMARK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 _FULL_COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _CHANGE_RE = re.compile(r"^[k-z]{32}$")
+_BYTECODE_RE = re.compile(r"^((?:.*/)?)__pycache__/([^/.]+)\.[A-Za-z0-9_-]+(?:\.opt-[0-9]+)?\.pyc$")
 # Work that exists only in a clone: its non-empty commits outside the ancestry of the
 # `safe` commits, which are the clone's origin bookmarks that the canonical repository
 # itself (not the clone's remote-tracking cache) still contains. See local_work_revset().
@@ -93,13 +94,14 @@ def tool_env(environ=None):
     return env
 
 
-def run_tool(argv, cwd=None, timeout=TOOL_TIMEOUT, environ=None, check=True):
+def run_tool(argv, cwd=None, timeout=TOOL_TIMEOUT, environ=None, check=True, input=None):
     """Run jj/git; return (exit code, stdout, stderr). Raise ToolError when check and it fails."""
     argv = [str(a) for a in argv]
     if cwd is not None and not os.path.isdir(cwd):
         raise EnvError("directory %s does not exist" % cwd, "coord work list shows recorded paths")
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=tool_env(environ), stdin=subprocess.DEVNULL,
+        proc = subprocess.run(argv, cwd=cwd, env=tool_env(environ), input=input,
+                              stdin=subprocess.DEVNULL if input is None else None,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
                               encoding="utf-8", errors="backslashreplace")
     except FileNotFoundError:
@@ -122,8 +124,8 @@ def jj(args, cwd, snapshot=True, timeout=TOOL_TIMEOUT, environ=None, check=True)
     return run_tool(argv, cwd=cwd, timeout=timeout, environ=environ, check=check)
 
 
-def git(args, cwd, environ=None, check=True, timeout=TOOL_TIMEOUT):
-    return run_tool(["git"] + list(args), cwd=cwd, timeout=timeout, environ=environ, check=check)
+def git(args, cwd, environ=None, check=True, timeout=TOOL_TIMEOUT, input=None):
+    return run_tool(["git"] + list(args), cwd=cwd, timeout=timeout, environ=environ, check=check, input=input)
 
 
 def head_ids(path, snapshot=True, environ=None):
@@ -948,15 +950,197 @@ def cmd_release(ctx, args):
 
 # --------------------------------------------------------------------------- cleanup
 
-def cleanup_blockers(ctx, w, caller):
+SHOWN_PATHS = 5                 # files named in a refusal's text; --json reasons carry them all
+KEPT_PATHS = 200                # discarded ignored paths kept in the work record (the audit row has all)
+
+
+def _inside(cwd, path):
+    return bool(cwd) and (cwd == path or below(cwd, path))
+
+
+def process_cwds():
+    """{pid: real cwd} of every process whose working directory this user may read, or None
+    when the system has no /proc to read it from. The calling process is left out."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    me = os.getpid()
+    out = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            out[int(name)] = os.readlink("/proc/%s/cwd" % name)
+        except OSError:  # another user's process, or it just ended
+            continue
+    return out
+
+
+def _live_inside(st, w, procs):
+    """Blockers for everything live inside the clone: runtimes whose recorded cwd or harness
+    process is inside it, then any other process whose working directory is inside it."""
+    path, h = w["path"], w["handle"]
+    out, named = [], set()
+    for rt in st.live_runtimes():
+        recorded = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
+        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") else None
+        if not (_inside(recorded, path) or _inside(actual, path)):
+            continue
+        if rt.get("pid"):
+            named.add(rt["pid"])
+        where = "its process %d works in %s" % (rt["pid"], actual) if _inside(actual, path) else \
+            "it was registered in %s" % recorded
+        where = store.clean_text(where, 300)
+        out.append(("runtime-inside", "live runtime %s is inside it (%s)" % (rt["handle"], where),
+                    "ask it to finish: coord send \"done with %s?\" --to %s ; or wait until it ends"
+                    % (h, rt["handle"])))
+    for pid in sorted(procs or {}):
+        if pid in named or not _inside(procs[pid], path):
+            continue
+        _, comm = store.process_parent(pid)
+        out.append(("process-inside", "process %d (%s) has its working directory inside it"
+                    % (pid, store.clean_text(comm or "?", 40)),
+                    "end process %d or move it out of the clone, then retry" % pid))
+    return out
+
+
+def disk_entries(path):
+    """(files, unreadable): every regular file and symlink below path, relative, with the
+    top-level .jj and .git left out; directory symlinks are entries, never followed."""
+    files, unreadable = [], []
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(path, rel) if rel else path))
+        except OSError as exc:
+            unreadable.append("%s (%s)" % (rel, exc.strerror or exc))
+            continue
+        for e in entries:
+            name = rel + "/" + e.name if rel else e.name
+            if not rel and e.name in (".jj", ".git"):
+                continue
+            try:
+                if e.is_symlink() or e.is_file(follow_symlinks=False):
+                    files.append(name)
+                elif e.is_dir(follow_symlinks=False):
+                    stack.append(name)
+                # sockets and fifos hold no data
+            except OSError as exc:
+                unreadable.append("%s (%s)" % (name, exc.strerror or exc))
+    return files, unreadable
+
+
+def _git_store(w):
+    """git arguments that apply the clone's ignore rules to its working tree."""
+    path = w["path"]
+    if os.path.isdir(os.path.join(path, ".git")):
+        return ["--git-dir", os.path.join(path, ".git"), "--work-tree", path]
+    source = w["source"] or ""
+    for inner in (os.path.join(source, ".git"), os.path.join(source, ".jj", "repo", "store", "git")):
+        if os.path.isdir(inner):
+            return ["--git-dir", inner, "--work-tree", path]
+    return None
+
+
+def ignored_paths(w, paths, environ=None):
+    """The subset of paths git would ignore in the clone; empty when git cannot tell, so every
+    file then counts as not ignored (the side that keeps them)."""
+    gargs = _git_store(w)
+    if not paths or gargs is None:
+        return set()
+    try:
+        code, out, _ = git(gargs + ["check-ignore", "--no-index", "--stdin", "-z"], w["path"], environ,
+                           check=False, input="\0".join(paths) + "\0")
+    except store.CoordError:
+        return set()
+    if code not in (0, 1):
+        return set()
+    return set(p for p in out.split("\0") if p) & set(paths)
+
+
+def _named(paths):
+    shown = ", ".join(store.clean_text(p, 120) for p in paths[:SHOWN_PATHS])
+    more = len(paths) - SHOWN_PATHS
+    return shown + (" and %d more" % more if more > 0 else "")
+
+
+def _cache_of(path, tracked):
+    """True for Python bytecode of a file in @ (coord's own hooks write .coord/__pycache__):
+    a cache rebuilt from a commit, so nothing is lost with it."""
+    m = _BYTECODE_RE.match(path)
+    return bool(m) and m.group(1) + m.group(2) + ".py" in tracked
+
+
+def uncaptured(ctx, w):
+    """Blockers for files on disk that the snapshot left out of @: untracked ones jj did not
+    snapshot (too large, auto-track, nested repositories) and ignored ones. Call only right
+    after a snapshot. Each blocker carries its full list under "paths"."""
+    h = w["handle"]
+    files, unreadable = disk_entries(w["path"])
+    out = []
+    if unreadable:
+        out.append(("unreadable", "cannot list %d director%s: %s" % (
+            len(unreadable), "y" if len(unreadable) == 1 else "ies", _named(unreadable)),
+            "fix the permissions (or move the contents out), then retry", {"paths": unreadable}))
+    _, listed, _ = jj(["file", "list", "-r", "@", "-T", 'path ++ "\\0"'], w["path"], snapshot=False,
+                      environ=ctx.environ)
+    tracked = set(listed.split("\0"))
+    # Compare names as jj prints them (a name that is not UTF-8 then never matches: it blocks).
+    missing = sorted(n for n in (os.fsencode(f).decode("utf-8", "backslashreplace") for f in files)
+                     if n not in tracked)
+    if not missing:
+        return out
+    ignored = ignored_paths(w, missing, ctx.environ)
+    untracked = [f for f in missing if f not in ignored]
+    ignored = [f for f in missing if f in ignored and not _cache_of(f, tracked)]
+    if untracked:
+        out.append(("untracked", "%d file(s) jj did not snapshot (too large, auto-track off, or in a nested "
+                    "repository): %s" % (len(untracked), _named(untracked)),
+                    "commit the untracked files (a large one: jj --config snapshot.max-new-file-size=100MiB "
+                    "file track PATH) or move them out of the clone", {"paths": untracked}))
+    if ignored:
+        out.append(("ignored", "%d ignored file(s) in no commit: %s" % (len(ignored), _named(ignored)),
+                    "move the ignored files out, or discard them with the clone: coord work remove %s --confirm %s "
+                    "--discard-ignored" % (h, h), {"paths": ignored}))
+    return out
+
+
+def reason_json(blocker):
+    code, message, hint = blocker[:3]
+    out = {"code": code, "message": message, "next": hint}
+    if len(blocker) > 3:
+        out.update(blocker[3])
+    return out
+
+
+def split_discardable(blockers, discard_ignored):
+    """(blockers that remain, ignored paths to discard): with discard_ignored, an `ignored`
+    blocker no longer blocks, and its paths are what the removal will discard."""
+    if not discard_ignored:
+        return blockers, []
+    rest = [b for b in blockers if b[0] != "ignored"]
+    paths = [p for b in blockers if b[0] == "ignored" for p in b[3]["paths"]]
+    return rest, paths
+
+
+def cleanup_blockers(ctx, w, caller, procs=False):
     """Every reason the work's directory may not be deleted now: [(code, message, next command)].
 
     Rules (all must hold): the real path is below the recorded scratch root; the on-disk
     marker carries the registry token; no live runtime other than the caller owns the work and
-    no recorded tmux window still runs in it; the caller is not inside it; the gate passed or
-    was waived; and, after a fresh snapshot, the clone holds no non-empty change the canonical
-    bookmarks lack (@ included) unless those changes are all within the frozen candidate and
-    that candidate was proven integrated, or released with a waived gate.
+    no recorded tmux window still runs in it; the caller is not inside it; nothing live is
+    inside it (a live runtime by recorded cwd or harness process, or any process by its
+    working directory; then the clone is not snapshotted and its contents stay unexamined);
+    the gate passed or was waived; after a fresh snapshot every file on disk is in @ (an
+    untracked or ignored file blocks; `ignored` blockers carry their paths for
+    --discard-ignored); and the clone holds no non-empty change the canonical bookmarks lack
+    (@ included) unless those changes are all within the frozen candidate and that candidate
+    was proven integrated, or released with a waived gate. procs: process_cwds(), read once
+    by a caller that checks many records.
     """
     st = ctx.store
     h = w["handle"]
@@ -978,12 +1162,19 @@ def cleanup_blockers(ctx, w, caller):
     cwd = os.path.realpath(os.getcwd())
     if cwd == w["path"] or below(cwd, w["path"]):
         out.append(("cwd-inside", "this command runs inside %s" % w["path"], "cd out of the clone, then retry"))
+    live = _live_inside(st, w, process_cwds() if procs is False else procs)
+    out += live
     gate = _gate(w)
     if gate["state"] not in ("passed", "waived"):
         out.append(("ungated", "its gate has not passed and was not waived",
                     "coord work gate %s --pass (or --waive --reason \"why\")" % h))
+    if live or tmux_problem:
+        # A snapshot would race whatever runs inside (and sweep its half-written files into @).
+        return out + [("unexamined", "its contents were not examined because it is in use",
+                       "retry when nothing runs inside it")]
     try:
         ids = head_ids(w["path"], environ=ctx.environ)  # the snapshot: edits on disk become visible
+        out += uncaptured(ctx, w)
         local = _local_revset(w, ctx.environ)
         rows = local_changes(w["path"], local, ctx.environ)
     except store.CoordError as exc:
@@ -1042,15 +1233,22 @@ def _delete_checkout(ctx, w):
     shutil.rmtree(aside)
 
 
-def _mark_removed(ctx, w, caller, how):
+def _mark_removed(ctx, w, caller, how, discarded=None):
+    """Record the removal; `discarded` lists the ignored files deleted with the clone (all of
+    them in the audit row, the first KEPT_PATHS and their count in the record)."""
     st = ctx.store
+    removed = {"at": _now(), "by": _who(caller), "how": how}
+    extra = {}
+    if discarded:
+        removed.update({"discarded_ignored": discarded[:KEPT_PATHS], "discarded_ignored_count": len(discarded)})
+        extra = {"discarded_ignored": discarded}
     with st.transaction():
         cur = st.work(w["id"])
         st.update_work(w["id"], state="removed", data={
-            "removed": {"at": _now(), "by": _who(caller), "how": how},
+            "removed": removed,
             "current": w["data"].get("current"),
             "history": _history(cur, "removed", caller, how=how)})
-        st.audit("work.removed", _who(caller), w["id"], how=how, path=w["path"])
+        st.audit("work.removed", _who(caller), w["id"], how=how, path=w["path"], **extra)
 
 
 def cmd_remove(ctx, args):
@@ -1071,30 +1269,38 @@ def cmd_remove(ctx, args):
     if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
         _mark_removed(ctx, w, caller, "failed create, nothing on disk")
         return 0, {"ok": True, "work": w["handle"], "removed": True}, None
-    blockers = cleanup_blockers(ctx, w, caller)
+    blockers, discard = split_discardable(cleanup_blockers(ctx, w, caller), args.discard_ignored)
     if blockers:
         raise Refused("will not remove %s: %s" % (w["handle"], "; ".join(b[1] for b in blockers)),
                       " ; ".join(store.unique(b[2] for b in blockers)),
-                      reasons=[{"code": c, "message": m, "next": n} for c, m, n in blockers])
+                      reasons=[reason_json(b) for b in blockers])
     _delete_checkout(ctx, w)
-    _mark_removed(ctx, w, caller, "remove")
-    return 0, {"ok": True, "work": w["handle"], "removed": True}, None
+    _mark_removed(ctx, w, caller, "remove", discard)
+    data = {"ok": True, "work": w["handle"], "removed": True}
+    text = None
+    if discard:
+        data["discarded_ignored"] = discard
+        text = "discarded %d ignored file(s): %s" % (len(discard), _named(discard))
+    return 0, data, text
 
 
 def cmd_gc(ctx, args):
     st = ctx.store
     caller = _optional_caller(ctx)
     removed, kept = [], []
+    procs = False  # read /proc once, when the first record needs it
     for w in st.works():
         if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
             if not args.dry_run:
                 _mark_removed(ctx, w, caller, "gc: failed create, nothing on disk")
             removed.append({"handle": w["handle"], "task": w["task"], "record_only": True})
             continue
-        blockers = cleanup_blockers(ctx, w, caller)
+        if procs is False:
+            procs = process_cwds()
+        blockers, discard = split_discardable(cleanup_blockers(ctx, w, caller, procs), args.discard_ignored)
         if blockers:
             kept.append({"handle": w["handle"], "task": w["task"], "path": w["path"],
-                         "reasons": [{"code": c, "message": m, "next": n} for c, m, n in blockers]})
+                         "reasons": [reason_json(b) for b in blockers]})
             continue
         if not args.dry_run:
             try:
@@ -1104,12 +1310,19 @@ def cmd_gc(ctx, args):
                     {"code": "delete-failed", "message": str(getattr(exc, "message", exc)),
                      "next": "coord work inspect %s" % w["handle"]}]})
                 continue
-            _mark_removed(ctx, w, caller, "gc")
-        removed.append({"handle": w["handle"], "task": w["task"]})
+            _mark_removed(ctx, w, caller, "gc", discard)
+        r = {"handle": w["handle"], "task": w["task"]}
+        if discard:
+            r["discarded_ignored"] = discard
+        removed.append(r)
     lines = []
     verb = "would remove" if args.dry_run else "removed"
     for r in removed:
         lines.append("%s %s  %s" % (verb, r["handle"], store.clean_text(r["task"], 48)))
+        if r.get("discarded_ignored"):
+            lines[-1] += "  (%s %d ignored file(s): %s)" % ("discarding" if args.dry_run else "discarded",
+                                                           len(r["discarded_ignored"]),
+                                                           _named(r["discarded_ignored"]))
     if kept:
         lines.append("recovery candidates:")
     for k in kept:
@@ -1291,10 +1504,14 @@ def register(sub, common, ident):
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--confirm", required=True, metavar="HANDLE", help="the same handle again")
     p.add_argument("--forget", action="store_true", help="drop a record whose directory is already gone")
+    p.add_argument("--discard-ignored", action="store_true",
+                   help="delete ignored files with the clone (the refusal lists them; the audit records them)")
     p.set_defaults(func=cmd_remove)
 
     p = ws.add_parser("gc", parents=both, help="remove what passes every rule; list the rest with reasons")
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--discard-ignored", action="store_true",
+                   help="delete ignored files with the clones removed (recorded in the audit)")
     p.set_defaults(func=cmd_gc)
 
     p = ws.add_parser("adopt", parents=both, help="register a known clone again after database loss")

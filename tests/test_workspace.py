@@ -355,6 +355,173 @@ class CleanupRefusalTest(WorkTestCase):
         kept = {k["handle"]: [r["code"] for r in k["reasons"]] for k in self.work_json("gc")["kept"]}
         self.assertEqual(kept, {dirty: ["dirty"], ungated: ["ungated"]})
 
+
+class CleanupEvidenceTest(WorkTestCase):
+    """Removal needs evidence that nothing on disk is lost and that nothing live works inside."""
+
+    def reasons(self, handle, *extra):
+        """The refusal's --json reasons, by code (the directory must survive)."""
+        self.refused(handle, *extra)
+        proc = self.work("remove", handle, "--confirm", handle, "--json", *extra)
+        return {r["code"]: r for r in json.loads(proc.stdout)["reasons"]}
+
+    def kept_by_gc(self, *extra):
+        return {k["handle"]: [r["code"] for r in k["reasons"]] for k in self.work_json("gc", *extra)["kept"]}
+
+    def ignore(self, *patterns):
+        """Commit a .gitignore on canonical main, so that clones made afterwards carry it."""
+        self.write(self.canon, ".gitignore", "".join(p + "\n" for p in patterns))
+        self.jj(self.canon, "commit", "-m", "ignore rules")
+        self.jj(self.canon, "bookmark", "set", "main", "-r", "@-")
+
+    def ops(self, path):
+        return self.jj(path, "--ignore-working-copy", "op", "log", "--no-graph", "-T", 'id ++ "\\n"').split()
+
+    def in_head(self, path):
+        return self.jj(path, "--ignore-working-copy", "file", "list", "-r", "@").split()
+
+    def spawn(self, cwd):
+        """A real process (sleep) working in cwd, ended when the test ends."""
+        proc = subprocess.Popen(["sleep", "300"], cwd=cwd)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        return proc
+
+    def test_file_over_the_snapshot_size_limit_blocks_remove_and_gc(self):
+        handle, path, _ = self.create("data")
+        self.gate(handle)
+        big = os.path.join(path, "dataset.csv")
+        with open(big, "wb") as f:
+            f.write(b"id,value\n" * (2900 * 1024 // 9))  # 2.8 MiB, over jj's 1 MiB default
+        reasons = self.reasons(handle)
+        self.assertEqual(list(reasons), ["untracked"])
+        self.assertEqual(reasons["untracked"]["paths"], ["dataset.csv"])
+        self.assertIn("dataset.csv", reasons["untracked"]["message"])
+        self.assertIn("max-new-file-size", reasons["untracked"]["next"])
+        self.assertEqual(list(self.reasons(handle, "--discard-ignored")), ["untracked"], "no override")
+        self.assertEqual(self.kept_by_gc(), {handle: ["untracked"]})
+        self.assertEqual(self.kept_by_gc("--discard-ignored"), {handle: ["untracked"]})
+        self.assertTrue(os.path.isfile(big))
+        self.assertEqual(os.path.getsize(big), 2900 * 1024 // 9 * 9)
+        os.rename(big, os.path.join(self.tmp, "dataset.csv"))
+        # Other ways jj leaves a file out of @: auto-track off, a nested repository.
+        self.jj(path, "config", "set", "--repo", "snapshot.auto-track", "none()")
+        self.write(path, "notes/todo.txt", "not tracked\n")
+        self.git(path, "init", "-q", "vendor/lib")
+        self.write(path, "vendor/lib/code.c", "int x;\n")
+        with open(os.path.join(os.fsencode(path), b"caf\xe9.txt"), "wb") as f:  # jj skips a non-UTF-8 name
+            f.write(b"latin-1 name\n")
+        reasons = self.reasons(handle)
+        self.assertEqual(list(reasons), ["untracked"])
+        paths = reasons["untracked"]["paths"]
+        for name in ("notes/todo.txt", "vendor/lib/code.c", "vendor/lib/.git/HEAD", "caf\\xe9.txt"):
+            self.assertIn(name, paths)  # a nested repository's .git may hold commits found nowhere else
+        shutil.rmtree(os.path.join(path, "notes"))
+        shutil.rmtree(os.path.join(path, "vendor"))
+        os.unlink(os.path.join(os.fsencode(path), b"caf\xe9.txt"))
+        self.work("remove", handle, "--confirm", handle, check=0)  # control: nothing left out
+        self.assertFalse(os.path.lexists(path))
+
+    def test_ignored_files_block_until_discarded_by_name(self):
+        self.ignore(".env", "build/")
+        handle, path, _ = self.create("secrets")
+        clean, clean_path, _ = self.create("clean")
+        self.gate(handle)
+        self.gate(clean)
+        self.write(path, ".env", "TOKEN=keep-me\n")
+        self.write(path, "build/out.o", "object\n")
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn(".env", proc.stderr)
+        self.assertIn("--discard-ignored", proc.stderr)
+        reasons = self.reasons(handle)
+        self.assertEqual(list(reasons), ["ignored"])
+        self.assertEqual(reasons["ignored"]["paths"], [".env", "build/out.o"])
+        dry = self.work_json("gc", "--dry-run", "--discard-ignored")
+        self.assertEqual(sorted(r["handle"] for r in dry["removed"]), sorted([handle, clean]))
+        self.assertTrue(os.path.isdir(clean_path) and os.path.isfile(os.path.join(path, ".env")))
+        gc = self.work_json("gc")
+        self.assertEqual([r["handle"] for r in gc["removed"]], [clean], "control: a clean clone still goes")
+        self.assertEqual({k["handle"]: [r["code"] for r in k["reasons"]] for k in gc["kept"]}, {handle: ["ignored"]})
+        self.assertTrue(os.path.isfile(os.path.join(path, ".env")))
+        reply = self.work_json("remove", handle, "--confirm", handle, "--discard-ignored")
+        self.assertEqual(reply["discarded_ignored"], [".env", "build/out.o"])
+        self.assertFalse(os.path.lexists(path))
+        rows = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        removed = [r for r in rows if r["event"] == "work.removed" and r["subject"] == self.record(handle)["id"]]
+        self.assertEqual(removed[0]["data"]["discarded_ignored"], [".env", "build/out.o"])
+        self.assertEqual(self.record(handle)["data"]["removed"]["discarded_ignored"], [".env", "build/out.o"])
+
+    def test_gc_discards_ignored_files_only_when_told(self):
+        self.ignore("*.log")
+        handle, path, _ = self.create("logs")
+        self.gate(handle)
+        self.write(path, "run.log", "log\n")
+        self.assertEqual(self.kept_by_gc(), {handle: ["ignored"]})
+        gc = self.work_json("gc", "--discard-ignored")
+        self.assertEqual(gc["removed"], [{"handle": handle, "task": "logs", "discarded_ignored": ["run.log"]}])
+        self.assertFalse(os.path.lexists(path))
+        rows = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertIn(["run.log"], [r["data"].get("discarded_ignored") for r in rows if r["event"] == "work.removed"])
+
+    def test_bytecode_of_a_committed_module_is_not_evidence_of_loss(self):
+        self.write(self.canon, "tool.py", "X = 1\n")
+        self.ignore("__pycache__/")
+        handle, path, _ = self.create("pyc")
+        self.gate(handle)
+        subprocess.run([sys.executable, "-m", "py_compile", "tool.py"], cwd=path, env=self.env, check=True,
+                       timeout=60)
+        self.assertTrue(os.listdir(os.path.join(path, "__pycache__")))
+        self.write(path, "__pycache__/gone.cpython-39.pyc", "bytecode of no committed file\n")
+        reasons = self.reasons(handle)
+        self.assertEqual(list(reasons), ["ignored"])
+        self.assertEqual(reasons["ignored"]["paths"], ["__pycache__/gone.cpython-39.pyc"])
+        os.unlink(os.path.join(path, "__pycache__", "gone.cpython-39.pyc"))
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_live_runtime_inside_blocks_without_a_snapshot(self):
+        handle, path, _ = self.create("busy")
+        self.gate(handle)
+        harness = self.spawn(path)
+        by_process = self.coord_json("hello", "--pid", harness.pid)["runtime"]   # registered elsewhere
+        by_cwd = self.hello(cwd=path)["runtime"]                                 # registered inside, no pid
+        self.write(path, "half-written.txt", "an agent is still writing this\n")
+        ops, head = self.ops(path), self.in_head(path)
+        reasons = self.refused(handle)
+        self.assertEqual(reasons, ["runtime-inside", "runtime-inside", "unexamined"])
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertIn(by_process["handle"], proc.stderr)
+        self.assertIn(by_cwd["handle"], proc.stderr)
+        self.assertIn("not examined", proc.stderr)
+        self.assertNotIn("process-inside", self.work("remove", handle, "--confirm", handle, "--json").stdout,
+                         "the runtime's own process is named once, as the runtime")
+        self.assertEqual(self.kept_by_gc(), {handle: ["runtime-inside", "runtime-inside", "unexamined"]})
+        self.assertEqual(self.ops(path), ops, "a clone in use must not be snapshotted")
+        self.assertNotIn("half-written.txt", self.in_head(path))
+        self.assertEqual(self.in_head(path), head)
+        harness.kill()
+        harness.wait()
+        self.assertEqual(self.refused(handle), ["runtime-inside", "unexamined"])
+        self.coord("bye", runtime=by_cwd["id"], check=0)
+        self.assertEqual(self.refused(handle), ["dirty"], "with nothing inside, the snapshot runs again")
+
+    def test_unregistered_process_inside_blocks(self):
+        handle, path, _ = self.create("shell")
+        self.gate(handle)
+        os.mkdir(os.path.join(path, "sub"))
+        proc = self.spawn(os.path.join(path, "sub"))
+        ops = self.ops(path)
+        self.assertEqual(self.refused(handle), ["process-inside", "unexamined"])
+        out = self.work("remove", handle, "--confirm", handle)
+        self.assertIn("process %d (sleep)" % proc.pid, out.stderr)
+        self.assertEqual(self.kept_by_gc(), {handle: ["process-inside", "unexamined"]})
+        self.assertEqual(self.ops(path), ops)
+        proc.kill()
+        proc.wait()
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+
 class IntegrationTest(WorkTestCase):
 
     def test_end_to_end(self):
@@ -640,7 +807,7 @@ class TmuxWorkTest(TmuxWorkCase):
         cmd = self.work("attach", handle, check=0).stdout
         self.assertIn(tmux["pane_id"], cmd)
         self.gate(handle)
-        self.assertEqual(self.refused(handle), ["tmux-open"])
+        self.assertEqual(self.refused(handle), ["tmux-open", "process-inside", "unexamined"])
         self.work("park", handle, "--reason", "waiting for review", check=0)
         rec = self.record(handle)
         self.assertEqual(rec["state"], "parked")
