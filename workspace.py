@@ -951,6 +951,7 @@ def cmd_release(ctx, args):
 # --------------------------------------------------------------------------- cleanup
 
 SHOWN_PATHS = 5                 # files named in a refusal's text; --json reasons carry them all
+FS_CLOCK_SLACK = 0.05            # seconds a file time may lag time.time() (one kernel tick and more)
 KEPT_PATHS = 200                # discarded ignored paths kept in the work record (the audit row has all)
 
 
@@ -1173,6 +1174,7 @@ def cleanup_blockers(ctx, w, caller, procs=False):
         return out + [("unexamined", "its contents were not examined because it is in use",
                        "retry when nothing runs inside it")]
     try:
+        w["evidence_at"] = time.time()  # anything changed after this is not covered by the evidence
         ids = head_ids(w["path"], environ=ctx.environ)  # the snapshot: edits on disk become visible
         out += uncaptured(ctx, w)
         local = _local_revset(w, ctx.environ)
@@ -1223,13 +1225,46 @@ def _tmux_alive(w):
     return "its tmux window %s still runs" % live["window_id"] if live else None
 
 
+def _late_changes(path, since):
+    """What happened inside `path` after the evidence was taken: processes that work in it,
+    and files (regular or symlink) whose data or inode changed at or after `since`."""
+    late = ["process %d" % pid for pid, cwd in sorted((process_cwds() or {}).items()) if _inside(cwd, path)]
+    if since is None:
+        return late
+    files, unreadable = disk_entries(path)
+    late += ["unreadable %s" % u for u in unreadable]
+    for rel in files:
+        try:
+            st = os.lstat(os.path.join(path, rel))
+        except OSError:
+            late.append(rel)
+            continue
+        # File times come from the kernel's coarse clock, up to a tick behind time.time().
+        if max(st.st_mtime, st.st_ctime) >= since - FS_CLOCK_SLACK:
+            late.append(rel)
+    return late
+
+
 def _delete_checkout(ctx, w):
-    """Delete a verified checkout: forget a native workspace, move aside atomically, then rmtree."""
+    """Delete a verified checkout: forget a native workspace, move it aside atomically, check
+    that nothing moved in or changed since the evidence was taken (else move it back and
+    refuse), then rmtree. The rename means no new process can enter it by its old path."""
     path = w["path"]
     if w["data"].get("kind") == "native":
         jj(["workspace", "forget", workspace_name(w["id"])], path, environ=ctx.environ)
     aside = "%s.removing-%s" % (path, secrets.token_hex(4))
     os.rename(path, aside)
+    late = _late_changes(aside, w.get("evidence_at"))
+    if late:
+        try:
+            os.rename(aside, path)
+            where = path
+        except OSError:
+            where = aside
+        raise Refused("will not remove %s: it changed while being removed (%s); nothing was deleted, it is at %s"
+                      % (w["handle"], _named(late), where),
+                      "coord work remove %s --confirm %s (after whatever works in it has finished)"
+                      % (w["handle"], w["handle"]))
     shutil.rmtree(aside)
 
 

@@ -12,10 +12,12 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 
 import support
 from support import CoordTestCase
 
+import store
 import workspace
 
 
@@ -521,6 +523,34 @@ class CleanupEvidenceTest(WorkTestCase):
         proc.wait()
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
+
+    def test_changes_between_the_evidence_and_the_delete_put_the_clone_back(self):
+        path = os.path.join(self.tmp, "late")
+        os.makedirs(os.path.join(path, "src"))
+        self.write(path, "src/kept.py", "kept\n")
+        time.sleep(0.2)  # setup: the file is older than the evidence taken next
+        w = {"path": path, "handle": "late-handle", "data": {}, "evidence_at": time.time()}
+        self.write(path, "src/late.py", "written after the evidence\n")
+        with self.assertRaises(store.Refused) as caught:
+            workspace._delete_checkout(None, w)
+        self.assertIn("changed while being removed (src/late.py)", caught.exception.message)
+        self.assertEqual(sorted(os.listdir(os.path.join(path, "src"))), ["kept.py", "late.py"])
+        self.assertEqual(os.listdir(self.tmp).count("late"), 1)
+        self.assertFalse([n for n in os.listdir(self.tmp) if ".removing-" in n])
+        # A process that entered after the evidence puts it back too.
+        time.sleep(0.2)
+        w["evidence_at"] = time.time()
+        proc = self.spawn(os.path.join(path, "src"))
+        with self.assertRaises(store.Refused) as caught:
+            workspace._delete_checkout(None, w)
+        self.assertIn("process %d" % proc.pid, caught.exception.message)
+        self.assertTrue(os.path.isfile(os.path.join(path, "src", "late.py")))
+        proc.kill()
+        proc.wait()
+        # Control: nothing changed after the evidence, so it is deleted.
+        workspace._delete_checkout(None, w)
+        self.assertFalse(os.path.lexists(path))
+
 
 class IntegrationTest(WorkTestCase):
 
