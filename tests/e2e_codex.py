@@ -7,6 +7,7 @@ sees), using a recording hook of the tests' own. The coord scenarios live in Coo
 
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import unittest
@@ -471,6 +472,92 @@ class CoordScenarios(h.CoordCase):
         self.assertIn("rc=0", "\n".join(seen["b"]))
         held = sorted((l["resource"], l["runtime"]) for l in seen["state"]["leases"])
         self.assertEqual(held, [("src/a.py", new_rt["id"]), ("src/b.py", new_rt["id"])])
+
+    def test_workspace_write_sandbox_keeps_peers_and_identifies_the_agent(self):
+        # Codex's workspace-write sandbox runs shell commands in their own PID namespace, where
+        # the harness pids coord recorded from the host cannot be seen. Only the database
+        # directory is added to the writable roots (with /tmp excluded), as for a real user
+        # whose database lives under HOME. The agent lists, claims (following a refusal's hint
+        # as a model would: `coord hello`, then claim as that handle), reads a peer's message
+        # (delivered by the hooks, which run outside the sandbox) and acks it.
+        sleeper = subprocess.Popen(["sleep", "600"])
+        self.addCleanup(sleeper.wait)
+        self.addCleanup(sleeper.kill)
+        peer = self.rcoord("hello", "--harness", "codex", "--pid", str(sleeper.pid))["runtime"]
+        self.rcoord("claim", "src/peer.py", "--runtime", peer["id"], "-p", "peer work")
+        host_ns = os.readlink("/proc/self/ns/pid")
+        body = "BODY-51c: peer.py is mine"
+        seen = {}
+
+        def claim(req):
+            seen["list"] = req.tool_results()
+            agents = [rt for rt in self.rcoord("list")["runtimes"] if rt["id"] != peer["id"]]
+            seen["agents"] = agents
+            if len(agents) == 1:
+                seen["sent"] = self.rcoord("send", body, "--to", agents[0]["handle"], "--runtime", peer["id"])
+            return shell(".coord/coord claim src/own.py; echo rc=$?")
+
+        def follow_hint(req):  # a refusal that says to register is followed, as models do
+            seen["claim"] = req.tool_results()
+            if "coord hello" in "\n".join(seen["claim"]):
+                return shell('H=$(.coord/coord hello) && .coord/coord claim src/own.py --runtime "$H"; echo rc=$?')
+            return shell("true")
+
+        def ack(req):
+            return shell(".coord/coord ack %d; echo rc=$?" % seen.get("sent", {}).get("id", 0))
+
+        def look(req):
+            seen["ack"] = req.tool_results()
+            seen["state"] = self.coord_state()
+            seen["ns"] = {}
+            for r in seen["state"]["runtimes"]:
+                try:
+                    seen["ns"][r["id"]] = os.readlink("/proc/%d/ns/pid" % r["pid"])
+                except (OSError, TypeError):
+                    pass
+            return say("done")
+        db_dir = os.path.dirname(self.db)
+        outside = os.path.join(self.tmp, "outside")  # /tmp is no writable root here
+        result = self.run_agent(
+            [shell("readlink /proc/self/ns/pid; touch %s; echo touch=$?; .coord/coord list" % outside),
+             claim, follow_hint, ack, look],
+            sandbox="workspace-write",
+            config="[sandbox_workspace_write]\nwritable_roots = [%s]\nexclude_slash_tmp = true\n"
+                   "exclude_tmpdir_env_var = true" % h._toml_str(db_dir))
+        listed = "\n".join(seen["list"])
+        if "pid:[" not in listed or host_ns in listed:
+            msg = "Codex's workspace-write sandbox did not run the shell in its own PID namespace:\n" + listed
+            if support.IN_CI:
+                self.fail(msg)
+            self.skipTest(msg)
+        self.assertIn("touch=1", listed)
+        self.assertFalse(os.path.exists(outside))
+        # The peer is still live and holds its lease: nothing was reaped.
+        state = self.coord_state()
+        after = [r for r in state["runtimes"] if r["id"] == peer["id"]][0]
+        self.assertIsNone(after["ended_at"], after)
+        self.assertTrue(after["live"], after)
+        self.assertEqual([(l["resource"], l["runtime"]) for l in state["leases"]], [("src/peer.py", peer["id"])])
+        self.assertEqual([e for e in self.rcoord("audit")["events"] if e["event"] == "runtime.reaped"], [])
+        self.assertIn(peer["handle"], [line.split()[0] for line in listed.splitlines() if line.startswith("  ")],
+                      "the sandboxed list shows the live peer among the agents")
+        # The agent's own claim succeeded at once and was held by the runtime its SessionStart
+        # hook registered; that hook ran in the host's namespace (its harness process, Codex,
+        # is visible there), and the runtime ended at SessionEnd.
+        self.assertIn("rc=0", "\n".join(seen["claim"]), seen["claim"])
+        rt = self.agent_runtime(result.session_id())
+        self.assertEqual([a["id"] for a in seen["agents"]], [rt["id"]])
+        self.assertEqual(seen["ns"].get(rt["id"]), host_ns)
+        held = sorted((l["resource"], l["runtime"]) for l in seen["state"]["leases"])
+        self.assertEqual(held, [("src/own.py", rt["id"]), ("src/peer.py", peer["id"])])
+        self.assertEqual(rt["end_reason"], "session-end", rt)
+        # Messages come through the hooks: the body once, a reminder, then the sandboxed ack
+        # is the agent's own and ends the reminders.
+        reqs = self.server.model_requests()
+        self.assertIn(body, reqs[2].tail_text())
+        self.assertIn("coord inbox --peek", reqs[3].tail_text())
+        self.assertIn("rc=0", "\n".join(seen["ack"]), seen["ack"])
+        self.assertNotIn(peer["handle"], reqs[4].tail_text())
 
 
 def tearDownModule():

@@ -221,19 +221,21 @@ def codex_hook_hashes(hooks_json_path):
 
 
 def write_codex_config(codex_home, server, trusted_repos=(), trusted_hooks=None, features=None,
-                       extra=""):
+                       extra="", sandbox="danger-full-access"):
     """Write `$CODEX_HOME/config.toml`: scripted provider, no outside traffic, and trust.
 
     trusted_repos: project directories to mark trusted (gate 1).
     trusted_hooks: {state key: hash} (gate 2), e.g. from codex_hook_hashes().
     features: extra `[features]` flags, e.g. {"multi_agent_v2": True}.
+    extra: more TOML, starting with its own table header.
+    sandbox: Codex's sandbox_mode for shell commands (the tests default to none at all).
     """
     os.makedirs(codex_home, exist_ok=True)
     lines = [
         'model = "gpt-5.5"',
         'model_provider = "mock"',
         'approval_policy = "never"',
-        'sandbox_mode = "danger-full-access"',
+        'sandbox_mode = %s' % _toml_str(sandbox),
         'check_for_update_on_startup = false',
         '',
         '[model_providers.mock]',
@@ -267,11 +269,12 @@ def write_codex_config(codex_home, server, trusted_repos=(), trusted_hooks=None,
     return path
 
 
-def trust_codex_repo(codex_home, server, repo, features=None, extra=""):
+def trust_codex_repo(codex_home, server, repo, features=None, extra="", sandbox="danger-full-access"):
     """Trust `repo` and every hook in its `.codex/hooks.json` in a fresh config.toml."""
     hooks_json = os.path.join(repo, ".codex", "hooks.json")
     hashes = codex_hook_hashes(hooks_json) if os.path.exists(hooks_json) else {}
-    return write_codex_config(codex_home, server, [repo], hashes, features=features, extra=extra)
+    return write_codex_config(codex_home, server, [repo], hashes, features=features, extra=extra,
+                              sandbox=sandbox)
 
 
 def write_codex_hooks(repo, hooks):
@@ -386,9 +389,11 @@ class HarnessCase(CoordTestCase):
         return env
 
     def run_agent(self, script, lanes=None, prompt="Do the scripted task.", env=None, args=(),
-                  trust=True, features=None, timeout=120, expect_ok=True, repo=None):
+                  trust=True, features=None, timeout=120, expect_ok=True, repo=None,
+                  sandbox="danger-full-access", config=""):
         """Load `script` into the server and run the harness once in `repo` (default
-        self.repo); return the RunResult."""
+        self.repo); return the RunResult. Codex only: `sandbox` is its sandbox_mode and
+        `config` more TOML for its config.toml."""
         repo = repo or self.repo
         self.server.load(script, lanes)
         if self.harness == "claude":
@@ -396,9 +401,11 @@ class HarnessCase(CoordTestCase):
                                 env=self.agent_env(env), timeout=timeout, args=args)
         else:
             if trust:
-                trust_codex_repo(self.codex_home, self.server, repo, features=features)
+                trust_codex_repo(self.codex_home, self.server, repo, features=features,
+                                 extra=config, sandbox=sandbox)
             else:
-                write_codex_config(self.codex_home, self.server, features=features)
+                write_codex_config(self.codex_home, self.server, features=features, extra=config,
+                                   sandbox=sandbox)
             result = run_codex(self.cli, repo, prompt, self.server, self.home,
                                self.codex_home, env=self.agent_env(env), timeout=timeout,
                                args=args)
