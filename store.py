@@ -1312,7 +1312,7 @@ class Store:
                           (check_int(since or 0, "--since", 0, ID_RANGE[1]),)):
             data = json.loads(row[5])
             if not private:
-                data = _redact(data)
+                data = redact(data)
             yield json.dumps({"id": row[0], "at": row[1], "event": row[2], "runtime": row[3], "subject": row[4],
                               "data": data}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
@@ -1462,11 +1462,12 @@ def render_context(msgs, prefix=".coord/coord", budget=CONTEXT_BUDGET, body_of=N
     return ("\n".join(lines) or None), fresh, fresh + reminded
 
 
-def _redact(value):
+def redact(value):
+    """A copy of a JSON value with every key containing "token" (any case) redacted, at any depth."""
     if isinstance(value, dict):
-        return {k: ("<redacted>" if "token" in k.lower() else _redact(v)) for k, v in value.items()}
+        return {k: ("<redacted>" if "token" in k.lower() else redact(v)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact(v) for v in value]
+        return [redact(v) for v in value]
     return value
 
 

@@ -422,7 +422,7 @@ def target_work(ctx, handle, default_ok=False):
 def public_work(w, st=None):
     """The machine view of a record: every field except the ownership token."""
     out = {k: v for k, v in w.items() if k not in ("token", "data")}
-    out["data"] = store._redact(w["data"])
+    out["data"] = store.redact(w["data"])
     if st is not None and w.get("runtime"):
         rt = st.runtime(w["runtime"])
         out["runtime_handle"] = rt["handle"] if rt else None
