@@ -17,6 +17,11 @@ Invariants this module keeps:
 - Removal deletes a directory only when every rule holds; otherwise it says which rule fails
   and the next command. A squash or rebase merge creates a new commit, so its candidate is
   never proven: the work stays until kept, or explicitly waived and released.
+
+Layout, top-down: external tools, paths and names, the ownership marker, records and
+ownership, operations (keyword arguments: the Store, the caller and what they need; they
+return plain dicts and raise store.CoordError subclasses), tmux glue, the `cmd_*` handlers
+(unpack args, call one operation, render), and the parser registration.
 """
 
 import hmac
@@ -56,6 +61,17 @@ SQUASH_NOTE = ("a squash or rebase merge makes a new commit, so this candidate c
 # Git variables that redirect git at another repository; a hook environment can leak them.
 _GIT_KEEP = frozenset(("GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY",
                        "GIT_ASKPASS", "GIT_ALLOW_PROTOCOL", "GIT_CONFIG_NOSYSTEM", "GIT_HTTP_PROXY_AUTHMETHOD"))
+
+
+# Work states (a record's `state`) and integration/gate states, as the rules group them.
+UNUSABLE = frozenset(("creating", "failed", "removed"))  # no window, no integration step
+ENDED = frozenset(("failed", "removed"))                 # no gate, no look at @
+RELAUNCHED = frozenset(("active", "resumed", "closed"))  # states that clear a parked reason
+GATE_PENDING = {"state": "pending"}                      # copy before use (dict(...))
+GATE_DONE = frozenset(("passed", "waived"))
+INTEGRATION_NONE = {"state": "none"}                     # copy before use (dict(...))
+ENQUEUEABLE = frozenset(("none", "lock-released"))       # integration states that may join the queue
+QUEUED = frozenset(("queued", "integrating"))            # integration states the queue shows
 
 
 # --------------------------------------------------------------------------- external tools
@@ -147,6 +163,7 @@ def local_changes(path, revset, environ=None):
     return rows
 
 
+
 # --------------------------------------------------------------------------- paths and names
 
 def resolve_scratch_root(option=None, environ=None, canonical=None):
@@ -235,15 +252,15 @@ def description(task, work_id):
     return "coord work %s: %s\n\nCoord-Work-Id: %s\n" % (work_id, task, work_id)
 
 
-def canonical_root(ctx):
-    """The canonical checkout: ctx.root, or the recorded source when ctx.root is a managed clone."""
-    root = ctx.root
+def canonical_root(root, work_of):
+    """The canonical checkout: root, or the recorded source when root is a managed clone.
+    work_of: id -> work record (a Store's `work`), called only for a managed clone."""
     if not root:
         raise EnvError("not inside a repository", "run coord from the repository root")
     root = os.path.realpath(root)
     marker = read_marker(root)
     if marker is not None:
-        w = ctx.store.work(marker.get("work", "")) if marker.get("work") else None
+        w = work_of(marker.get("work", "")) if marker.get("work") else None
         if w is None or not w.get("source"):
             raise Refused("%s is a managed checkout whose record is unknown" % root,
                           "run this from the canonical checkout")
@@ -268,6 +285,7 @@ def clone_source(repo):
     if os.path.isdir(inner):
         return inner
     raise EnvError("%s is not a git or colocated jj repository" % repo, "run coord from the repository root")
+
 
 
 # --------------------------------------------------------------------------- ownership marker
@@ -343,7 +361,8 @@ def verified_path(w):
     return w["path"]
 
 
-# --------------------------------------------------------------------------- records
+
+# --------------------------------------------------------------------------- records and ownership
 
 def _now():
     return time.time()
@@ -357,13 +376,6 @@ def _history(w, state, caller, **extra):
     entry = {"state": state, "at": _now(), "by": _who(caller)}
     entry.update({k: v for k, v in extra.items() if v is not None})
     return list(w["data"].get("history", [])) + [entry]
-
-
-def _optional_caller(ctx):
-    try:
-        return ctx.caller()
-    except Refused:
-        return None
 
 
 def _owner_of(st, w):
@@ -399,26 +411,6 @@ def _owns(st, w, caller):
     return False
 
 
-def target_work(ctx, handle, default_ok=False):
-    """The named work record; with default_ok, COORD_WORK_ID after proving ownership and cwd."""
-    st = ctx.store
-    if handle:
-        return st.resolve_work(handle)
-    wid = ctx.environ.get("COORD_WORK_ID", "").strip() if default_ok else ""
-    if not wid:
-        raise UsageError("name the work handle", "coord work list shows work handles")
-    w = st.resolve_work(wid)
-    caller = ctx.caller()
-    if not _owns(st, w, caller):
-        raise Refused("COORD_WORK_ID names %s, which %s does not own" % (w["handle"], caller["handle"]),
-                      "name the work handle explicitly")
-    cwd = os.path.realpath(os.getcwd())
-    if not w["path"] or not (cwd == w["path"] or below(cwd, w["path"])):
-        raise Refused("COORD_WORK_ID names %s but the current directory is outside %s" % (w["handle"], w["path"]),
-                      "cd into the clone, or name the work handle explicitly")
-    return w
-
-
 def public_work(w, st=None):
     """The machine view of a record: every field except the ownership token."""
     out = {k: v for k, v in w.items() if k not in ("token", "data")}
@@ -430,11 +422,11 @@ def public_work(w, st=None):
 
 
 def _integration(w):
-    return dict(w["data"].get("integration") or {"state": "none"})
+    return dict(w["data"].get("integration") or INTEGRATION_NONE)
 
 
 def _gate(w):
-    return dict(w["data"].get("gate") or {"state": "pending"})
+    return dict(w["data"].get("gate") or GATE_PENDING)
 
 
 def summary_line(w):
@@ -450,23 +442,48 @@ def summary_line(w):
     return "  ".join(bits)
 
 
+
+def _refuse_state(w, states):
+    """Refuse work whose state is in `states` (one of the state sets above)."""
+    if w["state"] in states:
+        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+
+
+def _work_data(kind, caller, workspace, bookmark, history, depends=(), planned=(), **extra):
+    """The `data` of a new work record (create and adopt), with everything each adds in extra."""
+    data = {"kind": kind, "agent_id": caller.get("agent_id") if caller else None,
+            "workspace_name": workspace, "bookmark": bookmark, "depends": list(depends),
+            "resources": {"planned": list(planned), "actual": []},
+            "gate": dict(GATE_PENDING), "integration": dict(INTEGRATION_NONE), "history": [history]}
+    data.update(extra)
+    return data
+
+
+# =========================================================================== operations
+# Each takes the Store and the caller (a runtime dict, or None where none is needed) as
+# keyword arguments, returns plain records and raises store.CoordError subclasses.
+
 # --------------------------------------------------------------------------- create
 
-def cmd_create(ctx, args):
-    st = ctx.store
-    caller = ctx.caller()
-    task = check_task(args.task)
-    source = canonical_root(ctx)
-    scratch = resolve_scratch_root(args.scratch_root, ctx.environ, source)
-    depends = []
-    for h in args.depends or []:
+def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=None, depends=(), resources=(),
+                native=False):
+    """Clone the canonical repository of `root` for one task and record it; -> the work record.
+
+    The record is written (`creating`) before the disk is touched; a failure marks it
+    `failed` with the step and reason, removes what this create made, and raises EnvError.
+    """
+    task = check_task(task)
+    source = canonical_root(root, st.work)
+    scratch = resolve_scratch_root(scratch_root, environ, source)
+    dep_ids = []
+    for h in depends or []:
         dep = st.resolve_work(h)
-        if dep["id"] not in depends:
-            depends.append(dep["id"])
-    planned = ctx.resources(args.resources) if args.resources else []
-    native = bool(args.native_workspace)
-    if args.from_rev is not None and (not args.from_rev.strip() or args.from_rev.startswith("-")):
-        raise UsageError("--from %r is not a revision" % args.from_rev, "coord work create TASK --from main")
+        if dep["id"] not in dep_ids:
+            dep_ids.append(dep["id"])
+    planned = [store.normalize_resource(n, root) for n in resources or []]
+    native = bool(native)
+    if from_rev is not None and (not from_rev.strip() or from_rev.startswith("-")):
+        raise UsageError("--from %r is not a revision" % from_rev, "coord work create TASK --from main")
     if not native:
         clone_source(source)
     work_id = store.new_uuid()
@@ -474,77 +491,84 @@ def cmd_create(ctx, args):
     if os.path.lexists(path):
         path = os.path.join(scratch, "%s.%s" % (task, work_id))
     token = secrets.token_hex(32)
-    data = {
-        "kind": "native" if native else "clone",
-        "agent_id": caller.get("agent_id"),
-        "workspace_name": workspace_name(work_id),
-        "bookmark": bookmark_name(task, work_id),
-        "from": args.from_rev,
-        "depends": depends,
-        "resources": {"planned": planned, "actual": []},
-        "gate": {"state": "pending"},
-        "integration": {"state": "none"},
-        "history": [{"state": "creating", "at": _now(), "by": caller["id"]}],
-    }
+    data = _work_data("native" if native else "clone", caller, workspace_name(work_id), bookmark_name(task, work_id),
+                      {"state": "creating", "at": _now(), "by": caller["id"]}, dep_ids, planned, **{"from": from_rev})
     with st.transaction():
         w = st.insert_work(task, "creating", token, path=path, scratch_root=scratch, source=source,
                            conversation=caller["conversation"], runtime=caller["id"], data=data, work_id=work_id)
         st.audit("work.creating", caller["id"], work_id, task=task, path=path, source=source,
-                 kind=data["kind"], depends=depends, planned=planned)
-    step = "mkdir"
+                 kind=data["kind"], depends=dep_ids, planned=planned)
     try:
-        if native:
-            step = "jj workspace add"
-            argv = ["workspace", "add", "--name", workspace_name(work_id)]
-            if args.from_rev:
-                argv += ["-r", args.from_rev]
-            jj(argv + [path], source, environ=ctx.environ)
-        else:
-            os.mkdir(path, 0o700)
-            step = "jj git clone"
-            jj(["git", "clone", "--colocate", clone_source(source), path], scratch, timeout=CLONE_TIMEOUT,
-               environ=ctx.environ)
-            step = "jj workspace rename"
-            jj(["workspace", "rename", workspace_name(work_id)], path, environ=ctx.environ)
-            if args.from_rev:
-                step = "jj new %s" % args.from_rev
-                _new_from(path, args.from_rev, ctx.environ)
-        step = "write ownership marker"
-        write_marker(path, work_id, token)
-        step = "jj describe"
-        jj(["describe", "-m", description(task, work_id)], path, environ=ctx.environ)
-        step = "jj bookmark create"
-        jj(["bookmark", "create", bookmark_name(task, work_id), "-r", "@"], path, environ=ctx.environ)
-        step = "jj log"
-        ids = head_ids(path, environ=ctx.environ)
-    except (store.CoordError, OSError) as exc:
-        reason = exc.message if isinstance(exc, store.CoordError) else "%s: %s" % (type(exc).__name__, exc)
-        removed, left = _discard_half_created(w, native, ctx.environ)
-        with st.transaction():
-            cur = st.work(work_id)
-            st.update_work(work_id, state="failed", data={
-                "failure": {"step": step, "reason": reason, "at": _now(),
-                            "directory": "removed" if removed else ("left at %s" % path if left else "never created")},
-                "history": _history(cur, "failed", caller, reason=reason)})
-            st.audit("work.failed", caller["id"], work_id, step=step, reason=reason, removed=removed)
-        raise EnvError("work create %s failed at %s: %s; recorded as failed (%s)" % (
-            task, step, reason, "directory removed" if removed else ("directory left at %s" % path if left
-                                                                     else "nothing on disk")),
-            "coord work inspect %s" % w["handle"])
+        ids = _make_checkout(w, token, from_rev, environ)
+    except _CreateFailed as failed:
+        _record_failed_create(st, w, caller, failed.step, failed.reason, environ)
     base = {"change": ids["change"], "commit": ids["commit"],
             "parent": ids["parents"][0] if len(ids["parents"]) == 1 else None, "parents": ids["parents"]}
-    git_kind = _git_kind(path)
     with st.transaction():
         cur = st.work(work_id)
         w = st.update_work(work_id, state="active", data={
-            "base": base, "current": dict(base, empty=ids["empty"], at=_now()), "git": git_kind,
+            "base": base, "current": dict(base, empty=ids["empty"], at=_now()), "git": _git_kind(path),
             "history": _history(cur, "active", caller)})
         st.audit("work.created", caller["id"], work_id, task=task, path=path, base_change=ids["change"],
                  base_commit=ids["commit"], kind=data["kind"])
-    lines = [w["handle"], path]
-    if native:
-        lines.append(native_note(source, git_kind))
-    return 0, {"ok": True, "work": public_work(w, st)}, "\n".join(lines)
+    return w
+
+
+class _CreateFailed(Exception):
+    def __init__(self, step, reason):
+        super().__init__(reason)
+        self.step, self.reason = step, reason
+
+
+def _make_checkout(w, token, from_rev, environ):
+    """Make the recorded work's checkout on disk; -> head_ids of @. Raise _CreateFailed(step, reason)."""
+    work_id, task, path, source = w["id"], w["task"], w["path"], w["source"]
+    step = "mkdir"
+    try:
+        if w["data"]["kind"] == "native":
+            step = "jj workspace add"
+            argv = ["workspace", "add", "--name", workspace_name(work_id)]
+            if from_rev:
+                argv += ["-r", from_rev]
+            jj(argv + [path], source, environ=environ)
+        else:
+            os.mkdir(path, 0o700)
+            step = "jj git clone"
+            jj(["git", "clone", "--colocate", clone_source(source), path], w["scratch_root"], timeout=CLONE_TIMEOUT,
+               environ=environ)
+            step = "jj workspace rename"
+            jj(["workspace", "rename", workspace_name(work_id)], path, environ=environ)
+            if from_rev:
+                step = "jj new %s" % from_rev
+                _new_from(path, from_rev, environ)
+        step = "write ownership marker"
+        write_marker(path, work_id, token)
+        step = "jj describe"
+        jj(["describe", "-m", description(task, work_id)], path, environ=environ)
+        step = "jj bookmark create"
+        jj(["bookmark", "create", bookmark_name(task, work_id), "-r", "@"], path, environ=environ)
+        step = "jj log"
+        return head_ids(path, environ=environ)
+    except (store.CoordError, OSError) as exc:
+        raise _CreateFailed(step, exc.message if isinstance(exc, store.CoordError)
+                            else "%s: %s" % (type(exc).__name__, exc))
+
+
+def _record_failed_create(st, w, caller, step, reason, environ):
+    """Discard what a failed create made, record the work as failed, raise EnvError."""
+    work_id, path = w["id"], w["path"]
+    removed, left = _discard_half_created(w, w["data"]["kind"] == "native", environ)
+    with st.transaction():
+        cur = st.work(work_id)
+        st.update_work(work_id, state="failed", data={
+            "failure": {"step": step, "reason": reason, "at": _now(),
+                        "directory": "removed" if removed else ("left at %s" % path if left else "never created")},
+            "history": _history(cur, "failed", caller, reason=reason)})
+        st.audit("work.failed", caller["id"], work_id, step=step, reason=reason, removed=removed)
+    raise EnvError("work create %s failed at %s: %s; recorded as failed (%s)" % (
+        w["task"], step, reason, "directory removed" if removed else ("directory left at %s" % path if left
+                                                                      else "nothing on disk")),
+        "coord work inspect %s" % w["handle"])
 
 
 def _new_from(path, rev, environ):
@@ -597,104 +621,52 @@ def _discard_half_created(w, native, environ):
         return False, True
 
 
-# --------------------------------------------------------------------------- list / inspect
 
-def cmd_list(ctx, args):
-    st = ctx.store
-    works = st.works(include_removed=args.all)
-    data = {"ok": True, "work": [public_work(w, st) for w in works]}
-    lines = []
-    for w in works:
-        line = summary_line(w)
-        if ctx.verbose:
-            line += "  id=%s path=%s" % (w["id"], w["path"])
-        lines.append(line)
-    return 0, data, "\n".join(lines)
+# --------------------------------------------------------------------------- inspect / gate
 
-
-def cmd_inspect(ctx, args):
-    st = ctx.store
-    w = target_work(ctx, args.handle, default_ok=True)
-    owner = st.runtime(w["runtime"]) if w["runtime"] else None
-    live_owner = _owner_of(st, w)
-    lines = [summary_line(w)]
-    lines.append("path %s%s" % (w["path"], "" if w["path"] and os.path.isdir(w["path"]) else " (missing)"))
-    if owner:
-        lines.append("owner %s%s" % (owner["handle"], "" if live_owner else " (not live)"))
-    failure = w["data"].get("failure")
-    if failure:
-        lines.append("failed at %s: %s (directory %s)" % (store.clean_text(failure["step"], 120),
-                                                          store.clean_text(failure["reason"], 300),
-                                                          failure["directory"]))
-    if w["data"].get("parked") and w["state"] == "parked":
-        lines.append("parked: %s" % store.clean_text(w["data"]["parked"]["reason"], 200))
+def inspect_work(st, *, work, environ=None, observe=False):
+    """What is known about one work record: {work, owner, owner_live, tmux_live, tmux_why,
+    depends: [(handle, state)], observed (head_ids of the last snapshot) or observe_error}.
+    observe: also read @ from the clone's last snapshot (never snapshotting it)."""
+    w = st.resolve_work(work) if isinstance(work, str) else work
+    facts = {"work": w, "owner": st.runtime(w["runtime"]) if w["runtime"] else None,
+             "owner_live": _owner_of(st, w) is not None, "tmux_live": None, "tmux_why": None, "depends": []}
     if w["data"].get("tmux"):
-        live, why = _live_tmux(w)
-        lines.append("tmux window %s %s" % (w["data"]["tmux"].get("window_id"),
-                                            "running" if live else "gone (%s)" % store.clean_text(why, 120)))
-    gate = _gate(w)
-    if gate.get("reason"):
-        lines.append("gate %s: %s" % (gate["state"], store.clean_text(gate["reason"], 200)))
+        live, facts["tmux_why"] = _live_tmux(w)
+        facts["tmux_live"] = live is not None
     for dep in w["data"].get("depends", []):
         d = st.work(dep)
-        lines.append("depends on %s (%s)" % (d["handle"] if d else dep, d["state"] if d else "unknown"))
-    data = {"ok": True, "work": public_work(w, st)}
-    if ctx.verbose:
-        d = w["data"]
-        lines.append("id %s" % w["id"])
-        lines.append("source %s" % w["source"])
-        lines.append("conversation %s runtime %s" % (w["conversation"], w["runtime"]))
-        for key in ("base", "current"):
-            if d.get(key):
-                lines.append("%s change %s commit %s" % (key, d[key].get("change"), d[key].get("commit")))
-        integ = _integration(w)
-        cand = integ.get("candidate")
-        if cand:
-            lines.append("candidate change %s commit %s (frozen by %s for %s)" % (
-                cand["change"], cand["commit"], cand["runtime"], cand["resource"]))
-        if integ.get("proof"):
-            lines.append("proof: candidate is an ancestor of %s on %s" % (integ["proof"]["target"],
-                                                                          integ["proof"]["into"]))
-        res = d.get("resources") or {}
-        if res.get("planned") or res.get("actual"):
-            lines.append("resources planned %s actual %s" % (", ".join(res.get("planned") or []) or "-",
-                                                             ", ".join(res.get("actual") or []) or "-"))
-        if d.get("tmux"):
-            t = d["tmux"]
-            lines.append("tmux %s %s %s on %s" % (t.get("session_id"), t.get("window_id"), t.get("pane_id"),
-                                                  t.get("socket")))
-        if not directory_problems(w) and w["state"] not in ("removed", "failed"):
-            try:
-                ids = head_ids(w["path"], snapshot=False, environ=ctx.environ)
-                data["observed"] = ids
-                lines.append("observed @ change %s commit %s%s (last snapshot)" % (
-                    ids["change"], ids["commit"], " empty" if ids["empty"] else ""))
-            except store.CoordError as exc:
-                lines.append("observed: %s" % exc.message)
-    return 0, data, "\n".join(lines)
+        facts["depends"].append((d["handle"] if d else dep, d["state"] if d else "unknown"))
+    if observe and not directory_problems(w) and w["state"] not in ENDED:
+        try:
+            facts["observed"] = head_ids(w["path"], snapshot=False, environ=environ)
+        except store.CoordError as exc:
+            facts["observe_error"] = exc.message
+    return facts
 
 
-# --------------------------------------------------------------------------- gate
-
-def cmd_gate(ctx, args):
-    st = ctx.store
-    if args.passed == args.waive:
+def gate_flags(passed, waive, reason):
+    """Refuse a gate call that is not exactly one of pass or waive-with-a-reason."""
+    if passed == waive:
         raise UsageError("give exactly one of --pass or --waive", "coord work gate HANDLE --pass")
-    if args.waive and not (args.reason or "").strip():
+    if waive and not (reason or "").strip():
         raise UsageError("--waive needs --reason: a waiver is deliberate and recorded",
                          "coord work gate HANDLE --waive --reason \"why\"")
-    w = target_work(ctx, args.handle, default_ok=True)
-    if w["state"] in ("removed", "failed"):
-        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
-    caller = _optional_caller(ctx)
-    gate = {"state": "passed" if args.passed else "waived", "at": _now(), "by": _who(caller),
+
+
+def gate_work(st, *, caller, work, passed, reason=None):
+    """Record that the work's checks passed (passed=True) or are waived with a reason; -> the gate."""
+    gate_flags(passed, not passed, reason)
+    w = st.resolve_work(work) if isinstance(work, str) else work
+    _refuse_state(w, ENDED)
+    gate = {"state": "passed" if passed else "waived", "at": _now(), "by": _who(caller),
             "by_handle": caller["handle"] if caller else None, "user": _user(),
-            "reason": store.clean_text(args.reason, 500) if args.reason else None}
+            "reason": store.clean_text(reason, 500) if reason else None}
     with st.transaction():
         cur = st.resolve_work(w["id"])
         st.update_work(w["id"], data={"gate": {k: v for k, v in gate.items() if v is not None}})
         st.audit("work.gate." + gate["state"], _who(caller), w["id"], reason=gate.get("reason"), user=gate["user"])
-    return 0, {"ok": True, "work": cur["handle"], "gate": gate}, None
+    return {"work": cur["handle"], "gate": gate}
 
 
 def _user():
@@ -705,38 +677,37 @@ def _user():
         return str(os.getuid())
 
 
+
 # --------------------------------------------------------------------------- integration
 
 def _integration_resource(bookmark):
     return store.normalize_resource("integration/" + check_bookmark(bookmark))
 
 
-def cmd_enqueue(ctx, args):
-    st = ctx.store
-    caller = ctx.caller()
-    into = check_bookmark(args.into)
-    w = st.resolve_work(args.handle)
-    if w["state"] in ("removed", "failed", "creating"):
-        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+def enqueue(st, *, caller, handle, into):
+    """Put the work in the visible integration queue for `into` (grants nothing)."""
+    into = check_bookmark(into)
+    w = st.resolve_work(handle)
+    _refuse_state(w, UNUSABLE)
     with st.transaction():
         cur = st.resolve_work(w["id"])
         integ = _integration(cur)
-        if integ["state"] not in ("none", "lock-released"):
+        if integ["state"] not in ENQUEUEABLE:
             raise Refused("work %s is already %s for %s" % (w["handle"], integ["state"], integ.get("into")),
                           "coord work integrate queue")
         integ.update({"state": "queued", "into": into, "queued_at": _now(), "queued_by": caller["id"]})
         st.update_work(w["id"], data={"integration": integ})
         st.audit("work.queued", caller["id"], w["id"], into=into)
-    return 0, {"ok": True, "work": w["handle"], "into": into}, None
+    return {"work": w["handle"], "into": into}
 
 
-def cmd_queue(ctx, args):
-    st = ctx.store
-    into = check_bookmark(args.into) if args.into else None
+def integration_queue(st, *, into=None):
+    """{queue: queued and integrating work in order with dependencies, holders: {bookmark: handle}}."""
+    into = check_bookmark(into) if into else None
     rows = []
     for w in st.works():
         integ = _integration(w)
-        if integ["state"] not in ("queued", "integrating") or (into and integ.get("into") != into):
+        if integ["state"] not in QUEUED or (into and integ.get("into") != into):
             continue
         deps = []
         for dep in w["data"].get("depends", []):
@@ -751,44 +722,19 @@ def cmd_queue(ctx, args):
     for lease in st.all_leases():
         if lease["resource"].startswith("integration/"):
             holders[lease["resource"][len("integration/"):]] = lease["handle"]
-    lines = []
-    for b, h in sorted(holders.items()):
-        if not into or b == into:
-            lines.append("integration/%s held by %s" % (b, h))
-    for i, r in enumerate(rows, 1):
-        dep = ""
-        if r["depends"]:
-            dep = "  after " + ", ".join("%s (%s)" % (d["handle"], d["integration"]) for d in r["depends"])
-        lines.append("%d. %s  %s  %s->%s%s" % (i, r["handle"], store.clean_text(r["task"], 40), r["state"],
-                                               r["into"], dep))
-    if rows:
-        lines.append("the queue is an order, not a grant: the integration owner takes integration/<bookmark>")
-    return 0, {"ok": True, "queue": rows, "holders": holders}, "\n".join(lines)
+    return {"queue": rows, "holders": holders, "into": into}
 
 
-def cmd_acquire(ctx, args):
-    """Take integration/<bookmark>, snapshot the clone and freeze its exact candidate."""
-    st = ctx.store
-    caller = ctx.caller()
-    into = check_bookmark(args.into)
+def acquire(st, *, caller, handle, into, environ=None):
+    """Take integration/<bookmark>, snapshot the clone and freeze its exact candidate;
+    -> {work, resource, candidate: {change, commit}, waiting_on}."""
+    into = check_bookmark(into)
     resource = _integration_resource(into)
-    w = st.resolve_work(args.handle)
-    if w["state"] in ("removed", "failed", "creating"):
-        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+    w = st.resolve_work(handle)
+    _refuse_state(w, UNUSABLE)
     path = verified_path(w)
-    ids = head_ids(path, environ=ctx.environ)  # snapshots the clone
-    rows = local_changes(path, _local_revset(w, ctx.environ), ctx.environ)
-    commits = {r["commit"]: r for r in rows}
-    if ids["commit"] in commits:
-        cand_commit, cand_change = ids["commit"], ids["change"]
-    elif len(ids["parents"]) == 1 and ids["parents"][0] in commits:
-        cand_commit, cand_change = ids["parents"][0], commits[ids["parents"][0]]["change"]
-    elif not rows:
-        raise Refused("work %s has nothing to integrate: no change beyond the canonical bookmarks" % w["handle"],
-                      "make the change first, or gate and remove the work")
-    else:
-        raise Refused("work %s: its local changes are neither @ nor @-; the candidate would be a guess"
-                      % w["handle"], "in %s move @ onto the change to integrate (jj new <change>), then retry" % path)
+    ids = head_ids(path, environ=environ)  # snapshots the clone
+    cand_change, cand_commit = _candidate_of(w, ids, local_changes(path, _local_revset(w, environ), environ))
     with st.transaction():
         st.claim(caller["id"], [resource], "exclusive", "integrate %s" % w["handle"])
         cur = st.resolve_work(w["id"])
@@ -810,11 +756,22 @@ def cmd_acquire(ctx, args):
         d = st.work(dep)
         if d is None or _integration(d)["state"] != "integrated":
             waiting.append("%s (%s)" % (d["handle"] if d else dep, _integration(d)["state"] if d else "unknown"))
-    text = "candidate %s" % cand_commit
-    if waiting:
-        text += "\nnote: depends on %s, not integrated yet" % ", ".join(waiting)
-    return 0, {"ok": True, "work": w["handle"], "resource": resource,
-               "candidate": {"change": cand_change, "commit": cand_commit}, "waiting_on": waiting}, text
+    return {"work": w["handle"], "resource": resource, "candidate": {"change": cand_change, "commit": cand_commit},
+            "waiting_on": waiting}
+
+
+def _candidate_of(w, ids, rows):
+    """(change, commit) of the local change to integrate: @ or its single parent, never a guess."""
+    commits = {r["commit"]: r for r in rows}
+    if ids["commit"] in commits:
+        return ids["change"], ids["commit"]
+    if len(ids["parents"]) == 1 and ids["parents"][0] in commits:
+        return commits[ids["parents"][0]]["change"], ids["parents"][0]
+    if not rows:
+        raise Refused("work %s has nothing to integrate: no change beyond the canonical bookmarks" % w["handle"],
+                      "make the change first, or gate and remove the work")
+    raise Refused("work %s: its local changes are neither @ nor @-; the candidate would be a guess"
+                  % w["handle"], "in %s move @ onto the change to integrate (jj new <change>), then retry" % w["path"])
 
 
 def _resources(st, w):
@@ -871,11 +828,12 @@ def _candidate_for(w, caller):
     return integ, cand
 
 
-def cmd_prove(ctx, args):
-    st = ctx.store
-    caller = ctx.caller()
-    target = full_commit(args.target, "target")
-    w = st.resolve_work(args.handle)
+
+def prove(st, *, caller, handle, target, environ=None):
+    """Record proof that the frozen candidate is an ancestor of the full `target` commit on
+    the bookmark in the canonical repository; -> {work, candidate, target}."""
+    target = full_commit(target, "target")
+    w = st.resolve_work(handle)
     integ, cand = _candidate_for(w, caller)
     if integ["state"] == "lock-released":
         raise Refused("the integration lock of %s was released; a release is not evidence" % w["handle"],
@@ -885,27 +843,7 @@ def cmd_prove(ctx, args):
         raise Refused("%s does not hold %s (expired or released), so it cannot prove" % (
             caller["handle"], cand["resource"]),
             "coord work integrate acquire %s --into %s (re-freezes the candidate)" % (w["handle"], integ["into"]))
-    source = w["source"]
-    gargs = git_dir_args(source)
-    for what, oid in (("target", target), ("candidate", cand["commit"])):
-        code, _, _ = git(gargs + ["cat-file", "-e", oid + "^{commit}"], source, ctx.environ, check=False)
-        if code != 0:
-            hint = ("push the candidate to %s first; %s" % (source, SQUASH_NOTE % (w["handle"], w["handle"]))
-                    if what == "candidate" else
-                    "name a commit that exists in %s" % source)
-            raise Refused("%s commit %s is not in the canonical repository %s" % (what, oid, source), hint)
-    code, _, err = git(gargs + ["merge-base", "--is-ancestor", cand["commit"], target], source, ctx.environ,
-                       check=False)
-    if code == 1:
-        raise Refused("candidate %s of %s is not an ancestor of %s" % (cand["commit"], w["handle"], target),
-                      SQUASH_NOTE % (w["handle"], w["handle"]))
-    if code != 0:
-        raise ToolError(["git", "merge-base", "--is-ancestor"], code, err)
-    ref = "refs/heads/" + integ["into"]
-    code, _, _ = git(gargs + ["merge-base", "--is-ancestor", target, ref], source, ctx.environ, check=False)
-    if code != 0:
-        raise Refused("target %s is not on bookmark %s in %s" % (target, integ["into"], source),
-                      "name the commit %s points at: git %s rev-parse %s" % (integ["into"], " ".join(gargs), ref))
+    _check_ancestry(w, integ["into"], cand["commit"], target, environ)
     with st.transaction():
         cur = st.resolve_work(w["id"])
         now_integ, now_cand = _candidate_for(cur, caller)
@@ -918,13 +856,38 @@ def cmd_prove(ctx, args):
                                       "history": _history(cur, cur["state"], caller, event="integrated")})
         st.audit("work.integrated", caller["id"], w["id"], candidate=cand["commit"], target=target,
                  into=integ["into"], resource=cand["resource"])
-    return 0, {"ok": True, "work": w["handle"], "candidate": cand["commit"], "target": target}, None
+    return {"work": w["handle"], "candidate": cand["commit"], "target": target}
 
 
-def cmd_release(ctx, args):
-    st = ctx.store
-    caller = ctx.caller()
-    w = st.resolve_work(args.handle)
+def _check_ancestry(w, into, candidate, target, environ):
+    """Refuse unless both commits are in the canonical repository, candidate is an ancestor of
+    target, and target is on bookmark `into` there."""
+    source = w["source"]
+    gargs = git_dir_args(source)
+    for what, oid in (("target", target), ("candidate", candidate)):
+        code, _, _ = git(gargs + ["cat-file", "-e", oid + "^{commit}"], source, environ, check=False)
+        if code != 0:
+            hint = ("push the candidate to %s first; %s" % (source, SQUASH_NOTE % (w["handle"], w["handle"]))
+                    if what == "candidate" else
+                    "name a commit that exists in %s" % source)
+            raise Refused("%s commit %s is not in the canonical repository %s" % (what, oid, source), hint)
+    code, _, err = git(gargs + ["merge-base", "--is-ancestor", candidate, target], source, environ, check=False)
+    if code == 1:
+        raise Refused("candidate %s of %s is not an ancestor of %s" % (candidate, w["handle"], target),
+                      SQUASH_NOTE % (w["handle"], w["handle"]))
+    if code != 0:
+        raise ToolError(["git", "merge-base", "--is-ancestor"], code, err)
+    ref = "refs/heads/" + into
+    code, _, _ = git(gargs + ["merge-base", "--is-ancestor", target, ref], source, environ, check=False)
+    if code != 0:
+        raise Refused("target %s is not on bookmark %s in %s" % (target, into, source),
+                      "name the commit %s points at: git %s rev-parse %s" % (into, " ".join(gargs), ref))
+
+
+def release_integration(st, *, caller, handle):
+    """Release the integration lease the caller froze the candidate with (not evidence);
+    -> {work, integration: the integration state after it}."""
+    w = st.resolve_work(handle)
     integ, cand = _candidate_for(w, caller)
     if integ.get("released"):
         raise Refused("the integration lock of %s was already released" % w["handle"], "coord work inspect %s"
@@ -942,10 +905,7 @@ def cmd_release(ctx, args):
         st.update_work(w["id"], data={"integration": now_integ})
         st.audit("work.integration.released", caller["id"], w["id"], resource=cand["resource"],
                  proven=now_integ["state"] == "integrated")
-    text = None
-    if now_integ["state"] != "integrated":
-        text = "released without proof: %s is not integrated" % w["handle"]
-    return 0, {"ok": True, "work": w["handle"], "integration": now_integ["state"]}, text
+    return {"work": w["handle"], "integration": now_integ["state"]}
 
 
 # --------------------------------------------------------------------------- cleanup
@@ -953,7 +913,6 @@ def cmd_release(ctx, args):
 SHOWN_PATHS = 5                 # files named in a refusal's text; --json reasons carry them all
 FS_CLOCK_SLACK = 0.05            # seconds a file time may lag time.time() (one kernel tick and more)
 KEPT_PATHS = 200                # discarded ignored paths kept in the work record (the audit row has all)
-
 
 def _inside(cwd, path):
     return bool(cwd) and (cwd == path or below(cwd, path))
@@ -1076,7 +1035,7 @@ def _cache_of(path, tracked):
     return bool(m) and m.group(1) + m.group(2) + ".py" in tracked
 
 
-def uncaptured(ctx, w):
+def uncaptured(w, environ=None):
     """Blockers for files on disk that the snapshot left out of @: untracked ones jj did not
     snapshot (too large, auto-track, nested repositories) and ignored ones. Call only right
     after a snapshot. Each blocker carries its full list under "paths"."""
@@ -1088,14 +1047,14 @@ def uncaptured(ctx, w):
             len(unreadable), "y" if len(unreadable) == 1 else "ies", _named(unreadable)),
             "fix the permissions (or move the contents out), then retry", {"paths": unreadable}))
     _, listed, _ = jj(["file", "list", "-r", "@", "-T", 'path ++ "\\0"'], w["path"], snapshot=False,
-                      environ=ctx.environ)
+                      environ=environ)
     tracked = set(listed.split("\0"))
     # Compare names as jj prints them (a name that is not UTF-8 then never matches: it blocks).
     missing = sorted(n for n in (os.fsencode(f).decode("utf-8", "backslashreplace") for f in files)
                      if n not in tracked)
     if not missing:
         return out
-    ignored = ignored_paths(w, missing, ctx.environ)
+    ignored = ignored_paths(w, missing, environ)
     untracked = [f for f in missing if f not in ignored]
     ignored = [f for f in missing if f in ignored and not _cache_of(f, tracked)]
     if untracked:
@@ -1128,7 +1087,7 @@ def split_discardable(blockers, discard_ignored):
     return rest, paths
 
 
-def cleanup_blockers(ctx, w, caller, procs=False):
+def cleanup_blockers(st, w, caller, environ=None, procs=False):
     """Every reason the work's directory may not be deleted now: [(code, message, next command)].
 
     Rules (all must hold): the real path is below the recorded scratch root; the on-disk
@@ -1143,7 +1102,6 @@ def cleanup_blockers(ctx, w, caller, procs=False):
     was proven integrated, or released with a waived gate. procs: process_cwds(), read once
     by a caller that checks many records.
     """
-    st = ctx.store
     h = w["handle"]
     if w["state"] == "removed":
         return [("removed", "already removed", "coord work list")]
@@ -1166,7 +1124,7 @@ def cleanup_blockers(ctx, w, caller, procs=False):
     live = _live_inside(st, w, process_cwds() if procs is False else procs)
     out += live
     gate = _gate(w)
-    if gate["state"] not in ("passed", "waived"):
+    if gate["state"] not in GATE_DONE:
         out.append(("ungated", "its gate has not passed and was not waived",
                     "coord work gate %s --pass (or --waive --reason \"why\")" % h))
     if live or tmux_problem:
@@ -1175,10 +1133,10 @@ def cleanup_blockers(ctx, w, caller, procs=False):
                        "retry when nothing runs inside it")]
     try:
         w["evidence_at"] = time.time()  # anything changed after this is not covered by the evidence
-        ids = head_ids(w["path"], environ=ctx.environ)  # the snapshot: edits on disk become visible
-        out += uncaptured(ctx, w)
-        local = _local_revset(w, ctx.environ)
-        rows = local_changes(w["path"], local, ctx.environ)
+        ids = head_ids(w["path"], environ=environ)  # the snapshot: edits on disk become visible
+        out += uncaptured(w, environ)
+        local = _local_revset(w, environ)
+        rows = local_changes(w["path"], local, environ)
     except store.CoordError as exc:
         return out + [("jj-failed", "cannot read the clone: %s" % exc.message, "coord work inspect %s --verbose" % h)]
     w["data"]["current"] = {"change": ids["change"], "commit": ids["commit"], "empty": ids["empty"], "at": _now()}
@@ -1190,7 +1148,7 @@ def cleanup_blockers(ctx, w, caller, procs=False):
     released = bool(integ.get("released"))
     if proven or (released and cand):
         try:
-            extra = local_changes(w["path"], "(%s) ~ ::%s" % (local, cand["commit"]), ctx.environ)
+            extra = local_changes(w["path"], "(%s) ~ ::%s" % (local, cand["commit"]), environ)
         except store.CoordError:
             extra = rows
         if extra:
@@ -1245,13 +1203,13 @@ def _late_changes(path, since):
     return late
 
 
-def _delete_checkout(ctx, w):
+def _delete_checkout(environ, w):
     """Delete a verified checkout: forget a native workspace, move it aside atomically, check
     that nothing moved in or changed since the evidence was taken (else move it back and
     refuse), then rmtree. The rename means no new process can enter it by its old path."""
     path = w["path"]
     if w["data"].get("kind") == "native":
-        jj(["workspace", "forget", workspace_name(w["id"])], path, environ=ctx.environ)
+        jj(["workspace", "forget", workspace_name(w["id"])], path, environ=environ)
     aside = "%s.removing-%s" % (path, secrets.token_hex(4))
     os.rename(path, aside)
     late = _late_changes(aside, w.get("evidence_at"))
@@ -1268,10 +1226,9 @@ def _delete_checkout(ctx, w):
     shutil.rmtree(aside)
 
 
-def _mark_removed(ctx, w, caller, how, discarded=None):
+def _mark_removed(st, w, caller, how, discarded=None):
     """Record the removal; `discarded` lists the ignored files deleted with the clone (all of
     them in the audit row, the first KEPT_PATHS and their count in the record)."""
-    st = ctx.store
     removed = {"at": _now(), "by": _who(caller), "how": how}
     extra = {}
     if discarded:
@@ -1286,95 +1243,115 @@ def _mark_removed(ctx, w, caller, how, discarded=None):
         st.audit("work.removed", _who(caller), w["id"], how=how, path=w["path"], **extra)
 
 
-def cmd_remove(ctx, args):
-    st = ctx.store
-    w = st.resolve_work(args.handle)
-    if args.confirm not in (w["handle"], w["id"]):
+
+def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, discard_ignored=False):
+    """Delete the work's clone when every cleanup rule holds (else Refused with every reason)
+    and record it removed; -> {work, removed, ...}."""
+    w = st.resolve_work(handle)
+    if confirm not in (w["handle"], w["id"]):
         raise UsageError("removal needs the exact work handle repeated: --confirm %s" % w["handle"],
                          "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
-    caller = _optional_caller(ctx)
     if w["state"] == "removed":
-        return 0, {"ok": True, "work": w["handle"], "removed": False, "already": True}, None
-    if args.forget:
+        return {"work": w["handle"], "removed": False, "already": True}
+    if forget:
         if os.path.lexists(w["path"] or ""):
             raise Refused("--forget only drops a record whose directory is gone; %s exists" % w["path"],
                           "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
-        _mark_removed(ctx, w, caller, "forgotten (directory was already gone)")
-        return 0, {"ok": True, "work": w["handle"], "removed": True, "forgotten": True}, None
+        _mark_removed(st, w, caller, "forgotten (directory was already gone)")
+        return {"work": w["handle"], "removed": True, "forgotten": True}
     if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
-        _mark_removed(ctx, w, caller, "failed create, nothing on disk")
-        return 0, {"ok": True, "work": w["handle"], "removed": True}, None
-    blockers, discard = split_discardable(cleanup_blockers(ctx, w, caller), args.discard_ignored)
+        _mark_removed(st, w, caller, "failed create, nothing on disk")
+        return {"work": w["handle"], "removed": True}
+    blockers, discard = split_discardable(cleanup_blockers(st, w, caller, environ), discard_ignored)
     if blockers:
         raise Refused("will not remove %s: %s" % (w["handle"], "; ".join(b[1] for b in blockers)),
                       " ; ".join(store.unique(b[2] for b in blockers)),
                       reasons=[reason_json(b) for b in blockers])
-    _delete_checkout(ctx, w)
-    _mark_removed(ctx, w, caller, "remove", discard)
-    data = {"ok": True, "work": w["handle"], "removed": True}
-    text = None
+    _delete_checkout(environ, w)
+    _mark_removed(st, w, caller, "remove", discard)
+    out = {"work": w["handle"], "removed": True}
     if discard:
-        data["discarded_ignored"] = discard
-        text = "discarded %d ignored file(s): %s" % (len(discard), _named(discard))
-    return 0, data, text
+        out["discarded_ignored"] = discard
+    return out
 
 
-def cmd_gc(ctx, args):
-    st = ctx.store
-    caller = _optional_caller(ctx)
+def gc_works(st, *, caller, environ=None, dry_run=False, discard_ignored=False):
+    """Remove every work that passes every cleanup rule (none with dry_run); -> {removed: [{handle,
+    task, ...}], kept: [{handle, task, path, reasons}], dry_run}."""
     removed, kept = [], []
     procs = False  # read /proc once, when the first record needs it
     for w in st.works():
         if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
-            if not args.dry_run:
-                _mark_removed(ctx, w, caller, "gc: failed create, nothing on disk")
+            if not dry_run:
+                _mark_removed(st, w, caller, "gc: failed create, nothing on disk")
             removed.append({"handle": w["handle"], "task": w["task"], "record_only": True})
             continue
         if procs is False:
             procs = process_cwds()
-        blockers, discard = split_discardable(cleanup_blockers(ctx, w, caller, procs), args.discard_ignored)
+        blockers, discard = split_discardable(cleanup_blockers(st, w, caller, environ, procs), discard_ignored)
         if blockers:
             kept.append({"handle": w["handle"], "task": w["task"], "path": w["path"],
                          "reasons": [reason_json(b) for b in blockers]})
             continue
-        if not args.dry_run:
+        if not dry_run:
             try:
-                _delete_checkout(ctx, w)
+                _delete_checkout(environ, w)
             except (OSError, store.CoordError) as exc:
                 kept.append({"handle": w["handle"], "task": w["task"], "path": w["path"], "reasons": [
                     {"code": "delete-failed", "message": str(getattr(exc, "message", exc)),
                      "next": "coord work inspect %s" % w["handle"]}]})
                 continue
-            _mark_removed(ctx, w, caller, "gc", discard)
+            _mark_removed(st, w, caller, "gc", discard)
         r = {"handle": w["handle"], "task": w["task"]}
         if discard:
             r["discarded_ignored"] = discard
         removed.append(r)
-    lines = []
-    verb = "would remove" if args.dry_run else "removed"
-    for r in removed:
-        lines.append("%s %s  %s" % (verb, r["handle"], store.clean_text(r["task"], 48)))
-        if r.get("discarded_ignored"):
-            lines[-1] += "  (%s %d ignored file(s): %s)" % ("discarding" if args.dry_run else "discarded",
-                                                           len(r["discarded_ignored"]),
-                                                           _named(r["discarded_ignored"]))
-    if kept:
-        lines.append("recovery candidates:")
-    for k in kept:
-        lines.append("  %s  %s: %s" % (k["handle"], store.clean_text(k["task"], 48),
-                                       "; ".join("%s (next: %s)" % (r["message"], r["next"]) for r in k["reasons"])))
-    return 0, {"ok": True, "removed": removed, "kept": kept, "dry_run": bool(args.dry_run)}, "\n".join(lines)
+    return {"removed": removed, "kept": kept, "dry_run": bool(dry_run)}
 
 
 # --------------------------------------------------------------------------- adopt
 
-def cmd_adopt(ctx, args):
-    """Register a known clone again after the database was lost, then rotate its marker."""
-    st = ctx.store
-    caller = _optional_caller(ctx)
-    canonical = canonical_root(ctx)
-    scratch = resolve_scratch_root(args.scratch_root, ctx.environ, canonical)
-    raw = os.path.abspath(args.path)
+def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_id=None, expect_commit=None):
+    """Register a known clone again after the database was lost, then rotate its marker;
+    -> the new work record. caller may be None (the record then has no owner)."""
+    canonical = canonical_root(root, st.work)
+    scratch = resolve_scratch_root(scratch_root, environ, canonical)
+    path = _adoptable_path(path, scratch, canonical, environ)
+    found_id, workspace = _adopted_workspace(path, environ)
+    if work_id and work_id.strip().lower() != found_id:
+        raise Refused("%s holds work %s, not %s" % (path, found_id, work_id), "check the ID")
+    work_id = found_id
+    existing = st.work(work_id)
+    if existing is not None and existing["state"] != "removed":
+        raise Refused("work %s is already registered as %s" % (work_id, existing["handle"]),
+                      "coord work inspect %s" % existing["handle"])
+    bookmark, task, change, commit = _adopted_bookmark(path, work_id, environ)
+    if expect_commit and full_commit(expect_commit) != commit:
+        raise Refused("bookmark %s is at %s, not the expected %s" % (bookmark, commit, expect_commit),
+                      "check the ID")
+    head = head_ids(path, snapshot=False, environ=environ)
+    token = secrets.token_hex(32)
+    data = _work_data("clone", caller, workspace, bookmark,
+                      {"state": "active", "at": _now(), "by": _who(caller), "event": "adopted"},
+                      adopted={"at": _now(), "by": _who(caller), "bookmark_commit": commit, "bookmark_change": change},
+                      current={"change": head["change"], "commit": head["commit"], "empty": head["empty"],
+                               "at": _now()},
+                      git=_git_kind(path))
+    with st.transaction():
+        if st.work(work_id) is not None:
+            raise Refused("work %s was registered meanwhile" % work_id, "coord work list")
+        w = st.insert_work(task, "active", token, path=path, scratch_root=scratch, source=canonical,
+                           conversation=caller["conversation"] if caller else None, runtime=_who(caller),
+                           data=data, work_id=work_id)
+        st.audit("work.adopted", _who(caller), work_id, path=path, bookmark=bookmark, commit=commit)
+    write_marker(path, work_id, token)
+    return w
+
+
+def _adoptable_path(raw, scratch, canonical, environ):
+    """The real path of a directory that may be adopted: an independent colocated clone of the
+    canonical repository below the scratch root; refused otherwise."""
+    raw = os.path.abspath(raw)
     if os.path.islink(raw):
         raise Refused("%s is a symlink; adopt names the clone's real directory" % raw, "pass the resolved path")
     path = os.path.realpath(raw)
@@ -1385,7 +1362,7 @@ def cmd_adopt(ctx, args):
         if not os.path.isdir(os.path.join(path, needed)):
             raise Refused("%s has no %s directory: only independent colocated clones can be adopted" % (path, needed),
                           "inspect it by hand")
-    _, out, _ = git(["remote", "get-url", "origin"], path, ctx.environ, check=False)
+    _, out, _ = git(["remote", "get-url", "origin"], path, environ, check=False)
     source = out.strip()
     source_real = os.path.realpath(source) if source and os.path.isabs(source) else source
     if not source_real or source_real == path or below(path, source_real) or below(source_real, path):
@@ -1394,73 +1371,55 @@ def cmd_adopt(ctx, args):
     if source_real != canonical and source_real != clone_source(canonical):
         raise Refused("%s is a clone of %s, not of this repository %s" % (path, source_real, canonical),
                       "run adopt from the checkout it was cloned from")
-    # The authority: the clone's own jj metadata, read without touching its working copy.
-    _, names, _ = jj(["workspace", "list", "-T", 'name ++ "\\n"'], path, snapshot=False, environ=ctx.environ)
+    return path
+
+
+def _adopted_workspace(path, environ):
+    """(work id, workspace name) from the clone's own jj metadata, read without touching its
+    working copy: exactly one agent-<work id> workspace, agreeing with any marker."""
+    _, names, _ = jj(["workspace", "list", "-T", 'name ++ "\\n"'], path, snapshot=False, environ=environ)
     names = [n for n in names.splitlines() if n]
     ids = [n[len("agent-"):] for n in names if n.startswith("agent-") and store.is_uuid(n[len("agent-"):])]
     if len(ids) != 1 or len(names) != 1:
         raise Refused("%s does not have exactly one agent-<work id> workspace (found %s)" % (
             path, ", ".join(names) or "none"), "inspect it by hand")
-    work_id = ids[0]
     marker = read_marker(path)
-    if marker is not None and marker.get("work") not in (None, work_id):
+    if marker is not None and marker.get("work") not in (None, ids[0]):
         raise Refused("the marker in %s names work %s but the workspace is agent-%s" % (
-            path, marker.get("work"), work_id), "inspect it by hand")
-    if args.work_id and args.work_id.strip().lower() != work_id:
-        raise Refused("%s holds work %s, not %s" % (path, work_id, args.work_id), "check the ID")
-    existing = st.work(work_id)
-    if existing is not None and existing["state"] != "removed":
-        raise Refused("work %s is already registered as %s" % (work_id, existing["handle"]),
-                      "coord work inspect %s" % existing["handle"])
+            path, marker.get("work"), ids[0]), "inspect it by hand")
+    return ids[0], names[0]
+
+
+def _adopted_bookmark(path, work_id, environ):
+    """(bookmark, task, change, commit) of the clone's single agent/<task>/<work id> bookmark."""
     _, out, _ = jj(["bookmark", "list", "-T", 'if(remote, "", name ++ "\\n")'], path, snapshot=False,
-                   environ=ctx.environ)
+                   environ=environ)
     suffix = "/" + work_id
     bookmarks = [b for b in out.splitlines() if b.startswith("agent/") and b.endswith(suffix)]
     if len(bookmarks) != 1:
         raise Refused("%s has no single agent/<task>/%s bookmark" % (path, work_id), "inspect it by hand")
-    task = bookmarks[0][len("agent/"):-len(suffix)]
-    check_task(task)
+    task = check_task(bookmarks[0][len("agent/"):-len(suffix)])
     _, out, _ = jj(["log", "--no-graph", "-r", "bookmarks(exact:%s)" % json.dumps(bookmarks[0]),
-                    "-T", _ID_TEMPLATE], path, snapshot=False, environ=ctx.environ)
+                    "-T", _ID_TEMPLATE], path, snapshot=False, environ=environ)
     fields = (out.strip().split(" ") + ["", ""])[:2]
     if not _CHANGE_RE.match(fields[0]) or not _FULL_COMMIT_RE.match(fields[1]):
         raise Refused("cannot read exact IDs of %s in %s" % (bookmarks[0], path), "inspect it by hand")
-    if args.expect_commit and full_commit(args.expect_commit) != fields[1]:
-        raise Refused("bookmark %s is at %s, not the expected %s" % (bookmarks[0], fields[1], args.expect_commit),
-                      "check the ID")
-    head = head_ids(path, snapshot=False, environ=ctx.environ)
-    token = secrets.token_hex(32)
-    data = {"kind": "clone", "adopted": {"at": _now(), "by": _who(caller), "bookmark_commit": fields[1],
-                                         "bookmark_change": fields[0]},
-            "workspace_name": names[0], "bookmark": bookmarks[0], "depends": [],
-            "resources": {"planned": [], "actual": []}, "gate": {"state": "pending"},
-            "integration": {"state": "none"},
-            "current": {"change": head["change"], "commit": head["commit"], "empty": head["empty"], "at": _now()},
-            "git": _git_kind(path), "agent_id": caller.get("agent_id") if caller else None,
-            "history": [{"state": "active", "at": _now(), "by": _who(caller), "event": "adopted"}]}
-    with st.transaction():
-        if st.work(work_id) is not None:
-            raise Refused("work %s was registered meanwhile" % work_id, "coord work list")
-        w = st.insert_work(task, "active", token, path=path, scratch_root=scratch, source=canonical,
-                           conversation=caller["conversation"] if caller else None, runtime=_who(caller),
-                           data=data, work_id=work_id)
-        st.audit("work.adopted", _who(caller), work_id, path=path, bookmark=bookmarks[0], commit=fields[1])
-    write_marker(path, work_id, token)
-    return 0, {"ok": True, "work": public_work(w, st)}, w["handle"]
+    return bookmarks[0], task, fields[0], fields[1]
 
 
 # --------------------------------------------------------------------------- remote
 
-def cmd_remote_verify(ctx, args):
-    """Read REMOTE's bookmark over the wire (git ls-remote) and require the expected full commit."""
-    expect = full_commit(args.expect, "--expect")
-    bookmark = check_bookmark(args.bookmark)
-    remote = args.remote
+def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
+    """Read REMOTE's bookmark over the wire (git ls-remote) and require the expected full commit;
+    -> {ok, remote, bookmark, expected, actual}, else Refused carrying the same fields.
+    work_of: id -> work record, consulted only when root is a managed clone."""
+    expect = full_commit(expect, "--expect")
+    bookmark = check_bookmark(bookmark)
     if not remote or remote.startswith("-"):
         raise UsageError("remote %r is not a remote name or URL" % remote, "coord remote verify origin main --expect C")
-    repo = canonical_root(ctx)
+    repo = canonical_root(root, work_of)
     ref = "refs/heads/" + bookmark
-    _, out, _ = git(git_dir_args(repo) + ["ls-remote", remote, ref], repo, ctx.environ)
+    _, out, _ = git(git_dir_args(repo) + ["ls-remote", remote, ref], repo, environ)
     found = [line.split("\t", 1)[0] for line in out.splitlines() if line.split("\t", 1)[-1] == ref]
     actual = found[0] if found else None
     data = {"ok": actual == expect, "remote": remote, "bookmark": bookmark, "expected": expect, "actual": actual}
@@ -1471,10 +1430,402 @@ def cmd_remote_verify(ctx, args):
         raise Refused("remote %s %s is at %s, not the expected %s" % (remote, bookmark, actual, expect),
                       "re-read the remote and rebase or re-plan; never force: git ls-remote %s %s" % (remote, ref),
                       **data)
-    return 0, data, None
+    return data
 
 
-# --------------------------------------------------------------------------- registration
+# =========================================================================== tmux glue (session.py)
+
+def _session_call(fn, *a, **kw):
+    """Call into session.py, turning its errors into coord's (missing tmux is the environment)."""
+    import session
+    try:
+        return fn(*a, **kw)
+    except (session.TmuxNotFound, session.TmuxError) as exc:
+        raise EnvError(exc.message, exc.hint)
+    except session.SessionError as exc:
+        raise Refused(exc.message, exc.hint)
+
+
+def _live_tmux(w, strict=False):
+    """The work's recorded window when it still validates, else None (with the reason).
+
+    strict: when tmux cannot answer (not on PATH, failing), raise EnvError instead of
+    calling the window gone; cleanup needs evidence, not the absence of an answer.
+    """
+    rec = w["data"].get("tmux")
+    if not rec:
+        return None, "no recorded window"
+    import session
+    try:
+        session.validate(rec)
+    except (session.TmuxNotFound, session.TmuxError) as exc:
+        if strict:
+            raise EnvError("cannot check tmux window %s of %s: %s" % (rec.get("window_id"), w["handle"],
+                                                                      exc.message), exc.hint)
+        return None, exc.message
+    except session.SessionError as exc:
+        return None, exc.message
+    return rec, None
+
+
+def _launch(environ, w, conversation, harness, extra, previous):
+    import session
+    project = store.resolve_project_id(environ, w["source"])
+    env = {"COORD_WORK_ID": w["id"], "COORD_PROJECT_ID": project}
+    for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
+        if environ.get(name):
+            env[name] = environ[name]
+    argv = _session_call(session.harness_argv, harness, conversation, extra, environ)
+    socket = (previous or {}).get("socket") or session.resolve_socket(None, environ)
+    return _session_call(session.launch, project, w["id"], w["path"], argv, env=env, task=w["task"],
+                         conversation=conversation, harness=harness, previous=previous, socket=socket)
+
+
+def _record_tmux(st, w, state, rec, caller, **extra):
+    with st.transaction():
+        cur = st.work(w["id"])
+        data = {"history": _history(cur, state, caller, **extra)}
+        if rec is not None:
+            data["tmux"] = rec
+        if extra.get("reason") is not None or state in RELAUNCHED:
+            data["parked"] = {"reason": extra["reason"], "at": _now()} if state == "parked" else None
+        cur = st.update_work(w["id"], state=state, data=data)
+        st.audit("work." + state, _who(caller), w["id"], window=(rec or cur["data"].get("tmux") or {}).get(
+            "window_id"), **{k: v for k, v in extra.items() if v is not None})
+    return cur
+
+
+def _record_launch(st, w, state, rec, caller, **extra):
+    """Record a launched window; if that fails, close the window so it is never unrecorded."""
+    import session
+    try:
+        _record_tmux(st, w, state, rec, caller, **extra)
+    except BaseException:
+        try:
+            session.close(rec)
+        except session.SessionError:
+            pass
+        raise
+
+
+def _launchable(st, handle):
+    """The work record, refused unless it may get a new harness window (and has none running)."""
+    w = st.resolve_work(handle)
+    _refuse_state(w, UNUSABLE)
+    verified_path(w)
+    live, _ = _live_tmux(w)
+    if live:
+        raise Refused("work %s already runs in tmux window %s" % (w["handle"], live["window_id"]),
+                      "coord work attach %s" % w["handle"])
+    return w
+
+
+def _close_window(w):
+    """Kill the validated window; a window already gone (or no longer provably ours) is left alone."""
+    import session
+    rec = w["data"].get("tmux")
+    if not rec:
+        return "no window"
+    problem = _session_call(session.problem, rec)
+    if problem:
+        return "window not closed: " + problem
+    _session_call(session.close, rec)
+    return "closed %s" % rec["window_id"]
+
+
+def start_work(st, *, caller, handle, harness, extra=(), environ):
+    """Run a harness for the work in a new tmux window; -> {work, tmux: the window record}."""
+    w = _launchable(st, handle)
+    rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"))
+    _record_launch(st, w, "active", rec, caller, step="started", harness=harness)
+    return {"work": w["handle"], "tmux": rec}
+
+
+def resume_work(st, *, caller, handle, environ, conversation=None, harness=None):
+    """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}."""
+    w = _launchable(st, handle)
+    previous = w["data"].get("tmux") or {}
+    conversation = conversation or previous.get("conversation")
+    harness = harness or previous.get("harness") or "claude"
+    if not conversation:
+        raise UsageError("no conversation is recorded for %s, so there is nothing to resume" % w["handle"],
+                         "coord work resume %s --conversation ID, or start afresh: coord work start %s"
+                         % (w["handle"], w["handle"]))
+    rec = _launch(environ, w, conversation, harness, [], previous)
+    _record_launch(st, w, "resumed", rec, caller, conversation=conversation)
+    return {"work": w["handle"], "tmux": rec}
+
+
+def park_work(st, *, caller, handle, reason):
+    """Close the window but keep the clone, recording why; -> {work, window: what happened to it}."""
+    w = st.resolve_work(handle)
+    _refuse_state(w, UNUSABLE)
+    if not (reason or "").strip():
+        raise UsageError("parking needs --reason", "coord work park %s --reason \"waiting for review\"" % w["handle"])
+    what = _close_window(w)
+    _record_tmux(st, w, "parked", None, caller, reason=store.clean_text(reason, 500), outcome=what)
+    return {"work": w["handle"], "window": what}
+
+
+def close_work(st, *, caller, handle):
+    """Kill exactly the recorded window (validated by ID); -> {work, window}."""
+    w = st.resolve_work(handle)
+    _refuse_state(w, UNUSABLE)
+    what = _close_window(w)
+    _record_tmux(st, w, "closed", None, caller, outcome=what)
+    return {"work": w["handle"], "window": what}
+
+
+# =========================================================================== commands
+# Handlers are (ctx, args) -> (exit code, JSON data, text): they unpack the arguments, call
+# one operation and render its record.
+
+def _optional_caller(ctx):
+    try:
+        return ctx.caller()
+    except Refused:
+        return None
+
+
+def target_work(ctx, handle, default_ok=False):
+    """The named work record; with default_ok, COORD_WORK_ID after proving ownership and cwd."""
+    st = ctx.store
+    if handle:
+        return st.resolve_work(handle)
+    wid = ctx.environ.get("COORD_WORK_ID", "").strip() if default_ok else ""
+    if not wid:
+        raise UsageError("name the work handle", "coord work list shows work handles")
+    w = st.resolve_work(wid)
+    caller = ctx.caller()
+    if not _owns(st, w, caller):
+        raise Refused("COORD_WORK_ID names %s, which %s does not own" % (w["handle"], caller["handle"]),
+                      "name the work handle explicitly")
+    cwd = os.path.realpath(os.getcwd())
+    if not w["path"] or not (cwd == w["path"] or below(cwd, w["path"])):
+        raise Refused("COORD_WORK_ID names %s but the current directory is outside %s" % (w["handle"], w["path"]),
+                      "cd into the clone, or name the work handle explicitly")
+    return w
+
+
+def _ok(record):
+    out = {"ok": True}
+    out.update(record)
+    return out
+
+
+def cmd_create(ctx, args):
+    caller = ctx.caller()
+    w = create_work(ctx.store, caller=caller, root=ctx.root, task=args.task, environ=ctx.environ,
+                    scratch_root=args.scratch_root, from_rev=args.from_rev, depends=args.depends,
+                    resources=args.resources, native=args.native_workspace)
+    lines = [w["handle"], w["path"]]
+    if w["data"]["kind"] == "native":
+        lines.append(native_note(w["source"], w["data"]["git"]))
+    return 0, {"ok": True, "work": public_work(w, ctx.store)}, "\n".join(lines)
+
+
+def cmd_work_list(ctx, args):
+    st = ctx.store
+    works = st.works(include_removed=args.all)
+    lines = []
+    for w in works:
+        line = summary_line(w)
+        if ctx.verbose:
+            line += "  id=%s path=%s" % (w["id"], w["path"])
+        lines.append(line)
+    return 0, {"ok": True, "work": [public_work(w, st) for w in works]}, "\n".join(lines)
+
+
+def cmd_inspect(ctx, args):
+    w = target_work(ctx, args.handle, default_ok=True)
+    facts = inspect_work(ctx.store, work=w, environ=ctx.environ, observe=ctx.verbose)
+    data = {"ok": True, "work": public_work(w, ctx.store)}
+    if "observed" in facts:
+        data["observed"] = facts["observed"]
+    return 0, data, "\n".join(inspect_lines(facts, ctx.verbose))
+
+
+def inspect_lines(facts, verbose=False):
+    """The text of `work inspect` for inspect_work's record."""
+    w, d = facts["work"], facts["work"]["data"]
+    lines = [summary_line(w)]
+    lines.append("path %s%s" % (w["path"], "" if w["path"] and os.path.isdir(w["path"]) else " (missing)"))
+    if facts["owner"]:
+        lines.append("owner %s%s" % (facts["owner"]["handle"], "" if facts["owner_live"] else " (not live)"))
+    failure = d.get("failure")
+    if failure:
+        lines.append("failed at %s: %s (directory %s)" % (store.clean_text(failure["step"], 120),
+                                                          store.clean_text(failure["reason"], 300),
+                                                          failure["directory"]))
+    if d.get("parked") and w["state"] == "parked":
+        lines.append("parked: %s" % store.clean_text(d["parked"]["reason"], 200))
+    if d.get("tmux"):
+        lines.append("tmux window %s %s" % (d["tmux"].get("window_id"), "running" if facts["tmux_live"]
+                                            else "gone (%s)" % store.clean_text(facts["tmux_why"], 120)))
+    gate = _gate(w)
+    if gate.get("reason"):
+        lines.append("gate %s: %s" % (gate["state"], store.clean_text(gate["reason"], 200)))
+    for handle, state in facts["depends"]:
+        lines.append("depends on %s (%s)" % (handle, state))
+    if verbose:
+        lines += _inspect_verbose_lines(w, facts)
+    return lines
+
+
+def _inspect_verbose_lines(w, facts):
+    d = w["data"]
+    lines = ["id %s" % w["id"], "source %s" % w["source"],
+             "conversation %s runtime %s" % (w["conversation"], w["runtime"])]
+    for key in ("base", "current"):
+        if d.get(key):
+            lines.append("%s change %s commit %s" % (key, d[key].get("change"), d[key].get("commit")))
+    integ = _integration(w)
+    cand = integ.get("candidate")
+    if cand:
+        lines.append("candidate change %s commit %s (frozen by %s for %s)" % (
+            cand["change"], cand["commit"], cand["runtime"], cand["resource"]))
+    if integ.get("proof"):
+        lines.append("proof: candidate is an ancestor of %s on %s" % (integ["proof"]["target"],
+                                                                      integ["proof"]["into"]))
+    res = d.get("resources") or {}
+    if res.get("planned") or res.get("actual"):
+        lines.append("resources planned %s actual %s" % (", ".join(res.get("planned") or []) or "-",
+                                                         ", ".join(res.get("actual") or []) or "-"))
+    if d.get("tmux"):
+        t = d["tmux"]
+        lines.append("tmux %s %s %s on %s" % (t.get("session_id"), t.get("window_id"), t.get("pane_id"),
+                                              t.get("socket")))
+    ids = facts.get("observed")
+    if ids:
+        lines.append("observed @ change %s commit %s%s (last snapshot)" % (
+            ids["change"], ids["commit"], " empty" if ids["empty"] else ""))
+    elif facts.get("observe_error"):
+        lines.append("observed: %s" % facts["observe_error"])
+    return lines
+
+
+def cmd_gate(ctx, args):
+    gate_flags(args.passed, args.waive, args.reason)
+    w = target_work(ctx, args.handle, default_ok=True)
+    return 0, _ok(gate_work(ctx.store, caller=_optional_caller(ctx), work=w, passed=args.passed,
+                            reason=args.reason)), None
+
+
+def cmd_enqueue(ctx, args):
+    return 0, _ok(enqueue(ctx.store, caller=ctx.caller(), handle=args.handle, into=args.into)), None
+
+
+def cmd_queue(ctx, args):
+    q = integration_queue(ctx.store, into=args.into)
+    lines = []
+    for b, h in sorted(q["holders"].items()):
+        if not q["into"] or b == q["into"]:
+            lines.append("integration/%s held by %s" % (b, h))
+    for i, r in enumerate(q["queue"], 1):
+        dep = ""
+        if r["depends"]:
+            dep = "  after " + ", ".join("%s (%s)" % (d["handle"], d["integration"]) for d in r["depends"])
+        lines.append("%d. %s  %s  %s->%s%s" % (i, r["handle"], store.clean_text(r["task"], 40), r["state"],
+                                               r["into"], dep))
+    if q["queue"]:
+        lines.append("the queue is an order, not a grant: the integration owner takes integration/<bookmark>")
+    return 0, {"ok": True, "queue": q["queue"], "holders": q["holders"]}, "\n".join(lines)
+
+
+def cmd_acquire(ctx, args):
+    r = acquire(ctx.store, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ)
+    text = "candidate %s" % r["candidate"]["commit"]
+    if r["waiting_on"]:
+        text += "\nnote: depends on %s, not integrated yet" % ", ".join(r["waiting_on"])
+    return 0, _ok(r), text
+
+
+def cmd_prove(ctx, args):
+    return 0, _ok(prove(ctx.store, caller=ctx.caller(), handle=args.handle, target=args.target,
+                        environ=ctx.environ)), None
+
+
+def cmd_integrate_release(ctx, args):
+    r = release_integration(ctx.store, caller=ctx.caller(), handle=args.handle)
+    text = None
+    if r["integration"] != "integrated":
+        text = "released without proof: %s is not integrated" % r["work"]
+    return 0, _ok(r), text
+
+
+def cmd_remove(ctx, args):
+    r = remove_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle, confirm=args.confirm,
+                    environ=ctx.environ, forget=args.forget, discard_ignored=args.discard_ignored)
+    text = None
+    if r.get("discarded_ignored"):
+        text = "discarded %d ignored file(s): %s" % (len(r["discarded_ignored"]), _named(r["discarded_ignored"]))
+    return 0, _ok(r), text
+
+
+def cmd_gc(ctx, args):
+    r = gc_works(ctx.store, caller=_optional_caller(ctx), environ=ctx.environ, dry_run=args.dry_run,
+                 discard_ignored=args.discard_ignored)
+    lines = []
+    verb = "would remove" if args.dry_run else "removed"
+    for w in r["removed"]:
+        lines.append("%s %s  %s" % (verb, w["handle"], store.clean_text(w["task"], 48)))
+        if w.get("discarded_ignored"):
+            lines[-1] += "  (%s %d ignored file(s): %s)" % ("discarding" if args.dry_run else "discarded",
+                                                           len(w["discarded_ignored"]),
+                                                           _named(w["discarded_ignored"]))
+    if r["kept"]:
+        lines.append("recovery candidates:")
+    for k in r["kept"]:
+        lines.append("  %s  %s: %s" % (k["handle"], store.clean_text(k["task"], 48),
+                                       "; ".join("%s (next: %s)" % (x["message"], x["next"]) for x in k["reasons"])))
+    return 0, _ok(r), "\n".join(lines)
+
+
+def cmd_adopt(ctx, args):
+    w = adopt_work(ctx.store, caller=_optional_caller(ctx), root=ctx.root, path=args.path, environ=ctx.environ,
+                   scratch_root=args.scratch_root, work_id=args.work_id, expect_commit=args.expect_commit)
+    return 0, {"ok": True, "work": public_work(w, ctx.store)}, w["handle"]
+
+
+def cmd_remote_verify(ctx, args):
+    return 0, verify_remote(root=ctx.root, work_of=lambda wid: ctx.store.work(wid), remote=args.remote,
+                            bookmark=args.bookmark, expect=args.expect, environ=ctx.environ), None
+
+
+def cmd_start(ctx, args):
+    return 0, _ok(start_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
+                             extra=args.extra, environ=ctx.environ)), None
+
+
+def cmd_resume(ctx, args):
+    return 0, _ok(resume_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle, environ=ctx.environ,
+                              conversation=args.conversation, harness=args.harness)), None
+
+
+def cmd_attach(ctx, args):
+    import session
+    w = ctx.store.resolve_work(args.handle)
+    rec = w["data"].get("tmux")
+    if not rec:
+        raise Refused("work %s has no tmux window" % w["handle"], "coord work start %s" % w["handle"])
+    _session_call(session.validate, rec)
+    if args.execute:
+        code = _session_call(session.attach, rec, None, ctx.environ)
+        return code, {"ok": code == 0, "work": w["handle"]}, None
+    argv = session.attach_command(rec, None, ctx.environ)
+    return 0, {"ok": True, "work": w["handle"], "command": argv}, " ".join(shlex.quote(a) for a in argv)
+
+
+def cmd_park(ctx, args):
+    return 0, _ok(park_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle, reason=args.reason)), None
+
+
+def cmd_close(ctx, args):
+    r = close_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle)
+    return 0, _ok(r), (r["window"] if r["window"].startswith("window not") else None)
+
+
+# =========================================================================== parser registration
 
 def register(sub, common, ident):
     """Add `work ...` and `remote verify` to coord's top-level subparsers."""
@@ -1500,7 +1851,7 @@ def register(sub, common, ident):
 
     p = ws.add_parser("list", parents=both, help="work records: handle, task, state")
     p.add_argument("--all", action="store_true", help="include removed work")
-    p.set_defaults(func=cmd_list)
+    p.set_defaults(func=cmd_work_list)
 
     p = ws.add_parser("inspect", parents=both, help="one work record (--verbose adds exact IDs)")
     p.add_argument("handle", nargs="?", metavar="HANDLE", help="default: $COORD_WORK_ID, when you own it")
@@ -1526,7 +1877,7 @@ def register(sub, common, ident):
     p.set_defaults(func=cmd_prove)
     p = isub.add_parser("release", parents=both, help="release the integration lock (not evidence)")
     p.add_argument("handle", metavar="HANDLE")
-    p.set_defaults(func=cmd_release)
+    p.set_defaults(func=cmd_integrate_release)
     p = isub.add_parser("enqueue", parents=both, help="join the visible queue (grants nothing)")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--into", required=True, metavar="BOOKMARK")
@@ -1567,176 +1918,8 @@ def register(sub, common, ident):
     p.set_defaults(func=cmd_remote_verify)
 
 
-# --------------------------------------------------------------------------- tmux (session.py)
-
-def _session_module():
-    try:
-        import session
-    except ImportError:
-        return None
-    return session
-
-
-def _session_call(fn, *a, **kw):
-    """Call into session.py, turning its errors into coord's (missing tmux is the environment)."""
-    import session
-    try:
-        return fn(*a, **kw)
-    except (session.TmuxNotFound, session.TmuxError) as exc:
-        raise EnvError(exc.message, exc.hint)
-    except session.SessionError as exc:
-        raise Refused(exc.message, exc.hint)
-
-
-def _live_tmux(w, strict=False):
-    """The work's recorded window when it still validates, else None (with the reason).
-
-    strict: when tmux cannot answer (not on PATH, failing), raise EnvError instead of
-    calling the window gone; cleanup needs evidence, not the absence of an answer.
-    """
-    session = _session_module()
-    rec = w["data"].get("tmux")
-    if not rec or session is None:
-        return None, "no recorded window"
-    try:
-        session.validate(rec)
-    except (session.TmuxNotFound, session.TmuxError) as exc:
-        if strict:
-            raise EnvError("cannot check tmux window %s of %s: %s" % (rec.get("window_id"), w["handle"],
-                                                                      exc.message), exc.hint)
-        return None, exc.message
-    except session.SessionError as exc:
-        return None, exc.message
-    return rec, None
-
-
-def _launch(ctx, w, conversation, harness, extra, previous):
-    import session
-    project = store.resolve_project_id(ctx.environ, w["source"])
-    env = {"COORD_WORK_ID": w["id"], "COORD_PROJECT_ID": project}
-    for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
-        if ctx.environ.get(name):
-            env[name] = ctx.environ[name]
-    argv = _session_call(session.harness_argv, harness, conversation, extra, ctx.environ)
-    socket = (previous or {}).get("socket") or session.resolve_socket(None, ctx.environ)
-    return _session_call(session.launch, project, w["id"], w["path"], argv, env=env, task=w["task"],
-                         conversation=conversation, harness=harness, previous=previous, socket=socket)
-
-
-def _record_tmux(ctx, w, state, rec, caller, **extra):
-    st = ctx.store
-    with st.transaction():
-        cur = st.work(w["id"])
-        data = {"history": _history(cur, state, caller, **extra)}
-        if rec is not None:
-            data["tmux"] = rec
-        if extra.get("reason") is not None or state in ("active", "resumed", "closed"):
-            data["parked"] = {"reason": extra["reason"], "at": _now()} if state == "parked" else None
-        cur = st.update_work(w["id"], state=state, data=data)
-        st.audit("work." + state, _who(caller), w["id"], window=(rec or cur["data"].get("tmux") or {}).get(
-            "window_id"), **{k: v for k, v in extra.items() if v is not None})
-    return cur
-
-
-def _record_launch(ctx, w, state, rec, **extra):
-    """Record a launched window; if that fails, close the window so it is never unrecorded."""
-    import session
-    try:
-        _record_tmux(ctx, w, state, rec, _optional_caller(ctx), **extra)
-    except BaseException:
-        try:
-            session.close(rec)
-        except session.SessionError:
-            pass
-        raise
-
-
-def _launchable(ctx, handle):
-    """The work record, refused unless it may get a new harness window (and has none running)."""
-    w = ctx.store.resolve_work(handle)
-    if w["state"] in ("removed", "failed", "creating"):
-        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
-    verified_path(w)
-    live, _ = _live_tmux(w)
-    if live:
-        raise Refused("work %s already runs in tmux window %s" % (w["handle"], live["window_id"]),
-                      "coord work attach %s" % w["handle"])
-    return w
-
-
-def cmd_start(ctx, args):
-    w = _launchable(ctx, args.handle)
-    rec = _launch(ctx, w, None, args.harness, args.extra, w["data"].get("tmux"))
-    _record_launch(ctx, w, "active", rec, step="started", harness=args.harness)
-    return 0, {"ok": True, "work": w["handle"], "tmux": rec}, None
-
-
-def cmd_resume(ctx, args):
-    w = _launchable(ctx, args.handle)
-    previous = w["data"].get("tmux") or {}
-    conversation = args.conversation or previous.get("conversation")
-    harness = args.harness or previous.get("harness") or "claude"
-    if not conversation:
-        raise UsageError("no conversation is recorded for %s, so there is nothing to resume" % w["handle"],
-                         "coord work resume %s --conversation ID, or start afresh: coord work start %s"
-                         % (w["handle"], w["handle"]))
-    rec = _launch(ctx, w, conversation, harness, [], previous)
-    _record_launch(ctx, w, "resumed", rec, conversation=conversation)
-    return 0, {"ok": True, "work": w["handle"], "tmux": rec}, None
-
-
-def cmd_attach(ctx, args):
-    import session
-    w = ctx.store.resolve_work(args.handle)
-    rec = w["data"].get("tmux")
-    if not rec:
-        raise Refused("work %s has no tmux window" % w["handle"], "coord work start %s" % w["handle"])
-    _session_call(session.validate, rec)
-    if args.execute:
-        code = _session_call(session.attach, rec, None, ctx.environ)
-        return code, {"ok": code == 0, "work": w["handle"]}, None
-    argv = session.attach_command(rec, None, ctx.environ)
-    return 0, {"ok": True, "work": w["handle"], "command": argv}, " ".join(shlex.quote(a) for a in argv)
-
-
-def _close_window(w):
-    """Kill the validated window; a window already gone (or no longer provably ours) is left alone."""
-    import session
-    rec = w["data"].get("tmux")
-    if not rec:
-        return "no window"
-    problem = _session_call(session.problem, rec)
-    if problem:
-        return "window not closed: " + problem
-    _session_call(session.close, rec)
-    return "closed %s" % rec["window_id"]
-
-
-def cmd_park(ctx, args):
-    w = ctx.store.resolve_work(args.handle)
-    if w["state"] in ("removed", "failed", "creating"):
-        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
-    if not (args.reason or "").strip():
-        raise UsageError("parking needs --reason", "coord work park %s --reason \"waiting for review\"" % w["handle"])
-    what = _close_window(w)
-    _record_tmux(ctx, w, "parked", None, _optional_caller(ctx), reason=store.clean_text(args.reason, 500),
-                 outcome=what)
-    return 0, {"ok": True, "work": w["handle"], "window": what}, None
-
-
-def cmd_close(ctx, args):
-    w = ctx.store.resolve_work(args.handle)
-    if w["state"] in ("removed", "failed", "creating"):
-        raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
-    what = _close_window(w)
-    _record_tmux(ctx, w, "closed", None, _optional_caller(ctx), outcome=what)
-    return 0, {"ok": True, "work": w["handle"], "window": what}, (what if what.startswith("window not") else None)
-
-
 def _register_session(ws, both):
-    """tmux subcommands, present only when session.py is available."""
-    if _session_module() is None:
-        return
+    """tmux subcommands (session.py)."""
     p = ws.add_parser("start", parents=both, help="run a harness for the work in a new tmux window")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--harness", choices=("claude", "codex"), default="claude")
