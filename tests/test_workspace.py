@@ -978,6 +978,88 @@ class HelperTest(CoordTestCase):
         self.assertEqual(workspace.full_commit("A" * 40), "a" * 40)
 
 
+class OperationsTest(WorkTestCase):
+    """The operations called in-process, as Python functions: a real Store, real jj clones,
+    no coord subprocess; refusals arrive as store.Refused carrying their reasons."""
+
+    def setUp(self):
+        super().setUp()
+        self.st = store.Store(environ=self.env)
+        self.addCleanup(self.st.close)
+        self.caller = self.st.caller(self.rt["id"], self.env)
+
+    def new_work(self, task="inproc", **kw):
+        return workspace.create_work(self.st, caller=self.caller, root=self.canon, task=task, environ=self.env, **kw)
+
+    def test_create_inspect_gate_remove(self):
+        w = self.new_work()
+        self.assertEqual(w["state"], "active")
+        self.assertEqual(workspace.read_marker(w["path"])["work"], w["id"])
+        self.assertEqual(w["data"]["gate"], {"state": "pending"})
+        self.assertEqual(w["data"]["base"]["parent"], self.main0)
+        facts = workspace.inspect_work(self.st, work=w["handle"], environ=self.env, observe=True)
+        self.assertEqual(facts["owner"]["id"], self.rt["id"])
+        self.assertEqual(facts["observed"]["commit"], w["data"]["current"]["commit"])
+        self.assertIn("observed @ change %s" % facts["observed"]["change"],
+                      "\n".join(workspace.inspect_lines(facts, verbose=True)))
+        with self.assertRaises(store.Refused) as caught:
+            workspace.remove_work(self.st, caller=self.caller, handle=w["handle"], confirm=w["handle"],
+                                  environ=self.env)
+        self.assertEqual([r["code"] for r in caught.exception.details["reasons"]], ["ungated"])
+        self.assertTrue(os.path.isdir(w["path"]))
+        with self.assertRaises(store.UsageError):
+            workspace.gate_work(self.st, caller=self.caller, work=w["handle"], passed=False)  # waiver needs a reason
+        gate = workspace.gate_work(self.st, caller=self.caller, work=w["handle"], passed=True)
+        self.assertEqual(gate["gate"]["state"], "passed")
+        self.assertEqual(workspace.remove_work(self.st, caller=self.caller, handle=w["handle"], confirm=w["handle"],
+                                               environ=self.env), {"work": w["handle"], "removed": True})
+        self.assertFalse(os.path.lexists(w["path"]))
+        self.assertEqual(self.st.work(w["id"])["state"], "removed")
+        with self.assertRaises(store.Refused) as caught:
+            workspace.enqueue(self.st, caller=self.caller, handle=w["handle"], into="main")
+        self.assertEqual(caught.exception.message, "work %s is removed" % w["handle"])
+
+    def test_acquire_prove_release(self):
+        w = self.new_work("feature")
+        with self.assertRaises(store.Refused) as caught:
+            workspace.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
+        self.assertIn("nothing to integrate", caught.exception.message)
+        self.write(w["path"], "feature.txt", "feature\n")
+        got = workspace.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
+        cand = got["candidate"]["commit"]
+        self.assertEqual(cand, self.commit_of(w["path"], "@"))
+        self.assertEqual(got["resource"], "integration/main")
+        with self.assertRaises(store.Refused):  # not pushed yet: not in the canonical repository
+            workspace.prove(self.st, caller=self.caller, handle=w["handle"], target=cand, environ=self.env)
+        self.jj(w["path"], "bookmark", "set", "main", "-r", cand)
+        self.jj(w["path"], "git", "push", "--bookmark", "main")
+        self.assertEqual(workspace.prove(self.st, caller=self.caller, handle=w["handle"], target=cand,
+                                         environ=self.env), {"work": w["handle"], "candidate": cand, "target": cand})
+        self.assertEqual(workspace.release_integration(self.st, caller=self.caller, handle=w["handle"]),
+                         {"work": w["handle"], "integration": "integrated"})
+        queue = workspace.integration_queue(self.st)
+        self.assertEqual((queue["queue"], queue["holders"]), ([], {}))
+
+    def test_failed_create_is_recorded_and_raised(self):
+        with self.assertRaises(store.EnvError) as caught:
+            self.new_work("broken", from_rev="no-such-revision")
+        self.assertIn("failed at jj new no-such-revision", caught.exception.message)
+        failed = [w for w in self.st.works() if w["task"] == "broken"]
+        self.assertEqual([w["state"] for w in failed], ["failed"])
+        self.assertEqual(failed[0]["data"]["failure"]["directory"], "removed")
+        self.assertFalse(os.path.lexists(failed[0]["path"]))
+
+    def test_public_work_redacts_through_the_public_store_function(self):
+        self.assertEqual(store.redact({"token": "s", "a": [{"Api_Token": "s", "b": 1}]}),
+                         {"token": "<redacted>", "a": [{"Api_Token": "<redacted>", "b": 1}]})
+        w = self.new_work()
+        self.st.update_work(w["id"], data={"notes": {"reset_token": "secret"}})
+        out = workspace.public_work(self.st.work(w["id"]), self.st)
+        self.assertNotIn("token", out)
+        self.assertEqual(out["data"]["notes"], {"reset_token": "<redacted>"})
+        self.assertEqual(out["runtime_handle"], self.rt["handle"])
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
