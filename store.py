@@ -312,7 +312,8 @@ def normalize_resource(name, root=None, resolve=True):
 def within(path, root):
     """True when `path` is `root` or lies below it, both taken literally (resolve them first
     where symbolic links matter): the one containment rule."""
-    return path == root or path.startswith(root.rstrip("/") + "/")
+    root = root.rstrip("/")
+    return path == root or path.startswith(root + "/")
 
 
 def _relative_to(path, root):
