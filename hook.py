@@ -600,33 +600,12 @@ def failure(exc):
         import store
         if isinstance(exc, store.CoordError):
             return "coord hook: %s; allowed" % store.clean_text(exc.message, 300).replace("\n", " ")
-        where = log_traceback()
+        where = store.log_traceback("coord hook %r" % (sys.argv,))
         return "coord hook: internal error %s: %s%s; allowed" % (
             type(exc).__name__, store.clean_text(str(exc), 200).replace("\n", " "),
             " (details in %s)" % where if where else "")
     except Exception:
         return "coord hook: internal error; allowed"
-
-
-def log_traceback():
-    import traceback
-    try:
-        base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-        d = os.path.join(base, "fleet-agent-coord")
-        try:
-            import store
-            store.make_private_dirs(d)  # parents too, 0700 whatever the umask
-        except ImportError:  # the fault may be a missing store.py
-            os.makedirs(d, mode=0o700, exist_ok=True)
-        path = os.path.join(d, "errors.log")
-        if os.path.exists(path) and os.path.getsize(path) > 1 << 20:
-            os.replace(path, path + ".1")
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a") as f:
-            f.write("coord hook %r\n%s\n" % (sys.argv, traceback.format_exc()))
-        return path
-    except Exception:
-        return None
 
 
 def main(argv=None):

@@ -3,6 +3,9 @@
 Invariants:
 - Every tmux call goes through `Tmux.run`: an argv list (never a shell), an explicit
   `-S SOCKET`, a timeout, a scrubbed environment, and `TmuxError` on failure.
+- Errors are store's family: tmux missing or failing is an `EnvError` (`TmuxNotFound`,
+  `TmuxError`), a record that no longer matches or an unsafe close is `store.Refused`, a bad
+  harness configuration is a `UsageError`.
 - Every `-t` is an immutable ID that tmux itself returned (`$session`, `@window`, `%pane`).
   Names are presentation only and are never looked up; tmux resolves names by prefix.
 - A recorded window is ours only while its user option `@coord-work` equals the full work ID,
@@ -17,8 +20,12 @@ This module owns tmux and nothing else; callers store the returned record (a pla
 
 import os
 import shlex
+import shutil
 import subprocess
 import time
+
+import store
+from store import EnvError, Refused, UsageError
 
 TIMEOUT = 10.0
 SEP = "\t"
@@ -46,7 +53,6 @@ THEN = object()
 
 OPT_PROJECT = "@coord-project"
 OPT_WORK = "@coord-work"
-OPT_RUNTIME = "@coord-runtime"
 OPT_CONVERSATION = "@coord-conversation"
 
 _PANE_FIELDS = ("pid", "session_id", "window_id", "pane_id", "pane_pid", "pane_dead",
@@ -54,20 +60,17 @@ _PANE_FIELDS = ("pid", "session_id", "window_id", "pane_id", "pane_pid", "pane_d
 _PANE_FORMAT = SEP.join("#{%s}" % f for f in _PANE_FIELDS)
 
 
-class SessionError(Exception):
-    """A tmux-layer failure with a one-line message and the next command to run."""
-
-    def __init__(self, message, hint=None):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+_INSTALL_TMUX = "apt-get install tmux (or brew install tmux), then retry"
 
 
-class TmuxNotFound(SessionError):
+class TmuxNotFound(EnvError):
     """The tmux binary is not on PATH."""
 
+    def __init__(self):
+        super().__init__("tmux not found: install tmux", _INSTALL_TMUX)
 
-class TmuxError(SessionError):
+
+class TmuxError(EnvError):
     """A tmux command failed: carries the argv, exit code (None on timeout) and stderr."""
 
     def __init__(self, argv, returncode, stderr, hint=None):
@@ -89,10 +92,6 @@ class TmuxError(SessionError):
             if a in ("-S", "-L"):
                 return self.argv[i + 1]
         return None
-
-
-class Refused(SessionError):
-    """A recorded window/pane no longer matches its record, or closing it is unsafe."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -168,8 +167,7 @@ class Tmux(object):
                 env=client_env(self.environ), timeout=timeout,
                 encoding="utf-8", errors="backslashreplace")
         except FileNotFoundError:
-            raise TmuxNotFound("tmux not found: install tmux",
-                               "apt-get install tmux (or brew install tmux), then retry")
+            raise TmuxNotFound()
         except subprocess.TimeoutExpired as exc:
             err = exc.stderr or ""
             if isinstance(err, bytes):
@@ -242,7 +240,7 @@ def _no_server(stderr):
 def harness_command(harness, environ=None):
     """The argv prefix that starts a harness: shlex-split $COORD_<HARNESS>_CMD, or its name."""
     if harness not in HARNESSES:
-        raise SessionError("unknown harness %r: use one of %s" % (
+        raise UsageError("unknown harness %r: use one of %s" % (
             harness, ", ".join(sorted(HARNESSES))), "coord work start <work> --harness claude")
     environ = os.environ if environ is None else environ
     var = HARNESSES[harness][0]
@@ -252,8 +250,8 @@ def harness_command(harness, environ=None):
     try:
         words = shlex.split(raw)
     except ValueError as exc:
-        raise SessionError("%s is not valid shell words (%s): %r" % (var, exc, raw),
-                           "export %s='claude-direct' (or unset it)" % var)
+        raise UsageError("%s is not valid shell words (%s): %r" % (var, exc, raw),
+                         "export %s='claude-direct' (or unset it)" % var)
     return words or [harness]
 
 
@@ -277,10 +275,10 @@ def _pane_argv(argv, env):
     """`env -u LEAKED... K=V... argv`: several words, so tmux execs it without a shell."""
     argv = [str(a) for a in argv]
     if not argv or not argv[0]:
-        raise SessionError("empty harness command", "unset COORD_CLAUDE_CMD / COORD_CODEX_CMD")
+        raise UsageError("empty harness command", "unset COORD_CLAUDE_CMD / COORD_CODEX_CMD")
     if "=" in argv[0]:
-        raise SessionError("harness command %r contains '=', which env(1) would take as a "
-                           "variable" % argv[0], "put the command in a wrapper script")
+        raise UsageError("harness command %r contains '=', which env(1) would take as a "
+                         "variable" % argv[0], "put the command in a wrapper script")
     env = dict(env or {})
     words = ["env"]
     for name in _PANE_UNSET:
@@ -288,7 +286,7 @@ def _pane_argv(argv, env):
             words += ["-u", name]
     for name in sorted(env):
         if not name or "=" in name or not (name[0].isalpha() or name[0] == "_"):
-            raise SessionError("invalid environment variable name %r" % name)
+            raise UsageError("invalid environment variable name %r" % name)
         words.append("%s=%s" % (name, env[name]))
     return words + argv
 
@@ -297,8 +295,8 @@ def _pane_argv(argv, env):
 # Launch
 
 
-def launch(project, work_id, cwd, argv, env=None, task=None, runtime_id=None,
-           conversation=None, harness=None, previous=None, socket=None, name_ident=None):
+def launch(project, work_id, cwd, argv, env=None, task=None, conversation=None, harness=None,
+           previous=None, socket=None):
     """Open a window running `argv` in `cwd` and return its record (a dict to store).
 
     Reuses the session of `previous` (an earlier record of this work) when that session
@@ -311,10 +309,16 @@ def launch(project, work_id, cwd, argv, env=None, task=None, runtime_id=None,
     cwd = os.path.abspath(cwd)
     if not os.path.isdir(cwd):
         # tmux would silently start the window in some other directory.
-        raise SessionError("working directory %s does not exist" % cwd,
-                           "coord work inspect <work> (is the clone still there?)")
+        raise Refused("working directory %s does not exist" % cwd,
+                      "coord work inspect <work> (is the clone still there?)")
+    program = str(argv[0]) if argv else ""
+    if program and "/" not in program and shutil.which(program, path=(env or {}).get("PATH")) is None:
+        # The pane would start and die at once with "env: not found", and nothing would say why.
+        var = HARNESSES[harness][0] if harness in HARNESSES else "COORD_CLAUDE_CMD / COORD_CODEX_CMD"
+        raise EnvError("%s not found on PATH" % program,
+                       "install it, or export %s='/path/to/%s', then retry" % (var, program))
     tmux_cwd = cwd.replace("#", "##")  # tmux expands -c as a format
-    name = window_name(task, name_ident or work_id)
+    name = window_name(task, work_id)
     command = _pane_argv(argv, env)
     fmt = SEP.join(("#{session_id}", "#{window_id}", "#{pane_id}", "#{pane_pid}", "#{pid}",
                     "#{pane_start_command}"))
@@ -342,10 +346,9 @@ def launch(project, work_id, cwd, argv, env=None, task=None, runtime_id=None,
         "socket": tmux.socket, "server_pid": int(server_pid), "session_id": session_id,
         "window_id": window_id, "pane_id": pane_id, "pane_pid": int(pane_pid),
         "pane_command": start, "window_name": name, "project": project, "work_id": work_id,
-        "runtime_id": runtime_id, "conversation": conversation, "harness": harness,
+        "conversation": conversation, "harness": harness,
     }
-    labels = [(OPT_PROJECT, project), (OPT_WORK, work_id), (OPT_RUNTIME, runtime_id),
-              (OPT_CONVERSATION, conversation)]
+    labels = [(OPT_PROJECT, project), (OPT_WORK, work_id), (OPT_CONVERSATION, conversation)]
     seq = []
     if created:
         for opt, value in labels:
@@ -359,11 +362,11 @@ def launch(project, work_id, cwd, argv, env=None, task=None, runtime_id=None,
     seq += [THEN, "set-option", "-w", "-t", window_id, "allow-rename", "off"]
     try:
         tmux.run(*seq[1:])
-    except SessionError as exc:
+    except EnvError as exc:
         # An unlabelled window could never be validated again: do not leave it behind.
         try:
             tmux.run("kill-window", "-t", window_id)
-        except SessionError:
+        except EnvError:
             raise TmuxError(["set-option"], getattr(exc, "returncode", 1), getattr(exc, "stderr", exc.message),
                             "window %s (pane %s, pid %s) was left running unlabelled on %s and is not recorded; "
                             "stop it with: tmux -S %s kill-window -t %s"
@@ -406,17 +409,6 @@ def _reusable_session(tmux, previous, project):
     if tmux.option("session", sid, OPT_PROJECT) != project:
         return None
     return sid
-
-
-def set_conversation(record, conversation):
-    """Record a conversation learnt after launch on the validated window and pane."""
-    live = validate(record)
-    tmux = Tmux(record["socket"])
-    tmux.run("set-option", "-w", "-t", live["window_id"], OPT_CONVERSATION, conversation,
-             THEN, "set-option", "-p", "-t", live["pane_id"], OPT_CONVERSATION, conversation)
-    updated = dict(record)
-    updated["conversation"] = conversation
-    return updated
 
 
 # ---------------------------------------------------------------------------------------
@@ -517,8 +509,7 @@ def attach(record, inside_tmux=None, environ=None):
     try:
         return subprocess.call(argv, env=env, timeout=None if not inside else TIMEOUT)
     except FileNotFoundError:
-        raise TmuxNotFound("tmux not found: install tmux",
-                           "apt-get install tmux (or brew install tmux), then retry")
+        raise TmuxNotFound()
 
 
 # ---------------------------------------------------------------------------------------
@@ -583,21 +574,12 @@ def _other_project_session(tmux, all_panes, excluded, project):
 
 
 def _descends_from(pid, ancestors):
-    """True when process `pid` is one of `ancestors` or below one (Linux /proc; else False)."""
+    """True when process `pid` is one of `ancestors` or below one (False when unknown)."""
     wanted = set(ancestors)
     seen = 0
     while pid and pid > 1 and seen < 256:
         if pid in wanted:
             return True
-        try:
-            with open("/proc/%d/stat" % pid, "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            return False
-        # The command name is in parentheses and may contain spaces; ppid follows it.
-        try:
-            pid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (ValueError, IndexError):
-            return False
+        pid = store.process_parent(pid)[0]
         seen += 1
     return False

@@ -184,21 +184,55 @@ def resolve_project_id(environ=None, start=None):
     if not pid:
         raise EnvError("no project ID: this repository has no .coord/project-id",
                        "install coord with ./install REPO --project-id ID, or set COORD_PROJECT_ID")
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", pid):
+    if not valid_project_id(pid):
         raise EnvError("project ID %r must be letters, digits, '.', '_' or '-'" % pid,
                        "set COORD_PROJECT_ID to a simple name")
     return pid
 
 
-def resolve_db_path(environ=None, start=None):
-    """COORD_DB, else $XDG_STATE_HOME (or ~/.local/state)/fleet-agent-coord/<project-id>.sqlite3."""
+_PROJECT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def valid_project_id(pid):
+    """The project-ID rule: 1 to 128 letters, digits, '.', '_' or '-', not starting with a mark."""
+    return bool(_PROJECT_ID_RE.match(pid))
+
+
+def state_dir(environ=None):
+    """$XDG_STATE_HOME (or ~/.local/state)/fleet-agent-coord: databases and errors.log."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(os.path.abspath(base), "fleet-agent-coord")
+
+
+def resolve_db_path(environ=None, start=None, project_id=None):
+    """COORD_DB, else <state_dir>/<project-id>.sqlite3: COORD_PROJECT_ID, else `project_id`
+    when given, else the .coord/project-id found from `start` upwards."""
     env = os.environ if environ is None else environ
     explicit = env.get("COORD_DB", "")
     if explicit:
         return os.path.abspath(os.path.expanduser(explicit))
-    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(os.path.abspath(base), "fleet-agent-coord",
-                        resolve_project_id(env, start) + ".sqlite3")
+    if not project_id or env.get("COORD_PROJECT_ID", "").strip():
+        project_id = resolve_project_id(env, start)
+    return os.path.join(state_dir(env), project_id + ".sqlite3")
+
+
+def log_traceback(what, environ=None):
+    """Append `what` and the current exception's traceback to <state_dir>/errors.log (kept
+    below about 1 MiB by rotating to errors.log.1); return its path, or None when unwritable."""
+    import traceback
+    try:
+        d = state_dir(environ)
+        make_private_dirs(d)  # parents too, 0700 whatever the umask
+        path = os.path.join(d, "errors.log")
+        if os.path.exists(path) and os.path.getsize(path) > 1 << 20:
+            os.replace(path, path + ".1")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as f:
+            f.write("%s\n%s\n" % (what, traceback.format_exc()))
+        return path
+    except Exception:
+        return None
 
 
 def find_repo_root(start=None):
@@ -275,16 +309,21 @@ def normalize_resource(name, root=None, resolve=True):
     return name
 
 
+def within(path, root):
+    """True when `path` is `root` or lies below it, both taken literally (resolve them first
+    where symbolic links matter): the one containment rule."""
+    root = root.rstrip("/")
+    return path == root or path.startswith(root + "/")
+
+
 def _relative_to(path, root):
     """`path` relative to `root` after resolving symlinks (also in the existing prefix of a path
     that does not exist yet); None when the real location lies outside the repository."""
     real = os.path.realpath(path)
     base = os.path.realpath(root).rstrip("/")
-    if real == base:
-        return ""
-    if real.startswith(base + "/"):
-        return real[len(base) + 1:]
-    return None
+    if not within(real, base):
+        return None
+    return real[len(base) + 1:]
 
 
 def ancestors(resource):
@@ -501,6 +540,42 @@ def make_private_dirs(path):
         except FileExistsError:
             if not os.path.isdir(d):
                 raise
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, data, mode=0o600):
+    """Replace `path` with the bytes `data` atomically: a temp file in the same directory
+    (`.NAME.coord-tmp-PID`), fsync, chmod `mode`, rename, fsync the directory."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, ".%s.coord-tmp-%d" % (os.path.basename(path), os.getpid()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
 
 
 def _ensure_private_dir(directory):

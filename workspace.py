@@ -183,7 +183,7 @@ def resolve_scratch_root(option=None, environ=None, canonical=None):
     real = os.path.realpath(raw)  # resolves the part that exists; the rest is taken literally
     if canonical:
         croot = os.path.realpath(canonical)
-        if real == croot or real.startswith(croot.rstrip("/") + "/"):
+        if store.within(real, croot):
             raise UsageError("scratch root %s is inside the repository %s" % (real, croot), hint)
     parent = os.path.dirname(real)
     while parent != os.path.dirname(parent):
@@ -215,7 +215,7 @@ def resolve_scratch_root(option=None, environ=None, canonical=None):
 
 def below(path, root):
     """True when `path` lies strictly below `root` (both taken literally)."""
-    return path.startswith(root.rstrip("/") + "/")
+    return path != root and store.within(path, root)
 
 
 def check_task(task):
@@ -310,21 +310,8 @@ def read_marker(path):
 
 def write_marker(path, work_id, token):
     """Atomically write .jj/coord-owner (mode 0600)."""
-    target = marker_path(path)
-    tmp = "%s.%s.tmp" % (target, secrets.token_hex(4))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"work": work_id, "token": token}, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    data = json.dumps({"work": work_id, "token": token}, sort_keys=True) + "\n"
+    store.atomic_write(marker_path(path), data.encode("utf-8"), 0o600)
 
 
 def directory_problems(w):
@@ -915,7 +902,7 @@ FS_CLOCK_SLACK = 0.05            # seconds a file time may lag time.time() (one 
 KEPT_PATHS = 200                # discarded ignored paths kept in the work record (the audit row has all)
 
 def _inside(cwd, path):
-    return bool(cwd) and (cwd == path or below(cwd, path))
+    return bool(cwd) and store.within(cwd, path)
 
 
 def process_cwds():
@@ -1435,17 +1422,6 @@ def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
 
 # =========================================================================== tmux glue (session.py)
 
-def _session_call(fn, *a, **kw):
-    """Call into session.py, turning its errors into coord's (missing tmux is the environment)."""
-    import session
-    try:
-        return fn(*a, **kw)
-    except (session.TmuxNotFound, session.TmuxError) as exc:
-        raise EnvError(exc.message, exc.hint)
-    except session.SessionError as exc:
-        raise Refused(exc.message, exc.hint)
-
-
 def _live_tmux(w, strict=False):
     """The work's recorded window when it still validates, else None (with the reason).
 
@@ -1458,12 +1434,12 @@ def _live_tmux(w, strict=False):
     import session
     try:
         session.validate(rec)
-    except (session.TmuxNotFound, session.TmuxError) as exc:
+    except EnvError as exc:
         if strict:
             raise EnvError("cannot check tmux window %s of %s: %s" % (rec.get("window_id"), w["handle"],
                                                                       exc.message), exc.hint)
         return None, exc.message
-    except session.SessionError as exc:
+    except Refused as exc:
         return None, exc.message
     return rec, None
 
@@ -1475,10 +1451,10 @@ def _launch(environ, w, conversation, harness, extra, previous):
     for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
         if environ.get(name):
             env[name] = environ[name]
-    argv = _session_call(session.harness_argv, harness, conversation, extra, environ)
+    argv = session.harness_argv(harness, conversation, extra, environ)
     socket = (previous or {}).get("socket") or session.resolve_socket(None, environ)
-    return _session_call(session.launch, project, w["id"], w["path"], argv, env=env, task=w["task"],
-                         conversation=conversation, harness=harness, previous=previous, socket=socket)
+    return session.launch(project, w["id"], w["path"], argv, env=env, task=w["task"],
+                          conversation=conversation, harness=harness, previous=previous, socket=socket)
 
 
 def _record_tmux(st, w, state, rec, caller, **extra):
@@ -1503,7 +1479,7 @@ def _record_launch(st, w, state, rec, caller, **extra):
     except BaseException:
         try:
             session.close(rec)
-        except session.SessionError:
+        except store.CoordError:
             pass
         raise
 
@@ -1526,10 +1502,10 @@ def _close_window(w):
     rec = w["data"].get("tmux")
     if not rec:
         return "no window"
-    problem = _session_call(session.problem, rec)
+    problem = session.problem(rec)
     if problem:
         return "window not closed: " + problem
-    _session_call(session.close, rec)
+    session.close(rec)
     return "closed %s" % rec["window_id"]
 
 
@@ -1808,9 +1784,9 @@ def cmd_attach(ctx, args):
     rec = w["data"].get("tmux")
     if not rec:
         raise Refused("work %s has no tmux window" % w["handle"], "coord work start %s" % w["handle"])
-    _session_call(session.validate, rec)
+    session.validate(rec)
     if args.execute:
-        code = _session_call(session.attach, rec, None, ctx.environ)
+        code = session.attach(rec, None, ctx.environ)
         return code, {"ok": code == 0, "work": w["handle"]}, None
     argv = session.attach_command(rec, None, ctx.environ)
     return 0, {"ok": True, "work": w["handle"], "command": argv}, " ".join(shlex.quote(a) for a in argv)

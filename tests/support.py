@@ -32,6 +32,16 @@ _SCRUB = (
 )
 
 
+def load_install(path=None, name="coord_install"):
+    """The installer script (it has no .py suffix) loaded as a module: this checkout's, or `path`."""
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader(name, path or os.path.join(ROOT, "install"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    loader.exec_module(module)
+    return module
+
+
 def require_tool(testcase, name):
     """Return the path of `name`, or fail (CI) / skip (elsewhere) when it is missing."""
     path = shutil.which(name)

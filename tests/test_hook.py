@@ -7,8 +7,6 @@ apart. Payloads are the harnesses' recorded samples (tests/fixtures/payloads/) w
 /home/user/repo paths pointed at a temporary repository.
 """
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import random
@@ -1175,9 +1173,7 @@ class LayoutTest(HookCase):
         st.claim(holder["id"], ["src/held.py"])
         data = json.dumps(self.write("src/held.py")).encode()
         module = "import sys,os;sys.path[0]=sys.argv[1];del sys.argv[1];import hook;os._exit(hook.main())"
-        loader = importlib.machinery.SourceFileLoader("coord_install", os.path.join(support.ROOT, "install"))
-        installer = importlib.util.module_from_spec(importlib.util.spec_from_loader("coord_install", loader))
-        loader.exec_module(installer)
+        installer = support.load_install()
         for argv in ([sys.executable, "-E", "-S", "-c", module, os.path.dirname(script), "--harness", "claude"],
                      ["sh", "-c", installer.hook_command("claude")]):
             with self.subTest(argv=argv[:3]):

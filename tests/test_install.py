@@ -5,8 +5,6 @@ Every test installs the real repository's release into a real `git init` reposit
 temporary directory and runs the real installer as a subprocess.
 """
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import re
@@ -26,15 +24,7 @@ EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop
           "SessionEnd", "SubagentStart", "SubagentStop")
 
 
-def _load_installer(path):
-    loader = importlib.machinery.SourceFileLoader("coord_install_under_test", path)
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-installer = _load_installer(INSTALL)
+installer = support.load_install(INSTALL, "coord_install_under_test")
 
 
 def _skill_files(base):
@@ -165,7 +155,7 @@ class FreshInstallTest(InstallTestCase):
         self.assertTrue(_is_exec(self.t(".claude", "coord", "coord")))
 
     def test_first_install_without_project_id_is_refused(self):
-        proc = self.install(check=2)
+        proc = self.install(check=3)
         self.assertIn("--project-id", proc.stderr)
         self.assertNotIn("Traceback", proc.stderr)
         self.assertEqual(self.snapshot(), {})
@@ -428,7 +418,7 @@ class RefusalTest(InstallTestCase):
     def test_conflicting_project_id_refused(self):
         self.fresh("alpha")
         before = self.snapshot()
-        proc = self.install("--project-id", "beta", check=2)
+        proc = self.install("--project-id", "beta", check=3)
         self.assertIn("alpha", proc.stderr)
         self.assertIn("beta", proc.stderr)
         self.assertNotIn("Traceback", proc.stderr)
@@ -454,21 +444,36 @@ class RefusalTest(InstallTestCase):
                 with open(self.t(".coord-marker"), "w") as f:
                     f.write("x")
                 before = self.snapshot()
-                proc = self.install("--project-id", "demo", check=2)
+                proc = self.install("--project-id", "demo", check=3)
                 self.assertIn(rel, proc.stderr)
                 self.assertIn(words, proc.stderr)
                 self.assertNotIn("Traceback", proc.stderr)
                 self.assertEqual(self.snapshot(), before)
                 check = self.install("--check")
-                self.assertEqual(check.returncode, 2)
+                self.assertEqual(check.returncode, 3)
                 self.assertIn(rel, check.stderr)
+
+    def test_unexpected_error_leaves_its_traceback_in_coords_errors_log(self):
+        # A hook config nested too deeply for the json module: not a refusal the installer
+        # models, so it is an unexpected error (exit 1) whose traceback goes to the errors.log
+        # coord and the hook use, not to the terminal.
+        self.write_json(".claude/settings.json", {})
+        with open(self.t(".claude", "settings.json"), "w") as f:
+            f.write("[" * 200000 + "]" * 200000)
+        proc = self.install("--project-id", "demo", check=1)
+        log = os.path.join(self.state, "fleet-agent-coord", "errors.log")
+        self.assertIn(log, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        with open(log) as f:
+            self.assertIn("Traceback", f.read())
+        self.assertEqual(os.stat(log).st_mode & 0o777, 0o600)
 
     def test_incomplete_source_refused(self):
         src = os.path.join(self.tmp, "partial")
         shutil.copytree(self.src, src)
         os.unlink(os.path.join(src, "store.py"))
         proc = self.install("--project-id", "demo", install_path=os.path.join(src, "install"),
-                            check=2)
+                            check=3)
         self.assertIn("store.py", proc.stderr)
         self.assertEqual(self.snapshot(), {})
 
@@ -707,8 +712,7 @@ class TomlReadingTest(support.CoordTestCase):
                 'trusted_hash = "sha256:abc"\n\n'
                 '[hooks]\nstate."/x:stop:0:0".trusted_hash = "sha256:def"\n'
                 'esc = "a\\"b\\\\c\\u00e9"\n')
-        got = installer.read_toml(path)
-        self.assertEqual(got, {
+        expected = {
             ("sandbox_mode",): "workspace-write",
             ("approval",): "never",
             ("multi",): "line1\nline2",
@@ -719,7 +723,13 @@ class TomlReadingTest(support.CoordTestCase):
                 "sha256:abc",
             ("hooks", "state", "/x:stop:0:0", "trusted_hash"): "sha256:def",
             ("hooks", "esc"): 'a"b\\c\u00e9',
-        })
+        }
+        with open(path, encoding="utf-8") as f:
+            got = installer._read_toml_fallback(f.read())
+        self.assertEqual(got, expected)
+        # read_toml uses tomllib where it exists (3.11+), which also reads what the fallback skips.
+        full = installer.read_toml(path)
+        self.assertEqual({k: full.get(k) for k in expected}, expected)
 
 
 class HookCommandTest(InstallTestCase):

@@ -23,6 +23,7 @@ import support
 from support import CoordTestCase, retry_until
 
 import session
+import store
 
 FAKE = os.path.join(support.FIXTURES, "fake_harness.py")
 
@@ -59,10 +60,10 @@ class HarnessArgvTest(CoordTestCase):
                          ["/opt/bin/codex-direct", "resume", "c2"])
 
     def test_bad_configuration_is_a_clear_error(self):
-        with self.assertRaises(session.SessionError) as cm:
+        with self.assertRaises(store.UsageError) as cm:
             session.harness_argv("claude", environ={"COORD_CLAUDE_CMD": "claude 'open"})
         self.assertIn("COORD_CLAUDE_CMD", cm.exception.message)
-        with self.assertRaises(session.SessionError):
+        with self.assertRaises(store.UsageError):
             session.harness_argv("gemini", environ={})
 
     def test_window_name_is_short_task_and_four_id_characters(self):
@@ -135,8 +136,7 @@ class TmuxTestCase(CoordTestCase):
         full_env.update(env or {})
         return session.launch(
             work_id=work_id, argv=session.harness_argv(harness, conversation, extra),
-            env=full_env, runtime_id=kw.pop("runtime_id", str(uuid.uuid4())),
-            conversation=conversation, harness=harness, **kw)
+            env=full_env, conversation=conversation, harness=harness, **kw)
 
     def seen(self, record_or_pid, suffix=".json"):
         """What the stand-in harness recorded about itself (waits for it)."""
@@ -207,7 +207,7 @@ class LaunchTest(TmuxTestCase):
 
     def test_launch_returns_ids_and_labels_every_level(self):
         work = "9f3a" + str(uuid.uuid4())[4:]
-        rec = self.launch(work_id=work, runtime_id="rt-1", conversation="conv-1")
+        rec = self.launch(work_id=work, conversation="conv-1")
         self.assertRegex(rec["session_id"], r"^\$\d+$")
         self.assertRegex(rec["window_id"], r"^@\d+$")
         self.assertRegex(rec["pane_id"], r"^%\d+$")
@@ -218,7 +218,6 @@ class LaunchTest(TmuxTestCase):
                              ("-p", rec["pane_id"])):
             self.assertEqual(self.option(flag, target, "@coord-project"), "test-project")
             self.assertEqual(self.option(flag, target, "@coord-work"), work)
-            self.assertEqual(self.option(flag, target, "@coord-runtime"), "rt-1")
             self.assertEqual(self.option(flag, target, "@coord-conversation"), "conv-1")
         name = self.t("list-windows", "-t", rec["window_id"], "-F", "#{window_id} #{window_name}")
         self.assertIn("%s cache-audit-9f3a" % rec["window_id"], name.splitlines())
@@ -233,13 +232,6 @@ class LaunchTest(TmuxTestCase):
         rec = self.launch()
         self.assertEqual(self.option("-w", rec["window_id"], "automatic-rename"), "off")
         self.assertEqual(self.option("-w", rec["window_id"], "allow-rename"), "off")
-
-    def test_conversation_learnt_later_is_labelled(self):
-        rec = self.launch()
-        updated = session.set_conversation(rec, "conv-late")
-        self.assertEqual(updated["conversation"], "conv-late")
-        self.assertEqual(self.option("-w", rec["window_id"], "@coord-conversation"), "conv-late")
-        self.assertEqual(self.option("-p", rec["pane_id"], "@coord-conversation"), "conv-late")
 
     def test_harness_gets_environment_cwd_and_resume_argv(self):
         rec = self.launch(conversation="conv-7", extra=["--flag"],
@@ -282,8 +274,16 @@ class LaunchTest(TmuxTestCase):
         self.assertIsNone(session.problem(rec))
 
     def test_missing_cwd_is_refused_before_tmux_runs(self):
-        with self.assertRaises(session.SessionError):
+        with self.assertRaises(store.Refused):
             self.launch(cwd=os.path.join(self.tmp, "gone"))
+        self.assertFalse(os.path.exists(self.sock))
+
+    def test_missing_harness_cli_is_an_environment_error_before_tmux_runs(self):
+        os.environ["COORD_CLAUDE_CMD"] = "coord-test-no-such-harness --flag"
+        with self.assertRaises(store.EnvError) as cm:
+            self.launch()
+        self.assertIn("coord-test-no-such-harness not found", cm.exception.message)
+        self.assertIn("COORD_CLAUDE_CMD", cm.exception.hint)
         self.assertFalse(os.path.exists(self.sock))
 
     def test_relaunch_reuses_recorded_session_when_it_is_this_projects(self):
@@ -327,6 +327,9 @@ class LaunchTest(TmuxTestCase):
         self.assertEqual(cm.exception.returncode, 1)
         self.assertIn("@999", cm.exception.stderr)
         self.assertEqual(cm.exception.argv[:3], ["tmux", "-S", self.sock])
+        self.assertIsInstance(cm.exception, store.EnvError)  # one error family: exit 4 with a hint
+        self.assertEqual(cm.exception.exit_code, 4)
+        self.assertTrue(cm.exception.hint)
 
     def test_missing_tmux_binary_says_install_tmux(self):
         empty = os.path.join(self.tmp, "empty-bin")
@@ -335,6 +338,8 @@ class LaunchTest(TmuxTestCase):
         with self.assertRaises(session.TmuxNotFound) as cm:
             self.tmux.run("list-sessions")
         self.assertEqual(cm.exception.message, "tmux not found: install tmux")
+        self.assertIsInstance(cm.exception, store.EnvError)
+        self.assertIn("install tmux", cm.exception.hint)
 
 
 class ValidateTest(TmuxTestCase):
@@ -354,7 +359,7 @@ class ValidateTest(TmuxTestCase):
     def test_relabelled_window_is_refused(self):
         rec = self.launch()
         self.t("set-option", "-w", "-t", rec["window_id"], "@coord-work", "another-work")
-        with self.assertRaises(session.Refused) as cm:
+        with self.assertRaises(store.Refused) as cm:
             session.validate(rec)
         self.assertIn("another-work", cm.exception.message)
         self.t("set-option", "-w", "-u", "-t", rec["window_id"], "@coord-work")
@@ -440,7 +445,7 @@ class AttachTest(TmuxTestCase):
         rec = self.launch()
         self.launch()
         self.t("kill-window", "-t", rec["window_id"])
-        with self.assertRaises(session.Refused):
+        with self.assertRaises(store.Refused):
             session.attach(rec)
 
 
@@ -467,7 +472,7 @@ class CloseTest(TmuxTestCase):
         other_pane = [p for p in self.t("list-panes", "-t", rec["window_id"], "-F",
                                         "#{pane_id}").split() if p != rec["pane_id"]][0]
         for pane in (rec["pane_id"], other_pane):
-            with self.assertRaises(session.Refused) as cm:
+            with self.assertRaises(store.Refused) as cm:
                 session.close(rec, caller_pane=pane, caller_socket=self.sock)
             self.assertIn("from inside", cm.exception.message)
         self.assertIn(rec["window_id"], self.windows())
@@ -501,7 +506,7 @@ class CloseTest(TmuxTestCase):
         self.launch(project="other-project")
         self.t("new-session", "-d", "sleep", "60")
         client = self.attach_client(a["pane_id"])
-        with self.assertRaises(session.Refused) as cm:
+        with self.assertRaises(store.Refused) as cm:
             session.close(a, caller_pane=None)
         self.assertIn("last window", cm.exception.message)
         self.assertIn("detach-client", cm.exception.hint)
@@ -520,7 +525,7 @@ class CloseTest(TmuxTestCase):
         rec = self.launch()
         self.launch()
         self.t("respawn-pane", "-k", "-t", rec["pane_id"], "sleep", "60")
-        with self.assertRaises(session.Refused):
+        with self.assertRaises(store.Refused):
             session.close(rec, caller_pane=None)
         self.assertIn(rec["window_id"], self.windows())
 

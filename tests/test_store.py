@@ -574,6 +574,58 @@ class PermissionTest(support.CoordTestCase):
             store.Store("/tmp/coord-test-%d.sqlite3" % os.getpid())
 
 
+class SharedFactsTest(support.CoordTestCase):
+    """The facts coord, the hook and the installer share have one home here."""
+
+    def test_error_log_is_private_appends_and_rotates(self):
+        old = os.umask(0)
+        self.addCleanup(os.umask, old)
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            path = store.log_traceback("tool argv=['x']")
+        self.assertEqual(path, os.path.join(self.state, "fleet-agent-coord", "errors.log"))
+        self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode), 0o700)
+        with open(path) as f:
+            text = f.read()
+        self.assertTrue(text.startswith("tool argv=['x']\nTraceback"), text)
+        self.assertIn("ValueError: boom", text)
+        with open(path, "a") as f:
+            f.write("x" * (1 << 20))
+        try:
+            raise KeyError("second")
+        except KeyError:
+            store.log_traceback("again")
+        self.assertTrue(os.path.exists(path + ".1"))
+        with open(path) as f:
+            self.assertTrue(f.read().startswith("again\n"))
+
+    def test_database_path_prefers_the_environment_then_the_given_project(self):
+        env = {"XDG_STATE_HOME": self.state}
+        expected = os.path.join(self.state, "fleet-agent-coord", "given.sqlite3")
+        self.assertEqual(store.resolve_db_path(env, project_id="given"), expected)
+        env["COORD_PROJECT_ID"] = "fromenv"
+        self.assertTrue(store.resolve_db_path(env, project_id="given").endswith("/fromenv.sqlite3"))
+        env["COORD_PROJECT_ID"] = "bad id"
+        with self.assertRaises(store.EnvError):
+            store.resolve_db_path(env, project_id="given")
+        self.assertFalse(store.valid_project_id(".hidden"))
+        self.assertTrue(store.valid_project_id("a.b_c-1"))
+
+    def test_within_and_atomic_write(self):
+        self.assertTrue(store.within("/a/b", "/a"))
+        self.assertTrue(store.within("/a", "/a/"))
+        self.assertFalse(store.within("/ab", "/a"))
+        path = os.path.join(self.tmp, "new", "file")
+        store.atomic_write(path, b"one", 0o640)
+        store.atomic_write(path, b"two", 0o600)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), b"two")
+        self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+        self.assertEqual(os.listdir(os.path.dirname(path)), ["file"])
+
+
 class MigrationTest(support.CoordTestCase):
     def test_fresh_database_is_wal_at_current_schema(self):
         st = store.Store(self.db)

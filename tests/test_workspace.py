@@ -939,6 +939,62 @@ class MissingToolTest(TmuxWorkCase):
         self.assertEqual(self.errors_log(), "")
         self.assertTrue(os.path.isdir(path))
 
+    def path_without(self, tool):
+        """A PATH directory with every command of the current PATH except `tool` (symlinks)."""
+        d = os.path.join(self.tmp, "bin-without-" + tool)
+        os.mkdir(d)
+        for entry in os.environ["PATH"].split(os.pathsep):
+            try:
+                names = os.listdir(entry)
+            except OSError:
+                continue
+            for name in names:
+                full = os.path.join(entry, name)
+                if name != tool and not os.path.lexists(os.path.join(d, name)) and \
+                        os.path.isfile(full) and os.access(full, os.X_OK):
+                    os.symlink(full, os.path.join(d, name))
+        self.assertIsNone(shutil.which(tool, path=d))
+        return d
+
+    def test_each_missing_tool_alone_never_exits_1(self):
+        """Every command that can reach jj, git, tmux or the harness CLI, with just that one tool
+        missing: a refusal or an environment error (exit 4, with a hint when it is the missing
+        tool), never exit 1 and never a traceback in errors.log."""
+        for tool in ("jj", "git", "tmux", "claude"):
+            with self.subTest(tool=tool):
+                handle, path, _ = self.create("without-" + tool)
+                wid = self.record(handle)["id"]
+                self.work("start", handle, check=0)
+                self.gate(handle)
+                env = {"PATH": self.path_without(tool)}
+                if tool == "claude":  # the harness by its name, as without COORD_CLAUDE_CMD
+                    env["COORD_CLAUDE_CMD"] = ""
+                runs = [["create", "other-" + tool], ["list"], ["inspect", handle], ["gate", handle, "--pass"],
+                        ["integrate", "acquire", handle, "--into", "main"],
+                        ["integrate", "prove", handle, "--target", self.main0],
+                        ["integrate", "enqueue", handle, "--into", "main"], ["integrate", "queue"],
+                        ["integrate", "release", handle], ["start", handle], ["attach", handle],
+                        ["park", handle, "--reason", "lunch"],
+                        ["resume", handle, "--conversation", "c-1"], ["close", handle],
+                        ["adopt", path, "--work-id", wid], ["gc", "--dry-run"],
+                        ["remove", handle, "--confirm", handle], ["gc"]]
+                if tool == "tmux":  # with tmux present this would attach to this terminal
+                    runs.insert(11, ["attach", handle, "--execute"])
+                for args in runs:
+                    proc = self.work(*args, env=env)
+                    self.assertNotEqual(proc.returncode, 1, (args, proc.stderr))
+                    self.assertNotIn("internal error", proc.stderr, args)
+                    if proc.returncode == 4 and tool in proc.stderr.split("next:")[0]:
+                        self.assertIn("next:", proc.stderr, args)
+                    if tool == "claude" and args[0] == "resume":  # parked just before: it launches
+                        self.assertEqual(proc.returncode, 4, (args, proc.stderr))
+                        self.assertIn("claude not found on PATH", proc.stderr)  # not a dead pane's tmux error
+                proc = self.coord("remote", "verify", "origin", "main", "--expect", "0" * 40, env=env,
+                                  cwd=self.canon)
+                self.assertIn(proc.returncode, (3, 4), proc.stderr)
+                self.assertEqual(self.errors_log(), "", tool)
+                self.work("close", handle)
+
 
 class HelperTest(CoordTestCase):
 
