@@ -3,6 +3,9 @@
 Every test gets a private HOME, XDG_STATE_HOME, COORD_DB and COORD_PROJECT_ID, so no
 test can touch a real user's state. Real tools only: a tool the test needs and cannot
 find fails the test under CI (CI=true) and skips it elsewhere.
+
+Helpers more than one test module needs live here: running a hook command the way a
+harness does (`run_hook`, `installed_hook`) and marking a test `slow` for quick runs.
 """
 
 import json
@@ -18,6 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COORD = os.path.join(ROOT, "coord")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# Bytes that would drive a terminal: no operator or model output may carry them.
+CONTROL = (b"\x1b", b"\x07", b"\x9b")
 
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -56,6 +61,45 @@ def demote_to_nobody():
         os.setgid(pw.pw_gid)
         os.setuid(pw.pw_uid)
     return demote
+
+
+def slow(test):
+    """Mark a test method or class as slow: `tests/run --quick` leaves it out, `tests/run` runs it.
+
+    Mark by measured duration (`tests/run` prints the slowest tests), not by guess.
+    """
+    test.coord_slow = True
+    return test
+
+
+def run_hook(command, payload, env, cwd, timeout=60, text=True):
+    """Run a hook once the way a harness does, with `payload` as its stdin; return CompletedProcess.
+
+    `command` is an argv list, or a shell command line (as the installer writes it), which
+    /bin/sh runs. `payload` is a JSON-able object, or str/bytes given as is. With `text` the
+    output is decoded as UTF-8; otherwise stdout and stderr stay bytes.
+    """
+    if isinstance(payload, (dict, list)):
+        payload = json.dumps(payload)
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8", "surrogateescape")
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    proc = subprocess.run(argv, input=payload, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=timeout)
+    if text:
+        proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()
+    return proc
+
+
+def installed_hook(repo, harness, event):
+    """(command, timeout) of coord's own handler for `event` in the hooks the installer wrote."""
+    rel = os.path.join(".claude", "settings.json") if harness == "claude" else os.path.join(".codex", "hooks.json")
+    with open(os.path.join(repo, rel)) as f:
+        groups = json.load(f)["hooks"][event]
+    own = [h for g in groups for h in g["hooks"] if ".coord/hook.py" in h.get("command", "")]
+    if len(own) != 1:
+        raise AssertionError("%s: %d coord handlers for %s, wanted 1" % (rel, len(own), event))
+    return own[0]["command"], own[0].get("timeout")
 
 
 def retry_until(predicate, timeout=10.0, interval=0.02):
