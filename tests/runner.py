@@ -73,10 +73,21 @@ def _tests(suite):
             yield item
 
 
-def is_slow(test):
-    """True for a test marked slow (support.slow) on its method or on its class."""
+def is_slow(test, listed=()):
+    """True for a test marked slow (support.slow) on its method or class, or listed by id or class."""
     method = getattr(test, getattr(test, "_testMethodName", ""), None)
-    return bool(getattr(method, "coord_slow", False) or getattr(type(test), "coord_slow", False))
+    if getattr(method, "coord_slow", False) or getattr(type(test), "coord_slow", False):
+        return True
+    return test.id() in listed or test.id().rsplit(".", 1)[0] in listed
+
+
+def _listed_slow():
+    """support.SLOW of the tests/ directory in use (empty when it has no support module)."""
+    try:
+        import support
+    except ImportError:
+        return frozenset()
+    return frozenset(getattr(support, "SLOW", ()))
 
 
 def _owner(test):
@@ -115,6 +126,16 @@ def build_suite(pattern, names, directory=TESTS):
     return suite
 
 
+def _shard(text):
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected K/N, like 1/2")
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError("K/N needs 1 <= K <= N")
+    return k, n
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Run coord's unittest suites.")
     parser.add_argument("--pattern", default="test_*.py",
@@ -126,6 +147,8 @@ def main(argv=None):
                         help="also print the N slowest tests")
     parser.add_argument("--quick", action="store_true",
                         help="leave out the tests marked slow (support.slow); tests/run runs them")
+    parser.add_argument("--shard", type=_shard, metavar="K/N",
+                        help="run only every N-th test, starting with the K-th (to run N at once)")
     parser.add_argument("--dir", default=TESTS, help=argparse.SUPPRESS)  # for test_runner.py
     parser.add_argument("--summary-file", metavar="PATH",
                         help="also write the counting line to PATH (tests/run reads it)")
@@ -148,11 +171,21 @@ def main(argv=None):
     if args.keywords:
         unittest.TestLoader.testNamePatterns = ["*%s*" % k for k in args.keywords]
     suite = build_suite(args.pattern, args.names, directory)
-    if args.quick:
+    if args.quick or args.shard:
         tests = list(_tests(suite))
-        kept = [t for t in tests if not is_slow(t)]
-        suite = unittest.TestSuite(kept)
-        print("quick: %d slow tests left out (tests/run runs them)" % (len(tests) - len(kept)))
+        if args.quick:
+            listed = _listed_slow()
+            kept = [t for t in tests if not is_slow(t, listed)]
+            print("quick: %d slow tests left out (tests/run runs them)" % (len(tests) - len(kept)))
+            if not args.names and not args.keywords:
+                ids = set(t.id() for t in tests)
+                classes = set(i.rsplit(".", 1)[0] for i in ids)
+                for name in sorted(listed - ids - classes):
+                    print("quick: support.SLOW names no test: %s" % name)
+            tests = kept
+        if args.shard:
+            tests = tests[args.shard[0] - 1::args.shard[1]]
+        suite = unittest.TestSuite(tests)
         sys.stdout.flush()
 
     runner = unittest.TextTestRunner(

@@ -1,6 +1,7 @@
 """tests/runner.py counts, reports and exits the way tests/run and CI rely on."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -169,6 +170,17 @@ class RunnerTest(unittest.TestCase):
         rc, last, out = self.run_runner("--quick", PYTHONPATH=tests_dir)
         self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 0 skipped"), out)
         self.assertIn("4 slow tests left out", out)
+
+    def test_shards_split_the_tests_between_them(self):
+        self.write("test_many.py", "import unittest\nclass Many(unittest.TestCase):\n" + "".join(
+            "    def test_%d(self):\n        print('ran %d')\n        self.fail()\n" % (i, i) for i in range(5)))
+        seen = []
+        for k in (1, 2):
+            rc, last, out = self.run_runner("--shard", "%d/2" % k)
+            self.assertEqual(rc, 1, out)
+            seen.append(set(int(n) for n in re.findall(r"^ran (\d)$", out, re.M)))
+            self.assertEqual(last, "unit: 0 passed, %d failed, 0 skipped" % (3 if k == 1 else 2), out)
+        self.assertEqual((seen[0] | seen[1], seen[0] & seen[1]), ({0, 1, 2, 3, 4}, set()))
 
 
 if __name__ == "__main__":
