@@ -4,6 +4,7 @@
     python3 tests/runner.py                          # every tests/test_*.py
     python3 tests/runner.py --pattern 'e2e_*.py' --label e2e
     python3 tests/runner.py test_store tests/test_hook.py test_store.StoreTest.test_lease
+    python3 tests/runner.py --quick                  # leave out the tests marked support.slow
 
 Test files import their helpers as top-level modules (`import support`,
 `from support import CoordTestCase`): this runner puts tests/ first on sys.path, exactly
@@ -33,8 +34,18 @@ def _module_name(name):
     return name
 
 
+def _cpu():
+    """CPU seconds of this process and of the children it has waited for."""
+    t = os.times()
+    return t[0] + t[1] + t[2] + t[3]
+
+
 class _TimedResult(unittest.TextTestResult):
-    """TextTestResult that remembers how long each test took."""
+    """TextTestResult that remembers how long each test took, in wall and in CPU time.
+
+    CPU time (the test's own and its waited-for children's) still means something when other
+    work shares the machine; wall time is what the test costs the person waiting.
+    """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -42,14 +53,41 @@ class _TimedResult(unittest.TextTestResult):
         self._started = {}
 
     def startTest(self, test):
-        self._started[id(test)] = time.monotonic()
+        self._started[id(test)] = (time.monotonic(), _cpu())
         super().startTest(test)
 
     def stopTest(self, test):
         started = self._started.pop(id(test), None)
         if started is not None:
-            self.durations.append((time.monotonic() - started, test.id()))
+            self.durations.append((time.monotonic() - started[0], _cpu() - started[1], test.id()))
         super().stopTest(test)
+
+
+def _tests(suite):
+    """The tests of a suite in order, nested suites flattened."""
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            for test in _tests(item):
+                yield test
+        else:
+            yield item
+
+
+def is_slow(test, listed=()):
+    """True for a test marked slow (support.slow) on its method or class, or listed by id or class."""
+    method = getattr(test, getattr(test, "_testMethodName", ""), None)
+    if getattr(method, "coord_slow", False) or getattr(type(test), "coord_slow", False):
+        return True
+    return test.id() in listed or test.id().rsplit(".", 1)[0] in listed
+
+
+def _listed_slow():
+    """support.SLOW of the tests/ directory in use (empty when it has no support module)."""
+    try:
+        import support
+    except ImportError:
+        return frozenset()
+    return frozenset(getattr(support, "SLOW", ()))
 
 
 def _owner(test):
@@ -88,6 +126,16 @@ def build_suite(pattern, names, directory=TESTS):
     return suite
 
 
+def _shard(text):
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected K/N, like 1/2")
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError("K/N needs 1 <= K <= N")
+    return k, n
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Run coord's unittest suites.")
     parser.add_argument("--pattern", default="test_*.py",
@@ -97,6 +145,10 @@ def main(argv=None):
                         help="run only test methods/classes whose name contains this (repeatable)")
     parser.add_argument("--durations", type=int, default=0, metavar="N",
                         help="also print the N slowest tests")
+    parser.add_argument("--quick", action="store_true",
+                        help="leave out the tests marked slow (support.slow); tests/run runs them")
+    parser.add_argument("--shard", type=_shard, metavar="K/N",
+                        help="run only every N-th test, starting with the K-th (to run N at once)")
     parser.add_argument("--dir", default=TESTS, help=argparse.SUPPRESS)  # for test_runner.py
     parser.add_argument("--summary-file", metavar="PATH",
                         help="also write the counting line to PATH (tests/run reads it)")
@@ -119,6 +171,22 @@ def main(argv=None):
     if args.keywords:
         unittest.TestLoader.testNamePatterns = ["*%s*" % k for k in args.keywords]
     suite = build_suite(args.pattern, args.names, directory)
+    if args.quick or args.shard:
+        tests = list(_tests(suite))
+        if args.quick:
+            listed = _listed_slow()
+            kept = [t for t in tests if not is_slow(t, listed)]
+            print("quick: %d slow tests left out (tests/run runs them)" % (len(tests) - len(kept)))
+            if not args.names and not args.keywords:
+                ids = set(t.id() for t in tests)
+                classes = set(i.rsplit(".", 1)[0] for i in ids)
+                for name in sorted(listed - ids - classes):
+                    print("quick: support.SLOW names no test: %s" % name)
+            tests = kept
+        if args.shard:
+            tests = tests[args.shard[0] - 1::args.shard[1]]
+        suite = unittest.TestSuite(tests)
+        sys.stdout.flush()
 
     runner = unittest.TextTestRunner(
         stream=sys.stdout, verbosity=2 if args.verbose else 1, buffer=True,
@@ -127,9 +195,9 @@ def main(argv=None):
     result = runner.run(suite)
 
     if args.durations and result.durations:
-        print("slowest tests:")
-        for seconds, test_id in sorted(result.durations, reverse=True)[:args.durations]:
-            print("  %6.2fs %s" % (seconds, test_id))
+        print("slowest tests (wall, cpu):")
+        for wall, cpu, test_id in sorted(result.durations, reverse=True)[:args.durations]:
+            print("  %6.2fs %6.2fs %s" % (wall, cpu, test_id))
 
     passed, failed, skipped = count(result)
     line = "%s: %d passed, %d failed, %d skipped" % (label, passed, failed, skipped)

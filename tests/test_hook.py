@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 
 import support
 import store
@@ -109,9 +110,8 @@ class HookCase(support.CoordTestCase):
         if via is not None:
             rc, out, err = via.run(argv, raw, e, cwd)
         else:
-            p = subprocess.run(argv, input=raw.encode("utf-8", "surrogateescape"), env=e, cwd=cwd,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-            rc, out, err = p.returncode, p.stdout.decode(), p.stderr.decode()
+            p = support.run_hook(argv, raw, e, cwd)
+            rc, out, err = p.returncode, p.stdout, p.stderr
         self.assertEqual(rc, 0, "hook exited %d: %s" % (rc, err))
         self.assertNotIn("Traceback", err)
         self.assertLessEqual(len(err.strip().splitlines()), 1, err)
@@ -1131,6 +1131,160 @@ class SubagentShellTest(HookCase):
                               (self.bash(["not", "a", "string"], agent_id="sub-7"), "claude")):
             out, _ = self.run_hook(data, harness=harness)
             self.assertEqual(out, "", data)
+
+
+def _holder(db, how):
+    """Start a process that holds the database the way `how` says; return it once it holds."""
+    if how == "writer":  # BEGIN IMMEDIATE: writers wait; WAL readers still read
+        script = ("import sqlite3,sys;c=sqlite3.connect(sys.argv[1],isolation_level=None);"
+                  "c.execute('BEGIN IMMEDIATE');print('held',flush=True);sys.stdin.read()")
+    else:  # an exclusive-locking-mode writer: nobody else can even read
+        script = ("import sqlite3,sys;c=sqlite3.connect(sys.argv[1],isolation_level=None);"
+                  "c.execute('PRAGMA locking_mode=EXCLUSIVE');c.execute('BEGIN EXCLUSIVE');"
+                  "c.execute('CREATE TABLE IF NOT EXISTS coord_test_lock(x)');"
+                  "print('held',flush=True);sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", script, db], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    if line.strip() != "held":
+        proc.kill()
+        proc.wait()
+        raise AssertionError("lock holder did not start")
+    return proc
+
+
+class InstalledHookTest(support.CoordTestCase):
+    """The hook commands exactly as the installer writes them, run by a shell."""
+
+    SESSION = "0b5e6f0e-6c4e-4a43-9d87-5a1d1e7c0a11"
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "git")
+        self.repo = os.path.join(self.tmp, "repo")
+        subprocess.run(["git", "init", "-q", self.repo], check=True, env=self.env)
+        self.env["CODEX_HOME"] = os.path.join(self.tmp, "codex-home")
+        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.repo, "--project-id", "hooked"], env=self.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        for key in ("COORD_DB", "COORD_PROJECT_ID"):
+            self.env.pop(key)
+        self.db = os.path.join(self.state, "fleet-agent-coord", "hooked.sqlite3")
+        os.makedirs(os.path.join(self.repo, "src"))
+        self.held = os.path.join(self.repo, "src", "held.py")
+
+    def payload(self, harness, event, path=None, **extra):
+        p = {"session_id": self.SESSION if harness == "claude" else "01a22af1-31cf-7f50-a411-97b001022a84",
+             "transcript_path": os.path.join(self.tmp, "transcript.jsonl"), "cwd": self.repo,
+             "hook_event_name": event}
+        if harness == "codex":
+            p["turn_id"] = "01a22af1-31e6-7820-90fa-c089c2d29b7c"
+        if event in ("PreToolUse", "PostToolUse"):
+            rel = os.path.relpath(path, self.repo)
+            if harness == "claude":
+                p.update(tool_name="Write", tool_input={"file_path": path, "content": "x\n"},
+                         tool_use_id="toolu_reliability")
+            else:
+                p.update(tool_name="apply_patch", tool_use_id="call_reliability",
+                         tool_input={"command": "*** Begin Patch\n*** Add File: %s\n+x\n*** End Patch\n" % rel})
+            if event == "PostToolUse":
+                p["tool_response"] = {"type": "create", "filePath": path} if harness == "claude" else "Success"
+        if event == "SessionStart":
+            p["source"] = "startup"
+        if event == "UserPromptSubmit":
+            p["prompt"] = "go on"
+        p.update(extra)
+        return p
+
+    def run_hook(self, harness, event, path=None):
+        command, timeout = support.installed_hook(self.repo, harness, event)
+        env = dict(self.env)
+        if harness == "claude":
+            env["CLAUDE_PROJECT_DIR"] = self.repo
+        start = time.monotonic()
+        proc = support.run_hook(command, self.payload(harness, event, path), env, self.repo, timeout=timeout + 30,
+                                text=False)
+        return proc, time.monotonic() - start, timeout
+
+    def peer_holds(self, purpose="peer work"):
+        st = store.Store(self.db)
+        try:
+            peer = st.register(harness="claude", pid=os.getpid())
+            st.claim(peer["id"], ["src/held.py"], purpose=purpose)
+            return peer
+        finally:
+            st.close()
+
+    def assert_no_deny(self, proc):
+        self.assertNotIn(b"deny", proc.stdout)
+        self.assertNotIn(b'"block"', proc.stdout)
+
+    def test_hooks_under_a_hung_writer_finish_within_their_bound_and_fail_open(self):
+        peer = self.peer_holds()
+        for harness in ("claude", "codex"):
+            proc, _, _ = self.run_hook(harness, "SessionStart")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+        # Unlocked, the installed PreToolUse hook does deny: the checks below can fail.
+        for harness in ("claude", "codex"):
+            proc, _, _ = self.run_hook(harness, "PreToolUse", self.held)
+            self.assertIn(b"deny", proc.stdout, (harness, proc.stdout, proc.stderr))
+            self.assertIn(peer["handle"].encode(), proc.stdout)
+        free = os.path.join(self.repo, "src", "free.py")
+        for how in ("writer", "exclusive"):
+            holder = _holder(self.db, how)
+            try:
+                for harness in ("claude", "codex"):
+                    for event, path in (("PreToolUse", self.held), ("PreToolUse", free), ("PostToolUse", self.held),
+                                        ("UserPromptSubmit", None)):
+                        with self.subTest(lock=how, harness=harness, event=event, path=path):
+                            proc, elapsed, bound = self.run_hook(harness, event, path)
+                            self.assertEqual(proc.returncode, 0, proc.stderr)
+                            self.assertLess(elapsed, bound, "%s %s took %.1fs under a %s lock (bound %ss)"
+                                            % (harness, event, elapsed, how, bound))
+                            if how == "writer" and path == self.held and event == "PreToolUse":
+                                # WAL readers are not blocked by a writer: the check still knows.
+                                self.assertIn(b"deny", proc.stdout)
+                            else:
+                                self.assert_no_deny(proc)
+                            if how == "exclusive":
+                                self.assertIn(b"allowed", proc.stderr, "fail open says so on stderr")
+            finally:
+                holder.stdin.close()
+                holder.wait(timeout=10)
+                holder.stdout.close()
+
+    def test_escapes_in_bodies_and_purposes_never_reach_the_model(self):
+        self.peer_holds(purpose="\x1b[31mred purpose\x1b[0m\x07")
+        proc, _, _ = self.run_hook("claude", "SessionStart")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        st = store.Store(self.db)
+        try:
+            me = st.find_conversation_runtime(self.SESSION)
+            sender = st.register(harness="codex")
+            st.send(sender["id"], "look \x1b]0;pwned\x07 here \x1b[2J\x9b31m done\x07", to=me["handle"],
+                    kind="note\x1b[5m")
+        finally:
+            st.close()
+        seen = []
+        for event, path in (("UserPromptSubmit", None), ("PostToolUse", self.held), ("SessionStart", None),
+                            ("PreToolUse", self.held)):
+            with self.subTest(event=event):
+                proc, _, _ = self.run_hook("claude", event, path)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                for c in support.CONTROL:
+                    self.assertNotIn(c, proc.stdout)
+                    self.assertNotIn(c, proc.stderr)
+                if proc.stdout.strip():
+                    reply = json.loads(proc.stdout)
+                    text = json.dumps(reply, ensure_ascii=False)
+                    out = reply["hookSpecificOutput"]
+                    shown = out.get("additionalContext") or out.get("permissionDecisionReason") or ""
+                    for c in ("\x1b", "\x07", "\x9b"):
+                        self.assertNotIn(c, shown, "decoded JSON carries a control character")
+                    seen.append(text)
+        joined = "\n".join(seen)
+        self.assertIn("red purpose", joined)
+        self.assertIn("here", joined, "the message body was delivered")
 
 
 class LayoutTest(HookCase):

@@ -15,6 +15,7 @@ import sys
 import tempfile
 
 import support
+import store
 
 ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
@@ -535,6 +536,131 @@ class CrashTest(InstallTestCase):
         self.assert_fully_installed()
 
 
+class DoctorDatabaseTest(support.CoordTestCase):
+    """install --doctor names what is wrong with the database; drift alone sets its exit status."""
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "git")
+        self.codex_home = os.path.join(self.tmp, "codex-home")
+        os.makedirs(self.codex_home)
+        self.env["CODEX_HOME"] = self.codex_home
+        self.target = os.path.join(self.tmp, "target")
+        subprocess.run(["git", "init", "-q", self.target], check=True, env=self.env)
+        self.run_install(INSTALL, self.target, "--project-id", "demo", check=0)
+        st = store.Store(self.db)
+        rt = st.register()
+        for i in range(200):  # several pages, so a cut loses real data
+            st.claim(rt["id"], ["src/file%03d.py" % i], purpose="p" * 200)
+        st.close()
+        self.assertFalse(os.path.exists(self.db + "-wal"), "a closed store leaves no WAL behind")
+
+    def run_install(self, install, target, *args, check=None, preexec_fn=None, python=sys.executable):
+        proc = subprocess.run([python, install, target] + list(args), env=self.env, cwd="/",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
+                              preexec_fn=preexec_fn)
+        if check is not None:
+            self.assertEqual(proc.returncode, check, proc.stdout + proc.stderr)
+        return proc
+
+    def db_line(self, text):
+        lines = [l for l in text.splitlines() if l.startswith("database:")]
+        self.assertEqual(len(lines), 1, text)
+        return lines[0]
+
+    def doctor(self, **kw):
+        proc = self.run_install(INSTALL, self.target, "--doctor", **kw)
+        self.assertNotIn("Traceback", proc.stderr)
+        return proc
+
+    def test_healthy_database_line(self):
+        proc = self.doctor(check=0)
+        line = self.db_line(proc.stdout)
+        self.assertIn(self.db, line)
+        self.assertIn("journal wal", line)
+
+    def test_corrupt_header_is_named(self):
+        with open(self.db, "r+b") as f:
+            f.write(b"this is no database header" * 4)
+        before = _read(self.db)
+        proc = self.doctor(check=0)
+        line = self.db_line(proc.stdout)
+        self.assertIn(self.db, line)
+        self.assertIn("not an SQLite database", line)
+        self.assertEqual(_read(self.db), before, "doctor never writes the database")
+
+    def test_corrupt_pages_behind_a_good_header_are_named(self):
+        size = os.path.getsize(self.db)
+        with open(self.db, "r+b") as f:
+            f.seek(4096)
+            f.write(os.urandom(size - 4096))
+        proc = self.doctor(check=0)
+        line = self.db_line(proc.stdout)
+        self.assertNotIn("journal wal, schema", line,
+                         "a database whose pages are garbage is reported as healthy: %s" % line)
+        self.assertRegex(line, r"damaged|corrupt|malformed|unreadable")
+
+    def test_truncated_database_is_named(self):
+        data = _read(self.db)
+        with open(self.db, "wb") as f:
+            f.write(data[:len(data) // 3 + 100])
+        proc = self.doctor(check=0)
+        line = self.db_line(proc.stdout)
+        self.assertIn(self.db, line)
+        self.assertNotIn("journal wal, schema", line,
+                         "a database cut to a third of its size is reported as healthy: %s" % line)
+        self.assertRegex(line, r"truncated|damaged|corrupt|malformed|unreadable")
+
+    def test_unreadable_database_is_named(self):
+        if os.getuid() != 0:
+            os.chmod(self.db, 0)
+            self.addCleanup(os.chmod, self.db, 0o600)
+            proc = self.doctor(check=0)
+        else:
+            # Root reads any file: run a copy of the installer as `nobody`, against a copy of the
+            # target and the database in a directory that user can reach (/tmp here is 0700).
+            demote = support.demote_to_nobody()
+            python = "/usr/bin/python3"
+            if demote is None or not os.access(python, os.X_OK):
+                self.skipTest("no unprivileged user or system python3 to run as")
+            shared = [d for d in ("/var/tmp", "/dev/shm") if os.path.isdir(d) and os.stat(d).st_mode & 0o001]
+            if not shared:
+                self.skipTest("no directory an unprivileged user can reach")
+            base = tempfile.mkdtemp(prefix="coord-doctor-", dir=shared[0])
+            self.addCleanup(shutil.rmtree, base, True)
+            src = os.path.join(base, "src")
+            shutil.copytree(support.ROOT, src, ignore=shutil.ignore_patterns(".git", "__pycache__", "tests",
+                                                                             "bench", ".ci"))
+            target = os.path.join(base, "target")
+            shutil.copytree(self.target, target, symlinks=True)
+            state = os.path.join(base, "state", "fleet-agent-coord")
+            os.makedirs(state)
+            db = os.path.join(state, "demo.sqlite3")
+            shutil.copy(self.db, db)
+            home = os.path.join(base, "home")
+            os.makedirs(os.path.join(home, "codex"))
+            for dirpath, dirnames, filenames in os.walk(base):
+                os.chmod(dirpath, 0o755)
+                for fn in filenames:
+                    p = os.path.join(dirpath, fn)
+                    if not os.path.islink(p):
+                        os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
+            os.chmod(db, 0o600)  # owned by root: nobody may see it but not open it
+            self.env.update({"HOME": home, "XDG_STATE_HOME": os.path.join(base, "state"), "COORD_DB": db,
+                             "COORD_PROJECT_ID": "demo", "CODEX_HOME": os.path.join(home, "codex")})
+            probe = subprocess.run([python, "-c", "open(%r, 'rb')" % db], preexec_fn=demote,
+                                   stderr=subprocess.PIPE, text=True)
+            self.assertNotEqual(probe.returncode, 0, "nobody can read the copy; the test would prove nothing")
+            proc = self.run_install(os.path.join(src, "install"), target, "--doctor", preexec_fn=demote,
+                                    python=python)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            self.assertNotIn("Traceback", proc.stderr)
+            self.db = db
+        line = self.db_line(proc.stdout)
+        self.assertIn(self.db, line)
+        self.assertRegex(line, r"unreadable.*[Pp]ermission denied")
+
+
 class DoctorTest(InstallTestCase):
 
     def doctor(self, check=None):
@@ -754,15 +880,11 @@ class HookCommandTest(InstallTestCase):
             f.write(self.RECORDER)
 
     def run_hook(self, harness, env=None, cwd=None, payload='{"hook_event_name": "Stop"}'):
-        command = self.settings(
-            ".claude/settings.json" if harness == "claude" else ".codex/hooks.json"
-        )["hooks"]["Stop"][0]["hooks"][0]["command"]
+        command, _ = support.installed_hook(self.target, harness, "Stop")
         e = dict(self.env)
         e.pop("CLAUDE_PROJECT_DIR", None)
         e.update(env or {})
-        return subprocess.run(["/bin/sh", "-c", command], cwd=cwd or self.sub, env=e,
-                              input=payload, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, timeout=60)
+        return support.run_hook(command, payload, e, cwd or self.sub)
 
     def test_command_runs_installed_hook_from_subdirectory(self):
         self.use_recorder()

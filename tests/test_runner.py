@@ -1,6 +1,7 @@
 """tests/runner.py counts, reports and exits the way tests/run and CI rely on."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,8 +55,8 @@ class RunnerTest(unittest.TestCase):
         with open(os.path.join(self.dir, name), "w") as f:
             f.write(textwrap.dedent(text))
 
-    def run_runner(self, *args):
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    def run_runner(self, *args, **env_extra):
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **env_extra)
         proc = subprocess.run(
             [sys.executable, RUNNER, "--dir", self.dir] + list(args),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=120,
@@ -139,6 +140,47 @@ class RunnerTest(unittest.TestCase):
         rc, last, out = self.run_runner("test_nothing_here")
         self.assertEqual(last, "unit: 0 passed, 1 failed, 0 skipped", out)
         self.assertEqual(rc, 1, out)
+
+    def test_quick_leaves_out_tests_marked_slow(self):
+        self.write("test_marked.py", """
+            import unittest
+            import support
+
+            class Plain(unittest.TestCase):
+                def test_fast(self):
+                    pass
+
+                @support.slow
+                def test_slow_method(self):
+                    pass
+
+            @support.slow
+            class SlowClass(unittest.TestCase):
+                def test_a(self):
+                    pass
+
+            class InheritsTheMark(SlowClass):
+                def test_b(self):
+                    pass
+        """)
+        tests_dir = os.path.dirname(RUNNER)  # where the real support.py lives
+        rc, last, out = self.run_runner("--durations", "9", PYTHONPATH=tests_dir)
+        self.assertEqual((rc, last), (0, "unit: 5 passed, 0 failed, 0 skipped"), out)
+        self.assertRegex(out, r"\n +[0-9.]+s +[0-9.]+s test_marked\.Plain\.test_fast\n", "wall and CPU time per test")
+        rc, last, out = self.run_runner("--quick", PYTHONPATH=tests_dir)
+        self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 0 skipped"), out)
+        self.assertIn("4 slow tests left out", out)
+
+    def test_shards_split_the_tests_between_them(self):
+        self.write("test_many.py", "import unittest\nclass Many(unittest.TestCase):\n" + "".join(
+            "    def test_%d(self):\n        print('ran %d')\n        self.fail()\n" % (i, i) for i in range(5)))
+        seen = []
+        for k in (1, 2):
+            rc, last, out = self.run_runner("--shard", "%d/2" % k)
+            self.assertEqual(rc, 1, out)
+            seen.append(set(int(n) for n in re.findall(r"^ran (\d)$", out, re.M)))
+            self.assertEqual(last, "unit: 0 passed, %d failed, 0 skipped" % (3 if k == 1 else 2), out)
+        self.assertEqual((seen[0] | seen[1], seen[0] & seen[1]), ({0, 1, 2, 3, 4}, set()))
 
 
 if __name__ == "__main__":
