@@ -691,6 +691,7 @@ class Store:
         self.timeout = timeout = check_float(timeout, "busy timeout", *BUSY_TIMEOUT_RANGE)
         self.lease_ttl = env_number(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL, LEASE_TTL_RANGE, strict_env)
         self.runtime_ttl = env_number(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL, RUNTIME_TTL_RANGE, strict_env)
+        self.reading = False  # inside an outermost snapshot()
         _ensure_private_dir(os.path.dirname(self.path))
         try:
             if not os.path.exists(self.path):
@@ -748,7 +749,14 @@ class Store:
     # -- transactions
 
     def transaction(self):
+        """BEGIN IMMEDIATE ... COMMIT: every read-check-write runs inside one."""
         return _Transaction(self)
+
+    def snapshot(self):
+        """A read transaction (BEGIN DEFERRED ... COMMIT): every read inside it sees the same state
+        of the database (under WAL without waiting for a writer). Read only; inside transaction()
+        it is part of that transaction."""
+        return _Transaction(self, write=False)
 
     def q(self, sql, params=()):
         try:
@@ -827,6 +835,19 @@ class Store:
             seen.add(nxt["id"])
             rt = nxt
         return rt
+
+    def superseded_attachment(self, conversation, pid, pid_start):
+        """The ID of the newest top-level attachment of `conversation` that the harness process
+        (pid, pid_start) registered and that has been superseded since, or None."""
+        row = self.q("SELECT id, pid_start FROM runtimes WHERE conversation = ? AND agent_id IS NULL"
+                     " AND pid = ? AND superseded_by IS NOT NULL ORDER BY started_at DESC LIMIT 1",
+                     (conversation, pid)).fetchone()
+        return row[0] if row and row[1] in (None, pid_start) else None
+
+    def unended_subagents(self, conversation, pid):
+        """IDs of the conversation's subagent runtimes, not ended, recorded with harness process pid."""
+        return [r[0] for r in self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NOT NULL"
+                                     " AND ended_at IS NULL AND pid = ?", (conversation, pid)).fetchall()]
 
     def confirm_attachment(self, rt, chain=None):
         """Refuse a caller found through its conversation when it descends from the harness
@@ -1090,6 +1111,37 @@ class Store:
                     lease["requested"] = resource
                     out.append(lease)
         return out
+
+    def write_conflicts(self, runtime_id, resources, now=None):
+        """Leases of other live runtimes that block `runtime_id` (None: a writer coord does not
+        know) from writing `resources`, each with the name it blocks as "requested"; every read
+        in one snapshot, nothing written.
+
+        A write is an exclusive request (the lease matrix), except that a writer whose own
+        unexpired lease (of either mode) covers a name, itself or a directory above it, writes
+        there as an appender: other runtimes' append leases on it do not block, exclusive ones do.
+        """
+        now = _now(now)
+        with self.snapshot():
+            blocking = self.conflicts(resources, "exclusive", runtime_id, now)
+            if runtime_id and any(b["mode"] == "append" for b in blocking):
+                mine = [l["resource"] for l in self.leases_of(runtime_id) if l["expires_at"] > now]
+                blocking = [b for b in blocking if b["mode"] != "append" or
+                            not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
+        return blocking
+
+    def peer_exclusive_leases(self, runtime_id, limit, now=None):
+        """Unexpired exclusive leases of runtimes other than `runtime_id` that have not ended:
+        ([{resource, handle, purpose}] of the first `limit` by resource name, how many in all),
+        read in one snapshot."""
+        now = _now(now)
+        where = (" FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.mode = 'exclusive'"
+                 " AND l.runtime != ? AND l.expires_at > ? AND r.ended_at IS NULL")
+        with self.snapshot():
+            rows = self.q("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
+                          (runtime_id, now, limit)).fetchall()
+            total = self.q("SELECT count(*)" + where, (runtime_id, now)).fetchone()[0] if rows else 0
+        return [dict(zip(("resource", "handle", "purpose"), r)) for r in rows], total
 
     def claim(self, runtime_id, resources, mode="exclusive", purpose="", ttl=None, now=None):
         """Take every lease or none. Returns the lease records."""
@@ -1393,26 +1445,33 @@ class Store:
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception; nests as a no-op."""
+    """BEGIN IMMEDIATE ... COMMIT (write=False: BEGIN DEFERRED, a read snapshot), rolled back on
+    any exception; nests as a no-op. A write transaction never nests inside a read snapshot: its
+    read-check-write would not hold the write lock from the start."""
 
-    def __init__(self, store):
+    def __init__(self, store, write=True):
         self.store = store
+        self.write = write
         self.outer = False
 
     def __enter__(self):
         conn = self.store.conn
         if conn.in_transaction:
+            if self.write and self.store.reading:
+                raise RuntimeError("transaction() inside snapshot(): a read snapshot cannot become a write")
             return self
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE" if self.write else "BEGIN DEFERRED")
         except sqlite3.Error as exc:
             raise _translate(exc, self.store.path)
         self.outer = True
+        self.store.reading = not self.write
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if not self.outer:
             return False
+        self.store.reading = False
         conn = self.store.conn
         if exc_type is None:
             try:
