@@ -696,8 +696,7 @@ class Store:
         try:
             if not os.path.exists(self.path):
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-            self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
-                                        check_same_thread=False)
+            self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
         except OSError as exc:
             raise EnvError("cannot open database %s: %s" % (self.path, exc.strerror),
                            "check permissions of %s, or set COORD_DB" % os.path.dirname(self.path))

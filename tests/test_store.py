@@ -859,6 +859,23 @@ class RuntimeQueryTest(StoreCase):
         self.assertEqual(self.st.peer_exclusive_leases(me, 8, now + 2 * store.DEFAULT_LEASE_TTL), ([], 0))
 
 
+class ThreadTest(StoreCase):
+    def test_a_store_belongs_to_the_thread_that_opened_it(self):
+        import threading
+        caught = []
+
+        def use():
+            try:
+                self.st.live_runtimes()
+            except (store.CoordError, sqlite3.ProgrammingError) as exc:
+                caught.append(exc)
+        t = threading.Thread(target=use)
+        t.start()
+        t.join(60)
+        self.assertEqual(len(caught), 1)
+        self.assertIn("thread", str(caught[0]))
+
+
 class SqlOnlyInStoreTest(support.CoordTestCase):
     """store.py is the one file that speaks SQL, so another storage backend means one file.
     (install's --doctor still probes a database file with PRAGMAs of its own.)"""
