@@ -1433,7 +1433,9 @@ class Store:
     # -- audit export
 
     def audit_lines(self, since=0, private=False):
-        """Deterministic JSONL: stable order, sorted keys, no clock reads; secrets redacted unless private."""
+        """Deterministic JSONL: stable order, sorted keys, no clock reads. Data keys containing
+        "token" are redacted unless private; no event records one (work tokens stay in the work
+        table and the clone's marker), so this guards against a future event leaking one."""
         for row in self.q("SELECT id, at, event, runtime, subject, data FROM audit WHERE id > ? ORDER BY id",
                           (check_int(since or 0, "--since", 0, ID_RANGE[1]),)):
             data = json.loads(row[5])
