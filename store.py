@@ -1669,5 +1669,10 @@ def _message_id(value):
                      "coord inbox --peek lists message IDs")
 
 
+def now():
+    """The current time as every stored timestamp records it (seconds since the epoch)."""
+    return time.time()
+
+
 def _now(now=None):
     return time.time() if now is None else float(now)
