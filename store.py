@@ -6,14 +6,16 @@ Invariants this module keeps:
 - Full UUIDs are the only stored identities. Five-word handles are derived aliases that
   resolve only on an exact match; a prefix never resolves.
 - Every change of ownership or delivery state appends one audit row inside the same
-  transaction. Presence heartbeats and lease renewals are not audited (they move no
-  ownership and would drown the log).
+  transaction, and so does an explicit lease renewal (`renew`). Presence heartbeats are not
+  audited, nor the lease extension each heartbeat carries (they move no ownership and would
+  drown the log).
 - A renewal never shortens a lease and an expired lease is never renewed: it is reaped and
   must be claimed again.
 - The database directory is 0700 and the database files 0600, whatever the umask.
 
-Only json, sqlite3, re and os are imported here: the hooks import this module on every tool
-call of every agent. hashlib (OpenSSL, ~2 ms) loads on first use; a hook's write check never hashes.
+The hooks import this module on every tool call of every agent, so it imports only json, os,
+re, sqlite3 and time. hashlib (OpenSSL, ~2 ms) loads on first use: handles and subagent IDs; a
+hook's write check hashes only for a subagent. subprocess loads only where there is no /proc.
 """
 
 import json
