@@ -27,8 +27,8 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path",
-              "NotebookEdit": "notebook_path"}
+# Claude Code's file tools; the installer's Claude matcher names exactly these (and Bash).
+FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "NotebookEdit": "notebook_path"}
 PATCH_TOOLS = ("apply_patch",)
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
@@ -165,8 +165,32 @@ def write_targets(tool, tool_input):
     return []
 
 
+class Identity:
+    """Who a PreToolUse write is by, read without writing anything: `runtime`, its runtime ID
+    (None when unknown), and `successor`, the live runtime that superseded this process's own
+    attachment of the conversation (else None)."""
+
+    __slots__ = ("runtime", "successor")
+
+    def __init__(self, runtime, successor=None):
+        self.runtime = runtime
+        self.successor = successor
+
+
+class Attachment:
+    """This event's runtime: `runtime`, its live record (registered quietly when missing), or
+    None for a superseded (stale) process, with `successor`, the runtime that replaced it."""
+
+    __slots__ = ("runtime", "successor")
+
+    def __init__(self, runtime, successor=None):
+        self.runtime = runtime
+        self.successor = successor
+
+
 class Hook:
-    """One event: the payload's identity fields plus the store, opened on demand."""
+    """One event: the payload's identity fields plus the database (`db`, a store.Store), opened
+    on demand."""
 
     def __init__(self, payload, harness, environ):
         self.payload = payload
@@ -177,31 +201,32 @@ class Hook:
         self.cwd = cwd if cwd and cwd.startswith("/") else os.getcwd()
         self.harness = harness
         self.environ = environ
-        self.st = self.targets = None
+        self.db = self.targets = None
         self._root = self._proc = None
-        import store
-        self.store = store
 
     def root(self):
         if self._root is None:
+            import store
             root = self.environ.get("COORD_REPO_ROOT")
             if not root:
                 for d in (os.path.dirname(os.path.abspath(__file__)), HERE):
                     if os.path.basename(d) == ".coord":
                         root = os.path.dirname(d)
                         break
-            root = root or self.store.find_repo_root(self.cwd) or ""
+            root = root or store.find_repo_root(self.cwd) or ""
             self._root = os.path.realpath(root) if root else ""
         return self._root
 
     def db_path(self):
-        return self.store.resolve_db_path(self.environ, self.root() or None)
+        import store
+        return store.resolve_db_path(self.environ, self.root() or None)
 
     def open(self, migrate=True):
+        import store
         wait = BUSY_WAIT / 2 if self.event == "SessionEnd" else BUSY_WAIT
-        self.st = self.store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate,
-                                   strict_env=False)  # a bad COORD_*_TTL means its default here
-        return self.st
+        self.db = store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate,
+                              strict_env=False)  # a bad COORD_*_TTL means its default here
+        return self.db
 
     def process(self):
         """(pid, start) of the harness: the nearest ancestor that is not a shell; (None, None)
@@ -209,13 +234,14 @@ class Hook:
         if self._proc is None:
             self._proc = (None, None)
             if os.path.isdir("/proc"):
+                import store
                 pid = os.getppid()
                 for _ in range(8):
-                    parent, comm = self.store.process_parent(pid)
+                    parent, comm = store.process_parent(pid)
                     if comm not in SHELLS or not parent or parent <= 1:
                         break
                     pid = parent
-                self._proc = (pid, self.store.process_start(pid))
+                self._proc = (pid, store.process_start(pid))
         return self._proc
 
     def ours(self, rt):
@@ -228,38 +254,34 @@ class Hook:
     def superseded(self):
         """This process's own superseded attachment of the conversation, or None."""
         pid, start = self.process()
-        row = self.st.q("SELECT id, pid_start FROM runtimes WHERE conversation = ? AND agent_id IS NULL"
-                        " AND pid = ? AND superseded_by IS NOT NULL ORDER BY started_at DESC LIMIT 1",
-                        (self.session, pid)).fetchone()
-        return row[0] if row and row[1] in (None, start) else None
+        return self.db.superseded_attachment(self.session, pid, start)
 
     def identity(self):
-        """(runtime ID or None, live runtime of the conversation owned by another attachment
-        when this process was superseded by it) without writing anything."""
+        """Who this event's writes are by (an Identity), without writing anything."""
         if self.agent:
-            return self.store.subagent_uuid(self.session, self.agent), None
-        rt = self.st.find_conversation_runtime(self.session)
+            import store
+            return Identity(store.subagent_uuid(self.session, self.agent))
+        rt = self.db.find_conversation_runtime(self.session)
         if rt is None:
-            return None, None
+            return Identity(None)
         if not self.ours(rt):
             old = self.superseded()
             if old:
-                return old, rt
-        return rt["id"], None
+                return Identity(old, rt)
+        return Identity(rt["id"])
 
     def attach(self):
-        """(this event's live runtime, registered quietly when missing, None); for a superseded
-        (stale) process, which must neither renew nor receive the new attachment's state,
-        (None, the runtime that superseded it)."""
-        st = self.st
-        rt = st.find_conversation_runtime(self.session, self.agent)
+        """This event's Attachment: its live runtime, registered quietly when missing; for a
+        superseded (stale) process, which must neither renew nor receive the new attachment's
+        state, no runtime and the one that superseded it."""
+        rt = self.db.find_conversation_runtime(self.session, self.agent)
         if rt is not None and not self.agent and not self.ours(rt) and self.superseded():
-            return None, rt
+            return Attachment(None, rt)
         if rt is None:
             pid, start = self.process()
-            rt = st.register(conversation=self.session, harness=self.harness, pid=pid, pid_start=start,
-                             agent_id=self.agent, cwd=self.cwd, source="hook")
-        return rt, None
+            rt = self.db.register(conversation=self.session, harness=self.harness, pid=pid, pid_start=start,
+                                  agent_id=self.agent, cwd=self.cwd, source="hook")
+        return Attachment(rt)
 
     def command(self):
         """How the agent runs coord from its cwd (.coord/coord at the repository root)."""
@@ -285,14 +307,15 @@ class Hook:
                 names.insert(0, os.path.join(os.path.realpath(os.path.dirname(joined)), base))
         except ValueError:
             return []  # undecodable (lone surrogate) names cannot be files the harness writes
+        import store
         root, out = self.root(), []
         for full in names:
             if not root or not full.startswith(root + "/") or identifier(full, 1 << 16) is None:
                 continue
             rel = full[len(root) + 1:]
             try:
-                rel = self.store.normalize_resource(rel)
-            except self.store.CoordError:
+                rel = store.normalize_resource(rel)
+            except store.CoordError:
                 pass  # not a leasable name itself, yet its ancestors may be leased
             if rel not in out:
                 out.append(rel)
@@ -312,22 +335,17 @@ def on_pre_tool_use(h):
         resources.extend(r for r in h.resources(path) if r not in resources)
     if not resources or not os.path.exists(h.db_path()):
         return ""  # nothing coordinated, or no database: no lease can exist
-    st = h.open(migrate=False)
-    me, successor = h.identity()
-    blocking = st.conflicts(resources, "exclusive", as_runtime=me)
-    if me and any(b["mode"] == "append" for b in blocking):
-        # A writer holding an append lease that covers the path writes as an appender: only
-        # exclusive leases block it. Without one, a write is an exclusive request (the matrix).
-        now = h.store.time.time()
-        mine = [l["resource"] for l in st.leases_of(me) if l["expires_at"] > now]
-        blocking = [b for b in blocking if b["mode"] != "append" or
-                    not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
+    db = h.open(migrate=False)
+    with db.snapshot():  # who writes and what blocks it: one state of the database
+        who = h.identity()
+        blocking = db.write_conflicts(who.runtime, resources)
     if not blocking:
         return ""
-    return deny(h, blocking, successor)
+    return deny(h, blocking, who.successor)
 
 
 def deny(h, blocking, successor):
+    import store
     cmd = h.command()
     seen, parts = set(), []
     for b in blocking:
@@ -335,7 +353,7 @@ def deny(h, blocking, successor):
         if key in seen:
             continue
         seen.add(key)
-        parts.append(h.store.blocked_by(b))
+        parts.append(store.blocked_by(b))
     holder = blocking[0]["handle"]
     text = "coord: write refused. %s." % "; ".join(parts[:4])
     if len(parts) > 4:
@@ -360,37 +378,40 @@ def refusal(reason):
 
 def on_deliver(h):
     """UserPromptSubmit, PostToolUse: heartbeat, then open messages as context (else nothing)."""
-    st = h.open()
-    rt, successor = h.attach()
+    import store
+    db = h.open()
+    attached = h.attach()
+    rt = attached.runtime
     if rt is None:
         if h.event != "UserPromptSubmit":
             return ""
         return reply(h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
-                              " and messages; this session is stale: stop editing." % successor["handle"])
-    st.heartbeat(rt["id"], min_interval=h.store.HEARTBEAT_EVERY)
-    text = st.pending_context(rt["id"], prefix=h.command())
+                              " and messages; this session is stale: stop editing." % attached.successor["handle"])
+    db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
+    text = db.pending_context(rt["id"], prefix=h.command())
     return reply(h.event, text) if text else ""
 
 
 def on_stop(h):
-    st = h.open()
-    rt = h.attach()[0]
+    import store
+    db = h.open()
+    rt = h.attach().runtime
     if rt is not None:
-        st.heartbeat(rt["id"], min_interval=h.store.HEARTBEAT_EVERY)
+        db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
     return ""
 
 
 def on_session_start(h):
     if h.agent:
         return on_subagent_start(h)
-    st = h.open()
+    db = h.open()
     pid, start = h.process()
-    rt = st.find_conversation_runtime(h.session)
+    rt = db.find_conversation_runtime(h.session)
     if rt is not None and rt["pid"] is not None and rt["pid"] == pid and h.ours(rt):
-        st.reap()  # same process (compaction, /clear back to it): same attachment, same handle
-        st.heartbeat(rt["id"])
+        db.reap()  # same process (compaction, /clear back to it): same attachment, same handle
+        db.heartbeat(rt["id"])
     else:
-        rt = st.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
+        rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
                          source="hook:%s" % str(h.payload.get("source"))[:40])
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
@@ -405,7 +426,8 @@ def link_work(h, rt, work_id, pid):
     """A harness launched by `coord work start/resume` records its conversation and runtime in
     the work's tmux record, so `work resume` knows what to resume. Only the harness running in
     the recorded pane (the pane's process or one of its descendants) may do this."""
-    st, store = h.st, h.store
+    import store
+    db = h.db
     if not pid or not store.is_uuid(work_id):
         return
     chain, cur = [pid], pid
@@ -414,15 +436,15 @@ def link_work(h, rt, work_id, pid):
         if not cur or cur <= 1:
             break
         chain.append(cur)
-    with st.transaction():
-        w = st.work(work_id)
+    with db.transaction():
+        w = db.work(work_id)
         tmux = (w or {}).get("data", {}).get("tmux") or {}
         if not w or tmux.get("pane_pid") not in chain:
             return
         if tmux.get("conversation") == h.session and tmux.get("runtime_id") == rt["id"]:
             return
-        st.update_work(w["id"], data={"tmux": dict(tmux, conversation=h.session, runtime_id=rt["id"])})
-        st.audit("work.attached", rt["id"], w["id"], conversation=h.session)
+        db.update_work(w["id"], data={"tmux": dict(tmux, conversation=h.session, runtime_id=rt["id"])})
+        db.audit("work.attached", rt["id"], w["id"], conversation=h.session)
 
 
 def export_runtime(path, runtime_id):
@@ -440,26 +462,23 @@ def export_runtime(path, runtime_id):
 
 
 def session_context(h, rt):
-    st, clean, cmd = h.st, h.store.clean_text, h.command()
+    import store
+    db, cmd = h.db, h.command()
     lines = ["coord: you are %s. Peers reach you with: %s send \"<text>\" --to %s" % (rt["handle"], cmd, rt["handle"])]
-    mine = [l["resource"] for l in st.leases_of(rt["id"])]
+    mine = [l["resource"] for l in db.leases_of(rt["id"])]
     if mine:
         lines.append("Your leases: %s" % ", ".join(mine[:SHOWN]) + (" (+%d more)" % (len(mine) - SHOWN)
                                                                      if len(mine) > SHOWN else ""))
-    sql = (" FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.mode = 'exclusive' AND l.runtime != ?"
-           " AND l.expires_at > ? AND r.ended_at IS NULL")
-    now = h.store.time.time()
-    rows = st.q("SELECT l.resource, r.handle, l.purpose" + sql + " ORDER BY l.resource LIMIT ?",
-                (rt["id"], now, SHOWN)).fetchall()
-    if rows:
-        total = st.q("SELECT count(*)" + sql, (rt["id"], now)).fetchone()[0]
+    held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
+    if held:
         lines.append("Held exclusively by peers (ask before editing):")
-        for resource, handle, purpose in rows:
-            lines.append("  %s  %s%s" % (resource, handle, ('  "%s"' % clean(purpose, 80)) if purpose else ""))
-        if total > len(rows):
-            lines.append("  +%d more: %s list" % (total - len(rows), cmd))
+        for l in held:
+            lines.append("  %s  %s%s" % (l["resource"], l["handle"],
+                                         ('  "%s"' % store.clean_text(l["purpose"], 80)) if l["purpose"] else ""))
+        if total > len(held):
+            lines.append("  +%d more: %s list" % (total - len(held), cmd))
     used = len("\n".join(lines).encode("utf-8", "replace")) + 1
-    pending = st.pending_context(rt["id"], prefix=cmd, budget=max(0, h.store.CONTEXT_BUDGET - used))
+    pending = db.pending_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - used))
     if pending:
         lines.append(pending)
     return "\n".join(lines)
@@ -472,26 +491,26 @@ def on_subagent_start(h):
 
 
 def on_subagent_stop(h):
-    st = h.open()
-    rid = h.store.subagent_uuid(h.session, h.agent)
-    if st.runtime(rid) is not None:
-        st.bye(rid, reason="subagent-stop")
+    import store
+    db = h.open()
+    rid = store.subagent_uuid(h.session, h.agent)
+    if db.runtime(rid) is not None:
+        db.bye(rid, reason="subagent-stop")
     return ""
 
 
 def on_session_end(h):
     if h.agent:
         return on_subagent_stop(h)
-    st = h.open()
-    rt = st.find_conversation_runtime(h.session)
+    db = h.open()
+    rt = db.find_conversation_runtime(h.session)
     if rt is None or not h.ours(rt):
         return ""  # nothing live, or a stale process: the resumed attachment keeps its state
-    st.bye(rt["id"], reason="session-end")
-    pid, start = h.process()
+    db.bye(rt["id"], reason="session-end")
+    pid = h.process()[0]
     if pid is not None:
-        for (sub,) in st.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NOT NULL"
-                           " AND ended_at IS NULL AND pid = ?", (h.session, pid)).fetchall():
-            st.bye(sub, reason="session-end")
+        for sub in db.unended_subagents(h.session, pid):
+            db.bye(sub, reason="session-end")
     return ""
 
 
@@ -549,9 +568,9 @@ def run(raw, argv=(), environ=None):
     except Exception as exc:
         return "", failure(exc)
     finally:
-        if h is not None and h.st is not None:
+        if h is not None and h.db is not None:
             try:
-                h.st.close()
+                h.db.close()
             except Exception:
                 pass
 

@@ -6,14 +6,16 @@ Invariants this module keeps:
 - Full UUIDs are the only stored identities. Five-word handles are derived aliases that
   resolve only on an exact match; a prefix never resolves.
 - Every change of ownership or delivery state appends one audit row inside the same
-  transaction. Presence heartbeats and lease renewals are not audited (they move no
-  ownership and would drown the log).
+  transaction, and so does an explicit lease renewal (`renew`). Presence heartbeats are not
+  audited, nor the lease extension each heartbeat carries (they move no ownership and would
+  drown the log).
 - A renewal never shortens a lease and an expired lease is never renewed: it is reaped and
   must be claimed again.
 - The database directory is 0700 and the database files 0600, whatever the umask.
 
-Only json, sqlite3, re and os are imported here: the hooks import this module on every tool
-call of every agent. hashlib (OpenSSL, ~2 ms) loads on first use; a hook's write check never hashes.
+The hooks import this module on every tool call of every agent, so it imports only json, os,
+re, sqlite3 and time. hashlib (OpenSSL, ~2 ms) loads on first use: handles and subagent IDs; a
+hook's write check hashes only for a subagent. subprocess loads only where there is no /proc.
 """
 
 import json
@@ -691,12 +693,12 @@ class Store:
         self.timeout = timeout = check_float(timeout, "busy timeout", *BUSY_TIMEOUT_RANGE)
         self.lease_ttl = env_number(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL, LEASE_TTL_RANGE, strict_env)
         self.runtime_ttl = env_number(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL, RUNTIME_TTL_RANGE, strict_env)
+        self.reading = False  # inside an outermost snapshot()
         _ensure_private_dir(os.path.dirname(self.path))
         try:
             if not os.path.exists(self.path):
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-            self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
-                                        check_same_thread=False)
+            self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
         except OSError as exc:
             raise EnvError("cannot open database %s: %s" % (self.path, exc.strerror),
                            "check permissions of %s, or set COORD_DB" % os.path.dirname(self.path))
@@ -748,7 +750,14 @@ class Store:
     # -- transactions
 
     def transaction(self):
+        """BEGIN IMMEDIATE ... COMMIT: every read-check-write runs inside one."""
         return _Transaction(self)
+
+    def snapshot(self):
+        """A read transaction (BEGIN DEFERRED ... COMMIT): every read inside it sees the same state
+        of the database (under WAL without waiting for a writer). Read only; inside transaction()
+        it is part of that transaction."""
+        return _Transaction(self, write=False)
 
     def q(self, sql, params=()):
         try:
@@ -827,6 +836,19 @@ class Store:
             seen.add(nxt["id"])
             rt = nxt
         return rt
+
+    def superseded_attachment(self, conversation, pid, pid_start):
+        """The ID of the newest top-level attachment of `conversation` that the harness process
+        (pid, pid_start) registered and that has been superseded since, or None."""
+        row = self.q("SELECT id, pid_start FROM runtimes WHERE conversation = ? AND agent_id IS NULL"
+                     " AND pid = ? AND superseded_by IS NOT NULL ORDER BY started_at DESC LIMIT 1",
+                     (conversation, pid)).fetchone()
+        return row[0] if row and row[1] in (None, pid_start) else None
+
+    def unended_subagents(self, conversation, pid):
+        """IDs of the conversation's subagent runtimes, not ended, recorded with harness process pid."""
+        return [r[0] for r in self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NOT NULL"
+                                     " AND ended_at IS NULL AND pid = ?", (conversation, pid)).fetchall()]
 
     def confirm_attachment(self, rt, chain=None):
         """Refuse a caller found through its conversation when it descends from the harness
@@ -1090,6 +1112,37 @@ class Store:
                     lease["requested"] = resource
                     out.append(lease)
         return out
+
+    def write_conflicts(self, runtime_id, resources, now=None):
+        """Leases of other live runtimes that block `runtime_id` (None: a writer coord does not
+        know) from writing `resources`, each with the name it blocks as "requested"; every read
+        in one snapshot, nothing written.
+
+        A write is an exclusive request (the lease matrix), except that a writer whose own
+        unexpired lease (of either mode) covers a name, itself or a directory above it, writes
+        there as an appender: other runtimes' append leases on it do not block, exclusive ones do.
+        """
+        now = _now(now)
+        with self.snapshot():
+            blocking = self.conflicts(resources, "exclusive", runtime_id, now)
+            if runtime_id and any(b["mode"] == "append" for b in blocking):
+                mine = [l["resource"] for l in self.leases_of(runtime_id) if l["expires_at"] > now]
+                blocking = [b for b in blocking if b["mode"] != "append" or
+                            not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
+        return blocking
+
+    def peer_exclusive_leases(self, runtime_id, limit, now=None):
+        """Unexpired exclusive leases of runtimes other than `runtime_id` that have not ended:
+        ([{resource, handle, purpose}] of the first `limit` by resource name, how many in all),
+        read in one snapshot."""
+        now = _now(now)
+        where = (" FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.mode = 'exclusive'"
+                 " AND l.runtime != ? AND l.expires_at > ? AND r.ended_at IS NULL")
+        with self.snapshot():
+            rows = self.q("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
+                          (runtime_id, now, limit)).fetchall()
+            total = self.q("SELECT count(*)" + where, (runtime_id, now)).fetchone()[0] if rows else 0
+        return [dict(zip(("resource", "handle", "purpose"), r)) for r in rows], total
 
     def claim(self, runtime_id, resources, mode="exclusive", purpose="", ttl=None, now=None):
         """Take every lease or none. Returns the lease records."""
@@ -1382,7 +1435,9 @@ class Store:
     # -- audit export
 
     def audit_lines(self, since=0, private=False):
-        """Deterministic JSONL: stable order, sorted keys, no clock reads; secrets redacted unless private."""
+        """Deterministic JSONL: stable order, sorted keys, no clock reads. Data keys containing
+        "token" are redacted unless private; no event records one (work tokens stay in the work
+        table and the clone's marker), so this guards against a future event leaking one."""
         for row in self.q("SELECT id, at, event, runtime, subject, data FROM audit WHERE id > ? ORDER BY id",
                           (check_int(since or 0, "--since", 0, ID_RANGE[1]),)):
             data = json.loads(row[5])
@@ -1393,26 +1448,33 @@ class Store:
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception; nests as a no-op."""
+    """BEGIN IMMEDIATE ... COMMIT (write=False: BEGIN DEFERRED, a read snapshot), rolled back on
+    any exception; nests as a no-op. A write transaction never nests inside a read snapshot: its
+    read-check-write would not hold the write lock from the start."""
 
-    def __init__(self, store):
+    def __init__(self, store, write=True):
         self.store = store
+        self.write = write
         self.outer = False
 
     def __enter__(self):
         conn = self.store.conn
         if conn.in_transaction:
+            if self.write and self.store.reading:
+                raise RuntimeError("transaction() inside snapshot(): a read snapshot cannot become a write")
             return self
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE" if self.write else "BEGIN DEFERRED")
         except sqlite3.Error as exc:
             raise _translate(exc, self.store.path)
         self.outer = True
+        self.store.reading = not self.write
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if not self.outer:
             return False
+        self.store.reading = False
         conn = self.store.conn
         if exc_type is None:
             try:
@@ -1607,6 +1669,11 @@ def env_number(env, name, default, bounds, strict=True):
 def _message_id(value):
     return check_int(str(value).strip().lstrip("#"), "message ID", ID_RANGE[0], ID_RANGE[1],
                      "coord inbox --peek lists message IDs")
+
+
+def now():
+    """The current time as every stored timestamp records it (seconds since the epoch)."""
+    return time.time()
 
 
 def _now(now=None):

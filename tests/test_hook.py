@@ -1424,6 +1424,21 @@ class GarbageTest(HookCase):
                 self.assertTrue(self.mentions_target(raw))
 
 
+class ToolMatcherTest(HookCase):
+    """The hook checks exactly the tools the installer's PreToolUse matchers send it. Claude Code
+    compares a matcher of letters, digits, `_` and `|` name by name, and has no MultiEdit tool."""
+
+    def test_checked_tools_are_the_matched_tools(self):
+        installer = support.load_install()
+        matched = set()
+        for harness in ("claude", "codex"):
+            for event, group in installer.desired_groups(harness):
+                if event == "PreToolUse":
+                    matched.update(group["matcher"].split("|"))
+        checked = set(hook.FILE_TOOLS) | set(hook.PATCH_TOOLS) | set(hook.SHELL_TOOLS)
+        self.assertEqual(checked, matched)
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

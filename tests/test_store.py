@@ -7,6 +7,7 @@ its own connection to one real SQLite file.
 import json
 import multiprocessing
 import os
+import re
 import sqlite3
 import stat
 import subprocess
@@ -730,6 +731,172 @@ class RaceTest(support.CoordTestCase):
 
     def test_thirty_two_simultaneous_senders_lose_nothing(self):
         self._senders(32, 10)
+
+
+
+class WriteDecisionTest(StoreCase):
+    """Store.write_conflicts: what the PreToolUse hook asks before a harness writes."""
+
+    def blocked(self, writer, names, now=None):
+        return sorted((b["requested"], b["resource"], b["mode"], b["runtime"])
+                      for b in self.st.write_conflicts(writer, names, now))
+
+    def test_a_write_is_an_exclusive_request(self):
+        me, peer, other = self.rt(), self.rt(), self.rt()
+        self.st.claim(peer, ["log/changes.md"], "append")
+        self.st.claim(other, ["src"])
+        self.st.claim(me, ["mine.txt"])
+        for writer in (me, None):
+            with self.subTest(writer=writer):
+                self.assertEqual(self.blocked(writer, ["log/changes.md"]),
+                                 [("log/changes.md", "log/changes.md", "append", peer)])
+                self.assertEqual(self.blocked(writer, ["src/a.py", "free.txt"]),
+                                 [("src/a.py", "src", "exclusive", other)])
+        self.assertEqual(self.blocked(me, ["mine.txt"]), [], "a writer's own lease never blocks it")
+        self.assertEqual(self.blocked(None, ["mine.txt"]), [("mine.txt", "mine.txt", "exclusive", me)])
+
+    def test_a_covering_lease_makes_the_writer_an_appender(self):
+        me, peer, other, stranger = self.rt(), self.rt(), self.rt(), self.rt()
+        self.st.claim(me, ["log/changes.md", "notes"], "append")
+        self.st.claim(peer, ["log/changes.md", "notes/today.md", "notesbook.md"], "append")
+        self.st.claim(other, ["log/locked.md"])
+        self.assertEqual(self.blocked(me, ["log/changes.md", "notes/today.md"]), [],
+                         "the name itself, or a directory above it, makes the writer an appender")
+        self.assertEqual(self.blocked(me, ["log/changes.md", "log/locked.md"]),
+                         [("log/locked.md", "log/locked.md", "exclusive", other)],
+                         "an exclusive lease still blocks an appender")
+        self.assertEqual(self.blocked(me, ["notesbook.md"]), [("notesbook.md", "notesbook.md", "append", peer)],
+                         "notes covers notes/..., not notesbook.md")
+        self.assertEqual(self.blocked(stranger, ["notes/today.md"]),
+                         [("notes/today.md", "notes", "append", me),
+                          ("notes/today.md", "notes/today.md", "append", peer)])
+
+    def test_an_expired_own_lease_covers_nothing(self):
+        me, peer = self.rt(), self.rt()
+        self.st.claim(peer, ["log/changes.md"], "append")
+        now = time.time()
+        self.st.claim(me, ["log"], "append", ttl=1, now=now - 5)  # expired 4 s ago, not yet reaped
+        self.assertEqual([l["resource"] for l in self.st.leases_of(me)], ["log"])
+        self.assertEqual(self.blocked(me, ["log/changes.md"], now),
+                         [("log/changes.md", "log/changes.md", "append", peer)])
+
+    def test_reads_one_state_of_the_database(self):
+        me, holder, taker = self.rt(), self.rt(), self.rt()
+        self.st.claim(holder, ["a.txt"])
+        other = store.Store(self.db)
+        self.addCleanup(other.close)
+        reads = []
+
+        def between_reads(sql):
+            # Another process commits after the first lease read and before the second one.
+            if "FROM leases l JOIN runtimes" in sql:
+                reads.append(sql)
+                if len(reads) == 2:
+                    other.release(holder, ["a.txt"])
+                    other.claim(taker, ["b.txt"])
+        self.st.conn.set_trace_callback(between_reads)
+        try:
+            got = self.blocked(me, ["a.txt", "b.txt"])
+        finally:
+            self.st.conn.set_trace_callback(None)
+        self.assertEqual(len(reads), 2)
+        self.assertEqual(got, [("a.txt", "a.txt", "exclusive", holder)], "the state before the commit, whole")
+        self.assertEqual(self.blocked(me, ["a.txt", "b.txt"]), [("b.txt", "b.txt", "exclusive", taker)])
+
+    def test_a_write_transaction_never_starts_inside_a_snapshot(self):
+        a = self.rt()
+        with self.st.snapshot():
+            with self.assertRaises(RuntimeError):
+                with self.st.transaction():
+                    pass
+        with self.st.transaction():
+            with self.st.snapshot():  # part of the write transaction
+                self.st.claim(a, ["x"])
+        self.assertEqual([l["resource"] for l in self.st.leases_of(a)], ["x"])
+        self.assertFalse(self.st.conn.in_transaction)
+
+
+class RuntimeQueryTest(StoreCase):
+    """The reads the hooks ask the Store for, by name."""
+
+    def test_superseded_attachment_of_this_process(self):
+        sleeper = subprocess.Popen(["sleep", "60"])
+        self.addCleanup(sleeper.wait)
+        self.addCleanup(sleeper.kill)
+        me, start = os.getpid(), store.process_start(os.getpid())
+        old = self.st.register(conversation="conv", pid=me)["id"]
+        self.assertIsNone(self.st.superseded_attachment("conv", me, start), "not superseded yet")
+        new = self.st.register(conversation="conv", pid=sleeper.pid)["id"]
+        self.assertEqual(self.st.superseded_attachment("conv", me, start), old)
+        self.assertIsNone(self.st.superseded_attachment("conv", me, "another-start"), "a reused pid")
+        self.assertIsNone(self.st.superseded_attachment("conv", sleeper.pid, None), new + " is not superseded")
+        self.assertIsNone(self.st.superseded_attachment("other-conv", me, start))
+
+    def test_unended_subagents_of_a_harness_process(self):
+        parent = self.st.register(conversation="conv", pid=os.getpid())
+        one = self.st.register(conversation="conv", agent_id="one", pid=os.getpid())["id"]
+        two = self.st.register(conversation="conv", agent_id="two", pid=os.getpid())["id"]
+        self.st.register(conversation="other", agent_id="three", pid=os.getpid())
+        self.st.register(conversation="conv", agent_id="four", pid=os.getppid())
+        self.st.bye(two)
+        self.assertEqual(self.st.unended_subagents("conv", os.getpid()), [one])
+        self.assertNotIn(parent["id"], self.st.unended_subagents("conv", os.getpid()))
+
+    def test_peer_exclusive_leases(self):
+        me, peer, other = self.rt(), self.rt(), self.rt()
+        self.st.claim(me, ["mine.txt"])
+        self.st.claim(peer, ["c.txt", "a.txt"], purpose="peer work")
+        self.st.claim(other, ["b.txt"])
+        self.st.claim(other, ["log.md"], "append")
+        now = time.time()
+        self.st.claim(other, ["old.txt"], ttl=1, now=now - 5)  # expired, not yet reaped
+        held, total = self.st.peer_exclusive_leases(me, 2, now)
+        handle = self.st.runtime(peer)["handle"]
+        self.assertEqual(held, [{"resource": "a.txt", "handle": handle, "purpose": "peer work"},
+                                {"resource": "b.txt", "handle": self.st.runtime(other)["handle"], "purpose": ""}])
+        self.assertEqual(total, 3)
+        self.assertEqual(self.st.peer_exclusive_leases(self.rt(), 8, now)[1], 4)
+        self.assertEqual(self.st.peer_exclusive_leases(me, 8, now + 2 * store.DEFAULT_LEASE_TTL), ([], 0))
+
+
+class ThreadTest(StoreCase):
+    def test_a_store_belongs_to_the_thread_that_opened_it(self):
+        import threading
+        caught = []
+
+        def use():
+            try:
+                self.st.live_runtimes()
+            except (store.CoordError, sqlite3.ProgrammingError) as exc:
+                caught.append(exc)
+        t = threading.Thread(target=use)
+        t.start()
+        t.join(60)
+        self.assertEqual(len(caught), 1)
+        self.assertIn("thread", str(caught[0]))
+
+
+class SqlOnlyInStoreTest(support.CoordTestCase):
+    """store.py is the one file that speaks SQL, so another storage backend means one file.
+    (install's --doctor still probes a database file with PRAGMAs of its own.)"""
+
+    SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|BEGIN|PRAGMA|CREATE|DROP|ALTER|FROM|WHERE)\s")
+
+    def test_no_other_module_queries_the_database(self):
+        import ast
+        for name in ("hook.py", "coord", "workspace.py", "session.py"):
+            with open(os.path.join(support.ROOT, name), encoding="utf-8") as f:
+                tree = ast.parse(f.read(), name)
+            found = []
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and node.attr in ("q", "conn"):
+                    found.append("line %d: .%s" % (node.lineno, node.attr))
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr in ("execute", "executemany", "executescript"):
+                    found.append("line %d: .%s()" % (node.lineno, node.func.attr))
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and self.SQL.match(node.value):
+                    found.append("line %d: %r" % (node.lineno, node.value[:40]))
+            self.assertEqual(found, [], "%s queries the database itself; ask the Store instead" % name)
 
 
 if __name__ == "__main__":
