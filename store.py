@@ -680,6 +680,61 @@ def _open_by(path):
     return found
 
 
+def database_facts(path):
+    """(journal mode, schema version), read without creating, locking or writing anything.
+
+    A read-only SQLite connection to a WAL database leaves -wal/-shm files behind, so SQLite
+    is used only while those already exist (the database is open somewhere, and the WAL may
+    hold the newest schema version); otherwise the 100-byte file header answers.
+    """
+    if not os.path.exists(path):
+        return None
+    if os.path.exists(path + "-wal") and os.path.exists(path + "-shm"):
+        from urllib.parse import quote
+        try:
+            conn = sqlite3.connect("file:%s?mode=ro" % quote(os.path.abspath(path)), uri=True,
+                                   timeout=2)
+            try:
+                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                check = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+            finally:
+                conn.close()
+            if check != "ok":
+                return {"error": "damaged: %s" % check}
+            return {"journal_mode": mode, "schema_version": version}
+        except sqlite3.Error as e:
+            return {"error": str(e)}
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except OSError as e:
+        return {"error": e.strerror or str(e)}
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return {"error": "not an SQLite database"}
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    size = os.path.getsize(path)
+    if header[24:28] == header[92:96] and size < page_size * pages:
+        return {"error": "truncated: %d of %d bytes" % (size, page_size * pages)}
+    # No -wal file: the file alone is the whole database, so an immutable read-only open
+    # checks its pages without creating -wal/-shm files or taking locks.
+    from urllib.parse import quote
+    try:
+        conn = sqlite3.connect("file:%s?mode=ro&immutable=1" % quote(os.path.abspath(path)), uri=True)
+        try:
+            check = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        return {"error": "damaged: %s" % e}
+    if check != "ok":
+        return {"error": "damaged: %s" % check}
+    return {"journal_mode": "wal" if header[18] == 2 else "rollback",
+            "schema_version": int.from_bytes(header[60:64], "big")}
+
+
 class Store:
     """One connection to the coordination database plus every operation on it."""
 
