@@ -1,9 +1,12 @@
 """The `coord` command line: exit codes, concise and JSON output, identity, batch."""
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import unittest
 
 import support
 
@@ -531,6 +534,42 @@ class SupersededProcessTest(support.CoordTestCase):
         self.assertEqual([h for _, h in self.leases()], [newest["handle"]] * 2)
 
 
+class StartupTest(support.CoordTestCase):
+    """coord runs on every agent command: its /bin/sh start caches the script's bytecode."""
+
+    def test_the_sh_start_caches_bytecode_beside_the_real_file_and_runs_without(self):
+        install = os.path.join(self.tmp, "project", ".coord")
+        os.makedirs(install)
+        for name in ("coord", "store.py", "VERSION"):
+            shutil.copy2(os.path.join(support.ROOT, name), install)
+        real = os.path.join(install, "coord")
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        link = os.path.join(bindir, "coord")
+        os.symlink(real, link)
+        rt = self.hello()["runtime"]["id"]
+
+        def run(*args):
+            return subprocess.run([link] + list(args), env=dict(self.env, COORD_PYTHON=sys.executable,
+                                                                COORD_RUNTIME_ID=rt),
+                                  cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        proc = run("claim", "src/a.py")
+        self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (0, "", ""))
+        self.assertTrue(os.path.isfile(importlib.util.cache_from_source(real)), os.listdir(install))
+        self.assertEqual(sorted(os.listdir(bindir)), ["coord"])  # nothing beside the link
+        proc = run("check", "src/a.py", "--json")
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["free"]), (0, True))
+        # Where no bytecode can be written (a read-only install; here a file in the directory's
+        # place), coord compiles in memory and behaves the same.
+        shutil.rmtree(os.path.join(install, "__pycache__"))
+        with open(os.path.join(install, "__pycache__"), "w"):
+            pass
+        proc = run("release", "src/a.py")
+        self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (0, "", ""))
+        self.assertEqual(run("--version").stdout, self.coord("--version", check=0).stdout)
+        self.assertEqual(self.coord_json("list")["leases"], [])
+
+
 if __name__ == "__main__":
-    import unittest
     unittest.main()
