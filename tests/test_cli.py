@@ -1,5 +1,6 @@
 """The `coord` command line: exit codes, concise and JSON output, identity, batch."""
 
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -535,7 +536,14 @@ class SupersededProcessTest(support.CoordTestCase):
 
 
 class StartupTest(support.CoordTestCase):
-    """coord runs on every agent command: its /bin/sh start caches the script's bytecode."""
+    """coord runs on every agent command: its /bin/sh start caches the script's bytecode, and a
+    command builds only its own parser."""
+
+    def load_coord(self):
+        loader = importlib.machinery.SourceFileLoader("coord_under_test", support.COORD)
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+        loader.exec_module(module)
+        return module
 
     def test_the_sh_start_caches_bytecode_beside_the_real_file_and_runs_without(self):
         install = os.path.join(self.tmp, "project", ".coord")
@@ -569,6 +577,26 @@ class StartupTest(support.CoordTestCase):
         self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (0, "", ""))
         self.assertEqual(run("--version").stdout, self.coord("--version", check=0).stdout)
         self.assertEqual(self.coord_json("list")["leases"], [])
+
+    def test_a_command_builds_only_its_own_subparser(self):
+        coord = self.load_coord()
+
+        def commands(argv):
+            parser = coord.build_parser(argv, coord.commands_needed(argv))
+            return list(parser._subparsers._group_actions[0].choices)
+
+        self.assertEqual(commands(["claim", "src/a.py"]), ["claim"])
+        self.assertEqual(commands(["--json", "check", "src/a.py", "--as", "x"]), ["check"])
+        self.assertEqual(sorted(commands(["batch", "claim", "a", ":", "list"])),
+                         sorted(("batch",) + coord.BATCH_ACTIONS))
+        self.assertEqual(commands(["--version"]), [])
+        # Help, no command and an unknown one build every command, so that they list them all.
+        for argv in ([], ["--json"], ["--help"], ["claim", "-h"], ["bogus"]):
+            with self.subTest(argv=argv):
+                self.assertEqual(commands(argv), list(coord.COMMANDS))
+        self.assertIn("batch", self.coord("--help", check=0).stdout)
+        self.assertIn("'remote')", self.coord("bogus", check=2).stderr)
+        self.assertIn("the following arguments are required: RESOURCE", self.coord("claim", check=2).stderr)
 
 
 if __name__ == "__main__":
