@@ -598,6 +598,16 @@ class StartupTest(support.CoordTestCase):
         self.assertIn("'remote')", self.coord("bogus", check=2).stderr)
         self.assertIn("the following arguments are required: RESOURCE", self.coord("claim", check=2).stderr)
 
+    @unittest.skipUnless(os.path.exists("/dev/full"), "needs /dev/full")
+    def test_a_reply_that_cannot_be_written_is_an_environment_error(self):
+        # Buffered, as in the installed form (-I ignores PYTHONUNBUFFERED): the reply is written at exit.
+        env = {k: v for k, v in self.env.items() if k != "PYTHONUNBUFFERED"}
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, support.COORD, "--version"], env=env, stdout=full,
+                                  stderr=subprocess.PIPE, text=True)
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertEqual(proc.stderr, "coord: cannot write the reply: [Errno 28] No space left on device\n")
+
 
 if __name__ == "__main__":
     unittest.main()
