@@ -43,7 +43,7 @@ BUSY_TIMEOUT_RANGE = (0.0, 600.0)          # COORD_BUSY_TIMEOUT (0: fail at once
 ID_RANGE = (1, (1 << 63) - 1)              # message IDs (SQLite INTEGER); audit --since starts at 0
 PID_RANGE = (1, (1 << 31) - 1)             # hello --pid (pid_t)
 
-EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_REFUSED, EXIT_ENV = 0, 1, 2, 3, 4
+EXIT_INTERNAL, EXIT_USAGE, EXIT_REFUSED, EXIT_ENV = 1, 2, 3, 4
 
 # The next step for a superseded (stale) attachment, given the handle that replaced it.
 STALE_HINT = ("this session is stale: stop acting for the conversation here; %s carries it on"

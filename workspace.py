@@ -1565,7 +1565,7 @@ def _optional_caller(ctx):
 
 def target_work(ctx, handle, default_ok=False):
     """The named work record; with default_ok, COORD_WORK_ID after proving ownership and cwd."""
-    st = ctx.store
+    st = ctx.db
     if handle:
         return st.resolve_work(handle)
     wid = ctx.environ.get("COORD_WORK_ID", "").strip() if default_ok else ""
@@ -1591,17 +1591,17 @@ def _ok(record):
 
 def cmd_create(ctx, args):
     caller = ctx.caller()
-    w = create_work(ctx.store, caller=caller, root=ctx.root, task=args.task, environ=ctx.environ,
+    w = create_work(ctx.db, caller=caller, root=ctx.root, task=args.task, environ=ctx.environ,
                     scratch_root=args.scratch_root, from_rev=args.from_rev, depends=args.depends,
                     resources=args.resources, native=args.native_workspace)
     lines = [w["handle"], w["path"]]
     if w["data"]["kind"] == "native":
         lines.append(native_note(w["source"], w["data"]["git"]))
-    return 0, {"ok": True, "work": public_work(w, ctx.store)}, "\n".join(lines)
+    return 0, {"ok": True, "work": public_work(w, ctx.db)}, "\n".join(lines)
 
 
 def cmd_work_list(ctx, args):
-    st = ctx.store
+    st = ctx.db
     works = st.works(include_removed=args.all)
     lines = []
     for w in works:
@@ -1614,8 +1614,8 @@ def cmd_work_list(ctx, args):
 
 def cmd_inspect(ctx, args):
     w = target_work(ctx, args.handle, default_ok=True)
-    facts = inspect_work(ctx.store, work=w, environ=ctx.environ, observe=ctx.verbose)
-    data = {"ok": True, "work": public_work(w, ctx.store)}
+    facts = inspect_work(ctx.db, work=w, environ=ctx.environ, observe=ctx.verbose)
+    data = {"ok": True, "work": public_work(w, ctx.db)}
     if "observed" in facts:
         data["observed"] = facts["observed"]
     return 0, data, "\n".join(inspect_lines(facts, ctx.verbose))
@@ -1683,16 +1683,16 @@ def _inspect_verbose_lines(w, facts):
 def cmd_gate(ctx, args):
     gate_flags(args.passed, args.waive, args.reason)
     w = target_work(ctx, args.handle, default_ok=True)
-    return 0, _ok(gate_work(ctx.store, caller=_optional_caller(ctx), work=w, passed=args.passed,
+    return 0, _ok(gate_work(ctx.db, caller=_optional_caller(ctx), work=w, passed=args.passed,
                             reason=args.reason)), None
 
 
 def cmd_enqueue(ctx, args):
-    return 0, _ok(enqueue(ctx.store, caller=ctx.caller(), handle=args.handle, into=args.into)), None
+    return 0, _ok(enqueue(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into)), None
 
 
 def cmd_queue(ctx, args):
-    q = integration_queue(ctx.store, into=args.into)
+    q = integration_queue(ctx.db, into=args.into)
     lines = []
     for b, h in sorted(q["holders"].items()):
         if not q["into"] or b == q["into"]:
@@ -1709,7 +1709,7 @@ def cmd_queue(ctx, args):
 
 
 def cmd_acquire(ctx, args):
-    r = acquire(ctx.store, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ)
+    r = acquire(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ)
     text = "candidate %s" % r["candidate"]["commit"]
     if r["waiting_on"]:
         text += "\nnote: depends on %s, not integrated yet" % ", ".join(r["waiting_on"])
@@ -1717,12 +1717,12 @@ def cmd_acquire(ctx, args):
 
 
 def cmd_prove(ctx, args):
-    return 0, _ok(prove(ctx.store, caller=ctx.caller(), handle=args.handle, target=args.target,
+    return 0, _ok(prove(ctx.db, caller=ctx.caller(), handle=args.handle, target=args.target,
                         environ=ctx.environ)), None
 
 
 def cmd_integrate_release(ctx, args):
-    r = release_integration(ctx.store, caller=ctx.caller(), handle=args.handle)
+    r = release_integration(ctx.db, caller=ctx.caller(), handle=args.handle)
     text = None
     if r["integration"] != "integrated":
         text = "released without proof: %s is not integrated" % r["work"]
@@ -1730,7 +1730,7 @@ def cmd_integrate_release(ctx, args):
 
 
 def cmd_remove(ctx, args):
-    r = remove_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle, confirm=args.confirm,
+    r = remove_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, confirm=args.confirm,
                     environ=ctx.environ, forget=args.forget, discard_ignored=args.discard_ignored)
     text = None
     if r.get("discarded_ignored"):
@@ -1739,7 +1739,7 @@ def cmd_remove(ctx, args):
 
 
 def cmd_gc(ctx, args):
-    r = gc_works(ctx.store, caller=_optional_caller(ctx), environ=ctx.environ, dry_run=args.dry_run,
+    r = gc_works(ctx.db, caller=_optional_caller(ctx), environ=ctx.environ, dry_run=args.dry_run,
                  discard_ignored=args.discard_ignored)
     lines = []
     verb = "would remove" if args.dry_run else "removed"
@@ -1758,29 +1758,29 @@ def cmd_gc(ctx, args):
 
 
 def cmd_adopt(ctx, args):
-    w = adopt_work(ctx.store, caller=_optional_caller(ctx), root=ctx.root, path=args.path, environ=ctx.environ,
+    w = adopt_work(ctx.db, caller=_optional_caller(ctx), root=ctx.root, path=args.path, environ=ctx.environ,
                    scratch_root=args.scratch_root, work_id=args.work_id, expect_commit=args.expect_commit)
-    return 0, {"ok": True, "work": public_work(w, ctx.store)}, w["handle"]
+    return 0, {"ok": True, "work": public_work(w, ctx.db)}, w["handle"]
 
 
 def cmd_remote_verify(ctx, args):
-    return 0, verify_remote(root=ctx.root, work_of=lambda wid: ctx.store.work(wid), remote=args.remote,
+    return 0, verify_remote(root=ctx.root, work_of=lambda wid: ctx.db.work(wid), remote=args.remote,
                             bookmark=args.bookmark, expect=args.expect, environ=ctx.environ), None
 
 
 def cmd_start(ctx, args):
-    return 0, _ok(start_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
+    return 0, _ok(start_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
                              extra=args.extra, environ=ctx.environ)), None
 
 
 def cmd_resume(ctx, args):
-    return 0, _ok(resume_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle, environ=ctx.environ,
+    return 0, _ok(resume_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, environ=ctx.environ,
                               conversation=args.conversation, harness=args.harness)), None
 
 
 def cmd_attach(ctx, args):
     import session
-    w = ctx.store.resolve_work(args.handle)
+    w = ctx.db.resolve_work(args.handle)
     rec = w["data"].get("tmux")
     if not rec:
         raise Refused("work %s has no tmux window" % w["handle"], "coord work start %s" % w["handle"])
@@ -1793,11 +1793,11 @@ def cmd_attach(ctx, args):
 
 
 def cmd_park(ctx, args):
-    return 0, _ok(park_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle, reason=args.reason)), None
+    return 0, _ok(park_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, reason=args.reason)), None
 
 
 def cmd_close(ctx, args):
-    r = close_work(ctx.store, caller=_optional_caller(ctx), handle=args.handle)
+    r = close_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle)
     return 0, _ok(r), (r["window"] if r["window"].startswith("window not") else None)
 
 

@@ -1,9 +1,13 @@
 """The `coord` command line: exit codes, concise and JSON output, identity, batch."""
 
+import importlib.machinery
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import unittest
 
 import support
 
@@ -531,6 +535,79 @@ class SupersededProcessTest(support.CoordTestCase):
         self.assertEqual([h for _, h in self.leases()], [newest["handle"]] * 2)
 
 
+class StartupTest(support.CoordTestCase):
+    """coord runs on every agent command: its /bin/sh start caches the script's bytecode, and a
+    command builds only its own parser."""
+
+    def load_coord(self):
+        loader = importlib.machinery.SourceFileLoader("coord_under_test", support.COORD)
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+        loader.exec_module(module)
+        return module
+
+    def test_the_sh_start_caches_bytecode_beside_the_real_file_and_runs_without(self):
+        install = os.path.join(self.tmp, "project", ".coord")
+        os.makedirs(install)
+        for name in ("coord", "store.py", "VERSION"):
+            shutil.copy2(os.path.join(support.ROOT, name), install)
+        real = os.path.join(install, "coord")
+        bindir = os.path.join(self.tmp, "bin")
+        os.makedirs(bindir)
+        link = os.path.join(bindir, "coord")
+        os.symlink(real, link)
+        rt = self.hello()["runtime"]["id"]
+
+        def run(*args):
+            return subprocess.run([link] + list(args), env=dict(self.env, COORD_PYTHON=sys.executable,
+                                                                COORD_RUNTIME_ID=rt),
+                                  cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        proc = run("claim", "src/a.py")
+        self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (0, "", ""))
+        self.assertTrue(os.path.isfile(importlib.util.cache_from_source(real)), os.listdir(install))
+        self.assertEqual(sorted(os.listdir(bindir)), ["coord"])  # nothing beside the link
+        proc = run("check", "src/a.py", "--json")
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["free"]), (0, True))
+        # Where no bytecode can be written (a read-only install; here a file in the directory's
+        # place), coord compiles in memory and behaves the same.
+        shutil.rmtree(os.path.join(install, "__pycache__"))
+        with open(os.path.join(install, "__pycache__"), "w"):
+            pass
+        proc = run("release", "src/a.py")
+        self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (0, "", ""))
+        self.assertEqual(run("--version").stdout, self.coord("--version", check=0).stdout)
+        self.assertEqual(self.coord_json("list")["leases"], [])
+
+    def test_a_command_builds_only_its_own_subparser(self):
+        coord = self.load_coord()
+
+        def commands(argv):
+            parser = coord.build_parser(argv, coord.commands_needed(argv))
+            return list(parser._subparsers._group_actions[0].choices)
+
+        self.assertEqual(commands(["claim", "src/a.py"]), ["claim"])
+        self.assertEqual(commands(["--json", "check", "src/a.py", "--as", "x"]), ["check"])
+        self.assertEqual(sorted(commands(["batch", "claim", "a", ":", "list"])),
+                         sorted(("batch",) + coord.BATCH_ACTIONS))
+        self.assertEqual(commands(["--version"]), [])
+        # Help, no command and an unknown one build every command, so that they list them all.
+        for argv in ([], ["--json"], ["--help"], ["claim", "-h"], ["bogus"]):
+            with self.subTest(argv=argv):
+                self.assertEqual(commands(argv), list(coord.COMMANDS))
+        self.assertIn("batch", self.coord("--help", check=0).stdout)
+        self.assertIn("'remote')", self.coord("bogus", check=2).stderr)
+        self.assertIn("the following arguments are required: RESOURCE", self.coord("claim", check=2).stderr)
+
+    @unittest.skipUnless(os.path.exists("/dev/full"), "needs /dev/full")
+    def test_a_reply_that_cannot_be_written_is_an_environment_error(self):
+        # Buffered, as in the installed form (-I ignores PYTHONUNBUFFERED): the reply is written at exit.
+        env = {k: v for k, v in self.env.items() if k != "PYTHONUNBUFFERED"}
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, support.COORD, "--version"], env=env, stdout=full,
+                                  stderr=subprocess.PIPE, text=True)
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertEqual(proc.stderr, "coord: cannot write the reply: [Errno 28] No space left on device\n")
+
+
 if __name__ == "__main__":
-    import unittest
     unittest.main()
