@@ -146,6 +146,48 @@ SLOW = frozenset([
 ])
 
 
+# A long-lived process standing in for a harness: it runs each requested command as its child
+# (so it is that command's ancestor, as a harness is for its hooks and its agent's shell).
+_HARNESS_DRIVER = r"""
+import json, subprocess, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    p = subprocess.run(req["argv"], input=req.get("input", "").encode(), env=req["env"], cwd=req["cwd"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    print(json.dumps({"rc": p.returncode, "out": p.stdout.decode(), "err": p.stderr.decode()}), flush=True)
+"""
+
+
+class FakeHarness:
+    """A real process whose children are the commands given to run() (so it is their harness)."""
+
+    def __init__(self, testcase):
+        self.testcase = testcase
+        self.proc = subprocess.Popen([sys.executable, "-c", _HARNESS_DRIVER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        testcase.addCleanup(self.close)
+
+    def run(self, argv, data, env, cwd):
+        """Run argv as this process's child with `data` on stdin; return (exit status, stdout, stderr)."""
+        self.proc.stdin.write(json.dumps({"argv": argv, "input": data or "", "env": env, "cwd": cwd}) + "\n")
+        self.proc.stdin.flush()
+        r = json.loads(self.proc.stdout.readline())
+        return r["rc"], r["out"], r["err"]
+
+    def coord(self, *args, env=None):
+        """Run the real coord CLI as this process's child, in the test's environment."""
+        e = dict(self.testcase.env)
+        e.update(env or {})
+        return self.run([sys.executable, COORD] + [str(a) for a in args], "", e, self.testcase.tmp)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+            self.proc.stdout.close()
+
+
 def run_hook(command, payload, env, cwd, timeout=60, text=True):
     """Run a hook once the way a harness does, with `payload` as its stdin; return CompletedProcess.
 

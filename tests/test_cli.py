@@ -415,41 +415,7 @@ class SymlinkNameTest(support.CoordTestCase):
         self.assertEqual(self.held(), [])
 
 
-# A long-lived process standing in for a harness: it runs each requested command as its child
-# (so it is that command's ancestor, as a harness is for its agent's shell commands).
-HARNESS = r"""
-import json, subprocess, sys
-for line in sys.stdin:
-    req = json.loads(line)
-    p = subprocess.run(req["argv"], env=req["env"], cwd=req["cwd"], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=120)
-    print(json.dumps({"rc": p.returncode, "out": p.stdout.decode(), "err": p.stderr.decode()}), flush=True)
-"""
-
-
-class Harness:
-    def __init__(self, testcase):
-        self.testcase = testcase
-        self.proc = subprocess.Popen([sys.executable, "-c", HARNESS], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        self.pid = self.proc.pid
-        testcase.addCleanup(self.close)
-
-    def coord(self, *args, env=None):
-        """Run the real coord CLI as this process's child; return (exit status, stdout, stderr)."""
-        e = dict(self.testcase.env)
-        e.update(env or {})
-        req = {"argv": [sys.executable, support.COORD] + list(args), "env": e, "cwd": self.testcase.tmp}
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        r = json.loads(self.proc.stdout.readline())
-        return r["rc"], r["out"], r["err"]
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-            self.proc.stdout.close()
+Harness = support.FakeHarness
 
 
 class SupersededProcessTest(support.CoordTestCase):

@@ -31,37 +31,7 @@ CODEX_MAIN = "01a22af1-31cf-7f50-a411-97b001022a84"
 CODEX_PARENT = "01a22af2-649e-7440-84c1-522c2b8d8ea9"
 CODEX_AGENT = "01a22af2-65e3-7763-bdfa-b47e2231db0c"
 
-# A real process that runs hooks as its children, like a harness: one JSON request per line.
-DRIVER = r"""
-import json, subprocess, sys
-for line in sys.stdin:
-    req = json.loads(line)
-    p = subprocess.run(req["argv"], input=req["input"].encode(), env=req["env"], cwd=req["cwd"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    print(json.dumps({"rc": p.returncode, "out": p.stdout.decode(), "err": p.stderr.decode()}), flush=True)
-"""
-
-
-class FakeHarness:
-    """A long-lived process whose children are the hook runs (so it is their harness)."""
-
-    def __init__(self, testcase):
-        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        self.pid = self.proc.pid
-        testcase.addCleanup(self.close)
-
-    def run(self, argv, data, env, cwd):
-        self.proc.stdin.write(json.dumps({"argv": argv, "input": data, "env": env, "cwd": cwd}) + "\n")
-        self.proc.stdin.flush()
-        r = json.loads(self.proc.stdout.readline())
-        return r["rc"], r["out"], r["err"]
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-            self.proc.stdout.close()
+FakeHarness = support.FakeHarness
 
 
 class HookCase(support.CoordTestCase):
