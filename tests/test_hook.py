@@ -349,7 +349,7 @@ class EnforcementTest(HookCase):
         dead.kill()
         dead.wait()
         rt = self.peer()
-        self.st.claim(rt["id"], ["src/expired.py"], ttl=1, now=store.time.time() - 5)  # expired 4 s ago
+        self.st.claim(rt["id"], ["src/expired.py"], ttl=1, now=store.now() - 5)  # expired 4 s ago
         self.assertIsNone(self.denial(self.write("src/dead.py")))
         self.assertIsNone(self.denial(self.write("src/expired.py")))
 
