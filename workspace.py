@@ -46,7 +46,10 @@ _TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 _BOOKMARK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 _FULL_COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _CHANGE_RE = re.compile(r"^[k-z]{32}$")
-_BYTECODE_RE = re.compile(r"^((?:.*/)?)__pycache__/([^/.]+)\.[A-Za-z0-9_-]+(?:\.opt-[0-9]+)?\.pyc$")
+# __pycache__/NAME.TAG.pyc of NAME.py, or NAMETAG.pyc of a suffix-less script such as coord
+# (importlib's cache_from_source); TAG is sys.implementation.cache_tag, e.g. cpython-311.
+_BYTECODE_RE = re.compile(r"^((?:.*/)?)__pycache__/([^/]+?)\.?((?:cpython|pypy|graalpy)-[0-9A-Za-z_]+)"
+                          r"(?:\.opt-[0-9]+)?\.pyc$")
 # Work that exists only in a clone: its non-empty commits outside the ancestry of the
 # `safe` commits, which are the clone's origin bookmarks that the canonical repository
 # itself (not the clone's remote-tracking cache) still contains. See local_work_revset().
@@ -1019,7 +1022,7 @@ def _cache_of(path, tracked):
     """True for Python bytecode of a file in @ (coord's own hooks write .coord/__pycache__):
     a cache rebuilt from a commit, so nothing is lost with it."""
     m = _BYTECODE_RE.match(path)
-    return bool(m) and m.group(1) + m.group(2) + ".py" in tracked
+    return bool(m) and (m.group(1) + m.group(2) + ".py" in tracked or m.group(1) + m.group(2) in tracked)
 
 
 def uncaptured(w, environ=None):

@@ -475,6 +475,16 @@ class CleanupEvidenceTest(WorkTestCase):
         subprocess.run([sys.executable, "-m", "py_compile", "tool.py"], cwd=path, env=self.env, check=True,
                        timeout=60)
         self.assertTrue(os.listdir(os.path.join(path, "__pycache__")))
+        # A suffix-less script loaded with cached bytecode, as .coord/coord's /bin/sh start does.
+        self.write(self.canon, "tool", "Y = 2\n")
+        self.jj(self.canon, "commit", "-m", "script")
+        self.jj(self.canon, "bookmark", "set", "main", "-r", "@-")
+        self.jj(path, "git", "fetch")
+        self.jj(path, "new", "main@origin")
+        loader = ("import importlib.machinery as m, sys; sys.dont_write_bytecode = False; "
+                  "m.SourceFileLoader('tool', 'tool').get_code('tool')")
+        subprocess.run([sys.executable, "-c", loader], cwd=path, env=self.env, check=True, timeout=60)
+        self.assertIn("tool%s.pyc" % sys.implementation.cache_tag, os.listdir(os.path.join(path, "__pycache__")))
         self.write(path, "__pycache__/gone.cpython-39.pyc", "bytecode of no committed file\n")
         reasons = self.reasons(handle)
         self.assertEqual(list(reasons), ["ignored"])
