@@ -35,7 +35,8 @@ PATCH_WORDS = ("apply_patch", "applypatch")
 SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
 MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails open
 BUSY_WAIT = 1.0          # seconds one statement waits for a locked database (SessionEnd: half)
-SHOWN = 8                # peer leases listed at SessionStart
+SHOWN = 8                # peer leases read at SessionStart (as many as fit START_BYTES are listed)
+START_BYTES = 400        # bytes of SessionStart's own lines (identity, leases); messages come on top
 _PATCH = {}              # compiled patch regexes, built on first use
 
 
@@ -462,22 +463,45 @@ def export_runtime(path, runtime_id):
 
 
 def session_context(h, rt):
+    """SessionStart's context: who you are and how peers reach you, your leases, peers'
+    exclusive leases, in at most START_BYTES (with .coord/coord and a five-word handle; what
+    does not fit is counted and pointed to `list`); then open messages in what is left of
+    CONTEXT_BUDGET."""
     import store
     db, cmd = h.db, h.command()
     lines = ["coord: you are %s. Peers reach you with: %s send \"<text>\" --to %s" % (rt["handle"], cmd, rt["handle"])]
-    mine = [l["resource"] for l in db.leases_of(rt["id"])]
-    if mine:
-        lines.append("Your leases: %s" % ", ".join(mine[:SHOWN]) + (" (+%d more)" % (len(mine) - SHOWN)
-                                                                     if len(mine) > SHOWN else ""))
+
+    def size(ls):
+        return sum(len(l.encode("utf-8", "replace")) + 1 for l in ls)
+
     held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
+    head = "Held exclusively by peers (ask before editing):"
+    more = "  +%d more: %s list" % (10 ** 6, cmd)  # the count line, reserved at its largest
+    reserve = [head, more] if held else [more]
+    mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]
+    shown = len(mine)
+    while shown:
+        rest = len(mine) - shown
+        line = "Your leases: %s" % ", ".join(mine[:shown]) + (" (+%d more)" % rest if rest else "")
+        if size(lines + [line] + reserve) <= START_BYTES:
+            lines.append(line)
+            break
+        shown -= 1
+    if mine and not shown:
+        lines.append("Your leases: %d (%s list)" % (len(mine), cmd))
+    listed = 0
     if held:
-        lines.append("Held exclusively by peers (ask before editing):")
+        lines.append(head)
         for l in held:
-            lines.append("  %s  %s%s" % (l["resource"], l["handle"],
-                                         ('  "%s"' % store.clean_text(l["purpose"], 80)) if l["purpose"] else ""))
-        if total > len(held):
-            lines.append("  +%d more: %s list" % (total - len(held), cmd))
-    used = len("\n".join(lines).encode("utf-8", "replace")) + 1
+            line = "  %s  %s%s" % (store.clean_text(l["resource"], 60), l["handle"],
+                                   ('  "%s"' % store.clean_text(l["purpose"], 40)) if l["purpose"] else "")
+            if size(lines + [line, more]) > START_BYTES:
+                break
+            lines.append(line)
+            listed += 1
+        if total > listed:
+            lines.append("  +%d more: %s list" % (total - listed, cmd))
+    used = size(lines)
     pending = db.pending_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - used))
     if pending:
         lines.append(pending)

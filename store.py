@@ -31,6 +31,7 @@ BUSY_TIMEOUT = 5.0               # CLI wait for a locked database
 CONTEXT_BUDGET = 8 * 1024        # bytes of message context one hook boundary injects (see DESIGN.md)
 MAX_BODY = 6 * 1024              # bytes of one message body: one maximal message fits one boundary
 REMINDERS = 5                    # reminder lines per boundary; the rest are counted
+REMINDER_BYTES = 160             # bytes of one reminder line at most (see reminder_line)
 MAX_PURPOSE = 500                # characters of a lease purpose
 MAX_RESOURCE = 1024              # characters of a resource name
 HEARTBEAT_EVERY = 30.0           # hooks skip a heartbeat younger than this
@@ -1598,6 +1599,17 @@ def conflict_hint(lease):
             "coord inbox shows replies" % lease["handle"])
 
 
+REMINDER_KIND = 12  # characters of a message's kind a reminder keeps (see REMINDER_BYTES)
+
+
+def reminder_line(m, prefix=".coord/coord"):
+    """One line for a delivered, unacknowledged message: ID, sender handle, kind, digest prefix and
+    the command that rereads it. With `.coord/coord`, a five-word handle of the longest words and
+    an ID below a million it stays within REMINDER_BYTES (tests check the worst case)."""
+    return ("coord: unacked #%d from %s (%s, sha256:%s); read: %s inbox --peek, then ack %d"
+            % (m["id"], m["sender"], clean_text(m["kind"], REMINDER_KIND), m["digest"][:8], prefix, m["id"]))
+
+
 def render_context(msgs, prefix=".coord/coord", budget=CONTEXT_BUDGET, body_of=None):
     """Hook context for open messages in at most `budget` bytes of UTF-8 (when the budget can
     hold the two summary lines): (text or None, IDs whose body it shows, IDs it shows at all).
@@ -1621,8 +1633,8 @@ def render_context(msgs, prefix=".coord/coord", budget=CONTEXT_BUDGET, body_of=N
                    "it" if len(ms) == 1 else "them", prefix))
 
     def unacked(n):
-        return ("coord: %d more unacked message%s; reread: %s inbox --peek; ack: %s ack ID..."
-                % (n, "" if n == 1 else "s", prefix, prefix))
+        return ("coord: %d more unacked message%s; read: %s inbox --peek, then ack ID..."
+                % (n, "" if n == 1 else "s", prefix))
 
     # The summary lines are reserved first (at their largest), so the bound always holds.
     room = budget - (cost(waiting(queued)) if queued else 0) - (cost(unacked(len(older))) if older else 0)
@@ -1638,8 +1650,7 @@ def render_context(msgs, prefix=".coord/coord", budget=CONTEXT_BUDGET, body_of=N
         fresh.append(m["id"])
     reminders, reminded = [], []
     for m in older[:REMINDERS]:
-        line = ("coord: unacked #%d from %s (%s, sha256:%s); reread: %s inbox --peek; ack: %s ack %d"
-                % (m["id"], m["sender"], clean_text(m["kind"]), m["digest"][:8], prefix, prefix, m["id"]))
+        line = reminder_line(m, prefix)
         if used + cost(line) > room:
             break
         used += cost(line)
