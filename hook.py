@@ -463,10 +463,10 @@ def export_runtime(path, runtime_id):
 
 
 def session_context(h, rt):
-    """SessionStart's context: who you are and how peers reach you, your leases, peers'
-    exclusive leases, in at most START_BYTES (with .coord/coord and a five-word handle; what
-    does not fit is counted and pointed to `list`); then open messages in what is left of
-    CONTEXT_BUDGET."""
+    """SessionStart's context: who you are and how peers reach you, your leases and peers'
+    exclusive leases by holder (purposes are in `list --verbose`) in at most START_BYTES
+    (with .coord/coord; what does not fit is counted and pointed to `list`); then open
+    messages in what is left of CONTEXT_BUDGET."""
     import store
     db, cmd = h.db, h.command()
     lines = ["coord: you are %s. Peers reach you with: %s send \"<text>\" --to %s" % (rt["handle"], cmd, rt["handle"])]
@@ -474,33 +474,31 @@ def session_context(h, rt):
     def size(ls):
         return sum(len(l.encode("utf-8", "replace")) + 1 for l in ls)
 
-    held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
-    head = "Held exclusively by peers (ask before editing):"
-    more = "  +%d more: %s list" % (10 ** 6, cmd)  # the count line, reserved at its largest
-    reserve = [head, more] if held else [more]
     mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]
-    shown = len(mine)
-    while shown:
+    least = ["Your leases: %d (%s list)" % (len(mine), cmd)] if mine else []  # the fallback, reserved
+    held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
+    peers = []  # first, as they say what to ask about before editing
+    if held:
+        groups, listed = {}, 0  # holder's handle -> names, in resource order
+        more = "  +%d more: %s list" % (total, cmd)  # the count line, reserved at its largest
+
+        def rendered():
+            return ["Held exclusively by peers (ask before editing):"] + [
+                "  %s: %s" % (who, ", ".join(names)) for who, names in groups.items() if names]
+        for l in held:
+            groups.setdefault(l["handle"], []).append(store.clean_text(l["resource"], 60))
+            if size(lines + least + rendered() + [more]) > START_BYTES:
+                groups[l["handle"]].pop()
+                break
+            listed += 1
+        peers = rendered() + (["  +%d more: %s list" % (total - listed, cmd)] if total > listed else [])
+    for shown in range(len(mine), 0, -1):
         rest = len(mine) - shown
         line = "Your leases: %s" % ", ".join(mine[:shown]) + (" (+%d more)" % rest if rest else "")
-        if size(lines + [line] + reserve) <= START_BYTES:
-            lines.append(line)
+        if size(lines + [line] + peers) <= START_BYTES:
+            least = [line]
             break
-        shown -= 1
-    if mine and not shown:
-        lines.append("Your leases: %d (%s list)" % (len(mine), cmd))
-    listed = 0
-    if held:
-        lines.append(head)
-        for l in held:
-            line = "  %s  %s%s" % (store.clean_text(l["resource"], 60), l["handle"],
-                                   ('  "%s"' % store.clean_text(l["purpose"], 40)) if l["purpose"] else "")
-            if size(lines + [line, more]) > START_BYTES:
-                break
-            lines.append(line)
-            listed += 1
-        if total > listed:
-            lines.append("  +%d more: %s list" % (total - listed, cmd))
+    lines += least + peers
     used = size(lines)
     pending = db.pending_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - used))
     if pending:

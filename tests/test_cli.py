@@ -205,6 +205,28 @@ class CliTest(support.CoordTestCase):
         gone = [r for r in everything["runtimes"] if r["id"] == dead["id"]][0]
         self.assertFalse(gone["live"])
 
+    def test_list_of_eight_agents_and_twenty_leases_fits_one_and_a_half_kilobytes(self):
+        import store
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        agents = [st.register(harness=("claude", "codex")[i % 2]) for i in range(8)]
+        for i in range(20):
+            st.claim(agents[i % 8]["id"], ["src/coord/module_%02d.py" % i], "append" if i == 7 else "exclusive",
+                     "split the tokenizer from the parser, step %d of 20" % i)
+        plain = self.coord("list", runtime=agents[0]["id"], check=0).stdout
+        self.assertLessEqual(len(plain.encode("utf-8")), 1536, plain)
+        for a in agents:
+            self.assertIn(a["handle"], plain)
+        for i in range(20):
+            self.assertIn("src/coord/module_%02d.py" % i, plain)
+        self.assertIn("%s  claude  (you): src/coord/module_00.py, src/coord/module_08.py" % agents[0]["handle"], plain)
+        self.assertIn("src/coord/module_07.py (append)", plain)
+        self.assertIn("coord list --verbose", plain)
+        verbose = self.coord("list", "--verbose", runtime=agents[0]["id"], check=0).stdout
+        self.assertIn('src/coord/module_07.py  append  %s  "split the tokenizer' % agents[7]["handle"], verbose)
+        self.assertIn("id=%s" % agents[3]["id"], verbose)
+        self.assertEqual(len(self.coord_json("list")["leases"]), 20)
+
     def test_list_prints_nothing_when_there_is_nothing(self):
         self.assertEqual(self.coord("list", check=0).stdout, "")
 

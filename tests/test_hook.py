@@ -935,10 +935,40 @@ class DeliveryTest(HookCase):
         holder = self.peer(*["src/f%02d.py" % i for i in range(12)], purpose="big change")
         self.peer("notes.md", mode="append")
         text = self.context(self.payload("claude-SessionStart"))
-        self.assertIn("src/f00.py  %s" % holder["handle"], text)
+        self.assertIn("%s: src/f00.py, src/f01.py" % holder["handle"], text)
         self.assertNotIn("src/f11.py", text)
         self.assertIn("+4 more", text)
         self.assertNotIn("notes.md", text, "append leases do not stop a fellow appender")
+
+    def test_a_reminder_line_carries_what_it_must_within_its_bytes(self):
+        me = self.start()
+        sender = self.peer()
+        msg = self.st.send(sender["id"], "leave src/parser.py to me", me["handle"], kind="request")
+        self.assertIn("leave src/parser.py", self.context(self.payload("claude-PostToolUse-Write")))
+        line = self.context(self.payload("claude-UserPromptSubmit"))
+        self.assertEqual(line, "coord: unacked #%d from %s (request, sha256:%s); read: .coord/coord inbox --peek,"
+                         " then ack %d" % (msg["id"], sender["handle"], msg["digest"][:8], msg["id"]))
+        self.assertLessEqual(len(line.encode("utf-8")), store.REMINDER_BYTES)
+
+    def test_session_start_own_lines_stay_within_their_bytes(self):
+        alone = self.context(self.payload("claude-SessionStart"))
+        self.assertLessEqual(len(alone.encode("utf-8")), hook.START_BYTES)
+        me = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.st.claim(me["id"], ["src/mine/deeply/nested/module_%02d.py" % i for i in range(12)], purpose="mine")
+        holders = [self.peer(*["lib/peer%d/long_component_name_%02d.py" % (p, i) for i in range(6)],
+                   purpose="x" * 400) for p in range(3)]
+        text = self.context(self.payload("claude-SessionStart"))
+        self.assertTrue(text.startswith("coord: you are %s." % me["handle"]), text)
+        self.assertLessEqual(len(text.encode("utf-8")), hook.START_BYTES, text)
+        self.assertIn("Your leases: src/mine/deeply/nested/module_00.py", text)
+        self.assertRegex(text, r"Your leases: .* \(\+\d+ more\)")
+        self.assertIn("  %s: lib/peer0/long_component_name_00.py" % holders[0]["handle"], text)
+        self.assertRegex(text, r"\n  \+\d+ more: \.coord/coord list$")
+        self.assertNotIn("xxx", text, "purposes are in list --verbose")
+        self.st.send(holders[1]["id"], "a message still arrives at SessionStart", me["handle"])
+        with_message = self.context(self.payload("claude-SessionStart"))
+        self.assertIn("a message still arrives at SessionStart", with_message)
+        self.assertLessEqual(len(with_message.encode("utf-8")), store.CONTEXT_BUDGET)
 
     def test_session_start_is_short_when_alone(self):
         text = self.context(self.payload("codex-SessionStart"), harness="codex")

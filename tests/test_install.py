@@ -189,6 +189,16 @@ class FreshInstallTest(InstallTestCase):
         self.fresh()
         self.assertTrue(os.path.isfile(self.t(".agents", "skills", "coord", "agents", "openai.yaml")))
 
+    def test_skill_fits_two_kilobytes_and_its_description_shows_in_full(self):
+        raw = _read(os.path.join(ROOT, "skills", "coord", "SKILL.md"))
+        self.assertLessEqual(len(raw), 2048, "SKILL.md is read whole into the agent's context")
+        text = raw.decode("utf-8")
+        description = re.search(r"^description: (.*)$", text, re.M).group(1)
+        self.assertLessEqual(len(description), 250, "Claude Code cuts a longer one in its skill listing")
+        for essential in ("read them with `inbox`", "6 KiB", "Never move shared bookmarks", "exactly as printed",
+                          "ack ID", "work create", "integration/<bookmark>"):
+            self.assertIn(essential, text)
+
     def test_every_skill_command_exists_in_the_cli(self):
         text = _read(os.path.join(ROOT, "skills", "coord", "SKILL.md")).decode("utf-8")
         commands = set()

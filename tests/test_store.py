@@ -461,6 +461,22 @@ class MessageTest(StoreCase):
         self.assertIsNone(self.st.pending_context(b))
         self.st.ack(b, [mid])  # idempotent
 
+    def test_a_reminder_stays_within_its_bytes_in_the_worst_case(self):
+        a, b = self.rt(), self.rt()
+        longest = "-".join(sorted(store.WORDS, key=len)[-5:])
+        with self.st.transaction():
+            self.st.conn.execute("UPDATE runtimes SET handle = ? WHERE id = ?", (longest, a))
+        mid = self.st.send(a, "body", self.st.runtime(b)["handle"], kind="k" * 40)["id"]
+        self.st.pending_context(b)
+        line = self.st.pending_context(b)
+        self.assertLessEqual(len(line.encode("utf-8")), store.REMINDER_BYTES, line)
+        for part in ("#%d" % mid, longest, "kkkkkkkkkkk", "sha256:", ".coord/coord inbox --peek", "ack %d" % mid):
+            self.assertIn(part, line)
+        far = dict(self.st.open_messages(b)[0], id=999999, sender=longest, state="delivered", size=4)
+        text, fresh, shown = store.render_context([far])
+        self.assertEqual((fresh, shown), ([], [999999]))
+        self.assertLessEqual(len(text.encode("utf-8")), store.REMINDER_BYTES, text)
+
     def test_a_boundary_marks_delivered_only_what_it_shows(self):
         a, b = self.rt(), self.rt()
         to = self.st.runtime(b)["handle"]
