@@ -469,7 +469,7 @@ def session_context(h, rt):
     messages in what is left of CONTEXT_BUDGET."""
     import store
     db, cmd = h.db, h.command()
-    lines = ["coord: you are %s. Peers reach you with: %s send \"<text>\" --to %s" % (rt["handle"], cmd, rt["handle"])]
+    lines = ["coord: you are %s (agents, leases: %s list; messages: %s inbox)" % (rt["handle"], cmd, cmd)]
 
     def size(ls):
         return sum(len(l.encode("utf-8", "replace")) + 1 for l in ls)

@@ -219,7 +219,7 @@ class CliTest(support.CoordTestCase):
             self.assertIn(a["handle"], plain)
         for i in range(20):
             self.assertIn("src/coord/module_%02d.py" % i, plain)
-        self.assertIn("%s  claude  (you): src/coord/module_00.py, src/coord/module_08.py" % agents[0]["handle"], plain)
+        self.assertIn("%s  claude  (you)  src/coord/module_00.py, src/coord/module_08.py" % agents[0]["handle"], plain)
         self.assertIn("src/coord/module_07.py (append)", plain)
         self.assertIn("coord list --verbose", plain)
         verbose = self.coord("list", "--verbose", runtime=agents[0]["id"], check=0).stdout

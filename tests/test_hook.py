@@ -958,7 +958,7 @@ class DeliveryTest(HookCase):
         holders = [self.peer(*["lib/peer%d/long_component_name_%02d.py" % (p, i) for i in range(6)],
                    purpose="x" * 400) for p in range(3)]
         text = self.context(self.payload("claude-SessionStart"))
-        self.assertTrue(text.startswith("coord: you are %s." % me["handle"]), text)
+        self.assertTrue(text.startswith("coord: you are %s (" % me["handle"]), text)
         self.assertLessEqual(len(text.encode("utf-8")), hook.START_BYTES, text)
         self.assertIn("Your leases: src/mine/deeply/nested/module_00.py", text)
         self.assertRegex(text, r"Your leases: .* \(\+\d+ more\)")
