@@ -463,8 +463,8 @@ def export_runtime(path, runtime_id):
 
 
 def session_context(h, rt):
-    """SessionStart's context: who you are and how peers reach you, your leases and peers'
-    exclusive leases by holder (purposes are in `list --verbose`) in at most START_BYTES
+    """SessionStart's context: your handle and the list and inbox commands, your leases and
+    peers' exclusive leases by holder (purposes are in `list --verbose`) in at most START_BYTES
     (with .coord/coord; what does not fit is counted and pointed to `list`); then open
     messages in what is left of CONTEXT_BUDGET."""
     import store
