@@ -1146,7 +1146,11 @@ class Store:
         if explicit:
             return self.usable_runtime(self.resolve_runtime(explicit)["id"], now)
         if env.get("COORD_RUNTIME_ID"):
-            return self.usable_runtime(self.resolve_runtime(env["COORD_RUNTIME_ID"])["id"], now)
+            named = self.resolve_runtime(env["COORD_RUNTIME_ID"])
+            later = self.conversation_successor(named, now)
+            if later is not None:
+                return later
+            return self.usable_runtime(named["id"], now)
         session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID")
         thread = env.get("CODEX_THREAD_ID")
         tried = []
@@ -1176,6 +1180,31 @@ class Store:
         tried.append("process ancestry")
         raise Refused("cannot tell which runtime is calling (tried %s)" % ", ".join(tried),
                       "register with: coord hello, then pass --runtime HANDLE or export COORD_RUNTIME_ID=<id>")
+
+    def conversation_successor(self, named, now=None, chain=None):
+        """For a top-level runtime that ended without being superseded (reaped, bye), the live
+        runtime its conversation has now (the hook registered it again), if the caller may act
+        as it: the rule the hooks use (confirm_attachment) holds. Else None when there is none,
+        or Refused with the export line of the successor."""
+        if named["ended_at"] is None or named["superseded_by"] or named["agent_id"]:
+            return None
+        later = self.find_conversation_runtime(named["conversation"], now=now)
+        if later is None or later["id"] == named["id"]:
+            return None
+        chain = ancestor_processes() if chain is None else chain
+        if later["pid"] and named["pid"] and later["pid"] != named["pid"] and \
+                any(pid == named["pid"] for pid, _ in chain):
+            # The caller descends from the ended attachment's own process, not the successor's.
+            raise Refused("runtime %s has ended (%s); its conversation now runs as %s in another process" % (
+                named["handle"], named["end_reason"] or "bye", later["handle"]),
+                "if this session is that conversation: export COORD_RUNTIME_ID=%s" % later["id"],
+                successor=later["handle"])
+        try:
+            self.confirm_attachment(later, chain)
+        except Refused as exc:
+            raise Refused(exc.message, "%s; if this session is that conversation: export COORD_RUNTIME_ID=%s"
+                          % (exc.hint, later["id"]), successor=later["handle"])
+        return later
 
     def live_runtimes(self, include_ended=False, now=None):
         rows = self.q("SELECT %s FROM runtimes %s ORDER BY started_at, id" % (
