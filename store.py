@@ -1042,7 +1042,11 @@ class Store:
     def _revive(self, runtime_id, now, names=None, ttl=None):
         """Renew the runtime's lapsed leases (TTL passed, kept because its process lives) unless a
         live peer now holds a conflicting lease; such a lease is lost: dropped, audited and noted
-        for the holder's next boundary. Returns the renewed names; call inside a transaction."""
+        for the holder's next boundary. Returns the renewed names; call inside a transaction.
+        A runtime without a recorded process keeps the clock's rule: nothing is revived."""
+        rt = self.runtime(runtime_id)
+        if rt is None or not rt["pid"]:
+            return []
         rows = self.q("SELECT resource, mode, ttl FROM leases WHERE runtime = ? AND expires_at <= ?"
                       " ORDER BY resource", (runtime_id, now)).fetchall()
         renewed = []
