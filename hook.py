@@ -388,7 +388,10 @@ def on_deliver(h):
         return reply(h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
                               " and messages; this session is stale: stop editing." % attached.successor["handle"])
     db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
-    text = db.pending_context(rt["id"], prefix=h.command())
+    lost = store.lost_line(db.take_lost(rt["id"]), h.command())
+    used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
+    text = db.pending_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET - used)
+    text = "\n".join(t for t in (lost, text) if t)
     return reply(h.event, text) if text else ""
 
 
@@ -465,6 +468,9 @@ def session_context(h, rt):
     import store
     db, cmd = h.db, h.command()
     lines = ["coord: you are %s. Peers reach you with: %s send \"<text>\" --to %s" % (rt["handle"], cmd, rt["handle"])]
+    lost = store.lost_line(db.take_lost(rt["id"]), cmd)
+    if lost:
+        lines.append(lost)
     mine = [l["resource"] for l in db.leases_of(rt["id"])]
     if mine:
         lines.append("Your leases: %s" % ", ".join(mine[:SHOWN]) + (" (+%d more)" % (len(mine) - SHOWN)
