@@ -389,7 +389,10 @@ def on_deliver(h):
         return reply(h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
                               " and messages; this session is stale: stop editing." % attached.successor["handle"])
     db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
-    text = db.pending_context(rt["id"], prefix=h.command())
+    lost = store.lost_line(db.take_lost(rt["id"]), h.command())
+    used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
+    text = db.pending_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET - used)
+    text = "\n".join(t for t in (lost, text) if t)
     return reply(h.event, text) if text else ""
 
 
@@ -465,11 +468,12 @@ def export_runtime(path, runtime_id):
 def session_context(h, rt):
     """SessionStart's context: your handle and the list and inbox commands, your leases and
     peers' exclusive leases by holder (purposes are in `list --verbose`) in at most START_BYTES
-    (with .coord/coord; what does not fit is counted and pointed to `list`); then open
-    messages in what is left of CONTEXT_BUDGET."""
+    (with .coord/coord; what does not fit is counted and pointed to `list`; a lost-lease
+    notice comes on top); then open messages in what is left of CONTEXT_BUDGET."""
     import store
     db, cmd = h.db, h.command()
     lines = ["coord: you are %s (agents, leases: %s list; messages: %s inbox)" % (rt["handle"], cmd, cmd)]
+    lost = store.lost_line(db.take_lost(rt["id"]), cmd)  # a notice, like messages: outside START_BYTES
 
     def size(ls):
         return sum(len(l.encode("utf-8", "replace")) + 1 for l in ls)
@@ -498,7 +502,7 @@ def session_context(h, rt):
         if size(lines + [line] + peers) <= START_BYTES:
             least = [line]
             break
-    lines += least + peers
+    lines += ([lost] if lost else []) + least + peers
     used = size(lines)
     pending = db.pending_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - used))
     if pending:

@@ -844,12 +844,14 @@ class Store:
                                         (runtime_id,)).fetchone())
 
     def runtime_live(self, rt, now=None):
-        """Live = not ended, heartbeat within the presence limit, recorded process still there."""
+        """Live = not ended and, with a recorded harness process, that process still there
+        (liveness beats the clock: an idle agent stays live however long it waits); without
+        one, a heartbeat within the presence limit (COORD_RUNTIME_TTL)."""
         if rt is None or rt["ended_at"] is not None:
             return False
-        if rt["heartbeat_at"] + self.runtime_ttl <= _now(now):
-            return False
-        return process_alive(rt["pid"], rt["pid_start"])
+        if rt["pid"]:
+            return process_alive(rt["pid"], rt["pid_start"])
+        return rt["heartbeat_at"] + self.runtime_ttl > _now(now)
 
     def resolve_runtime(self, token):
         """A runtime by exact handle or full UUID; prefixes never match."""
@@ -1035,7 +1037,62 @@ class Store:
             self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?", (now, runtime_id))
             self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ? + ttl) WHERE runtime = ?"
                               " AND expires_at > ?", (now, runtime_id, now))
+            self._revive(runtime_id, now)
         return True
+
+    def _revive(self, runtime_id, now, names=None, ttl=None):
+        """Renew the runtime's lapsed leases (TTL passed, kept because its process lives) unless a
+        live peer now holds a conflicting lease; such a lease is lost: dropped, audited and noted
+        for the holder's next boundary. Returns the renewed names; call inside a transaction.
+        A runtime without a recorded process keeps the clock's rule: nothing is revived."""
+        rt = self.runtime(runtime_id)
+        if rt is None or not rt["pid"]:
+            return []
+        rows = self.q("SELECT resource, mode, ttl FROM leases WHERE runtime = ? AND expires_at <= ?"
+                      " ORDER BY resource", (runtime_id, now)).fetchall()
+        renewed = []
+        for resource, mode, old_ttl in rows:
+            if names is not None and resource not in names:
+                continue
+            blocking = self.conflicts([resource], mode, runtime_id, now)
+            if blocking:
+                self._lose(runtime_id, resource, mode, blocking[0]["runtime"], blocking[0]["handle"], now)
+                continue
+            t = old_ttl if ttl is None else ttl
+            self.conn.execute("UPDATE leases SET expires_at = ?, ttl = ? WHERE resource = ? AND runtime = ?",
+                              (now + t, t, resource, runtime_id))
+            self.audit("lease.renewed", runtime_id, resource, now, ttl=t, lapsed=True)
+            renewed.append(resource)
+        return renewed
+
+    _LOST = "lease.lost:%s:"
+
+    def _lose(self, holder, resource, mode, taker, taker_handle, now):
+        """A lapsed lease of `holder` was taken by `taker`: drop it, audit it, and keep a note
+        (in meta, so no schema change) that the holder's next boundary reports once."""
+        self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (resource, holder))
+        self.audit("lease.lost", holder, resource, now, mode=mode, to=taker)
+        self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (
+            (self._LOST % holder) + resource,
+            json.dumps({"resource": resource, "mode": mode, "to": taker_handle, "at": now})))
+
+    def take_lost(self, runtime_id):
+        """The runtime's lost-lease notes not yet reported ([{resource, mode, to, at}]), removed as
+        they are returned so each is told once. One indexed read when there are none."""
+        lo = self._LOST % runtime_id
+        hi = lo[:-1] + chr(ord(":") + 1)
+        if not self.q("SELECT 1 FROM meta WHERE key >= ? AND key < ? LIMIT 1", (lo, hi)).fetchone():
+            return []
+        with self.transaction():
+            rows = self.q("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key", (lo, hi)).fetchall()
+            self.conn.execute("DELETE FROM meta WHERE key >= ? AND key < ?", (lo, hi))
+        out = []
+        for _, value in rows:
+            try:
+                out.append(json.loads(value))
+            except ValueError:
+                pass
+        return out
 
     def bye(self, runtime_id, reason="bye", now=None):
         """End an attachment: release its leases; its conversation and messages stay."""
@@ -1065,7 +1122,7 @@ class Store:
             rt = self._row_runtime(row)
             if self.runtime_live(rt, now):
                 continue
-            reason = "expired" if rt["heartbeat_at"] + self.runtime_ttl <= now else "process-gone"
+            reason = "process-gone" if rt["pid"] else "expired"
             released = self._drop_leases(rt["id"], "lease.reaped", now)
             self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = ? WHERE id = ?", (now, reason, rt["id"]))
             self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=released)
@@ -1073,12 +1130,15 @@ class Store:
         longest = LEASE_TTL_RANGE[1]
         self.conn.execute("UPDATE leases SET expires_at = ? + ?, ttl = min(ttl, ?) WHERE expires_at > ? + ?",
                           (now, longest, longest, now, longest))
-        expired = self.q("SELECT resource, runtime, mode FROM leases WHERE expires_at <= ? ORDER BY resource, runtime",
-                         (now,)).fetchall()
-        if expired:
-            self.conn.execute("DELETE FROM leases WHERE expires_at <= ?", (now,))
-            for resource, runtime, mode in expired:
-                self.audit("lease.expired", runtime, resource, now, mode=mode)
+        # A lease whose TTL passed lapses: it blocks nobody (every reader wants expires_at > now).
+        # A runtime whose harness process lives keeps the row, to renew it at its next boundary
+        # (or report it lost, see _revive and claim); any other expired lease is deleted.
+        expired = self.q("SELECT l.resource, l.runtime, l.mode, r.pid FROM leases l JOIN runtimes r ON r.id = l.runtime"
+                         " WHERE l.expires_at <= ? AND NOT (r.ended_at IS NULL AND r.pid IS NOT NULL)"
+                         " ORDER BY l.resource, l.runtime", (now,)).fetchall()
+        for resource, runtime, mode, _ in expired:
+            self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (resource, runtime))
+            self.audit("lease.expired", runtime, resource, now, mode=mode)
 
     def reap(self, now=None):
         with self.transaction():
@@ -1091,7 +1151,11 @@ class Store:
         if explicit:
             return self.usable_runtime(self.resolve_runtime(explicit)["id"], now)
         if env.get("COORD_RUNTIME_ID"):
-            return self.usable_runtime(self.resolve_runtime(env["COORD_RUNTIME_ID"])["id"], now)
+            named = self.resolve_runtime(env["COORD_RUNTIME_ID"])
+            later = self.conversation_successor(named, now)
+            if later is not None:
+                return later
+            return self.usable_runtime(named["id"], now)
         session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID")
         thread = env.get("CODEX_THREAD_ID")
         tried = []
@@ -1122,6 +1186,31 @@ class Store:
         raise Refused("cannot tell which runtime is calling (tried %s)" % ", ".join(tried),
                       "register with: coord hello, then pass --runtime HANDLE or export COORD_RUNTIME_ID=<id>")
 
+    def conversation_successor(self, named, now=None, chain=None):
+        """For a top-level runtime that ended without being superseded (reaped, bye), the live
+        runtime its conversation has now (the hook registered it again), if the caller may act
+        as it: the rule the hooks use (confirm_attachment) holds. Else None when there is none,
+        or Refused with the export line of the successor."""
+        if named["ended_at"] is None or named["superseded_by"] or named["agent_id"]:
+            return None
+        later = self.find_conversation_runtime(named["conversation"], now=now)
+        if later is None or later["id"] == named["id"]:
+            return None
+        chain = ancestor_processes() if chain is None else chain
+        if later["pid"] and named["pid"] and later["pid"] != named["pid"] and \
+                any(pid == named["pid"] for pid, _ in chain):
+            # The caller descends from the ended attachment's own process, not the successor's.
+            raise Refused("runtime %s has ended (%s); its conversation now runs as %s in another process" % (
+                named["handle"], named["end_reason"] or "bye", later["handle"]),
+                "if this session is that conversation: export COORD_RUNTIME_ID=%s" % later["id"],
+                successor=later["handle"])
+        try:
+            self.confirm_attachment(later, chain)
+        except Refused as exc:
+            raise Refused(exc.message, "%s; if this session is that conversation: export COORD_RUNTIME_ID=%s"
+                          % (exc.hint, later["id"]), successor=later["handle"])
+        return later
+
     def live_runtimes(self, include_ended=False, now=None):
         rows = self.q("SELECT %s FROM runtimes %s ORDER BY started_at, id" % (
             self._RUNTIME_COLS, "" if include_ended else "WHERE ended_at IS NULL")).fetchall()
@@ -1135,17 +1224,19 @@ class Store:
 
     # -- leases
 
-    def overlapping(self, resource, now=None):
-        """Unexpired leases overlapping `resource` (equal, ancestor or descendant), via the index:
-        ancestors by equality, descendants by a key range."""
+    def overlapping(self, resource, now=None, lapsed=False):
+        """Unexpired (with lapsed: expired but kept, see _reap) leases overlapping `resource`
+        (equal, ancestor or descendant), via the index: ancestors by equality, descendants by a
+        key range."""
         names = ancestors(resource)
+        op = "<=" if lapsed else ">"
         sql = ("SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
                " r.heartbeat_at, r.ended_at FROM leases l JOIN runtimes r ON r.id = l.runtime"
-               " WHERE l.resource IN (%s) AND l.expires_at > ?"
+               " WHERE l.resource IN (%s) AND l.expires_at " + op + " ?"
                " UNION ALL "
                "SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
                " r.heartbeat_at, r.ended_at FROM leases l JOIN runtimes r ON r.id = l.runtime"
-               " WHERE l.resource > ? AND l.resource < ? AND l.expires_at > ?") % ",".join("?" * len(names))
+               " WHERE l.resource > ? AND l.resource < ? AND l.expires_at " + op + " ?") % ",".join("?" * len(names))
         now = _now(now)
         rows = self.q(sql, names + [now, resource + "/", resource + "0", now]).fetchall()
         keys = ("resource", "runtime", "mode", "purpose", "expires_at", "handle", "pid", "pid_start",
@@ -1215,6 +1306,12 @@ class Store:
             if blocking:
                 raise Refused(describe_conflicts(blocking),
                               conflict_hint(blocking[0]), conflicts=[public_lease(b) for b in blocking])
+            me = None
+            for resource in resources:
+                for lease in self.overlapping(resource, now, lapsed=True):
+                    if lease["runtime"] != runtime_id and not compatible(lease["mode"], mode):
+                        me = me or self.runtime(runtime_id)
+                        self._lose(lease["runtime"], lease["resource"], lease["mode"], runtime_id, me["handle"], now)
             for resource in resources:
                 self.conn.execute(
                     "INSERT INTO leases (resource, runtime, mode, purpose, acquired_at, expires_at, ttl)"
@@ -1236,26 +1333,47 @@ class Store:
         return out
 
     def renew(self, runtime_id, resources=None, ttl=None, now=None):
-        """Extend the named (or all) leases; an expired or missing lease is refused, never revived."""
+        """Extend the named (or all) leases, lapsed ones too unless a peer took them meanwhile
+        (see _revive). Refused, renewing nothing, when a named lease is not held or when there
+        is nothing to renew; the refusal names the leases lost since the last boundary."""
         now = _now(now)
         if ttl is not None:
             ttl = check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
+        refusal = None
         with self.transaction():
             self.usable_runtime(runtime_id, now)
             self._reap(now)
             held = {l["resource"]: l for l in self.leases_of(runtime_id)}
             names = unique(resources) if resources else sorted(held)
             missing = [r for r in names if r not in held]
-            if missing:
-                raise Refused("not held (expired or never claimed): %s" % ", ".join(missing),
-                              "claim again: coord claim %s" % " ".join(missing))
-            for name in names:
-                t = held[name]["ttl"] if ttl is None else ttl
-                self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ?), ttl = ? WHERE resource = ?"
-                                  " AND runtime = ?", (now + t, t, name, runtime_id))
-                self.audit("lease.renewed", runtime_id, name, now, ttl=t)
-            self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?", (now, runtime_id))
-            return self.leases_of(runtime_id, names)
+            if not missing and names:
+                revived = self._revive(runtime_id, now, set(names), ttl)
+                held = {l["resource"]: l for l in self.leases_of(runtime_id)}
+                missing = [r for r in names if r not in held]
+            if missing or not names:
+                lost = self.take_lost(runtime_id)
+                gone = set(l["resource"] for l in lost)
+                told = ["%s (lost to %s)" % (l["resource"], l["to"]) for l in lost]
+                told += [r for r in missing if r not in gone]
+                again = unique([l["resource"] for l in lost] + missing)
+                refusal = Refused("nothing renewed: %s" % ("not held (expired, lost or never claimed): %s"
+                                                           % ", ".join(told) if told else "you hold no leases"),
+                                  "claim again: coord claim %s" % " ".join(again) if again else
+                                  "claim what you work on: coord claim PATH", lost=lost)
+            else:
+                for name in names:
+                    if name in revived:
+                        continue
+                    t = held[name]["ttl"] if ttl is None else ttl
+                    self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ?), ttl = ? WHERE resource = ?"
+                                      " AND runtime = ?", (now + t, t, name, runtime_id))
+                    self.audit("lease.renewed", runtime_id, name, now, ttl=t)
+                self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?",
+                                  (now, runtime_id))
+                out = self.leases_of(runtime_id, names)
+        if refusal is not None:
+            raise refusal
+        return out
 
     def release(self, runtime_id, resources=None, everything=False, now=None):
         """Release the named leases (all of them must be held) or, with everything, all leases."""
@@ -1597,6 +1715,18 @@ def describe_conflicts(blocking):
 def conflict_hint(lease):
     return ("ask the holder: coord send \"<request>\" --to %s ; or wait and retry; "
             "coord inbox shows replies" % lease["handle"])
+
+
+def lost_line(lost, prefix=".coord/coord"):
+    """One line telling a holder which lapsed leases peers took, and what to do; "" for none."""
+    if not lost:
+        return ""
+    shown = ["%s to %s" % (clean_text(l.get("resource", ""), 200), clean_text(l.get("to", ""), 40)) for l in lost[:4]]
+    more = " (+%d more)" % (len(lost) - 4) if len(lost) > 4 else ""
+    first = clean_text(lost[0].get("to", ""), 40)
+    return ("coord: lease lost while idle (its TTL passed and a peer took it): %s%s. Do not edit it; ask the holder"
+            ": %s send \"<what you need>\" --to %s ; claim it again when it is free (%s claim PATH)."
+            % ("; ".join(shown), more, prefix, first, prefix))
 
 
 REMINDER_KIND = 12  # characters of a message's kind a reminder keeps (see REMINDER_BYTES)

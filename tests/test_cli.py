@@ -523,6 +523,70 @@ class SupersededProcessTest(support.CoordTestCase):
         self.assertEqual([h for _, h in self.leases()], [newest["handle"]] * 2)
 
 
+class LivenessCliTest(support.CoordTestCase):
+    """Issue 15: renew says when it renews nothing; a stale COORD_RUNTIME_ID finds the
+    conversation's live runtime; hello inside an agent never mints an unrelated identity."""
+
+    def setUp(self):
+        super().setUp()
+        import store
+        self.store = store
+        self.st = store.Store(self.db)
+        self.addCleanup(self.st.close)
+
+    def runtimes(self):
+        return self.st.q("SELECT count(*) FROM runtimes").fetchone()[0]
+
+    def test_renew_with_nothing_to_renew_exits_3(self):
+        me = self.hello()["runtime"]
+        proc = self.coord("renew", runtime=me["id"], check=3)
+        self.assertIn("nothing renewed", proc.stderr)
+        self.assertIn("next: claim", proc.stderr)
+
+    def test_renew_names_the_lease_a_peer_took_after_it_lapsed(self):
+        harness = Harness(self)
+        me = self.st.register(conversation="conv-holder", pid=harness.pid)
+        self.st.claim(me["id"], ["src/keep.py"], ttl=60)
+        with self.st.transaction():
+            self.st.conn.execute("UPDATE leases SET expires_at = expires_at - 120")
+        peer = self.hello()["runtime"]
+        self.coord("claim", "src/keep.py", runtime=peer["id"], check=0)
+        proc = self.coord("renew", runtime=me["id"], check=3)
+        self.assertIn("nothing renewed", proc.stderr)
+        self.assertIn("src/keep.py (lost to %s)" % peer["handle"], proc.stderr)
+        proc = self.coord("renew", runtime=me["id"], check=3)
+        self.assertNotIn("lost to", proc.stderr)  # told once
+
+    def test_runtime_variable_naming_an_expired_runtime_acts_as_the_live_successor(self):
+        harness = Harness(self)
+        old = self.st.register(conversation="conv-idle", now=self.store.time.time() - 2 * self.st.runtime_ttl)
+        self.st.reap()
+        self.assertEqual(self.st.runtime(old["id"])["end_reason"], "expired")
+        new = self.st.register(conversation="conv-idle", harness="claude", pid=harness.pid)
+        reply = self.coord_json("claim", "src/x.py", runtime=old["id"])
+        self.assertEqual(reply["runtime"], new["handle"])
+        self.assertEqual([l["resource"] for l in self.st.leases_of(new["id"])], ["src/x.py"])
+
+    def test_hello_inside_an_agent_returns_its_conversations_runtime(self):
+        harness = Harness(self)
+        live = self.st.register(conversation="conv-agent", harness="claude", pid=harness.pid)
+        before = self.runtimes()
+        reply = self.hello(env={"CLAUDE_CODE_SESSION_ID": "conv-agent"})
+        self.assertEqual(reply["runtime"]["id"], live["id"])
+        reply = self.hello(runtime=live["id"])
+        self.assertEqual(reply["runtime"]["id"], live["id"])
+        self.assertEqual(self.runtimes(), before)
+
+    def test_hello_with_an_ended_runtime_registers_its_conversation_again(self):
+        old = self.st.register(conversation="conv-ended")
+        self.st.bye(old["id"])
+        reply = self.hello(runtime=old["id"])
+        self.assertNotEqual(reply["runtime"]["id"], old["id"])
+        self.assertEqual(reply["runtime"]["conversation"], "conv-ended")
+        proc = self.coord("hello", runtime="rt-" + "0" * 8, check=None)
+        self.assertNotEqual(proc.returncode, 0)
+
+
 class StartupTest(support.CoordTestCase):
     """coord runs on every agent command: its /bin/sh start caches the script's bytecode, and a
     command builds only its own parser."""

@@ -1424,6 +1424,60 @@ class GarbageTest(HookCase):
                 self.assertTrue(self.mentions_target(raw))
 
 
+class LivenessTest(HookCase):
+    """Issue 15: an idle agent past COORD_RUNTIME_TTL keeps its identity and leases while its
+    harness process lives; a peer taking a lapsed lease is told to the holder once."""
+
+    TTL = {"COORD_RUNTIME_TTL": "60", "COORD_LEASE_TTL": "60"}
+
+    def idle(self, seconds):
+        """As if nothing had happened for `seconds`: every heartbeat and lease that much older."""
+        with self.st.transaction():
+            self.st.conn.execute("UPDATE runtimes SET heartbeat_at = heartbeat_at - ?", (seconds,))
+            self.st.conn.execute("UPDATE leases SET expires_at = expires_at - ?, acquired_at = acquired_at - ?",
+                                 (seconds, seconds))
+
+    def prompt(self, **kw):
+        return self.context(self.payload("claude-UserPromptSubmit", session_id=CLAUDE_MAIN), env=self.TTL, **kw)
+
+    def test_idle_past_the_ttls_keeps_the_claim_while_the_process_lives(self):
+        harness = FakeHarness(self)
+        me = self.start(via=harness, env=self.TTL)
+        self.assertEqual(me["pid"], harness.pid)
+        self.coord("claim", "src/keep.py", runtime=me["id"], env=self.TTL, cwd=self.repo, check=0)
+        self.idle(300)
+        self.prompt(via=harness)
+        self.assertEqual(self.st.find_conversation_runtime(CLAUDE_MAIN)["id"], me["id"])
+        self.assertIsNone(self.st.runtime(me["id"])["ended_at"])
+        lease = self.st.leases_of(me["id"])
+        self.assertEqual([l["resource"] for l in lease], ["src/keep.py"])
+        self.assertGreater(lease[0]["expires_at"], store.time.time())
+        self.assertIsNotNone(self.denial(self.write("src/keep.py", session="another-session"), env=self.TTL))
+        self.assertIsNone(self.denial(self.write("src/keep.py"), via=harness, env=self.TTL))
+        harness.close()  # the process is gone: now the runtime ends and the claim with it
+        self.prompt()
+        self.assertEqual(self.st.runtime(me["id"])["end_reason"], "process-gone")
+        self.assertEqual(self.st.leases_of(me["id"]), [])
+        self.assertIsNone(self.denial(self.write("src/keep.py", session="another-session"), env=self.TTL))
+
+    def test_a_lapsed_lease_a_peer_took_is_reported_once(self):
+        harness = FakeHarness(self)
+        me = self.start(via=harness, env=self.TTL)
+        self.st.claim(me["id"], ["src/keep.py"], ttl=60)
+        self.idle(300)
+        peer = self.peer("src/keep.py")
+        text = self.prompt(via=harness)
+        self.assertIsNotNone(text)
+        lines = [l for l in text.splitlines() if "lease lost" in l]
+        self.assertEqual(len(lines), 1, text)
+        self.assertIn("src/keep.py to %s" % peer["handle"], lines[0])
+        self.assertIn("send", lines[0])
+        self.assertEqual(self.st.leases_of(me["id"]), [])
+        self.idle(60)
+        again = self.prompt(via=harness) or ""
+        self.assertNotIn("lease lost", again)
+
+
 class ToolMatcherTest(HookCase):
     """The hook checks exactly the tools the installer's PreToolUse matchers send it. Claude Code
     compares a matcher of letters, digits, `_` and `|` name by name, and has no MultiEdit tool."""

@@ -892,6 +892,114 @@ class ThreadTest(StoreCase):
         self.assertIn("thread", str(caught[0]))
 
 
+class LivenessTest(support.CoordTestCase):
+    """Issue 15: a live harness process beats COORD_RUNTIME_TTL and COORD_LEASE_TTL."""
+
+    def setUp(self):
+        super().setUp()
+        self.st = store.Store(self.db, environ=dict(self.env, COORD_RUNTIME_TTL="60", COORD_LEASE_TTL="60"))
+        self.addCleanup(self.st.close)
+
+    def process(self):
+        p = subprocess.Popen(["sleep", "600"])
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        return p
+
+    def test_idle_past_both_ttls_with_a_live_process_keeps_runtime_and_lease(self):
+        harness = self.process()
+        t0 = time.time()
+        a = self.st.register(conversation="conv-a", pid=harness.pid, now=t0)["id"]
+        self.st.claim(a, ["src/keep.py"], now=t0)
+        later = t0 + 300  # past the runtime TTL and the lease TTL
+        self.st.reap(now=later)
+        self.assertIsNone(self.st.runtime(a)["ended_at"])
+        self.assertTrue(self.st.runtime_live(self.st.runtime(a), later))
+        self.assertEqual([l["resource"] for l in self.st.leases_of(a)], ["src/keep.py"])
+        self.assertEqual(self.st.conflicts(["src/keep.py"], now=later), [])  # lapsed: blocks nobody yet
+        self.st.heartbeat(a, now=later)  # the next boundary renews it
+        lease = self.st.leases_of(a)[0]
+        self.assertGreater(lease["expires_at"], later)
+        self.assertEqual([b["handle"] for b in self.st.conflicts(["src/keep.py"], now=later + 1)],
+                         [self.st.runtime(a)["handle"]])
+        self.assertEqual(self.st.take_lost(a), [])
+        harness.kill()
+        harness.wait()
+        self.st.reap(now=later + 1)
+        self.assertEqual(self.st.runtime(a)["end_reason"], "process-gone")
+        self.assertEqual(self.st.leases_of(a), [])
+
+    def test_a_runtime_without_a_process_still_expires(self):
+        t0 = time.time()
+        a = self.st.register(now=t0)["id"]
+        self.st.claim(a, ["r"], now=t0)
+        self.st.reap(now=t0 + 61)
+        self.assertEqual(self.st.runtime(a)["end_reason"], "expired")
+        self.assertEqual(self.st.leases_of(a), [])
+
+    def test_a_lapsed_lease_taken_by_a_peer_is_lost_and_told_once(self):
+        t0 = time.time()
+        a = self.st.register(pid=self.process().pid, now=t0)["id"]
+        b = self.st.register(pid=self.process().pid, now=t0)
+        self.st.claim(a, ["src/keep.py", "src/other.py"], now=t0)
+        self.st.claim(b["id"], ["src"], now=t0 + 100)  # a's leases lapsed: the peer may take them
+        self.st.heartbeat(a, now=t0 + 110)
+        self.assertEqual(self.st.leases_of(a), [])
+        lost = self.st.take_lost(a)
+        self.assertEqual(sorted((l["resource"], l["to"]) for l in lost),
+                         [("src/keep.py", b["handle"]), ("src/other.py", b["handle"])])
+        self.assertEqual(self.st.take_lost(a), [])
+        line = store.lost_line(lost)
+        self.assertEqual(len(line.splitlines()), 1)
+        self.assertIn("src/keep.py to %s" % b["handle"], line)
+        self.assertIn("send", line)
+        events = [r[0] for r in self.st.q("SELECT event FROM audit WHERE runtime = ? AND event = 'lease.lost'", (a,))]
+        self.assertEqual(len(events), 2)
+
+    def test_a_lapsed_append_lease_survives_a_fellow_appender(self):
+        t0 = time.time()
+        a = self.st.register(pid=self.process().pid, now=t0)["id"]
+        b = self.st.register(pid=self.process().pid, now=t0)["id"]
+        self.st.claim(a, ["log.md"], "append", now=t0)
+        self.st.claim(b, ["log.md"], "append", now=t0 + 100)
+        self.st.heartbeat(a, now=t0 + 110)
+        self.assertGreater(self.st.leases_of(a)[0]["expires_at"], t0 + 110)
+        self.assertEqual(self.st.take_lost(a), [])
+
+    def test_renew_that_renews_nothing_is_refused(self):
+        t0 = time.time()
+        a = self.st.register(pid=self.process().pid, now=t0)["id"]
+        b = self.st.register(pid=self.process().pid, now=t0)
+        with self.assertRaises(store.Refused) as cm:
+            self.st.renew(a, now=t0)
+        self.assertIn("nothing renewed", cm.exception.message)
+        self.st.claim(a, ["src/keep.py"], now=t0)
+        self.st.claim(b["id"], ["src/keep.py"], now=t0 + 100)
+        with self.assertRaises(store.Refused) as cm:
+            self.st.renew(a, now=t0 + 110)
+        self.assertIn("nothing renewed", cm.exception.message)
+        self.assertIn("src/keep.py (lost to %s)" % b["handle"], cm.exception.message)
+        self.assertEqual(self.st.take_lost(a), [])  # told by the refusal, once
+        self.st.claim(a, ["src/mine.py"], now=t0 + 120)
+        self.assertEqual([l["resource"] for l in self.st.renew(a, now=t0 + 300)], ["src/mine.py"])  # lapsed, renewed
+
+    def test_runtime_variable_naming_an_expired_runtime_acts_as_its_conversations_successor(self):
+        t0 = time.time() - 1000
+        old = self.st.register(conversation="conv-idle", now=t0)["id"]  # no process: the TTL ends it
+        self.st.reap()
+        self.assertEqual(self.st.runtime(old)["end_reason"], "expired")
+        new = self.st.register(conversation="conv-idle", pid=self.process().pid)
+        self.assertEqual(self.st.caller(environ={"COORD_RUNTIME_ID": old})["id"], new["id"])
+
+    def test_runtime_variable_of_this_process_is_refused_with_the_successors_export_line(self):
+        old = self.st.register(conversation="conv-moved", pid=os.getppid())["id"]  # an ancestor of this caller
+        self.st.bye(old)
+        new = self.st.register(conversation="conv-moved", pid=self.process().pid)
+        with self.assertRaises(store.Refused) as cm:
+            self.st.caller(environ={"COORD_RUNTIME_ID": old})
+        self.assertIn("export COORD_RUNTIME_ID=%s" % new["id"], cm.exception.hint)
+
+
 class SqlOnlyInStoreTest(support.CoordTestCase):
     """store.py is the one file that speaks SQL, so another storage backend means one file."""
 
