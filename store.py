@@ -434,6 +434,7 @@ def _process_matches(pid, start):
 HARNESS_NAMES = frozenset(("codex", "claude"))
 KNOWN_SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
 _SCRIPT_RUNNERS = frozenset(("node", "nodejs", "bun", "deno"))
+_SCRIPT_INTERPRETERS = ("python", "pypy", "perl", "ruby", "php", "lua", "tclsh", "osascript")
 
 
 def _harness_word(path):
@@ -488,10 +489,13 @@ def runs_command_string(pid):
     call, `NAME [options] -c COMMAND` (-c, -lc, -ic, -Command...), whatever the shell's name."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")[1:8]]
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")[:8]]
     except (OSError, ValueError):
         return False
-    for arg in argv:
+    name = os.path.basename(argv[0]) if argv else ""
+    if name.startswith(_SCRIPT_INTERPRETERS) or name in _SCRIPT_RUNNERS:
+        return False  # `python3 -c CODE` is a program, not a shell
+    for arg in argv[1:]:
         if not arg.startswith("-") or arg == "-":
             return False
         flag = arg.lstrip("-").lower()
