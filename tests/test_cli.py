@@ -70,6 +70,30 @@ class CliTest(support.CoordTestCase):
         data = json.loads(self.coord("claim", "src", "--json", runtime=b["handle"], check=3).stdout)
         self.assertEqual((data["ok"], data["exit"], data["conflicts"][0]["handle"]), (False, 3, a["handle"]))
 
+    def test_legacy_paths_spelling_is_accepted_and_hidden(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        data = self.coord_json("claim", "--paths", "src/a.py", "docs", "-p", "x", runtime=a["id"])
+        self.assertEqual(sorted(l["resource"] for l in data["leases"]), ["docs", "src/a.py"])
+        mixed = self.coord_json("claim", "lib", "-p", "y", "--paths", "bin", "tools", runtime=b["id"])
+        self.assertEqual(sorted(l["resource"] for l in mixed["leases"]), ["bin", "lib", "tools"])
+        self.assertEqual(self.coord("check", "--paths", "docs/x.md", "--as", b["handle"]).returncode, 3)
+        self.assertEqual(self.coord("check", "--paths", "other", "--as", b["handle"]).returncode, 0)
+        released = self.coord_json("release", "--paths", "docs", runtime=a["id"])["released"]
+        self.assertEqual(released, ["docs"])
+        self.assertEqual(self.coord("check", "--paths", "docs/x.md", "--as", b["handle"]).returncode, 0)
+        batch = json.loads(self.coord("batch", "--json", "claim", "--paths", "docs", ":", "release", "--paths",
+                                      "lib", runtime=b["id"], check=0).stdout)
+        self.assertEqual([r["exit"] for r in batch["results"]], [0, 0])
+        left = sorted((l["resource"], l["runtime"]) for l in self.coord_json("list")["leases"])
+        self.assertEqual(left, sorted([("src/a.py", a["id"]), ("bin", b["id"]), ("tools", b["id"]),
+                                       ("docs", b["id"])]))
+        for command in ("claim", "release", "check"):
+            with self.subTest(command=command):
+                self.assertNotIn("--paths", self.coord(command, "--help", check=0).stdout)
+        self.coord("claim", "--paths", check=2)
+        self.assertIn("arguments are required: RESOURCE", self.coord("check", check=2).stderr)
+
     def test_check_exit_status_and_as(self):
         a = self.hello()["runtime"]
         b = self.hello()["runtime"]
