@@ -622,6 +622,7 @@ class StartupTest(support.CoordTestCase):
         self.assertEqual(commands(["--json", "check", "src/a.py", "--as", "x"]), ["check"])
         self.assertEqual(sorted(commands(["batch", "claim", "a", ":", "list"])),
                          sorted(("batch",) + coord.BATCH_ACTIONS))
+        self.assertEqual(commands(["status", "--json"]), ["status"])
         self.assertEqual(commands(["--version"]), [])
         # Help, no command and an unknown one build every command, so that they list them all.
         for argv in ([], ["--json"], ["--help"], ["claim", "-h"], ["bogus"]):
