@@ -1560,6 +1560,11 @@ class Store:
         keys = ("id", "kind", "body", "digest", "created_at", "sender", "state", "shown")
         return [dict(zip(keys, r)) for r in self.q(self._MSG_SQL, (runtime_id,)).fetchall()]
 
+    def unacked_counts(self):
+        """{runtime id: number of messages for it not yet acknowledged}; a read, no lock."""
+        return dict(self.q("SELECT recipient, COUNT(*) FROM deliveries WHERE state != 'acked'"
+                           " GROUP BY recipient").fetchall())
+
     def inbox(self, runtime_id, peek=False, now=None):
         """Unacknowledged messages; without peek, queued ones become delivered."""
         now = _now(now)
@@ -1703,6 +1708,29 @@ class Store:
         rows = self.q("SELECT %s FROM work %s ORDER BY created_at, id" % (
             ", ".join(self._WORK_COLS), "" if include_removed else "WHERE state != 'removed'")).fetchall()
         return [self._row_work(r) for r in rows]
+
+    def works_of_runtimes(self, runtimes):
+        """{runtime id: the work record it is in}, for each of `runtimes` in a work: the work whose
+        recorded runtime is it or resumed into it, or whose recorded tmux harness has its
+        conversation. A read of the records only (no jj, no tmux)."""
+        works = [w for w in self.works() if w["state"] not in ("failed", "removed")]
+        out = {}
+        for rt in runtimes:
+            for w in works:
+                rec = w["data"].get("tmux") or {}
+                if rt["id"] == w["runtime"] or (rec.get("conversation") and
+                                                rec["conversation"] == rt["conversation"] and not rt["agent_id"]):
+                    out[rt["id"]] = w
+                    break
+        pending = [rt for rt in runtimes if rt["id"] not in out]
+        if pending:
+            for w in works:
+                start = self.runtime(w["runtime"]) if w["runtime"] else None
+                last = self.successor(start) if start else None
+                for rt in pending:
+                    if last is not None and last["id"] == rt["id"] and rt["id"] not in out:
+                        out[rt["id"]] = w
+        return out
 
     # -- audit export
 
