@@ -32,7 +32,6 @@ FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "NotebookEdit": "notebo
 PATCH_TOOLS = ("apply_patch",)
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
-SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
 MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails open
 BUSY_WAIT = 1.0          # seconds one statement waits for a locked database (SessionEnd: half)
 SHOWN = 8                # peer leases read at SessionStart (as many as fit START_BYTES are listed)
@@ -230,19 +229,16 @@ class Hook:
         return self.db
 
     def process(self):
-        """(pid, start) of the harness: the nearest ancestor that is not a shell; (None, None)
-        without /proc (identity then rests on the conversation alone)."""
+        """(pid, start) of the harness: the nearest ancestor that is the harness itself, past
+        any login shell or wrapper (store.harness_process); (None, None) without /proc
+        (identity then rests on the conversation alone)."""
         if self._proc is None:
             self._proc = (None, None)
             if os.path.isdir("/proc"):
                 import store
-                pid = os.getppid()
-                for _ in range(8):
-                    parent, comm = store.process_parent(pid)
-                    if comm not in SHELLS or not parent or parent <= 1:
-                        break
-                    pid = parent
-                self._proc = (pid, store.process_start(pid))
+                pid = store.harness_process(os.getppid(), self.harness or None)
+                if pid:
+                    self._proc = (pid, store.process_start(pid))
         return self._proc
 
     def ours(self, rt):

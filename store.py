@@ -430,6 +430,105 @@ def _process_matches(pid, start):
     return True
 
 
+# Names a harness process is known by (its command name, its executable, or the script a
+# runtime such as node runs); shells that usually stand between the harness and its hooks.
+HARNESS_NAMES = frozenset(("codex", "claude"))
+KNOWN_SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
+_SCRIPT_RUNNERS = frozenset(("node", "nodejs", "bun", "deno"))
+_SCRIPT_INTERPRETERS = ("python", "pypy", "perl", "ruby", "php", "lua", "tclsh", "osascript")
+
+
+def _harness_word(path):
+    """'codex' or 'claude' when the file name at path names a harness, else None."""
+    name = os.path.basename(path or "")
+    for suffix in (".exe", ".js", ".mjs", ".cjs"):
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
+    return name if name in HARNESS_NAMES else None
+
+
+def harness_of_process(pid):
+    """'codex' or 'claude' when process pid is that harness itself, recognised by its command
+    name, its executable, or (a node-style runtime) the CLI script it runs; else None.
+
+    The pinned CLIs are native binaries: Codex's npm entry runs .../bin/codex (command name
+    `codex`) under a node parent, Claude's runs .../claude-code/bin/claude.exe (`claude`);
+    older Claude releases are node running .../claude-code/cli.js."""
+    _parent, comm = process_parent(pid)
+    found = _harness_word(comm)
+    if found:
+        return found
+    try:
+        found = _harness_word(os.readlink("/proc/%d/exe" % pid))
+    except (OSError, ValueError):
+        found = None
+    if found:
+        return found
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")[:8]]
+    except (OSError, ValueError):
+        return None
+    if not argv or not argv[0]:
+        return None
+    found = _harness_word(argv[0])
+    if found:
+        return found
+    if os.path.basename(argv[0]) in _SCRIPT_RUNNERS or os.path.basename(comm or "") in _SCRIPT_RUNNERS:
+        for arg in argv[1:]:
+            if arg.startswith("-"):
+                continue
+            found = _harness_word(arg)
+            if not found and os.path.basename(arg) in ("cli.js", "cli.mjs"):
+                found = "claude" if "claude-code" in arg else ("codex" if "codex" in arg else None)
+            return found
+    return None
+
+
+def runs_command_string(pid):
+    """True when process pid was started the way a harness starts a shell for a hook or a tool
+    call, `NAME [options] -c COMMAND` (-c, -lc, -ic, -Command...), whatever the shell's name."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0")[:8]]
+    except (OSError, ValueError):
+        return False
+    name = os.path.basename(argv[0]) if argv else ""
+    if name.startswith(_SCRIPT_INTERPRETERS) or name in _SCRIPT_RUNNERS:
+        return False  # `python3 -c CODE` is a program, not a shell
+    for arg in argv[1:]:
+        if not arg.startswith("-") or arg == "-":
+            return False
+        flag = arg.lstrip("-").lower()
+        if flag in ("c", "command") or (arg[1:2] != "-" and flag.isalpha() and "c" in flag and len(flag) <= 4):
+            return True
+    return False
+
+
+def harness_process(pid, harness=None, limit=32):
+    """The harness process that a hook started by pid runs under: the nearest of pid and its
+    ancestors that is the harness itself (harness_of_process; `harness` narrows it to that
+    one), walking past every shell between them, whatever its name: a known shell, or any
+    program started with a command string (`$SHELL -lc ...`: tcsh, nu, xonsh, pwsh...).
+    Without a recognisable harness, the walk ends at the first other process (today's rule:
+    the nearest ancestor that is not a shell), so a hook under an unknown stand-in never
+    climbs to an unrelated agent further up. None without process information."""
+    cur = pid
+    for _ in range(limit):
+        if not cur or cur <= 1:
+            return None
+        found = harness_of_process(cur)
+        if found and (harness is None or found == harness):
+            return cur
+        parent, comm = process_parent(cur)
+        if not parent or parent <= 1:
+            return cur
+        if comm not in KNOWN_SHELLS and not runs_command_string(cur):
+            return cur
+        cur = parent
+    return cur
+
+
 def ancestor_processes(pid=None, limit=64):
     """[(pid, start)] of pid's ancestors, nearest first (excluding pid itself and pid 1)."""
     out = []
@@ -1462,6 +1561,11 @@ class Store:
         keys = ("id", "kind", "body", "digest", "created_at", "sender", "state", "shown")
         return [dict(zip(keys, r)) for r in self.q(self._MSG_SQL, (runtime_id,)).fetchall()]
 
+    def unacked_counts(self):
+        """{runtime id: number of messages for it not yet acknowledged}; a read, no lock."""
+        return dict(self.q("SELECT recipient, COUNT(*) FROM deliveries WHERE state != 'acked'"
+                           " GROUP BY recipient").fetchall())
+
     def inbox(self, runtime_id, peek=False, now=None):
         """Unacknowledged messages; without peek, queued ones become delivered."""
         now = _now(now)
@@ -1605,6 +1709,29 @@ class Store:
         rows = self.q("SELECT %s FROM work %s ORDER BY created_at, id" % (
             ", ".join(self._WORK_COLS), "" if include_removed else "WHERE state != 'removed'")).fetchall()
         return [self._row_work(r) for r in rows]
+
+    def works_of_runtimes(self, runtimes):
+        """{runtime id: the work record it is in}, for each of `runtimes` in a work: the work whose
+        recorded runtime is it or resumed into it, or whose recorded tmux harness has its
+        conversation. A read of the records only (no jj, no tmux)."""
+        works = [w for w in self.works() if w["state"] not in ("failed", "removed")]
+        out = {}
+        for rt in runtimes:
+            for w in works:
+                rec = w["data"].get("tmux") or {}
+                if rt["id"] == w["runtime"] or (rec.get("conversation") and
+                                                rec["conversation"] == rt["conversation"] and not rt["agent_id"]):
+                    out[rt["id"]] = w
+                    break
+        pending = [rt for rt in runtimes if rt["id"] not in out]
+        if pending:
+            for w in works:
+                start = self.runtime(w["runtime"]) if w["runtime"] else None
+                last = self.successor(start) if start else None
+                for rt in pending:
+                    if last is not None and last["id"] == rt["id"] and rt["id"] not in out:
+                        out[rt["id"]] = w
+        return out
 
     # -- audit export
 

@@ -635,6 +635,95 @@ def inspect_work(st, *, work, environ=None, observe=False):
     return facts
 
 
+def tmux_state(w):
+    """"alive", "gone" or "unknown" (tmux missing or failing) for the work's recorded window,
+    validated by its IDs; None when no window was recorded. Never raises."""
+    rec = w["data"].get("tmux")
+    if not rec:
+        return None
+    import session
+    try:
+        session.validate(rec)
+    except Refused:
+        return "gone"
+    except EnvError:
+        return "unknown"
+    return "alive"
+
+
+TRUNK_NAMES = ("main", "master", "trunk")
+
+
+def target_bookmark(w, environ=None, default=None):
+    """The bookmark a work's ahead/behind count against: the one it integrates into, else
+    `default`, else the canonical repository's current git branch (a colocated jj repository
+    has none: HEAD is detached), else the first of TRUNK_NAMES it has; None when none is known."""
+    into = _integration(w).get("into") or default
+    if into:
+        return into
+    try:
+        gargs = git_dir_args(w["source"])
+        code, out, _ = git(gargs + ["symbolic-ref", "--quiet", "--short", "HEAD"], w["source"], environ, check=False)
+        if code == 0 and out.strip():
+            return out.strip()
+        _, out, _ = git(gargs + ["for-each-ref", "--format=%(refname:short)"] +
+                        ["refs/heads/" + n for n in TRUNK_NAMES], w["source"], environ, check=False)
+    except store.CoordError:
+        return None
+    have = set(out.split())
+    return next((n for n in TRUNK_NAMES if n in have), None)
+
+
+def status_facts(w, environ=None, into=None):
+    """What `coord status` shows of one work beyond its record, read without snapshotting the
+    clone or writing anything: {tmux, dirty, dirty_from, into, ahead, behind, errors}.
+
+    dirty: in a colocated clone, `git status` (no optional locks) of the files against @-,
+    which sees edits jj has not snapshotted yet; elsewhere whether @ had changes at the last
+    snapshot (dirty_from says which). ahead: non-empty commits of the clone's last snapshot
+    (::@) that are not on the target bookmark; behind: commits on the target bookmark in the
+    canonical repository that the clone's history does not contain. Unknown values are None.
+    into: the bookmark to count against when the work integrates into none (target_bookmark)."""
+    facts = {"tmux": tmux_state(w), "dirty": None, "dirty_from": None, "into": None, "ahead": None,
+             "behind": None, "errors": []}
+    if w["state"] in UNUSABLE or directory_problems(w):
+        return facts
+    path = w["path"]
+    try:
+        if os.path.exists(os.path.join(path, ".git")):
+            _, out, _ = git(["--no-optional-locks", "status", "--porcelain", "--untracked-files=normal"], path, environ)
+            facts["dirty"], facts["dirty_from"] = bool(out.strip()), "git"
+        else:
+            facts["dirty"], facts["dirty_from"] = not head_ids(path, snapshot=False, environ=environ)["empty"], \
+                "snapshot"
+    except store.CoordError as exc:
+        facts["errors"].append(exc.message)
+    into = facts["into"] = target_bookmark(w, environ, into)
+    if not into or not _BOOKMARK_RE.match(into):
+        return facts
+    try:
+        gargs = git_dir_args(w["source"])
+        code, out, _ = git(gargs + ["rev-parse", "--verify", "--quiet", "refs/heads/%s^{commit}" % into],
+                           w["source"], environ, check=False)
+        target = out.strip() if code == 0 else ""
+        on_target = "::present(%s@origin)" % _quote_revset(into)
+        if _FULL_COMMIT_RE.match(target):
+            on_target = "(::present(%s) | %s)" % (target, on_target)
+        facts["ahead"] = len(local_changes(path, "(::@ ~ %s) ~ empty()" % on_target, environ))
+        forks = [r["commit"] for r in local_changes(path, "heads(::@ & %s)" % on_target, environ)]
+        if target and forks:
+            code, out, _ = git(gargs + ["rev-list", "--count", target] + ["^" + f for f in forks],
+                               w["source"], environ, check=False)
+            facts["behind"] = int(out.strip()) if code == 0 and out.strip().isdigit() else None
+    except store.CoordError as exc:
+        facts["errors"].append(exc.message)
+    return facts
+
+
+def _quote_revset(name):
+    return '"%s"' % name.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def gate_flags(passed, waive, reason):
     """Refuse a gate call that is not exactly one of pass or waive-with-a-reason."""
     if passed == waive:

@@ -374,6 +374,30 @@ class CoordScenarios(h.CoordCase):
         held = [l for l in seen["state"]["leases"] if l["resource"] == "src/x.py"]
         self.assertEqual([l["runtime"] for l in held], [rt["id"]], seen)
 
+    def test_login_shell_outside_any_list_keeps_one_runtime(self):
+        # SHELL names a shell no list knows (a copy of bash called tcsh). Observed with Codex
+        # 0.171.0: it ignores $SHELL here and runs hooks and tool commands as `/bin/bash -c CMD`
+        # (the passwd entry's shell, not a login shell); whatever stands between them, the
+        # hook must record the codex binary itself, and the agent's claim must resolve to it.
+        tcsh = os.path.join(self.tmp, "shells", "tcsh")
+        os.makedirs(os.path.dirname(tcsh))
+        shutil.copy(support.require_tool(self, "bash"), tcsh)
+        seen = {}
+
+        def look(req):
+            seen["state"] = self.coord_state()
+            seen["output"] = req.tool_results()
+            mains = [rt for rt in seen["state"]["runtimes"] if not rt.get("agent_id") and rt.get("live")]
+            seen["comm"] = [open("/proc/%d/comm" % rt["pid"]).read().strip() for rt in mains
+                            if rt.get("pid") and os.path.exists("/proc/%d" % rt["pid"])]
+            return say("done")
+        result = self.run_agent([shell(".coord/coord claim src/x.py -p e2e"), shell("echo two"), look],
+                                env={"SHELL": tcsh})
+        rt = self.agent_runtime(result.session_id())  # one runtime across all its hooks
+        self.assertEqual(seen["comm"], ["codex"], seen)
+        held = [l for l in seen["state"]["leases"] if l["resource"] == "src/x.py"]
+        self.assertEqual([l["runtime"] for l in held], [rt["id"]], seen)
+
     def test_sub_agent_is_its_own_runtime_and_cannot_patch_the_parents_lease(self):
         # Not in Claude's form only: Codex sub-agents (multi_agent_v2) are identified by
         # CODEX_THREAD_ID in their shell and by agent_id in their hook payloads.

@@ -161,9 +161,14 @@ for line in sys.stdin:
 class FakeHarness:
     """A real process whose children are the commands given to run() (so it is their harness)."""
 
-    def __init__(self, testcase):
+    def __init__(self, testcase, name=None):
         self.testcase = testcase
-        self.proc = subprocess.Popen([sys.executable, "-c", _HARNESS_DRIVER], stdin=subprocess.PIPE,
+        python = sys.executable
+        if name:  # look like that harness by its command name: python started as NAME
+            bindir = tempfile.mkdtemp(prefix="harness-", dir=testcase.tmp)
+            python = os.path.join(bindir, name)
+            os.symlink(os.path.realpath(sys.executable), python)
+        self.proc = subprocess.Popen([python, "-c", _HARNESS_DRIVER], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         self.pid = self.proc.pid
         testcase.addCleanup(self.close)

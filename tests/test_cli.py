@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import unittest
@@ -69,6 +70,30 @@ class CliTest(support.CoordTestCase):
         self.assertNotIn("Traceback", refused.stderr)
         data = json.loads(self.coord("claim", "src", "--json", runtime=b["handle"], check=3).stdout)
         self.assertEqual((data["ok"], data["exit"], data["conflicts"][0]["handle"]), (False, 3, a["handle"]))
+
+    def test_legacy_paths_spelling_is_accepted_and_hidden(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        data = self.coord_json("claim", "--paths", "src/a.py", "docs", "-p", "x", runtime=a["id"])
+        self.assertEqual(sorted(l["resource"] for l in data["leases"]), ["docs", "src/a.py"])
+        mixed = self.coord_json("claim", "lib", "-p", "y", "--paths", "bin", "tools", runtime=b["id"])
+        self.assertEqual(sorted(l["resource"] for l in mixed["leases"]), ["bin", "lib", "tools"])
+        self.assertEqual(self.coord("check", "--paths", "docs/x.md", "--as", b["handle"]).returncode, 3)
+        self.assertEqual(self.coord("check", "--paths", "other", "--as", b["handle"]).returncode, 0)
+        released = self.coord_json("release", "--paths", "docs", runtime=a["id"])["released"]
+        self.assertEqual(released, ["docs"])
+        self.assertEqual(self.coord("check", "--paths", "docs/x.md", "--as", b["handle"]).returncode, 0)
+        batch = json.loads(self.coord("batch", "--json", "claim", "--paths", "docs", ":", "release", "--paths",
+                                      "lib", runtime=b["id"], check=0).stdout)
+        self.assertEqual([r["exit"] for r in batch["results"]], [0, 0])
+        left = sorted((l["resource"], l["runtime"]) for l in self.coord_json("list")["leases"])
+        self.assertEqual(left, sorted([("src/a.py", a["id"]), ("bin", b["id"]), ("tools", b["id"]),
+                                       ("docs", b["id"])]))
+        for command in ("claim", "release", "check"):
+            with self.subTest(command=command):
+                self.assertNotIn("--paths", self.coord(command, "--help", check=0).stdout)
+        self.coord("claim", "--paths", check=2)
+        self.assertIn("arguments are required: RESOURCE", self.coord("check", check=2).stderr)
 
     def test_check_exit_status_and_as(self):
         a = self.hello()["runtime"]
@@ -587,6 +612,72 @@ class LivenessCliTest(support.CoordTestCase):
         self.assertNotEqual(proc.returncode, 0)
 
 
+class StatusCliTest(support.CoordTestCase):
+    """`coord status` over real runtimes, leases and messages: JSON shape, size, and reads only."""
+
+    def fleet(self, n=8):
+        rts = [self.coord_json("hello", "--harness", "claude" if i % 2 else "codex")["runtime"] for i in range(n)]
+        for i, rt in enumerate(rts):
+            self.coord("claim", "src/mod%d.py" % i, "src/shared%d/" % i, runtime=rt["id"], check=0)
+        self.coord("send", "please look", "--to", rts[1]["handle"], runtime=rts[0]["id"], check=0)
+        self.coord("send", "and this", "--to", rts[1]["handle"], runtime=rts[0]["id"], check=0)
+        return rts
+
+    def test_status_json_has_each_live_agent_with_leases_unacked_and_activity(self):
+        rts = self.fleet(3)
+        self.coord("ack", "1", runtime=rts[1]["id"], check=0)
+        self.coord("bye", runtime=rts[2]["id"], check=0)
+        reply = self.coord_json("status")
+        self.assertEqual(sorted(reply), ["agents", "ok", "work"])
+        self.assertTrue(reply["ok"])
+        self.assertEqual(reply["work"], [])
+        self.assertEqual([a["handle"] for a in reply["agents"]], [rts[0]["handle"], rts[1]["handle"]])
+        a0, a1 = reply["agents"]
+        self.assertEqual(sorted(a0), ["cwd", "handle", "harness", "heartbeat_age", "id", "leases", "subagent",
+                                      "task", "unacked", "work"])
+        self.assertEqual((a0["id"], a0["harness"], a0["work"], a0["unacked"]), (rts[0]["id"], "codex", None, 0))
+        self.assertEqual(a0["leases"], ["src/mod0.py", "src/shared0"])
+        self.assertEqual((a1["harness"], a1["unacked"]), ("claude", 1))
+        self.assertGreaterEqual(a0["heartbeat_age"], 0)
+
+    def test_status_is_one_short_line_per_agent_without_ids(self):
+        rts = self.fleet(8)
+        out = self.coord("status", check=0).stdout
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "agents:")
+        self.assertEqual(len(lines), 9, out)
+        self.assertIn("2 leases", lines[2])
+        self.assertIn("2 unacked", lines[2])
+        for rt in rts:
+            self.assertNotIn(rt["id"], out)
+        self.assertTrue(all(len(l) < 120 for l in lines), out)
+        self.assertLess(len(out.encode()), 1000, out)
+        verbose = self.coord("status", "--verbose", check=0).stdout
+        self.assertTrue(all(rt["id"] in verbose for rt in rts))
+        self.assertEqual(self.coord("status", env={"COORD_DB": os.path.join(self.tmp, "empty.db")},
+                                    check=0).stdout, "no live agents and no work\n")
+
+    def test_status_reads_while_another_process_holds_the_write_lock_and_imports_no_work_code(self):
+        self.fleet(2)
+        conn = sqlite3.connect(self.db)
+        self.addCleanup(conn.close)
+        conn.execute("BEGIN IMMEDIATE")
+        reply = self.coord_json("status", env={"COORD_BUSY_TIMEOUT": "0"})
+        self.assertEqual(len(reply["agents"]), 2)
+        conn.rollback()
+        proc = subprocess.run([sys.executable, "-X", "importtime", support.COORD, "status"], env=self.env,
+                              cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        imported = {l.rsplit("|", 1)[-1].strip() for l in proc.stderr.splitlines() if "|" in l}
+        self.assertNotIn("workspace", imported)
+        self.assertNotIn("session", imported)
+
+    def test_list_names_no_work_for_an_agent_outside_any(self):
+        rt = self.hello()["runtime"]
+        reply = self.coord_json("list")
+        self.assertEqual([r["work"] for r in reply["runtimes"] if r["id"] == rt["id"]], [None])
+
+
 class StartupTest(support.CoordTestCase):
     """coord runs on every agent command: its /bin/sh start caches the script's bytecode, and a
     command builds only its own parser."""
@@ -641,6 +732,7 @@ class StartupTest(support.CoordTestCase):
         self.assertEqual(commands(["--json", "check", "src/a.py", "--as", "x"]), ["check"])
         self.assertEqual(sorted(commands(["batch", "claim", "a", ":", "list"])),
                          sorted(("batch",) + coord.BATCH_ACTIONS))
+        self.assertEqual(commands(["status", "--json"]), ["status"])
         self.assertEqual(commands(["--version"]), [])
         # Help, no command and an unknown one build every command, so that they list them all.
         for argv in ([], ["--json"], ["--help"], ["claim", "-h"], ["bogus"]):

@@ -1078,6 +1078,101 @@ class IdentityTest(HookCase):
         self.assertEqual(self.st.all_leases(), [])
 
 
+def shell_copy(testcase, name, source="bash"):
+    """A copy of shell `source` under the test's directory, named `name` (a shell no list knows)."""
+    path = os.path.join(testcase.tmp, "shells", name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    shutil.copy(support.require_tool(testcase, source), path)
+    return path
+
+
+def through(harness, *shells):
+    """Make `harness` run each command as `$SHELL -lc` would, through `shells` (outermost
+    first: (argv0, flag)); every shell keeps running until the command ends (no exec)."""
+    direct = harness.run
+
+    def run(argv, data, env, cwd):
+        for shell, flag in reversed(shells):
+            argv = [shell, flag, '"$@"; exit $?', os.path.basename(shell)] + argv
+        return direct(argv, data, env, cwd)
+    harness.run = run
+    return harness
+
+
+class HarnessBehindShellsTest(HookCase):
+    """The hook records the harness process itself, past login shells whatever their name, and
+    a command from the agent's shell resolves to that runtime by its ancestry."""
+
+    def events(self, via, session=CODEX_MAIN):
+        """SessionStart and three more hook runs of one Codex conversation through `via`."""
+        rt = self.start(session, harness="codex", via=via)
+        self.run_hook(self.payload("codex-UserPromptSubmit", session_id=session), harness="codex", via=via)
+        self.run_hook(self.patch("*** Begin Patch\n*** Add File: src/a.py\n+x\n*** End Patch\n",
+                                 session=session), harness="codex", via=via)
+        self.run_hook(self.payload("codex-Stop", session_id=session), harness="codex", via=via)
+        return rt
+
+    def assert_one_runtime_held_by(self, harness, session=CODEX_MAIN):
+        rows = self.st.q("SELECT id, pid FROM runtimes WHERE conversation = ?", (session,)).fetchall()
+        self.assertEqual([r[1] for r in rows], [harness.pid], rows)
+        self.assertTrue(self.st.runtime_live(self.st.runtime(rows[0][0])))
+        return rows[0][0]
+
+    def claim_from_agent_shell(self, harness, path):
+        """`coord claim` run by the agent's shell (a child of the harness), with no identity in
+        its environment: only its ancestry names it."""
+        env = {k: v for k, v in self.env.items() if not k.startswith(("CODEX_", "CLAUDE_", "COORD_RUNTIME"))}
+        return harness.run([sys.executable, support.COORD, "claim", path, "-p", "x", "--json"],
+                           "", env, self.repo)
+
+    def test_codex_under_login_shells_outside_any_list_keeps_one_runtime(self):
+        shells = [("tcsh", "bash"), ("elvish", "bash"), ("dash", "dash"), ("bash", "bash")]
+        if shutil.which("zsh"):
+            shells.append(("zsh", "zsh"))
+        for name, source in shells:
+            with self.subTest(login_shell=name):
+                session, path = store.new_uuid(), "src/%s.py" % name
+                harness = through(FakeHarness(self, name="codex"),
+                                  (shell_copy(self, name, source), "-lc"), ("/bin/sh", "-c"))
+                rt = self.events(harness, session)
+                rid = self.assert_one_runtime_held_by(harness, session)
+                self.assertEqual(rt["id"], rid)
+                rc, out, err = self.claim_from_agent_shell(harness, path)
+                self.assertEqual(rc, 0, out + err)
+                self.assertEqual(json.loads(out)["ok"], True)
+                held = self.st.q("SELECT runtime FROM leases WHERE resource = ?", (path,)).fetchall()
+                self.assertEqual(held, [(rid,)])
+                harness.close()
+
+    def test_unrecognised_parent_behind_an_unknown_shell_is_the_harness(self):
+        # No process looks like Codex or Claude: the walk passes the shells only, so it stops
+        # at the stand-in (and never climbs to whatever agent runs the test suite).
+        harness = through(FakeHarness(self), (shell_copy(self, "nu"), "-lc"), ("/bin/sh", "-c"))
+        self.events(harness)
+        self.assert_one_runtime_held_by(harness)
+
+    def test_claude_recognised_as_node_running_its_cli_script(self):
+        pkg = os.path.join(self.tmp, "lib", "node_modules", "@anthropic-ai", "claude-code")
+        os.makedirs(pkg)
+        script = os.path.join(pkg, "cli.js")
+        with open(script, "w") as f:
+            f.write(support._HARNESS_DRIVER)
+        node = os.path.join(self.tmp, "node-bin", "node")
+        os.makedirs(os.path.dirname(node))
+        os.symlink(os.path.realpath(sys.executable), node)
+        harness = FakeHarness(self)
+        harness.close()
+        harness.proc = subprocess.Popen([node, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True)
+        harness.pid = harness.proc.pid
+        through(harness, (shell_copy(self, "xonsh"), "-c"), ("/bin/sh", "-c"))
+        self.assertEqual(store.harness_of_process(harness.pid), "claude")
+        self.start(CLAUDE_MAIN, via=harness)
+        self.run_hook(self.payload("claude-UserPromptSubmit"), via=harness)
+        rows = self.st.q("SELECT pid FROM runtimes WHERE conversation = ?", (CLAUDE_MAIN,)).fetchall()
+        self.assertEqual(rows, [(harness.pid,)])
+
+
 class WorkLinkTest(HookCase):
     """A harness launched for a work record tells the record its conversation at SessionStart."""
 

@@ -1391,6 +1391,77 @@ class HelperTest(CoordTestCase):
         self.assertEqual(workspace.full_commit("A" * 40), "a" * 40)
 
 
+class StatusTest(TmuxWorkCase):
+    """`coord status` on real clones: a commit (ahead), canonical main moved (behind), a dirty
+    file, a tmux window on a private socket, and tmux missing; all read without a snapshot."""
+
+    def status(self, *args, env=None):
+        return self.coord_json("status", *args, runtime=self.rt["id"], cwd=self.canon, env=env)
+
+    def op_heads(self, path):
+        return sorted(os.listdir(os.path.join(path, ".jj", "repo", "op_heads", "heads")))
+
+    def test_status_shows_ahead_behind_dirty_tmux_and_never_snapshots(self):
+        handle, path, _ = self.create("viewed")
+        self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "commit", "-m", "feature")
+        self.write(self.canon, "later.txt", "later\n")
+        self.jj(self.canon, "commit", "-m", "later on main")
+        self.jj(self.canon, "bookmark", "set", "main", "-r", "@-")
+        self.work("start", handle, check=0)
+        self.coord("claim", "src/a.py", runtime=self.rt["id"], cwd=self.canon, check=0)
+        other = self.hello()["runtime"]
+        self.coord("send", "hi", "--to", self.rt["handle"], runtime=other["id"], cwd=self.canon, check=0)
+
+        reply = self.status()
+        self.assertTrue(reply["ok"])
+        row = next(w for w in reply["work"] if w["handle"] == handle)
+        self.assertEqual((row["ahead"], row["behind"], row["into"]), (1, 1, "main"))
+        self.assertEqual((row["dirty"], row["dirty_from"]), (False, "git"))
+        self.assertEqual(row["tmux"], "alive")
+        self.assertEqual(row["owner"], self.rt["handle"])
+        self.assertEqual(row["leases"], ["src/a.py"])
+        self.assertEqual(row["unacked"], 1)
+        me = next(a for a in reply["agents"] if a["handle"] == self.rt["handle"])
+        self.assertEqual((me["work"], me["task"], me["unacked"]), (handle, "viewed", 1))
+
+        # An edit no snapshot has seen yet is dirty, and status takes no snapshot to say so.
+        self.write(path, "wip.txt", "not yet committed\n")
+        heads = self.op_heads(path)
+        row = next(w for w in self.status()["work"] if w["handle"] == handle)
+        self.assertEqual((row["dirty"], row["ahead"], row["behind"]), (True, 1, 1))
+        self.assertEqual(self.op_heads(path), heads, "status must not snapshot the clone")
+        text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
+        line = next(l for l in text.splitlines() if l.strip().startswith(handle))
+        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main", "1 lease", "1 unacked"):
+            self.assertIn(part, line)
+        self.assertNotIn(row["id"], text)
+        self.assertIn(row["id"], self.coord("status", "--verbose", runtime=self.rt["id"], cwd=self.canon,
+                                            check=0).stdout)
+
+        # tmux missing: the window is unknown, and status still succeeds.
+        bindir = os.path.join(self.tmp, "bin-no-tmux")
+        os.mkdir(bindir)
+        for t in ("jj", "git"):
+            os.symlink(shutil.which(t), os.path.join(bindir, t))
+        row = next(w for w in self.status(env={"PATH": bindir})["work"] if w["handle"] == handle)
+        self.assertEqual(row["tmux"], "unknown")
+        self.assertEqual(row["ahead"], 1)
+
+        # The window closed: gone, by its recorded IDs.
+        self.kill_server()
+        row = next(w for w in self.status()["work"] if w["handle"] == handle)
+        self.assertEqual(row["tmux"], "gone")
+
+    def test_list_says_which_work_an_agent_is_in(self):
+        handle, path, _ = self.create("listed")
+        reply = self.coord_json("list", runtime=self.rt["id"], cwd=self.canon)
+        me = next(r for r in reply["runtimes"] if r["id"] == self.rt["id"])
+        self.assertEqual(me["work"], handle)
+        text = self.coord("list", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
+        self.assertIn("in " + handle, text)
+
+
 class OperationsTest(WorkTestCase):
     """The operations called in-process, as Python functions: a real Store, real jj clones,
     no coord subprocess; refusals arrive as store.Refused carrying their reasons."""
