@@ -235,34 +235,39 @@ class CoordScenarios(h.CoordCase):
         self.compare_with_plain("start-up", result, script)
 
     def test_patches_onto_a_peers_exclusive_lease_are_denied(self):
-        peer = self.peer()
-        self.rcoord("claim", "src/a.py", "--runtime", peer["id"], "-p", "peer work")
-        for repo in (self.repo, self.plain):
-            self.write_file("src/a.py", "original\n", repo=repo)
-            self.write_file("src/b.py", "bee\n", repo=repo)
+        peer = self.peer_holding_a()
 
         def script(repo):
             return [p for _, p in DENIED_PATCHES] + [say("done")]
         result = self.run_agent(script(self.repo))
         self.assertEqual(self.read_file("src/a.py"), "original\n")
         self.assertEqual(self.read_file("src/b.py"), "bee\n")
-        reqs = self.server.model_requests()
-        for i, (what, _) in enumerate(DENIED_PATCHES):
-            item = reqs[i + 1].tail()[-1]
-            self.assertEqual(item["type"], "custom_tool_call_output", what)
-            self.assertTrue(item["output"].startswith("Command blocked by PreToolUse hook: "),
-                            (what, item["output"]))
-            self.assertIn(peer["handle"], item["output"], what)
-            self.assertIn("src/a.py", item["output"].split(". Command: ")[0], what)
+        self.assert_each_blocked(DENIED_PATCHES, "custom_tool_call_output", peer)
         self.compare_with_plain("denied add/update/move", result, script)
 
-    def test_shell_patches_onto_a_peers_exclusive_lease_are_denied(self):
-        # Codex applies `apply_patch <<EOF` run through its shell with its own patch engine.
+    def peer_holding_a(self):
+        """A peer holding src/a.py exclusively, with src/a.py and src/b.py in both repositories."""
         peer = self.peer()
         self.rcoord("claim", "src/a.py", "--runtime", peer["id"], "-p", "peer work")
         for repo in (self.repo, self.plain):
             self.write_file("src/a.py", "original\n", repo=repo)
             self.write_file("src/b.py", "bee\n", repo=repo)
+        return peer
+
+    def assert_each_blocked(self, patches, output_type, peer):
+        """The model saw each of `patches` blocked by coord's hook, naming the peer and src/a.py."""
+        reqs = self.server.model_requests()
+        for i, (what, _) in enumerate(patches):
+            item = reqs[i + 1].tail()[-1]
+            self.assertEqual(item["type"], output_type, what)
+            self.assertTrue(item["output"].startswith("Command blocked by PreToolUse hook: "),
+                            (what, item["output"]))
+            self.assertIn(peer["handle"], item["output"], what)
+            self.assertIn("src/a.py", item["output"].split(". Command: ")[0], what)
+
+    def test_shell_patches_onto_a_peers_exclusive_lease_are_denied(self):
+        # Codex applies `apply_patch <<EOF` run through its shell with its own patch engine.
+        peer = self.peer_holding_a()
 
         def script(repo):
             return [p for _, p in DENIED_SHELL_PATCHES] + [
@@ -271,14 +276,7 @@ class CoordScenarios(h.CoordCase):
         self.assertEqual(self.read_file("src/a.py"), "original\n")
         self.assertEqual(self.read_file("src/b.py"), "bee\n")
         self.assertEqual(self.read_file("src/c.py"), "free\n", "an unleased path is not held up")
-        reqs = self.server.model_requests()
-        for i, (what, _) in enumerate(DENIED_SHELL_PATCHES):
-            item = reqs[i + 1].tail()[-1]
-            self.assertEqual(item["type"], "function_call_output", what)
-            self.assertTrue(item["output"].startswith("Command blocked by PreToolUse hook: "),
-                            (what, item["output"]))
-            self.assertIn(peer["handle"], item["output"], what)
-            self.assertIn("src/a.py", item["output"].split(". Command: ")[0], what)
+        self.assert_each_blocked(DENIED_SHELL_PATCHES, "function_call_output", peer)
         # Control: the same run without coord's hooks rewrites the leased file.
         self.compare_with_plain("denied shell patches", result, script)
         plain = {}
