@@ -255,12 +255,18 @@ def harness_command(harness, environ=None):
     return words or [harness]
 
 
-def harness_argv(harness, conversation=None, extra=(), environ=None):
-    """The argv that starts `harness`, resuming `conversation` when given."""
+def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None):
+    """The argv that starts `harness`, resuming `conversation` when given, with `prompt` as
+    the first message of an interactive session: both CLIs take it as their last positional
+    (`claude [options] [prompt]`, `codex [OPTIONS] [PROMPT]`), after a `--` so that a prompt
+    starting with `-`, or one that is a Codex subcommand's name, stays a prompt."""
     argv = harness_command(harness, environ)
     if conversation:
         argv += list(HARNESSES[harness][1]) + [conversation]
-    return argv + [str(a) for a in extra]
+    argv += [str(a) for a in extra]
+    if prompt is not None:
+        argv += ([] if "--" in argv[1:] else ["--"]) + [prompt]
+    return argv
 
 
 def window_name(task, ident):

@@ -1536,14 +1536,14 @@ def _live_tmux(w, strict=False):
     return rec, None
 
 
-def _launch(environ, w, conversation, harness, extra, previous):
+def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
     import session
     project = store.resolve_project_id(environ, w["source"])
     env = {"COORD_WORK_ID": w["id"], "COORD_PROJECT_ID": project}
     for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
         if environ.get(name):
             env[name] = environ[name]
-    argv = session.harness_argv(harness, conversation, extra, environ)
+    argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt)
     socket = (previous or {}).get("socket") or session.resolve_socket(None, environ)
     return session.launch(project, w["id"], w["path"], argv, env=env, task=w["task"],
                           conversation=conversation, harness=harness, previous=previous, socket=socket)
@@ -1601,11 +1601,56 @@ def _close_window(w):
     return "closed %s" % rec["window_id"]
 
 
-def start_work(st, *, caller, handle, harness, extra=(), environ):
-    """Run a harness for the work in a new tmux window; -> {work, tmux: the window record}."""
+MAX_PROMPT = 8192  # bytes of an initial prompt: tmux refuses a command over about 16 KiB
+
+
+def check_prompt(text, source="--prompt"):
+    """The initial prompt for `work start`, refused when empty, holding a NUL (no argv can) or
+    longer than MAX_PROMPT bytes of UTF-8."""
+    hint = "coord work start WORK --prompt-file TASK.md (at most %d bytes; put more in a file the agent reads)" \
+        % MAX_PROMPT
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError("%s is empty" % source, hint)
+    if "\0" in text:
+        raise UsageError("%s contains a NUL character, which no command line can carry" % source, hint)
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MAX_PROMPT:
+        raise UsageError("%s is %d bytes, more than the %d a tmux window's command can carry"
+                         % (source, size, MAX_PROMPT), hint)
+    return text
+
+
+def read_prompt(text=None, path=None):
+    """The prompt given as text or as a file's path (read as UTF-8), checked; None for neither."""
+    if text is not None and path is not None:
+        raise UsageError("give --prompt or --prompt-file, not both", "coord work start WORK --prompt \"TASK\"")
+    if path is None:
+        return None if text is None else check_prompt(text)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PROMPT + 1)
+    except OSError as exc:
+        raise UsageError("cannot read --prompt-file %s: %s" % (path, exc.strerror or exc),
+                         "coord work start WORK --prompt-file PATH")
+    if len(raw) > MAX_PROMPT:
+        raise UsageError("--prompt-file %s is longer than the %d bytes a tmux window's command can carry"
+                         % (path, MAX_PROMPT), "shorten it, or give a short prompt naming a file the agent reads")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("--prompt-file %s is not UTF-8 text" % path, "coord work start WORK --prompt-file PATH")
+    return check_prompt(text, "--prompt-file %s" % path)
+
+
+def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None):
+    """Run a harness for the work in a new tmux window, `prompt` (checked by check_prompt) as its
+    first message when given; -> {work, tmux: the window record}."""
+    if prompt is not None:
+        check_prompt(prompt)
     w = _launchable(st, handle)
-    rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"))
-    _record_launch(st, w, "active", rec, caller, step="started", harness=harness)
+    rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"), prompt=prompt)
+    _record_launch(st, w, "active", rec, caller, step="started", harness=harness,
+                   prompt_bytes=None if prompt is None else len(prompt.encode("utf-8", "surrogateescape")))
     return {"work": w["handle"], "tmux": rec}
 
 
@@ -1861,8 +1906,9 @@ def cmd_remote_verify(ctx, args):
 
 
 def cmd_start(ctx, args):
+    prompt = read_prompt(args.prompt, args.prompt_file)
     return 0, _ok(start_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
-                             extra=args.extra, environ=ctx.environ)), None
+                             extra=args.extra, environ=ctx.environ, prompt=prompt)), None
 
 
 def cmd_resume(ctx, args):
@@ -1991,7 +2037,9 @@ def _register_session(ws, both):
     p = ws.add_parser("start", parents=both, help="run a harness for the work in a new tmux window")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--harness", choices=("claude", "codex"), default="claude")
-    p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments (after --)")
+    p.add_argument("--prompt", metavar="TEXT", help="the agent's first message (its task)")
+    p.add_argument("--prompt-file", metavar="FILE", help="the first message, read from a UTF-8 file")
+    p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments, after -- (anywhere)")
     p.set_defaults(func=cmd_start)
     p = ws.add_parser("attach", parents=both, help="print (or --execute) the command that shows the window")
     p.add_argument("handle", metavar="HANDLE")

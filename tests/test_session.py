@@ -530,5 +530,18 @@ class CloseTest(TmuxTestCase):
         self.assertIn(rec["window_id"], self.windows())
 
 
+class PromptArgvTest(CoordTestCase):
+    """The initial prompt is the harness's last positional, after a `--` (no tmux needed)."""
+
+    def test_prompt_follows_the_extra_arguments_after_a_separator(self):
+        for harness in ("claude", "codex"):
+            self.assertEqual(session.harness_argv(harness, extra=["--model", "m"], environ={}, prompt="review"),
+                             [harness, "--model", "m", "--", "review"])
+
+    def test_a_separator_in_the_extra_arguments_is_not_repeated(self):
+        self.assertEqual(session.harness_argv("codex", extra=["--", "x"], environ={}, prompt="-p"),
+                         ["codex", "--", "x", "-p"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1544,6 +1544,53 @@ class OperationsTest(WorkTestCase):
         self.assertEqual(out["runtime_handle"], self.rt["handle"])
 
 
+class StartPromptTest(TmuxWorkCase):
+    """`work start` with an initial prompt and harness arguments after `--` in any position."""
+
+    def launched(self):
+        def ready():
+            files = [f for f in os.listdir(self.rec) if f.endswith(".json") and ".action" not in f]
+            return files or None
+        files = support.retry_until(ready)
+        with open(os.path.join(self.rec, files[0])) as fh:
+            return json.load(fh)
+
+    def test_harness_arguments_after_the_separator_follow_the_options(self):
+        handle, _, _ = self.create("passthrough")
+        self.work("start", handle, "--harness", "claude", "--", "--model", "X", "--harness", "codex", check=0)
+        self.assertEqual(self.launched()["args"], ["--model", "X", "--harness", "codex"])
+        self.assertEqual(self.record(handle)["data"]["tmux"]["harness"], "claude")
+
+    def test_prompt_is_the_last_argument_after_a_separator(self):
+        handle, _, _ = self.create("prompted")
+        task = "-fix the parser; then tell me\nline two"
+        self.work("start", handle, "--prompt", task, "--", "--model", "X", check=0)
+        self.assertEqual(self.launched()["args"], ["--model", "X", "--", task])
+        history = self.record(handle)["data"]["history"]
+        self.assertEqual(history[-1]["prompt_bytes"], len(task.encode()))
+
+    def test_prompt_file_is_read_as_text(self):
+        handle, _, _ = self.create("prompted")
+        path = os.path.join(self.tmp, "task.md")
+        with open(path, "w") as f:
+            f.write("review docs/ and report\n")
+        self.work("start", handle, "--prompt-file", path, check=0)
+        self.assertEqual(self.launched()["args"], ["--", "review docs/ and report\n"])
+
+    def test_bad_prompts_are_usage_errors_and_start_nothing(self):
+        handle, _, _ = self.create("prompted")
+        big = os.path.join(self.tmp, "big.md")
+        with open(big, "w") as f:
+            f.write("x" * (workspace.MAX_PROMPT + 1))
+        for extra in (["--prompt", " "], ["--prompt-file", big], ["--prompt-file", os.path.join(self.tmp, "none")],
+                      ["--prompt", "a", "--prompt-file", big]):
+            proc = self.work("start", handle, *extra)
+            self.assertEqual(proc.returncode, 2, (extra, proc.stderr))
+            self.assertIn("next:", proc.stderr)
+        self.assertEqual(self.windows(), [])
+        self.assertNotIn("tmux", self.record(handle)["data"])
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
