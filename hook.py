@@ -419,7 +419,9 @@ def on_session_start(h):
         export_runtime(env_file, rt["id"])
     work_id = h.environ.get("COORD_WORK_ID")
     if work_id:
-        link_work(h, rt, work_id, pid)
+        rec = link_work(h, rt, work_id, pid)
+        if rec:
+            label_window(h, rec, rt)
     return reply("SessionStart", session_context(h, rt, work_lines(h, rt)))
 
 
@@ -473,11 +475,12 @@ def work_lines(h, rt):
 def link_work(h, rt, work_id, pid):
     """A harness launched by `coord work start/resume` records its conversation and runtime in
     the work's tmux record, so `work resume` knows what to resume. Only the harness running in
-    the recorded pane (the pane's process or one of its descendants) may do this."""
+    the recorded pane (the pane's process or one of its descendants) may do this. -> that tmux
+    record when this harness runs in it, else None."""
     import store
     db = h.db
     if not pid or not store.is_uuid(work_id):
-        return
+        return None
     chain, cur = [pid], pid
     for _ in range(4):
         cur = store.process_parent(cur)[0]
@@ -488,11 +491,29 @@ def link_work(h, rt, work_id, pid):
         w = db.work(work_id)
         tmux = (w or {}).get("data", {}).get("tmux") or {}
         if not w or tmux.get("pane_pid") not in chain:
-            return
+            return None
         if tmux.get("conversation") == h.session and tmux.get("runtime_id") == rt["id"]:
-            return
+            return tmux
         db.update_work(w["id"], data={"tmux": dict(tmux, conversation=h.session, runtime_id=rt["id"])})
         db.audit("work.attached", rt["id"], w["id"], conversation=h.session)
+    return tmux
+
+
+def label_window(h, rec, rt):
+    """Put the runtime and conversation on the recorded tmux window and pane (user options
+    @coord-runtime, @coord-conversation), only when $TMUX names the recorded server (socket and
+    pid) and $TMUX_PANE the recorded pane, so the record is proven without asking tmux; one tmux
+    call, at SessionStart only. Fails open: a label is an aid, never a decision."""
+    value, pane = h.environ.get("TMUX") or "", h.environ.get("TMUX_PANE")
+    parts = value.rsplit(",", 2)
+    if not pane or len(parts) != 3 or pane != rec.get("pane_id") or parts[1] != str(rec.get("server_pid")) \
+            or not rec.get("socket") or os.path.realpath(parts[0]) != os.path.realpath(rec["socket"]):
+        return
+    try:
+        import session
+        session.label_harness(rec, rt["id"], h.session)
+    except Exception:
+        pass
 
 
 def export_runtime(path, runtime_id):
