@@ -1593,6 +1593,7 @@ class ToolMatcherTest(HookCase):
         self.assertEqual(checked, matched)
 
 
+@support.slow
 class WorkContextTest(HookCase):
     """SessionStart in a real managed clone (made by `coord work create`) names the work, its
     task and owner, and the rules for finishing, within CLONE_START_BYTES; elsewhere nothing

@@ -1544,6 +1544,7 @@ class OperationsTest(WorkTestCase):
         self.assertEqual(out["runtime_handle"], self.rt["handle"])
 
 
+@support.slow
 class StartPromptTest(TmuxWorkCase):
     """`work start` with an initial prompt and harness arguments after `--` in any position."""
 
@@ -1591,6 +1592,7 @@ class StartPromptTest(TmuxWorkCase):
         self.assertNotIn("tmux", self.record(handle)["data"])
 
 
+@support.slow
 class UnprotectedCloneTest(WorkTestCase):
     """A clone whose starting revision lacks the shared checkout's coord installation is refused."""
 
