@@ -1,9 +1,10 @@
 """End-to-end: `coord work start --prompt` gives the real Claude Code and Codex CLIs, run
 interactively in a tmux window (a private socket), their first message, offline against
-tests/modelserver.py.
+tests/modelserver.py; and with coord installed and committed, the harness's SessionStart hook
+in the clone names the work and its owner to the model and labels the tmux window and pane
+with @coord-runtime and @coord-conversation.
 
-The clone comes from `coord work create` (no coord installed in the repository: the test is
-about the launch). The person's one-time answers the CLIs would ask for in a window (Claude
+The clones come from `coord work create`. The person's one-time answers the CLIs would ask for in a window (Claude
 Code's onboarding, workspace trust and API-key prompts; Codex's project trust and model
 notice) are given in the private HOME beforehand, as a person would have given them.
 """
@@ -80,6 +81,43 @@ class StartWithPrompt(object):
         self.assertIn(prompt, found[0].text())
         self.assertNotIn(("POST", "/v1/messages"), [(r.method, r.path) for r in self.server.refused])
 
+    def install_and_commit(self):
+        """coord installed in the repository and committed, as README says, so clones carry it."""
+        for argv in ([sys.executable, os.path.join(h.ROOT, "install"), self.repo, "--project-id", "test-project"],
+                     ["git", "-C", self.repo, "add", "-A"],
+                     ["git", "-C", self.repo, "commit", "-q", "-m", "Install coord"]):
+            proc = subprocess.run(argv, env=dict(self.env, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",
+                                                 GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+    def test_in_a_clone_the_hooks_name_the_work_and_label_the_window(self):
+        self.install_and_commit()
+        env = dict(self.harness_env(), **self.coord_env)
+        owner = self.run_coord("hello", env=env)["runtime"]
+        env["COORD_RUNTIME_ID"] = owner["id"]
+        work = self.run_coord("work", "create", "hooked", env=env)["work"]
+        self.prepare(work["path"])
+        self.server.load([say("on it")] * 4)
+        self.run_coord("work", "start", work["handle"], "--harness", self.harness, "--prompt", "go", env=env)
+
+        def linked():
+            rec = self.run_coord("work", "inspect", work["handle"], "--verbose", env=env)["work"]["data"]["tmux"]
+            return rec if rec.get("runtime_id") else None
+        rec = support.retry_until(linked, timeout=90, interval=0.5)
+
+        def option(flag, target, name):
+            return subprocess.run([self.tmux_bin, "-S", self.sock, "show-options", flag, "-v", "-t", target, name],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10).stdout.strip()
+        for flag, target in (("-w", rec["window_id"]), ("-p", rec["pane_id"])):
+            self.assertEqual(option(flag, target, "@coord-runtime"), rec["runtime_id"])
+            self.assertEqual(option(flag, target, "@coord-conversation"), rec["conversation"])
+        seen = support.retry_until(lambda: [r for r in list(self.server.requests)
+                                            if r.api and "Your work: %s" % work["handle"] in r.text()],
+                                   timeout=60, interval=0.5)
+        self.assertIn("report to %s" % owner["handle"], seen[0].text())
+        self.assertIn("Never git commit", seen[0].text())
+
 
 class ClaudeStartWithPrompt(StartWithPrompt, h.HarnessCase):
     harness = "claude"
@@ -101,7 +139,10 @@ class CodexStartWithPrompt(StartWithPrompt, h.HarnessCase):
         return h.codex_env(self.home, self.codex_home, self.server)
 
     def prepare(self, clone):
-        # the pinned CLI's catalog offers an upgrade of the configured model in a dialog first
+        # the pinned CLI's catalog offers an upgrade of the configured model in a dialog first;
+        # coord's hooks in the clone run once the person trusted them for this path (/hooks)
+        hooks = os.path.join(clone, ".codex", "hooks.json")
         h.write_codex_config(self.codex_home, self.server, [clone],
+                             h.codex_hook_hashes(hooks) if os.path.exists(hooks) else None,
                              extra='[notice.model_migrations]\n"gpt-5.5" = "gpt-6-sol"')
 
