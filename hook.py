@@ -36,6 +36,7 @@ MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails ope
 BUSY_WAIT = 1.0          # seconds one statement waits for a locked database (SessionEnd: half)
 SHOWN = 8                # peer leases read at SessionStart (as many as fit START_BYTES are listed)
 START_BYTES = 400        # bytes of SessionStart's own lines (identity, leases); messages come on top
+CLONE_START_BYTES = 600  # the same in a managed clone, whose work and finishing rules come first
 _PATCH = {}              # compiled patch regexes, built on first use
 
 
@@ -418,18 +419,68 @@ def on_session_start(h):
         export_runtime(env_file, rt["id"])
     work_id = h.environ.get("COORD_WORK_ID")
     if work_id:
-        link_work(h, rt, work_id, pid)
-    return reply("SessionStart", session_context(h, rt))
+        rec = link_work(h, rt, work_id, pid)
+        if rec:
+            label_window(h, rec, rt)
+    return reply("SessionStart", session_context(h, rt, work_lines(h, rt)))
+
+
+def clone_work(h):
+    """The work record of the managed clone this session runs in, else None: the work named by
+    the ownership marker at the repository root (.jj/coord-owner, read without following a
+    symlink), while that work is live, records exactly this root and holds the marker's token."""
+    import json
+    import store
+    root = h.root()
+    if not root:
+        return None
+    try:
+        fd = os.open(os.path.join(root, ".jj", "coord-owner"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            marker = json.loads(f.read(4096))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict) or not store.is_uuid(marker.get("work")):
+        return None
+    w = h.db.work(marker["work"])
+    if w is None or w["state"] in ("failed", "removed") or w["path"] != root or not w["token"] \
+            or marker.get("token") != w["token"]:
+        return None
+    return w
+
+
+def work_lines(h, rt):
+    """In a managed clone: which work this is, whom to report to (the work's owner: the runtime
+    that created it, or the one that resumed it), and how to finish with jj; [] elsewhere."""
+    import store
+    w = clone_work(h)
+    if w is None:
+        return []
+    owner, rid, seen = None, w["runtime"], set()
+    while rid and rid not in seen:  # the creator's latest attachment: messages to it reach that one
+        seen.add(rid)
+        found = h.db.runtime(rid)
+        if found is None:
+            break
+        owner, rid = found, found.get("superseded_by")
+    to = owner["handle"] if owner is not None and owner["id"] != rt["id"] else None
+    cmd = h.command()
+    return ["Your work: %s (task %s) in this clone%s." % (
+                w["handle"], store.clean_text(w["task"], 48), "; report to %s" % to if to else ""),
+            "Finish with jj: jj describe -m \"what, why\"; next change: jj new or jj commit -m. "
+            "Never git commit, never push, never move main or other shared bookmarks.",
+            "Done: %s send \"done: <summary>\" --to %s" % (cmd, to or "'*'")]
 
 
 def link_work(h, rt, work_id, pid):
     """A harness launched by `coord work start/resume` records its conversation and runtime in
     the work's tmux record, so `work resume` knows what to resume. Only the harness running in
-    the recorded pane (the pane's process or one of its descendants) may do this."""
+    the recorded pane (the pane's process or one of its descendants) may do this. -> that tmux
+    record when this harness runs in it, else None."""
     import store
     db = h.db
     if not pid or not store.is_uuid(work_id):
-        return
+        return None
     chain, cur = [pid], pid
     for _ in range(4):
         cur = store.process_parent(cur)[0]
@@ -440,11 +491,29 @@ def link_work(h, rt, work_id, pid):
         w = db.work(work_id)
         tmux = (w or {}).get("data", {}).get("tmux") or {}
         if not w or tmux.get("pane_pid") not in chain:
-            return
+            return None
         if tmux.get("conversation") == h.session and tmux.get("runtime_id") == rt["id"]:
-            return
+            return tmux
         db.update_work(w["id"], data={"tmux": dict(tmux, conversation=h.session, runtime_id=rt["id"])})
         db.audit("work.attached", rt["id"], w["id"], conversation=h.session)
+    return tmux
+
+
+def label_window(h, rec, rt):
+    """Put the runtime and conversation on the recorded tmux window and pane (user options
+    @coord-runtime, @coord-conversation), only when $TMUX names the recorded server (socket and
+    pid) and $TMUX_PANE the recorded pane, so the record is proven without asking tmux; one tmux
+    call, at SessionStart only. Fails open: a label is an aid, never a decision."""
+    value, pane = h.environ.get("TMUX") or "", h.environ.get("TMUX_PANE")
+    parts = value.rsplit(",", 2)
+    if not pane or len(parts) != 3 or pane != rec.get("pane_id") or parts[1] != str(rec.get("server_pid")) \
+            or not rec.get("socket") or os.path.realpath(parts[0]) != os.path.realpath(rec["socket"]):
+        return
+    try:
+        import session
+        session.label_harness(rec, rt["id"], h.session)
+    except Exception:
+        pass
 
 
 def export_runtime(path, runtime_id):
@@ -461,14 +530,17 @@ def export_runtime(path, runtime_id):
         pass  # identity then falls back to CLAUDE_CODE_SESSION_ID
 
 
-def session_context(h, rt):
-    """SessionStart's context: your handle and the list and inbox commands, your leases and
-    peers' exclusive leases by holder (purposes are in `list --verbose`) in at most START_BYTES
-    (with .coord/coord; what does not fit is counted and pointed to `list`; a lost-lease
-    notice comes on top); then open messages in what is left of CONTEXT_BUDGET."""
+def session_context(h, rt, work=()):
+    """SessionStart's context: your handle and the list and inbox commands, in a managed clone
+    the `work` lines, then your leases and peers' exclusive leases by holder (purposes are in
+    `list --verbose`) in at most START_BYTES (CLONE_START_BYTES with work lines; with
+    .coord/coord; what does not fit is counted and pointed to `list`; a lost-lease notice comes
+    on top); then open messages in what is left of CONTEXT_BUDGET."""
     import store
     db, cmd = h.db, h.command()
     lines = ["coord: you are %s (agents, leases: %s list; messages: %s inbox)" % (rt["handle"], cmd, cmd)]
+    lines += list(work)
+    budget = CLONE_START_BYTES if work else START_BYTES
     lost = store.lost_line(db.take_lost(rt["id"]), cmd)  # a notice, like messages: outside START_BYTES
 
     def size(ls):
@@ -487,7 +559,7 @@ def session_context(h, rt):
                 "  %s: %s" % (who, ", ".join(names)) for who, names in groups.items() if names]
         for l in held:
             groups.setdefault(l["handle"], []).append(store.clean_text(l["resource"], 60))
-            if size(lines + least + rendered() + [more]) > START_BYTES:
+            if size(lines + least + rendered() + [more]) > budget:
                 groups[l["handle"]].pop()
                 break
             listed += 1
@@ -495,9 +567,12 @@ def session_context(h, rt):
     for shown in range(len(mine), 0, -1):
         rest = len(mine) - shown
         line = "Your leases: %s" % ", ".join(mine[:shown]) + (" (+%d more)" % rest if rest else "")
-        if size(lines + [line] + peers) <= START_BYTES:
+        if size(lines + [line] + peers) <= budget:
             least = [line]
             break
+    if (mine or held) and size(lines + least + peers) > budget:  # nothing listable fits: counts only
+        least, peers = ["Leases: %d yours, %d held exclusively by peers (ask before editing): %s list"
+                        % (len(mine), total, cmd)], []
     lines += ([lost] if lost else []) + least + peers
     used = size(lines)
     pending = db.pending_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - used))

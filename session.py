@@ -54,6 +54,7 @@ THEN = object()
 OPT_PROJECT = "@coord-project"
 OPT_WORK = "@coord-work"
 OPT_CONVERSATION = "@coord-conversation"
+OPT_RUNTIME = "@coord-runtime"
 
 _PANE_FIELDS = ("pid", "session_id", "window_id", "pane_id", "pane_pid", "pane_dead",
                 "pane_current_command", "pane_start_command")
@@ -255,12 +256,18 @@ def harness_command(harness, environ=None):
     return words or [harness]
 
 
-def harness_argv(harness, conversation=None, extra=(), environ=None):
-    """The argv that starts `harness`, resuming `conversation` when given."""
+def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None):
+    """The argv that starts `harness`, resuming `conversation` when given, with `prompt` as
+    the first message of an interactive session: both CLIs take it as their last positional
+    (`claude [options] [prompt]`, `codex [OPTIONS] [PROMPT]`), after a `--` so that a prompt
+    starting with `-`, or one that is a Codex subcommand's name, stays a prompt."""
     argv = harness_command(harness, environ)
     if conversation:
         argv += list(HARNESSES[harness][1]) + [conversation]
-    return argv + [str(a) for a in extra]
+    argv += [str(a) for a in extra]
+    if prompt is not None:
+        argv += ([] if "--" in argv[1:] else ["--"]) + [prompt]
+    return argv
 
 
 def window_name(task, ident):
@@ -373,6 +380,19 @@ def launch(project, work_id, cwd, argv, env=None, task=None, conversation=None, 
                             % (window_id, pane_id, pane_pid, tmux.socket, shlex.quote(tmux.socket), window_id))
         raise
     return record
+
+
+def label_harness(record, runtime, conversation, timeout=2.0):
+    """Set @coord-runtime and @coord-conversation on the recorded window and pane, in one tmux
+    call, once the harness registered. The caller has proved the record names the pane it runs
+    in (the hook: its $TMUX and $TMUX_PANE name the recorded server and pane, whose recorded
+    pid is its ancestor), so no lookup is needed. Raises EnvError when tmux fails."""
+    tmux = Tmux(record["socket"])
+    seq = []
+    for opt, value in ((OPT_RUNTIME, runtime), (OPT_CONVERSATION, conversation)):
+        seq += [THEN, "set-option", "-w", "-t", record["window_id"], opt, value,
+                THEN, "set-option", "-p", "-t", record["pane_id"], opt, value]
+    tmux.run(*seq[1:], timeout=timeout)
 
 
 def _new_session(tmux, base, name, command):

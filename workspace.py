@@ -455,12 +455,86 @@ def _work_data(kind, caller, workspace, bookmark, history, depends=(), planned=(
 
 # --------------------------------------------------------------------------- create
 
+# What makes a checkout protected: coord's runtime and both harnesses' hook entries (each
+# config must run .coord/hook.py). The installer writes them; the paths a commit must carry.
+PROTECTING = (".coord/coord", ".coord/hook.py", ".coord/store.py", ".coord/project-id")
+HOOK_CONFIGS = (".claude/settings.json", ".codex/hooks.json")
+INSTALLED_PATHS = (".coord", ".claude/settings.json", ".claude/skills/coord", ".claude/coord", ".codex/hooks.json",
+                   ".agents/skills/coord")
+
+
+def _release(path):
+    """(version tuple or None, version text or None) of the coord installed at `path`."""
+    try:
+        with open(os.path.join(path, ".coord", "VERSION"), "rb") as f:
+            text = f.read(200).decode("utf-8", "replace").strip()
+    except OSError:
+        return None, None
+    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return (tuple(int(x or 0) for x in m.groups()) if m else None), text or None
+
+
+def shared_installation(source):
+    """The shared checkout's coord installation, {version, text}, or None when it has none (then a
+    clone is as protected as the checkout it comes from, and nothing is checked)."""
+    if not os.path.isfile(os.path.join(source, ".coord", "hook.py")):
+        return None
+    version, text = _release(source)
+    return {"version": version, "text": text}
+
+
+def protection_gaps(path, shared):
+    """Why a checkout at `path` would run without the shared checkout's coord: missing runtime
+    files, a hook config without coord's entries, an older (or unversioned) release. [] when
+    protected. Reads files on disk only: what the clone's starting revision holds."""
+    gaps = ["no %s" % rel for rel in PROTECTING if not os.path.isfile(os.path.join(path, rel))]
+    for rel in HOOK_CONFIGS:
+        try:
+            with open(os.path.join(path, rel), "rb") as f:
+                if b".coord/hook.py" in f.read(1 << 20):
+                    continue
+            gaps.append("%s without coord's hooks" % rel)
+        except OSError:
+            gaps.append("no %s" % rel)
+    if shared and shared.get("version") and not gaps:
+        version, text = _release(path)
+        if version is None or version < shared["version"]:
+            gaps.append("coord %s, older than the shared checkout's %s" % (text or "unversioned", shared["text"]))
+    return gaps
+
+
+def commit_command(source, from_rev=None, environ=None):
+    """The command that commits coord's installation in the shared checkout so that clones
+    start from it: jj (commit those paths, move the bookmark clones start from) or git."""
+    paths = [p for p in INSTALLED_PATHS if os.path.lexists(os.path.join(source, p))] or [".coord"]
+    _, version = _release(source)
+    msg = shlex.quote("Install coord %s" % version if version else "Install coord")
+    words = " ".join(shlex.quote(p) for p in paths)
+    if os.path.isdir(os.path.join(source, ".jj")):
+        bookmark = from_rev if from_rev and _BOOKMARK_RE.match(from_rev) and "@" not in from_rev else None
+        if bookmark is None:
+            bookmark = target_bookmark({"source": source, "data": {}}, environ) or "main"
+        return "cd %s && jj commit -m %s %s && jj bookmark set %s -r @-" % (  # jj reads paths from the cwd
+            shlex.quote(source), msg, words, shlex.quote(bookmark))
+    return "git -C %s add -- %s && git -C %s commit -m %s" % (shlex.quote(source), words, shlex.quote(source), msg)
+
+
+class _Unprotected(Exception):
+    def __init__(self, gaps):
+        super().__init__("; ".join(gaps))
+        self.gaps = gaps
+
+
 def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=None, depends=(), resources=(),
-                native=False):
+                native=False, allow_unprotected=False):
     """Clone the canonical repository of `root` for one task and record it; -> the work record.
 
     The record is written (`creating`) before the disk is touched; a failure marks it
     `failed` with the step and reason, removes what this create made, and raises EnvError.
+    When the shared checkout has coord installed and the clone's starting revision does not
+    carry it (or carries an older release), the clone's agents would run without hooks: that
+    is refused (Refused, recorded the same way, with the commit command) unless
+    allow_unprotected, which records the gaps in the work's `unprotected`.
     """
     task = check_task(task)
     source = canonical_root(root, st.work)
@@ -488,19 +562,31 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
                            conversation=caller["conversation"], runtime=caller["id"], data=data, work_id=work_id)
         st.audit("work.creating", caller["id"], work_id, task=task, path=path, source=source,
                  kind=data["kind"], depends=dep_ids, planned=planned)
+    shared, gaps = shared_installation(source), []
+
+    def check(checkout):
+        gaps.extend(protection_gaps(checkout, shared))
+        if gaps and not allow_unprotected:
+            raise _Unprotected(gaps)
     try:
-        ids = _make_checkout(w, token, from_rev, environ)
+        ids = _make_checkout(w, token, from_rev, environ, check=check if shared else None)
     except _CreateFailed as failed:
         _record_failed_create(st, w, caller, failed.step, failed.reason, environ)
+    except _Unprotected as unprotected:
+        _record_failed_create(st, w, caller, "protection check", "unprotected: %s" % unprotected, environ, refusal=(
+            "work create %s refused: its agents would run without coord (the revision it starts from has %s)"
+            % (task, unprotected),
+            "commit coord's installation in the shared checkout: %s ; then retry (or pass --allow-unprotected)"
+            % commit_command(source, from_rev, environ)))
     base = {"change": ids["change"], "commit": ids["commit"],
             "parent": ids["parents"][0] if len(ids["parents"]) == 1 else None, "parents": ids["parents"]}
     with st.transaction():
         cur = st.work(work_id)
         w = st.update_work(work_id, state="active", data={
             "base": base, "current": dict(base, empty=ids["empty"], at=_now()), "git": _git_kind(path),
-            "history": _history(cur, "active", caller)})
+            "history": _history(cur, "active", caller), "unprotected": gaps or None})
         st.audit("work.created", caller["id"], work_id, task=task, path=path, base_change=ids["change"],
-                 base_commit=ids["commit"], kind=data["kind"])
+                 base_commit=ids["commit"], kind=data["kind"], unprotected=gaps or None)
     return w
 
 
@@ -510,8 +596,9 @@ class _CreateFailed(Exception):
         self.step, self.reason = step, reason
 
 
-def _make_checkout(w, token, from_rev, environ):
-    """Make the recorded work's checkout on disk; -> head_ids of @. Raise _CreateFailed(step, reason)."""
+def _make_checkout(w, token, from_rev, environ, check=None):
+    """Make the recorded work's checkout on disk; -> head_ids of @. Raise _CreateFailed(step, reason).
+    check(path), when given, runs once the starting revision is on disk (it may raise _Unprotected)."""
     work_id, task, path, source = w["id"], w["task"], w["path"], w["source"]
     step = "mkdir"
     try:
@@ -531,6 +618,9 @@ def _make_checkout(w, token, from_rev, environ):
             if from_rev:
                 step = "jj new %s" % from_rev
                 _new_from(path, from_rev, environ)
+        if check is not None:
+            step = "protection check"
+            check(path)
         step = "write ownership marker"
         write_marker(path, work_id, token)
         step = "jj describe"
@@ -544,8 +634,9 @@ def _make_checkout(w, token, from_rev, environ):
                             else "%s: %s" % (type(exc).__name__, exc))
 
 
-def _record_failed_create(st, w, caller, step, reason, environ):
-    """Discard what a failed create made, record the work as failed, raise EnvError."""
+def _record_failed_create(st, w, caller, step, reason, environ, refusal=None):
+    """Discard what a failed create made, record the work as failed, raise EnvError (or, with
+    refusal=(message, hint), Refused)."""
     work_id, path = w["id"], w["path"]
     removed, left = _discard_half_created(w, w["data"]["kind"] == "native", environ)
     with st.transaction():
@@ -555,6 +646,9 @@ def _record_failed_create(st, w, caller, step, reason, environ):
                         "directory": "removed" if removed else ("left at %s" % path if left else "never created")},
             "history": _history(cur, "failed", caller, reason=reason)})
         st.audit("work.failed", caller["id"], work_id, step=step, reason=reason, removed=removed)
+    if refusal is not None:
+        raise Refused("%s; recorded as failed (%s)" % (refusal[0], "directory removed" if removed else (
+            "directory left at %s" % path if left else "nothing on disk")), refusal[1], reason="unprotected")
     raise EnvError("work create %s failed at %s: %s; recorded as failed (%s)" % (
         w["task"], step, reason, "directory removed" if removed else ("directory left at %s" % path if left
                                                                       else "nothing on disk")),
@@ -1536,14 +1630,14 @@ def _live_tmux(w, strict=False):
     return rec, None
 
 
-def _launch(environ, w, conversation, harness, extra, previous):
+def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
     import session
     project = store.resolve_project_id(environ, w["source"])
     env = {"COORD_WORK_ID": w["id"], "COORD_PROJECT_ID": project}
     for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
         if environ.get(name):
             env[name] = environ[name]
-    argv = session.harness_argv(harness, conversation, extra, environ)
+    argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt)
     socket = (previous or {}).get("socket") or session.resolve_socket(None, environ)
     return session.launch(project, w["id"], w["path"], argv, env=env, task=w["task"],
                           conversation=conversation, harness=harness, previous=previous, socket=socket)
@@ -1601,11 +1695,56 @@ def _close_window(w):
     return "closed %s" % rec["window_id"]
 
 
-def start_work(st, *, caller, handle, harness, extra=(), environ):
-    """Run a harness for the work in a new tmux window; -> {work, tmux: the window record}."""
+MAX_PROMPT = 8192  # bytes of an initial prompt: tmux refuses a command over about 16 KiB
+
+
+def check_prompt(text, source="--prompt"):
+    """The initial prompt for `work start`, refused when empty, holding a NUL (no argv can) or
+    longer than MAX_PROMPT bytes of UTF-8."""
+    hint = "coord work start WORK --prompt-file TASK.md (at most %d bytes; put more in a file the agent reads)" \
+        % MAX_PROMPT
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError("%s is empty" % source, hint)
+    if "\0" in text:
+        raise UsageError("%s contains a NUL character, which no command line can carry" % source, hint)
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MAX_PROMPT:
+        raise UsageError("%s is %d bytes, more than the %d a tmux window's command can carry"
+                         % (source, size, MAX_PROMPT), hint)
+    return text
+
+
+def read_prompt(text=None, path=None):
+    """The prompt given as text or as a file's path (read as UTF-8), checked; None for neither."""
+    if text is not None and path is not None:
+        raise UsageError("give --prompt or --prompt-file, not both", "coord work start WORK --prompt \"TASK\"")
+    if path is None:
+        return None if text is None else check_prompt(text)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PROMPT + 1)
+    except OSError as exc:
+        raise UsageError("cannot read --prompt-file %s: %s" % (path, exc.strerror or exc),
+                         "coord work start WORK --prompt-file PATH")
+    if len(raw) > MAX_PROMPT:
+        raise UsageError("--prompt-file %s is longer than the %d bytes a tmux window's command can carry"
+                         % (path, MAX_PROMPT), "shorten it, or give a short prompt naming a file the agent reads")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("--prompt-file %s is not UTF-8 text" % path, "coord work start WORK --prompt-file PATH")
+    return check_prompt(text, "--prompt-file %s" % path)
+
+
+def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None):
+    """Run a harness for the work in a new tmux window, `prompt` (checked by check_prompt) as its
+    first message when given; -> {work, tmux: the window record}."""
+    if prompt is not None:
+        check_prompt(prompt)
     w = _launchable(st, handle)
-    rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"))
-    _record_launch(st, w, "active", rec, caller, step="started", harness=harness)
+    rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"), prompt=prompt)
+    _record_launch(st, w, "active", rec, caller, step="started", harness=harness,
+                   prompt_bytes=None if prompt is None else len(prompt.encode("utf-8", "surrogateescape")))
     return {"work": w["handle"], "tmux": rec}
 
 
@@ -1685,10 +1824,14 @@ def cmd_create(ctx, args):
     caller = ctx.caller()
     w = create_work(ctx.db, caller=caller, root=ctx.root, task=args.task, environ=ctx.environ,
                     scratch_root=args.scratch_root, from_rev=args.from_rev, depends=args.depends,
-                    resources=args.resources, native=args.native_workspace)
+                    resources=args.resources, native=args.native_workspace,
+                    allow_unprotected=args.allow_unprotected)
     lines = [w["handle"], w["path"]]
     if w["data"]["kind"] == "native":
         lines.append(native_note(w["source"], w["data"]["git"]))
+    if w["data"].get("unprotected"):
+        lines.append("warning: unprotected: agents in this clone run without coord's hooks (no registration, "
+                     "messages or write checks): %s" % "; ".join(w["data"]["unprotected"]))
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, "\n".join(lines)
 
 
@@ -1861,8 +2004,9 @@ def cmd_remote_verify(ctx, args):
 
 
 def cmd_start(ctx, args):
+    prompt = read_prompt(args.prompt, args.prompt_file)
     return 0, _ok(start_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
-                             extra=args.extra, environ=ctx.environ)), None
+                             extra=args.extra, environ=ctx.environ, prompt=prompt)), None
 
 
 def cmd_resume(ctx, args):
@@ -1909,6 +2053,9 @@ def register(sub, common, ident):
                    % DEFAULT_SCRATCH_ROOT)
     p.add_argument("--native-workspace", action="store_true",
                    help="use `jj workspace add` (shared op log and store: not isolated)")
+    p.add_argument("--allow-unprotected", action="store_true",
+                   help="create it even if its starting revision lacks the shared checkout's coord installation "
+                        "(its agents then run without coord's hooks)")
     p.add_argument("--from", dest="from_rev", metavar="REV", help="start from this revision (default: the "
                    "canonical default bookmark)")
     p.add_argument("--depends", nargs="+", action="extend", default=[], metavar="HANDLE",
@@ -1991,7 +2138,9 @@ def _register_session(ws, both):
     p = ws.add_parser("start", parents=both, help="run a harness for the work in a new tmux window")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--harness", choices=("claude", "codex"), default="claude")
-    p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments (after --)")
+    p.add_argument("--prompt", metavar="TEXT", help="the agent's first message (its task)")
+    p.add_argument("--prompt-file", metavar="FILE", help="the first message, read from a UTF-8 file")
+    p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments, after -- (anywhere)")
     p.set_defaults(func=cmd_start)
     p = ws.add_parser("attach", parents=both, help="print (or --execute) the command that shows the window")
     p.add_argument("handle", metavar="HANDLE")

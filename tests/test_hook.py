@@ -1593,6 +1593,80 @@ class ToolMatcherTest(HookCase):
         self.assertEqual(checked, matched)
 
 
+@support.slow
+class WorkContextTest(HookCase):
+    """SessionStart in a real managed clone (made by `coord work create`) names the work, its
+    task and owner, and the rules for finishing, within CLONE_START_BYTES; elsewhere nothing
+    of it, within START_BYTES."""
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "jj")
+        support.require_tool(self, "git")
+        cfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(cfg, "w") as f:
+            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
+        scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(scratch, 0o700)
+        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": scratch})
+        self.canon = os.path.join(self.tmp, "canon")
+        for argv, cwd in ((["jj", "git", "init", "--colocate", self.canon], self.tmp),
+                          (["jj", "commit", "-m", "initial"], self.canon),
+                          (["jj", "bookmark", "create", "main", "-r", "@-"], self.canon)):
+            subprocess.run(argv, cwd=cwd, env=self.env, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=120)
+        self.owner = self.hello()
+        self.task = "t" * 48  # the longest task name
+
+    def create(self):
+        out = self.coord("work", "create", self.task, runtime=self.owner["runtime"]["id"], cwd=self.canon, check=0)
+        handle, path = out.stdout.splitlines()[:2]
+        return handle, path
+
+    def start_in(self, path, session=CLAUDE_MAIN):
+        return self.context(self.payload("claude-SessionStart", session_id=session, cwd=path), cwd=path)
+
+    def test_in_a_clone_the_agent_learns_its_work_owner_and_how_to_finish(self):
+        handle, path = self.create()
+        ctx = self.start_in(path)
+        owner = self.owner["runtime"]["handle"]
+        self.assertIn("Your work: %s (task %s)" % (handle, self.task), ctx)
+        self.assertIn("report to %s" % owner, ctx)
+        self.assertIn('send "done: <summary>" --to %s' % owner, ctx)
+        for rule in ("jj describe -m", "jj new", "jj commit -m", "Never git commit", "never push",
+                     "never move main or other shared bookmarks"):
+            self.assertIn(rule, ctx)
+        self.assertLessEqual(len(ctx.encode()), hook.CLONE_START_BYTES)
+        outside = self.start_in(self.canon, session=CODEX_MAIN)
+        self.assertNotIn("Your work", outside)
+        self.assertLessEqual(len(outside.encode()), hook.START_BYTES)
+
+    def test_the_bound_holds_with_own_and_peer_leases(self):
+        handle, path = self.create()
+        for i in range(6):
+            peer = self.hello()["runtime"]
+            self.coord("claim", *["src/pkg%d/%s_%02d.py" % (i, "m" * 40, j) for j in range(4)],
+                       runtime=peer["id"], check=0)
+        me = self.hello()["runtime"]
+        self.coord("claim", *["docs/%s_%d.md" % ("d" * 50, j) for j in range(5)], runtime=me["id"], check=0)
+        ctx = self.start_in(path, session=me["conversation"])
+        self.assertIn("Your work: %s" % handle, ctx)
+        self.assertIn("Leases: 5 yours, 24 held exclusively by peers", ctx)
+        self.assertLessEqual(len(ctx.encode()), hook.CLONE_START_BYTES, ctx)
+
+    def test_a_copied_clone_or_a_foreign_marker_is_no_work(self):
+        handle, path = self.create()
+        copy = os.path.join(self.tmp, "copy")
+        shutil.copytree(path, copy, symlinks=True)
+        self.assertNotIn("Your work", self.start_in(copy))
+        marker = os.path.join(path, ".jj", "coord-owner")
+        with open(marker) as f:
+            data = json.load(f)
+        with open(marker, "w") as f:
+            json.dump(dict(data, token="0" * 64), f)
+        self.assertNotIn("Your work", self.start_in(path, session=CODEX_MAIN))
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

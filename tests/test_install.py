@@ -20,7 +20,7 @@ import store
 ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
 RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "session.py", "install",
-           "VERSION", "README.md", "DESIGN.md", "CLAUDE.md", "AGENTS.md")
+           "VERSION", "README.md", "DESIGN.md")
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
           "SessionEnd", "SubagentStart", "SubagentStop")
 
@@ -985,6 +985,59 @@ class HookCommandTest(InstallTestCase):
         reply = json.loads(proc.stdout)["hookSpecificOutput"]
         self.assertEqual(reply["permissionDecision"], "deny")
         self.assertTrue(reply["permissionDecisionReason"])
+
+# coord's AGENTS.md as 0.1 shipped it into .coord/ (kept under a name no harness loads)
+SHIPPED_AGENTS = os.path.join(support.FIXTURES, "install", "shipped-agents-md-993111d.txt")
+
+
+class RetiredFilesTest(InstallTestCase):
+    """coord ships nothing a harness loads as instructions, and removes what an older release
+    shipped there only when it is byte for byte what coord installed."""
+
+    def old_layout(self, claude=None, agents=None, with_claude=True):
+        self.fresh()
+        if with_claude:  # the source checkout's own guide: coord's bytes even when no release had them
+            with open(self.t(".coord", "CLAUDE.md"), "wb") as f:
+                f.write(_read(os.path.join(ROOT, "CLAUDE.md")) if claude is None else claude)
+        with open(self.t(".coord", "AGENTS.md"), "wb") as f:
+            f.write(_read(SHIPPED_AGENTS) if agents is None else agents)
+
+    def test_nothing_installed_is_named_like_harness_instructions(self):
+        self.fresh()
+        names = set()
+        for top in (".coord", ".claude", ".agents", ".codex"):
+            for _, _, files in os.walk(self.t(top)):
+                names.update(files)
+        self.assertTrue(names)
+        for loaded in ("CLAUDE.md", "AGENTS.md", "CLAUDE.local.md", "AGENTS.override.md"):
+            self.assertNotIn(loaded, names)
+
+    def test_repair_removes_the_copies_an_older_release_shipped(self):
+        self.old_layout()
+        proc = self.install("--check", check=1)
+        self.assertIn("retired .coord/CLAUDE.md", proc.stdout)
+        self.assertIn("retired .coord/AGENTS.md", proc.stdout)
+        self.install("--repair", check=0)
+        self.assertFalse(os.path.lexists(self.t(".coord", "CLAUDE.md")))
+        self.assertFalse(os.path.lexists(self.t(".coord", "AGENTS.md")))
+        self.assertEqual(self.install("--check", check=0).stdout, "")
+
+    def test_the_installed_installer_removes_a_shipped_copy_too(self):
+        self.old_layout(with_claude=False)
+        self.install(install_path=self.t(".coord", "install"), check=0)
+        self.assertFalse(os.path.lexists(self.t(".coord", "AGENTS.md")))
+
+    def test_a_changed_copy_is_kept_and_reported(self):
+        self.old_layout(claude=b"# my own notes about coord\n")
+        proc = self.install(check=0)
+        self.assertIn("kept .coord/CLAUDE.md", proc.stdout)
+        self.assertEqual(_read(self.t(".coord", "CLAUDE.md")), b"# my own notes about coord\n")
+        self.assertFalse(os.path.lexists(self.t(".coord", "AGENTS.md")))
+        check = json.loads(self.install("--check", "--json", check=0).stdout)
+        self.assertEqual((check["drift"], check["kept"]), ([], [".coord/CLAUDE.md"]))
+        doctor = json.loads(self.install("--doctor", "--json").stdout)
+        self.assertEqual(doctor["kept"], [".coord/CLAUDE.md"])
+
 
 if __name__ == "__main__":
     import unittest

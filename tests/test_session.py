@@ -530,5 +530,69 @@ class CloseTest(TmuxTestCase):
         self.assertIn(rec["window_id"], self.windows())
 
 
+class PromptArgvTest(CoordTestCase):
+    """The initial prompt is the harness's last positional, after a `--` (no tmux needed)."""
+
+    def test_prompt_follows_the_extra_arguments_after_a_separator(self):
+        for harness in ("claude", "codex"):
+            self.assertEqual(session.harness_argv(harness, extra=["--model", "m"], environ={}, prompt="review"),
+                             [harness, "--model", "m", "--", "review"])
+
+    def test_a_separator_in_the_extra_arguments_is_not_repeated(self):
+        self.assertEqual(session.harness_argv("codex", extra=["--", "x"], environ={}, prompt="-p"),
+                         ["codex", "--", "x", "-p"])
+
+
+HOOK_HARNESS = os.path.join(support.FIXTURES, "hook_harness.py")
+
+
+class HarnessLabelTest(TmuxTestCase):
+    """@coord-runtime and @coord-conversation land on the launched window and pane when the
+    harness registers (its SessionStart hook), from inside the pane."""
+
+    def test_label_harness_sets_both_options_on_window_and_pane(self):
+        rec = self.launch()
+        session.label_harness(rec, "rt-1", "conv-1")
+        for flag, target in (("-w", rec["window_id"]), ("-p", rec["pane_id"])):
+            self.assertEqual(self.option(flag, target, "@coord-runtime"), "rt-1")
+            self.assertEqual(self.option(flag, target, "@coord-conversation"), "conv-1")
+        session.validate(rec)
+
+    def start_hook_harness(self, env=None):
+        """Launch the stand-in in a window of a recorded work; fire its SessionStart; -> (record, reply)."""
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        wid = str(uuid.uuid4())
+        with st.transaction():
+            st.insert_work("labelled", "active", "token", path=self.work_dir, work_id=wid)
+        go, out = os.path.join(self.tmp, "go"), os.path.join(self.tmp, "out")
+        argv = [sys.executable, HOOK_HARNESS, go, out, "conv-labelled"]
+        rec = session.launch("test-project", wid, self.work_dir, argv, env=dict(
+            env or {}, COORD_WORK_ID=wid, COORD_DB=self.db, COORD_PROJECT_ID="test-project"), task="labelled",
+            harness="claude", socket=self.sock)
+        with st.transaction():
+            st.update_work(wid, data={"tmux": rec})
+        open(go, "w").close()
+        retry_until(lambda: os.path.exists(out), timeout=30)
+        with open(out) as f:
+            reply = f.read()
+        return rec, reply, st
+
+    def test_session_start_in_the_pane_labels_it_with_runtime_and_conversation(self):
+        rec, reply, st = self.start_hook_harness()
+        self.assertIn("coord: you are", reply)
+        rt = st.find_conversation_runtime("conv-labelled")
+        for flag, target in (("-w", rec["window_id"]), ("-p", rec["pane_id"])):
+            self.assertEqual(self.option(flag, target, "@coord-runtime"), rt["id"])
+            self.assertEqual(self.option(flag, target, "@coord-conversation"), "conv-labelled")
+        session.validate(rec)
+
+    def test_without_tmux_naming_the_pane_nothing_is_labelled(self):
+        rec, reply, st = self.start_hook_harness(env={"HOOK_DROP_TMUX": "1"})
+        self.assertIn("coord: you are", reply)
+        self.assertIsNotNone(st.find_conversation_runtime("conv-labelled"))
+        self.assertEqual(self.t("show-options", "-w", "-t", rec["window_id"]).count("@coord-runtime"), 0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1544,6 +1544,105 @@ class OperationsTest(WorkTestCase):
         self.assertEqual(out["runtime_handle"], self.rt["handle"])
 
 
+@support.slow
+class StartPromptTest(TmuxWorkCase):
+    """`work start` with an initial prompt and harness arguments after `--` in any position."""
+
+    def launched(self):
+        def ready():
+            files = [f for f in os.listdir(self.rec) if f.endswith(".json") and ".action" not in f]
+            return files or None
+        files = support.retry_until(ready)
+        with open(os.path.join(self.rec, files[0])) as fh:
+            return json.load(fh)
+
+    def test_harness_arguments_after_the_separator_follow_the_options(self):
+        handle, _, _ = self.create("passthrough")
+        self.work("start", handle, "--harness", "claude", "--", "--model", "X", "--harness", "codex", check=0)
+        self.assertEqual(self.launched()["args"], ["--model", "X", "--harness", "codex"])
+        self.assertEqual(self.record(handle)["data"]["tmux"]["harness"], "claude")
+
+    def test_prompt_is_the_last_argument_after_a_separator(self):
+        handle, _, _ = self.create("prompted")
+        task = "-fix the parser; then tell me\nline two"
+        self.work("start", handle, "--prompt", task, "--", "--model", "X", check=0)
+        self.assertEqual(self.launched()["args"], ["--model", "X", "--", task])
+        history = self.record(handle)["data"]["history"]
+        self.assertEqual(history[-1]["prompt_bytes"], len(task.encode()))
+
+    def test_prompt_file_is_read_as_text(self):
+        handle, _, _ = self.create("prompted")
+        path = os.path.join(self.tmp, "task.md")
+        with open(path, "w") as f:
+            f.write("review docs/ and report\n")
+        self.work("start", handle, "--prompt-file", path, check=0)
+        self.assertEqual(self.launched()["args"], ["--", "review docs/ and report\n"])
+
+    def test_bad_prompts_are_usage_errors_and_start_nothing(self):
+        handle, _, _ = self.create("prompted")
+        big = os.path.join(self.tmp, "big.md")
+        with open(big, "w") as f:
+            f.write("x" * (workspace.MAX_PROMPT + 1))
+        for extra in (["--prompt", " "], ["--prompt-file", big], ["--prompt-file", os.path.join(self.tmp, "none")],
+                      ["--prompt", "a", "--prompt-file", big]):
+            proc = self.work("start", handle, *extra)
+            self.assertEqual(proc.returncode, 2, (extra, proc.stderr))
+            self.assertIn("next:", proc.stderr)
+        self.assertEqual(self.windows(), [])
+        self.assertNotIn("tmux", self.record(handle)["data"])
+
+
+@support.slow
+class UnprotectedCloneTest(WorkTestCase):
+    """A clone whose starting revision lacks the shared checkout's coord installation is refused."""
+
+    def setUp(self):
+        super().setUp()
+        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.canon, "--project-id",
+                               "protected"], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+
+    def refused_create(self, task="guarded"):
+        proc = self.work("create", task)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertEqual(os.listdir(self.scratch), [], "a refused create leaves nothing in the scratch root")
+        failed = [w for w in self.work_json("list")["work"] if w["task"] == task]
+        self.assertEqual(failed[-1]["state"], "failed")
+        return proc.stderr
+
+    def commit_command(self, stderr):
+        text = " ".join(stderr.split())
+        return text.split("shared checkout: ", 1)[1].split(" ; then retry", 1)[0]
+
+    def test_uncommitted_installation_is_refused_with_the_command_that_fixes_it(self):
+        err = self.refused_create()
+        self.assertIn("would run without coord", err)
+        self.assertIn("no .coord/hook.py", err)
+        command = self.commit_command(err)
+        subprocess.run(["sh", "-c", command], cwd=self.tmp, env=self.env, check=True, timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        handle, path, proc = self.create("guarded")
+        self.assertNotIn("unprotected", proc.stdout)
+        self.assertTrue(os.path.isfile(os.path.join(path, ".coord", "hook.py")))
+        self.assertIsNone(self.record(handle)["data"].get("unprotected"))
+
+    def test_allow_unprotected_creates_it_and_says_so(self):
+        handle, path, proc = self.create("bare", "--allow-unprotected")
+        self.assertIn("unprotected", proc.stdout)
+        self.assertIn("no .coord/hook.py", proc.stdout)
+        self.assertFalse(os.path.exists(os.path.join(path, ".coord")))
+        self.assertIn("no .coord/hook.py", self.record(handle)["data"]["unprotected"])
+
+    def test_an_older_release_than_the_shared_checkouts_is_refused(self):
+        self.jj(self.canon, "commit", "-m", "install coord")
+        self.jj(self.canon, "bookmark", "set", "main", "-r", "@-")
+        with open(os.path.join(self.canon, ".coord", "VERSION"), "w") as f:
+            f.write("99.0.0\n")  # the shared checkout upgraded, the commit clones start from did not
+        err = self.refused_create("stale")
+        self.assertIn("older than the shared checkout's 99.0.0", err)
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
