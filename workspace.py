@@ -478,6 +478,9 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
     records the result and raises Refused naming the next command.
     """
     task = check_task(task)
+    if not no_setup:  # a bad COORD_SETUP_TIMEOUT is refused before anything is made
+        store.env_number(os.environ if environ is None else environ, "COORD_SETUP_TIMEOUT", SETUP_TIMEOUT,
+                         SETUP_TIMEOUT_RANGE)
     source = canonical_root(root, st.work)
     scratch = resolve_scratch_root(scratch_root, environ, source)
     dep_ids = []
@@ -855,6 +858,12 @@ def run_setup(st, *, caller, work, environ):
     w = st.resolve_work(work) if isinstance(work, str) else work
     _refuse_state(w, UNUSABLE)
     verified_path(w)
+    if not os.path.isfile(os.path.join(w["source"] or "", INCLUDE_FILE)) and \
+            not os.path.lexists(os.path.join(w["path"], SETUP_HOOK)):
+        result = {"status": "none", "at": _now()}  # nothing to do: no audit row, one write
+        with st.transaction():
+            w = st.update_work(w["id"], data={"setup": result})
+        return w, result
     with st.transaction():
         w = st.update_work(w["id"], data={"setup": {"status": "running", "at": _now()}})
     started = time.monotonic()
@@ -1742,6 +1751,7 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
     with st.transaction():
         if st.work(work_id) is not None:
             raise Refused("work %s was registered meanwhile" % work_id, "coord work list")
+        data["port_base"] = port_base(st, work_id)
         w = st.insert_work(task, "active", token, path=path, scratch_root=scratch, source=canonical,
                            conversation=caller["conversation"] if caller else None, runtime=_who(caller),
                            data=data, work_id=work_id)

@@ -1563,6 +1563,7 @@ class SetupTest(WorkTestCase):
     def setup_of(self, handle):
         return self.record(handle)["data"]["setup"]
 
+    @support.slow
     def test_setup_success_is_recorded_with_the_work_facts(self):
         self.commit_canon({".coord/setup": self.SCRIPT_OK}, executable=[".coord/setup"])
         handle, path, _ = self.create("first")
@@ -1592,6 +1593,7 @@ class SetupTest(WorkTestCase):
             second = workspace.port_base(st, wid)  # the same ID derives the same slot: it must move on
         self.assertEqual(second, first + workspace.PORT_STRIDE if first < 59990 else workspace.PORT_FIRST)
 
+    @support.slow
     def test_failed_setup_keeps_the_clone_and_exits_3_with_the_next_command(self):
         self.commit_canon({".coord/setup": "#!/bin/sh\necho preparing\necho boom >&2\nexit 7\n"},
                           executable=[".coord/setup"])
@@ -1641,6 +1643,7 @@ class SetupTest(WorkTestCase):
         os.symlink(".env", os.path.join(self.canon, "in.link"))                  # stays inside: a link
         os.chmod(os.path.join(self.canon, ".env"), 0o600)
 
+    @support.slow
     def test_worktreeinclude_copies_only_files_git_ignores_in_the_shared_checkout(self):
         self.include_fixture()
         handle, path, _ = self.create("included")
@@ -1661,6 +1664,7 @@ class SetupTest(WorkTestCase):
                          [("out.link", "a symlink leading out of the repository")])
         self.assertIn("3 file(s) copied, 1 skipped", self.work("inspect", handle, check=0).stdout)
 
+    @support.slow
     def test_no_setup_skips_the_hook_and_the_copies(self):
         self.include_fixture()
         self.commit_canon({".coord/setup": "#!/bin/sh\nexit 1\n"}, executable=[".coord/setup"])
@@ -1669,6 +1673,7 @@ class SetupTest(WorkTestCase):
         self.assertEqual(self.setup_of(handle)["status"], "skipped")
         self.assertIn("setup skipped", self.work("inspect", handle, check=0).stdout)
 
+    @support.slow
     def test_unchanged_copies_do_not_block_removal_changed_ones_do(self):
         self.include_fixture()
         clean, clean_path, _ = self.create("clean")
