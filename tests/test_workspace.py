@@ -1672,6 +1672,14 @@ class SetupTest(WorkTestCase):
         self.assertFalse(os.path.lexists(os.path.join(path, ".env")))
         self.assertEqual(self.setup_of(handle)["status"], "skipped")
         self.assertIn("setup skipped", self.work("inspect", handle, check=0).stdout)
+        # A bad COORD_SETUP_TIMEOUT is refused before anything is made.
+        before = sorted(os.listdir(self.scratch))
+        for value in ("inf", "nan", "0", "86401"):
+            proc = self.work("create", "timed", env={"COORD_SETUP_TIMEOUT": value})
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn("COORD_SETUP_TIMEOUT", proc.stderr)
+        self.assertEqual(sorted(os.listdir(self.scratch)), before)
+        self.assertNotIn("timed", [w["task"] for w in self.work_json("list", "--all")["work"]])
 
     @support.slow
     def test_unchanged_copies_do_not_block_removal_changed_ones_do(self):
