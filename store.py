@@ -186,6 +186,7 @@ def resolve_project_id(environ=None, start=None):
                 pid = ""
     if not pid:
         raise EnvError("no project ID: this repository has no .coord/project-id",
+                       CLONE_CATCH_UP if in_managed_clone(start) else
                        "install coord with ./install REPO --project-id ID, or set COORD_PROJECT_ID")
     if not valid_project_id(pid):
         raise EnvError("project ID %r must be letters, digits, '.', '_' or '-'" % pid,
@@ -633,23 +634,33 @@ ADDITIVE_MIGRATIONS = frozenset()
 SCHEMA_APPLIED_KEY = "schema.applied"
 
 
+def in_managed_clone(cwd=None):
+    """True when `cwd` (default: the current directory) is inside a managed clone: a directory at
+    or above it holds coord's ownership marker .jj/coord-owner."""
+    try:
+        d = os.path.realpath(cwd or os.getcwd())
+    except OSError:
+        return False
+    while True:
+        if os.path.isfile(os.path.join(d, ".jj", "coord-owner")):
+            return True
+        parent = os.path.dirname(d)
+        if parent == d:
+            return False
+        d = parent
+
+
+CLONE_CATCH_UP = ("this is a managed clone: do not install here; take the shared checkout's committed .coord/ "
+                  "into it: jj git fetch && jj rebase -b @ -d BOOKMARK@origin (the shared checkout's "
+                  "install --doctor prints the exact command for each clone)")
+
+
 def upgrade_hint(cwd=None):
     """The next step when this coord is older than the database: in a managed clone, bring the
     clone's committed .coord/ up to date from the shared checkout (never install into the clone);
     elsewhere, install the newer release."""
-    try:
-        d = os.path.realpath(cwd or os.getcwd())
-    except OSError:
-        d = "/"
-    while True:
-        if os.path.isfile(os.path.join(d, ".jj", "coord-owner")):
-            return ("this is a managed clone: do not install here; take the shared checkout's committed .coord/ "
-                    "into it: jj git fetch && jj rebase -b @ -d BOOKMARK@origin (the shared checkout's "
-                    "install --doctor prints the exact command for each clone)")
-        parent = os.path.dirname(d)
-        if parent == d:
-            break
-        d = parent
+    if in_managed_clone(cwd):
+        return CLONE_CATCH_UP
     return "install the newer coord in the shared checkout (NEWER/install REPO), commit .coord/, then retry"
 
 

@@ -1056,6 +1056,20 @@ class SchemaReaderTest(support.CoordTestCase):
         self.assertNotIn("./install", proc.stderr)
         self.assertNotIn("/install REPO", proc.stderr)
 
+    def test_a_clone_without_a_project_id_is_told_to_catch_up_not_to_install(self):
+        clone = os.path.join(self.tmp, "clone")
+        os.makedirs(os.path.join(clone, ".jj"))
+        with open(os.path.join(clone, ".jj", "coord-owner"), "w") as f:
+            f.write('{"work": "w", "token": "t"}\n')
+        bare = {"COORD_PROJECT_ID": "", "COORD_DB": ""}
+        proc = self.coord("list", cwd=clone, env=bare)
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("jj git fetch && jj rebase -b @ -d", proc.stderr)
+        self.assertNotIn("./install", proc.stderr)
+        elsewhere = os.path.join(self.tmp, "plain")
+        os.makedirs(os.path.join(elsewhere, ".jj"))
+        self.assertIn("./install REPO", self.coord("list", cwd=elsewhere, env=bare).stderr)
+
 
 if __name__ == "__main__":
     import unittest
