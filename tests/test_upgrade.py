@@ -190,6 +190,10 @@ class UpgradeTest(CoordTestCase):
             self.assertIn("cd %s && jj git fetch && jj rebase -b @ -d main@origin" % path, line[0])
             self.assertIn(".coord %s" % OLD_VERSION, line[0])
         self.assertNotIn("./install", proc.stdout)
+        first = [l for l in proc.stdout.splitlines() if "first commit the installed files here" in l]
+        self.assertEqual(len(first), 1, proc.stdout)
+        for name in first[0].split(": ", 1)[1].split(", "):
+            self.assertTrue(os.path.exists(os.path.join(canon, name)), name)
         self.coord_in(canon, "list")
 
         # The clones still run the older .coord/: a new session registers, a write to the
