@@ -24,7 +24,7 @@ import re
 import sqlite3
 import time
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
 DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
 DEFAULT_RUNTIME_TTL = 4 * 3600.0  # seconds a runtime stays live without a heartbeat
 BUSY_TIMEOUT = 5.0               # CLI wait for a locked database
@@ -186,6 +186,7 @@ def resolve_project_id(environ=None, start=None):
                 pid = ""
     if not pid:
         raise EnvError("no project ID: this repository has no .coord/project-id",
+                       CLONE_CATCH_UP if in_managed_clone(start) else
                        "install coord with ./install REPO --project-id ID, or set COORD_PROJECT_ID")
     if not valid_project_id(pid):
         raise EnvError("project ID %r must be letters, digits, '.', '_' or '-'" % pid,
@@ -622,6 +623,47 @@ _MIGRATIONS = {
 }
 
 
+# Migrations an older coord can still use the database after: new tables, new indexes, new
+# columns that are nullable or have a default; nothing an older coord's statements would trip
+# on. PRAGMA user_version, which every coord since 0.1 compares with its own SCHEMA_VERSION,
+# records only the newest migration that is NOT in this set (the oldest schema a reader must
+# know); the newest migration applied is kept in meta under SCHEMA_APPLIED_KEY. So an agent in
+# a clone still running the previous release keeps working after the shared checkout installs
+# a release whose migrations are all additive (DESIGN.md, "Upgrades").
+ADDITIVE_MIGRATIONS = frozenset()
+SCHEMA_APPLIED_KEY = "schema.applied"
+
+
+def in_managed_clone(cwd=None):
+    """True when `cwd` (default: the current directory) is inside a managed clone: a directory at
+    or above it holds coord's ownership marker .jj/coord-owner."""
+    try:
+        d = os.path.realpath(cwd or os.getcwd())
+    except OSError:
+        return False
+    while True:
+        if os.path.isfile(os.path.join(d, ".jj", "coord-owner")):
+            return True
+        parent = os.path.dirname(d)
+        if parent == d:
+            return False
+        d = parent
+
+
+CLONE_CATCH_UP = ("this is a managed clone: do not install here; take the shared checkout's committed .coord/ "
+                  "into it: jj git fetch && jj rebase -b @ -d BOOKMARK@origin (the shared checkout's "
+                  "install --doctor prints the exact command for each clone)")
+
+
+def upgrade_hint(cwd=None):
+    """The next step when this coord is older than the database: in a managed clone, bring the
+    clone's committed .coord/ up to date from the shared checkout (never install into the clone);
+    elsewhere, install the newer release."""
+    if in_managed_clone(cwd):
+        return CLONE_CATCH_UP
+    return "install the newer coord in the shared checkout (NEWER/install REPO), commit .coord/, then retry"
+
+
 def make_private_dirs(path):
     """Create `path` and every missing parent 0700 whatever the umask.
 
@@ -835,6 +877,38 @@ def database_facts(path):
             "schema_version": int.from_bytes(header[60:64], "big")}
 
 
+def live_works_readonly(path):
+    """[work record] of every work that is neither creating, failed nor removed, read as
+    database_facts reads (never creating, locking or writing anything); [] when the database
+    is absent, None when it cannot be read. For the installer, which lists out-of-date clones."""
+    if not os.path.exists(path):
+        return []
+    from urllib.parse import quote
+    uri = "file:%s?mode=ro" % quote(os.path.abspath(path))
+    if not (os.path.exists(path + "-wal") and os.path.exists(path + "-shm")):
+        uri += "&immutable=1"
+    cols = Store._WORK_COLS
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=2)
+        try:
+            rows = conn.execute("SELECT %s FROM work WHERE state NOT IN ('creating', 'failed', 'removed') "
+                                "ORDER BY created_at, id" % ", ".join(cols)).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    out = []
+    for row in rows:
+        w = dict(zip(cols, row))
+        try:
+            w["data"] = json.loads(w["data"] or "{}")
+        except ValueError:
+            w["data"] = {}
+        w.pop("token", None)
+        out.append(w)
+    return out
+
+
 class Store:
     """One connection to the coordination database plus every operation on it."""
 
@@ -875,12 +949,18 @@ class Store:
     # -- schema
 
     def _migrate(self):
+        """Bring the database to SCHEMA_VERSION. user_version is the reader level (the newest
+        migration an older coord cannot ignore); meta SCHEMA_APPLIED_KEY the newest applied,
+        when that is beyond it. A database whose reader level is newer than this coord is
+        refused; one that is newer only by additive migrations is used as it is."""
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
             return
         if version > SCHEMA_VERSION:
             raise EnvError("database %s has schema v%d, newer than this coord (v%d)"
-                           % (self.path, version, SCHEMA_VERSION), "upgrade coord (./install REPO)")
+                           % (self.path, version, SCHEMA_VERSION), upgrade_hint())
+        if self._applied(version) >= SCHEMA_VERSION:
+            return
         mode = self.conn.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() != "wal":
             self.conn.execute("PRAGMA journal_mode = WAL")
@@ -888,10 +968,28 @@ class Store:
             self._backup(version)
         with self.transaction():
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-            for target in range(version + 1, SCHEMA_VERSION + 1):
+            applied = self._applied(version)
+            for target in range(applied + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[target]:
                     self.conn.execute(statement)
-                self.conn.execute("PRAGMA user_version = %d" % target)
+                if target not in ADDITIVE_MIGRATIONS:
+                    version = target
+                    self.conn.execute("PRAGMA user_version = %d" % target)
+            if version != SCHEMA_VERSION:
+                self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                                  (SCHEMA_APPLIED_KEY, str(max(applied, SCHEMA_VERSION))))
+            else:  # the newest migration is one every reader must know: user_version says it all
+                self.conn.execute("DELETE FROM meta WHERE key = ?", (SCHEMA_APPLIED_KEY,))
+
+    def _applied(self, version):
+        """The newest migration applied to a database whose user_version is `version`."""
+        if version < 1:
+            return version
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (SCHEMA_APPLIED_KEY,)).fetchone()
+        try:
+            return max(version, int(row[0])) if row else version
+        except ValueError:
+            return version
 
     def _backup(self, version):
         dest = "%s.v%d-%d.bak" % (self.path, version, int(time.time()))

@@ -61,6 +61,17 @@ SQUASH_NOTE = ("a squash or rebase merge makes a new commit, so this candidate c
                "keep the clone, or discard it explicitly: coord work gate %s --waive --reason R ; "
                "coord work integrate release %s")
 
+# Setup per clone (see run_setup): the committed hook, the include list, ports, bounds.
+SETUP_HOOK = ".coord/setup"     # executable, committed; run in each new clone
+INCLUDE_FILE = ".worktreeinclude"  # gitignore syntax, in the shared checkout: ignored files to copy
+SETUP_TIMEOUT = 600.0           # seconds the setup hook may run (COORD_SETUP_TIMEOUT)
+SETUP_TIMEOUT_RANGE = (1.0, 86400.0)
+SETUP_TAIL = 2000               # characters of the hook's output kept in the work record
+KEPT_COPIES = 5000              # copied include files recorded (with their hash) per work
+PORT_FIRST = 20000              # COORD_PORT_BASE is PORT_FIRST + k * PORT_STRIDE, k < PORT_SLOTS
+PORT_STRIDE = 10                # ports each work may use: base .. base + PORT_STRIDE - 1
+PORT_SLOTS = 4000               # so bases run from 20000 to 59990
+
 # Git variables that redirect git at another repository; a hook environment can leak them.
 _GIT_KEEP = frozenset(("GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSL_CAINFO", "GIT_SSL_NO_VERIFY",
                        "GIT_ASKPASS", "GIT_ALLOW_PROTOCOL", "GIT_CONFIG_NOSYSTEM", "GIT_HTTP_PROXY_AUTHMETHOD"))
@@ -429,6 +440,8 @@ def summary_line(w):
         bits.append("gate " + gate["state"])
     if w["data"].get("kind") == "native":
         bits.append("native")
+    if (w["data"].get("setup") or {}).get("status") in ("failed", "timeout"):
+        bits.append("setup " + w["data"]["setup"]["status"])
     return "  ".join(bits)
 
 
@@ -526,7 +539,7 @@ class _Unprotected(Exception):
 
 
 def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=None, depends=(), resources=(),
-                native=False, allow_unprotected=False):
+                native=False, allow_unprotected=False, no_setup=False):
     """Clone the canonical repository of `root` for one task and record it; -> the work record.
 
     The record is written (`creating`) before the disk is touched; a failure marks it
@@ -535,8 +548,13 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
     carry it (or carries an older release), the clone's agents would run without hooks: that
     is refused (Refused, recorded the same way, with the commit command) unless
     allow_unprotected, which records the gaps in the work's `unprotected`.
+    Unless no_setup, the clone is then set up (run_setup): a failed setup keeps the clone,
+    records the result and raises Refused naming the next command.
     """
     task = check_task(task)
+    if not no_setup:  # a bad COORD_SETUP_TIMEOUT is refused before anything is made
+        store.env_number(os.environ if environ is None else environ, "COORD_SETUP_TIMEOUT", SETUP_TIMEOUT,
+                         SETUP_TIMEOUT_RANGE)
     source = canonical_root(root, st.work)
     scratch = resolve_scratch_root(scratch_root, environ, source)
     dep_ids = []
@@ -558,6 +576,7 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
     data = _work_data("native" if native else "clone", caller, workspace_name(work_id), bookmark_name(task, work_id),
                       {"state": "creating", "at": _now(), "by": caller["id"]}, dep_ids, planned, **{"from": from_rev})
     with st.transaction():
+        data["port_base"] = port_base(st, work_id)
         w = st.insert_work(task, "creating", token, path=path, scratch_root=scratch, source=source,
                            conversation=caller["conversation"], runtime=caller["id"], data=data, work_id=work_id)
         st.audit("work.creating", caller["id"], work_id, task=task, path=path, source=source,
@@ -587,6 +606,13 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
             "history": _history(cur, "active", caller), "unprotected": gaps or None})
         st.audit("work.created", caller["id"], work_id, task=task, path=path, base_change=ids["change"],
                  base_commit=ids["commit"], kind=data["kind"], unprotected=gaps or None)
+    if no_setup:
+        with st.transaction():
+            w = st.update_work(work_id, data={"setup": {"status": "skipped", "at": _now()}})
+        return w
+    w, result = run_setup(st, caller=caller, work=w, environ=environ)
+    if result["status"] not in SETUP_OK:
+        raise setup_refusal(w, result, created=True)
     return w
 
 
@@ -704,6 +730,309 @@ def _discard_half_created(w, native, environ):
     except OSError:
         return False, True
 
+
+
+# --------------------------------------------------------------------------- setup per clone
+
+SETUP_OK = frozenset(("ok", "none"))
+
+
+def port_base(st, work_id):
+    """The first of PORT_STRIDE ports this work may use: a slot derived from the work ID, moved on
+    to the next free one while a live work (not failed or removed) holds it. Call inside the
+    transaction that records the work, so two creates never get the same base."""
+    import hashlib
+    taken = set(w["data"].get("port_base") for w in st.works() if w["state"] != "failed")
+    first = int(hashlib.sha256(work_id.encode("ascii")).hexdigest()[:8], 16) % PORT_SLOTS
+    for i in range(PORT_SLOTS):
+        base = PORT_FIRST + ((first + i) % PORT_SLOTS) * PORT_STRIDE
+        if base not in taken:
+            return base
+    raise Refused("every one of the %d port bases is held by a live work" % PORT_SLOTS,
+                  "remove finished work: coord work gc")
+
+
+def _include_git(source):
+    """git arguments for the shared checkout's working tree with its own ignore rules."""
+    if os.path.exists(os.path.join(source, ".git")):
+        return ["-C", source]
+    inner = os.path.join(source, ".jj", "repo", "store", "git")
+    if os.path.isdir(inner):
+        return ["-C", source, "--git-dir", inner, "--work-tree", source]
+    return None
+
+
+def include_candidates(source, environ=None):
+    """Paths (relative, sorted) that the shared checkout's .worktreeinclude names AND git ignores
+    there; None when there is no .worktreeinclude. Tracked files and untracked files that are not
+    ignored are never candidates; nothing under the top-level .jj or .git is."""
+    inc = os.path.join(source, INCLUDE_FILE)
+    if not os.path.isfile(inc):
+        return None
+    if not store.within(os.path.realpath(inc), source):
+        raise EnvError("%s leads outside %s" % (inc, source), "make %s a plain file" % INCLUDE_FILE)
+    gargs = _include_git(source)
+    if gargs is None:
+        raise EnvError("%s has no git store to read its ignore rules from" % source,
+                       "coord works only in jj/git repositories")
+    _, out, _ = git(gargs + ["ls-files", "-z", "--others", "--ignored", "--exclude-from=" + inc], source, environ)
+    matched = sorted(p for p in out.split("\0") if p and p.split("/", 1)[0] not in (".jj", ".git"))
+    if not matched:
+        return []
+    code, out, err = git(gargs + ["check-ignore", "--stdin", "-z"], source, environ, check=False,
+                         input="\0".join(matched) + "\0")
+    if code not in (0, 1):
+        raise ToolError(["git", "check-ignore", "--stdin"], code, err)
+    ignored = set(out.split("\0"))
+    return [p for p in matched if p in ignored]
+
+
+def _entry_digest(path):
+    """sha256 of a regular file's bytes, "link:TARGET" for a symlink, None for anything else."""
+    import hashlib
+    try:
+        st_ = os.lstat(path)
+        if _stat.S_ISLNK(st_.st_mode):
+            return "link:" + os.readlink(path)
+        if not _stat.S_ISREG(st_.st_mode):
+            return None
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+def _plain_parents(root, rel):
+    """True when every directory of `rel` below `root` is a real directory (or missing), no symlink."""
+    cur = root
+    for part in rel.split("/")[:-1]:
+        cur = os.path.join(cur, part)
+        if os.path.islink(cur) or (os.path.lexists(cur) and not os.path.isdir(cur)):
+            return False
+    return True
+
+
+def copy_includes(w, environ=None):
+    """Copy the shared checkout's included ignored files into the clone; -> {copied: [{path,
+    sha256}], count, skipped: [{path, why}]} (None when there is no .worktreeinclude).
+
+    Never through a symlinked directory on either side, never a symlink that is absolute or
+    leads out of the shared checkout (a relative one inside it is recreated as a link), never
+    over something already in the clone (a file there with the same content counts as copied)."""
+    source, path = w["source"], w["path"]
+    names = include_candidates(source, environ)
+    if names is None:
+        return None
+    copied, skipped = [], []
+    real_source = os.path.realpath(source)
+    for rel in names:
+        src, dest = os.path.join(source, rel), os.path.join(path, rel)
+        if not _plain_parents(source, rel) or not _plain_parents(path, rel):
+            skipped.append({"path": rel, "why": "a symlink in its directories"})
+            continue
+        try:
+            info = os.lstat(src)
+        except OSError as exc:
+            skipped.append({"path": rel, "why": exc.strerror or str(exc)})
+            continue
+        if _stat.S_ISLNK(info.st_mode):
+            target = os.readlink(src)
+            if os.path.isabs(target) or not store.within(os.path.realpath(src), real_source):
+                skipped.append({"path": rel, "why": "a symlink leading out of the repository"})
+                continue
+        elif not _stat.S_ISREG(info.st_mode):
+            skipped.append({"path": rel, "why": "not a regular file"})
+            continue
+        digest = _entry_digest(src)
+        if os.path.lexists(dest):
+            if digest is not None and _entry_digest(dest) == digest:
+                copied.append({"path": rel, "sha256": digest})
+            else:
+                skipped.append({"path": rel, "why": "the clone already has a different one"})
+            continue
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            if _stat.S_ISLNK(info.st_mode):
+                os.symlink(target, dest)
+                digest = _entry_digest(dest)
+            else:
+                digest = _copy_file(src, dest, info.st_mode & 0o777)
+        except OSError as exc:
+            skipped.append({"path": rel, "why": exc.strerror or str(exc)})
+            continue
+        copied.append({"path": rel, "sha256": digest})
+    return {"copied": copied[:KEPT_COPIES], "count": len(copied), "skipped": skipped[:KEPT_PATHS],
+            "skipped_count": len(skipped)}
+
+
+def _copy_file(src, dest, mode):
+    """Copy a regular file without following a symlink at either end; -> sha256 of what was written."""
+    import hashlib
+    h = hashlib.sha256()
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    fin = os.open(src, os.O_RDONLY | nofollow)
+    try:
+        fout = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow, mode)
+        try:
+            while True:
+                chunk = os.read(fin, 1 << 20)
+                if not chunk:
+                    break
+                h.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fout, view):]
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+    os.chmod(dest, mode)
+    return h.hexdigest()
+
+
+def setup_env(w, environ):
+    """The setup hook's environment: the caller's (without git redirections) plus the work's facts."""
+    env = tool_env(environ)
+    for key in ("EDITOR", "VISUAL"):
+        env.pop(key, None)
+        if environ.get(key):
+            env[key] = environ[key]
+    env.update({"COORD_WORK_ID": w["id"], "COORD_WORK_PATH": w["path"], "COORD_WORK_HANDLE": w["handle"],
+                "COORD_WORK_TASK": w["task"], "COORD_SOURCE_PATH": w["source"] or "",
+                "COORD_PORT_BASE": str(w["data"].get("port_base", "")), "COORD_PORT_COUNT": str(PORT_STRIDE)})
+    return env
+
+
+def _run_hook_script(w, environ, timeout):
+    """Run the clone's .coord/setup; -> (status, exit code or None, output tail)."""
+    import tempfile
+    hook = os.path.join(w["path"], SETUP_HOOK)
+    if not store.within(os.path.realpath(hook), w["path"]):
+        return "failed", None, "%s leads outside the clone; not run" % SETUP_HOOK
+    if not os.path.isfile(hook) or not os.access(hook, os.X_OK):
+        return "failed", None, "%s is not an executable file (chmod +x it and commit it)" % SETUP_HOOK
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen([hook], cwd=w["path"], env=setup_env(w, environ), stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            return "failed", None, "cannot run %s: %s" % (SETUP_HOOK, exc.strerror or exc)
+        try:
+            code = proc.wait(timeout=timeout)
+            status = "ok" if code == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            import signal
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            code = proc.wait()
+            status = "timeout"
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - 4 * SETUP_TAIL))
+        tail = out.read().decode("utf-8", "replace")
+    tail = store.clean_text(tail[-SETUP_TAIL:], SETUP_TAIL) if "\n" not in tail else \
+        "\n".join(store.clean_text(l, SETUP_TAIL) for l in tail[-SETUP_TAIL:].splitlines())
+    if status == "timeout":
+        tail = (tail + "\n" if tail else "") + "coord: killed after %s s (COORD_SETUP_TIMEOUT)" % store._num(timeout)
+    return status, (None if status == "timeout" else code), tail
+
+
+def run_setup(st, *, caller, work, environ):
+    """Set the clone up: copy the included ignored files, then run its committed .coord/setup with
+    COORD_WORK_ID, COORD_WORK_PATH, COORD_WORK_HANDLE and COORD_PORT_BASE, bounded by
+    COORD_SETUP_TIMEOUT. The result (status ok/failed/timeout/none, exit, output tail, duration,
+    files copied) goes into the record and the audit; the clone is never deleted here.
+    -> (work record, setup result)."""
+    environ = os.environ if environ is None else environ
+    timeout = store.env_number(environ, "COORD_SETUP_TIMEOUT", SETUP_TIMEOUT, SETUP_TIMEOUT_RANGE)
+    w = st.resolve_work(work) if isinstance(work, str) else work
+    _refuse_state(w, UNUSABLE)
+    verified_path(w)
+    if not os.path.isfile(os.path.join(w["source"] or "", INCLUDE_FILE)) and \
+            not os.path.lexists(os.path.join(w["path"], SETUP_HOOK)):
+        result = {"status": "none", "at": _now()}  # nothing to do: no audit row, one write
+        with st.transaction():
+            w = st.update_work(w["id"], data={"setup": result})
+        return w, result
+    with st.transaction():
+        w = st.update_work(w["id"], data={"setup": {"status": "running", "at": _now()}})
+    started = time.monotonic()
+    result = {"status": "none", "exit": None, "output_tail": "", "includes": None}
+    try:
+        result["includes"] = copy_includes(w, environ)
+    except store.CoordError as exc:
+        result.update(status="failed", output_tail="copying %s files: %s" % (INCLUDE_FILE, exc.message))
+    if result["status"] == "none" and os.path.lexists(os.path.join(w["path"], SETUP_HOOK)):
+        status, code, tail = _run_hook_script(w, environ, timeout)
+        result.update(status=status, exit=code, output_tail=tail)
+    elif result["status"] == "none" and result["includes"] is not None:
+        result["status"] = "ok"
+    result["duration"] = round(time.monotonic() - started, 3)
+    result["at"] = _now()
+    copied = (result["includes"] or {}).get("count", 0)
+    with st.transaction():
+        w = st.update_work(w["id"], data={"setup": result})
+        st.audit("work.setup", _who(caller), w["id"], status=result["status"], exit=result["exit"],
+                 duration=result["duration"], copied=copied,
+                 copied_paths=[c["path"] for c in (result["includes"] or {}).get("copied", [])])
+    return w, result
+
+
+def setup_refusal(w, result, created=False):
+    """The Refused (exit 3) a failed setup raises: the clone is kept, and the next command."""
+    h = w["handle"]
+    last = [l for l in (result.get("output_tail") or "").splitlines() if l.strip()]
+    why = {"timeout": "timed out"}.get(result["status"], "exit %s" % result["exit"] if result["exit"] is not None
+                                       else "did not run")
+    return Refused("%ssetup of %s failed (%s)%s; the clone is kept at %s" % (
+        "work %s created, but its " % h if created else "", h, why,
+        ": %s" % store.clean_text(last[-1], 200) if last else "", w["path"]),
+        "coord work inspect %s --verbose shows its output; fix it, then: coord work setup %s" % (h, h),
+        work=h, path=w["path"], setup=result)
+
+
+def setup_line(setup):
+    """One line about a recorded setup for `work inspect`, or None."""
+    if not setup or setup.get("status") == "none":
+        return None
+    status = setup.get("status")
+    if status in ("skipped", "running"):
+        return "setup %s" % ("skipped (--no-setup)" if status == "skipped" else "running (or interrupted)")
+    bits = []
+    if setup.get("exit") is not None:
+        bits.append("exit %s" % setup["exit"])
+    if setup.get("duration") is not None:
+        bits.append("%.1f s" % setup["duration"])
+    inc = setup.get("includes")
+    if inc is not None:
+        bits.append("%d file(s) copied%s" % (inc.get("count", 0), ", %d skipped" % inc["skipped_count"]
+                                             if inc.get("skipped_count") else ""))
+    line = "setup %s%s" % (status, " (%s)" % ", ".join(bits) if bits else "")
+    last = [l for l in (setup.get("output_tail") or "").splitlines() if l.strip()]
+    if status not in SETUP_OK and last:
+        line += ": " + store.clean_text(last[-1], 200)
+    return line
+
+
+def unchanged_copies(w, paths):
+    """The subset of `paths` that setup copied into the clone and that are unchanged there and
+    still in the shared checkout with the same content: captured, so they do not block removal."""
+    rec = {c.get("path"): c.get("sha256") for c in
+           (((w["data"].get("setup") or {}).get("includes") or {}).get("copied") or [])}
+    out = set()
+    for p in paths:
+        digest = rec.get(p)
+        if not digest or not w.get("source"):
+            continue
+        if not (_plain_parents(w["path"], p) and _plain_parents(w["source"], p)):
+            continue
+        if _entry_digest(os.path.join(w["path"], p)) == digest == _entry_digest(os.path.join(w["source"], p)):
+            out.add(p)
+    return out
 
 
 # --------------------------------------------------------------------------- inspect / gate
@@ -1230,6 +1559,9 @@ def uncaptured(w, environ=None):
     ignored = ignored_paths(w, missing, environ)
     untracked = [f for f in missing if f not in ignored]
     ignored = [f for f in missing if f in ignored and not _cache_of(f, tracked)]
+    if ignored and (w["data"].get("setup") or {}).get("includes"):
+        copies = unchanged_copies(w, ignored)  # copied by setup, still in the shared checkout
+        ignored = [f for f in ignored if f not in copies]
     if untracked:
         out.append(("untracked", "%d file(s) jj did not snapshot (too large, auto-track off, or in a nested "
                     "repository): %s" % (len(untracked), _named(untracked)),
@@ -1513,6 +1845,7 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
     with st.transaction():
         if st.work(work_id) is not None:
             raise Refused("work %s was registered meanwhile" % work_id, "coord work list")
+        data["port_base"] = port_base(st, work_id)
         w = st.insert_work(task, "active", token, path=path, scratch_root=scratch, source=canonical,
                            conversation=caller["conversation"] if caller else None, runtime=_who(caller),
                            data=data, work_id=work_id)
@@ -1634,6 +1967,8 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
     import session
     project = store.resolve_project_id(environ, w["source"])
     env = {"COORD_WORK_ID": w["id"], "COORD_PROJECT_ID": project}
+    if w["data"].get("port_base") is not None:
+        env["COORD_PORT_BASE"] = str(w["data"]["port_base"])
     for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
         if environ.get(name):
             env[name] = environ[name]
@@ -1825,7 +2160,7 @@ def cmd_create(ctx, args):
     w = create_work(ctx.db, caller=caller, root=ctx.root, task=args.task, environ=ctx.environ,
                     scratch_root=args.scratch_root, from_rev=args.from_rev, depends=args.depends,
                     resources=args.resources, native=args.native_workspace,
-                    allow_unprotected=args.allow_unprotected)
+                    allow_unprotected=args.allow_unprotected, no_setup=args.no_setup)
     lines = [w["handle"], w["path"]]
     if w["data"]["kind"] == "native":
         lines.append(native_note(w["source"], w["data"]["git"]))
@@ -1833,6 +2168,13 @@ def cmd_create(ctx, args):
         lines.append("warning: unprotected: agents in this clone run without coord's hooks (no registration, "
                      "messages or write checks): %s" % "; ".join(w["data"]["unprotected"]))
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, "\n".join(lines)
+
+
+def cmd_setup(ctx, args):
+    w, result = run_setup(ctx.db, caller=_optional_caller(ctx), work=args.handle, environ=ctx.environ)
+    if result["status"] not in SETUP_OK:
+        raise setup_refusal(w, result)
+    return 0, {"ok": True, "work": w["handle"], "setup": result}, None
 
 
 def cmd_work_list(ctx, args):
@@ -1868,6 +2210,9 @@ def inspect_lines(facts, verbose=False):
         lines.append("failed at %s: %s (directory %s)" % (store.clean_text(failure["step"], 120),
                                                           store.clean_text(failure["reason"], 300),
                                                           failure["directory"]))
+    setup = setup_line(d.get("setup"))
+    if setup:
+        lines.append(setup)
     if d.get("parked") and w["state"] == "parked":
         lines.append("parked: %s" % store.clean_text(d["parked"]["reason"], 200))
     if d.get("tmux"):
@@ -1898,6 +2243,16 @@ def _inspect_verbose_lines(w, facts):
     if integ.get("proof"):
         lines.append("proof: candidate is an ancestor of %s on %s" % (integ["proof"]["target"],
                                                                       integ["proof"]["into"]))
+    if d.get("port_base") is not None:
+        lines.append("ports %d-%d (COORD_PORT_BASE)" % (d["port_base"], d["port_base"] + PORT_STRIDE - 1))
+    setup = d.get("setup") or {}
+    for c in ((setup.get("includes") or {}).get("copied") or [])[:SHOWN_PATHS]:
+        lines.append("copied %s" % store.clean_text(c["path"], 200))
+    for c in ((setup.get("includes") or {}).get("skipped") or [])[:SHOWN_PATHS]:
+        lines.append("not copied %s: %s" % (store.clean_text(c["path"], 200), c["why"]))
+    if setup.get("output_tail") and setup.get("status") not in ("skipped", "running"):
+        lines.append("setup output (last lines):")
+        lines += ["  " + l for l in setup["output_tail"].splitlines()[-10:]]
     res = d.get("resources") or {}
     if res.get("planned") or res.get("actual"):
         lines.append("resources planned %s actual %s" % (", ".join(res.get("planned") or []) or "-",
@@ -2062,7 +2417,14 @@ def register(sub, common, ident):
                    help="work this one builds on")
     p.add_argument("--resources", nargs="+", action="extend", default=[], metavar="R",
                    help="resources this work plans to change")
+    p.add_argument("--no-setup", action="store_true",
+                   help="skip the clone's setup (%s and the %s copies)" % (SETUP_HOOK, INCLUDE_FILE))
     p.set_defaults(func=cmd_create)
+
+    p = ws.add_parser("setup", parents=both, help="run the clone's setup again (%s, %s copies)"
+                      % (SETUP_HOOK, INCLUDE_FILE))
+    p.add_argument("handle", metavar="HANDLE")
+    p.set_defaults(func=cmd_setup)
 
     p = ws.add_parser("list", parents=both, help="work records: handle, task, state")
     p.add_argument("--all", action="store_true", help="include removed work")

@@ -1022,6 +1022,55 @@ class SqlOnlyInStoreTest(support.CoordTestCase):
             self.assertEqual(found, [], "%s queries the database itself; ask the Store instead" % name)
 
 
+class SchemaReaderTest(support.CoordTestCase):
+    """A database whose reader level is newer than this coord is refused, and the refusal in a
+    managed clone never says to install there (test_upgrade runs additive migrations for real)."""
+
+    def set_schema(self, level, applied=None):
+        store.Store(self.db).close()
+        conn = sqlite3.connect(self.db)
+        try:
+            conn.execute("PRAGMA user_version = %d" % level)
+            if applied is not None:
+                conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                             (store.SCHEMA_APPLIED_KEY, str(applied)))
+            conn.commit()
+        finally:
+            conn.close()
+
+    def test_a_newer_reader_level_is_refused_with_a_hint_for_where_it_runs(self):
+        self.set_schema(store.SCHEMA_VERSION + 1)
+        proc = self.coord("list")
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("newer than this coord", proc.stderr)
+        self.assertIn("install", proc.stderr)
+        clone = os.path.join(self.tmp, "clone")
+        os.makedirs(os.path.join(clone, ".jj"))
+        with open(os.path.join(clone, ".jj", "coord-owner"), "w") as f:
+            f.write('{"work": "w", "token": "t"}\n')
+        os.makedirs(os.path.join(clone, "src"))
+        proc = self.coord("list", cwd=os.path.join(clone, "src"))
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("managed clone", proc.stderr)
+        self.assertIn("jj git fetch && jj rebase -b @ -d", proc.stderr)
+        self.assertNotIn("./install", proc.stderr)
+        self.assertNotIn("/install REPO", proc.stderr)
+
+    def test_a_clone_without_a_project_id_is_told_to_catch_up_not_to_install(self):
+        clone = os.path.join(self.tmp, "clone")
+        os.makedirs(os.path.join(clone, ".jj"))
+        with open(os.path.join(clone, ".jj", "coord-owner"), "w") as f:
+            f.write('{"work": "w", "token": "t"}\n')
+        bare = {"COORD_PROJECT_ID": "", "COORD_DB": ""}
+        proc = self.coord("list", cwd=clone, env=bare)
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("jj git fetch && jj rebase -b @ -d", proc.stderr)
+        self.assertNotIn("./install", proc.stderr)
+        elsewhere = os.path.join(self.tmp, "plain")
+        os.makedirs(os.path.join(elsewhere, ".jj"))
+        self.assertIn("./install REPO", self.coord("list", cwd=elsewhere, env=bare).stderr)
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

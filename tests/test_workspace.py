@@ -1641,6 +1641,165 @@ class UnprotectedCloneTest(WorkTestCase):
             f.write("99.0.0\n")  # the shared checkout upgraded, the commit clones start from did not
         err = self.refused_create("stale")
         self.assertIn("older than the shared checkout's 99.0.0", err)
+class SetupTest(WorkTestCase):
+    """Setup per clone: the committed .coord/setup hook and the .worktreeinclude copies."""
+
+    SCRIPT_OK = ("#!/bin/sh\necho \"id=$COORD_WORK_ID path=$COORD_WORK_PATH handle=$COORD_WORK_HANDLE "
+                 "ports=$COORD_PORT_BASE pwd=$(pwd -P)\"\n")
+
+    def commit_canon(self, files, executable=(), message="setup files"):
+        """Commit files into the canonical repository's main and return its commit."""
+        for name, text in files.items():
+            self.write(self.canon, name, text)
+        for name in executable:
+            os.chmod(os.path.join(self.canon, name), 0o755)
+        self.jj(self.canon, "commit", "-m", message)
+        self.jj(self.canon, "bookmark", "set", "main", "-r", "@-")
+        return self.commit_of(self.canon, "main")
+
+    def setup_of(self, handle):
+        return self.record(handle)["data"]["setup"]
+
+    @support.slow
+    def test_setup_success_is_recorded_with_the_work_facts(self):
+        self.commit_canon({".coord/setup": self.SCRIPT_OK}, executable=[".coord/setup"])
+        handle, path, _ = self.create("first")
+        rec = self.record(handle)
+        setup = rec["data"]["setup"]
+        self.assertEqual((setup["status"], setup["exit"]), ("ok", 0), setup)
+        self.assertIsInstance(setup["duration"], float)
+        base = rec["data"]["port_base"]
+        self.assertIn("id=%s path=%s handle=%s ports=%d pwd=%s" % (rec["id"], path, handle, base,
+                                                                    os.path.realpath(path)), setup["output_tail"])
+        self.assertTrue(workspace.PORT_FIRST <= base < workspace.PORT_FIRST + workspace.PORT_SLOTS *
+                        workspace.PORT_STRIDE and (base - workspace.PORT_FIRST) % workspace.PORT_STRIDE == 0)
+        text = self.work("inspect", handle, check=0).stdout
+        self.assertIn("setup ok (exit 0", text)
+        other, _, _ = self.create("second")
+        self.assertNotEqual(self.record(other)["data"]["port_base"], base)
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual([e["data"]["status"] for e in events if e["event"] == "work.setup"], ["ok", "ok"])
+
+    def test_port_bases_stay_distinct_when_slots_collide(self):
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        wid = store.new_uuid()
+        with st.transaction():
+            first = workspace.port_base(st, wid)
+            st.insert_work("taken", "active", "t", data={"port_base": first})
+            second = workspace.port_base(st, wid)  # the same ID derives the same slot: it must move on
+        self.assertEqual(second, first + workspace.PORT_STRIDE if first < 59990 else workspace.PORT_FIRST)
+
+    @support.slow
+    def test_failed_setup_keeps_the_clone_and_exits_3_with_the_next_command(self):
+        self.commit_canon({".coord/setup": "#!/bin/sh\necho preparing\necho boom >&2\nexit 7\n"},
+                          executable=[".coord/setup"])
+        proc = self.work("create", "broken")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertIn("setup", proc.stderr)
+        self.assertIn("exit 7", proc.stderr)
+        self.assertIn("boom", proc.stderr)
+        self.assertIn("kept", proc.stderr)
+        handle = [w for w in self.work_json("list")["work"] if w["task"] == "broken"][0]["handle"]
+        self.assertIn("coord work setup %s" % handle, proc.stderr)
+        rec = self.record(handle)
+        self.assertEqual(rec["state"], "active")
+        self.assertTrue(os.path.isdir(os.path.join(rec["path"], ".jj")))
+        self.assertEqual((rec["data"]["setup"]["status"], rec["data"]["setup"]["exit"]), ("failed", 7))
+        self.assertIn("preparing\nboom", rec["data"]["setup"]["output_tail"])
+        self.assertIn("setup failed", self.work("list", check=0).stdout)
+        self.assertIn("boom", self.work("inspect", handle, "--verbose", check=0).stdout)
+        # Fixed in the clone, the setup runs again by name.
+        with open(os.path.join(rec["path"], ".coord", "setup"), "w") as f:
+            f.write("#!/bin/sh\necho fixed\n")
+        self.work("setup", handle, check=0)
+        self.assertEqual(self.setup_of(handle)["status"], "ok")
+        # A hook that outlives COORD_SETUP_TIMEOUT is killed and recorded as timed out.
+        with open(os.path.join(rec["path"], ".coord", "setup"), "w") as f:
+            f.write("#!/bin/sh\necho started\nexec sleep 60\n")
+        proc = self.work("setup", handle, env={"COORD_SETUP_TIMEOUT": "1"})
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("timed out", proc.stderr)
+        setup = self.setup_of(handle)
+        self.assertEqual((setup["status"], setup["exit"]), ("timeout", None))
+        self.assertIn("COORD_SETUP_TIMEOUT", setup["output_tail"])
+        self.assertEqual(self.work("setup", handle, env={"COORD_SETUP_TIMEOUT": "0"}).returncode, 2)
+        self.assertTrue(os.path.isdir(rec["path"]))
+
+    def include_fixture(self):
+        """A shared checkout with ignored, tracked and untracked files all named in .worktreeinclude."""
+        self.commit_canon({".gitignore": ".env\nsecrets/\nbuild.log\n*.link\n", "config.json": "committed\n"})
+        self.write(self.canon, ".worktreeinclude", "# copy these\n.env\nsecrets/\nconfig.json\nnotes.txt\n"
+                   "*.link\n")
+        self.write(self.canon, ".env", "API_KEY=local\n")
+        self.write(self.canon, "secrets/key", "k1\n")
+        self.write(self.canon, "build.log", "not listed\n")
+        self.write(self.canon, "config.json", "edited in the shared checkout\n")  # tracked: never copied
+        self.write(self.canon, "notes.txt", "untracked, not ignored\n")             # not ignored: never copied
+        os.symlink("/etc/hostname", os.path.join(self.canon, "out.link"))        # leaves the repository
+        os.symlink(".env", os.path.join(self.canon, "in.link"))                  # stays inside: a link
+        os.chmod(os.path.join(self.canon, ".env"), 0o600)
+
+    @support.slow
+    def test_worktreeinclude_copies_only_files_git_ignores_in_the_shared_checkout(self):
+        self.include_fixture()
+        handle, path, _ = self.create("included")
+        with open(os.path.join(path, ".env")) as f:
+            self.assertEqual(f.read(), "API_KEY=local\n")
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(path, ".env")).st_mode), 0o600)
+        with open(os.path.join(path, "secrets", "key")) as f:
+            self.assertEqual(f.read(), "k1\n")
+        with open(os.path.join(path, "config.json")) as f:
+            self.assertEqual(f.read(), "committed\n")
+        self.assertEqual(os.readlink(os.path.join(path, "in.link")), ".env")
+        for absent in ("notes.txt", "build.log", "out.link", ".worktreeinclude"):
+            self.assertFalse(os.path.lexists(os.path.join(path, absent)), absent)
+        setup = self.setup_of(handle)
+        self.assertEqual(setup["status"], "ok")
+        self.assertEqual(sorted(c["path"] for c in setup["includes"]["copied"]), [".env", "in.link", "secrets/key"])
+        self.assertEqual([(s["path"], s["why"]) for s in setup["includes"]["skipped"]],
+                         [("out.link", "a symlink leading out of the repository")])
+        self.assertIn("3 file(s) copied, 1 skipped", self.work("inspect", handle, check=0).stdout)
+
+    @support.slow
+    def test_no_setup_skips_the_hook_and_the_copies(self):
+        self.include_fixture()
+        self.commit_canon({".coord/setup": "#!/bin/sh\nexit 1\n"}, executable=[".coord/setup"])
+        handle, path, proc = self.create("plain", "--no-setup")
+        self.assertFalse(os.path.lexists(os.path.join(path, ".env")))
+        self.assertEqual(self.setup_of(handle)["status"], "skipped")
+        self.assertIn("setup skipped", self.work("inspect", handle, check=0).stdout)
+        # A bad COORD_SETUP_TIMEOUT is refused before anything is made.
+        before = sorted(os.listdir(self.scratch))
+        for value in ("inf", "nan", "0", "86401"):
+            proc = self.work("create", "timed", env={"COORD_SETUP_TIMEOUT": value})
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn("COORD_SETUP_TIMEOUT", proc.stderr)
+        self.assertEqual(sorted(os.listdir(self.scratch)), before)
+        self.assertNotIn("timed", [w["task"] for w in self.work_json("list", "--all")["work"]])
+
+    @support.slow
+    def test_unchanged_copies_do_not_block_removal_changed_ones_do(self):
+        self.include_fixture()
+        clean, clean_path, _ = self.create("clean")
+        self.gate(clean)
+        self.work("remove", clean, "--confirm", clean, check=0)
+        self.assertFalse(os.path.lexists(clean_path))
+        self.assertTrue(os.path.exists(os.path.join(self.canon, ".env")))
+        edited, edited_path, _ = self.create("edited")
+        self.gate(edited)
+        with open(os.path.join(edited_path, ".env"), "a") as f:
+            f.write("CHANGED=1\n")
+        self.assertIn("ignored", self.refused(edited))
+        proc = self.work("remove", edited, "--confirm", edited)
+        self.assertIn(".env", proc.stderr)
+        self.assertNotIn("secrets/key", proc.stderr)
+        # A copy whose original changed in the shared checkout is the only copy of its content.
+        moved, moved_path, _ = self.create("moved")
+        self.gate(moved)
+        with open(os.path.join(self.canon, "secrets", "key"), "w") as f:
+            f.write("k2\n")
+        self.assertIn("ignored", self.refused(moved))
 
 
 if __name__ == "__main__":

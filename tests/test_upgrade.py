@@ -1,0 +1,244 @@
+"""Upgrades with live managed clones: two real releases, real jj clones, the real hooks.
+
+The older release is built from this repository's own history (`git archive` of the commit
+that set VERSION to OLD_VERSION); the newer one is this checkout, copied, with a throwaway
+additive migration added to the copy only. Live clones keep the older committed `.coord/`
+while the shared checkout installs the newer one, which is what happens to every running
+agent when a person upgrades (DESIGN.md, "Upgrades").
+"""
+
+import io
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tarfile
+
+import support
+from support import CoordTestCase
+
+import store
+
+OLD_VERSION = "0.2.0"
+PEER_FILE = "src/shared.py"
+# The throwaway additive migration the test adds to its copy of the newer release (never to the
+# product): a nullable column and a new table, which the older release's statements never see.
+PROBE = ('\n_MIGRATIONS[SCHEMA_VERSION] = ["ALTER TABLE work ADD COLUMN upgrade_probe TEXT",\n'
+         '                             "CREATE TABLE upgrade_probe (id INTEGER PRIMARY KEY, note TEXT)"]\n')
+
+
+def _git(args, cwd, env=None):
+    return subprocess.run(["git"] + args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=120)
+
+
+class UpgradeTest(CoordTestCase):
+    """Clones carrying the older .coord/ keep registering and denying after the newer install."""
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "jj")
+        support.require_tool(self, "git")
+        cfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(cfg, "w") as f:
+            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
+        self.scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(self.scratch, 0o700)
+        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": self.scratch,
+                         "GIT_CONFIG_GLOBAL": os.path.join(self.home, ".gitconfig")})
+        os.environ.update(self.env)
+        self.old = self.older_release()
+        self.new = self.newer_release()
+
+    # -- the two releases
+
+    def older_release(self):
+        """This repository's commit that set VERSION to OLD_VERSION, extracted with git archive."""
+        log = _git(["log", "--format=%H", "--", "VERSION"], support.ROOT)
+        commit = None
+        for h in log.stdout.decode().split():
+            shown = _git(["show", "%s:VERSION" % h], support.ROOT)
+            if shown.returncode == 0 and shown.stdout.decode().strip() == OLD_VERSION:
+                commit = h  # the oldest such commit: the one that made the release
+        if commit is None:
+            msg = ("no commit in %s's history has VERSION %s (git log -- VERSION): the upgrade test needs "
+                   "the full history (git fetch --unshallow)" % (support.ROOT, OLD_VERSION))
+            if support.IN_CI:
+                self.fail(msg)
+            self.skipTest(msg)
+        archive = _git(["archive", "--format=tar", commit], support.ROOT)
+        self.assertEqual(archive.returncode, 0, archive.stderr)
+        dest = os.path.join(self.tmp, "release-old")
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:
+                tar.extractall(dest)
+        with open(os.path.join(dest, "VERSION")) as f:
+            self.assertEqual(f.read().strip(), OLD_VERSION)
+        return dest
+
+    def newer_release(self):
+        """This checkout's release files, with the throwaway additive migration in store.py."""
+        install = support.load_install()
+        dest = os.path.join(self.tmp, "release-new")
+        os.makedirs(dest)
+        for name in install.RUNTIME_FILES:
+            shutil.copy2(os.path.join(support.ROOT, name), os.path.join(dest, name))
+        shutil.copytree(os.path.join(support.ROOT, install.SKILL_SOURCE), os.path.join(dest, install.SKILL_SOURCE))
+        path = os.path.join(dest, "store.py")
+        with open(path) as f:
+            text = f.read()
+        level = "SCHEMA_VERSION = %d " % store.SCHEMA_VERSION
+        additive = "ADDITIVE_MIGRATIONS = frozenset()"
+        self.assertIn(level, text)
+        self.assertIn(additive, text)
+        text = text.replace(level, "SCHEMA_VERSION = %d " % (store.SCHEMA_VERSION + 1), 1)
+        text = text.replace(additive, "ADDITIVE_MIGRATIONS = frozenset([%d])" % (store.SCHEMA_VERSION + 1), 1)
+        with open(path, "w") as f:
+            f.write(text + PROBE)
+        return dest
+
+    # -- helpers
+
+    def sh(self, argv, cwd, env=None, check=0):
+        e = dict(self.env)
+        e.update(env or {})
+        proc = subprocess.run(argv, cwd=cwd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=300)
+        if check is not None and proc.returncode != check:
+            self.fail("%s exited %d\nstdout: %s\nstderr: %s" % (" ".join(argv), proc.returncode, proc.stdout,
+                                                                  proc.stderr))
+        return proc
+
+    def jj(self, cwd, *args):
+        return self.sh(["jj", "--no-pager", "--color=never"] + list(args), cwd).stdout
+
+    def coord_in(self, where, *args, env=None, check=0):
+        """The coord CLI installed in `where` (its own .coord/), run from there."""
+        return self.sh([sys.executable, os.path.join(where, ".coord", "coord")] + list(args), where, env, check)
+
+    def hook(self, harness, clone, event, session, **extra):
+        """Run the clone's installed Claude hook for `event` as `harness` (a FakeHarness) would."""
+        command, _ = support.installed_hook(clone, "claude", event)
+        payload = {"session_id": session, "transcript_path": os.path.join(self.tmp, session + ".jsonl"),
+                   "cwd": clone, "hook_event_name": event}
+        payload.update(extra)
+        env = dict(self.env, CLAUDE_PROJECT_DIR=clone)
+        return harness.run(["/bin/sh", "-c", command], json.dumps(payload), env, clone)
+
+    def start_agent(self, clone, session):
+        """A new harness process in clone whose SessionStart registers it: -> (harness, its handle)."""
+        harness = support.FakeHarness(self)
+        rc, out, err = self.hook(harness, clone, "SessionStart", session, source="startup")
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(out.strip(), "SessionStart in %s registered nothing (the hook failed open): %s" % (clone, err))
+        listed = json.loads(self.coord_in(self.canon, "list", "--json").stdout)
+        mine = [r for r in listed["runtimes"] if r["conversation"] == session]
+        self.assertEqual(len(mine), 1, listed)
+        self.assertIn(mine[0]["handle"], json.loads(out)["hookSpecificOutput"]["additionalContext"])
+        return harness, mine[0]["handle"]
+
+    def write_attempt(self, harness, clone, session):
+        """PreToolUse Write of PEER_FILE in clone: the hook's decoded reply, or None when it allows."""
+        path = os.path.join(clone, PEER_FILE)
+        rc, out, err = self.hook(harness, clone, "PreToolUse", session, tool_name="Write",
+                                 tool_input={"file_path": path, "content": "x\n"}, tool_use_id="toolu_upgrade")
+        self.assertEqual(rc, 0, err)
+        return json.loads(out) if out.strip() else None
+
+    # -- the test
+
+    @support.slow
+    def test_clones_with_the_older_coord_keep_working_after_the_newer_install_migrates(self):
+        self.canon = canon = os.path.join(self.tmp, "canon")
+        self.jj(self.tmp, "git", "init", "--colocate", canon)
+        os.makedirs(os.path.join(canon, "src"))
+        with open(os.path.join(canon, "src", "shared.py"), "w") as f:
+            f.write("shared = 1\n")
+        self.sh([sys.executable, os.path.join(self.old, "install"), canon, "--project-id", "upgrade"], canon)
+        self.jj(canon, "commit", "-m", "coord %s installed" % OLD_VERSION)
+        self.jj(canon, "bookmark", "create", "main", "-r", "@-")
+        owner = json.loads(self.coord_in(canon, "hello", "--json").stdout)["runtime"]["id"]
+        clones = {}
+        for task in ("alpha", "beta"):
+            proc = self.coord_in(canon, "work", "create", task, "--json", env={"COORD_RUNTIME_ID": owner})
+            w = json.loads(proc.stdout)["work"]
+            clones[task] = (w["handle"], w["path"])
+            with open(os.path.join(w["path"], ".coord", "VERSION")) as f:
+                self.assertEqual(f.read().strip(), OLD_VERSION)
+        alpha, beta = clones["alpha"][1], clones["beta"][1]
+
+        # The peer in beta holds the file; alpha's agent is denied it (the older release alone).
+        peer, _ = self.start_agent(beta, "b0000000-0000-4000-8000-00000000000b")
+        rc, out, err = peer.run([sys.executable, os.path.join(beta, ".coord", "coord"), "claim", PEER_FILE,
+                                 "-p", "peer work"], "", dict(self.env, CLAUDE_CODE_SESSION_ID=
+                                                               "b0000000-0000-4000-8000-00000000000b"), beta)
+        self.assertEqual(rc, 0, err)
+        agent, _ = self.start_agent(alpha, "a0000000-0000-4000-8000-00000000000a")
+        reply = self.write_attempt(agent, alpha, "a0000000-0000-4000-8000-00000000000a")
+        self.assertEqual(reply["hookSpecificOutput"]["permissionDecision"], "deny", reply)
+
+        # The shared checkout installs the newer release, which lists both clones and how to
+        # bring each up to date, and its first command migrates the database (additively).
+        proc = self.sh([sys.executable, os.path.join(self.new, "install"), canon], canon)
+        for task, (handle, path) in clones.items():
+            line = [l for l in proc.stdout.splitlines() if l.strip().startswith(handle)]
+            self.assertEqual(len(line), 1, proc.stdout)
+            self.assertIn("cd %s && jj git fetch && jj rebase -b @ -d main@origin" % path, line[0])
+            self.assertIn(".coord %s" % OLD_VERSION, line[0])
+        self.assertNotIn("./install", proc.stdout)
+        first = [l for l in proc.stdout.splitlines() if "first commit the installed files here" in l]
+        self.assertEqual(len(first), 1, proc.stdout)
+        for name in first[0].split(": ", 1)[1].split(", "):
+            self.assertTrue(os.path.exists(os.path.join(canon, name)), name)
+        self.coord_in(canon, "list")
+
+        # The clones still run the older .coord/: a new session registers, a write to the
+        # peer's leased file is denied, and the older CLI claims and lists.
+        again, _ = self.start_agent(alpha, "c0000000-0000-4000-8000-00000000000c")
+        reply = self.write_attempt(again, alpha, "c0000000-0000-4000-8000-00000000000c")
+        self.assertIsNotNone(reply, "the older hook let a write to a peer's leased file through after the upgrade")
+        self.assertEqual(reply["hookSpecificOutput"]["permissionDecision"], "deny", reply)
+        listed = json.loads(self.coord_in(alpha, "list", "--json").stdout)
+        conversations = {r.get("conversation") for r in listed.get("runtimes", listed.get("agents", []))}
+        self.assertIn("c0000000-0000-4000-8000-00000000000c", conversations, listed)
+        rc, out, err = peer.run([sys.executable, os.path.join(beta, ".coord", "coord"), "claim", "src/other.py",
+                                 "-p", "more"], "", dict(self.env, CLAUDE_CODE_SESSION_ID=
+                                                          "b0000000-0000-4000-8000-00000000000b"), beta)
+        self.assertEqual(rc, 0, err)
+
+        # The newer release did migrate: the reader level stayed, the applied migration is in meta.
+        conn = sqlite3.connect(self.db)
+        try:
+            level = conn.execute("PRAGMA user_version").fetchone()[0]
+            applied = conn.execute("SELECT value FROM meta WHERE key = 'schema.applied'").fetchone()
+            probe = conn.execute("SELECT name FROM sqlite_master WHERE name = 'upgrade_probe'").fetchone()
+        finally:
+            conn.close()
+        self.assertEqual((level, applied, probe), (store.SCHEMA_VERSION, (str(store.SCHEMA_VERSION + 1),),
+                                                   ("upgrade_probe",)))
+
+        # Checked from the shared checkout's newer installer, a clone is told how to catch up,
+        # never to install into itself.
+        check = self.sh([sys.executable, os.path.join(self.new, "install"), alpha, "--check"], canon, check=1)
+        self.assertIn("jj git fetch && jj rebase -b @ -d", check.stdout)
+        self.assertNotIn("--repair", check.stdout)
+
+        # --doctor lists them too, with the same commands.
+        doctor = json.loads(self.sh([sys.executable, os.path.join(self.new, "install"), canon, "--doctor",
+                                      "--json"], canon, check=None).stdout)
+        self.assertEqual(sorted(c["handle"] for c in doctor["clones"]), sorted(h for h, _ in clones.values()))
+        self.assertTrue(all(c["relation"] in ("older", "differs") for c in doctor["clones"]))
+
+        # A clone brought up to date (the printed command, after the install is committed) is no
+        # longer listed.
+        self.jj(canon, "commit", "-m", "coord upgraded")
+        self.jj(canon, "bookmark", "set", "main", "-r", "@-")
+        command = [c["command"] for c in doctor["clones"] if c["handle"] == clones["alpha"][0]][0]
+        self.sh(["/bin/sh", "-c", command], canon)
+        doctor = json.loads(self.sh([sys.executable, os.path.join(self.new, "install"), canon, "--doctor",
+                                      "--json"], canon, check=None).stdout)
+        self.assertEqual([c["handle"] for c in doctor["clones"]], [clones["beta"][0]])
