@@ -24,6 +24,7 @@ import store
 OLD_VERSION = "0.2.0"
 PEER_FILE = "src/shared.py"
 # The older release's runtime and docs (git archive of the commit that made it), for clones without history.
+RELEASE_COMMIT = "548450aaee5fd7ba6fce429a4e4a68237e8dd665"  # git log -- VERSION: the commit that made 0.2.0
 FIXTURE = os.path.join(support.ROOT, "tests", "fixtures", "release-0.2.0.tar.gz")
 # The throwaway additive migration the test adds to its copy of the newer release (never to the
 # product): a nullable column and a new table, which the older release's statements never see.
@@ -57,13 +58,9 @@ class UpgradeTest(CoordTestCase):
     # -- the two releases
 
     def older_release(self):
-        """This repository's commit that set VERSION to OLD_VERSION, extracted with git archive."""
-        log = _git(["log", "--format=%H", "--", "VERSION"], support.ROOT)
-        commit = None
-        for h in log.stdout.decode().split():
-            shown = _git(["show", "%s:VERSION" % h], support.ROOT)
-            if shown.returncode == 0 and shown.stdout.decode().strip() == OLD_VERSION:
-                commit = h  # the oldest such commit: the one that made the release
+        """The commit that made OLD_VERSION, extracted with git archive (the fixture without history)."""
+        found = _git(["cat-file", "-e", RELEASE_COMMIT + "^{commit}"], support.ROOT)
+        commit = RELEASE_COMMIT if found.returncode == 0 else None
         dest = os.path.join(self.tmp, "release-old")
         if commit is None:
             # A shallow clone (as some CI checkouts are) lacks the history: use the same release's
