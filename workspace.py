@@ -624,16 +624,25 @@ class _CreateFailed(Exception):
 
 def _make_checkout(w, token, from_rev, environ, check=None):
     """Make the recorded work's checkout on disk; -> head_ids of @. Raise _CreateFailed(step, reason).
-    check(path), when given, runs once the starting revision is on disk (it may raise _Unprotected)."""
+
+    Few jj processes and one snapshot: the checkout is fresh (nothing but this command has the
+    path), so after the one command that needs the working copy (the workspace rename, or
+    `jj new`/`workspace add`, which check out) the description and bookmark are written with
+    --ignore-working-copy (the tree does not change, so the next jj command finds it fresh) and
+    the bookmark command prints the full IDs of @ (a commit_summary template), read instead of
+    a separate `jj log`. check(path), when given, runs once the starting revision is on disk (it
+    may raise _Unprotected)."""
     work_id, task, path, source = w["id"], w["task"], w["path"], w["source"]
+    message = description(task, work_id)
     step = "mkdir"
     try:
         if w["data"]["kind"] == "native":
             step = "jj workspace add"
-            argv = ["workspace", "add", "--name", workspace_name(work_id)]
+            argv = ["workspace", "add", "--name", workspace_name(work_id), "-m", message]
             if from_rev:
                 argv += ["-r", from_rev]
             jj(argv + [path], source, environ=environ)
+            described = True
         else:
             os.mkdir(path, 0o700)
             step = "jj git clone"
@@ -641,23 +650,45 @@ def _make_checkout(w, token, from_rev, environ, check=None):
                environ=environ)
             step = "jj workspace rename"
             jj(["workspace", "rename", workspace_name(work_id)], path, environ=environ)
-            if from_rev:
-                step = "jj new %s" % from_rev
-                _new_from(path, from_rev, environ)
+            described = False
+        step = "write ownership marker"
+        write_marker(path, work_id, token)
+        if from_rev and not described:
+            step = "jj new %s" % from_rev
+            _new_from(path, from_rev, environ, message)
+        elif not described:
+            step = "jj describe"
+            jj(["describe", "-m", message], path, snapshot=False, environ=environ)
         if check is not None:
             step = "protection check"
             check(path)
-        step = "write ownership marker"
-        write_marker(path, work_id, token)
-        step = "jj describe"
-        jj(["describe", "-m", description(task, work_id)], path, environ=environ)
         step = "jj bookmark create"
-        jj(["bookmark", "create", bookmark_name(task, work_id), "-r", "@"], path, environ=environ)
+        _, out, err = jj(["--config", _IDS_SUMMARY, "bookmark", "create", bookmark_name(task, work_id), "-r", "@"],
+                         path, snapshot=False, environ=environ)
+        ids = _summary_ids(out + "\n" + err)
+        if ids is not None:
+            return ids
         step = "jj log"
-        return head_ids(path, environ=environ)
+        return head_ids(path, snapshot=False, environ=environ)
     except (store.CoordError, OSError) as exc:
         raise _CreateFailed(step, exc.message if isinstance(exc, store.CoordError)
                             else "%s: %s" % (type(exc).__name__, exc))
+
+
+# jj prints the commit a command leaves with its `templates.commit_summary`; this one carries
+# head_ids' fields behind a sentinel, so `bookmark create` reports @ without a `jj log`.
+_IDS_SUMMARY = ("templates.commit_summary='\"coord-ids \" ++ change_id ++ \" \" ++ commit_id ++ \" \" ++ "
+                "if(empty, \"empty\", \"changed\") ++ \" \" ++ parents.map(|c| c.commit_id()).join(\",\")'")
+_IDS_RE = re.compile(r"coord-ids ([k-z]+) ([0-9a-f]{40,64}) (empty|changed) ([0-9a-f,]*)$", re.M)
+
+
+def _summary_ids(text):
+    """head_ids' dict from a `coord-ids` summary line, or None when jj printed none."""
+    m = _IDS_RE.search(text)
+    if m is None:
+        return None
+    return {"change": m.group(1), "commit": m.group(2), "empty": m.group(3) == "empty",
+            "parents": [p for p in m.group(4).split(",") if p]}
 
 
 def _record_failed_create(st, w, caller, step, reason, environ, refusal=None):
@@ -681,14 +712,16 @@ def _record_failed_create(st, w, caller, step, reason, environ, refusal=None):
         "coord work inspect %s" % w["handle"])
 
 
-def _new_from(path, rev, environ):
-    """Start the clone's working copy on `rev` (also tried as `rev@origin`, the fetched bookmark)."""
+def _new_from(path, rev, environ, message=None):
+    """Start the clone's working copy on `rev` (also tried as `rev@origin`, the fetched bookmark),
+    described with `message` when given."""
+    extra = ["-m", message] if message is not None else []
     try:
-        jj(["new", rev], path, environ=environ)
+        jj(["new", rev] + extra, path, environ=environ)
     except ToolError:
         if "@" in rev or not _BOOKMARK_RE.match(rev):
             raise
-        jj(["new", "%s@origin" % rev], path, environ=environ)
+        jj(["new", "%s@origin" % rev] + extra, path, environ=environ)
 
 
 def _git_kind(path):

@@ -21,7 +21,7 @@ ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
 RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "session.py", "install",
            "VERSION", "README.md", "DESIGN.md")
-EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop",
+EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse",
           "SessionEnd", "SubagentStart", "SubagentStop")
 
 
@@ -243,7 +243,7 @@ class UpgradeTest(InstallTestCase):
         with open(self.t(".coord", "store.py"), "ab") as f:
             f.write(b"# older release\n")
         settings = self.settings()
-        settings["hooks"]["Stop"][0]["hooks"][0]["command"] = \
+        settings["hooks"]["PostToolUse"][0]["hooks"][0]["command"] = \
             'python3 "$CLAUDE_PROJECT_DIR/.coord/hook.py" --harness claude'
         self.write_json(".claude/settings.json", settings)
 
@@ -501,7 +501,7 @@ class CrashTest(InstallTestCase):
                 f.write(b"\n")
             old[rel] = _read(self.t(rel))
         doc = self.settings()
-        doc["hooks"]["Stop"][-1]["hooks"][0]["timeout"] = 99
+        doc["hooks"]["PostToolUse"][-1]["hooks"][0]["timeout"] = 99
         self.write_json(".claude/settings.json", doc)
         old[".claude/settings.json"] = _read(self.t(".claude/settings.json"))
         # Counts of replacements the upgrade needs: 4 stale files.
@@ -749,15 +749,15 @@ class DoctorTest(InstallTestCase):
 
         # An upgrade that changes one hook makes exactly that one "modified".
         doc = self.settings(".codex/hooks.json")
-        doc["hooks"]["Stop"][0]["hooks"][0]["timeout"] = 11
+        doc["hooks"]["PostToolUse"][0]["hooks"][0]["timeout"] = 11
         self.write_json(".codex/hooks.json", doc)
         r = self.doctor(check=1)
         by_status = {}
         for h in r["codex"]["hooks"]:
             by_status.setdefault(h["status"], []).append(h["key"])
-        self.assertEqual(by_status["modified"], ["stop:0:0"])
+        self.assertEqual(by_status["modified"], ["post_tool_use:0:0"])
         self.assertEqual(len(by_status["trusted"]), len(EVENTS) - 1)
-        self.assertIn("codex hooks: %d trusted, 1 modified (stop:0:0); a person approves them "
+        self.assertIn("codex hooks: %d trusted, 1 modified (post_tool_use:0:0); a person approves them "
                       "with /hooks in Codex" % (len(EVENTS) - 1),
                       self.install("--doctor").stdout)
         with open(os.path.join(self.codex_home, "config.toml")) as f:
@@ -890,7 +890,7 @@ class HookCommandTest(InstallTestCase):
             f.write(self.RECORDER)
 
     def run_hook(self, harness, env=None, cwd=None, payload='{"hook_event_name": "Stop"}'):
-        command, _ = support.installed_hook(self.target, harness, "Stop")
+        command, _ = support.installed_hook(self.target, harness, "PostToolUse")
         e = dict(self.env)
         e.pop("CLAUDE_PROJECT_DIR", None)
         e.update(env or {})
@@ -1037,6 +1037,27 @@ class RetiredFilesTest(InstallTestCase):
         self.assertEqual((check["drift"], check["kept"]), ([], [".coord/CLAUDE.md"]))
         doctor = json.loads(self.install("--doctor", "--json").stdout)
         self.assertEqual(doctor["kept"], [".coord/CLAUDE.md"])
+
+
+class DroppedEventTest(InstallTestCase):
+    """An event coord no longer registers (Stop, dropped in 0.2.x) loses coord's entry on
+    reinstall, in both configs; a person's own handler there stays."""
+
+    def test_reinstall_removes_coords_stop_entry_and_keeps_foreign_ones(self):
+        self.fresh()
+        for rel, harness in ((".claude/settings.json", "claude"), (".codex/hooks.json", "codex")):
+            doc = self.settings(rel)
+            doc["hooks"]["Stop"] = [
+                {"hooks": [{"type": "command", "command": "notify-send done"}]},
+                {"hooks": [{"type": "command", "command": installer.hook_command(harness), "timeout": 10}]}]
+            self.write_json(rel, doc)
+        self.assertIn("Stop", self.install("--check", check=1).stdout + self.install("--check").stderr)
+        self.install(check=0)
+        for rel in (".claude/settings.json", ".codex/hooks.json"):
+            with self.subTest(config=rel):
+                self.assertEqual(self.settings(rel)["hooks"]["Stop"],
+                                 [{"hooks": [{"type": "command", "command": "notify-send done"}]}])
+        self.install("--check", check=0)
 
 
 if __name__ == "__main__":

@@ -1800,6 +1800,43 @@ class SetupTest(WorkTestCase):
         with open(os.path.join(self.canon, "secrets", "key"), "w") as f:
             f.write("k2\n")
         self.assertIn("ignored", self.refused(moved))
+class CreateFreshCheckoutTest(WorkTestCase):
+    """`work create` describes and bookmarks without touching the working copy and reads @'s IDs
+    from jj's own summary: the recorded base is @ as jj sees it, the first agent command finds
+    the checkout fresh, and an edit lands in the described, bookmarked change."""
+
+    def assert_fresh_and_recorded(self, handle, path, task):
+        rec = self.record(handle)
+        wid = rec["id"]
+        ids = self.jj(path, "--ignore-working-copy", "log", "--no-graph", "-r", "@", "-T",
+                      'change_id ++ " " ++ commit_id ++ " " ++ parents.map(|c| c.commit_id()).join(",")').split()
+        self.assertEqual([rec["data"]["base"]["change"], rec["data"]["base"]["commit"],
+                          ",".join(rec["data"]["base"]["parents"])], ids)
+        self.assertTrue(rec["data"]["current"]["empty"])
+        self.write(path, "agent.txt", "agent\n")
+        proc = subprocess.run(["jj", "--no-pager", "--color=never", "log", "--no-graph", "-r", "@", "-T",
+                               'description ++ "|" ++ bookmarks.map(|b| b.name()).join(",") ++ "|" ++ '
+                               'diff.files().map(|f| f.path()).join(",")'],
+                              cwd=path, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertNotIn("stale", proc.stderr.lower())
+        description, bookmarks, files = proc.stdout.split("|")
+        self.assertIn("Coord-Work-Id: %s" % wid, description)
+        self.assertEqual(bookmarks, "agent/%s/%s" % (task, wid))
+        self.assertEqual(files, "agent.txt")
+        return rec
+
+    def test_plain_create(self):
+        handle, path, _ = self.create("fresh")
+        self.assertEqual(self.assert_fresh_and_recorded(handle, path, "fresh")["data"]["base"]["parent"], self.main0)
+
+    def test_create_from_a_revision(self):
+        self.write(self.canon, "NEXT", "next\n")
+        self.jj(self.canon, "commit", "-m", "next")
+        self.jj(self.canon, "bookmark", "create", "next", "-r", "@-")
+        nxt = self.commit_of(self.canon, "next")
+        handle, path, _ = self.create("fresh-from", "--from", "next")
+        self.assertEqual(self.assert_fresh_and_recorded(handle, path, "fresh-from")["data"]["base"]["parent"], nxt)
 
 
 if __name__ == "__main__":
