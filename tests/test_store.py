@@ -168,7 +168,7 @@ class IdentityTest(StoreCase):
         self.assertEqual(self.st.caller(None, {"CODEX_SESSION_ID": "conv-2", "CODEX_THREAD_ID": "thread-9"})["id"],
                          sub["id"])
         with self.assertRaises(Refused) as cm:
-            self.st.caller(None, {})
+            self.st.caller(None, {}, person=False)  # without it: the person at this terminal (PersonTest)
         self.assertIn("coord hello", cm.exception.hint)
 
     def test_caller_by_process_ancestry_needs_matching_start_time(self):
