@@ -1254,6 +1254,10 @@ class Store:
                        source="park", work=work_id)
             for old in olds:
                 self._supersede(old, rid, now)
+            # Held for the work, not on a clock: they block peers until resume, close or remove
+            # (at most the longest lease lifetime; a lapsed one stays for the resumed runtime to renew).
+            self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ?) WHERE runtime = ?",
+                              (now + LEASE_TTL_RANGE[1], rid))
             return self.runtime(rid)
 
     def unhold_parked(self, holder_id, now=None):
@@ -1413,7 +1417,8 @@ class Store:
         # A runtime whose harness process lives keeps the row, to renew it at its next boundary
         # (or report it lost, see _revive and claim); any other expired lease is deleted.
         expired = self.q("SELECT l.resource, l.runtime, l.mode, r.pid FROM leases l JOIN runtimes r ON r.id = l.runtime"
-                         " WHERE l.expires_at <= ? AND NOT (r.ended_at IS NULL AND r.pid IS NOT NULL)"
+                         " WHERE l.expires_at <= ? AND NOT (r.ended_at IS NULL AND (r.pid IS NOT NULL OR r.harness = '%s'))"
+                         % PARKED +
                          " ORDER BY l.resource, l.runtime", (now,)).fetchall()
         for resource, runtime, mode, _ in expired:
             self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (resource, runtime))
@@ -1533,16 +1538,16 @@ class Store:
         names = ancestors(resource)
         op = "<=" if lapsed else ">"
         sql = ("SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
-               " r.heartbeat_at, r.ended_at FROM leases l JOIN runtimes r ON r.id = l.runtime"
+               " r.heartbeat_at, r.ended_at, r.harness FROM leases l JOIN runtimes r ON r.id = l.runtime"
                " WHERE l.resource IN (%s) AND l.expires_at " + op + " ?"
                " UNION ALL "
                "SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
-               " r.heartbeat_at, r.ended_at FROM leases l JOIN runtimes r ON r.id = l.runtime"
+               " r.heartbeat_at, r.ended_at, r.harness FROM leases l JOIN runtimes r ON r.id = l.runtime"
                " WHERE l.resource > ? AND l.resource < ? AND l.expires_at " + op + " ?") % ",".join("?" * len(names))
         now = _now(now)
         rows = self.q(sql, names + [now, resource + "/", resource + "0", now]).fetchall()
         keys = ("resource", "runtime", "mode", "purpose", "expires_at", "handle", "pid", "pid_start",
-                "heartbeat_at", "ended_at")
+                "heartbeat_at", "ended_at", "harness")
         return [dict(zip(keys, r)) for r in rows]
 
     def conflicts(self, resources, mode="exclusive", as_runtime=None, now=None):
@@ -1704,7 +1709,7 @@ class Store:
     def all_leases(self, now=None):
         now = _now(now)
         rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at,"
-                      " r.pid, r.pid_start, r.heartbeat_at, r.ended_at"
+                      " r.pid, r.pid_start, r.heartbeat_at, r.ended_at, r.harness"
                       " FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.expires_at > ?"
                       " AND r.ended_at IS NULL ORDER BY l.resource, r.handle", (now,)).fetchall()
         keys = ("resource", "runtime", "handle", "mode", "purpose", "acquired_at", "expires_at")
@@ -1713,7 +1718,8 @@ class Store:
             # Held means what conflicts() would enforce: unexpired, and its runtime live. This
             # reads without reaping, so it never waits for the write lock or writes audit rows.
             if r[1] not in alive:
-                alive[r[1]] = self.runtime_live(dict(zip(("pid", "pid_start", "heartbeat_at", "ended_at"), r[7:])), now)
+                alive[r[1]] = self.runtime_live(dict(zip(("pid", "pid_start", "heartbeat_at", "ended_at",
+                                                                 "harness"), r[7:])), now)
             if alive[r[1]]:
                 out.append(dict(zip(keys, r)))
         return out
