@@ -1698,6 +1698,33 @@ class WorkMessageTest(TmuxWorkCase):
         self.assertEqual(self.coord_json("list")["leases"], [])
         self.coord("claim", "src/keep.py", runtime=peer["id"], check=0)
 
+    def test_nudge_types_the_fixed_line_never_the_body_and_only_into_a_validated_pane(self):
+        import session
+        handle, _path, _ = self.create("nudged")
+        self.work("start", handle, check=0)
+        self.work("park", handle, "--reason", "to record a conversation", check=0)
+        self.work("resume", handle, "--conversation", "conv-n", check=0)
+        rec = self.record(handle)["data"]["tmux"]
+        agent = self.agent(handle, "conv-n")
+        support.retry_until(lambda: os.path.exists(os.path.join(self.rec, "%d.json" % rec["pane_pid"])))  # it runs
+
+        def screen():
+            return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
+                                  stdout=subprocess.PIPE, text=True, timeout=10).stdout
+        proc = self.coord("send", "secret body text", "--to", agent["handle"], "--nudge")
+        self.assertEqual(proc.returncode, 2, "only a work's pane can be nudged")
+        reply = self.coord_json("send", "secret body text", "--to", handle, "--nudge", runtime=self.rt["id"])
+        self.assertEqual((reply["nudged"], reply["recipients"]), (True, [agent["handle"]]))
+        support.retry_until(lambda: session.NUDGE in screen())
+        self.assertNotIn("secret body", screen())
+        events = [json.loads(l)["event"] for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertIn("message.nudged", events)
+        subprocess.run([self.tmux_bin, "-S", self.sock, "set-option", "-w", "-t", rec["window_id"], "@coord-work",
+                        "someone-else"], check=True, timeout=10)
+        proc = self.coord("send", "second", "--to", handle, "--nudge", runtime=self.rt["id"], check=0)
+        self.assertIn("not nudged", proc.stdout)
+        self.assertEqual(screen().count(session.NUDGE), 1)
+
     def test_a_work_with_nothing_to_deliver_to_is_refused(self):
         handle, _path, _ = self.create("silent")
         self.coord("bye", runtime=self.rt["id"], check=0)
