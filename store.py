@@ -1490,7 +1490,9 @@ class Store:
         rt = self.find_conversation_runtime(key, now=now)
         if rt is not None or not register:
             return rt
-        return self.register(conversation=key, harness=PERSON, pid=pid, pid_start=start, cwd=os.getcwd(),
+        # No recorded cwd: a person moves around; their shell's own working directory (the
+        # session leader's) is what cleanup sees, and the user alone has none to pin.
+        return self.register(conversation=key, harness=PERSON, pid=pid, pid_start=start, cwd=None,
                              source="person", now=now)
 
     def conversation_successor(self, named, now=None, chain=None):
