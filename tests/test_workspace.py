@@ -1611,6 +1611,9 @@ class PersonWorkTest(WorkTestCase):
         proc = self.work("gate", handle, "--pass")  # an agent: refused, told the person's handle
         self.assertEqual(proc.returncode, 3)
         self.assertIn("its owner %s (a person; any of their terminals)" % person, proc.stderr)
+        # The second terminal's person first appears inside the clone, then its shell leaves it.
+        self.assertEqual(two.run("cd %s && %s hello >/dev/null; cd %s" % (shlex.quote(path), coord,
+                                                                          shlex.quote(self.canon)))[0], 0)
         self.assertEqual(two.run("%s work gate %s --pass" % (coord, handle)), (0, ""))
         # The first terminal is still open (its person live): the same person removes it from the second.
         rc, out = two.run("%s work remove %s --confirm %s" % (coord, handle, handle))
