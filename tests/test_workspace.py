@@ -1544,6 +1544,7 @@ class OperationsTest(WorkTestCase):
         self.assertEqual(out["runtime_handle"], self.rt["handle"])
 
 
+@support.slow
 class AuthorityTest(WorkTestCase):
     """Who may change a work's state: every command against a foreign live runtime, no identity,
     the owner's successor, and an audited --override."""
@@ -1594,6 +1595,7 @@ class AuthorityTest(WorkTestCase):
         self.assertIn("its owner %s" % self.rt["handle"], over[0]["data"]["allowed"])
 
 
+@support.slow
 class PersonWorkTest(WorkTestCase):
     """A person owns their work from any of their terminals; an agent does not."""
 
@@ -1621,6 +1623,7 @@ class PersonWorkTest(WorkTestCase):
         self.assertFalse(os.path.lexists(path))
 
 
+@support.slow
 class AdoptLoopTest(WorkTestCase):
     """A clone adopted into another database: remove, adopt and --forget point at one way out that
     deletes nothing, and the other database still holds the clone."""
@@ -1658,6 +1661,7 @@ class AdoptLoopTest(WorkTestCase):
         self.assertEqual(self.record(handle)["state"], "active")
 
 
+@support.slow
 class WorkMessageTest(TmuxWorkCase):
     """`send --to WORK` reaches whichever agent runs the work; parking keeps the work's leases and
     messages (held for the work) and the resumed conversation inherits them."""
