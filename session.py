@@ -603,3 +603,25 @@ def _descends_from(pid, ancestors):
         pid = store.process_parent(pid)[0]
         seen += 1
     return False
+
+
+# ---------------------------------------------------------------------------------------
+# Nudge
+
+# The only text coord ever types into an agent's pane: fixed, one line, never a message's body
+# (a pane is a model's input; a peer's text typed there would read as the person's prompt).
+NUDGE = "coord: new messages for you; read: .coord/coord inbox, then ack each"
+
+
+def nudge(record, tmux=None):
+    """Type NUDGE and Enter into the record's pane, so an agent idle at its prompt runs a turn
+    (and with it the hooks that show its messages); only after the record validates (window
+    label, pane pid and start command) and while its harness still runs. -> the pane ID."""
+    tmux = tmux or Tmux(record["socket"])
+    live = _inspect(record, tmux)
+    if live["dead"]:
+        raise Refused("the harness in pane %s has exited; nothing would read the nudge" % record["pane_id"],
+                      "coord work resume <work>")
+    pane = record["pane_id"]
+    tmux.run("send-keys", "-t", pane, "-l", NUDGE, THEN, "send-keys", "-t", pane, "Enter")
+    return pane

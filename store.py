@@ -543,6 +543,123 @@ def ancestor_processes(pid=None, limit=64):
     return out
 
 
+# --------------------------------------------------------------------------- hints as typed
+
+# The words after `coord` that make a command in a hint (coord's commands and its two flags).
+HINT_COMMANDS = ("hello", "heartbeat", "bye", "claim", "renew", "release", "check", "list", "send", "inbox", "ack",
+                 "audit", "status", "batch", "work", "remote", "--help", "--version")
+_HINT_RE = []
+_SHELL_SAFE = re.compile(r"^[A-Za-z0-9_./:@%+=,-]+$")
+
+
+def pasteable(text, prefix):
+    """`text` with every `coord COMMAND` in it written `PREFIX COMMAND`, so that a hint pasted
+    into a shell runs the same coord (prefix from command_as_typed)."""
+    if not text or not prefix or prefix == "coord":
+        return text
+    if not _HINT_RE:
+        _HINT_RE.append(re.compile(r"(?<![\w./-])coord(?= (?:%s)(?![\w-]))" % "|".join(map(re.escape, HINT_COMMANDS))))
+    return _HINT_RE[0].sub(lambda _m: prefix, text)
+
+
+def command_as_typed(typed, environ=None, cwd=None):
+    """How to type the command the user ran as `typed` (sys.argv[0]) again from here: its bare
+    name when PATH finds this very file by it, a relative path as typed (`.coord/coord`), the
+    installed `.coord/coord` from the repository root, else the absolute path; quoted for a shell."""
+    env = os.environ if environ is None else environ
+    if not typed:
+        return "coord"
+    real = os.path.realpath(typed)
+    base = os.path.basename(typed)
+    out = None
+    for d in env.get("PATH", "").split(os.pathsep):
+        cand = os.path.join(d, base) if d else ""
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            if os.path.realpath(cand) == real:
+                out = base
+            break
+    if out is None and not os.path.isabs(typed):
+        out = typed if "/" in typed else "./" + typed  # `python3 coord`: the file here
+    if out is None:
+        try:
+            here = cwd or os.getcwd()
+        except OSError:
+            here = None
+        rel = os.path.relpath(typed, here) if here else typed
+        out = ".coord/coord" if rel == ".coord/coord" else ("./" + rel if rel and "/" not in rel else typed)
+    return out if _SHELL_SAFE.match(out) else "'%s'" % out.replace("'", "'\\''")
+
+
+# --------------------------------------------------------------------------- a person's identity
+
+PERSON = "person"   # harness label of a person's runtime: a terminal, or the user outside any
+PARKED = "parked"   # harness label of the runtime that holds a parked work's leases and messages
+_UNCLOCKED = frozenset((PERSON, PARKED))  # pid-less runtimes the clock never ends (see runtime_live)
+_PERSON_PREFIX = PERSON + ":"
+
+
+def person_key():
+    """(conversation key, pid, pid start, terminal name) of the person calling from here: one
+    key per login session on a controlling terminal, `person:UID:TTY:SID:START` (the session
+    leader, usually the login shell, is the process whose exit ends it), or `person:UID` for
+    a command outside any terminal (no process to watch; pid None)."""
+    uid = os.getuid()
+    sid = tty = 0
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2:].split()
+        sid, tty = int(fields[3]), int(fields[4])
+    except (OSError, ValueError, IndexError):
+        try:
+            sid = os.getsid(0)
+            tty = next((os.fstat(fd).st_rdev for fd in (0, 1, 2) if os.isatty(fd)), 0)
+        except OSError:
+            sid = tty = 0
+    if tty and sid > 1:
+        start = process_start(sid)
+        if start is not None:
+            major, minor = os.major(tty), os.minor(tty)
+            name = "pts/%d" % ((major - 136) * 256 + minor) if 136 <= major <= 143 else "tty%d:%d" % (major, minor)
+            return "%s%d:%s:%d:%s" % (_PERSON_PREFIX, uid, name, sid, start), sid, start, name
+    return "%s%d" % (_PERSON_PREFIX, uid), None, None, None
+
+
+def person_uid(rt):
+    """The user ID of a person's runtime, None for any other runtime."""
+    if not rt or rt.get("harness") != PERSON or not str(rt.get("conversation") or "").startswith(_PERSON_PREFIX):
+        return None
+    try:
+        return int(rt["conversation"][len(_PERSON_PREFIX):].split(":", 1)[0])
+    except ValueError:
+        return None
+
+
+def person_terminal(rt):
+    """The terminal of a person's runtime ("pts/3"), "no terminal" for the user alone, else None."""
+    if person_uid(rt) is None:
+        return None
+    parts = rt["conversation"].split(":")
+    return parts[2] if len(parts) > 2 else "no terminal"
+
+
+def reserved_identity(conversation=None, harness=None):
+    """A UsageError when `hello` is asked for a label coord keeps for itself (person, parked)."""
+    if (harness or "") in _UNCLOCKED or str(conversation or "").startswith((_PERSON_PREFIX, PARKED + ":")):
+        raise UsageError("%r is coord's own label for a person or a parked work" % (harness or conversation),
+                         "run coord hello with no options in a terminal; it finds the person by the terminal")
+
+
+def harness_ancestor(chain):
+    """(pid, harness) of the nearest process in `chain` ([(pid, start)]) that is an agent
+    harness itself, or (None, None): a caller under a harness is an agent, never a person."""
+    for pid, _start in chain:
+        found = harness_of_process(pid)
+        if found:
+            return pid, found
+    return None, None
+
+
 # --------------------------------------------------------------------------- database
 
 _MIGRATIONS = {
@@ -1046,6 +1163,8 @@ class Store:
         one, a heartbeat within the presence limit (COORD_RUNTIME_TTL)."""
         if rt is None or rt["ended_at"] is not None:
             return False
+        if not rt["pid"] and rt.get("harness") in _UNCLOCKED:
+            return True  # the user outside any terminal, or a parked work: ended explicitly, never by the clock
         if rt["pid"]:
             return process_alive(rt["pid"], rt["pid_start"])
         return rt["heartbeat_at"] + self.runtime_ttl > _now(now)
@@ -1208,6 +1327,71 @@ class Store:
                           (now, new, old))
         self.audit("runtime.superseded", new, old, now, moved_leases=moved)
 
+    def hold_parked(self, conversation, work_id, now=None):
+        """Parking a work: a runtime labelled `parked` (no process, so no clock and no pid can end
+        it) supersedes the conversation's unended top-level runtimes, taking over their leases
+        and open messages, until that conversation registers again (resume: register() moves
+        them to the new runtime) or end_parked ends it. -> the holder, or None when the
+        conversation has no unended runtime."""
+        now = _now(now)
+        with self.transaction():
+            olds = [r[0] for r in self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND"
+                                         " ended_at IS NULL ORDER BY started_at", (conversation,)).fetchall()]
+            if not olds:
+                return None
+            for _ in range(16):
+                rid = new_uuid()
+                handle = handle_for(rid, DOMAIN_RUNTIME)
+                if not self.q("SELECT 1 FROM runtimes WHERE handle = ?", (handle,)).fetchone():
+                    break
+            self.conn.execute(
+                "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
+                " heartbeat_at) VALUES (?, ?, ?, NULL, ?, NULL, NULL, NULL, ?, ?)",
+                (rid, handle, conversation, PARKED, now, now))
+            self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id="", harness=PARKED,
+                       source="park", work=work_id)
+            for old in olds:
+                self._supersede(old, rid, now)
+            # Held for the work, not on a clock: they block peers until resume, close or remove
+            # (at most the longest lease lifetime; a lapsed one stays for the resumed runtime to renew).
+            self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ?) WHERE runtime = ?",
+                              (now + LEASE_TTL_RANGE[1], rid))
+            return self.runtime(rid)
+
+    def unhold_parked(self, holder_id, now=None):
+        """Undo hold_parked when parking failed: the newest runtime it superseded is unended again
+        and gets its leases and open messages back; the holder ends."""
+        now = _now(now)
+        with self.transaction():
+            row = self.q("SELECT id FROM runtimes WHERE superseded_by = ? ORDER BY started_at DESC LIMIT 1",
+                         (holder_id,)).fetchone()
+            if row:
+                self.conn.execute("UPDATE runtimes SET ended_at = NULL, end_reason = NULL, superseded_by = NULL"
+                                  " WHERE id = ?", (row[0],))
+                self.conn.execute("UPDATE leases SET runtime = ? WHERE runtime = ?", (row[0], holder_id))
+                self.conn.execute("UPDATE deliveries SET recipient = ? WHERE recipient = ? AND state != 'acked'",
+                                  (row[0], holder_id))
+                self.audit("runtime.unsuperseded", row[0], holder_id, now)
+            self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = 'park-failed' WHERE id = ?",
+                              (now, holder_id))
+
+    def end_parked(self, conversation, reason="work closed", now=None):
+        """End the parked holder of `conversation` (releasing its leases, audited); -> the names released.
+        Its open messages stay the conversation's (register() moves them to its next runtime)."""
+        rows = self.q("SELECT id FROM runtimes WHERE conversation = ? AND harness = ? AND ended_at IS NULL",
+                      (conversation, PARKED)).fetchall()
+        released = []
+        for (rid,) in rows:
+            released += [l["resource"] for l in self.leases_of(rid)]
+            self.bye(rid, reason=reason, now=now)
+        return released
+
+    def last_runtime_of(self, conversation):
+        """The newest top-level runtime of `conversation`, ended or not, or None."""
+        return self._row_runtime(self.q("SELECT %s FROM runtimes WHERE conversation = ? AND agent_id IS NULL"
+                                        " ORDER BY started_at DESC, id LIMIT 1" % self._RUNTIME_COLS,
+                                        (conversation,)).fetchone())
+
     def find_conversation_runtime(self, conversation, agent_id=None, now=None):
         """The live runtime of a conversation (top level, or the given subagent), or None."""
         if agent_id:
@@ -1331,7 +1515,8 @@ class Store:
         # A runtime whose harness process lives keeps the row, to renew it at its next boundary
         # (or report it lost, see _revive and claim); any other expired lease is deleted.
         expired = self.q("SELECT l.resource, l.runtime, l.mode, r.pid FROM leases l JOIN runtimes r ON r.id = l.runtime"
-                         " WHERE l.expires_at <= ? AND NOT (r.ended_at IS NULL AND r.pid IS NOT NULL)"
+                         " WHERE l.expires_at <= ? AND NOT (r.ended_at IS NULL AND (r.pid IS NOT NULL OR r.harness = '%s'))"
+                         % PARKED +
                          " ORDER BY l.resource, l.runtime", (now,)).fetchall()
         for resource, runtime, mode, _ in expired:
             self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (resource, runtime))
@@ -1341,9 +1526,11 @@ class Store:
         with self.transaction():
             self._reap(_now(now))
 
-    def caller(self, explicit=None, environ=None, now=None):
+    def caller(self, explicit=None, environ=None, now=None, person=True):
         """Who is calling: --runtime, COORD_RUNTIME_ID, the harness session variable, then the
-        registered harness process among the caller's ancestors (pid and start time)."""
+        registered harness process among the caller's ancestors (pid and start time), then,
+        with no harness variable and no harness process above it, the person at this terminal
+        (person_runtime: registered on first use; person=False finds one without registering)."""
         env = os.environ if environ is None else environ
         if explicit:
             return self.usable_runtime(self.resolve_runtime(explicit)["id"], now)
@@ -1368,7 +1555,8 @@ class Store:
             if rt:
                 self.confirm_attachment(rt)
                 return rt
-        for pid, start in ancestor_processes():
+        chain = ancestor_processes()
+        for pid, start in chain:
             rows = self.q("SELECT %s FROM runtimes WHERE pid = ? AND ended_at IS NULL AND agent_id IS NULL"
                           % self._RUNTIME_COLS, (pid,)).fetchall()
             found = [rt for rt in map(self._row_runtime, rows)
@@ -1380,8 +1568,30 @@ class Store:
                 raise Refused("more than one live runtime belongs to process %d: %s" % (
                     pid, ", ".join(rt["handle"] for rt in found)), "name one with --runtime HANDLE")
         tried.append("process ancestry")
+        if not conversation:
+            hpid, harness = harness_ancestor(chain)
+            if hpid is None:
+                rt = self.person_runtime(register=person, now=now)
+                if rt is not None:
+                    return rt
+                tried.append("this terminal's person (not registered yet)")
+            else:
+                tried.append("not a person: %s (pid %d) runs above this process" % (harness, hpid))
         raise Refused("cannot tell which runtime is calling (tried %s)" % ", ".join(tried),
                       "register with: coord hello, then pass --runtime HANDLE or export COORD_RUNTIME_ID=<id>")
+
+    def person_runtime(self, register=True, now=None):
+        """The live runtime of the person at this terminal (person_key), registered when there is
+        none and `register`; else None. One key, one runtime: every command from the same login
+        session finds it, and it lives as long as that session's leader (no clock)."""
+        key, pid, start, _name = person_key()
+        rt = self.find_conversation_runtime(key, now=now)
+        if rt is not None or not register:
+            return rt
+        # No recorded cwd: a person moves around; their shell's own working directory (the
+        # session leader's) is what cleanup sees, and the user alone has none to pin.
+        return self.register(conversation=key, harness=PERSON, pid=pid, pid_start=start, cwd=None,
+                             source="person", now=now)
 
     def conversation_successor(self, named, now=None, chain=None):
         """For a top-level runtime that ended without being superseded (reaped, bye), the live
@@ -1428,16 +1638,16 @@ class Store:
         names = ancestors(resource)
         op = "<=" if lapsed else ">"
         sql = ("SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
-               " r.heartbeat_at, r.ended_at FROM leases l JOIN runtimes r ON r.id = l.runtime"
+               " r.heartbeat_at, r.ended_at, r.harness FROM leases l JOIN runtimes r ON r.id = l.runtime"
                " WHERE l.resource IN (%s) AND l.expires_at " + op + " ?"
                " UNION ALL "
                "SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
-               " r.heartbeat_at, r.ended_at FROM leases l JOIN runtimes r ON r.id = l.runtime"
+               " r.heartbeat_at, r.ended_at, r.harness FROM leases l JOIN runtimes r ON r.id = l.runtime"
                " WHERE l.resource > ? AND l.resource < ? AND l.expires_at " + op + " ?") % ",".join("?" * len(names))
         now = _now(now)
         rows = self.q(sql, names + [now, resource + "/", resource + "0", now]).fetchall()
         keys = ("resource", "runtime", "mode", "purpose", "expires_at", "handle", "pid", "pid_start",
-                "heartbeat_at", "ended_at")
+                "heartbeat_at", "ended_at", "harness")
         return [dict(zip(keys, r)) for r in rows]
 
     def conflicts(self, resources, mode="exclusive", as_runtime=None, now=None):
@@ -1599,7 +1809,7 @@ class Store:
     def all_leases(self, now=None):
         now = _now(now)
         rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at,"
-                      " r.pid, r.pid_start, r.heartbeat_at, r.ended_at"
+                      " r.pid, r.pid_start, r.heartbeat_at, r.ended_at, r.harness"
                       " FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.expires_at > ?"
                       " AND r.ended_at IS NULL ORDER BY l.resource, r.handle", (now,)).fetchall()
         keys = ("resource", "runtime", "handle", "mode", "purpose", "acquired_at", "expires_at")
@@ -1608,7 +1818,8 @@ class Store:
             # Held means what conflicts() would enforce: unexpired, and its runtime live. This
             # reads without reaping, so it never waits for the write lock or writes audit rows.
             if r[1] not in alive:
-                alive[r[1]] = self.runtime_live(dict(zip(("pid", "pid_start", "heartbeat_at", "ended_at"), r[7:])), now)
+                alive[r[1]] = self.runtime_live(dict(zip(("pid", "pid_start", "heartbeat_at", "ended_at",
+                                                                 "harness"), r[7:])), now)
             if alive[r[1]]:
                 out.append(dict(zip(keys, r)))
         return out
@@ -1627,17 +1838,27 @@ class Store:
                              " always fits the %d bytes a hook shows at once)" % (size, MAX_BODY, CONTEXT_BUDGET),
                              "put long content in a file and send its path")
         kind = clean_text(kind or "note", 40) or "note"
+        waiting = None
         with self.transaction():
             sender = self.usable_runtime(runtime_id, now)
             self._reap(now)
             if to == "*":
                 recipients = [rt["id"] for rt in self.live_runtimes(now=now) if rt["id"] != runtime_id]
             else:
-                target = self.resolve_runtime(to)
-                while target["superseded_by"]:
-                    target = self.runtime(target["superseded_by"])
-                if not self.runtime_live(target, now):
-                    raise Refused("%s is not live" % target["handle"], "coord list shows live runtimes")
+                try:
+                    target = self.resolve_runtime(to)
+                except Refused:
+                    token = to.strip().lower()
+                    work = self.q("SELECT id FROM work WHERE handle = ? OR id = ?", (token, token)).fetchone()
+                    if work is None:
+                        raise
+                    target = self.work_recipient(self.work(work[0]), now)
+                    waiting = not self.runtime_live(target, now) or target["harness"] == PARKED
+                else:
+                    while target["superseded_by"]:
+                        target = self.runtime(target["superseded_by"])
+                    if not self.runtime_live(target, now):
+                        raise Refused("%s is not live" % target["handle"], "coord list shows live runtimes")
                 recipients = [target["id"]]
             digest = _hashlib().sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
             cur = self.conn.execute(
@@ -1648,8 +1869,31 @@ class Store:
                                   [(mid, r) for r in recipients])
             self.audit("message.sent", runtime_id, str(mid), now, kind=kind, digest=digest,
                        recipients=sorted(recipients), broadcast=(to == "*"))
-            return {"id": mid, "sender": sender["handle"], "kind": kind, "digest": digest,
-                    "recipients": [self.runtime(r)["handle"] for r in recipients]}
+            out = {"id": mid, "sender": sender["handle"], "kind": kind, "digest": digest,
+                   "recipients": [self.runtime(r)["handle"] for r in recipients]}
+            if waiting is not None:
+                out["waiting"] = waiting  # to a work whose agent is parked or stopped: kept for its resume
+            return out
+
+    def work_recipient(self, w, now=None):
+        """Who a message to work `w` is for: the agent that runs it (the live runtime of the
+        conversation its tmux record names, a parked holder included), else, when that agent is
+        not running, its newest runtime, which the conversation's next registration (resume)
+        inherits the message from; for a work without a harness conversation, its owner (the
+        recorded runtime or its successor) while live. Refused when there is no one."""
+        if w["state"] in ("failed", "removed"):
+            raise Refused("work %s is %s; nothing runs it" % (w["handle"], w["state"]), "coord list shows live runtimes")
+        conv = (w["data"].get("tmux") or {}).get("conversation")
+        if conv:
+            rt = self.find_conversation_runtime(conv, now=now) or self.last_runtime_of(conv)
+            if rt is not None:
+                return self.successor(rt)
+        start = self.runtime(w["runtime"]) if w["runtime"] else None
+        owner = self.successor(start) if start is not None else None
+        if owner is not None and self.runtime_live(owner, now):
+            return owner
+        raise Refused("work %s has no runtime to deliver to: no harness conversation is recorded for it and its owner"
+                      " has ended" % w["handle"], "coord work start %s, then send again" % w["handle"])
 
     _MSG_SQL = ("SELECT m.id, m.kind, m.body, m.digest, m.created_at, s.handle, d.state, d.shown"
                 " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"

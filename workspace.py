@@ -350,7 +350,9 @@ def directory_problems(w):
     if marker is None or not hmac.compare_digest(str(marker.get("token", "")), w["token"] or "") \
             or marker.get("work") != w["id"]:
         return [("token-mismatch", "the ownership marker in %s does not match the registry" % path,
-                 "if this is really the clone: coord work adopt %s" % path)]
+                 "if another database adopted the clone, drop this record (deletes nothing): coord work remove %s"
+                 " --confirm %s --forget ; if no other database holds it, take it back: the same, then coord work"
+                 " adopt %s" % (h, h, path))]
     return []
 
 
@@ -410,6 +412,81 @@ def _owns(st, w, caller):
         live, _ = _live_tmux(w)
         return live is not None
     return False
+
+
+# Who may change a work's state (DESIGN.md, "Authority"): gate, park, resume, close, integrate
+# acquire and remove each call authorize(); prove and release belong to the runtime that froze
+# the candidate (_candidate_for). Everyone else is refused (exit 3) naming who may, unless it
+# passes --override, which is audited.
+AUTHORITY_VERBS = {"gate": "pass or waive the gate of", "park": "park", "resume": "resume", "close": "close",
+                   "acquire": "integrate", "remove": "remove", "start": "start"}
+
+
+def authority(st, w, caller):
+    """Why `caller` may act on work `w`, or None: "owner" (the recorded runtime), "successor"
+    (that runtime's resumed successor, or its conversation registered again), "harness" (the
+    harness launched for the work: its recorded conversation, runtime or live pane),
+    "person" (the same user as the person who owns it, from any of their terminals) or
+    "unowned" (a record without an owner, e.g. adopted with no identity)."""
+    if not caller:
+        return None
+    if not w.get("runtime"):
+        return "unowned"
+    if caller["id"] == w["runtime"]:
+        return "owner"
+    start = st.runtime(w["runtime"])
+    if start is not None:
+        if st.successor(start)["id"] == caller["id"]:
+            return "successor"
+        if not start["agent_id"] and not caller.get("agent_id") and caller.get("conversation") == start["conversation"]:
+            return "successor"
+    rec = w["data"].get("tmux") or {}
+    if not caller.get("agent_id") and ((rec.get("conversation") and caller.get("conversation") == rec["conversation"])
+                                       or (rec.get("runtime_id") and rec["runtime_id"] == caller["id"])):
+        return "harness"
+    if caller.get("pid") and caller["pid"] == rec.get("pane_pid") and _live_tmux(w)[0] is not None:
+        return "harness"
+    uid = store.person_uid(caller)
+    if uid is not None and start is not None and store.person_uid(start) == uid:
+        return "person"
+    return None
+
+
+def who_may(st, w):
+    """The handles that may act on the work without --override, for a refusal's text."""
+    out = []
+    start = st.runtime(w["runtime"]) if w.get("runtime") else None
+    if start is not None:
+        last = st.successor(start)
+        terminal = store.person_terminal(last)
+        out.append("its owner %s%s" % (last["handle"], " (a person; any of their terminals)" if terminal else ""))
+    rec = w["data"].get("tmux") or {}
+    if rec.get("conversation"):
+        rt = st.find_conversation_runtime(rec["conversation"])
+        out.append("its harness %s" % (rt["handle"] if rt else "(conversation %s)" % rec["conversation"]))
+    return out
+
+
+def authorize(st, w, caller, action, override=False):
+    """Refuse (exit 3, naming who may) unless `caller` may do `action` to the work; with
+    `override` any identified runtime may, and the override is audited. -> the reason."""
+    why = authority(st, w, caller)
+    if why:
+        return why
+    verb = AUTHORITY_VERBS.get(action, action)
+    if not caller:
+        raise Refused("cannot %s %s without an identity" % (verb, w["handle"]),
+                      "register first (coord hello), then retry")
+    may = who_may(st, w) or ["its owner"]
+    if override:
+        with st.transaction():
+            st.audit("work.authority.override", caller["id"], w["id"], action=action, allowed=may)
+        return "override"
+    start = st.runtime(w["runtime"]) if w.get("runtime") else None
+    owner = st.successor(start)["handle"] if start is not None else w["handle"]
+    raise Refused("%s may not %s %s: only %s may" % (caller["handle"], verb, w["handle"], " or ".join(may)),
+                  "ask it: coord send \"...\" --to %s ; or, deliberately and audited, add --override" % owner,
+                  reason="not-authorized", action=action)
 
 
 def public_work(w, st=None):
@@ -1189,11 +1266,13 @@ def gate_flags(passed, waive, reason):
                          "coord work gate HANDLE --waive --reason \"why\"")
 
 
-def gate_work(st, *, caller, work, passed, reason=None):
-    """Record that the work's checks passed (passed=True) or are waived with a reason; -> the gate."""
+def gate_work(st, *, caller, work, passed, reason=None, override=False):
+    """Record that the work's checks passed (passed=True) or are waived with a reason; -> the gate.
+    Only who may (authorize) records it; a caller with no identity never does."""
     gate_flags(passed, not passed, reason)
     w = st.resolve_work(work) if isinstance(work, str) else work
     _refuse_state(w, ENDED)
+    authorize(st, w, caller, "gate", override)
     gate = {"state": "passed" if passed else "waived", "at": _now(), "by": _who(caller),
             "by_handle": caller["handle"] if caller else None, "user": _user(),
             "reason": store.clean_text(reason, 500) if reason else None}
@@ -1260,13 +1339,14 @@ def integration_queue(st, *, into=None):
     return {"queue": rows, "holders": holders, "into": into}
 
 
-def acquire(st, *, caller, handle, into, environ=None):
+def acquire(st, *, caller, handle, into, environ=None, override=False):
     """Take integration/<bookmark>, snapshot the clone and freeze its exact candidate;
     -> {work, resource, candidate: {change, commit}, waiting_on}."""
     into = check_bookmark(into)
     resource = _integration_resource(into)
     w = st.resolve_work(handle)
     _refuse_state(w, UNUSABLE)
+    authorize(st, w, caller, "acquire", override)
     path = verified_path(w)
     ids = head_ids(path, environ=environ)  # snapshots the clone
     cand_change, cand_commit = _candidate_of(w, ids, local_changes(path, _local_revset(w, environ), environ))
@@ -1349,12 +1429,17 @@ def _local_revset(w, environ=None):
     return LOCAL_WORK % " | ".join(safe)
 
 
-def _candidate_for(w, caller):
+def _candidate_for(w, caller, st=None):
+    """(integration, candidate) when the caller may prove or release the frozen candidate: the
+    runtime that froze it, its resumed successor (which now holds its leases) or, from another
+    terminal, the same person; else Refused naming it."""
     integ = _integration(w)
     cand = integ.get("candidate")
     if not cand:
         raise Refused("work %s has no frozen candidate" % w["handle"],
                       "coord work integrate acquire %s --into BOOKMARK" % w["handle"])
+    if cand["runtime"] != caller["id"] and st is not None and _freezer_holder(st, cand, caller) is not None:
+        return integ, cand
     if cand["runtime"] != caller["id"]:
         raise Refused("the candidate of %s was frozen by another runtime (%s), not %s"
                       % (w["handle"], cand["runtime"], caller["handle"]),
@@ -1364,16 +1449,32 @@ def _candidate_for(w, caller):
 
 
 
+def _freezer_holder(st, cand, caller):
+    """The ID of the runtime holding the candidate's lease on behalf of `caller` (the freezer's
+    successor, or the freezer when it is the same person as the caller), else None."""
+    froze = st.runtime(cand["runtime"])
+    if froze is None:
+        return None
+    last = st.successor(froze)
+    if last["id"] == caller["id"]:
+        return last["id"]
+    uid = store.person_uid(caller)
+    if uid is not None and store.person_uid(froze) == uid:
+        return last["id"]
+    return None
+
+
 def prove(st, *, caller, handle, target, environ=None):
     """Record proof that the frozen candidate is an ancestor of the full `target` commit on
     the bookmark in the canonical repository; -> {work, candidate, target}."""
     target = full_commit(target, "target")
     w = st.resolve_work(handle)
-    integ, cand = _candidate_for(w, caller)
+    integ, cand = _candidate_for(w, caller, st)
+    holder = _freezer_holder(st, cand, caller) or caller["id"]
     if integ["state"] == "lock-released":
         raise Refused("the integration lock of %s was released; a release is not evidence" % w["handle"],
                       "re-acquire: coord work integrate acquire %s --into %s" % (w["handle"], integ["into"]))
-    held = [l["resource"] for l in st.leases_of(caller["id"], [cand["resource"]])]
+    held = [l["resource"] for l in st.leases_of(holder, [cand["resource"]])]
     if cand["resource"] not in held:
         raise Refused("%s does not hold %s (expired or released), so it cannot prove" % (
             caller["handle"], cand["resource"]),
@@ -1381,7 +1482,7 @@ def prove(st, *, caller, handle, target, environ=None):
     _check_ancestry(w, integ["into"], cand["commit"], target, environ)
     with st.transaction():
         cur = st.resolve_work(w["id"])
-        now_integ, now_cand = _candidate_for(cur, caller)
+        now_integ, now_cand = _candidate_for(cur, caller, st)
         if now_cand != cand:
             raise Refused("the candidate of %s changed while proving" % w["handle"], "retry")
         now_integ.update({"state": "integrated", "proof": {
@@ -1423,16 +1524,17 @@ def release_integration(st, *, caller, handle):
     """Release the integration lease the caller froze the candidate with (not evidence);
     -> {work, integration: the integration state after it}."""
     w = st.resolve_work(handle)
-    integ, cand = _candidate_for(w, caller)
+    integ, cand = _candidate_for(w, caller, st)
+    holder = _freezer_holder(st, cand, caller) or caller["id"]
     if integ.get("released"):
         raise Refused("the integration lock of %s was already released" % w["handle"], "coord work inspect %s"
                       % w["handle"])
     with st.transaction():
-        held = [l["resource"] for l in st.leases_of(caller["id"], [cand["resource"]])]
+        held = [l["resource"] for l in st.leases_of(holder, [cand["resource"]])]
         if cand["resource"] in held:
-            st.release(caller["id"], [cand["resource"]])
+            st.release(holder, [cand["resource"]])
         cur = st.resolve_work(w["id"])
-        now_integ, _ = _candidate_for(cur, caller)
+        now_integ, _ = _candidate_for(cur, caller, st)
         now_integ["released"] = {"at": _now(), "runtime": caller["id"], "resource": cand["resource"],
                                  "lease_was_held": cand["resource"] in held}
         if now_integ["state"] != "integrated":
@@ -1650,7 +1752,8 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
     if problems:
         return out + problems
     owner = _owner_of(st, w)
-    if owner is not None and (caller is None or owner["id"] != caller["id"]):
+    if owner is not None and (caller is None or owner["id"] != caller["id"]) and \
+            authority(st, w, caller) not in ("successor", "person"):
         out.append(("owner-alive", "owned by live runtime %s" % owner["handle"],
                     "ask it: coord send \"done with %s?\" --to %s ; or wait until it ends" % (h, owner["handle"])))
     tmux_problem = _tmux_alive(w)
@@ -1782,21 +1885,32 @@ def _mark_removed(st, w, caller, how, discarded=None):
 
 
 
-def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, discard_ignored=False):
+def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, discard_ignored=False, override=False):
     """Delete the work's clone when every cleanup rule holds (else Refused with every reason)
-    and record it removed; -> {work, removed, ...}."""
+    and record it removed; -> {work, removed, ...}. Only who may (authorize) removes."""
     w = st.resolve_work(handle)
     if confirm not in (w["handle"], w["id"]):
         raise UsageError("removal needs the exact work handle repeated: --confirm %s" % w["handle"],
                          "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
     if w["state"] == "removed":
         return {"work": w["handle"], "removed": False, "already": True}
+    authorize(st, w, caller, "remove", override)
     if forget:
-        if os.path.lexists(w["path"] or ""):
-            raise Refused("--forget only drops a record whose directory is gone; %s exists" % w["path"],
-                          "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
-        _mark_removed(st, w, caller, "forgotten (directory was already gone)")
-        return {"work": w["handle"], "removed": True, "forgotten": True}
+        # --forget drops the record and never touches the disk: allowed when the directory is
+        # gone, or when its marker no longer carries this record's token (another database
+        # adopted the clone; that one now holds it and its proofs). Either way nothing is lost.
+        problems = [p[0] for p in directory_problems(w)] if os.path.lexists(w["path"] or "") else ["missing"]
+        if "missing" in problems:
+            _mark_removed(st, w, caller, "forgotten (directory was already gone)")
+            return {"work": w["handle"], "removed": True, "forgotten": True}
+        if "token-mismatch" in problems:
+            marker = read_marker(w["path"]) or {}
+            _mark_removed(st, w, caller, "forgotten (the clone's marker names another registration; nothing deleted)")
+            return {"work": w["handle"], "removed": True, "forgotten": True, "kept_directory": w["path"],
+                    "marker_work": marker.get("work")}
+        raise Refused("--forget only drops a record whose directory is gone or held by another registration; %s"
+                      " exists and carries this record's marker" % w["path"],
+                      "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
     if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
         _mark_removed(st, w, caller, "failed create, nothing on disk")
         return {"work": w["handle"], "removed": True}
@@ -1807,6 +1921,7 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
                       reasons=[reason_json(b) for b in blockers])
     _delete_checkout(environ, w)
     _mark_removed(st, w, caller, "remove", discard)
+    _end_parked(st, w, "work removed")
     out = {"work": w["handle"], "removed": True}
     if discard:
         out["discarded_ignored"] = discard
@@ -1861,6 +1976,12 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
     work_id = found_id
     existing = st.work(work_id)
     if existing is not None and existing["state"] != "removed":
+        if [p for p in directory_problems(existing) if p[0] == "token-mismatch"]:
+            h = existing["handle"]
+            raise Refused("work %s is already registered here as %s, but the clone's marker names another "
+                          "registration (another database adopted it)" % (work_id, h),
+                          "drop this record first (deletes nothing): coord work remove %s --confirm %s --forget ; "
+                          "then, only if no other database should hold it: coord work adopt %s" % (h, h, path))
         raise Refused("work %s is already registered as %s" % (work_id, existing["handle"]),
                       "coord work inspect %s" % existing["handle"])
     bookmark, task, change, commit = _adopted_bookmark(path, work_id, environ)
@@ -2116,9 +2237,10 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None):
     return {"work": w["handle"], "tmux": rec}
 
 
-def resume_work(st, *, caller, handle, environ, conversation=None, harness=None):
+def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}."""
     w = _launchable(st, handle)
+    authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
     conversation = conversation or previous.get("conversation")
     harness = harness or previous.get("harness") or "claude"
@@ -2131,24 +2253,47 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None)
     return {"work": w["handle"], "tmux": rec}
 
 
-def park_work(st, *, caller, handle, reason):
+def park_work(st, *, caller, handle, reason, override=False):
     """Close the window but keep the clone, recording why; -> {work, window: what happened to it}."""
     w = st.resolve_work(handle)
     _refuse_state(w, UNUSABLE)
     if not (reason or "").strip():
         raise UsageError("parking needs --reason", "coord work park %s --reason \"waiting for review\"" % w["handle"])
-    what = _close_window(w)
-    _record_tmux(st, w, "parked", None, caller, reason=store.clean_text(reason, 500), outcome=what)
-    return {"work": w["handle"], "window": what}
+    authorize(st, w, caller, "park", override)
+    # The agent's leases and open messages stay with the work while it is parked: a holder
+    # runtime takes them before the window closes, and the resumed conversation inherits them.
+    conv = (w["data"].get("tmux") or {}).get("conversation")
+    holder = st.hold_parked(conv, w["id"]) if conv else None
+    try:
+        what = _close_window(w)
+        _record_tmux(st, w, "parked", None, caller, reason=store.clean_text(reason, 500), outcome=what,
+                     holder=holder["id"] if holder else None)
+    except BaseException:
+        if holder is not None:
+            st.unhold_parked(holder["id"])
+        raise
+    out = {"work": w["handle"], "window": what}
+    if holder is not None:
+        out["kept"] = [l["resource"] for l in st.leases_of(holder["id"])]
+        out["holder"] = holder["handle"]
+    return out
 
 
-def close_work(st, *, caller, handle):
+def close_work(st, *, caller, handle, override=False):
     """Kill exactly the recorded window (validated by ID); -> {work, window}."""
     w = st.resolve_work(handle)
     _refuse_state(w, UNUSABLE)
+    authorize(st, w, caller, "close", override)
     what = _close_window(w)
-    _record_tmux(st, w, "closed", None, caller, outcome=what)
+    released = _end_parked(st, w, "work closed")
+    _record_tmux(st, w, "closed", None, caller, outcome=what, released=released or None)
     return {"work": w["handle"], "window": what}
+
+
+def _end_parked(st, w, reason):
+    """Release what a parked work kept (its holder's leases); -> the resource names released."""
+    conv = (w["data"].get("tmux") or {}).get("conversation")
+    return st.end_parked(conv, reason) if conv else []
 
 
 # =========================================================================== commands
@@ -2306,8 +2451,8 @@ def _inspect_verbose_lines(w, facts):
 def cmd_gate(ctx, args):
     gate_flags(args.passed, args.waive, args.reason)
     w = target_work(ctx, args.handle, default_ok=True)
-    return 0, _ok(gate_work(ctx.db, caller=_optional_caller(ctx), work=w, passed=args.passed,
-                            reason=args.reason)), None
+    return 0, _ok(gate_work(ctx.db, caller=ctx.caller(), work=w, passed=args.passed,
+                            reason=args.reason, override=args.override)), None
 
 
 def cmd_enqueue(ctx, args):
@@ -2332,7 +2477,8 @@ def cmd_queue(ctx, args):
 
 
 def cmd_acquire(ctx, args):
-    r = acquire(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ)
+    r = acquire(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ,
+                override=args.override)
     text = "candidate %s" % r["candidate"]["commit"]
     if r["waiting_on"]:
         text += "\nnote: depends on %s, not integrated yet" % ", ".join(r["waiting_on"])
@@ -2353,9 +2499,13 @@ def cmd_integrate_release(ctx, args):
 
 
 def cmd_remove(ctx, args):
-    r = remove_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, confirm=args.confirm,
-                    environ=ctx.environ, forget=args.forget, discard_ignored=args.discard_ignored)
+    r = remove_work(ctx.db, caller=ctx.caller(), handle=args.handle, confirm=args.confirm,
+                    environ=ctx.environ, forget=args.forget, discard_ignored=args.discard_ignored,
+                    override=args.override)
     text = None
+    if r.get("kept_directory"):
+        text = "forgot %s; its clone stays at %s (its marker names another registration)" % (r["work"],
+                                                                                          r["kept_directory"])
     if r.get("discarded_ignored"):
         text = "discarded %d ignored file(s): %s" % (len(r["discarded_ignored"]), _named(r["discarded_ignored"]))
     return 0, _ok(r), text
@@ -2398,8 +2548,8 @@ def cmd_start(ctx, args):
 
 
 def cmd_resume(ctx, args):
-    return 0, _ok(resume_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, environ=ctx.environ,
-                              conversation=args.conversation, harness=args.harness)), None
+    return 0, _ok(resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
+                              conversation=args.conversation, harness=args.harness, override=args.override)), None
 
 
 def cmd_attach(ctx, args):
@@ -2417,15 +2567,26 @@ def cmd_attach(ctx, args):
 
 
 def cmd_park(ctx, args):
-    return 0, _ok(park_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, reason=args.reason)), None
+    r = park_work(ctx.db, caller=ctx.caller(), handle=args.handle, reason=args.reason, override=args.override)
+    text = None
+    if r.get("kept"):
+        text = "kept %s for the work (held by %s until resume, close or remove)" % (
+            ", ".join(r["kept"][:5]) + (" (+%d more)" % (len(r["kept"]) - 5) if len(r["kept"]) > 5 else ""),
+            r["holder"])
+    return 0, _ok(r), text
 
 
 def cmd_close(ctx, args):
-    r = close_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle)
+    r = close_work(ctx.db, caller=ctx.caller(), handle=args.handle, override=args.override)
     return 0, _ok(r), (r["window"] if r["window"].startswith("window not") else None)
 
 
 # =========================================================================== parser registration
+
+def _override_argument(p):
+    p.add_argument("--override", action="store_true",
+                   help="act on work you do not own (audited); see DESIGN.md, Authority")
+
 
 def register(sub, common, ident):
     """Add `work ...` and `remote verify` to coord's top-level subparsers."""
@@ -2472,6 +2633,7 @@ def register(sub, common, ident):
     p.add_argument("--pass", dest="passed", action="store_true")
     p.add_argument("--waive", action="store_true")
     p.add_argument("--reason", metavar="TEXT")
+    _override_argument(p)
     p.set_defaults(func=cmd_gate)
 
     integ = ws.add_parser("integrate", parents=[common], help="one integration owner at a time: acquire, prove, "
@@ -2480,6 +2642,7 @@ def register(sub, common, ident):
     p = isub.add_parser("acquire", parents=both, help="take integration/BOOKMARK and freeze the candidate")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--into", required=True, metavar="BOOKMARK")
+    _override_argument(p)
     p.set_defaults(func=cmd_acquire)
     p = isub.add_parser("prove", parents=both, help="record proof: candidate is an ancestor of the target commit")
     p.add_argument("handle", metavar="HANDLE")
@@ -2499,9 +2662,11 @@ def register(sub, common, ident):
     p = ws.add_parser("remove", parents=both, help="delete a clone, only when every cleanup rule holds")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--confirm", required=True, metavar="HANDLE", help="the same handle again")
-    p.add_argument("--forget", action="store_true", help="drop a record whose directory is already gone")
+    p.add_argument("--forget", action="store_true", help="drop the record only, deleting nothing: when its directory "
+                   "is gone, or its clone's marker names another registration (adopted elsewhere)")
     p.add_argument("--discard-ignored", action="store_true",
                    help="delete ignored files with the clone (the refusal lists them; the audit records them)")
+    _override_argument(p)
     p.set_defaults(func=cmd_remove)
 
     p = ws.add_parser("gc", parents=both, help="remove what passes every rule; list the rest with reasons")
@@ -2544,12 +2709,15 @@ def _register_session(ws, both):
     p = ws.add_parser("park", parents=both, help="close the window but keep the clone, with a reason")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--reason", required=True)
+    _override_argument(p)
     p.set_defaults(func=cmd_park)
     p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--conversation", metavar="ID", help="default: the recorded conversation")
     p.add_argument("--harness", choices=("claude", "codex"))
+    _override_argument(p)
     p.set_defaults(func=cmd_resume)
     p = ws.add_parser("close", parents=both, help="kill exactly the recorded window (validated by ID)")
     p.add_argument("handle", metavar="HANDLE")
+    _override_argument(p)
     p.set_defaults(func=cmd_close)

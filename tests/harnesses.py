@@ -545,7 +545,7 @@ class CoordCase(HarnessCase):
 
     def peer(self):
         """Register a peer runtime with `coord hello`; return its record."""
-        return self.rcoord("hello")["runtime"]
+        return self.rcoord("hello", "--conversation", "peer-%d-%d" % (os.getpid(), time.monotonic_ns()))["runtime"]
 
     def coord_state(self):
         """`coord list --all --json`: {"runtimes": [...], "leases": [...]}."""

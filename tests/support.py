@@ -287,8 +287,80 @@ class CoordTestCase(unittest.TestCase):
         return json.loads(proc.stdout)
 
     def hello(self, conversation=None, **kw):
-        """Register a runtime through the CLI; return its full record (dict)."""
+        """Register a runtime through the CLI; return its full record (dict). Each call without a
+        conversation is a new agent (a fresh conversation), not the person at this terminal that
+        a bare `coord hello` finds again."""
+        import uuid
         args = ["hello"]
-        if conversation:
-            args += ["--conversation", conversation]
+        if conversation or not (kw.get("runtime") or kw.get("env")):
+            args += ["--conversation", conversation or str(uuid.uuid4())]
         return self.coord_json(*args, **kw)
+
+
+class Terminal:
+    """A person's terminal: a shell on its own pseudo-terminal, leading its own session (as a login
+    shell in a terminal window does), so every command it runs shares its session and tty.
+    run() types one command line and returns (exit status, output with the tty's \\r removed)."""
+
+    _MARK = "__coord_terminal_done__"
+
+    def __init__(self, testcase, env, cwd):
+        import pty
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the session leader on the new terminal
+            try:
+                os.chdir(cwd)
+                os.execve("/bin/sh", ["sh"], dict(env, PS1="", PS2=""))
+            finally:
+                os._exit(127)
+        self.pid, self.fd, self.closed = pid, fd, False
+        testcase.addCleanup(self.close)
+        self.run("stty -echo")
+
+    def _read_until(self, pattern, timeout=120):
+        import re
+        import select
+        buf, deadline = b"", time.monotonic() + timeout
+        while True:
+            m = re.search(pattern, buf)
+            if m:
+                return buf, m
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("terminal output did not show %r: %r" % (pattern, buf[-400:]))
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    raise AssertionError("terminal closed: %r" % buf[-400:])
+                buf += chunk
+
+    def run(self, line, timeout=120):
+        os.write(self.fd, ("%s; echo %s$?%s\n" % (line, self._MARK, self._MARK)).encode())
+        pattern = (self._MARK + r"(\d+)" + self._MARK).encode()
+        buf, m = self._read_until(pattern, timeout)
+        out = buf[:m.start()].decode("utf-8", "replace").replace("\r", "")
+        return int(m.group(1)), out
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            os.write(self.fd, b"exit\n")
+        except OSError:
+            pass
+        try:
+            deadline = time.monotonic() + 30
+            while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(self.pid, 9)
+                    os.waitpid(self.pid, 0)
+                    break
+                time.sleep(0.02)
+        except ChildProcessError:
+            pass
+        os.close(self.fd)

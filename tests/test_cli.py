@@ -134,8 +134,11 @@ class CliTest(support.CoordTestCase):
         self.assertEqual(self.coord("claim", "x", "--sid", a["id"]).returncode, 0)
 
     def test_no_identity_is_a_clear_refusal(self):
-        proc = self.coord("claim", "x", check=3)
-        self.assertIn("coord hello", proc.stderr)
+        # Under an agent harness that never registered (outside one, the caller is the person: PersonTest).
+        rc, _out, err = support.FakeHarness(self, "claude").coord("claim", "x")
+        self.assertEqual(rc, 3, err)
+        self.assertIn("coord hello", err)
+        self.assertIn("not a person", err)
 
     def test_superseded_runtime_is_refused_with_new_handle(self):
         old = self.hello(conversation="c-1")["runtime"]
@@ -751,6 +754,130 @@ class StartupTest(support.CoordTestCase):
                                   stderr=subprocess.PIPE, text=True)
         self.assertEqual(proc.returncode, 4, proc.stderr)
         self.assertEqual(proc.stderr, "coord: cannot write the reply: [Errno 28] No space left on device\n")
+
+
+def _under_a_harness():
+    """Whether this test process itself runs under an agent harness (then it is no person)."""
+    import store
+    return store.harness_ancestor(store.ancestor_processes())[0] is not None
+
+
+class InstalledRepoCase(support.CoordTestCase):
+    """coord installed into a fresh git repository, used the way README's quick start says:
+    from the repository root, with nothing exported (no COORD_DB, project ID or runtime)."""
+
+    def setUp(self):
+        super().setUp()
+        if _under_a_harness():
+            self.skipTest("this test process runs under an agent harness, so no caller of it is a person")
+        self.repo = os.path.join(self.tmp, "repo")
+        os.mkdir(self.repo)
+        subprocess.run(["git", "init", "-q", self.repo], check=True, env=self.env, timeout=60)
+        subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.repo, "--project-id",
+                        "my-project"], check=True, env=self.env, stdout=subprocess.DEVNULL, timeout=120)
+        self.plain = {k: v for k, v in self.env.items() if k not in ("COORD_DB", "COORD_PROJECT_ID")}
+
+    def terminal(self):
+        return support.Terminal(self, self.plain, self.repo)
+
+
+class PersonTest(InstalledRepoCase):
+    """A person at a terminal: one stable runtime, found by the terminal's login session."""
+
+    def test_quick_start_in_one_terminal_with_nothing_exported(self):
+        term = self.terminal()
+        rc, out = term.run(".coord/coord hello")
+        self.assertEqual(rc, 0, out)
+        me = out.strip()
+        self.assertEqual(len(me.split("-")), 5, out)
+        self.assertEqual(term.run(".coord/coord claim src/a.py"), (0, ""))
+        rc, out = term.run(".coord/coord list")
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out, r"%s  person on [^ ]+  \(you\)  src/a.py" % me)
+        self.assertEqual(term.run(".coord/coord release src/a.py"), (0, ""))
+        rc, out = term.run(".coord/coord list")
+        self.assertNotIn("src/a.py", out)
+        self.assertEqual(term.run(".coord/coord hello"), (0, me + "\n"), "hello again is the same person")
+
+    def test_quick_start_outside_any_terminal_is_the_user(self):
+        def run(*args):
+            return subprocess.run([".coord/coord"] + list(args), cwd=self.repo, env=self.plain, text=True,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True, timeout=60)  # a new session: no controlling terminal
+        me = run("hello").stdout.strip()
+        self.assertEqual(run("claim", "src/a.py").returncode, 0)
+        listed = json.loads(run("list", "--json").stdout)
+        rt = [r for r in listed["runtimes"] if r["handle"] == me][0]
+        self.assertEqual((rt["person"], rt["terminal"], rt["pid"]), (True, "no terminal", None))
+        self.assertEqual([(l["resource"], l["handle"]) for l in listed["leases"]], [("src/a.py", me)])
+        self.assertIn("person  (you)  src/a.py", run("list").stdout)
+        self.assertEqual(run("release", "src/a.py").returncode, 0)
+        self.assertEqual(run("hello").stdout.strip(), me)
+
+    def test_one_runtime_per_terminal_kept_while_it_lives(self):
+        one, two = self.terminal(), self.terminal()
+        a = one.run(".coord/coord hello")[1].strip()
+        self.assertEqual(one.run(".coord/coord claim notes.txt")[0], 0)
+        self.assertEqual(one.run("sh -c '.coord/coord hello'")[1].strip(), a, "a child process, same terminal")
+        b = two.run(".coord/coord hello")[1].strip()
+        self.assertNotEqual(a, b)
+        rc, out = two.run(".coord/coord claim notes.txt")
+        self.assertEqual(rc, 3, out)
+        self.assertIn(a, out)
+        rc, out = two.run(".coord/coord list")
+        self.assertIn("%s  person on " % a, out)
+        self.assertIn("%s  person on " % b, out)
+        one.close()  # the terminal closes: its person ends and its leases go with it
+        rc, out = two.run(".coord/coord list")
+        self.assertNotIn(a, out)
+        self.assertEqual(two.run(".coord/coord claim notes.txt"), (0, ""))
+
+    def test_an_agent_harness_above_is_never_a_person(self):
+        harness = support.FakeHarness(self, "codex")
+        env = dict(self.plain)
+        first = harness.run([".coord/coord", "hello"], "", env, self.repo)
+        second = harness.run([".coord/coord", "hello"], "", env, self.repo)
+        self.assertEqual((first[0], second[0]), (0, 0))
+        self.assertNotEqual(first[1], second[1], "an agent's bare hello is no person's runtime")
+        rc, _out, err = harness.run([".coord/coord", "claim", "x"], "", env, self.repo)
+        self.assertEqual(rc, 3, err)
+        self.assertIn("not a person: codex", err)
+
+    def test_coord_keeps_the_person_labels_for_itself(self):
+        for args in (["hello", "--harness", "person"], ["hello", "--conversation", "person:0"],
+                     ["hello", "--harness", "parked"]):
+            with self.subTest(args=args):
+                self.assertEqual(self.coord(*args).returncode, 2)
+
+
+class HintAsTypedTest(InstalledRepoCase):
+    """A hint names the command the way the user ran coord, so that pasted it runs."""
+
+    def test_a_refusals_hint_pasted_from_the_repository_root_runs(self):
+        term = self.terminal()
+        self.assertEqual(term.run(".coord/coord claim src/a.py"), (0, ""))
+        agent = json.loads(subprocess.run([".coord/coord", "hello", "--conversation", "agent-1", "--json"],
+                                          cwd=self.repo, env=self.plain, stdout=subprocess.PIPE, text=True,
+                                          timeout=60).stdout)["runtime"]
+        rc, out = term.run("COORD_RUNTIME_ID=%s .coord/coord claim src/a.py 2>&1" % agent["id"])
+        self.assertEqual(rc, 3, out)
+        import re
+        hint = re.search(r"next: ask the holder: (\.coord/coord send [^;]*);", out)
+        self.assertIsNotNone(hint, out)
+        self.assertEqual(term.run("COORD_RUNTIME_ID=%s %s" % (agent["id"], hint.group(1))), (0, ""))
+        rc, out = term.run(".coord/coord inbox")
+        self.assertIn("<request>", out)
+
+    def test_from_elsewhere_the_hint_names_the_absolute_path(self):
+        term = self.terminal()
+        cmd = os.path.join(self.repo, ".coord", "coord")
+        rc, out = term.run("cd / && %s claim --bogus 2>&1" % cmd)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("next: %s claim --help" % cmd, out)
+        self.assertEqual(term.run("%s claim --help >/dev/null" % cmd), (0, ""))
+        rc, out = term.run("cd %s && .coord/coord work gate no-such-work-handle-here --pass 2>&1" % self.repo)
+        self.assertIn("next: .coord/coord ", out)
+        self.assertNotIn(" coord ", out.split("next:", 1)[1])
 
 
 if __name__ == "__main__":

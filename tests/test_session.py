@@ -592,6 +592,33 @@ class HarnessLabelTest(TmuxTestCase):
         self.assertIn("coord: you are", reply)
         self.assertIsNotNone(st.find_conversation_runtime("conv-labelled"))
         self.assertEqual(self.t("show-options", "-w", "-t", rec["window_id"]).count("@coord-runtime"), 0)
+class NudgeTest(TmuxTestCase):
+    """nudge types one fixed line into a validated pane, and nothing into any other."""
+
+    def screen(self, rec):
+        return self.t("capture-pane", "-p", "-J", "-t", rec["pane_id"])
+
+    def test_the_fixed_line_reaches_a_validated_pane_once(self):
+        rec = self.launch()
+        self.seen(rec)
+        self.assertEqual(session.nudge(rec), rec["pane_id"])
+        retry_until(lambda: session.NUDGE in self.screen(rec))
+        self.assertEqual(self.screen(rec).count(session.NUDGE), 1)
+
+    def test_a_pane_that_fails_validation_is_never_typed_into(self):
+        rec = self.launch()
+        self.seen(rec)
+        self.t("set-option", "-w", "-t", rec["window_id"], "@coord-work", "another-work")
+        with self.assertRaises(store.Refused):
+            session.nudge(rec)
+        moved = dict(rec, pane_pid=rec["pane_pid"] + 1)  # a record whose pane was replaced
+        self.t("set-option", "-w", "-t", rec["window_id"], "@coord-work", rec["work_id"])
+        with self.assertRaises(store.Refused):
+            session.nudge(moved)
+        # The terminal echoes in order: one nudge now shows once, so the refused ones typed nothing.
+        session.nudge(rec)
+        retry_until(lambda: session.NUDGE in self.screen(rec))
+        self.assertEqual(self.screen(rec).count(session.NUDGE), 1)
 
 
 if __name__ == "__main__":

@@ -168,7 +168,7 @@ class IdentityTest(StoreCase):
         self.assertEqual(self.st.caller(None, {"CODEX_SESSION_ID": "conv-2", "CODEX_THREAD_ID": "thread-9"})["id"],
                          sub["id"])
         with self.assertRaises(Refused) as cm:
-            self.st.caller(None, {})
+            self.st.caller(None, {}, person=False)  # without it: the person at this terminal (PersonTest)
         self.assertIn("coord hello", cm.exception.hint)
 
     def test_caller_by_process_ancestry_needs_matching_start_time(self):
@@ -1074,3 +1074,73 @@ class SchemaReaderTest(support.CoordTestCase):
 if __name__ == "__main__":
     import unittest
     unittest.main()
+
+
+class PersonStoreTest(StoreCase):
+    """The person's key and runtime, and runtimes the clock never ends (person alone, parked)."""
+
+    def test_key_outside_any_terminal_is_the_user_and_inside_one_the_session(self):
+        code = "import store, json; print(json.dumps(store.person_key()))"
+        out = subprocess.run([sys.executable, "-c", code], env=dict(self.env, PYTHONPATH=support.ROOT),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                             timeout=60).stdout
+        self.assertEqual(json.loads(out), ["person:%d" % os.getuid(), None, None, None])
+        import pty
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execve(sys.executable, [sys.executable, "-c", code], dict(self.env, PYTHONPATH=support.ROOT))
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+        os.waitpid(pid, 0)
+        os.close(fd)
+        key, leader, start, name = json.loads(buf.decode())
+        self.assertEqual(leader, pid, "the session leader is the process on the new terminal")
+        self.assertEqual(key, "person:%d:%s:%d:%s" % (os.getuid(), name, pid, start))
+
+    def test_the_user_alone_is_never_ended_by_the_clock(self):
+        person = self.st.register(conversation="person:%d" % os.getuid(), harness=store.PERSON)
+        agent = self.st.register(conversation="an-agent")
+        later = time.time() + 30 * 86400
+        self.st.reap(now=later)
+        self.assertIsNone(self.st.runtime(person["id"])["ended_at"])
+        self.assertEqual(self.st.runtime(agent["id"])["end_reason"], "expired")
+        self.assertEqual(store.person_uid(self.st.runtime(person["id"])), os.getuid())
+        self.assertIsNone(store.person_uid(agent))
+        self.assertIsNone(store.person_uid(dict(agent, harness=store.PERSON)), "the label alone is no person")
+
+    def test_a_parked_holder_keeps_leases_and_messages_until_the_conversation_returns(self):
+        agent = self.st.register(conversation="conv-w", harness="claude")
+        peer = self.st.register(conversation="peer")
+        self.st.claim(agent["id"], ["src/keep.py"])
+        self.st.send(peer["id"], "before park", agent["handle"])
+        holder = self.st.hold_parked("conv-w", "work-1")
+        self.assertEqual([l["resource"] for l in self.st.leases_of(holder["id"])], ["src/keep.py"])
+        self.assertEqual(self.st.runtime(agent["id"])["superseded_by"], holder["id"])
+        self.st.reap(now=time.time() + 2 * 86400)  # past the lease's own hour: held for the work
+        self.assertTrue(self.st.conflicts(["src/keep.py"], as_runtime=peer["id"], now=time.time() + 2 * 86400))
+        self.st.reap(now=time.time() + 30 * 86400)  # no clock ends it, and the lease row stays for the resume
+        self.assertIsNone(self.st.runtime(holder["id"])["ended_at"])
+        self.assertEqual([l["resource"] for l in self.st.leases_of(holder["id"])], ["src/keep.py"])
+        resumed = self.st.register(conversation="conv-w", harness="claude")
+        self.assertEqual([l["resource"] for l in self.st.leases_of(resumed["id"])], ["src/keep.py"])
+        self.assertEqual([m["body"] for m in self.st.inbox(resumed["id"], peek=True)], ["before park"])
+        self.assertEqual(self.st.runtime(holder["id"])["end_reason"], "superseded")
+
+    def test_a_failed_park_puts_everything_back_and_close_releases(self):
+        agent = self.st.register(conversation="conv-x", harness="claude")
+        self.st.claim(agent["id"], ["a.txt"])
+        holder = self.st.hold_parked("conv-x", "work-2")
+        self.st.unhold_parked(holder["id"])
+        self.assertIsNone(self.st.runtime(agent["id"])["ended_at"])
+        self.assertEqual([l["resource"] for l in self.st.leases_of(agent["id"])], ["a.txt"])
+        holder = self.st.hold_parked("conv-x", "work-2")
+        self.assertEqual(self.st.end_parked("conv-x"), ["a.txt"])
+        self.assertEqual(self.st.all_leases(), [])
+        self.assertIsNone(self.st.hold_parked("conv-none", "work-3"))

@@ -322,9 +322,9 @@ class CleanupRefusalTest(WorkTestCase):
         handle, path, _ = self.create()
         self.gate(handle)
         other = self.hello()["runtime"]
-        self.assertEqual(self.refused(handle, runtime=other["id"]), ["owner-alive"])
+        self.assertEqual(self.refused(handle, "--override", runtime=other["id"]), ["owner-alive"])
         self.coord("bye", runtime=self.rt["id"], check=0)
-        self.work("remove", handle, "--confirm", handle, runtime=other["id"], check=0)
+        self.work("remove", handle, "--confirm", handle, "--override", runtime=other["id"], check=0)
         self.assertFalse(os.path.lexists(path))
 
     def test_changed_after_integration(self):
@@ -592,14 +592,14 @@ class IntegrationTest(WorkTestCase):
         self.write(p2, "b.txt", "b\n")
         other = self.hello()["runtime"]
         self.work_json("integrate", "acquire", h1, "--into", "main")
-        proc = self.work("integrate", "acquire", h2, "--into", "main", runtime=other["id"])
+        proc = self.work("integrate", "acquire", h2, "--into", "main", "--override", runtime=other["id"])
         self.assertEqual(proc.returncode, 3)
         self.assertIn("integration/main", proc.stderr)
         proc = self.work("integrate", "release", h1, runtime=other["id"])
         self.assertEqual(proc.returncode, 3)
         self.assertIn("another runtime", proc.stderr)
         self.work("integrate", "release", h1, check=0)
-        self.work_json("integrate", "acquire", h2, "--into", "main", runtime=other["id"])
+        self.work_json("integrate", "acquire", h2, "--into", "main", "--override", runtime=other["id"])
 
     def test_release_is_not_evidence(self):
         handle, path, _ = self.create()
@@ -1837,6 +1837,200 @@ class CreateFreshCheckoutTest(WorkTestCase):
         nxt = self.commit_of(self.canon, "next")
         handle, path, _ = self.create("fresh-from", "--from", "next")
         self.assertEqual(self.assert_fresh_and_recorded(handle, path, "fresh-from")["data"]["base"]["parent"], nxt)
+class AuthorityTest(WorkTestCase):
+    """Who may change a work's state: every command against a foreign live runtime, no identity,
+    the owner's successor, and an audited --override."""
+
+    def test_a_foreign_runtime_is_refused_every_state_change_and_told_who_may(self):
+        handle, path, _ = self.create("guarded")
+        self.write(path, "f.txt", "f\n")
+        foreign = self.hello()["runtime"]
+        for args in (["gate", handle, "--pass"], ["gate", handle, "--waive", "--reason", "fine"],
+                     ["park", handle, "--reason", "mine now"], ["resume", handle, "--conversation", "c-1"],
+                     ["close", handle], ["integrate", "acquire", handle, "--into", "main"],
+                     ["remove", handle, "--confirm", handle]):
+            with self.subTest(args=args):
+                proc = self.work(*(args + ["--json"]), runtime=foreign["id"])
+                self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+                self.assertIn("%s may not" % foreign["handle"], proc.stderr)
+                self.assertIn("its owner %s" % self.rt["handle"], proc.stderr)
+                self.assertIn("--override", proc.stderr)
+                self.assertEqual(json.loads(proc.stdout)["reason"], "not-authorized")
+        rec = self.record(handle)
+        self.assertEqual((rec["state"], rec["data"]["gate"]["state"], rec["data"]["integration"]["state"]),
+                         ("active", "pending", "none"))
+        self.assertTrue(os.path.isdir(path))
+        # The owner may, and so may its conversation registered again (a resumed session).
+        again = self.hello(conversation=self.rt["conversation"])["runtime"]
+        self.work("gate", handle, "--pass", runtime=again["id"], check=0)
+        self.work_json("integrate", "acquire", handle, "--into", "main", runtime=again["id"])
+
+    def test_no_identity_can_neither_pass_nor_waive_a_gate(self):
+        handle, _path, _ = self.create("ungated")
+        harness = support.FakeHarness(self, "claude")  # an agent that never registered: no identity
+        for args in (["--pass"], ["--waive", "--reason", "trust me"]):
+            rc, _out, err = harness.coord("work", "gate", handle, *args)
+            self.assertEqual(rc, 3, err)
+            self.assertIn("cannot tell which runtime is calling", err)
+        self.assertEqual(self.record(handle)["data"]["gate"]["state"], "pending")
+
+    def test_override_acts_and_is_audited(self):
+        handle, _path, _ = self.create("overridden")
+        foreign = self.hello()["runtime"]
+        self.work("gate", handle, "--waive", "--reason", "reviewed by hand", "--override", runtime=foreign["id"],
+                  check=0)
+        self.assertEqual(self.record(handle)["data"]["gate"]["state"], "waived")
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        over = [e for e in events if e["event"] == "work.authority.override"]
+        self.assertEqual(len(over), 1)
+        self.assertEqual((over[0]["runtime"], over[0]["data"]["action"]), (foreign["id"], "gate"))
+        self.assertIn("its owner %s" % self.rt["handle"], over[0]["data"]["allowed"])
+
+
+@support.slow
+class PersonWorkTest(WorkTestCase):
+    """A person owns their work from any of their terminals; an agent does not."""
+
+    def test_a_person_acts_on_their_work_from_another_terminal(self):
+        if store.harness_ancestor(store.ancestor_processes())[0] is not None:
+            self.skipTest("this test process runs under an agent harness, so no caller of it is a person")
+        env = dict(self.env)
+        coord = "%s %s" % (shlex.quote(sys.executable), shlex.quote(support.COORD))
+        one = support.Terminal(self, env, self.canon)
+        two = support.Terminal(self, env, self.canon)
+        rc, out = one.run("%s work create by-hand" % coord)
+        self.assertEqual(rc, 0, out)
+        handle, path = out.split()[:2]
+        person = one.run("%s hello" % coord)[1].strip()
+        proc = self.work("gate", handle, "--pass")  # an agent: refused, told the person's handle
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("its owner %s (a person; any of their terminals)" % person, proc.stderr)
+        # The second terminal's person first appears inside the clone, then its shell leaves it.
+        self.assertEqual(two.run("cd %s && %s hello >/dev/null; cd %s" % (shlex.quote(path), coord,
+                                                                          shlex.quote(self.canon)))[0], 0)
+        self.assertEqual(two.run("%s work gate %s --pass" % (coord, handle)), (0, ""))
+        # The first terminal is still open (its person live): the same person removes it from the second.
+        rc, out = two.run("%s work remove %s --confirm %s" % (coord, handle, handle))
+        self.assertEqual(rc, 0, out)
+        self.assertFalse(os.path.lexists(path))
+
+
+@support.slow
+class AdoptLoopTest(WorkTestCase):
+    """A clone adopted into another database: remove, adopt and --forget point at one way out that
+    deletes nothing, and the other database still holds the clone."""
+
+    def test_forget_is_the_way_out_and_deletes_nothing(self):
+        handle, path, _ = self.create("moved")
+        self.gate(handle)
+        env2 = {"COORD_DB": os.path.join(self.tmp, "other", "db.sqlite3")}
+        rt2 = self.coord_json("hello", "--conversation", "other-db", env=env2)["runtime"]
+        self.assertEqual(self.coord("work", "adopt", path, runtime=rt2["id"], env=env2, cwd=self.canon,
+                                    check=0).stdout.strip(), handle)
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("--forget", proc.stderr)
+        proc = self.work("adopt", path)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("already registered", proc.stderr)
+        self.assertIn("coord work remove %s --confirm %s --forget" % (handle, handle), proc.stderr)
+        proc = self.work("remove", handle, "--confirm", handle, "--forget", check=0)
+        self.assertIn("its clone stays at %s" % path, proc.stdout)
+        self.assertTrue(os.path.isdir(path))
+        self.assertEqual(self.work_json("list")["work"], [])
+        # The database that adopted it still holds it, with every proof it needs.
+        self.coord("work", "gate", handle, "--pass", runtime=rt2["id"], env=env2, check=0)
+        self.coord("work", "remove", handle, "--confirm", handle, runtime=rt2["id"], env=env2, cwd=self.canon,
+                   check=0)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_forget_refuses_a_clone_that_is_still_this_records(self):
+        handle, path, _ = self.create("mine")
+        proc = self.work("remove", handle, "--confirm", handle, "--forget")
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("carries this record's marker", proc.stderr)
+        self.assertTrue(os.path.isdir(path))
+        self.assertEqual(self.record(handle)["state"], "active")
+
+
+@support.slow
+class WorkMessageTest(TmuxWorkCase):
+    """`send --to WORK` reaches whichever agent runs the work; parking keeps the work's leases and
+    messages (held for the work) and the resumed conversation inherits them."""
+
+    def agent(self, handle, conversation):
+        pane_pid = self.record(handle)["data"]["tmux"]["pane_pid"]
+        return self.coord_json("hello", "--conversation", conversation, "--harness", "claude", "--pid",
+                               pane_pid)["runtime"]
+
+    def test_message_and_leases_follow_the_work_across_park_and_resume(self):
+        handle, path, _ = self.create("talked-to")
+        self.work("start", handle, check=0)
+        self.work("park", handle, "--reason", "first stop", check=0)
+        self.work("resume", handle, "--conversation", "conv-w", check=0)
+        first = self.agent(handle, "conv-w")
+        self.coord("claim", "src/keep.py", runtime=first["id"], check=0)
+        sent = self.coord_json("send", "before parking", "--to", handle, runtime=self.rt["id"])
+        self.assertEqual(sent["recipients"], [first["handle"]])
+        self.assertFalse(sent["waiting"])
+        proc = self.work("park", handle, "--reason", "review", check=0)
+        self.assertIn("kept src/keep.py", proc.stdout)
+        listing = self.coord_json("list")
+        holder = [r for r in listing["runtimes"] if r["harness"] == "parked"]
+        self.assertEqual([(r["work"], r["pid"]) for r in holder], [(handle, None)])
+        self.assertEqual([(l["resource"], l["handle"]) for l in listing["leases"]],
+                         [("src/keep.py", holder[0]["handle"])])
+        peer = self.hello()["runtime"]
+        self.assertEqual(self.coord("claim", "src/keep.py", runtime=peer["id"]).returncode, 3)
+        proc = self.coord("send", "while parked", "--to", handle, runtime=peer["id"], check=0)
+        self.assertIn("kept for %s" % handle, proc.stdout)
+        self.work("resume", handle, check=0)
+        second = self.agent(handle, "conv-w")
+        self.assertNotEqual(second["id"], first["id"])
+        inbox = self.coord_json("inbox", runtime=second["id"])
+        self.assertEqual([m["body"] for m in inbox["messages"]], ["before parking", "while parked"])
+        self.assertEqual([(l["resource"], l["handle"]) for l in self.coord_json("list")["leases"]],
+                         [("src/keep.py", second["handle"])])
+        # Parked again, then closed: what the work kept is released.
+        self.work("park", handle, "--reason", "done for today", check=0)
+        self.work("close", handle, check=0)
+        self.assertEqual(self.coord_json("list")["leases"], [])
+        self.coord("claim", "src/keep.py", runtime=peer["id"], check=0)
+
+    def test_nudge_types_the_fixed_line_never_the_body_and_only_into_a_validated_pane(self):
+        import session
+        handle, _path, _ = self.create("nudged")
+        self.work("start", handle, check=0)
+        self.work("park", handle, "--reason", "to record a conversation", check=0)
+        self.work("resume", handle, "--conversation", "conv-n", check=0)
+        rec = self.record(handle)["data"]["tmux"]
+        agent = self.agent(handle, "conv-n")
+        support.retry_until(lambda: os.path.exists(os.path.join(self.rec, "%d.json" % rec["pane_pid"])))  # it runs
+
+        def screen():
+            return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
+                                  stdout=subprocess.PIPE, text=True, timeout=10).stdout
+        proc = self.coord("send", "secret body text", "--to", agent["handle"], "--nudge")
+        self.assertEqual(proc.returncode, 2, "only a work's pane can be nudged")
+        reply = self.coord_json("send", "secret body text", "--to", handle, "--nudge", runtime=self.rt["id"])
+        self.assertEqual((reply["nudged"], reply["recipients"]), (True, [agent["handle"]]))
+        support.retry_until(lambda: session.NUDGE in screen())
+        self.assertNotIn("secret body", screen())
+        events = [json.loads(l)["event"] for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertIn("message.nudged", events)
+        subprocess.run([self.tmux_bin, "-S", self.sock, "set-option", "-w", "-t", rec["window_id"], "@coord-work",
+                        "someone-else"], check=True, timeout=10)
+        proc = self.coord("send", "second", "--to", handle, "--nudge", runtime=self.rt["id"], check=0)
+        self.assertIn("not nudged", proc.stdout)
+        self.assertEqual(screen().count(session.NUDGE), 1)
+
+    def test_a_work_with_nothing_to_deliver_to_is_refused(self):
+        handle, _path, _ = self.create("silent")
+        self.coord("bye", runtime=self.rt["id"], check=0)
+        peer = self.hello()["runtime"]
+        proc = self.coord("send", "anyone?", "--to", handle, runtime=peer["id"])
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("no runtime to deliver to", proc.stderr)
 
 
 if __name__ == "__main__":
