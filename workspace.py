@@ -1080,13 +1080,6 @@ def _conflict_paths(path, change, environ):
 def _rebase_in_clone(st, w, caller, into, target, cand, environ):
     """Rebase the candidate's branch in the clone onto `target` with jj; -> [] or the conflicted paths.
     Only when nothing live works inside the clone (see DESIGN.md, Landing)."""
-    live = _live_inside(st, w, process_cwds() or {})
-    if live:
-        raise Refused("work %s is based on an older %s and %s; coord rebases only a clone nothing works in"
-                      % (w["handle"], into, live[0][1]),
-                      "ask its owner to rebase in the clone (jj git fetch; jj rebase -b @ -d %s@origin), or end it, "
-                      "then re-run: coord work integrate land %s --into %s" % (into, w["handle"], into),
-                      reason="clone-in-use")
     path = w["path"]
     jj(["git", "fetch", "--remote", "origin"], path, environ=environ)
     jj(["rebase", "-b", cand["change"], "-d", target], path, environ=environ)
@@ -1094,6 +1087,55 @@ def _rebase_in_clone(st, w, caller, into, target, cand, environ):
                     'if(conflict, change_id ++ "\\n")'], path, snapshot=False, environ=environ)
     bad = out.split()
     return sorted(set(p for c in bad for p in _conflict_paths(path, c, environ))) if bad else []
+
+
+class _Scratch:
+    """A private git checkout of the canonical repository (sharing its objects) below the scratch
+    root, for a landing whose clone something live works in: the candidate is rebased (by
+    cherry-picking its commits onto the target) and checked there, never in the clone. Removed
+    on exit; it holds nothing the canonical repository does not (the result is fetched first)."""
+
+    def __init__(self, w, environ):
+        self.w, self.environ, self.path = w, environ, None
+
+    def __enter__(self):
+        import tempfile
+        self.path = tempfile.mkdtemp(prefix=".land-%s-" % self.w["id"][:8], dir=self.w["scratch_root"])
+        git(["clone", "--quiet", "--no-checkout", "--shared", clone_source(self.w["source"]), self.path],
+            self.w["scratch_root"], self.environ)
+        return self
+
+    def __exit__(self, *exc):
+        if self.path and below(os.path.realpath(self.path), self.w["scratch_root"]):
+            shutil.rmtree(self.path, ignore_errors=True)
+        return False
+
+    def git(self, args, check=True):
+        return git(args, self.path, self.environ, check=check)
+
+    def checkout(self, commit):
+        self.git(["checkout", "--quiet", "--detach", commit])
+
+    def rebase(self, onto, cand):
+        """Cherry-pick onto..cand onto `onto`; -> (new commit, []) or (None, conflicted paths)."""
+        _, out, _ = self.git(["rev-list", "--reverse", "--topo-order", "%s..%s" % (onto, cand)])
+        commits = out.split()
+        _, merges, _ = self.git(["rev-list", "--merges", "%s..%s" % (onto, cand)])
+        if merges.strip():
+            raise Refused("work %s has merge commits since %s; coord rebases only linear work in a scratch copy"
+                          % (self.w["handle"], onto[:12]), "rebase it in the clone (jj rebase -b @ -d main@origin), "
+                          "then re-run", reason="merge-commits")
+        self.checkout(onto)
+        for c in commits:
+            _, who, _ = self.git(["log", "-1", "--format=%cn%n%ce", c])
+            name, email = (who.splitlines() + ["coord", "coord@localhost"])[:2]
+            code, _, _ = self.git(["-c", "user.name=" + name, "-c", "user.email=" + email, "cherry-pick",
+                                   "--allow-empty", "--keep-redundant-commits", c], check=False)
+            if code != 0:
+                _, out, _ = self.git(["diff", "--name-only", "--diff-filter=U"], check=False)
+                self.git(["cherry-pick", "--abort"], check=False)
+                return None, sorted(set(out.split("\n")) - {""}) or ["(unknown)"]
+        return _rev(self.path, "HEAD", self.environ), []
 
 
 def _tell_owner(st, w, caller, body):
@@ -1108,11 +1150,11 @@ def _tell_owner(st, w, caller, body):
     return owner["handle"]
 
 
-def _run_check(w, command, environ):
-    """Run the check command in the clone; -> {command, exit, tail}."""
+def _run_check(w, command, environ, cwd=None):
+    """Run the check command in the clone (or `cwd`); -> {command, exit, tail}."""
     env = dict(os.environ if environ is None else environ)
     try:
-        proc = subprocess.run(["/bin/sh", "-c", command], cwd=w["path"], env=env, stdin=subprocess.DEVNULL,
+        proc = subprocess.run(["/bin/sh", "-c", command], cwd=cwd or w["path"], env=env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=CHECK_TIMEOUT,
                               encoding="utf-8", errors="backslashreplace")
         code, out = proc.returncode, proc.stdout or ""
@@ -1291,34 +1333,12 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None):
     try:
         fetch_candidate(w, cand["commit"], environ)
         _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
-        rebased = False
-        if not _is_ancestor(source, old, cand["commit"], environ):
-            paths = _rebase_in_clone(st, w, caller, into, old, cand, environ)
-            if paths:
-                return _land_conflict(st, w, caller, into, old, cand, paths, environ)
-            cand = dict(acquire(st, caller=caller, handle=w["id"], into=into, environ=environ)["candidate"])
-            fetch_candidate(w, cand["commit"], environ)
-            rebased = True
-            if not _is_ancestor(source, old, cand["commit"], environ):
-                raise Refused("the rebased candidate %s of %s is still not based on %s" % (cand["commit"],
-                              w["handle"], old), "coord work inspect %s --verbose" % w["handle"])
-        _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], change=cand["change"],
-                     rebased=rebased)
-        if check:
-            result = _run_check(w, check, environ)
-            now_ids = head_ids(w["path"], environ=environ)
-            if result["exit"] != 0:
-                return _land_check_failed(st, w, caller, into, cand, result, environ)
-            if cand["commit"] not in (now_ids["commit"], *now_ids["parents"]) or \
-                    (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
-                raise Refused("the clone of %s changed while the check ran" % w["handle"],
-                              "re-run: coord work integrate land %s --into %s" % (w["handle"], into),
-                              reason="changed-during-check")
-            gate = {"state": "passed", "at": _now(), "by": caller["id"], "by_handle": caller["handle"],
-                    "user": _user(), "check": {"command": check, "exit": 0, "candidate": cand["commit"]}}
-            with st.transaction():
-                st.update_work(w["id"], data={"gate": gate})
-                st.audit("work.gate.passed", caller["id"], w["id"], check=check, candidate=cand["commit"])
+        live = _live_inside(st, w, process_cwds() or {})
+        if live:
+            with _Scratch(w, environ) as scratch:
+                cand = _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, environ)
+        else:
+            cand = _prepare_in_clone(st, w, caller, into, old, cand, check, environ)
         _land_record(st, w, caller, "checked", environ, check=check)
         if push:
             _take_push(st, w, caller, into, push, old, environ)
@@ -1331,6 +1351,79 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None):
         raise
     _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"])
     return _land_after_move(st, w, caller, into, push, environ)
+
+
+def _prepare_in_clone(st, w, caller, into, old, cand, check, environ):
+    """Rebase (when stale) and check in the clone itself, nothing live being inside; -> the candidate."""
+    source = w["source"]
+    rebased = False
+    if not _is_ancestor(source, old, cand["commit"], environ):
+        paths = _rebase_in_clone(st, w, caller, into, old, cand, environ)
+        if paths:
+            _land_conflict(st, w, caller, into, old, cand, paths, environ)
+        cand = dict(acquire(st, caller=caller, handle=w["id"], into=into, environ=environ)["candidate"])
+        fetch_candidate(w, cand["commit"], environ)
+        rebased = True
+        if not _is_ancestor(source, old, cand["commit"], environ):
+            raise Refused("the rebased candidate %s of %s is still not based on %s" % (cand["commit"],
+                          w["handle"], old), "coord work inspect %s --verbose" % w["handle"])
+    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], change=cand["change"],
+                 rebased=rebased, where="clone")
+    if check:
+        result = _run_check(w, check, environ)
+        now_ids = head_ids(w["path"], environ=environ)
+        if result["exit"] != 0:
+            _land_check_failed(st, w, caller, into, cand, result, environ)
+        if cand["commit"] not in [now_ids["commit"]] + now_ids["parents"] or \
+                (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
+            raise Refused("the clone of %s changed while the check ran" % w["handle"],
+                          "re-run: coord work integrate land %s --into %s" % (w["handle"], into),
+                          reason="changed-during-check")
+        _gate_from_check(st, w, caller, check, cand)
+    return cand
+
+
+def _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, environ):
+    """Rebase (when stale) and check in a private scratch checkout, because something live works
+    in the clone (`live`, cleanup's blockers); the clone is not touched. -> the candidate."""
+    source = w["source"]
+    rebased = False
+    if _is_ancestor(source, old, cand["commit"], environ):
+        scratch.checkout(cand["commit"])
+    else:
+        new, paths = scratch.rebase(old, cand["commit"])
+        if paths:
+            _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=True)
+        ref = "refs/coord/work/%s" % w["id"]
+        git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
+                                    "+%s:%s" % (new, ref)], source, environ)
+        cand = {"change": cand["change"], "commit": new, "rebased_from": cand["commit"]}
+        rebased = True
+        with st.transaction():
+            cur = st.work(w["id"])
+            integ = _integration(cur)
+            frozen = dict(integ.get("candidate") or {})
+            frozen.update({"commit": new, "rebased_from": cand["rebased_from"], "at": _now()})
+            integ["candidate"] = frozen
+            st.update_work(w["id"], data={"integration": integ})
+            st.audit("work.integration.rebased", caller["id"], w["id"], candidate_commit=new,
+                     rebased_from=cand["rebased_from"], where="scratch")
+    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], rebased=rebased, where="scratch",
+                 live_inside=store.clean_text(live[0][1], 300))
+    if check:
+        result = _run_check(w, check, environ, cwd=scratch.path)
+        if result["exit"] != 0:
+            _land_check_failed(st, w, caller, into, cand, result, environ)
+        _gate_from_check(st, w, caller, check, cand)
+    return cand
+
+
+def _gate_from_check(st, w, caller, check, cand):
+    gate = {"state": "passed", "at": _now(), "by": caller["id"], "by_handle": caller["handle"],
+            "user": _user(), "check": {"command": check, "exit": 0, "candidate": cand["commit"]}}
+    with st.transaction():
+        st.update_work(w["id"], data={"gate": gate})
+        st.audit("work.gate.passed", caller["id"], w["id"], check=check, candidate=cand["commit"])
 
 
 def _push_resource(remote, into):
@@ -1400,7 +1493,13 @@ def _land_after_move(st, w, caller, into, push, environ):
         prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
         landing = _land_record(st, w, caller, "proven", environ, proof_target=new)
     release_integration(st, caller=caller, handle=w["id"])
-    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now())
+    told = None
+    if landing.get("rebased") and landing.get("where") == "scratch" and "released" not in done:
+        told = _tell_owner(st, w, caller, (
+            "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
+            "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
+            "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
+    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), owner_told=told)
     return _land_result(st.work(w["id"]), landing)
 
 
@@ -1412,16 +1511,19 @@ def _land_result(w, landing, already=False):
             "already": already}
 
 
-def _land_conflict(st, w, caller, into, old, cand, paths, environ):
-    """The rebase onto the current target conflicts: record it, tell the owner, stop (nothing moved)."""
+def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False):
+    """The rebase onto the current target conflicts: record it, tell the owner, stop (nothing moved).
+    scratch: the rebase was tried in a scratch copy, so the clone is unchanged and its owner rebases."""
+    how = ("jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list)" % into if scratch else
+           "jj status; edit; jj resolve --list")
     body = ("coord: landing %s into %s stopped: rebasing onto %s conflicts in %s. Resolve it in %s "
-            "(jj status; edit; jj resolve --list), then tell the integration owner %s; they re-run: "
-            "coord work integrate land %s --into %s" % (w["handle"], into, old[:12], ", ".join(paths[:20]),
-                                                         w["path"], caller["handle"], w["handle"], into))
+            "(%s), then tell the integration owner %s; they re-run: coord work integrate land %s --into %s"
+            % (w["handle"], into, old[:12], ", ".join(paths[:20]), w["path"], how, caller["handle"],
+               w["handle"], into))
     told = _tell_owner(st, w, caller, body)
-    exc = Refused("landing %s stopped: rebasing onto %s %s conflicts in %s; the clone keeps the conflict for its "
-                  "owner%s, nothing else changed" % (w["handle"], into, old, _named(paths),
-                                                     " (told %s)" % told if told else ""),
+    exc = Refused("landing %s stopped: rebasing onto %s %s conflicts in %s; %s%s, nothing else changed" % (
+                  w["handle"], into, old, _named(paths), "the clone is in use and was not touched" if scratch
+                  else "the clone keeps the conflict for its owner", " (told %s)" % told if told else ""),
                   "resolve in %s (jj resolve --list), then re-run: coord work integrate land %s --into %s"
                   % (w["path"], w["handle"], into), reason="conflict", paths=paths, owner_told=told)
     _stop_before_move(st, w, caller, "conflict", environ, exc, paths=paths, owner_told=told)

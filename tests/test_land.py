@@ -378,3 +378,54 @@ class LandRaceTest(LandCase):
         merges = self.run_tool(self.canon, "git", "rev-list", "--merges", "refs/heads/main").strip()
         self.assertEqual(merges, "", "never a merge commit")
         self.assertEqual(len(landed_all), 2 * self.ROUNDS)
+
+
+class LandCloneInUseTest(LandCase):
+    """Something live works inside the clone: the rebase and the check happen in a private
+    scratch copy and the clone is not touched."""
+    kind = "git"
+
+    def inside(self, path):
+        proc = subprocess.Popen(["sleep", "300"], cwd=path)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        return proc
+
+    def clone_head(self, path):
+        return self.run_tool(path, "jj", "log", "--no-graph", "--ignore-working-copy", "-r", "@", "-T", "commit_id")
+
+    def test_stale_base_rebased_in_scratch(self):
+        owner = self.hello()["runtime"]
+        handle, path = self.make("busy", runtime=owner["id"])
+        moved = self.advance_main("upstream.txt", "upstream\n")
+        self.run_tool(path, "jj", "status")  # snapshot now, so the clone's head is settled
+        head = self.clone_head(path)
+        self.inside(path)
+        proc = self.land(handle, "--check", "test -f upstream.txt && test -f feature.txt", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertTrue(reply["rebased"])
+        self.assertEqual(self.main(), reply["landed"])
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", reply["landed"] + "^").strip(), moved)
+        self.assertEqual(self.run_tool(self.canon, "git", "log", "-1", "--format=%s", reply["landed"]).strip(),
+                         "add a feature")
+        self.assertEqual(self.clone_head(path), head, "the clone in use is not touched")
+        self.assertEqual(self.record(handle)["data"]["landing"]["where"], "scratch")
+        self.assertEqual([n for n in os.listdir(self.scratch) if n.startswith(".land-")], [],
+                         "the scratch copy is gone")
+        self.assertIn("skip-emptied", json.dumps(self.coord_json("inbox", runtime=owner["id"])))
+
+    def test_conflict_in_scratch_moves_nothing(self):
+        owner = self.hello()["runtime"]
+        handle, path = self.make("busyclash", name="shared.txt", text="one\nclone\nthree\n", runtime=owner["id"])
+        moved = self.advance_main("shared.txt", "one\nupstream\nthree\n")
+        self.run_tool(path, "jj", "status")
+        head = self.clone_head(path)
+        self.inside(path)
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["paths"], ["shared.txt"])
+        self.assertEqual(self.main(), moved)
+        self.assertEqual(self.clone_head(path), head)
+        self.assertEqual(self.record(handle)["data"]["landing"]["state"], "conflict")
+        self.assertIn("shared.txt", json.dumps(self.coord_json("inbox", runtime=owner["id"])))
