@@ -1181,8 +1181,12 @@ def _dirty_touched(tree, old, new, environ):
     from `old` to `new` would write."""
     _, out, _ = git(["diff", "--name-only", "-z", "--no-renames", old, new], tree, environ)
     touched = [p for p in out.split("\0") if p]
+    if not touched:
+        return []
+    # Limited to the written paths (literal pathspecs) unless there are too many for one argv.
+    spec = ["--"] + [":(literal)" + t for t in touched] if len(touched) <= 2000 else []
     _, out, _ = git(["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all",
-                     "--ignored=matching"], tree, environ)
+                     "--ignored=matching"] + spec, tree, environ)
     dirty, entries = [], out.split("\0")
     i = 0
     while i < len(entries):
