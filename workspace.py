@@ -1302,10 +1302,9 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None):
     ref = "refs/heads/" + into
     landing = _landing(w)
     integ = _integration(w)
-    if landing.get("state") == "landed" and landing.get("into") == into and integ.get("state") == "integrated" \
-            and landing.get("landed") and _rev(source, ref, environ) and \
-            _is_ancestor(source, landing["landed"], _rev(source, ref, environ), environ):
-        return _land_result(w, landing, already=True)
+    landed_before = landing.get("state") == "landed" and landing.get("into") == into and \
+        integ.get("state") == "integrated" and landing.get("landed") and _rev(source, ref, environ) and \
+        _is_ancestor(source, landing["landed"], _rev(source, ref, environ), environ)
     resume = landing.get("state") in LAND_RESUMABLE and landing.get("into") == into and landing.get("candidate")
     if resume and _rev(source, landing["candidate"], environ) and _rev(source, ref, environ) and \
             _is_ancestor(source, landing["candidate"], _rev(source, ref, environ), environ):
@@ -1327,6 +1326,10 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None):
     if old is None:
         raise Refused("the canonical repository %s has no bookmark %s" % (source, into),
                       "name an existing bookmark: git -C %s branch --list" % source)
+    if landed_before:  # a re-run after a finished landing, unless the clone has moved on since
+        ids = head_ids(verified_path(w), environ=environ)
+        if ids["commit"] == landing["landed"] or (ids["empty"] and ids["parents"] == [landing["landed"]]):
+            return _land_result(w, landing, already=True)
     got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ)
     cand = dict(got["candidate"])
     with st.transaction():

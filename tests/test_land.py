@@ -296,6 +296,23 @@ class LandGitNotCheckedOutTest(_LandKinds, LandCase):
         self.assertEqual(self.run_tool(self.canon, "git", "symbolic-ref", "HEAD").strip(), "refs/heads/dev")
 
 
+    def test_rerun_after_landing_and_a_second_landing(self):
+        handle, path = self.make("twice")
+        first = json.loads(self.land(handle, "--check", "true", "--json").stdout)["landed"]
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("(already)", proc.stdout)
+        self.run_tool(path, "jj", "new")
+        self.write(path, "more.txt", "more\n")
+        self.run_tool(path, "jj", "describe", "-m", "more")
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        second = json.loads(proc.stdout)
+        self.assertFalse(second["already"])
+        self.assertEqual(self.main(), second["landed"])
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", second["landed"] + "^").strip(), first)
+
+
 class LandJjTest(_LandKinds, LandCase):
     kind = "jj"
 
