@@ -2399,16 +2399,19 @@ def landing_lines(w):
     landing = w["data"].get("landing") or {}
     if not landing or landing.get("state") == "landed":
         return []
-    line = "landing into %s: %s after step %s" % (landing.get("into"), landing.get("state"), landing.get("step"))
+    state = "under way or interrupted" if landing.get("state") == "running" else landing.get("state")
+    line = "landing into %s: %s after step %s" % (landing.get("into"), state, landing.get("step"))
     if landing.get("paths"):
         line += "; conflicts in %s" % _named(landing["paths"])
-    if landing.get("reason") and landing.get("state") not in ("running",):
+    elif landing.get("reason") and landing.get("state") not in ("running",):
         line += "; %s" % store.clean_text(landing["reason"].splitlines()[0], 200)
     lines = [line]
-    if landing.get("state") in LAND_RESUMABLE:
-        nxt = "coord work integrate land %s --into %s%s" % (w["handle"], landing.get("into"),
-                                                             " --push %s" % landing["remote"]
-                                                             if landing.get("remote") else "")
+    nxt = "coord work integrate land %s --into %s%s" % (w["handle"], landing.get("into"),
+                                                         " --push %s" % landing["remote"]
+                                                         if landing.get("remote") else "")
+    if landing.get("state") not in LAND_RESUMABLE:
+        lines.append("nothing moved; when fixed, land again: %s" % nxt)
+    else:
         if landing.get("state") == "publish-ambiguous":
             lines.append("check: git ls-remote %s refs/heads/%s (expected %s), then: %s" % (
                 landing.get("remote"), landing.get("into"), landing.get("candidate"), nxt))

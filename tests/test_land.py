@@ -397,6 +397,7 @@ class LandRaceTest(LandCase):
         self.assertEqual(len(landed_all), 2 * self.ROUNDS)
 
 
+@support.slow
 class LandCloneInUseTest(LandCase):
     """Something live works inside the clone: the rebase and the check happen in a private
     scratch copy and the clone is not touched."""
