@@ -313,6 +313,30 @@ class LandGitNotCheckedOutTest(_LandKinds, LandCase):
         self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", second["landed"] + "^").strip(), first)
 
 
+    def test_failed_push_is_ambiguous_keeps_the_lease_and_a_rerun_finishes(self):
+        handle, path = self.make("declined")
+        hook = os.path.join(self.origin, "hooks", "pre-receive")
+        with open(hook, "w") as f:
+            f.write("#!/bin/sh\necho declined by policy >&2\nexit 1\n")
+        os.chmod(hook, 0o755)
+        before = self.remote_main()
+        proc = self.land(handle, "--push", "origin", "--check", "true")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("git ls-remote origin refs/heads/main", proc.stderr)
+        self.assertEqual(self.remote_main(), before)
+        rec = self.record(handle)
+        self.assertEqual(rec["data"]["landing"]["state"], "publish-ambiguous")
+        self.assertEqual(self.main(), rec["data"]["landing"]["landed"], "the canonical bookmark moved")
+        held = [l["resource"] for l in self.coord_json("list", runtime=self.rt["id"])["leases"]]
+        self.assertIn("push/origin/main", held)
+        self.assertIn("check: git ls-remote origin refs/heads/main", self.work("inspect", handle).stdout)
+        os.unlink(hook)
+        proc = self.land(handle, "--push", "origin", "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.remote_main(), self.main())
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+
+
 class LandJjTest(_LandKinds, LandCase):
     kind = "jj"
 
