@@ -1206,18 +1206,31 @@ def _dirty_touched(tree, old, new, environ):
     return sorted(hit)
 
 
+def _update_ref(w, into, old, new, environ):
+    """git update-ref of the canonical bookmark from exactly `old` to `new` (compare and swap)."""
+    source, ref = w["source"], "refs/heads/" + into
+    try:
+        git(git_dir_args(source) + ["update-ref", "-m", "coord land %s" % w["handle"], ref, new, old], source,
+            environ)
+    except ToolError:
+        now = _rev(source, ref, environ)
+        if now == old:
+            raise
+        raise Refused("%s moved to %s while landing (expected %s); nothing was forced" % (into, now, old),
+                      "re-run: coord work integrate land %s --into %s" % (w["handle"], into), reason="target-moved")
+
+
 def _move_target(w, into, old, new, environ):
     """Move bookmark `into` of the canonical repository from exactly `old` to its descendant `new`:
     a fast-forward, never a force or a merge commit. -> how it was moved."""
     source, ref = w["source"], "refs/heads/" + into
-    gargs = git_dir_args(source)
     if os.path.isdir(os.path.join(source, ".jj")):
-        git(gargs + ["update-ref", "-m", "coord land %s" % w["handle"], ref, new, old], source, environ)
+        _update_ref(w, into, old, new, environ)
         jj(["git", "import"], source, snapshot=False, environ=environ)
         return "jj"
     trees = _worktrees_on(source, ref, environ)
     if not trees:
-        git(gargs + ["update-ref", "-m", "coord land %s" % w["handle"], ref, new, old], source, environ)
+        _update_ref(w, into, old, new, environ)
         return "update-ref"
     tree = trees[0]
     dirty = _dirty_touched(tree, old, new, environ)
@@ -1341,7 +1354,7 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None):
         fetch_candidate(w, cand["commit"], environ)
         _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
         live = _live_inside(st, w, process_cwds() or {})
-        if live:
+        if live and (check or not _is_ancestor(source, old, cand["commit"], environ)):
             with _Scratch(w, environ) as scratch:
                 cand = _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, environ)
         else:

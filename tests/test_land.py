@@ -337,6 +337,20 @@ class LandGitNotCheckedOutTest(_LandKinds, LandCase):
         self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
 
 
+    def test_target_moved_during_the_landing_is_refused(self):
+        handle, path = self.make("overtaken")
+        before = self.main()
+        theirs = self.run_tool(self.canon, "git", "commit-tree", "-p", before, "-m", "theirs",
+                               before + "^{tree}").strip()
+        # Someone moves main while the check runs, after coord read it.
+        proc = self.land(handle, "--check", "git -C %s update-ref refs/heads/main %s" % (self.canon, theirs))
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("moved", proc.stderr)
+        self.assertEqual(self.main(), theirs, "nothing was forced")
+        self.assertEqual(self.record(handle)["data"]["landing"]["state"], "refused")
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+
+
 class LandJjTest(_LandKinds, LandCase):
     kind = "jj"
 
