@@ -1350,6 +1350,7 @@ def acquire(st, *, caller, handle, into, environ=None, override=False):
     path = verified_path(w)
     ids = head_ids(path, environ=environ)  # snapshots the clone
     cand_change, cand_commit = _candidate_of(w, ids, local_changes(path, _local_revset(w, environ), environ))
+    refuse_placeholder(w, cand_change, cand_commit, environ)
     with st.transaction():
         st.claim(caller["id"], [resource], "exclusive", "integrate %s" % w["handle"])
         cur = st.resolve_work(w["id"])
@@ -1373,6 +1374,20 @@ def acquire(st, *, caller, handle, into, environ=None, override=False):
             waiting.append("%s (%s)" % (d["handle"] if d else dep, _integration(d)["state"] if d else "unknown"))
     return {"work": w["handle"], "resource": resource, "candidate": {"change": cand_change, "commit": cand_commit},
             "waiting_on": waiting}
+
+
+def refuse_placeholder(w, change, commit, environ=None):
+    """Refuse a candidate whose description is still the one `work create` wrote (or none):
+    it would land on the target as "coord work <uuid>: <task>"."""
+    _, out, _ = jj(["log", "--no-graph", "-r", commit, "-T", "description"], w["path"], snapshot=False,
+                   environ=environ)
+    subject = (out.strip().splitlines() or [""])[0].strip()
+    placeholder = description(w["task"], w["id"]).splitlines()[0]
+    if subject == placeholder:
+        raise Refused("the candidate %s of %s still carries coord's placeholder description (%s)"
+                      % (commit[:12], w["handle"], store.clean_text(subject, 120)),
+                      "describe the change in the clone, then retry: jj -R %s describe -r %s -m \"what it does\""
+                      % (shlex.quote(w["path"]), change), reason="placeholder-description")
 
 
 def _candidate_of(w, ids, rows):
@@ -1543,6 +1558,575 @@ def release_integration(st, *, caller, handle):
         st.audit("work.integration.released", caller["id"], w["id"], resource=cand["resource"],
                  proven=now_integ["state"] == "integrated")
     return {"work": w["handle"], "integration": now_integ["state"]}
+
+
+# --------------------------------------------------------------------------- landing
+
+LAND_STEPS = ("acquired", "fetched", "rebased", "checked", "push-read", "moved", "pushed", "proven", "released")
+LAND_KILL_ENV = "COORD_TEST_LAND_KILL_AFTER"   # test only: SIGKILL this process right after the named step
+LAND_CHECK_CONFIG = "coord.landCheck"          # git config key of the canonical repository's local config
+CHECK_TIMEOUT = 3600.0                         # seconds one --check command may run
+CHECK_TAIL = 4000                              # characters of a failed check's output kept and shown
+LAND_RESUMABLE = frozenset(("running", "publish-refused", "publish-ambiguous"))
+
+
+def fetch_candidate(w, commit, environ):
+    """Fetch the clone's `commit` into the canonical repository at refs/coord/work/<work-id>
+    (a private ref: no branch, no working copy changes); -> the ref. The clone serves any
+    commit it has, advertised or not."""
+    commit = full_commit(commit, "candidate")
+    ref = "refs/coord/work/%s" % w["id"]
+    path = verified_path(w)
+    git(git_dir_args(w["source"]) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+                                     "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",
+                                     path, "+%s:%s" % (commit, ref)], w["source"], environ)
+    return ref
+
+
+def _rev(source, ref, environ):
+    """The full commit a ref names in the canonical repository, or None."""
+    code, out, _ = git(git_dir_args(source) + ["rev-parse", "--verify", "--quiet", ref + "^{commit}"], source,
+                       environ, check=False)
+    return out.strip() if code == 0 and _FULL_COMMIT_RE.match(out.strip()) else None
+
+
+def _is_ancestor(source, older, newer, environ):
+    code, _, err = git(git_dir_args(source) + ["merge-base", "--is-ancestor", older, newer], source, environ,
+                       check=False)
+    if code not in (0, 1):
+        raise ToolError(["git", "merge-base", "--is-ancestor"], code, err)
+    return code == 0
+
+
+def _landing(w):
+    return dict(w["data"].get("landing") or {})
+
+
+def _land_record(st, w, caller, step, environ, state="running", **facts):
+    """Record one finished landing step in the work record and the audit log (one transaction),
+    then, for tests only, die here when LAND_KILL_ENV names this step. -> the landing dict."""
+    with st.transaction():
+        cur = st.work(w["id"])
+        landing = _landing(cur)
+        landing.update({k: v for k, v in facts.items() if v is not None})
+        landing["state"], landing["at"] = state, _now()
+        if step:
+            landing["step"] = step
+            landing["steps"] = list(landing.get("steps") or []) + [{"step": step, "at": _now()}]
+        st.update_work(w["id"], data={"landing": landing})
+        st.audit("work.landing." + (step or state), _who(caller), w["id"], state=state,
+                 **{k: v for k, v in facts.items() if v is not None and k not in ("runtime", "subject", "now", "event")})
+    if step and (environ or {}).get(LAND_KILL_ENV) == step:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    return landing
+
+
+def land_check_command(source, environ=None):
+    """The repository's configured check command (git config coord.landCheck in the canonical
+    repository's own config, which no clone can commit), or None."""
+    code, out, _ = git(git_dir_args(source) + ["config", "--local", "--get", LAND_CHECK_CONFIG], source, environ,
+                       check=False)
+    return out.strip() or None if code == 0 else None
+
+
+def _conflict_paths(path, change, environ):
+    _, out, _ = jj(["resolve", "--list", "-r", change], path, snapshot=False, environ=environ, check=False)
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _rebase_in_clone(st, w, caller, into, target, cand, environ):
+    """Rebase the candidate's branch in the clone onto `target` with jj; -> [] or the conflicted paths.
+    Only when nothing live works inside the clone (see DESIGN.md, Landing)."""
+    path = w["path"]
+    jj(["git", "fetch", "--remote", "origin"], path, environ=environ)
+    jj(["rebase", "-b", cand["change"], "-d", target], path, environ=environ)
+    _, out, _ = jj(["log", "--no-graph", "-r", "%s::@" % cand["change"], "-T",
+                    'if(conflict, change_id ++ "\\n")'], path, snapshot=False, environ=environ)
+    bad = out.split()
+    return sorted(set(p for c in bad for p in _conflict_paths(path, c, environ))) if bad else []
+
+
+class _Scratch:
+    """A private git checkout of the canonical repository (sharing its objects) below the scratch
+    root, for a landing whose clone something live works in: the candidate is rebased (by
+    cherry-picking its commits onto the target) and checked there, never in the clone. Removed
+    on exit; it holds nothing the canonical repository does not (the result is fetched first)."""
+
+    def __init__(self, w, environ):
+        self.w, self.environ, self.path = w, environ, None
+
+    def __enter__(self):
+        import tempfile
+        self.path = tempfile.mkdtemp(prefix=".land-%s-" % self.w["id"][:8], dir=self.w["scratch_root"])
+        git(["clone", "--quiet", "--no-checkout", "--shared", clone_source(self.w["source"]), self.path],
+            self.w["scratch_root"], self.environ)
+        return self
+
+    def __exit__(self, *exc):
+        if self.path and below(os.path.realpath(self.path), self.w["scratch_root"]):
+            shutil.rmtree(self.path, ignore_errors=True)
+        return False
+
+    def git(self, args, check=True):
+        return git(args, self.path, self.environ, check=check)
+
+    def checkout(self, commit):
+        self.git(["checkout", "--quiet", "--detach", commit])
+
+    def rebase(self, onto, cand):
+        """Cherry-pick onto..cand onto `onto`; -> (new commit, []) or (None, conflicted paths)."""
+        _, out, _ = self.git(["rev-list", "--reverse", "--topo-order", "%s..%s" % (onto, cand)])
+        commits = out.split()
+        _, merges, _ = self.git(["rev-list", "--merges", "%s..%s" % (onto, cand)])
+        if merges.strip():
+            raise Refused("work %s has merge commits since %s; coord rebases only linear work in a scratch copy"
+                          % (self.w["handle"], onto[:12]), "rebase it in the clone (jj rebase -b @ -d main@origin), "
+                          "then re-run", reason="merge-commits")
+        self.checkout(onto)
+        for c in commits:
+            _, who, _ = self.git(["log", "-1", "--format=%cn%n%ce", c])
+            name, email = (who.splitlines() + ["coord", "coord@localhost"])[:2]
+            code, _, _ = self.git(["-c", "user.name=" + name, "-c", "user.email=" + email, "cherry-pick",
+                                   "--allow-empty", "--keep-redundant-commits", c], check=False)
+            if code != 0:
+                _, out, _ = self.git(["diff", "--name-only", "--diff-filter=U"], check=False)
+                self.git(["cherry-pick", "--abort"], check=False)
+                return None, sorted(set(out.split("\n")) - {""}) or ["(unknown)"]
+        return _rev(self.path, "HEAD", self.environ), []
+
+
+def _tell_owner(st, w, caller, body):
+    """Send the work's live owner a coord message; -> the owner's handle, or None (nobody to tell)."""
+    owner = _owner_of(st, w)
+    if owner is None or owner["id"] == caller["id"]:
+        return None
+    try:
+        st.send(caller["id"], body, owner["id"], kind="landing")
+    except Refused:
+        return None
+    return owner["handle"]
+
+
+def _run_check(w, command, environ, cwd=None):
+    """Run the check command in the clone (or `cwd`); -> {command, exit, tail}."""
+    env = dict(os.environ if environ is None else environ)
+    try:
+        proc = subprocess.run(["/bin/sh", "-c", command], cwd=cwd or w["path"], env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=CHECK_TIMEOUT,
+                              encoding="utf-8", errors="backslashreplace")
+        code, out = proc.returncode, proc.stdout or ""
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout or ""
+        code, out = None, out.decode("utf-8", "backslashreplace") if isinstance(out, bytes) else out
+    return {"command": command, "exit": code, "tail": out[-CHECK_TAIL:]}
+
+
+def _worktrees_on(source, ref, environ):
+    """Working trees of the canonical git repository that have `ref` checked out."""
+    _, out, _ = git(git_dir_args(source) + ["worktree", "list", "--porcelain"], source, environ)
+    found, cur = [], None
+    for line in out.splitlines():
+        if line.startswith("worktree "):
+            cur = line[len("worktree "):]
+        elif line == "branch " + ref and cur:
+            found.append(cur)
+    return found
+
+
+def _dirty_touched(tree, old, new, environ):
+    """Paths with local changes (tracked, untracked or ignored) in the checkout `tree` that moving
+    from `old` to `new` would write."""
+    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames", old, new], tree, environ)
+    touched = [p for p in out.split("\0") if p]
+    if not touched:
+        return []
+    # Limited to the written paths (literal pathspecs) unless there are too many for one argv.
+    spec = ["--"] + [":(literal)" + t for t in touched] if len(touched) <= 2000 else []
+    _, out, _ = git(["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all",
+                     "--ignored=matching"] + spec, tree, environ)
+    dirty, entries = [], out.split("\0")
+    i = 0
+    while i < len(entries):
+        e = entries[i]
+        i += 1
+        if len(e) < 4:
+            continue
+        dirty.append(e[3:])
+        if e[0] in "RC":  # the rename's source follows
+            dirty.append(entries[i])
+            i += 1
+    hit = set()
+    for d in dirty:
+        for t in touched:
+            if t == d or (d.endswith("/") and t.startswith(d)) or t.startswith(d + "/") or d.startswith(t + "/"):
+                hit.add(d)
+    return sorted(hit)
+
+
+def _update_ref(w, into, old, new, environ):
+    """git update-ref of the canonical bookmark from exactly `old` to `new` (compare and swap)."""
+    source, ref = w["source"], "refs/heads/" + into
+    try:
+        git(git_dir_args(source) + ["update-ref", "-m", "coord land %s" % w["handle"], ref, new, old], source,
+            environ)
+    except ToolError:
+        now = _rev(source, ref, environ)
+        if now == old:
+            raise
+        raise Refused("%s moved to %s while landing (expected %s); nothing was forced" % (into, now, old),
+                      "re-run: coord work integrate land %s --into %s" % (w["handle"], into), reason="target-moved")
+
+
+def _move_target(w, into, old, new, environ):
+    """Move bookmark `into` of the canonical repository from exactly `old` to its descendant `new`:
+    a fast-forward, never a force or a merge commit. -> how it was moved."""
+    source, ref = w["source"], "refs/heads/" + into
+    if os.path.isdir(os.path.join(source, ".jj")):
+        _update_ref(w, into, old, new, environ)
+        jj(["git", "import"], source, snapshot=False, environ=environ)
+        return "jj"
+    trees = _worktrees_on(source, ref, environ)
+    if not trees:
+        _update_ref(w, into, old, new, environ)
+        return "update-ref"
+    tree = trees[0]
+    dirty = _dirty_touched(tree, old, new, environ)
+    if dirty:
+        raise Refused("the shared checkout %s has local changes the landing would overwrite: %s"
+                      % (tree, _named(dirty)),
+                      "commit, stash or move them (git -C %s status), then re-run: coord work integrate land %s "
+                      "--into %s" % (shlex.quote(tree), w["handle"], into), reason="dirty-checkout", paths=dirty)
+    if _rev(tree, "HEAD", environ) != old:
+        raise Refused("%s moved in %s while landing" % (into, tree), "re-run: coord work integrate land %s --into %s"
+                      % (w["handle"], into), reason="target-moved")
+    git(["merge", "--ff-only", "--quiet", new], tree, environ)
+    return "fast-forward"
+
+
+def _push(st, w, caller, into, remote, old, new, environ):
+    """Publish `new` to REMOTE's bookmark, expecting exactly `old` there; -> the pushed facts.
+    Raises Refused (keeping push/<remote>/<bookmark>) when the outcome is not a clean success."""
+    source = w["source"]
+    ref = "refs/heads/" + into
+    try:
+        git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old), remote,
+                                    "%s:%s" % (new, ref)], source, environ)
+        push_error = None
+    except ToolError as exc:
+        push_error = exc.output.strip()[-CHECK_TAIL:]
+    try:
+        after = verify_remote(root=source, work_of=st.work, remote=remote, bookmark=into, expect=new, environ=environ)
+        actual = after["actual"]
+    except Refused as exc:
+        actual = exc.details.get("actual", "unknown")
+    except store.CoordError as exc:
+        actual = "unreadable: %s" % exc.message
+    if actual == new:
+        return {"remote_after": new}
+    check = "git ls-remote %s %s (expected %s)" % (remote, ref, new)
+    # Someone else's commit is there now: our push was definitely not applied (git push is
+    # synchronous). Anything else (unreadable remote, still the old value after an error) is
+    # ambiguous until a person looks.
+    rejected = bool(_FULL_COMMIT_RE.match(actual or "")) and actual != old
+    state = "publish-refused" if rejected else "publish-ambiguous"
+    _land_record(st, w, caller, None, environ, state=state, remote_after=actual,
+                 push_error=store.clean_text(push_error or "", 2000) or None)
+    if rejected:
+        raise Refused("remote %s %s moved to %s while landing (expected %s); nothing was forced, %s of the shared "
+                      "checkout is at %s" % (remote, into, actual, old, into, new),
+                      "reconcile %s with %s by hand; push/%s/%s and integration/%s stay held by you; then re-run: "
+                      "coord work integrate land %s --into %s --push %s"
+                      % (into, remote, remote, into, into, w["handle"], into, remote),
+                      reason="publish-refused", remote_after=actual)
+    raise Refused("the push of %s to %s %s has an unknown outcome (%s)" % (
+        new, remote, into, store.clean_text(push_error or ("the re-read shows %s" % actual), 300)),
+        "check: %s; then re-run coord work integrate land %s --into %s --push %s (push/%s/%s stays held)"
+        % (check, w["handle"], into, remote, remote, into), reason="publish-ambiguous", remote_after=actual)
+
+
+def _stop_before_move(st, w, caller, state, environ, exc, **facts):
+    """A landing stopped before the target moved: record why, release the integration lease."""
+    reason = exc.message if isinstance(exc, store.CoordError) else str(exc)
+    _land_record(st, w, caller, None, environ, state=state, reason=store.clean_text(reason, 500), **facts)
+    cur = st.work(w["id"])
+    cand = _integration(cur).get("candidate") or {}
+    if cand.get("runtime") == caller["id"] and not _integration(cur).get("released"):
+        try:
+            release_integration(st, caller=caller, handle=w["id"])
+        except store.CoordError:
+            pass
+
+
+def land_work(st, *, caller, handle, into, environ, push=None, check=None):
+    """Take the work's candidate all the way onto bookmark `into` of the canonical repository
+    (and REMOTE's `into` with push), leaving proof, or stop safely saying why. Each step is
+    recorded in data["landing"] and the audit log; re-running finishes an interrupted landing.
+    -> {work, landed, into, remote, old_target, rebased, check, moved_by, steps}."""
+    into = check_bookmark(into)
+    if push is not None and (not push or push.startswith("-")):
+        raise UsageError("--push %r is not a remote name" % push, "coord work integrate land WORK --into main "
+                         "--push origin")
+    w = st.resolve_work(handle)
+    _refuse_state(w, UNUSABLE)
+    source = w["source"]
+    ref = "refs/heads/" + into
+    landing = _landing(w)
+    integ = _integration(w)
+    landed_before = landing.get("state") == "landed" and landing.get("into") == into and \
+        integ.get("state") == "integrated" and landing.get("landed") and _rev(source, ref, environ) and \
+        _is_ancestor(source, landing["landed"], _rev(source, ref, environ), environ)
+    resume = landing.get("state") in LAND_RESUMABLE and landing.get("into") == into and landing.get("candidate")
+    if resume and _rev(source, landing["candidate"], environ) and _rev(source, ref, environ) and \
+            _is_ancestor(source, landing["candidate"], _rev(source, ref, environ), environ):
+        return _land_after_move(st, w, caller, into, push or landing.get("remote"), environ)
+    check = check or land_check_command(source, environ)
+    if not check and _gate(w)["state"] not in GATE_DONE:
+        raise Refused("work %s has no passed or waived gate and no check command" % w["handle"],
+                      "coord work gate %s --pass, or land with --check CMD (or set git config %s in %s)"
+                      % (w["handle"], LAND_CHECK_CONFIG, source), reason="ungated")
+    waiting = []
+    for dep in w["data"].get("depends", []):
+        d = st.work(dep)
+        if d is None or _integration(d)["state"] != "integrated":
+            waiting.append("%s (%s)" % (d["handle"] if d else dep, _integration(d)["state"] if d else "unknown"))
+    if waiting:
+        raise Refused("work %s depends on %s, not integrated yet" % (w["handle"], ", ".join(waiting)),
+                      "land those first (coord work integrate queue)", reason="depends")
+    old = _rev(source, ref, environ)
+    if old is None:
+        raise Refused("the canonical repository %s has no bookmark %s" % (source, into),
+                      "name an existing bookmark: git -C %s branch --list" % source)
+    if landed_before:  # a re-run after a finished landing, unless the clone has moved on since
+        ids = head_ids(verified_path(w), environ=environ)
+        if ids["commit"] == landing["landed"] or (ids["empty"] and ids["parents"] == [landing["landed"]]):
+            return _land_result(w, landing, already=True)
+    got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ)
+    cand = dict(got["candidate"])
+    with st.transaction():
+        st.update_work(w["id"], data={"landing": None})
+    _land_record(st, w, caller, "acquired", environ, into=into, remote=push, runtime=caller["id"],
+                 started_at=_now(), old_target=old, candidate=cand["commit"], change=cand["change"],
+                 original=cand["commit"])
+    try:
+        fetch_candidate(w, cand["commit"], environ)
+        _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
+        live = _live_inside(st, w, process_cwds() or {})
+        if live and (check or not _is_ancestor(source, old, cand["commit"], environ)):
+            with _Scratch(w, environ) as scratch:
+                cand = _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, environ)
+        else:
+            cand = _prepare_in_clone(st, w, caller, into, old, cand, check, environ)
+        _land_record(st, w, caller, "checked", environ, check=check)
+        if push:
+            _take_push(st, w, caller, into, push, old, environ)
+        how = _move_target(w, into, old, cand["commit"], environ)
+    except store.CoordError as exc:
+        if not getattr(exc, "landing_recorded", False):
+            _stop_before_move(st, w, caller, "refused" if isinstance(exc, Refused) else "failed", environ, exc)
+        if push:
+            _drop_push(st, caller, push, into)
+        raise
+    _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"])
+    return _land_after_move(st, w, caller, into, push, environ)
+
+
+def _prepare_in_clone(st, w, caller, into, old, cand, check, environ):
+    """Rebase (when stale) and check in the clone itself, nothing live being inside; -> the candidate."""
+    source = w["source"]
+    rebased = False
+    if not _is_ancestor(source, old, cand["commit"], environ):
+        paths = _rebase_in_clone(st, w, caller, into, old, cand, environ)
+        if paths:
+            _land_conflict(st, w, caller, into, old, cand, paths, environ)
+        cand = dict(acquire(st, caller=caller, handle=w["id"], into=into, environ=environ)["candidate"])
+        fetch_candidate(w, cand["commit"], environ)
+        rebased = True
+        if not _is_ancestor(source, old, cand["commit"], environ):
+            raise Refused("the rebased candidate %s of %s is still not based on %s" % (cand["commit"],
+                          w["handle"], old), "coord work inspect %s --verbose" % w["handle"])
+    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], change=cand["change"],
+                 rebased=rebased, where="clone")
+    if check:
+        result = _run_check(w, check, environ)
+        now_ids = head_ids(w["path"], environ=environ)
+        if result["exit"] != 0:
+            _land_check_failed(st, w, caller, into, cand, result, environ)
+        if cand["commit"] not in [now_ids["commit"]] + now_ids["parents"] or \
+                (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
+            raise Refused("the clone of %s changed while the check ran" % w["handle"],
+                          "re-run: coord work integrate land %s --into %s" % (w["handle"], into),
+                          reason="changed-during-check")
+        _gate_from_check(st, w, caller, check, cand)
+    return cand
+
+
+def _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, environ):
+    """Rebase (when stale) and check in a private scratch checkout, because something live works
+    in the clone (`live`, cleanup's blockers); the clone is not touched. -> the candidate."""
+    source = w["source"]
+    rebased = False
+    if _is_ancestor(source, old, cand["commit"], environ):
+        scratch.checkout(cand["commit"])
+    else:
+        new, paths = scratch.rebase(old, cand["commit"])
+        if paths:
+            _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=True)
+        ref = "refs/coord/work/%s" % w["id"]
+        git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
+                                    "+%s:%s" % (new, ref)], source, environ)
+        cand = {"change": cand["change"], "commit": new, "rebased_from": cand["commit"]}
+        rebased = True
+        with st.transaction():
+            cur = st.work(w["id"])
+            integ = _integration(cur)
+            frozen = dict(integ.get("candidate") or {})
+            frozen.update({"commit": new, "rebased_from": cand["rebased_from"], "at": _now()})
+            integ["candidate"] = frozen
+            st.update_work(w["id"], data={"integration": integ})
+            st.audit("work.integration.rebased", caller["id"], w["id"], candidate_commit=new,
+                     rebased_from=cand["rebased_from"], where="scratch")
+    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], rebased=rebased, where="scratch",
+                 live_inside=store.clean_text(live[0][1], 300))
+    if check:
+        result = _run_check(w, check, environ, cwd=scratch.path)
+        if result["exit"] != 0:
+            _land_check_failed(st, w, caller, into, cand, result, environ)
+        _gate_from_check(st, w, caller, check, cand)
+    return cand
+
+
+def _gate_from_check(st, w, caller, check, cand):
+    gate = {"state": "passed", "at": _now(), "by": caller["id"], "by_handle": caller["handle"],
+            "user": _user(), "check": {"command": check, "exit": 0, "candidate": cand["commit"]}}
+    with st.transaction():
+        st.update_work(w["id"], data={"gate": gate})
+        st.audit("work.gate.passed", caller["id"], w["id"], check=check, candidate=cand["commit"])
+
+
+def _push_resource(remote, into):
+    return store.normalize_resource("push/%s/%s" % (remote, into))
+
+
+def _take_push(st, w, caller, into, remote, old, environ):
+    """Take push/<remote>/<bookmark> and require the remote to be at `old`, read over the wire."""
+    st.claim(caller["id"], [_push_resource(remote, into)], "exclusive", "land %s" % w["handle"])
+    verify_remote(root=w["source"], work_of=st.work, remote=remote, bookmark=into, expect=old, environ=environ)
+    _land_record(st, w, caller, "push-read", environ, remote=remote, remote_before=old)
+
+
+def _drop_push(st, caller, remote, into):
+    res = _push_resource(remote, into)
+    if any(l["resource"] == res for l in st.leases_of(caller["id"], [res])):
+        st.release(caller["id"], [res])
+
+
+def _land_after_move(st, w, caller, into, push, environ):
+    """The steps after the target moved: publish, prove, release. Each is skipped when done."""
+    w = st.work(w["id"])
+    landing = _landing(w)
+    new, old = landing["candidate"], landing["old_target"]
+    if landing.get("step") != "moved" and "moved" not in [s["step"] for s in landing.get("steps") or []]:
+        landing = _land_record(st, w, caller, "moved", environ, moved_by="found moved", landed=new)
+    resource = _integration_resource(into)
+    if not st.leases_of(caller["id"], [resource]):
+        st.claim(caller["id"], [resource], "exclusive", "land %s" % w["handle"])
+    integ = _integration(st.work(w["id"]))
+    cand = integ.get("candidate") or {}
+    if cand.get("commit") != new or cand.get("runtime") != caller["id"] or integ.get("released"):
+        with st.transaction():
+            cur = st.work(w["id"])
+            integ = _integration(cur)
+            integ.update({"state": "integrating", "into": into, "candidate": {
+                "change": landing.get("change"), "commit": new, "at": _now(), "runtime": caller["id"],
+                "resource": resource}})
+            integ.pop("released", None)
+            integ.pop("proof", None)
+            st.update_work(w["id"], data={"integration": integ})
+            st.audit("work.integration.acquired", caller["id"], w["id"], resource=resource, candidate_commit=new,
+                     resumed_landing=True)
+    done = [s["step"] for s in landing.get("steps") or []]
+    if push and "pushed" not in done:
+        res = _push_resource(push, into)
+        if not st.leases_of(caller["id"], [res]):
+            st.claim(caller["id"], [res], "exclusive", "land %s" % w["handle"])
+        try:
+            now = verify_remote(root=w["source"], work_of=st.work, remote=push, bookmark=into, expect=new,
+                                environ=environ)["actual"]
+        except Refused as exc:
+            now = exc.details.get("actual")
+        if now != new:
+            expect = landing.get("remote_before") or old
+            if now != expect:
+                _land_record(st, w, caller, None, environ, state="publish-refused", remote_after=now, remote=push)
+                raise Refused("remote %s %s is at %s, not the expected %s; nothing was pushed" % (
+                    push, into, now, expect), "reconcile %s by hand (push/%s/%s stays held by you), then re-run: "
+                    "coord work integrate land %s --into %s --push %s" % (push, push, into, w["handle"], into, push),
+                    reason="publish-refused", remote_after=now)
+            _push(st, w, caller, into, push, expect, new, environ)
+        landing = _land_record(st, w, caller, "pushed", environ, remote=push, remote_after=new)
+    if push:
+        _drop_push(st, caller, push, into)  # after the re-read, or on a re-run after a kill there
+    if "proven" not in done:
+        prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
+        landing = _land_record(st, w, caller, "proven", environ, proof_target=new)
+    release_integration(st, caller=caller, handle=w["id"])
+    told = None
+    if landing.get("rebased") and landing.get("where") == "scratch" and "released" not in done:
+        told = _tell_owner(st, w, caller, (
+            "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
+            "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
+            "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
+    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), owner_told=told)
+    return _land_result(st.work(w["id"]), landing)
+
+
+def _land_result(w, landing, already=False):
+    return {"work": w["handle"], "landed": landing.get("landed") or landing.get("candidate"),
+            "into": landing.get("into"), "remote": landing.get("remote"), "old_target": landing.get("old_target"),
+            "rebased": bool(landing.get("rebased")), "check": landing.get("check"),
+            "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
+            "already": already}
+
+
+def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False):
+    """The rebase onto the current target conflicts: record it, tell the owner, stop (nothing moved).
+    scratch: the rebase was tried in a scratch copy, so the clone is unchanged and its owner rebases."""
+    how = ("jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list)" % into if scratch else
+           "jj status; edit; jj resolve --list")
+    body = ("coord: landing %s into %s stopped: rebasing onto %s conflicts in %s. Resolve it in %s "
+            "(%s), then tell the integration owner %s; they re-run: coord work integrate land %s --into %s"
+            % (w["handle"], into, old[:12], ", ".join(paths[:20]), w["path"], how, caller["handle"],
+               w["handle"], into))
+    told = _tell_owner(st, w, caller, body)
+    exc = Refused("landing %s stopped: rebasing onto %s %s conflicts in %s; %s%s, nothing else changed" % (
+                  w["handle"], into, old, _named(paths), "the clone is in use and was not touched" if scratch
+                  else "the clone keeps the conflict for its owner", " (told %s)" % told if told else ""),
+                  "resolve in %s (jj resolve --list), then re-run: coord work integrate land %s --into %s"
+                  % (w["path"], w["handle"], into), reason="conflict", paths=paths, owner_told=told)
+    _stop_before_move(st, w, caller, "conflict", environ, exc, paths=paths, owner_told=told)
+    exc.landing_recorded = True
+    raise exc
+
+
+def _land_check_failed(st, w, caller, into, cand, result, environ):
+    """The check failed on the frozen candidate: record it as the gate result, stop (nothing moved)."""
+    gate = {"state": "failed", "at": _now(), "by": caller["id"], "by_handle": caller["handle"], "user": _user(),
+            "check": {"command": result["command"], "exit": result["exit"], "tail": result["tail"],
+                      "candidate": cand["commit"]}}
+    with st.transaction():
+        st.update_work(w["id"], data={"gate": gate})
+        st.audit("work.gate.failed", caller["id"], w["id"], check=result["command"], exit=result["exit"],
+                 candidate=cand["commit"])
+    why = "timed out" if result["exit"] is None else "exit %d" % result["exit"]
+    exc = Refused("check %s failed on %s (%s); %s did not move:\n%s" % (
+        store.clean_text(result["command"], 200), cand["commit"], why, into,
+        store.clean_text(result["tail"], CHECK_TAIL + 100)),
+        "fix it in %s, then re-run: coord work integrate land %s --into %s" % (w["path"], w["handle"], into),
+        reason="check-failed", exit=result["exit"])
+    _stop_before_move(st, w, caller, "check-failed", environ, exc, check_exit=result["exit"])
+    exc.landing_recorded = True
+    raise exc
 
 
 # --------------------------------------------------------------------------- cleanup
@@ -2401,6 +2985,7 @@ def inspect_lines(facts, verbose=False):
         lines.append("gate %s: %s" % (gate["state"], store.clean_text(gate["reason"], 200)))
     for handle, state in facts["depends"]:
         lines.append("depends on %s (%s)" % (handle, state))
+    lines += landing_lines(w)
     if verbose:
         lines += _inspect_verbose_lines(w, facts)
     return lines
@@ -2488,6 +3073,41 @@ def cmd_acquire(ctx, args):
 def cmd_prove(ctx, args):
     return 0, _ok(prove(ctx.db, caller=ctx.caller(), handle=args.handle, target=args.target,
                         environ=ctx.environ)), None
+
+
+def cmd_land(ctx, args):
+    r = land_work(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ,
+                  push=args.push, check=args.check)
+    text = "%s landed %s on %s%s%s" % (r["work"], r["landed"], r["into"],
+                                       " and %s/%s" % (r["remote"], r["into"]) if r["remote"] else "",
+                                       " (already)" if r["already"] else "")
+    return 0, _ok(r), text
+
+
+def landing_lines(w):
+    """`work inspect` lines for a landing that is under way or stopped (none once landed)."""
+    landing = w["data"].get("landing") or {}
+    if not landing or landing.get("state") == "landed":
+        return []
+    state = "under way or interrupted" if landing.get("state") == "running" else landing.get("state")
+    line = "landing into %s: %s after step %s" % (landing.get("into"), state, landing.get("step"))
+    if landing.get("paths"):
+        line += "; conflicts in %s" % _named(landing["paths"])
+    elif landing.get("reason") and landing.get("state") not in ("running",):
+        line += "; %s" % store.clean_text(landing["reason"].splitlines()[0], 200)
+    lines = [line]
+    nxt = "coord work integrate land %s --into %s%s" % (w["handle"], landing.get("into"),
+                                                         " --push %s" % landing["remote"]
+                                                         if landing.get("remote") else "")
+    if landing.get("state") not in LAND_RESUMABLE:
+        lines.append("nothing moved; when fixed, land again: %s" % nxt)
+    else:
+        if landing.get("state") == "publish-ambiguous":
+            lines.append("check: git ls-remote %s refs/heads/%s (expected %s), then: %s" % (
+                landing.get("remote"), landing.get("into"), landing.get("candidate"), nxt))
+        else:
+            lines.append("finish with: %s (run by %s)" % (nxt, landing.get("runtime")))
+    return lines
 
 
 def cmd_integrate_release(ctx, args):
@@ -2651,6 +3271,14 @@ def register(sub, common, ident):
     p = isub.add_parser("release", parents=both, help="release the integration lock (not evidence)")
     p.add_argument("handle", metavar="HANDLE")
     p.set_defaults(func=cmd_integrate_release)
+    p = isub.add_parser("land", parents=both, help="land the work: freeze, rebase if stale, check, move the "
+                        "bookmark, push, prove, release")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--into", required=True, metavar="BOOKMARK")
+    p.add_argument("--push", metavar="REMOTE", help="also publish to this remote of the shared checkout")
+    p.add_argument("--check", metavar="CMD", help="run in the clone on the frozen candidate first (default: git "
+                   "config %s of the canonical repository)" % LAND_CHECK_CONFIG)
+    p.set_defaults(func=cmd_land)
     p = isub.add_parser("enqueue", parents=both, help="join the visible queue (grants nothing)")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--into", required=True, metavar="BOOKMARK")

@@ -106,6 +106,7 @@ class WorkTestCase(CoordTestCase):
         """Create, change, acquire, push the candidate to canonical main, prove, release."""
         handle, path, _ = self.create(task)
         self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "describe", "-m", "add feature.txt")
         reply = self.work_json("integrate", "acquire", handle, "--into", "main")
         cand = reply["candidate"]["commit"]
         self.assertEqual(cand, self.commit_of(path, "@"))
@@ -590,6 +591,8 @@ class IntegrationTest(WorkTestCase):
         h2, p2, _ = self.create("two")
         self.write(p1, "a.txt", "a\n")
         self.write(p2, "b.txt", "b\n")
+        self.jj(p1, "describe", "-m", "a")
+        self.jj(p2, "describe", "-m", "b")
         other = self.hello()["runtime"]
         self.work_json("integrate", "acquire", h1, "--into", "main")
         proc = self.work("integrate", "acquire", h2, "--into", "main", "--override", runtime=other["id"])
@@ -604,6 +607,7 @@ class IntegrationTest(WorkTestCase):
     def test_release_is_not_evidence(self):
         handle, path, _ = self.create()
         self.write(path, "x.txt", "x\n")
+        self.jj(path, "describe", "-m", "x")
         self.work_json("integrate", "acquire", handle, "--into", "main")
         proc = self.work("integrate", "release", handle, check=0)
         self.assertIn("not integrated", proc.stdout)
@@ -659,6 +663,7 @@ class IntegrationTest(WorkTestCase):
     def test_squash_merged_candidate_is_never_proven(self):
         handle, path, _ = self.create()
         self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "describe", "-m", "feature")
         cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
         # The same content as a new commit on main, as a squash merge would land it.
         self.jj(path, "new", "main@origin", "-m", "squashed feature")
@@ -692,6 +697,7 @@ class IntegrationTest(WorkTestCase):
     def test_proof_needs_the_lease(self):
         handle, path, _ = self.create()
         self.write(path, "x.txt", "x\n")
+        self.jj(path, "describe", "-m", "x")
         cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
         self.jj(path, "bookmark", "set", "main", "-r", cand)
         self.jj(path, "git", "push", "--bookmark", "main")
@@ -1008,6 +1014,7 @@ class JjFaultTest(FaultyToolCase):
     def test_acquire_with_jj_failing_holds_no_lease_and_freezes_nothing(self):
         handle, path, _ = self.create("feature")
         self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "describe", "-m", "feature")
         for word in ("log", "bookmark"):
             with self.subTest(failing="jj " + word):
                 before, audit, leases = self.raw(handle), self.audit(), self.leases()
@@ -1509,6 +1516,10 @@ class OperationsTest(WorkTestCase):
             workspace.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
         self.assertIn("nothing to integrate", caught.exception.message)
         self.write(w["path"], "feature.txt", "feature\n")
+        with self.assertRaises(store.Refused) as caught:
+            workspace.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
+        self.assertEqual(caught.exception.details["reason"], "placeholder-description")
+        self.jj(w["path"], "describe", "-m", "feature")
         got = workspace.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
         cand = got["candidate"]["commit"]
         self.assertEqual(cand, self.commit_of(w["path"], "@"))

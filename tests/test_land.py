@@ -1,0 +1,487 @@
+"""`coord work integrate land` against real git/jj canonical repositories and bare remotes.
+
+Each test builds a canonical repository of one kind (plain git with the bookmark checked out,
+plain git with it not checked out, or colocated jj), a bare `origin` it pushes to, managed
+clones made by `coord work create`, and drives the real CLI.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import support
+from support import CoordTestCase
+
+LAND_KILL_ENV = "COORD_TEST_LAND_KILL_AFTER"
+
+
+class LandCase(CoordTestCase):
+    kind = "git"          # "git" (main checked out), "git-detached" (main not checked out), "jj"
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "jj")
+        support.require_tool(self, "git")
+        cfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(cfg, "w") as f:
+            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
+        gitcfg = os.path.join(self.home, ".gitconfig")
+        with open(gitcfg, "w") as f:
+            f.write("[user]\n\tname = Coord Test\n\temail = coord-test@example.invalid\n"
+                    "[init]\n\tdefaultBranch = main\n")
+        self.scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(self.scratch, 0o700)
+        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": self.scratch, "GIT_CONFIG_GLOBAL": gitcfg})
+        os.environ.update(self.env)
+        self.canon = os.path.join(self.tmp, "canon")
+        self.origin = os.path.join(self.tmp, "origin.git")
+        if self.kind == "jj":
+            self.run_tool(self.tmp, "jj", "git", "init", "--colocate", self.canon)
+            self.write(self.canon, "README", "hello\n")
+            self.write(self.canon, "shared.txt", "one\ntwo\nthree\n")
+            self.run_tool(self.canon, "jj", "commit", "-m", "initial")
+            self.run_tool(self.canon, "jj", "bookmark", "create", "main", "-r", "@-")
+        else:
+            self.run_tool(self.tmp, "git", "init", "-q", "-b", "main", self.canon)
+            self.write(self.canon, "README", "hello\n")
+            self.write(self.canon, "shared.txt", "one\ntwo\nthree\n")
+            self.run_tool(self.canon, "git", "add", "-A")
+            self.run_tool(self.canon, "git", "commit", "-q", "-m", "initial")
+            if self.kind == "git-detached":
+                self.run_tool(self.canon, "git", "checkout", "-q", "-b", "dev")
+        self.run_tool(self.tmp, "git", "init", "-q", "--bare", self.origin)
+        self.run_tool(self.canon, "git", "remote", "add", "origin", self.origin)
+        self.run_tool(self.canon, "git", "push", "-q", "origin", "refs/heads/main:refs/heads/main")
+        self.rt = self.hello()["runtime"]
+
+    # -- helpers
+
+    def run_tool(self, cwd, *argv, check=True):
+        if argv[0] == "jj":
+            argv = ("jj", "--no-pager", "--color=never") + argv[1:]
+        proc = subprocess.run(list(argv), cwd=cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+        if check and proc.returncode != 0:
+            self.fail("%s failed in %s: %s" % (" ".join(argv), cwd, proc.stderr))
+        return proc.stdout
+
+    def write(self, cwd, name, text):
+        path = os.path.join(cwd, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+    def read(self, cwd, name):
+        with open(os.path.join(cwd, name)) as f:
+            return f.read()
+
+    def main(self):
+        return self.run_tool(self.canon, "git", "rev-parse", "refs/heads/main").strip()
+
+    def remote_main(self):
+        return self.run_tool(self.origin, "git", "rev-parse", "refs/heads/main").strip()
+
+    def work(self, *args, runtime=None, env=None):
+        return self.coord("work", *args, runtime=runtime or self.rt["id"], cwd=self.canon, env=env)
+
+    def make(self, task, name="feature.txt", text="feature\n", describe="add a feature", runtime=None):
+        proc = self.work("create", task, runtime=runtime)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        handle, path = proc.stdout.splitlines()[:2]
+        self.write(path, name, text)
+        if describe:
+            self.run_tool(path, "jj", "describe", "-m", describe)
+        return handle, path
+
+    def land(self, handle, *extra, runtime=None, env=None):
+        return self.work("integrate", "land", handle, "--into", "main", *extra, runtime=runtime, env=env)
+
+    def record(self, handle):
+        proc = self.work("inspect", handle, "--json")
+        return json.loads(proc.stdout)["work"]
+
+    def advance_main(self, name, text, message="upstream change"):
+        """Move main in the canonical repository the way a person would (a new commit on it)."""
+        if self.kind == "jj":
+            self.run_tool(self.canon, "jj", "new", "main")
+            self.write(self.canon, name, text)
+            self.run_tool(self.canon, "jj", "commit", "-m", message)
+            self.run_tool(self.canon, "jj", "bookmark", "set", "main", "-r", "@-")
+        elif self.kind == "git":
+            self.write(self.canon, name, text)
+            self.run_tool(self.canon, "git", "add", "-A")
+            self.run_tool(self.canon, "git", "commit", "-q", "-m", message)
+        else:
+            tree = os.path.join(self.tmp, "side-tree")
+            if not os.path.isdir(tree):
+                self.run_tool(self.canon, "git", "worktree", "add", "-q", "--detach", tree, "main")
+            self.run_tool(tree, "git", "checkout", "-q", "--detach", "main")
+            self.write(tree, name, text)
+            self.run_tool(tree, "git", "add", "-A")
+            self.run_tool(tree, "git", "commit", "-q", "-m", message)
+            self.run_tool(tree, "git", "update-ref", "refs/heads/main", "HEAD")
+        self.run_tool(self.canon, "git", "push", "-q", "origin", "refs/heads/main:refs/heads/main")
+        return self.main()
+
+    def events(self):
+        return [json.loads(l)["event"] for l in self.coord("audit", check=0).stdout.splitlines()]
+
+
+class _LandKinds:
+    """The same landing on each kind of canonical repository, with and without --push."""
+
+    def test_land_without_push(self):
+        handle, path = self.make("plain")
+        before_remote = self.remote_main()
+        proc = self.land(handle, "--check", "test -f feature.txt")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        rec = self.record(handle)
+        landed = rec["data"]["landing"]["landed"]
+        self.assertEqual(proc.stdout.strip(), "%s landed %s on main" % (handle, landed))
+        self.assertEqual(self.main(), landed)
+        self.assertEqual(self.remote_main(), before_remote, "no --push: the remote is not touched")
+        self.assertEqual(rec["data"]["integration"]["state"], "integrated")
+        self.assertEqual(rec["data"]["integration"]["proof"]["target"], landed)
+        self.assertEqual(rec["data"]["gate"]["state"], "passed")
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+        if self.kind == "git":
+            self.assertEqual(self.read(self.canon, "feature.txt"), "feature\n", "the checkout fast-forwarded")
+        for e in ("work.landing.acquired", "work.landing.moved", "work.integrated", "work.landing.released"):
+            self.assertIn(e, self.events())
+        # The clone is integrated evidence-wise: it can be removed.
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+
+    def test_land_with_push(self):
+        handle, path = self.make("pushed")
+        proc = self.land(handle, "--push", "origin", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual(reply["remote"], "origin")
+        self.assertEqual(self.main(), reply["landed"])
+        self.assertEqual(self.remote_main(), reply["landed"])
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+        self.assertIn("pushed", reply["steps"])
+
+
+class LandGitCheckedOutTest(_LandKinds, LandCase):
+    kind = "git"
+
+    def test_stale_base_rebases_cleanly(self):
+        handle, path = self.make("stale")
+        moved = self.advance_main("upstream.txt", "upstream\n")
+        proc = self.land(handle, "--push", "origin", "--check", "test -f upstream.txt", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertTrue(reply["rebased"])
+        self.assertEqual(self.main(), reply["landed"])
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", reply["landed"] + "^").strip(), moved)
+        self.assertEqual(self.remote_main(), reply["landed"])
+        self.assertEqual(self.read(self.canon, "feature.txt"), "feature\n")
+
+    def test_stale_base_conflict_moves_nothing_and_tells_the_owner(self):
+        owner = self.hello()["runtime"]
+        handle, path = self.make("clash", name="shared.txt", text="one\nTWO (clone)\nthree\n", runtime=owner["id"])
+        moved = self.advance_main("shared.txt", "one\nTWO (upstream)\nthree\n")
+        proc = self.land(handle, "--push", "origin", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["paths"], ["shared.txt"])
+        self.assertEqual(self.main(), moved)
+        self.assertEqual(self.remote_main(), moved)
+        self.assertEqual(self.read(self.canon, "shared.txt"), "one\nTWO (upstream)\nthree\n")
+        rec = self.record(handle)
+        self.assertEqual(rec["data"]["landing"]["state"], "conflict")
+        self.assertEqual(rec["data"]["landing"]["paths"], ["shared.txt"])
+        self.assertIn("conflict", self.run_tool(path, "jj", "log", "--no-graph", "-r", "@",
+                                                "-T", 'if(conflict, "conflict", "clean")'))
+        inbox = self.coord_json("inbox", runtime=owner["id"])
+        bodies = json.dumps(inbox)
+        self.assertIn("shared.txt", bodies)
+        self.assertIn("coord work integrate land %s --into main" % handle, bodies)
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+        self.assertIn("conflicts in shared.txt", self.work("inspect", handle).stdout)
+
+    def test_dirty_checkout_touching_the_landing_is_refused(self):
+        handle, path = self.make("dirty", name="shared.txt", text="one\ntwo\nthree\nfour\n")
+        self.write(self.canon, "shared.txt", "local edit\n")
+        self.write(self.canon, "untouched.txt", "mine\n")
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("shared.txt", proc.stderr)
+        self.assertNotIn("untouched.txt", proc.stderr)
+        self.assertEqual(self.read(self.canon, "shared.txt"), "local edit\n")
+        self.assertEqual(self.read(self.canon, "untouched.txt"), "mine\n")
+        self.assertEqual(self.record(handle)["data"]["landing"]["state"], "refused")
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+        os.unlink(os.path.join(self.canon, "untouched.txt"))
+        self.run_tool(self.canon, "git", "checkout", "--", "shared.txt")
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+
+    def test_failing_check_leaves_the_target(self):
+        handle, path = self.make("checked")
+        before = self.main()
+        proc = self.land(handle, "--check", "echo some output; echo the failure >&2; exit 7")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("the failure", proc.stderr)
+        self.assertIn("exit 7", proc.stderr)
+        self.assertEqual(self.main(), before)
+        gate = self.record(handle)["data"]["gate"]
+        self.assertEqual((gate["state"], gate["check"]["exit"]), ("failed", 7))
+        self.assertIn("the failure", gate["check"]["tail"])
+        # The repository's configured check applies without --check.
+        self.run_tool(self.canon, "git", "config", "coord.landCheck", "exit 5")
+        proc = self.land(handle)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("exit 5", proc.stderr)
+        self.assertEqual(self.main(), before)
+
+    def test_placeholder_description_is_refused(self):
+        handle, path = self.make("nodesc", describe=None)
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("placeholder", proc.stderr)
+        self.assertIn("describe -r", proc.stderr)
+        proc = self.work("integrate", "acquire", handle, "--into", "main")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("placeholder", proc.stderr)
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+
+    def test_ungated_without_check_is_refused(self):
+        handle, path = self.make("ungated")
+        proc = self.land(handle)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("gate", proc.stderr)
+        self.work("gate", handle, "--pass")
+        proc = self.land(handle)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+
+    def test_remote_moved_is_refused_and_the_push_lease_kept(self):
+        handle, path = self.make("raced")
+        # Someone else pushes to origin after coord read it: simulated with a pre-receive-free
+        # bare remote moved by a second clone between the read and the push (a pre-push hook
+        # of the shared checkout runs exactly there).
+        other = os.path.join(self.tmp, "other")
+        self.run_tool(self.tmp, "git", "clone", "-q", self.origin, other)
+        self.write(other, "theirs.txt", "theirs\n")
+        self.run_tool(other, "git", "add", "-A")
+        self.run_tool(other, "git", "commit", "-q", "-m", "theirs")
+        hook = os.path.join(self.canon, ".git", "hooks", "pre-push")
+        with open(hook, "w") as f:
+            f.write("#!/bin/sh\ngit -C %s push -q origin HEAD:refs/heads/main\n" % other)
+        os.chmod(hook, 0o755)
+        theirs = self.run_tool(other, "git", "rev-parse", "HEAD").strip()
+        proc = self.land(handle, "--push", "origin", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertEqual(self.remote_main(), theirs, "nothing was forced")
+        rec = self.record(handle)
+        self.assertEqual(rec["data"]["landing"]["state"], "publish-refused")
+        held = [l["resource"] for l in self.coord_json("list", runtime=self.rt["id"])["leases"]]
+        self.assertIn("push/origin/main", held)
+        self.assertIn("integration/main", held)
+
+
+class LandGitNotCheckedOutTest(_LandKinds, LandCase):
+    kind = "git-detached"
+
+    def test_stale_base_rebases_cleanly(self):
+        handle, path = self.make("stale")
+        moved = self.advance_main("upstream.txt", "upstream\n")
+        proc = self.land(handle, "--check", "test -f upstream.txt", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        landed = json.loads(proc.stdout)["landed"]
+        self.assertEqual(self.main(), landed)
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", landed + "^").strip(), moved)
+        self.assertEqual(self.run_tool(self.canon, "git", "symbolic-ref", "HEAD").strip(), "refs/heads/dev")
+
+
+    def test_rerun_after_landing_and_a_second_landing(self):
+        handle, path = self.make("twice")
+        first = json.loads(self.land(handle, "--check", "true", "--json").stdout)["landed"]
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("(already)", proc.stdout)
+        self.run_tool(path, "jj", "new")
+        self.write(path, "more.txt", "more\n")
+        self.run_tool(path, "jj", "describe", "-m", "more")
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        second = json.loads(proc.stdout)
+        self.assertFalse(second["already"])
+        self.assertEqual(self.main(), second["landed"])
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", second["landed"] + "^").strip(), first)
+
+
+    def test_failed_push_is_ambiguous_keeps_the_lease_and_a_rerun_finishes(self):
+        handle, path = self.make("declined")
+        hook = os.path.join(self.origin, "hooks", "pre-receive")
+        with open(hook, "w") as f:
+            f.write("#!/bin/sh\necho declined by policy >&2\nexit 1\n")
+        os.chmod(hook, 0o755)
+        before = self.remote_main()
+        proc = self.land(handle, "--push", "origin", "--check", "true")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("git ls-remote origin refs/heads/main", proc.stderr)
+        self.assertEqual(self.remote_main(), before)
+        rec = self.record(handle)
+        self.assertEqual(rec["data"]["landing"]["state"], "publish-ambiguous")
+        self.assertEqual(self.main(), rec["data"]["landing"]["landed"], "the canonical bookmark moved")
+        held = [l["resource"] for l in self.coord_json("list", runtime=self.rt["id"])["leases"]]
+        self.assertIn("push/origin/main", held)
+        self.assertIn("check: git ls-remote origin refs/heads/main", self.work("inspect", handle).stdout)
+        os.unlink(hook)
+        proc = self.land(handle, "--push", "origin", "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.remote_main(), self.main())
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+
+
+    def test_target_moved_during_the_landing_is_refused(self):
+        handle, path = self.make("overtaken")
+        before = self.main()
+        theirs = self.run_tool(self.canon, "git", "commit-tree", "-p", before, "-m", "theirs",
+                               before + "^{tree}").strip()
+        # Someone moves main while the check runs, after coord read it.
+        proc = self.land(handle, "--check", "git -C %s update-ref refs/heads/main %s" % (self.canon, theirs))
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("moved", proc.stderr)
+        self.assertEqual(self.main(), theirs, "nothing was forced")
+        self.assertEqual(self.record(handle)["data"]["landing"]["state"], "refused")
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+
+
+class LandJjTest(_LandKinds, LandCase):
+    kind = "jj"
+
+    def test_bookmark_follows_in_jj(self):
+        handle, path = self.make("jjland")
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        landed = json.loads(proc.stdout)["landed"]
+        self.assertEqual(self.run_tool(self.canon, "jj", "log", "--no-graph", "--ignore-working-copy", "-r", "main",
+                                       "-T", "commit_id").strip(), landed)
+
+
+@support.slow
+class LandKillTest(LandCase):
+    """kill -9 right after each recorded step, then a re-run finishes the landing."""
+    kind = "git"
+
+    def test_kill_after_every_step_then_rerun(self):
+        steps = ["acquired", "fetched", "rebased", "checked", "push-read", "moved", "pushed", "proven", "released"]
+        for i, step in enumerate(steps):
+            handle, path = self.make("kill%d" % i, name="k%d.txt" % i, text="%d\n" % i)
+            if i % 2:
+                self.advance_main("up%d.txt" % i, "up\n")  # a stale base half of the time
+            proc = self.land(handle, "--push", "origin", "--check", "true", env={LAND_KILL_ENV: step})
+            self.assertEqual(proc.returncode, -9, "%s: %s" % (step, proc.stderr))
+            rec = self.record(handle)
+            self.assertEqual(rec["data"]["landing"]["step"], step)
+            text = self.work("inspect", handle).stdout
+            if step != "released":
+                self.assertIn("after step %s" % step, text)
+            proc = self.land(handle, "--push", "origin", "--check", "true", "--json")
+            self.assertEqual(proc.returncode, 0, "%s: %s" % (step, proc.stderr))
+            landed = json.loads(proc.stdout)["landed"]
+            self.assertEqual(self.main(), landed, step)
+            self.assertEqual(self.remote_main(), landed, step)
+            rec = self.record(handle)
+            self.assertEqual(rec["data"]["landing"]["state"], "landed", step)
+            self.assertEqual(rec["data"]["integration"]["state"], "integrated", step)
+            self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [], step)
+            self.assertEqual(self.run_tool(self.canon, "git", "status", "--porcelain").strip(), "", step)
+
+
+@support.slow
+class LandRaceTest(LandCase):
+    """Two integration owners land into main at once, with real processes, many rounds."""
+    kind = "git"
+    ROUNDS = 6
+
+    def test_two_owners_race(self):
+        other = self.hello()["runtime"]
+        landed_all = []
+        for r in range(self.ROUNDS):
+            h1, _ = self.make("a%d" % r, name="a%d.txt" % r, text="a\n")
+            h2, _ = self.make("b%d" % r, name="b%d.txt" % r, text="b\n", runtime=other["id"])
+            procs = []
+            for h, rt in ((h1, self.rt["id"]), (h2, other["id"])):
+                env = dict(self.env, COORD_RUNTIME_ID=rt)
+                procs.append((h, rt, subprocess.Popen(
+                    [sys.executable, support.COORD, "work", "integrate", "land", h, "--into", "main", "--push",
+                     "origin", "--check", "true", "--json"], cwd=self.canon, env=env,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+            pending = []
+            for h, rt, p in procs:
+                out, err = p.communicate(timeout=300)
+                self.assertIn(p.returncode, (0, 3), err)
+                if p.returncode == 0:
+                    landed_all.append(json.loads(out)["landed"])
+                else:
+                    self.assertIn("integration/main", err)
+                    pending.append((h, rt))
+            self.assertLess(len(pending), 2, "one of two racing owners wins")
+            for h, rt in pending:  # the loser, refused cleanly, lands afterwards (rebasing)
+                proc = self.land(h, "--push", "origin", "--check", "true", "--json", runtime=rt)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                landed_all.append(json.loads(proc.stdout)["landed"])
+        self.assertEqual(self.main(), self.remote_main())
+        for c in landed_all:
+            self.assertEqual(subprocess.run(["git", "merge-base", "--is-ancestor", c, "refs/heads/main"],
+                                            cwd=self.canon, env=self.env).returncode, 0)
+        merges = self.run_tool(self.canon, "git", "rev-list", "--merges", "refs/heads/main").strip()
+        self.assertEqual(merges, "", "never a merge commit")
+        self.assertEqual(len(landed_all), 2 * self.ROUNDS)
+
+
+@support.slow
+class LandCloneInUseTest(LandCase):
+    """Something live works inside the clone: the rebase and the check happen in a private
+    scratch copy and the clone is not touched."""
+    kind = "git"
+
+    def inside(self, path):
+        proc = subprocess.Popen(["sleep", "300"], cwd=path)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        return proc
+
+    def clone_head(self, path):
+        return self.run_tool(path, "jj", "log", "--no-graph", "--ignore-working-copy", "-r", "@", "-T", "commit_id")
+
+    def test_stale_base_rebased_in_scratch(self):
+        owner = self.hello()["runtime"]
+        handle, path = self.make("busy", runtime=owner["id"])
+        moved = self.advance_main("upstream.txt", "upstream\n")
+        self.run_tool(path, "jj", "status")  # snapshot now, so the clone's head is settled
+        head = self.clone_head(path)
+        self.inside(path)
+        proc = self.land(handle, "--check", "test -f upstream.txt && test -f feature.txt", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertTrue(reply["rebased"])
+        self.assertEqual(self.main(), reply["landed"])
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", reply["landed"] + "^").strip(), moved)
+        self.assertEqual(self.run_tool(self.canon, "git", "log", "-1", "--format=%s", reply["landed"]).strip(),
+                         "add a feature")
+        self.assertEqual(self.clone_head(path), head, "the clone in use is not touched")
+        self.assertEqual(self.record(handle)["data"]["landing"]["where"], "scratch")
+        self.assertEqual([n for n in os.listdir(self.scratch) if n.startswith(".land-")], [],
+                         "the scratch copy is gone")
+        self.assertIn("skip-emptied", json.dumps(self.coord_json("inbox", runtime=owner["id"])))
+
+    def test_conflict_in_scratch_moves_nothing(self):
+        owner = self.hello()["runtime"]
+        handle, path = self.make("busyclash", name="shared.txt", text="one\nclone\nthree\n", runtime=owner["id"])
+        moved = self.advance_main("shared.txt", "one\nupstream\nthree\n")
+        self.run_tool(path, "jj", "status")
+        head = self.clone_head(path)
+        self.inside(path)
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["paths"], ["shared.txt"])
+        self.assertEqual(self.main(), moved)
+        self.assertEqual(self.clone_head(path), head)
+        self.assertEqual(self.record(handle)["data"]["landing"]["state"], "conflict")
+        self.assertIn("shared.txt", json.dumps(self.coord_json("inbox", runtime=owner["id"])))
