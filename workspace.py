@@ -419,7 +419,7 @@ def _owns(st, w, caller):
 # the candidate (_candidate_for). Everyone else is refused (exit 3) naming who may, unless it
 # passes --override, which is audited.
 AUTHORITY_VERBS = {"gate": "pass or waive the gate of", "park": "park", "resume": "resume", "close": "close",
-                   "acquire": "integrate", "remove": "remove", "start": "start"}
+                   "acquire": "integrate", "land": "land", "remove": "remove", "start": "start"}
 
 
 def authority(st, w, caller):
@@ -1858,7 +1858,7 @@ def _stop_before_move(st, w, caller, state, environ, exc, **facts):
             pass
 
 
-def land_work(st, *, caller, handle, into, environ, push=None, check=None):
+def land_work(st, *, caller, handle, into, environ, push=None, check=None, override=False):
     """Take the work's candidate all the way onto bookmark `into` of the canonical repository
     (and REMOTE's `into` with push), leaving proof, or stop safely saying why. Each step is
     recorded in data["landing"] and the audit log; re-running finishes an interrupted landing.
@@ -1868,6 +1868,7 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None):
         raise UsageError("--push %r is not a remote name" % push, "coord work integrate land WORK --into main "
                          "--push origin")
     w = st.resolve_work(handle)
+    authorize(st, w, caller, "land", override)
     _refuse_state(w, UNUSABLE)
     source = w["source"]
     ref = "refs/heads/" + into
@@ -1901,7 +1902,7 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None):
         ids = head_ids(verified_path(w), environ=environ)
         if ids["commit"] == landing["landed"] or (ids["empty"] and ids["parents"] == [landing["landed"]]):
             return _land_result(w, landing, already=True)
-    got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ)
+    got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ, override=override)
     cand = dict(got["candidate"])
     with st.transaction():
         st.update_work(w["id"], data={"landing": None})
@@ -1939,7 +1940,8 @@ def _prepare_in_clone(st, w, caller, into, old, cand, check, environ):
         paths = _rebase_in_clone(st, w, caller, into, old, cand, environ)
         if paths:
             _land_conflict(st, w, caller, into, old, cand, paths, environ)
-        cand = dict(acquire(st, caller=caller, handle=w["id"], into=into, environ=environ)["candidate"])
+        cand = dict(acquire(st, caller=caller, handle=w["id"], into=into, environ=environ,
+                            override=True)["candidate"])  # land_work authorized the caller
         fetch_candidate(w, cand["commit"], environ)
         rebased = True
         if not _is_ancestor(source, old, cand["commit"], environ):
@@ -3077,7 +3079,7 @@ def cmd_prove(ctx, args):
 
 def cmd_land(ctx, args):
     r = land_work(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ,
-                  push=args.push, check=args.check)
+                  push=args.push, check=args.check, override=args.override)
     text = "%s landed %s on %s%s%s" % (r["work"], r["landed"], r["into"],
                                        " and %s/%s" % (r["remote"], r["into"]) if r["remote"] else "",
                                        " (already)" if r["already"] else "")
@@ -3278,6 +3280,7 @@ def register(sub, common, ident):
     p.add_argument("--push", metavar="REMOTE", help="also publish to this remote of the shared checkout")
     p.add_argument("--check", metavar="CMD", help="run in the clone on the frozen candidate first (default: git "
                    "config %s of the canonical repository)" % LAND_CHECK_CONFIG)
+    _override_argument(p)
     p.set_defaults(func=cmd_land)
     p = isub.add_parser("enqueue", parents=both, help="join the visible queue (grants nothing)")
     p.add_argument("handle", metavar="HANDLE")

@@ -184,7 +184,10 @@ class LandGitCheckedOutTest(_LandKinds, LandCase):
         owner = self.hello()["runtime"]
         handle, path = self.make("clash", name="shared.txt", text="one\nTWO (clone)\nthree\n", runtime=owner["id"])
         moved = self.advance_main("shared.txt", "one\nTWO (upstream)\nthree\n")
-        proc = self.land(handle, "--push", "origin", "--check", "true", "--json")
+        # an integration owner landing another runtime's work: refused, then deliberately overridden
+        refused = self.land(handle, "--check", "true", "--json")
+        self.assertEqual((refused.returncode, json.loads(refused.stdout)["reason"]), (3, "not-authorized"))
+        proc = self.land(handle, "--push", "origin", "--check", "true", "--json", "--override")
         self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
         self.assertEqual(json.loads(proc.stdout)["paths"], ["shared.txt"])
         self.assertEqual(self.main(), moved)
@@ -457,7 +460,7 @@ class LandCloneInUseTest(LandCase):
         self.run_tool(path, "jj", "status")  # snapshot now, so the clone's head is settled
         head = self.clone_head(path)
         self.inside(path)
-        proc = self.land(handle, "--check", "test -f upstream.txt && test -f feature.txt", "--json")
+        proc = self.land(handle, "--check", "test -f upstream.txt && test -f feature.txt", "--json", "--override")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         reply = json.loads(proc.stdout)
         self.assertTrue(reply["rebased"])
@@ -478,7 +481,7 @@ class LandCloneInUseTest(LandCase):
         self.run_tool(path, "jj", "status")
         head = self.clone_head(path)
         self.inside(path)
-        proc = self.land(handle, "--check", "true", "--json")
+        proc = self.land(handle, "--check", "true", "--json", "--override")
         self.assertEqual(proc.returncode, 3, proc.stderr)
         self.assertEqual(json.loads(proc.stdout)["paths"], ["shared.txt"])
         self.assertEqual(self.main(), moved)

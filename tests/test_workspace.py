@@ -1855,11 +1855,12 @@ class AuthorityTest(WorkTestCase):
     def test_a_foreign_runtime_is_refused_every_state_change_and_told_who_may(self):
         handle, path, _ = self.create("guarded")
         self.write(path, "f.txt", "f\n")
+        self.jj(path, "describe", "-m", "add f.txt")
         foreign = self.hello()["runtime"]
         for args in (["gate", handle, "--pass"], ["gate", handle, "--waive", "--reason", "fine"],
                      ["park", handle, "--reason", "mine now"], ["resume", handle, "--conversation", "c-1"],
                      ["close", handle], ["integrate", "acquire", handle, "--into", "main"],
-                     ["remove", handle, "--confirm", handle]):
+                     ["integrate", "land", handle, "--into", "main"], ["remove", handle, "--confirm", handle]):
             with self.subTest(args=args):
                 proc = self.work(*(args + ["--json"]), runtime=foreign["id"])
                 self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
