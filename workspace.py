@@ -1305,18 +1305,21 @@ def _report_group(ov, members, heads, into, default, report):
         row = {"handle": w["handle"], "task": w["task"], "into": bookmark, "target": heads.get(bookmark),
                "tip": tip, "ahead": None, "behind": None, "changed": [], "target_overlap": [],
                "target_conflicts": []}
+        if not row["target"]:
+            report["skipped"].append({"handle": w["handle"], "reason": "no bookmark %s in %s" % (bookmark,
+                                                                                              w["source"])})
+            continue
         try:
-            if row["target"]:
-                row["ahead"], row["behind"] = _ahead_behind(ov, row["target"], tip)
-                if row["ahead"]:
-                    row["changed"] = sorted(_changed_paths(ov, row["target"], tip))
-                if row["ahead"] and row["behind"]:
-                    row["target_overlap"] = sorted(set(row["changed"]) & _changed_paths(ov, tip, row["target"]))
-                    merges.append((row["target"], tip))
-            else:
-                row["error"] = "no bookmark %s" % bookmark
+            row["ahead"], row["behind"] = _ahead_behind(ov, row["target"], tip)
+            if row["ahead"]:
+                row["changed"] = sorted(_changed_paths(ov, row["target"], tip))
+            if row["ahead"] and row["behind"]:
+                row["target_overlap"] = sorted(set(row["changed"]) & _changed_paths(ov, tip, row["target"]))
         except store.CoordError as exc:
-            row["error"] = exc.message
+            report["skipped"].append({"handle": w["handle"], "reason": exc.message})
+            continue
+        if row["ahead"] and row["behind"]:
+            merges.append((row["target"], tip))
         report["works"].append(row)
         rows.append(row)
     busy = [r for r in rows if r["changed"]]

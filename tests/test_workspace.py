@@ -625,10 +625,14 @@ class IntegrationTest(WorkTestCase):
         self.jj(path, "describe", "-m", "feature")
         cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
         self.assertNotEqual(cand, create_commit)
-        # The candidate must be in the canonical repository at all.
-        proc = self.work("integrate", "prove", handle, "--target", self.main0)
+        # The target must be in the canonical repository at all (acquire copied the candidate
+        # there, under refs/coord/work/<id>, so the candidate is; it is on no branch yet).
+        proc = self.work("integrate", "prove", handle, "--target", "f" * 40)
         self.assertEqual(proc.returncode, 3, proc.stderr)
         self.assertIn("not in the canonical repository", proc.stderr)
+        proc = self.work("integrate", "prove", handle, "--target", self.main0)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("not an ancestor", proc.stderr)
         self.jj(path, "bookmark", "create", "side", "-r", cand)
         self.jj(path, "git", "push", "--bookmark", "side")
         # A non-ancestor: main as it was before anything was integrated.
@@ -1791,6 +1795,9 @@ class WorkConflictsTest(LandingPreviewCase):
     def test_nothing_to_compare_is_one_line_and_a_missing_clone_is_skipped(self):
         self.assertEqual(self.conflicts(), ["no conflicts among 0 works and their targets"])
         handle, path = self.changed("gone", {"f.txt": "x\n"})
+        self.assertEqual(self.conflicts("--into", "nosuch", "--verbose"),
+                         ["no conflicts among 0 works and their targets",
+                          "skipped %s: no bookmark nosuch in %s" % (handle, self.canon)])
         shutil.rmtree(path)
         lines = self.conflicts()
         self.assertEqual(lines, ["no conflicts among 0 works and their targets; 1 skipped"])
