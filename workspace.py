@@ -1024,8 +1024,9 @@ def fetch_candidate(w, commit, environ=None):
         git(gargs + ["update-ref", ref, commit], source, environ)
     else:
         git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
-                     "--no-write-fetch-head", "--no-recurse-submodules", verified_path(w),
-                     "+%s:%s" % (commit, ref)], source, environ)
+                     "--no-write-fetch-head", "--no-recurse-submodules",
+                     "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",  # served even if unadvertised
+                     verified_path(w), "+%s:%s" % (commit, ref)], source, environ)
     return ref
 
 
@@ -1074,25 +1075,30 @@ class _Overlay:
 
     def __init__(self, dirs, environ=None, sha256=False):
         import tempfile
-        self.environ = environ
-        self.dir = tempfile.mkdtemp(prefix="coord-preview-")
-        os.makedirs(os.path.join(self.dir, "objects", "info"))
-        os.mkdir(os.path.join(self.dir, "refs"))
+        self.environ, self.calls, self.dir = environ, 0, None
         files = {"HEAD": "ref: refs/heads/coord-preview\n",
                  "config": "[core]\n\trepositoryformatversion = %d\n\tbare = true\n%s" % (
                      (1, "[extensions]\n\tobjectformat = sha256\n") if sha256 else (0, "")),
                  os.path.join("objects", "info", "alternates"): "".join(
                      _alternate_line(d) + "\n" for d in store.unique(dirs))}
-        for name, text in files.items():
-            with open(os.path.join(self.dir, name), "w", encoding="utf-8") as f:
-                f.write(text)
-        self.calls = 0
+        try:
+            self.dir = tempfile.mkdtemp(prefix="coord-preview-")
+            os.makedirs(os.path.join(self.dir, "objects", "info"))
+            os.mkdir(os.path.join(self.dir, "refs"))
+            for name, text in files.items():
+                with open(os.path.join(self.dir, name), "w", encoding="utf-8") as f:
+                    f.write(text)
+        except OSError as exc:
+            self.__exit__()
+            raise EnvError("cannot make a temporary repository for the preview: %s" % exc,
+                           "set TMPDIR to a writable directory and retry")
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
         return False
 
     def git(self, args, check=True, input=None):
