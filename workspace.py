@@ -1211,7 +1211,8 @@ def preview(w, commit, into, environ=None):
     out = {"into": into, "target": None, "candidate": commit, "ahead": None, "behind": None, "conflicts": None,
            "error": None}
     try:
-        target = branch_commits(w["source"], environ).get(into) if into else None
+        heads = branch_commits(w["source"], environ)  # first: a missing git says so, not "no bookmark"
+        target = heads.get(into) if into else None
         if not target:
             out["error"] = "no bookmark %s in %s" % (into, w["source"]) if into else "no target bookmark known"
             return out

@@ -1807,6 +1807,21 @@ class WorkConflictsTest(LandingPreviewCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)  # the gone clone needs no tool to be skipped
 
 
+    def test_a_missing_tool_is_reported_per_work_never_a_crash(self):
+        handle, path = self.changed("tools", {"f.txt": "x\n"})
+        for tool, missing in (("git", "jj"), ("jj", "git")):
+            bindir = os.path.join(self.tmp, "only-" + tool)
+            os.mkdir(bindir)
+            os.symlink(shutil.which(tool), os.path.join(bindir, tool))
+            with self.subTest(missing=missing):
+                proc = self.work("conflicts", "--verbose", env={"PATH": bindir})
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertIn("skipped %s: %s not found" % (handle, missing), proc.stdout)
+                reply = json.loads(self.work("inspect", handle, "--json", env={"PATH": bindir}, check=0).stdout)
+                self.assertIn("%s not found" % missing, reply["preview"]["error"])
+        self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.db), "errors.log")))
+
+
 class WorkStoryTest(LandingPreviewCase):
     """Provenance: the `work.integrated` audit row links the landed commit to the work, the
     runtimes and conversations that made it, their leases, the gate and the integration
