@@ -2089,6 +2089,50 @@ class Store:
             yield json.dumps({"id": row[0], "at": row[1], "event": row[2], "runtime": row[3], "subject": row[4],
                               "data": data}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
+    def audit_story(self, subject, runtimes=(), kinds=("lease.", "runtime."), since=0, end_event=None,
+                    private=False):
+        """One subject's audit rows in ID order, as audit_lines' objects: every row about
+        `subject`, and each row of one of `runtimes` whose event starts with one of `kinds`, from
+        the subject's first row on and up to its first `end_event` row when it has one (what
+        those runtimes did afterwards belongs to something else). Reads only."""
+        first = self.q("SELECT min(id) FROM audit WHERE subject = ?", (subject,)).fetchone()[0]
+        if first is None:
+            return []
+        last = None
+        if end_event:
+            last = self.q("SELECT min(id) FROM audit WHERE subject = ? AND event = ?", (subject, end_event)).fetchone()[0]
+        runtimes = sorted(set(r for r in runtimes if r))
+        rows = self.q("SELECT id, at, event, runtime, subject, data FROM audit WHERE id > ? AND id >= ? AND id <= ?"
+                      " AND (subject = ? OR runtime IN (%s)) ORDER BY id" % ",".join("?" * len(runtimes)),
+                      [check_int(since or 0, "--since", 0, ID_RANGE[1]), first, last or ID_RANGE[1], subject]
+                      + runtimes).fetchall()
+        out = []
+        for row in rows:
+            if row[4] != subject and not row[2].startswith(tuple(kinds)):
+                continue
+            data = json.loads(row[5])
+            out.append({"id": row[0], "at": row[1], "event": row[2], "runtime": row[3], "subject": row[4],
+                        "data": data if private else redact(data)})
+        return out
+
+    def runtimes_of(self, conversations=(), below=None):
+        """Runtimes (ended ones too) of any of `conversations`, or whose recorded cwd is `below`
+        or inside it, oldest first."""
+        conversations = sorted(set(c for c in conversations if c))
+        clauses, params = [], []
+        if conversations:
+            clauses.append("conversation IN (%s)" % ",".join("?" * len(conversations)))
+            params += conversations
+        if below:
+            prefix = below.rstrip("/") + "/"
+            clauses.append("cwd = ? OR substr(cwd, 1, ?) = ?")
+            params += [below, len(prefix), prefix]
+        if not clauses:
+            return []
+        rows = self.q("SELECT %s FROM runtimes WHERE %s ORDER BY started_at, id" % (
+            self._RUNTIME_COLS, " OR ".join("(%s)" % c for c in clauses)), params).fetchall()
+        return [self._row_runtime(r) for r in rows]
+
 
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT (write=False: BEGIN DEFERRED, a read snapshot), rolled back on

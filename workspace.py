@@ -1373,7 +1373,16 @@ def acquire(st, *, caller, handle, into, environ=None, override=False):
         if d is None or _integration(d)["state"] != "integrated":
             waiting.append("%s (%s)" % (d["handle"] if d else dep, _integration(d)["state"] if d else "unknown"))
     return {"work": w["handle"], "resource": resource, "candidate": {"change": cand_change, "commit": cand_commit},
-            "waiting_on": waiting}
+            "waiting_on": waiting, "preview": _acquire_preview(w, cand_commit, into, environ)}
+
+
+def _acquire_preview(w, commit, into, environ):
+    """Fetch the frozen candidate to its private ref, then preview it (never fails acquire)."""
+    try:
+        ref = fetch_candidate(w, commit, environ)
+    except store.CoordError as exc:
+        return dict(preview(w, commit, into, environ), ref=None, fetch_error=exc.message)
+    return dict(preview(w, commit, into, environ), ref=ref)
 
 
 def refuse_placeholder(w, change, commit, environ=None):
@@ -1506,7 +1515,7 @@ def prove(st, *, caller, handle, target, environ=None):
         st.update_work(w["id"], data={"integration": now_integ,
                                       "history": _history(cur, cur["state"], caller, event="integrated")})
         st.audit("work.integrated", caller["id"], w["id"], candidate=cand["commit"], target=target,
-                 into=integ["into"], resource=cand["resource"])
+                 into=integ["into"], resource=cand["resource"], **provenance(st, cur, caller))
     return {"work": w["handle"], "candidate": cand["commit"], "target": target}
 
 
@@ -1568,19 +1577,6 @@ LAND_CHECK_CONFIG = "coord.landCheck"          # git config key of the canonical
 CHECK_TIMEOUT = 3600.0                         # seconds one --check command may run
 CHECK_TAIL = 4000                              # characters of a failed check's output kept and shown
 LAND_RESUMABLE = frozenset(("running", "publish-refused", "publish-ambiguous"))
-
-
-def fetch_candidate(w, commit, environ):
-    """Fetch the clone's `commit` into the canonical repository at refs/coord/work/<work-id>
-    (a private ref: no branch, no working copy changes); -> the ref. The clone serves any
-    commit it has, advertised or not."""
-    commit = full_commit(commit, "candidate")
-    ref = "refs/coord/work/%s" % w["id"]
-    path = verified_path(w)
-    git(git_dir_args(w["source"]) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
-                                     "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",
-                                     path, "+%s:%s" % (commit, ref)], w["source"], environ)
-    return ref
 
 
 def _rev(source, ref, environ):
@@ -2129,6 +2125,459 @@ def _land_check_failed(st, w, caller, into, cand, result, environ):
     _stop_before_move(st, w, caller, "check-failed", environ, exc, check_exit=result["exit"])
     exc.landing_recorded = True
     raise exc
+# --------------------------------------------------------------------------- landing preview
+# What a landing would do, seen before it happens: commits ahead of the target, how far the
+# base is behind it, and the paths `git merge-tree --write-tree` says would conflict. It runs
+# in a throwaway bare repository that reads the canonical and clone object stores through
+# git alternates and keeps every object git writes to itself, so neither repository changes
+# (DESIGN.md, "Landing preview").
+
+CANDIDATE_REFS = "refs/coord/work/"   # private refs in the canonical repository: one per work
+MERGE_TREE_GIT = (2, 38)              # `git merge-tree --write-tree`
+
+
+def candidate_ref(work_id):
+    return CANDIDATE_REFS + work_id
+
+
+def fetch_candidate(w, commit, environ=None):
+    """Bring a clone's `commit` into the canonical repository's object store at the private ref
+    refs/coord/work/<work id>; -> that ref. Writes objects and that ref only: never the
+    canonical working copy, index, HEAD or a branch (jj imports no refs/coord/ ref)."""
+    commit = full_commit(commit, "candidate")
+    source = w["source"]
+    gargs = git_dir_args(source)
+    ref = candidate_ref(w["id"])
+    code, _, _ = git(gargs + ["cat-file", "-e", commit + "^{commit}"], source, environ, check=False)
+    if code == 0:  # already there (a native workspace shares the store, or fetched before)
+        git(gargs + ["update-ref", ref, commit], source, environ)
+    else:
+        git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
+                     "--no-write-fetch-head", "--no-recurse-submodules",
+                     "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",  # served even if unadvertised
+                     verified_path(w), "+%s:%s" % (commit, ref)], source, environ)
+    return ref
+
+
+def drop_candidate_ref(w, environ=None, keep_unlanded=False):
+    """Delete the work's private ref in the canonical repository; -> "deleted", "kept" (with
+    keep_unlanded, when no canonical branch or tag contains its commit: the clone is gone and
+    the ref may be the last copy) or None (no ref, or no repository to ask). Never raises."""
+    source, ref = w.get("source"), candidate_ref(w["id"])
+    try:
+        gargs = git_dir_args(source or "")
+        _, out, _ = git(gargs + ["for-each-ref", "--format=%(objectname)", ref], source, environ)
+        oid = out.strip()
+        if not oid:
+            return None
+        if keep_unlanded:
+            _, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", oid, "refs/heads", "refs/tags"],
+                              source, environ)
+            if not found.strip():
+                return "kept"
+        git(gargs + ["update-ref", "-d", ref, oid], source, environ)
+        return "deleted"
+    except store.CoordError:
+        return None
+
+
+def _objects_dir(repo, environ=None):
+    """The absolute object directory of a checkout (its .git, jj's own git store, or what git says)."""
+    for d in (os.path.join(repo, ".git", "objects"), os.path.join(repo, ".jj", "repo", "store", "git", "objects")):
+        if os.path.isdir(d):
+            return d
+    _, out, _ = git(git_dir_args(repo) + ["rev-parse", "--git-path", "objects"], repo, environ)
+    path = out.strip()
+    return path if os.path.isabs(path) else os.path.join(repo, path)
+
+
+def _alternate_line(path):
+    if any(c in path for c in '"\\\n') or path != path.strip():
+        return '"%s"' % path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return path
+
+
+class _Overlay:
+    """A throwaway bare repository whose object store reads `dirs` through alternates: git
+    commands run in it see every object there, and what they write (merge-tree's trees and
+    merged blobs) stays in the overlay, deleted on exit. It has no refs: name commits by ID."""
+
+    def __init__(self, dirs, environ=None, sha256=False):
+        import tempfile
+        self.environ, self.calls, self.dir = environ, 0, None
+        files = {"HEAD": "ref: refs/heads/coord-preview\n",
+                 "config": "[core]\n\trepositoryformatversion = %d\n\tbare = true\n%s" % (
+                     (1, "[extensions]\n\tobjectformat = sha256\n") if sha256 else (0, "")),
+                 os.path.join("objects", "info", "alternates"): "".join(
+                     _alternate_line(d) + "\n" for d in store.unique(dirs))}
+        try:
+            self.dir = tempfile.mkdtemp(prefix="coord-preview-")
+            os.makedirs(os.path.join(self.dir, "objects", "info"))
+            os.mkdir(os.path.join(self.dir, "refs"))
+            for name, text in files.items():
+                with open(os.path.join(self.dir, name), "w", encoding="utf-8") as f:
+                    f.write(text)
+        except OSError as exc:
+            self.__exit__()
+            raise EnvError("cannot make a temporary repository for the preview: %s" % exc,
+                           "set TMPDIR to a writable directory and retry")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+    def git(self, args, check=True, input=None):
+        self.calls += 1
+        return git(["--git-dir", self.dir] + list(args), self.dir, self.environ, check=check, input=input)
+
+
+class _NoMergeTree(Exception):
+    """git cannot compute would-conflict paths (too old for merge-tree --write-tree, or it failed)."""
+
+
+def git_version(environ=None):
+    """(major, minor) of the git on PATH, or None when it cannot say."""
+    _, out, _ = git(["version"], None, environ, check=False)
+    m = re.search(r"(\d+)\.(\d+)", out or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _merge_tree_failed(code, err, environ):
+    version = git_version(environ)
+    if version is not None and version < MERGE_TREE_GIT:
+        return _NoMergeTree("git %d.%d cannot compute them: it needs git merge-tree --write-tree (git %d.%d or "
+                            "newer)" % (version + MERGE_TREE_GIT))
+    lines = [l for l in (err or "").splitlines() if l.strip()]
+    return _NoMergeTree("git merge-tree failed (exit %s): %s" % (code, store.clean_text(lines[-1] if lines else
+                                                                                         "no output", 200)))
+
+
+def merge_conflicts(ov, pairs):
+    """{(a, b): [paths that merging commit b into commit a would leave conflicted]} for each pair
+    of full commit IDs, computed in the overlay: one `git merge-tree --stdin` for all of them
+    (per pair where git lacks --stdin). Raises _NoMergeTree when git cannot say."""
+    pairs = list(dict.fromkeys(pairs))
+    if not pairs:
+        return {}
+    code, out, err = ov.git(["merge-tree", "--write-tree", "--stdin", "-z", "--name-only", "--no-messages"],
+                            check=False, input="".join("%s %s\n" % p for p in pairs))
+    if code == 0:
+        toks, i, result = out.split("\0"), 0, {}
+        for p in pairs:
+            if i + 1 >= len(toks) or toks[i] not in ("0", "1"):
+                raise _NoMergeTree("git merge-tree --stdin answered in a shape coord does not know")
+            i += 2
+            names = []
+            while i < len(toks) and toks[i] != "":
+                names.append(toks[i])
+                i += 1
+            result[p] = sorted(set(names))
+            i += 1
+        return result
+    if code != 129:  # 129: usage (no --stdin); anything else is a real failure
+        raise _merge_tree_failed(code, err, ov.environ)
+    result = {}
+    for a, b in pairs:
+        code, out, err = ov.git(["merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", a, b],
+                                check=False)
+        if code not in (0, 1):
+            raise _merge_tree_failed(code, err, ov.environ)
+        result[(a, b)] = sorted(set(t for t in out.split("\0")[1:] if t))
+    return result
+
+
+def _ahead_behind(ov, target, tip):
+    """(commits of tip not on target, commits of target not in tip's history)."""
+    _, out, _ = ov.git(["rev-list", "--left-right", "--count", "%s...%s" % (target, tip)])
+    behind, ahead = out.split()
+    return int(ahead), int(behind)
+
+
+def _changed_paths(ov, old, new):
+    """Paths `new` changed since its merge base with `old` (renames as a delete and an add)."""
+    _, out, _ = ov.git(["diff", "--name-only", "-z", "--no-renames", "%s...%s" % (old, new)])
+    return set(p for p in out.split("\0") if p)
+
+
+def branch_commits(source, environ=None):
+    """{branch: full commit} of every refs/heads/ branch in the canonical repository (one git call)."""
+    _, out, _ = git(git_dir_args(source) + ["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"],
+                    source, environ)
+    heads = {}
+    for line in out.splitlines():
+        oid, _, name = line.partition(" ")
+        if name.startswith("refs/heads/") and _FULL_COMMIT_RE.match(oid):
+            heads[name[len("refs/heads/"):]] = oid
+    return heads
+
+
+def work_tip(w, environ=None):
+    """The commit the work would land now, read from its clone's last snapshot (never taking
+    one): @ when it has changes, else its single parent; None when neither is a single commit."""
+    ids = head_ids(verified_path(w), snapshot=False, environ=environ)
+    if not ids["empty"]:
+        return ids["commit"]
+    return ids["parents"][0] if len(ids["parents"]) == 1 else None
+
+
+def _store_dirs(w, environ=None):
+    """Object directories a preview of w reads: the canonical repository's, then the clone's."""
+    dirs = [_objects_dir(w["source"], environ)]
+    if w["data"].get("kind") != "native" and w["path"] and not directory_problems(w):
+        dirs.append(_objects_dir(w["path"], environ))
+    return dirs
+
+
+def preview(w, commit, into, environ=None):
+    """What landing `commit` of work w on bookmark `into` would do, read without changing the
+    canonical repository or the clone: {into, target, candidate, ahead, behind, conflicts,
+    error}. conflicts: the paths that would conflict with the current target ([] when none;
+    None with `error` saying why when they could not be computed). Never raises."""
+    out = {"into": into, "target": None, "candidate": commit, "ahead": None, "behind": None, "conflicts": None,
+           "error": None}
+    try:
+        heads = branch_commits(w["source"], environ)  # first: a missing git says so, not "no bookmark"
+        target = heads.get(into) if into else None
+        if not target:
+            out["error"] = "no bookmark %s in %s" % (into, w["source"]) if into else "no target bookmark known"
+            return out
+        out["target"] = target
+        with _Overlay(_store_dirs(w, environ), environ, sha256=len(target) == 64) as ov:
+            out["ahead"], out["behind"] = _ahead_behind(ov, target, commit)
+            if out["behind"] == 0:
+                out["conflicts"] = []  # the target is in the candidate's history: a fast-forward
+            else:
+                out["conflicts"] = merge_conflicts(ov, [(target, commit)])[(target, commit)]
+    except _NoMergeTree as exc:
+        out["error"] = "would-conflict paths not computed: %s" % exc
+    except store.CoordError as exc:
+        out["error"] = exc.message
+    return out
+
+
+def preview_line(p):
+    """One line for a preview: '2 ahead of main, base 3 behind: would conflict in a.py, b.py'."""
+    if p.get("ahead") is None:
+        return "preview: %s" % store.clean_text(p.get("error") or "unknown", 300)
+    base = "base current" if not p["behind"] else "base %d behind" % p["behind"]
+    text = "%d ahead of %s, %s" % (p["ahead"], p["into"], base)
+    if p["conflicts"]:
+        text += ": would conflict in %s" % _named(p["conflicts"])
+    elif p["conflicts"] == [] and p["ahead"]:
+        text += ", no conflicts"
+    if p.get("error"):
+        text += "; %s" % store.clean_text(p["error"], 300)
+    return text
+
+
+def inspect_preview(w, environ=None):
+    """The preview `work inspect` shows: the frozen candidate while integrating, else the
+    clone's tip at its last snapshot, against the bookmark it integrates into (else the
+    repository's main bookmark); None when there is nothing to preview."""
+    integ = _integration(w)
+    if w["state"] in UNUSABLE or integ["state"] == "integrated":
+        return None
+    cand = integ.get("candidate") if integ["state"] == "integrating" else None
+    try:
+        if directory_problems(w) and not cand:
+            return None
+        commit = cand["commit"] if cand else work_tip(w, environ)
+        into = target_bookmark(w, environ)
+    except store.CoordError as exc:
+        return {"into": None, "target": None, "candidate": None, "ahead": None, "behind": None,
+                "conflicts": None, "error": exc.message}
+    if not commit:
+        return None
+    return preview(w, commit, into, environ)
+
+
+def conflict_report(st, *, into=None, environ=None):
+    """For every live managed work with changes: ahead/behind its target and the paths it and
+    the target both changed and would conflict on; for every pair of them, the paths both
+    changed and the paths merging the two would conflict on. Read-only: the clones' last
+    snapshots, the canonical refs, one overlay per canonical repository.
+    -> {works: [...], pairs: [{a, b, overlap, conflicts}] (pairs with either only),
+    pairs_checked, skipped: [{handle, reason}], error}."""
+    into = check_bookmark(into) if into else None
+    works, skipped, groups = [], [], {}
+    for w in st.works():
+        if w["state"] in UNUSABLE or _integration(w)["state"] == "integrated":
+            continue
+        problems = directory_problems(w)
+        if problems:
+            skipped.append({"handle": w["handle"], "reason": problems[0][1]})
+            continue
+        try:
+            tip = work_tip(w, environ)
+        except store.CoordError as exc:
+            skipped.append({"handle": w["handle"], "reason": exc.message})
+            continue
+        if tip:
+            groups.setdefault(w["source"], []).append((w, tip))
+    report = {"works": works, "pairs": [], "pairs_checked": 0, "skipped": skipped, "error": None}
+    for source, members in groups.items():
+        try:
+            heads = branch_commits(source, environ)
+            default = into or target_bookmark({"data": {}, "source": source}, environ)
+            dirs = [_objects_dir(source, environ)] + [_objects_dir(w["path"], environ) for w, _ in members
+                                                      if w["data"].get("kind") != "native"]
+        except store.CoordError as exc:
+            skipped += [{"handle": w["handle"], "reason": exc.message} for w, _ in members]
+            continue
+        with _Overlay(dirs, environ, sha256=len(members[0][1]) == 64) as ov:
+            _report_group(ov, members, heads, into, default, report)
+    return report
+
+
+def _report_group(ov, members, heads, into, default, report):
+    """conflict_report for the works of one canonical repository, in its overlay."""
+    rows, merges = [], []
+    for w, tip in members:
+        bookmark = into or _integration(w).get("into") or default
+        row = {"handle": w["handle"], "task": w["task"], "into": bookmark, "target": heads.get(bookmark),
+               "tip": tip, "ahead": None, "behind": None, "changed": [], "target_overlap": [],
+               "target_conflicts": []}
+        if not row["target"]:
+            report["skipped"].append({"handle": w["handle"], "reason": "no bookmark %s in %s" % (bookmark,
+                                                                                              w["source"])})
+            continue
+        try:
+            row["ahead"], row["behind"] = _ahead_behind(ov, row["target"], tip)
+            if row["ahead"]:
+                row["changed"] = sorted(_changed_paths(ov, row["target"], tip))
+            if row["ahead"] and row["behind"]:
+                row["target_overlap"] = sorted(set(row["changed"]) & _changed_paths(ov, tip, row["target"]))
+        except store.CoordError as exc:
+            report["skipped"].append({"handle": w["handle"], "reason": exc.message})
+            continue
+        if row["ahead"] and row["behind"]:
+            merges.append((row["target"], tip))
+        report["works"].append(row)
+        rows.append(row)
+    busy = [r for r in rows if r["changed"]]
+    pairs = [(a, b) for i, a in enumerate(busy) for b in busy[i + 1:] if a["tip"] != b["tip"]]
+    merges += [(a["tip"], b["tip"]) for a, b in pairs]
+    report["pairs_checked"] += len(pairs)
+    try:
+        found = merge_conflicts(ov, merges)
+    except (_NoMergeTree, store.CoordError) as exc:
+        report["error"] = "conflicts not computed: %s" % getattr(exc, "message", exc)
+        found = None
+    for r in rows:
+        if found is None:
+            r["target_conflicts"] = None
+        elif r["target"] and r["changed"] and r["behind"]:
+            r["target_conflicts"] = found[(r["target"], r["tip"])]
+    for a, b in pairs:
+        overlap = sorted(set(a["changed"]) & set(b["changed"]))
+        conflicts = None if found is None else found[(a["tip"], b["tip"])]
+        if overlap or conflicts:
+            report["pairs"].append({"a": a["handle"], "b": b["handle"], "overlap": overlap, "conflicts": conflicts})
+
+
+# --------------------------------------------------------------------------- provenance
+
+def work_runtimes(st, w):
+    """Who worked for w: {created_by: its creating runtime and that runtime's successors,
+    made_by: the runtimes of every conversation its tmux windows ran (started or resumed) and
+    every runtime whose recorded cwd is in the clone}; each a list of runtime dicts."""
+    created, rid = [], w.get("runtime")
+    while rid and rid not in [r["id"] for r in created]:
+        rt = st.runtime(rid)
+        if rt is None:
+            break
+        created.append(rt)
+        rid = rt.get("superseded_by")
+    conversations = [(w["data"].get("tmux") or {}).get("conversation")]
+    conversations += [h.get("conversation") for h in w["data"].get("history", [])]
+    made = st.runtimes_of(conversations, w.get("path"))
+    return {"created_by": created, "made_by": made}
+
+
+def _authors(who):
+    """The runtimes whose leases are the work's: those that made it, else its creator chain."""
+    return who["made_by"] or who["created_by"]
+
+
+def _runtime_ref(rt):
+    return {"runtime": rt["id"], "handle": rt["handle"], "conversation": rt["conversation"],
+            "harness": rt.get("harness") or None}
+
+
+def provenance(st, w, caller):
+    """What the audit row of a landing links the landed commit to: the work, the runtimes and
+    conversations that created and made it, the leases they held while it lived, its gate (and
+    check) result, and the integration owner. Deterministic: read from the database only."""
+    who = work_runtimes(st, w)
+    rows = st.audit_story(w["id"], [rt["id"] for rt in _authors(who)], kinds=("lease.claimed",),
+                          end_event="work.removed")
+    leases = sorted(set(r["subject"] for r in rows if r["event"] == "lease.claimed" and r["subject"]))
+    out = {"work_handle": w["handle"], "task": w["task"],
+           "created_by": _runtime_ref(who["created_by"][0]) if who["created_by"] else None,
+           "made_by": [_runtime_ref(rt) for rt in who["made_by"]], "leases": leases, "gate": _gate(w),
+           "owner": dict(_runtime_ref(caller), user=_user()) if caller else None}
+    check = _integration(w).get("check")
+    if check:
+        out["check"] = check
+    return out
+
+
+def work_story(st, *, work, since=0, private=False):
+    """One work's audit rows in order (audit_lines' objects): every row about the work, and the
+    lease and runtime rows of the runtimes that made it (see _authors) while it lived."""
+    w = st.resolve_work(work)
+    ids = [rt["id"] for rt in _authors(work_runtimes(st, w))]
+    return st.audit_story(w["id"], ids, since=since, end_event="work.removed", private=private)
+
+
+_STORY_FIRST = ("candidate", "candidate_commit", "target", "into", "made_by", "owner", "gate", "leases")
+_STORY_QUIET = ("path", "source", "ttl", "base_change", "candidate_change", "task", "work_handle", "created_by")
+
+
+def story_lines(st, events, verbose=False):
+    """One line per audit event: time (UTC), ID, event, who, what it was about, its data."""
+    handles = {}
+
+    def handle(rid):
+        if rid not in handles:
+            rt = st.runtime(rid) if rid else None
+            handles[rid] = rt["handle"] if rt else (rid or "-")
+        return handles[rid]
+
+    def value(v):
+        if isinstance(v, str):
+            return v if verbose or not _FULL_COMMIT_RE.match(v) else v[:12]
+        if isinstance(v, dict):
+            return v.get("handle") or v.get("state") or v.get("commit") or None
+        if isinstance(v, list):
+            items = [x for x in (value(i) for i in v) if x not in (None, "")]
+            return ",".join(str(x) for x in items[:3]) + (" +%d" % (len(items) - 3) if len(items) > 3 else "")
+        return None if v is None else json.dumps(v)
+
+    lines = []
+    for ev in events:
+        bits = [time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ev["at"])), "#%d" % ev["id"], ev["event"],
+                handle(ev["runtime"])]
+        if ev["subject"] and not _is_uuid(ev["subject"]):
+            bits.append(ev["subject"])
+        keys = sorted(ev["data"], key=lambda k: (k not in _STORY_FIRST, _STORY_FIRST.index(k)
+                                                  if k in _STORY_FIRST else 0, k))
+        for key in keys:
+            if not verbose and key in _STORY_QUIET:
+                continue
+            v = value(ev["data"][key])
+            if v not in (None, "", "[]"):
+                bits.append("%s=%s" % (key, v))
+        lines.append(store.clean_text(" ".join(bits), 2000 if verbose else 240))
+    return lines
+
+
+def _is_uuid(text):
+    return bool(re.match(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", text or ""))
 
 
 # --------------------------------------------------------------------------- cleanup
@@ -2461,6 +2910,10 @@ def _mark_removed(st, w, caller, how, discarded=None):
     if discarded:
         removed.update({"discarded_ignored": discarded[:KEPT_PATHS], "discarded_ignored_count": len(discarded)})
         extra = {"discarded_ignored": discarded}
+    # Its private candidate ref goes with it; a forgotten clone's unlanded candidate keeps it.
+    ref = drop_candidate_ref(w, keep_unlanded=how.startswith("forgotten"))
+    if ref:
+        removed["candidate_ref"] = extra["candidate_ref"] = "%s %s" % (ref, candidate_ref(w["id"]))
     with st.transaction():
         cur = st.work(w["id"])
         st.update_work(w["id"], state="removed", data={
@@ -2959,7 +3412,11 @@ def cmd_inspect(ctx, args):
     data = {"ok": True, "work": public_work(w, ctx.db)}
     if "observed" in facts:
         data["observed"] = facts["observed"]
-    return 0, data, "\n".join(inspect_lines(facts, ctx.verbose))
+    lines = inspect_lines(facts, ctx.verbose)
+    data["preview"] = inspect_preview(w, ctx.environ)
+    if data["preview"]:
+        lines.insert(1, preview_line(data["preview"]))
+    return 0, data, "\n".join(lines)
 
 
 def inspect_lines(facts, verbose=False):
@@ -3066,10 +3523,48 @@ def cmd_queue(ctx, args):
 def cmd_acquire(ctx, args):
     r = acquire(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ,
                 override=args.override)
-    text = "candidate %s" % r["candidate"]["commit"]
+    text = "candidate %s\n%s" % (r["candidate"]["commit"], preview_line(r["preview"]))
     if r["waiting_on"]:
         text += "\nnote: depends on %s, not integrated yet" % ", ".join(r["waiting_on"])
     return 0, _ok(r), text
+
+
+def cmd_conflicts(ctx, args):
+    r = conflict_report(ctx.db, into=args.into, environ=ctx.environ)
+    return 0, _ok(r), "\n".join(conflict_lines(r, ctx.verbose))
+
+
+def conflict_lines(r, verbose=False):
+    """The text of `work conflicts`: one line when nothing conflicts, else one line per
+    conflicting pair; --verbose adds pairs that only overlap, and skipped works."""
+    rows = [(w["target_conflicts"], w["target_overlap"], "%s x %s" % (w["handle"], w["into"]))
+            for w in r["works"] if w["target_conflicts"] or w["target_overlap"]]
+    rows += [(p["conflicts"], p["overlap"], "%s x %s" % (p["a"], p["b"])) for p in r["pairs"]]
+    conflicting = [row for row in rows if row[0]]
+    known = r["error"] is None
+    lines = [] if known else [store.clean_text(r["error"], 300)]
+    lines += ["%s: %s" % (label, _pair_text(c, o)) for c, o, label in (rows if verbose or not known else conflicting)]
+    skipped = len(r["skipped"])
+    if known and not conflicting:
+        more = ["%d overlap%s without conflict" % (len(rows), "" if len(rows) == 1 else "s")] if rows else []
+        more += ["%d skipped" % skipped] if skipped and not verbose else []
+        lines.insert(0, "no conflicts among %d work%s and their targets%s" % (
+            len(r["works"]), "" if len(r["works"]) == 1 else "s", "; " + ", ".join(more) if more else ""))
+    if verbose:
+        lines += ["skipped %s: %s" % (x["handle"], store.clean_text(x["reason"], 200)) for x in r["skipped"]]
+    elif skipped and (conflicting or not known):
+        lines.append("%d work%s skipped (--verbose says why)" % (skipped, "" if skipped == 1 else "s"))
+    return lines
+
+
+def _pair_text(conflicts, overlap):
+    if conflicts:
+        text = "conflict %s" % _named(conflicts)
+        rest = [p for p in overlap if p not in conflicts]
+        return text + ("; also both changed %s" % _named(rest) if rest else "")
+    if conflicts is None:
+        return "both changed %s (conflicts unknown)" % _named(overlap)
+    return "both changed %s, merges cleanly" % _named(overlap)
 
 
 def cmd_prove(ctx, args):
@@ -3289,6 +3784,12 @@ def register(sub, common, ident):
     p = isub.add_parser("queue", parents=both, help="show queued work in order, with dependencies")
     p.add_argument("--into", metavar="BOOKMARK")
     p.set_defaults(func=cmd_queue)
+
+    p = ws.add_parser("conflicts", parents=both, help="which live works (and their targets) change the same "
+                      "paths, and which would conflict; reads only")
+    p.add_argument("--into", metavar="BOOKMARK", help="compare every work with this bookmark (default: the one "
+                   "each integrates into, else the repository's main bookmark)")
+    p.set_defaults(func=cmd_conflicts)
 
     p = ws.add_parser("remove", parents=both, help="delete a clone, only when every cleanup rule holds")
     p.add_argument("handle", metavar="HANDLE")

@@ -539,6 +539,46 @@ class AuditTest(StoreCase):
         self.assertEqual(len(since), 1)
 
 
+class AuditStoryTest(StoreCase):
+    """Store.audit_story and Store.runtimes_of: the rows of one subject and of given runtimes,
+    bounded by the subject's first row and its end event; runtimes by conversation or cwd."""
+
+    def test_story_rows_and_bounds(self):
+        worker, other = self.rt(conversation="c-worker"), self.rt(conversation="c-other")
+        self.st.claim(worker, ["before.txt"])  # before the work's first row: not its story
+        with self.st.transaction():
+            self.st.audit("work.created", other, "w1", owner_token="secret")
+        self.st.claim(worker, ["a.txt"])
+        self.st.claim(other, ["b.txt"])  # not one of the story's runtimes
+        self.st.send(worker, "hi", "*")  # a message row: not a lease or runtime row
+        with self.st.transaction():
+            self.st.audit("work.removed", other, "w1")
+        self.st.claim(worker, ["after.txt"])  # after the end event
+        rows = self.st.audit_story("w1", [worker], end_event="work.removed")
+        self.assertEqual([(r["event"], r["subject"]) for r in rows],
+                         [("work.created", "w1"), ("lease.claimed", "a.txt"), ("work.removed", "w1")])
+        self.assertEqual(rows[0]["data"]["owner_token"], "<redacted>")
+        self.assertEqual(self.st.audit_story("w1", [worker], end_event="work.removed", private=True)[0]["data"]
+                         ["owner_token"], "secret")
+        export = {json.loads(l)["id"]: json.loads(l) for l in self.st.audit_lines()}
+        self.assertEqual(rows, [export[r["id"]] for r in rows])
+        self.assertEqual(len(self.st.audit_story("w1", [worker])), 4)  # unbounded: after.txt too
+        self.assertEqual([r["subject"] for r in self.st.audit_story("w1", [worker], since=rows[1]["id"],
+                                                                    end_event="work.removed")], ["w1"])
+        self.assertEqual(self.st.audit_story("nothing", [worker]), [])
+
+    def test_runtimes_by_conversation_or_directory(self):
+        a = self.rt(conversation="c-a", cwd="/w/clone")
+        b = self.rt(conversation="c-b", cwd="/w/clone/sub")
+        c = self.rt(conversation="c-c", cwd="/w/clone-other")
+        d = self.rt(conversation="c-d", cwd="/elsewhere")
+        ids = lambda rows: sorted(r["id"] for r in rows)
+        self.assertEqual(ids(self.st.runtimes_of(below="/w/clone")), sorted([a, b]))
+        self.assertEqual(ids(self.st.runtimes_of(["c-d", None], below="/w/clone")), sorted([a, b, d]))
+        self.assertEqual(ids(self.st.runtimes_of(["c-c"])), [c])
+        self.assertEqual(self.st.runtimes_of(), [])
+
+
 class PermissionTest(support.CoordTestCase):
     def test_private_modes_under_umask_000(self):
         path = os.path.join(self.tmp, "priv", "deep", "db.sqlite3")

@@ -629,10 +629,14 @@ class IntegrationTest(WorkTestCase):
         self.jj(path, "describe", "-m", "feature")
         cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
         self.assertNotEqual(cand, create_commit)
-        # The candidate must be in the canonical repository at all.
-        proc = self.work("integrate", "prove", handle, "--target", self.main0)
+        # The target must be in the canonical repository at all (acquire copied the candidate
+        # there, under refs/coord/work/<id>, so the candidate is; it is on no branch yet).
+        proc = self.work("integrate", "prove", handle, "--target", "f" * 40)
         self.assertEqual(proc.returncode, 3, proc.stderr)
         self.assertIn("not in the canonical repository", proc.stderr)
+        proc = self.work("integrate", "prove", handle, "--target", self.main0)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("not an ancestor", proc.stderr)
         self.jj(path, "bookmark", "create", "side", "-r", cand)
         self.jj(path, "git", "push", "--bookmark", "side")
         # A non-ancestor: main as it was before anything was integrated.
@@ -2043,6 +2047,339 @@ class WorkMessageTest(TmuxWorkCase):
         proc = self.coord("send", "anyone?", "--to", handle, runtime=peer["id"])
         self.assertEqual(proc.returncode, 3)
         self.assertIn("no runtime to deliver to", proc.stderr)
+class LandingPreviewCase(WorkTestCase):
+    """Helpers to look at a canonical repository from outside: its refs, index, HEAD, working
+    copy and object files, so a test can prove a preview changed none of them."""
+
+    def canon_state(self, repo=None):
+        repo = repo or self.canon
+        gitdir = os.path.join(repo, ".git")
+        objects = sorted(os.path.relpath(os.path.join(d, f), gitdir) for d, _, fs in
+                         os.walk(os.path.join(gitdir, "objects")) for f in fs)
+        index = os.path.join(gitdir, "index")
+        with open(os.path.join(gitdir, "HEAD")) as f:
+            head = f.read()
+        return {"HEAD": head, "index": open(index, "rb").read() if os.path.exists(index) else None,
+                "status": self.git(repo, "--no-optional-locks", "status", "--porcelain",
+                                   "--untracked-files=all").stdout,
+                "refs": self.git(repo, "for-each-ref").stdout, "objects": objects,
+                "files": sorted((os.path.relpath(os.path.join(d, f), repo), open(os.path.join(d, f), "rb").read())
+                                for d, ds, fs in os.walk(repo) for f in fs
+                                if not os.path.relpath(d, repo).split(os.sep)[0] in (".git", ".jj"))}
+
+    def op_heads(self, path):
+        return sorted(os.listdir(os.path.join(path, ".jj", "repo", "op_heads", "heads")))
+
+    def move_main(self, repo, name, text, message="main moved"):
+        """Commit one file on the canonical `main` (jj colocated) and move the bookmark there."""
+        self.write(repo, name, text)
+        self.jj(repo, "commit", "-m", message)
+        self.jj(repo, "bookmark", "set", "main", "-r", "@-")
+        return self.commit_of(repo, "main")
+
+    def preview_of(self, handle):
+        return self.work_json("inspect", handle)["preview"]
+
+    def old_git(self):
+        """A PATH whose git is the real one except that, like git before 2.38, it has no
+        `merge-tree --write-tree` and calls itself 2.37."""
+        bindir = os.path.join(self.tmp, "bin-old-git")
+        os.mkdir(bindir)
+        real = shutil.which("git")
+        with open(os.path.join(bindir, "git"), "w") as f:
+            f.write('#!/bin/sh\ncase "$*" in\n  version) echo "git version 2.37.7"; exit 0 ;;\n'
+                    '  *merge-tree*--write-tree*) echo "usage: git merge-tree <base-tree> <branch1> <branch2>" >&2;'
+                    ' exit 129 ;;\nesac\nexec %s "$@"\n' % shlex.quote(real))
+        os.chmod(os.path.join(bindir, "git"), 0o755)
+        return bindir + os.pathsep + self.env["PATH"]
+
+
+class LandingPreviewTest(LandingPreviewCase):
+    """`work inspect` and `work integrate acquire` say how far ahead the work is, how far its
+    base is behind the target and which paths would conflict, without changing the canonical
+    repository (beyond acquire's private ref) or snapshotting the clone."""
+
+    def setUp(self):
+        super().setUp()
+        self.write(self.canon, "f.txt", "one\ntwo\nthree\n")
+        self.main0 = self.move_main(self.canon, "g.txt", "g\n", "base files")
+
+    def test_preview_against_a_canonical_that_moved(self):
+        handle, path, _ = self.create("moved")
+        self.write(path, "f.txt", "ONE from the work\ntwo\nthree\n")
+        self.write(path, "new.txt", "new\n")
+        self.jj(path, "commit", "-m", "work change")
+        self.move_main(self.canon, "f.txt", "ONE from main\ntwo\nthree\n", "conflicting change on main")
+        self.move_main(self.canon, "other.txt", "other\n", "unrelated change on main")
+        before, heads = self.canon_state(), self.op_heads(path)
+
+        p = self.preview_of(handle)
+        self.assertEqual((p["ahead"], p["behind"], p["conflicts"], p["into"], p["error"]), (1, 2, ["f.txt"], "main",
+                                                                                         None))
+        self.assertEqual(p["target"], self.commit_of(self.canon, "main"))
+        text = self.work("inspect", handle, check=0).stdout
+        self.assertIn("1 ahead of main, base 2 behind: would conflict in f.txt", text)
+        self.assertEqual(self.canon_state(), before, "inspect changed the canonical repository")
+        self.assertEqual(self.op_heads(path), heads, "inspect snapshotted the clone")
+
+        reply = self.work_json("integrate", "acquire", handle, "--into", "main")
+        wid = self.record(handle)["id"]
+        cand = reply["candidate"]["commit"]
+        self.assertEqual(cand, self.commit_of(path, "@-"))
+        p = reply["preview"]
+        self.assertEqual((p["ahead"], p["behind"], p["conflicts"], p["ref"]), (1, 2, ["f.txt"],
+                                                                              "refs/coord/work/" + wid))
+        after = self.canon_state()
+        self.assertEqual(self.git(self.canon, "for-each-ref", "--format=%(objectname)", "refs/coord/").stdout.strip(),
+                         cand)
+        for key in ("HEAD", "index", "status", "files"):
+            self.assertEqual(after[key], before[key], key)
+        self.assertEqual(set(after["refs"].splitlines()) - set(before["refs"].splitlines()),
+                         {"%s commit\trefs/coord/work/%s" % (cand, wid)})
+        # jj in the canonical repository does not import the private ref as a head.
+        self.assertNotIn(cand, self.jj(self.canon, "log", "--no-graph", "-r", "all()", "-T", 'commit_id ++ "\\n"'))
+        text = self.work("integrate", "acquire", handle, "--into", "main", check=0).stdout
+        self.assertEqual(text.splitlines(), ["candidate " + cand,
+                                             "1 ahead of main, base 2 behind: would conflict in f.txt"])
+
+    def test_clean_stale_base_is_behind_without_conflicts(self):
+        handle, path, _ = self.create("stale")
+        self.write(path, "f.txt", "one\ntwo\nthree from the work\n")
+        self.move_main(self.canon, "f.txt", "one from main\ntwo\nthree\n")
+        p = self.preview_of(handle)
+        self.assertEqual((p["ahead"], p["behind"], p["conflicts"]), (0, 1, []), "the edit is not snapshotted yet")
+        self.jj(path, "status")  # the agent's next jj command snapshots it
+        p = self.preview_of(handle)
+        self.assertEqual((p["ahead"], p["behind"], p["conflicts"], p["error"]), (1, 1, [], None))
+        self.assertIn("1 ahead of main, base 1 behind, no conflicts", self.work("inspect", handle, check=0).stdout)
+        p = self.work_json("integrate", "acquire", handle, "--into", "main")["preview"]
+        self.assertEqual((p["ahead"], p["behind"], p["conflicts"]), (1, 1, []))
+
+    def test_plain_git_canonical_keeps_its_checkout_index_and_head(self):
+        repo = os.path.join(self.tmp, "plain")
+        self.git(self.tmp, "init", "-q", "-b", "main", repo)
+        self.git(repo, "config", "user.email", "t@example.invalid")
+        self.git(repo, "config", "user.name", "T")
+        self.write(repo, "f.txt", "one\ntwo\nthree\n")
+        self.git(repo, "add", "f.txt")
+        self.git(repo, "commit", "-q", "-m", "base")
+        proc = self.work("create", "plain", cwd=repo, check=0)
+        handle, path = proc.stdout.splitlines()[:2]
+        self.write(path, "f.txt", "ONE\ntwo\nthree\n")
+        self.write(repo, "f.txt", "uno\ntwo\nthree\n")
+        self.git(repo, "commit", "-q", "-am", "main moved")
+        self.write(repo, "dirty.txt", "uncommitted, not staged\n")
+        self.write(repo, "f.txt", "uno\ntwo\nthree\nlocal edit\n")
+        self.git(repo, "add", "f.txt")  # staged: the index holds something the preview must keep
+        self.write(repo, "f.txt", "uno\ntwo\nthree\nlocal edit\nand more\n")
+        before = self.canon_state(repo)
+        self.assertEqual(self.work_json("inspect", handle, cwd=repo)["preview"]["conflicts"], [])  # not snapshotted
+        self.assertEqual(self.canon_state(repo), before)
+        p = self.work_json("integrate", "acquire", handle, "--into", "main", cwd=repo)["preview"]
+        self.assertEqual((p["ahead"], p["behind"], p["conflicts"]), (1, 1, ["f.txt"]))
+        wid = self.work_json("inspect", handle, cwd=repo)["work"]["id"]
+        self.assertEqual((p["ref"], p.get("fetch_error")), ("refs/coord/work/" + wid, None))
+        self.assertEqual(self.git(repo, "rev-parse", p["ref"]).stdout.strip(), p["candidate"])
+        after = self.canon_state(repo)
+        for key in ("HEAD", "index", "status", "files"):
+            self.assertEqual(after[key], before[key], key)
+        self.assertEqual(before["HEAD"], "ref: refs/heads/main\n")
+        self.assertEqual(self.git(repo, "rev-parse", "main").stdout, self.git(repo, "rev-parse", "HEAD").stdout)
+
+    def test_fetch_candidate_and_its_ref_lifetime(self):
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        caller = st.caller(self.rt["id"], self.env)
+        w = workspace.create_work(st, caller=caller, root=self.canon, task="fetched", environ=self.env)
+        self.write(w["path"], "x.txt", "x\n")
+        first = workspace.head_ids(w["path"], environ=self.env)["commit"]
+        ref = workspace.fetch_candidate(w, first, self.env)
+        self.assertEqual(ref, "refs/coord/work/" + w["id"])
+        show = lambda: self.git(self.canon, "for-each-ref", "--format=%(objectname)", ref).stdout.strip()
+        self.assertEqual(show(), first)
+        self.write(w["path"], "x.txt", "x, revised\n")
+        second = workspace.head_ids(w["path"], environ=self.env)["commit"]
+        self.assertEqual(workspace.fetch_candidate(w, second, self.env), ref)  # moves (the old one was rewritten)
+        self.assertEqual(show(), second)
+        self.assertEqual(workspace.fetch_candidate(w, second, self.env), ref)  # already there: same ref
+        with self.assertRaises(store.UsageError):
+            workspace.fetch_candidate(w, second[:12], self.env)
+        # Forgotten (the clone deleted by hand): an unlanded candidate keeps its ref, the only copy left.
+        shutil.rmtree(w["path"])
+        got = workspace.remove_work(st, caller=caller, handle=w["handle"], confirm=w["handle"], environ=self.env,
+                                    forget=True)
+        self.assertTrue(got["forgotten"])
+        self.assertEqual(show(), second)
+        row = [json.loads(l) for l in st.audit_lines()][-1]
+        self.assertEqual((row["event"], row["data"]["candidate_ref"]), ("work.removed", "kept " + ref))
+
+    def test_private_ref_is_deleted_with_the_work(self):
+        handle, path = self.integrate("removed")
+        wid = self.record(handle)["id"]
+        ref = "refs/coord/work/" + wid
+        self.assertTrue(self.git(self.canon, "for-each-ref", ref).stdout.strip())
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertEqual(self.git(self.canon, "for-each-ref", ref).stdout, "")
+        removed = self.record(handle)["data"]["removed"]
+        self.assertEqual(removed["candidate_ref"], "deleted " + ref)
+
+    def test_git_without_merge_tree_write_tree_degrades_and_says_so(self):
+        handle, path, _ = self.create("oldgit")
+        self.write(path, "f.txt", "ONE\ntwo\nthree\n")
+        self.move_main(self.canon, "f.txt", "uno\ntwo\nthree\n")
+        self.jj(path, "status")
+        env = {"PATH": self.old_git()}
+        reply = json.loads(self.work("inspect", handle, "--json", env=env, check=0).stdout)
+        p = reply["preview"]
+        self.assertEqual((p["ahead"], p["behind"], p["conflicts"]), (1, 1, None))
+        self.assertIn("git 2.37 cannot compute them", p["error"])
+        self.assertIn("2.38", p["error"])
+        proc = self.work("conflicts", env=env, check=0)
+        self.assertIn("git 2.37 cannot compute them", proc.stdout)
+        self.assertIn("%s x main: both changed f.txt (conflicts unknown)" % handle, proc.stdout)
+        self.assertEqual(self.preview_of(handle)["conflicts"], ["f.txt"])  # the real git
+
+
+class WorkConflictsTest(LandingPreviewCase):
+    """`coord work conflicts`: overlapping paths and textual conflicts for every pair of live
+    works and for each work against its target, read without snapshots or writes."""
+
+    def setUp(self):
+        super().setUp()
+        self.write(self.canon, "f.txt", "1\n2\n3\n4\n5\n")
+        self.main0 = self.move_main(self.canon, "h.txt", "a\nb\nc\nd\ne\n", "base files")
+
+    def changed(self, task, files):
+        handle, path, _ = self.create(task)
+        for name, text in files.items():
+            self.write(path, name, text)
+        self.jj(path, "commit", "-m", task)
+        return handle, path
+
+    def conflicts(self, *args):
+        proc = self.work("conflicts", *args, check=0)
+        return proc.stdout.splitlines()
+
+    def test_three_works_two_overlap_one_conflicts(self):
+        w1, p1 = self.changed("first", {"f.txt": "ONE\n2\n3\n4\n5\n", "h.txt": "A\nb\nc\nd\ne\n"})
+        w3, p3 = self.changed("third", {"h.txt": "a\nb\nc\nd\nE\n", "own.txt": "mine\n"})
+        self.assertEqual(self.conflicts(), ["no conflicts among 2 works and their targets; 1 overlap without "
+                                            "conflict"])
+        w2, p2 = self.changed("second", {"f.txt": "uno\n2\n3\n4\n5\n"})
+        before, heads = self.canon_state(), [self.op_heads(p) for p in (p1, p2, p3)]
+        reply = self.work_json("conflicts")
+        pairs = {(p["a"], p["b"]): (p["overlap"], p["conflicts"]) for p in reply["pairs"]}
+        self.assertEqual(pairs, {(w1, w3): (["h.txt"], []), (w1, w2): (["f.txt"], ["f.txt"])})
+        self.assertEqual(reply["pairs_checked"], 3)
+        rows = {w["handle"]: w for w in reply["works"]}
+        self.assertEqual({h: (r["ahead"], r["behind"], r["changed"]) for h, r in rows.items()},
+                         {w1: (1, 0, ["f.txt", "h.txt"]), w2: (1, 0, ["f.txt"]), w3: (1, 0, ["h.txt", "own.txt"])})
+        self.assertEqual(self.conflicts(), ["%s x %s: conflict f.txt" % (w1, w2)])
+        verbose = self.conflicts("--verbose")
+        self.assertIn("%s x %s: both changed h.txt, merges cleanly" % (w1, w3), verbose)
+        self.assertEqual(self.canon_state(), before, "work conflicts changed the canonical repository")
+        self.assertEqual([self.op_heads(p) for p in (p1, p2, p3)], heads, "work conflicts snapshotted a clone")
+
+        # main moves: the last line of h.txt conflicts with the third work, the first merges with the first.
+        self.move_main(self.canon, "h.txt", "a\nb\nc\nd\nmain\n")
+        reply = self.work_json("conflicts")
+        rows = {w["handle"]: w for w in reply["works"]}
+        self.assertEqual((rows[w3]["behind"], rows[w3]["target_overlap"], rows[w3]["target_conflicts"]),
+                         (1, ["h.txt"], ["h.txt"]))
+        self.assertEqual((rows[w1]["target_overlap"], rows[w1]["target_conflicts"]), (["h.txt"], []))
+        self.assertEqual((rows[w2]["target_overlap"], rows[w2]["target_conflicts"]), ([], []))
+        self.assertEqual(sorted(self.conflicts()), sorted(["%s x %s: conflict f.txt" % (w1, w2),
+                                                           "%s x main: conflict h.txt" % w3]))
+
+    def test_nothing_to_compare_is_one_line_and_a_missing_clone_is_skipped(self):
+        self.assertEqual(self.conflicts(), ["no conflicts among 0 works and their targets"])
+        handle, path = self.changed("gone", {"f.txt": "x\n"})
+        self.assertEqual(self.conflicts("--into", "nosuch", "--verbose"),
+                         ["no conflicts among 0 works and their targets",
+                          "skipped %s: no bookmark nosuch in %s" % (handle, self.canon)])
+        shutil.rmtree(path)
+        lines = self.conflicts()
+        self.assertEqual(lines, ["no conflicts among 0 works and their targets; 1 skipped"])
+        self.assertIn("skipped %s: directory %s is gone" % (handle, path), self.conflicts("--verbose"))
+        env = {"PATH": os.path.join(self.tmp, "nothing")}
+        proc = self.work("conflicts", env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)  # the gone clone needs no tool to be skipped
+
+
+    def test_a_missing_tool_is_reported_per_work_never_a_crash(self):
+        handle, path = self.changed("tools", {"f.txt": "x\n"})
+        for tool, missing in (("git", "jj"), ("jj", "git")):
+            bindir = os.path.join(self.tmp, "only-" + tool)
+            os.mkdir(bindir)
+            os.symlink(shutil.which(tool), os.path.join(bindir, tool))
+            with self.subTest(missing=missing):
+                proc = self.work("conflicts", "--verbose", env={"PATH": bindir})
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertIn("skipped %s: %s not found" % (handle, missing), proc.stdout)
+                reply = json.loads(self.work("inspect", handle, "--json", env={"PATH": bindir}, check=0).stdout)
+                self.assertIn("%s not found" % missing, reply["preview"]["error"])
+        self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.db), "errors.log")))
+
+
+class WorkStoryTest(LandingPreviewCase):
+    """Provenance: the `work.integrated` audit row links the landed commit to the work, the
+    runtimes and conversations that made it, their leases, the gate and the integration
+    owner; `coord audit --work` prints one work's rows in order."""
+
+    def test_story_in_order_and_the_landing_row(self):
+        handle, path, _ = self.create("story")
+        worker = self.hello(conversation="worker-conversation", cwd=path)["runtime"]
+        self.coord("claim", "f.txt", "-p", "edit f", runtime=worker["id"], cwd=path, check=0)
+        self.coord("claim", "unrelated.txt", "-p", "owner's own", runtime=self.rt["id"], cwd=self.canon, check=0)
+        self.write(path, "f.txt", "from the worker\n")
+        self.gate(handle)
+        cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
+        self.jj(path, "bookmark", "set", "main", "-r", cand)
+        self.jj(path, "git", "push", "--bookmark", "main")
+        self.work("integrate", "prove", handle, "--target", cand, check=0)
+        self.work("integrate", "release", handle, check=0)
+        self.coord("bye", runtime=worker["id"], cwd=path, check=0)
+        self.work("remove", handle, "--confirm", handle, check=0)
+        st = store.Store(environ=self.env)
+        with st.transaction():  # what the worker's runtime is seen doing after the work is not its story
+            st.audit("lease.claimed", worker["id"], "later.txt", mode="exclusive")
+        st.close()
+
+        story = self.coord_json("audit", "--work", handle, cwd=self.canon)
+        self.assertTrue(story["ok"])
+        events = [e["event"] for e in story["events"]]
+        self.assertEqual(events, ["work.creating", "work.created", "runtime.hello", "lease.claimed",
+                                  "work.gate.passed", "work.integration.acquired", "work.integrated",
+                                  "work.integration.released", "lease.released", "runtime.bye", "work.removed"])
+        ids = [e["id"] for e in story["events"]]
+        self.assertEqual(ids, sorted(ids))
+        export = {e["id"]: e for e in self.coord_json("audit", cwd=self.canon)["events"]}
+        for e in story["events"]:
+            self.assertEqual(e, export[e["id"]])  # the same objects as the export
+        landed = next(e for e in story["events"] if e["event"] == "work.integrated")
+        d = landed["data"]
+        self.assertEqual((d["candidate"], d["target"], d["into"], landed["runtime"]), (cand, cand, "main",
+                                                                                       self.rt["id"]))
+        self.assertEqual((d["work_handle"], d["task"], landed["subject"]), (handle, "story", self.record(handle)["id"]))
+        self.assertEqual([(m["handle"], m["conversation"]) for m in d["made_by"]],
+                         [(worker["handle"], "worker-conversation")])
+        self.assertEqual(d["created_by"]["handle"], self.rt["handle"])
+        self.assertEqual(d["leases"], ["f.txt"])
+        self.assertEqual(d["gate"]["state"], "passed")
+        self.assertEqual(d["owner"]["handle"], self.rt["handle"])
+
+        text = self.coord("audit", "--work", handle, cwd=self.canon, check=0).stdout.splitlines()
+        self.assertEqual(len(text), len(events))
+        self.assertIn("work.integrated %s candidate=%s" % (self.rt["handle"], cand[:12]), text[6])
+        self.assertIn("made_by=%s" % worker["handle"], text[6])
+        self.assertIn("lease.claimed %s f.txt" % worker["handle"], text[3])
+        self.assertEqual(self.coord("audit", "--work", handle, cwd=self.canon, check=0).stdout,
+                         "\n".join(text) + "\n")  # deterministic
+        self.assertEqual(self.coord("audit", "--work", handle, "--since", str(ids[5]), cwd=self.canon,
+                                    check=0).stdout.splitlines(), text[6:])
+        proc = self.coord("audit", "--work", "no-such-work-handle-here", cwd=self.canon)
+        self.assertIn(proc.returncode, (2, 3), proc.stderr)
+        self.assertIn("next:", proc.stderr)
 
 
 if __name__ == "__main__":
