@@ -835,6 +835,26 @@ def database_facts(path):
             "schema_version": int.from_bytes(header[60:64], "big")}
 
 
+def read_works(path):
+    """The work records that are not removed (id, handle, task, state, path, source), read the way
+    database_facts reads: never creating, locking or writing anything. [] when there is no database."""
+    if not os.path.exists(path):
+        return []
+    from urllib.parse import quote
+    live = os.path.exists(path + "-wal") and os.path.exists(path + "-shm")
+    uri = "file:%s?mode=ro%s" % (quote(os.path.abspath(path)), "" if live else "&immutable=1")
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=2)
+        try:
+            rows = conn.execute("SELECT id, handle, task, state, path, source FROM work "
+                                "WHERE state NOT IN ('removed', 'failed') ORDER BY created_at, id").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []
+    return [dict(zip(("id", "handle", "task", "state", "path", "source"), r)) for r in rows]
+
+
 class Store:
     """One connection to the coordination database plus every operation on it."""
 

@@ -501,7 +501,7 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
             "history": _history(cur, "active", caller)})
         st.audit("work.created", caller["id"], work_id, task=task, path=path, base_change=ids["change"],
                  base_commit=ids["commit"], kind=data["kind"])
-    return w
+    return carry_trust(st, w, caller, environ)
 
 
 class _CreateFailed(Exception):
@@ -1337,6 +1337,7 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
             raise Refused("--forget only drops a record whose directory is gone; %s exists" % w["path"],
                           "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
         _mark_removed(st, w, caller, "forgotten (directory was already gone)")
+        drop_trust(st, w, caller, environ)
         return {"work": w["handle"], "removed": True, "forgotten": True}
     if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
         _mark_removed(st, w, caller, "failed create, nothing on disk")
@@ -1351,6 +1352,9 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
     out = {"work": w["handle"], "removed": True}
     if discard:
         out["discarded_ignored"] = discard
+    left = drop_trust(st, w, caller, environ)
+    if left:
+        out["trust_left"] = left
     return out
 
 
@@ -1381,6 +1385,7 @@ def gc_works(st, *, caller, environ=None, dry_run=False, discard_ignored=False):
                      "next": "coord work inspect %s" % w["handle"]}]})
                 continue
             _mark_removed(st, w, caller, "gc", discard)
+            drop_trust(st, w, caller, environ)
         r = {"handle": w["handle"], "task": w["task"]}
         if discard:
             r["discarded_ignored"] = discard
@@ -1512,6 +1517,74 @@ def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
     return data
 
 
+# =========================================================================== harness trust (trust.py)
+
+REGISTER_GRACE = 20.0  # seconds a started harness gets to register before `work list` says so
+UNREGISTERED = "started, agent not registered: trust prompt?"
+
+
+def carry_trust(st, w, caller, environ, harnesses=("codex", "claude")):
+    """With the person's opt-in (`coord trust --carry-over on`), carry their approvals of the
+    shared checkout over to the clone and record exactly what was added; -> the record."""
+    import trust
+    if not trust.carry_enabled(environ) or not w.get("path") or not w.get("source"):
+        return w
+    result = trust.carry_over(w["source"], w["path"], environ, harnesses)
+    if not result["added"] and not result["notes"]:
+        return w
+    with st.transaction():
+        cur = st.work(w["id"])
+        old = cur["data"].get("trust") or {}
+        rec = {"added": trust.merge_added(old.get("added"), result["added"]),
+               "notes": [store.clean_text(n, 300) for n in result["notes"]][:10]}
+        cur = st.update_work(w["id"], data={"trust": rec})
+        st.audit("work.trust-carried", _who(caller), w["id"], added=result["added"], notes=rec["notes"])
+    return cur
+
+
+def trust_pending(w, harness, environ):
+    """What a person must approve in the window for `harness` (a list; None when it cannot be told)."""
+    import trust
+    if not w.get("path") or not w.get("source"):
+        return None
+    try:
+        return trust.pending_approvals(w["source"], w["path"], harness, environ)
+    except store.CoordError as exc:
+        return ["%s: %s" % (harness, exc.message)]
+
+
+def drop_trust(st, w, caller, environ):
+    """Remove the harness trust entries carried over for a removed work; -> what stayed (notes)."""
+    added = (w["data"].get("trust") or {}).get("added")
+    if not added:
+        return []
+    import trust
+    notes = trust.remove_carried(added, environ)
+    with st.transaction():
+        cur = st.work(w["id"])
+        rec = dict(cur["data"].get("trust") or {}, removed_at=_now(), left=notes or None)
+        st.update_work(w["id"], data={"trust": rec})
+        st.audit("work.trust-removed", _who(caller), w["id"], removed=added, left=notes or None)
+    return notes
+
+
+def not_registered(w, grace, now=None):
+    """True when the work's harness was started (or resumed) over `grace` seconds ago in a window
+    that still runs and no harness has registered from it: typically a trust prompt waits."""
+    if w["state"] not in ("active", "resumed"):
+        return False
+    rec = w["data"].get("tmux") or {}
+    if not rec.get("window_id") or rec.get("runtime_id"):
+        return False
+    last = (w["data"].get("history") or [{}])[-1]
+    if last.get("step") != "started" and last.get("state") != "resumed":
+        return False
+    if (now if now is not None else _now()) - float(last.get("at") or 0) < grace:
+        return False
+    live, _ = _live_tmux(w)
+    return live is not None
+
+
 # =========================================================================== tmux glue (session.py)
 
 def _live_tmux(w, strict=False):
@@ -1604,9 +1677,14 @@ def _close_window(w):
 def start_work(st, *, caller, handle, harness, extra=(), environ):
     """Run a harness for the work in a new tmux window; -> {work, tmux: the window record}."""
     w = _launchable(st, handle)
+    w = carry_trust(st, w, caller, environ, (harness,))
+    approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"))
     _record_launch(st, w, "active", rec, caller, step="started", harness=harness)
-    return {"work": w["handle"], "tmux": rec}
+    out = {"work": w["handle"], "tmux": rec}
+    if approvals is not None:
+        out["approvals"] = approvals
+    return out
 
 
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None):
@@ -1696,12 +1774,21 @@ def cmd_work_list(ctx, args):
     st = ctx.db
     works = st.works(include_removed=args.all)
     lines = []
+    out = []
+    grace = store.env_number(ctx.environ, "COORD_REGISTER_GRACE", REGISTER_GRACE, (0.0, 86400.0))
     for w in works:
         line = summary_line(w)
+        unregistered = not_registered(w, grace)
+        if unregistered:
+            line += "  " + UNREGISTERED
         if ctx.verbose:
             line += "  id=%s path=%s" % (w["id"], w["path"])
         lines.append(line)
-    return 0, {"ok": True, "work": [public_work(w, st) for w in works]}, "\n".join(lines)
+        rec = public_work(w, st)
+        if unregistered:
+            rec["attention"] = UNREGISTERED
+        out.append(rec)
+    return 0, {"ok": True, "work": out}, "\n".join(lines)
 
 
 def cmd_inspect(ctx, args):
@@ -1861,8 +1948,21 @@ def cmd_remote_verify(ctx, args):
 
 
 def cmd_start(ctx, args):
-    return 0, _ok(start_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
-                             extra=args.extra, environ=ctx.environ)), None
+    r = start_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
+                   extra=args.extra, environ=ctx.environ)
+    return 0, _ok(r), start_text(r)
+
+
+def start_text(r):
+    """What `work start` says: nothing when the harness will run coord's hooks; otherwise what a
+    person must approve in the window, and how."""
+    if not r.get("approvals"):
+        return None
+    lines = ["%s started in tmux window %s; its hooks stay off until you approve them there:"
+             % (r["work"], r["tmux"].get("window_id"))]
+    lines += ["  " + store.clean_text(a, 300) for a in r["approvals"]]
+    lines.append("  (or carry over the approvals you gave the shared checkout: coord trust --carry-over on)")
+    return "\n".join(lines)
 
 
 def cmd_resume(ctx, args):
