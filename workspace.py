@@ -1697,9 +1697,14 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None)
         raise UsageError("no conversation is recorded for %s, so there is nothing to resume" % w["handle"],
                          "coord work resume %s --conversation ID, or start afresh: coord work start %s"
                          % (w["handle"], w["handle"]))
+    w = carry_trust(st, w, caller, environ, (harness,))
+    approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, conversation, harness, [], previous)
     _record_launch(st, w, "resumed", rec, caller, conversation=conversation)
-    return {"work": w["handle"], "tmux": rec}
+    out = {"work": w["handle"], "tmux": rec}
+    if approvals is not None:
+        out["approvals"] = approvals
+    return out
 
 
 def park_work(st, *, caller, handle, reason):
@@ -1958,7 +1963,7 @@ def start_text(r):
     person must approve in the window, and how."""
     if not r.get("approvals"):
         return None
-    lines = ["%s started in tmux window %s; its hooks stay off until you approve them there:"
+    lines = ["%s runs in tmux window %s; coord's hooks stay off there until you approve them:"
              % (r["work"], r["tmux"].get("window_id"))]
     lines += ["  " + store.clean_text(a, 300) for a in r["approvals"]]
     lines.append("  (or carry over the approvals you gave the shared checkout: coord trust --carry-over on)")
@@ -1966,8 +1971,9 @@ def start_text(r):
 
 
 def cmd_resume(ctx, args):
-    return 0, _ok(resume_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, environ=ctx.environ,
-                              conversation=args.conversation, harness=args.harness)), None
+    r = resume_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, environ=ctx.environ,
+                    conversation=args.conversation, harness=args.harness)
+    return 0, _ok(r), start_text(r)
 
 
 def cmd_attach(ctx, args):
