@@ -1529,7 +1529,11 @@ def carry_trust(st, w, caller, environ, harnesses=("codex", "claude")):
     import trust
     if not trust.carry_enabled(environ) or not w.get("path") or not w.get("source"):
         return w
-    result = trust.carry_over(w["source"], w["path"], environ, harnesses)
+    try:
+        result = trust.carry_over(w["source"], w["path"], environ, harnesses)
+    except Exception as exc:  # never a failed create or start: the note says what happened
+        store.log_traceback("carry_over %s" % w["id"])
+        result = {"added": {}, "notes": ["not carried over: %s: %s" % (type(exc).__name__, exc)]}
     if not result["added"] and not result["notes"]:
         return w
     with st.transaction():
@@ -1551,6 +1555,9 @@ def trust_pending(w, harness, environ):
         return trust.pending_approvals(w["source"], w["path"], harness, environ)
     except store.CoordError as exc:
         return ["%s: %s" % (harness, exc.message)]
+    except Exception:
+        store.log_traceback("pending_approvals %s" % w["id"])
+        return None
 
 
 def drop_trust(st, w, caller, environ):
@@ -1559,13 +1566,31 @@ def drop_trust(st, w, caller, environ):
     if not added:
         return []
     import trust
-    notes = trust.remove_carried(added, environ)
+    try:
+        notes = trust.remove_carried(added, environ)
+    except Exception as exc:  # the clone is gone either way; say what stayed
+        store.log_traceback("remove_carried %s" % w["id"])
+        notes = ["not removed: %s: %s" % (type(exc).__name__, exc)]
     with st.transaction():
         cur = st.work(w["id"])
         rec = dict(cur["data"].get("trust") or {}, removed_at=_now(), left=notes or None)
         st.update_work(w["id"], data={"trust": rec})
         st.audit("work.trust-removed", _who(caller), w["id"], removed=added, left=notes or None)
     return notes
+
+
+def trust_lines(w):
+    """One line on what was carried over to the clone (and why not), or none."""
+    rec = w["data"].get("trust") or {}
+    added, bits = rec.get("added") or {}, []
+    c = added.get("codex") or {}
+    if c.get("project") or c.get("hooks"):
+        bits.append("codex %s%d hook%s" % ("project, " if c.get("project") else "", len(c.get("hooks") or {}),
+                                          "" if len(c.get("hooks") or {}) == 1 else "s"))
+    if (added.get("claude") or {}).get("project"):
+        bits.append("claude workspace")
+    lines = ["approvals carried over from the shared checkout: " + "; ".join(bits)] if bits else []
+    return lines + [store.clean_text(n, 300) for n in rec.get("notes") or []]
 
 
 def not_registered(w, grace, now=None):
@@ -1772,6 +1797,7 @@ def cmd_create(ctx, args):
     lines = [w["handle"], w["path"]]
     if w["data"]["kind"] == "native":
         lines.append(native_note(w["source"], w["data"]["git"]))
+    lines += trust_lines(w)
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, "\n".join(lines)
 
 
