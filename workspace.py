@@ -1601,10 +1601,10 @@ def not_registered(w, grace, now=None):
     rec = w["data"].get("tmux") or {}
     if not rec.get("window_id") or rec.get("runtime_id"):
         return False
-    last = (w["data"].get("history") or [{}])[-1]
-    if last.get("step") != "started" and last.get("state") != "resumed":
+    launches = [h for h in w["data"].get("history") or [] if h.get("step") == "started" or h.get("state") == "resumed"]
+    if not launches:
         return False
-    if (now if now is not None else _now()) - float(last.get("at") or 0) < grace:
+    if (now if now is not None else _now()) - float(launches[-1].get("at") or 0) < grace:
         return False
     live, _ = _live_tmux(w)
     return live is not None
