@@ -1551,7 +1551,6 @@ class UnregisteredHarnessTest(TmuxWorkCase):
     def test_flagged_after_the_grace_period_only(self):
         handle, path, _ = self.create("quiet")
         self.work("start", handle, check=0)
-        self.work("gate", handle, "--waive", "--reason", "later history", check=0)  # the start stays the launch
         closed, _, _ = self.create("closed")
         self.work("start", closed, check=0)
         self.work("close", closed, check=0)  # a closed window is no prompt waiting
