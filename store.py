@@ -1024,6 +1024,11 @@ def live_works_readonly(path):
         w.pop("token", None)
         out.append(w)
     return out
+def read_works(path):
+    """The live work records (id, handle, task, state, path, source), read as live_works_readonly
+    reads; [] when there is no database or it cannot be read."""
+    return [{k: w.get(k) for k in ("id", "handle", "task", "state", "path", "source")}
+            for w in live_works_readonly(path) or []]
 
 
 class Store:

@@ -683,6 +683,7 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
             "history": _history(cur, "active", caller), "unprotected": gaps or None})
         st.audit("work.created", caller["id"], work_id, task=task, path=path, base_change=ids["change"],
                  base_commit=ids["commit"], kind=data["kind"], unprotected=gaps or None)
+    w = carry_trust(st, w, caller, environ)
     if no_setup:
         with st.transaction():
             w = st.update_work(work_id, data={"setup": {"status": "skipped", "at": _now()}})
@@ -2941,6 +2942,7 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
         problems = [p[0] for p in directory_problems(w)] if os.path.lexists(w["path"] or "") else ["missing"]
         if "missing" in problems:
             _mark_removed(st, w, caller, "forgotten (directory was already gone)")
+            drop_trust(st, w, caller, environ)
             return {"work": w["handle"], "removed": True, "forgotten": True}
         if "token-mismatch" in problems:
             marker = read_marker(w["path"]) or {}
@@ -2964,6 +2966,9 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
     out = {"work": w["handle"], "removed": True}
     if discard:
         out["discarded_ignored"] = discard
+    left = drop_trust(st, w, caller, environ)
+    if left:
+        out["trust_left"] = left
     return out
 
 
@@ -2994,6 +2999,7 @@ def gc_works(st, *, caller, environ=None, dry_run=False, discard_ignored=False):
                      "next": "coord work inspect %s" % w["handle"]}]})
                 continue
             _mark_removed(st, w, caller, "gc", discard)
+            drop_trust(st, w, caller, environ)
         r = {"handle": w["handle"], "task": w["task"]}
         if discard:
             r["discarded_ignored"] = discard
@@ -3130,6 +3136,99 @@ def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
                       "re-read the remote and rebase or re-plan; never force: git ls-remote %s %s" % (remote, ref),
                       **data)
     return data
+
+
+# =========================================================================== harness trust (trust.py)
+
+REGISTER_GRACE = 20.0  # seconds a started harness gets to register before `work list` says so
+UNREGISTERED = "started, agent not registered: trust prompt?"
+
+
+def carry_trust(st, w, caller, environ, harnesses=("codex", "claude")):
+    """With the person's opt-in (`coord trust --carry-over on`), carry their approvals of the
+    shared checkout over to the clone and record exactly what was added; -> the record."""
+    import trust
+    if not trust.carry_enabled(environ) or not w.get("path") or not w.get("source"):
+        return w
+    try:
+        result = trust.carry_over(w["source"], w["path"], environ, harnesses)
+    except Exception as exc:  # never a failed create or start: the note says what happened
+        store.log_traceback("carry_over %s" % w["id"])
+        result = {"added": {}, "notes": ["not carried over: %s: %s" % (type(exc).__name__, exc)]}
+    if not result["added"] and not result["notes"]:
+        return w
+    with st.transaction():
+        cur = st.work(w["id"])
+        old = cur["data"].get("trust") or {}
+        rec = {"added": trust.merge_added(old.get("added"), result["added"]),
+               "notes": [store.clean_text(n, 300) for n in result["notes"]][:10]}
+        cur = st.update_work(w["id"], data={"trust": rec})
+        st.audit("work.trust-carried", _who(caller), w["id"], added=result["added"], notes=rec["notes"])
+    return cur
+
+
+def trust_pending(w, harness, environ):
+    """What a person must approve in the window for `harness` (a list; None when it cannot be told)."""
+    import trust
+    if not w.get("path") or not w.get("source"):
+        return None
+    try:
+        return trust.pending_approvals(w["source"], w["path"], harness, environ)
+    except store.CoordError as exc:
+        return ["%s: %s" % (harness, exc.message)]
+    except Exception:
+        store.log_traceback("pending_approvals %s" % w["id"])
+        return None
+
+
+def drop_trust(st, w, caller, environ):
+    """Remove the harness trust entries carried over for a removed work; -> what stayed (notes)."""
+    added = (w["data"].get("trust") or {}).get("added")
+    if not added:
+        return []
+    import trust
+    try:
+        notes = trust.remove_carried(added, environ)
+    except Exception as exc:  # the clone is gone either way; say what stayed
+        store.log_traceback("remove_carried %s" % w["id"])
+        notes = ["not removed: %s: %s" % (type(exc).__name__, exc)]
+    with st.transaction():
+        cur = st.work(w["id"])
+        rec = dict(cur["data"].get("trust") or {}, removed_at=_now(), left=notes or None)
+        st.update_work(w["id"], data={"trust": rec})
+        st.audit("work.trust-removed", _who(caller), w["id"], removed=added, left=notes or None)
+    return notes
+
+
+def trust_lines(w):
+    """One line on what was carried over to the clone (and why not), or none."""
+    rec = w["data"].get("trust") or {}
+    added, bits = rec.get("added") or {}, []
+    c = added.get("codex") or {}
+    if c.get("project") or c.get("hooks"):
+        bits.append("codex %s%d hook%s" % ("project, " if c.get("project") else "", len(c.get("hooks") or {}),
+                                          "" if len(c.get("hooks") or {}) == 1 else "s"))
+    if (added.get("claude") or {}).get("project"):
+        bits.append("claude workspace")
+    lines = ["approvals carried over from the shared checkout: " + "; ".join(bits)] if bits else []
+    return lines + [store.clean_text(n, 300) for n in rec.get("notes") or []]
+
+
+def not_registered(w, grace, now=None):
+    """True when the work's harness was started (or resumed) over `grace` seconds ago in a window
+    that still runs and no harness has registered from it: typically a trust prompt waits."""
+    if w["state"] not in ("active", "resumed"):
+        return False
+    rec = w["data"].get("tmux") or {}
+    if not rec.get("window_id") or rec.get("runtime_id"):
+        return False
+    launches = [h for h in w["data"].get("history") or [] if h.get("step") == "started" or h.get("state") == "resumed"]
+    if not launches:
+        return False
+    if (now if now is not None else _now()) - float(launches[-1].get("at") or 0) < grace:
+        return False
+    live, _ = _live_tmux(w)
+    return live is not None
 
 
 # =========================================================================== tmux glue (session.py)
@@ -3270,10 +3369,15 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None):
     if prompt is not None:
         check_prompt(prompt)
     w = _launchable(st, handle)
+    w = carry_trust(st, w, caller, environ, (harness,))
+    approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"), prompt=prompt)
     _record_launch(st, w, "active", rec, caller, step="started", harness=harness,
                    prompt_bytes=None if prompt is None else len(prompt.encode("utf-8", "surrogateescape")))
-    return {"work": w["handle"], "tmux": rec}
+    out = {"work": w["handle"], "tmux": rec}
+    if approvals is not None:
+        out["approvals"] = approvals
+    return out
 
 
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
@@ -3287,9 +3391,14 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
         raise UsageError("no conversation is recorded for %s, so there is nothing to resume" % w["handle"],
                          "coord work resume %s --conversation ID, or start afresh: coord work start %s"
                          % (w["handle"], w["handle"]))
+    w = carry_trust(st, w, caller, environ, (harness,))
+    approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, conversation, harness, [], previous)
     _record_launch(st, w, "resumed", rec, caller, conversation=conversation)
-    return {"work": w["handle"], "tmux": rec}
+    out = {"work": w["handle"], "tmux": rec}
+    if approvals is not None:
+        out["approvals"] = approvals
+    return out
 
 
 def park_work(st, *, caller, handle, reason, override=False):
@@ -3384,6 +3493,7 @@ def cmd_create(ctx, args):
     if w["data"].get("unprotected"):
         lines.append("warning: unprotected: agents in this clone run without coord's hooks (no registration, "
                      "messages or write checks): %s" % "; ".join(w["data"]["unprotected"]))
+    lines += trust_lines(w)
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, "\n".join(lines)
 
 
@@ -3398,12 +3508,21 @@ def cmd_work_list(ctx, args):
     st = ctx.db
     works = st.works(include_removed=args.all)
     lines = []
+    out = []
+    grace = store.env_number(ctx.environ, "COORD_REGISTER_GRACE", REGISTER_GRACE, (0.0, 86400.0))
     for w in works:
         line = summary_line(w)
+        unregistered = not_registered(w, grace)
+        if unregistered:
+            line += "  " + UNREGISTERED
         if ctx.verbose:
             line += "  id=%s path=%s" % (w["id"], w["path"])
         lines.append(line)
-    return 0, {"ok": True, "work": [public_work(w, st) for w in works]}, "\n".join(lines)
+        rec = public_work(w, st)
+        if unregistered:
+            rec["attention"] = UNREGISTERED
+        out.append(rec)
+    return 0, {"ok": True, "work": out}, "\n".join(lines)
 
 
 def cmd_inspect(ctx, args):
@@ -3660,13 +3779,27 @@ def cmd_remote_verify(ctx, args):
 
 def cmd_start(ctx, args):
     prompt = read_prompt(args.prompt, args.prompt_file)
-    return 0, _ok(start_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
-                             extra=args.extra, environ=ctx.environ, prompt=prompt)), None
+    r = start_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
+                   extra=args.extra, environ=ctx.environ, prompt=prompt)
+    return 0, _ok(r), start_text(r)
+
+
+def start_text(r):
+    """What `work start` says: nothing when the harness will run coord's hooks; otherwise what a
+    person must approve in the window, and how."""
+    if not r.get("approvals"):
+        return None
+    lines = ["%s runs in tmux window %s; coord's hooks stay off there until you approve them:"
+             % (r["work"], r["tmux"].get("window_id"))]
+    lines += ["  " + store.clean_text(a, 300) for a in r["approvals"]]
+    lines.append("  (or carry over the approvals you gave the shared checkout: coord trust --carry-over on)")
+    return "\n".join(lines)
 
 
 def cmd_resume(ctx, args):
-    return 0, _ok(resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
-                              conversation=args.conversation, harness=args.harness, override=args.override)), None
+    r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
+                    conversation=args.conversation, harness=args.harness, override=args.override)
+    return 0, _ok(r), start_text(r)
 
 
 def cmd_attach(ctx, args):

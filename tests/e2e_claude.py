@@ -7,12 +7,14 @@ a recording hook of the tests' own. The coord scenarios live in CoordScenarios.
 
 import json
 import os
+import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harnesses as h  # noqa: E402
+import support  # noqa: E402
 from modelserver import say, tool  # noqa: E402
 
 
@@ -316,6 +318,94 @@ class CoordScenarios(h.CoordCase):
         rt = self.agent_runtime(result.session_id())
         held = [l for l in seen["state"]["leases"] if l["resource"] == "src/x.py"]
         self.assertEqual([l["runtime"] for l in held], [rt["id"]], seen)
+
+
+class CloneTrust(h.CoordCase):
+    """Interactive Claude Code started by `coord work start` in a managed clone. Claude keys
+    workspace trust by path (`projects[<dir>].hasTrustDialogAccepted` in ~/.claude.json), so a
+    clone of a trusted checkout stops at the trust dialog and no hook runs. With the opt-in the
+    person's trust is carried over and the agent registers; without it (the control) the dialog
+    waits, `work start` said so, and `work list` flags the work."""
+
+    harness = "claude"
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "jj")
+        self.tmux_bin = support.require_tool(self, "tmux")
+        genv = dict(self.env, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",
+                    GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid")
+        for argv in (["add", "-A"], ["commit", "-q", "-m", "install coord"]):
+            subprocess.run(["git", "-C", self.repo] + argv, check=True, env=genv)
+        scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(scratch, 0o700)
+        self.sock = os.path.join(self.tmp, "tmux.sock")
+        jjcfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(jjcfg, "w") as f:
+            f.write('user.name = "e2e"\nuser.email = "e2e@example.invalid"\n')
+        self.launch_env = h.claude_env(self.home, self.server, self.agent_env({
+            "COORD_SCRATCH_ROOT": scratch, "COORD_TMUX_SOCKET": self.sock, "TMUX_TMPDIR": self.tmp,
+            "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"), "JJ_CONFIG": jjcfg,
+            "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli}))
+        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", self.sock, "kill-server"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        # The person has used Claude Code before and trusted the shared checkout.
+        self.claude_json = os.path.join(self.home, ".claude.json")
+        with open(self.claude_json, "w") as f:
+            json.dump({"hasCompletedOnboarding": True, "theme": "dark",
+                       "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
+                       "projects": {self.repo: {"hasTrustDialogAccepted": True}}}, f, indent=2)
+        self.server.load([])
+        self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
+
+    def start(self, carry):
+        if carry:
+            self.rcoord("trust", "--carry-over", "on", env=self.launch_env)
+        work = self.rcoord("work", "create", "trusty", "--runtime", self.owner["id"], env=self.launch_env)["work"]
+        started = self.rcoord("work", "start", work["handle"], "--harness", "claude", "--runtime",
+                              self.owner["id"], env=self.launch_env)
+        return work, started
+
+    def tmux_record(self, work):
+        return self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]["data"].get("tmux") or {}
+
+    def pane_text(self, work):
+        pane = self.tmux_record(work)["pane_id"]
+        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-t", pane],
+                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
+
+    def test_carried_over_trust_lets_the_agent_register(self):
+        work, started = self.start(carry=True)
+        self.assertEqual(started.get("approvals"), [], started)
+        rec = support.retry_until(lambda: self.tmux_record(work).get("runtime_id") and self.tmux_record(work),
+                                  timeout=60, interval=0.5)
+        runtime = [rt for rt in self.coord_state()["runtimes"] if rt["id"] == rec["runtime_id"]]
+        self.assertEqual(len(runtime), 1, self.coord_state())
+        listed = [w for w in self.rcoord("work", "list", env=self.launch_env)["work"] if w["handle"] == work["handle"]]
+        self.assertNotIn("attention", listed[0])
+        with open(self.claude_json) as f:
+            self.assertTrue(json.load(f)["projects"][work["path"]]["hasTrustDialogAccepted"])
+        # Removal takes the clone's entry away and leaves the person's own.
+        self.rcoord("work", "close", work["handle"], "--runtime", self.owner["id"], env=self.launch_env)
+        self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e", "--runtime", self.owner["id"],
+                    env=self.launch_env)
+        support.retry_until(lambda: (self.rcoord("work", "remove", work["handle"], "--confirm", work["handle"],
+                                                 "--runtime", self.owner["id"], env=self.launch_env, check=None)
+                                     or {}).get("removed"), timeout=60, interval=0.5)
+        with open(self.claude_json) as f:
+            projects = json.load(f)["projects"]
+        self.assertNotIn(work["path"], projects)
+        self.assertTrue(projects[self.repo]["hasTrustDialogAccepted"])
+
+    def test_without_the_opt_in_the_trust_dialog_waits_and_list_says_so(self):
+        work, started = self.start(carry=False)
+        self.assertIn("trust dialog", "\n".join(started.get("approvals") or []), started)
+        text = support.retry_until(lambda: "trust this folder" in self.pane_text(work) and self.pane_text(work),
+                                   timeout=60, interval=0.5)
+        self.assertIn(work["path"], text.replace("\n", ""))
+        self.assertIsNone(self.tmux_record(work).get("runtime_id"))
+        listed = [w for w in self.rcoord("work", "list", env=self.launch_env)["work"] if w["handle"] == work["handle"]]
+        self.assertEqual(listed[0].get("attention"), "started, agent not registered: trust prompt?")
 
 
 def tearDownModule():

@@ -582,6 +582,100 @@ class CoordScenarios(h.CoordCase):
         self.assertNotIn(peer["handle"], reqs[4].tail_text())
 
 
+class CloneTrust(h.CoordCase):
+    """`coord work start --harness codex` in a managed clone: Codex keys project and hook trust by
+    absolute path, so a clone has none of the approvals a person gave the shared checkout. With
+    the opt-in (`coord trust --carry-over on`) coord carries them over and the agent's write to a
+    peer's leased file is denied; without it, `work start` names what to approve, and (the
+    control) the same write goes through."""
+
+    harness = "codex"
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "jj")
+        self.tmux_bin = support.require_tool(self, "tmux")
+        genv = dict(self.env, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",
+                    GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid")
+        for argv in (["add", "-A"], ["commit", "-q", "-m", "install coord"]):
+            subprocess.run(["git", "-C", self.repo] + argv, check=True, env=genv)
+        scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(scratch, 0o700)
+        self.sock = os.path.join(self.tmp, "tmux.sock")
+        jjcfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(jjcfg, "w") as f:
+            f.write('user.name = "e2e"\nuser.email = "e2e@example.invalid"\n')
+        self.launch_env = h.codex_env(self.home, self.codex_home, self.server, self.agent_env({
+            "COORD_SCRATCH_ROOT": scratch, "COORD_TMUX_SOCKET": self.sock, "TMUX_TMPDIR": self.tmp,
+            "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"), "JJ_CONFIG": jjcfg,
+            # the prompt rides in the command: passing one through `work start` is issue 14 item 6
+            "COORD_CODEX_CMD": "%s exec --json TASK-CLONE" % self.cli}))
+        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", self.sock, "kill-server"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        # The person trusted the shared checkout and approved coord's hooks there.
+        h.trust_codex_repo(self.codex_home, self.server, self.repo)
+        self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
+
+    def clone_run(self, carry):
+        """Create a clone, let a peer lease src/a.py, start Codex there by `work start` with a
+        script that rewrites src/a.py; -> (start reply, clone path, peer, config bytes before)."""
+        if carry:
+            self.rcoord("trust", "--carry-over", "on", env=self.launch_env)
+        with open(os.path.join(self.codex_home, "config.toml"), "rb") as f:
+            before = f.read()
+        work = self.rcoord("work", "create", "trusty", "--runtime", self.owner["id"], env=self.launch_env)["work"]
+        clone = work["path"]
+        peer = self.rcoord("hello", env=self.launch_env)["runtime"]
+        self.rcoord("claim", "src/a.py", "--runtime", peer["id"], "-p", "peer work", env=self.launch_env)
+        self.write_file("src/a.py", "original\n", repo=clone)
+        self.server.load([patch("*** Update File: src/a.py", "@@", "-original", "+agent"), say("done")])
+        started = self.rcoord("work", "start", work["handle"], "--harness", "codex", "--runtime", self.owner["id"],
+                              env=self.launch_env)
+        support.retry_until(lambda: len(self.server.model_requests()) >= 2, timeout=120)
+        with open(os.path.join(clone, "src", "a.py")) as f:
+            text = f.read()
+        return started, work, clone, peer, before, text
+
+    def test_carried_over_approvals_let_coord_deny_a_peers_file(self):
+        started, work, clone, peer, before, text = self.clone_run(carry=True)
+        self.assertEqual(text, "original\n", "the write to the peer's leased file went through")
+        self.assertEqual(started.get("approvals"), [], started)
+        out = self.server.model_requests()[1].tail()[-1]["output"]
+        self.assertTrue(out.startswith("Command blocked by PreToolUse hook: "), out)
+        self.assertIn(peer["handle"], out)
+        # Codex itself now lists every coord hook in the clone as trusted.
+        reply = h.codex_hooks_list(self.cli, clone, self.home, self.codex_home, self.server)
+        listed = [hk for entry in reply["result"]["data"] for hk in entry["hooks"]]
+        self.assertTrue(listed)
+        self.assertEqual([hk["key"] for hk in listed if hk["trustStatus"] != "trusted"], [])
+        added = self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]["data"]["trust"]["added"]
+        self.assertEqual(added["codex"]["project"], clone)
+        self.assertEqual(sorted(added["codex"]["hooks"]), sorted(hk["key"] for hk in listed))
+        # Removing the work takes exactly those entries away: every byte of the config is back.
+        os.unlink(os.path.join(clone, "src", "a.py"))
+        support.retry_until(lambda: self.remove(work), timeout=60, interval=0.5)  # once Codex has exited
+        with open(os.path.join(self.codex_home, "config.toml"), "rb") as f:
+            self.assertEqual(f.read(), before)
+
+    def remove(self, work):
+        """Waive the gate and remove the work once its window has gone; True when removed."""
+        self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e", "--runtime", self.owner["id"],
+                    env=self.launch_env)
+        reply = self.rcoord("work", "remove", work["handle"], "--confirm", work["handle"], "--runtime",
+                            self.owner["id"], env=self.launch_env, check=None)
+        return bool(reply and reply.get("removed"))
+
+    def test_without_the_opt_in_start_names_the_approvals_and_nothing_blocks(self):
+        started, work, clone, peer, before, text = self.clone_run(carry=False)
+        approvals = "\n".join(started.get("approvals") or [])
+        self.assertIn("trust the project %s" % clone, approvals)
+        self.assertIn("/hooks", approvals)
+        with open(os.path.join(self.codex_home, "config.toml"), "rb") as f:
+            self.assertEqual(f.read(), before, "nothing may be written without the opt-in")
+        # The control: Codex ran coord's hooks nowhere, so the leased file was rewritten.
+        self.assertEqual(text, "agent\n")
+
+
 def tearDownModule():
     h.print_figures()
 

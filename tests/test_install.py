@@ -1060,6 +1060,43 @@ class DroppedEventTest(InstallTestCase):
         self.install("--check", check=0)
 
 
+class DoctorClonesTest(InstallTestCase):
+    """--doctor covers every live managed clone: Codex project and hook trust, Claude Code trust."""
+
+    def test_each_live_clone_is_reported_untrusted_then_trusted(self):
+        import harnesses
+        import store
+        self.fresh()
+        clone = os.path.realpath(self.new_repo("task.abcd1234"))
+        self.install("--project-id", "demo", target=clone, check=0)
+        gone = os.path.join(self.tmp, "gone.0000")
+        st = store.Store(self.db, environ=self.env)
+        with st.transaction():
+            w = st.insert_work("task", "active", "t" * 64, path=clone, source=os.path.realpath(self.target))
+            st.insert_work("gone", "active", "u" * 64, path=gone, source=os.path.realpath(self.target))
+        st.close()
+        r = json.loads(self.install("--doctor", "--json", check=0).stdout)
+        self.assertEqual([c["handle"] for c in r["clones"]], [w["handle"]], "a clone not on disk is skipped")
+        c = r["clones"][0]
+        self.assertEqual((c["codex_project_trusted"], c["codex_hooks"], c["codex_hooks_trusted"], c["claude_trusted"]),
+                         (False, len(EVENTS), 0, False))
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("clone %s (task): codex project NOT trusted, hooks 0/%d trusted; claude NOT trusted"
+                      % (w["handle"], len(EVENTS)), text)
+        self.assertIn("/hooks", text)
+        lines = ['[projects."%s"]' % clone, 'trust_level = "trusted"', '']
+        for key, digest in sorted(harnesses.codex_hook_hashes(os.path.join(clone, ".codex", "hooks.json")).items()):
+            lines += ['[hooks.state."%s"]' % key, 'trusted_hash = "%s"' % digest, '']
+        with open(os.path.join(self.codex_home, "config.toml"), "w") as f:
+            f.write("\n".join(lines))
+        with open(os.path.join(self.home, ".claude.json"), "w") as f:
+            json.dump({"projects": {os.path.dirname(clone): {"hasTrustDialogAccepted": True}}}, f)
+        c = json.loads(self.install("--doctor", "--json", check=0).stdout)["clones"][0]
+        self.assertEqual((c["codex_project_trusted"], c["codex_hooks_trusted"], c["claude_trusted"]),
+                         (True, len(EVENTS), True))
+        self.assertIn("hooks %d/%d trusted; claude trusted\n" % (len(EVENTS), len(EVENTS)),
+                      self.install("--doctor", check=0).stdout)
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

@@ -240,15 +240,15 @@ class UpgradeTest(CoordTestCase):
         # --doctor lists them too, with the same commands.
         doctor = json.loads(self.sh([sys.executable, os.path.join(self.new, "install"), canon, "--doctor",
                                       "--json"], canon, check=None).stdout)
-        self.assertEqual(sorted(c["handle"] for c in doctor["clones"]), sorted(h for h, _ in clones.values()))
-        self.assertTrue(all(c["relation"] in ("older", "differs") for c in doctor["clones"]))
+        self.assertEqual(sorted(c["handle"] for c in doctor["clone_upgrades"]), sorted(h for h, _ in clones.values()))
+        self.assertTrue(all(c["relation"] in ("older", "differs") for c in doctor["clone_upgrades"]))
 
         # A clone brought up to date (the printed command, after the install is committed) is no
         # longer listed.
         self.jj(canon, "commit", "-m", "coord upgraded")
         self.jj(canon, "bookmark", "set", "main", "-r", "@-")
-        command = [c["command"] for c in doctor["clones"] if c["handle"] == clones["alpha"][0]][0]
+        command = [c["command"] for c in doctor["clone_upgrades"] if c["handle"] == clones["alpha"][0]][0]
         self.sh(["/bin/sh", "-c", command], canon)
         doctor = json.loads(self.sh([sys.executable, os.path.join(self.new, "install"), canon, "--doctor",
                                       "--json"], canon, check=None).stdout)
-        self.assertEqual([c["handle"] for c in doctor["clones"]], [clones["beta"][0]])
+        self.assertEqual([c["handle"] for c in doctor["clone_upgrades"]], [clones["beta"][0]])

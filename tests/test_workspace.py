@@ -2382,6 +2382,37 @@ class WorkStoryTest(LandingPreviewCase):
         self.assertIn("next:", proc.stderr)
 
 
+class UnregisteredHarnessTest(TmuxWorkCase):
+    """`work list` flags a started harness that never registered (a trust prompt, typically)."""
+
+    def test_flagged_after_the_grace_period_only(self):
+        handle, path, _ = self.create("quiet")
+        self.work("start", handle, check=0)
+        closed, _, _ = self.create("closed")
+        self.work("start", closed, check=0)
+        self.work("close", closed, check=0)  # a closed window is no prompt waiting
+        died, _, _ = self.create("died")
+        self.work("start", died, check=0)
+        window = self.record(died)["data"]["tmux"]["window_id"]
+        subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", window], check=True, timeout=10)
+        flag = "started, agent not registered: trust prompt?"
+        proc = self.work("list", env={"COORD_REGISTER_GRACE": "3600"}, check=0)
+        self.assertNotIn(flag, proc.stdout)
+        proc = self.work("list", env={"COORD_REGISTER_GRACE": "0"}, check=0)
+        self.assertIn("%s  " % handle, proc.stdout)
+        self.assertIn(flag, proc.stdout)
+        listed = json.loads(self.work("list", "--json", env={"COORD_REGISTER_GRACE": "0"}, check=0).stdout)["work"]
+        self.assertEqual([(w["handle"], w.get("attention")) for w in listed], [(handle, flag), (closed, None), (died, None)])
+        self.assertEqual(self.work("list", env={"COORD_REGISTER_GRACE": "-1"}).returncode, 2)
+        # Once the harness in the window registers (as the SessionStart hook records it), the flag goes.
+        import store
+        st = store.Store(self.db)
+        with st.transaction():
+            w = st.resolve_work(handle)
+            st.update_work(w["id"], data={"tmux": dict(w["data"]["tmux"], runtime_id=self.rt["id"])})
+        st.close()
+        self.assertNotIn(flag, self.work("list", env={"COORD_REGISTER_GRACE": "0"}, check=0).stdout)
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

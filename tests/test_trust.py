@@ -1,0 +1,302 @@
+"""trust.py: carrying a person's harness approvals over to managed clones, with real config files.
+
+The Claude Code config is edited by coord itself; the Codex config through the real
+`codex app-server` (config/batchWrite), so those tests need the pinned Codex CLI.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harnesses  # noqa: E402
+import support  # noqa: E402
+
+import trust  # noqa: E402
+
+INSTALL = os.path.join(support.ROOT, "install")
+
+# A Claude Code config as Claude writes it (JSON.stringify with two spaces), with a person's
+# own entries around the one coord adds.
+CLAUDE_JSON = """{
+  "numStartups": 12,
+  "theme": "dark",
+  "projects": {
+    "/home/user/other": {
+      "allowedTools": [],
+      "hasTrustDialogAccepted": true,
+      "lastCost": 0.25
+    },
+    "%(shared)s": {
+      "allowedTools": [],
+      "hasTrustDialogAccepted": %(trusted)s
+    }
+  },
+  "userID": "abc\\u00e9"
+}
+"""
+
+CODEX_CONFIG = """# the person's own notes
+model = "gpt-5.5"   # keep
+approval_policy = "never"
+
+[projects."/home/user/other"]
+trust_level = "trusted"
+%(project)s
+[tui]
+theme = 'dark'
+%(hooks)s"""
+
+
+class TrustCase(support.CoordTestCase):
+    """Two installed checkouts (the shared one and a clone of it) and private harness configs."""
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "git")
+        self.codex_home = os.path.join(self.tmp, "codex-home")
+        os.makedirs(self.codex_home)
+        self.env.update({"CODEX_HOME": self.codex_home, "XDG_CONFIG_HOME": os.path.join(self.tmp, "config")})
+        os.environ.update(self.env)
+        self.shared = self.installed("shared")
+        self.clone = self.installed("clone.1234")
+        self.claude_json = os.path.join(self.home, ".claude.json")
+        self.codex_toml = os.path.join(self.codex_home, "config.toml")
+
+    def installed(self, name):
+        path = os.path.join(self.tmp, name)
+        subprocess.run(["git", "init", "-q", path], check=True, env=self.env)
+        proc = subprocess.run([sys.executable, INSTALL, path, "--project-id", "test-project"], env=self.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return os.path.realpath(path)
+
+    def write(self, path, text):
+        with open(path, "w") as f:
+            f.write(text)
+        with open(path, "rb") as f:
+            return f.read()
+
+    def read(self, path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    def claude(self, trusted=True):
+        return self.write(self.claude_json, CLAUDE_JSON % {"shared": self.shared,
+                                                           "trusted": "true" if trusted else "false"})
+
+    def codex(self, project=True, hashes=None):
+        """The person's Codex config: the shared checkout trusted (or not) and `hashes`
+        ({state key: hash}) approved; -> its bytes."""
+        hooks = "".join('\n[hooks.state."%s"]\ntrusted_hash = "%s"\n' % (k, v) for k, v in sorted((hashes or {}).items()))
+        project = '\n[projects."%s"]\ntrust_level = "trusted"\n' % self.shared if project else ""
+        return self.write(self.codex_toml, CODEX_CONFIG % {"project": project, "hooks": hooks})
+
+    def shared_hashes(self):
+        return harnesses.codex_hook_hashes(os.path.join(self.shared, ".codex", "hooks.json"))
+
+    def assert_only_insertions(self, before, after):
+        """`after` is `before` with text added and not a byte of it changed or taken away."""
+        import difflib
+        ops = difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes()
+        self.assertEqual([op for op in ops if op[0] not in ("equal", "insert")], [], after)
+        self.assertGreater(len(after), len(before))
+
+    def need_codex(self):
+        path = harnesses.require_cli(self, "codex")
+        self.env["PATH"] = os.path.dirname(path) + os.pathsep + self.env.get("PATH", "")
+        os.environ.update(self.env)
+
+
+class ClaudeCarryTest(TrustCase):
+
+    def test_entry_added_beside_the_persons_and_removal_gives_back_every_byte(self):
+        before = self.claude()
+        result = trust.carry_over(self.shared, self.clone, self.env, ("claude",))
+        self.assertEqual(result["notes"], [])
+        self.assertEqual(result["added"]["claude"]["project"], self.clone)
+        after = json.loads(self.read(self.claude_json).decode("utf-8"))
+        self.assertEqual(after["projects"][self.clone], {"hasTrustDialogAccepted": True})
+        old = json.loads(before.decode("utf-8"))
+        del after["projects"][self.clone]
+        self.assertEqual(after, old, "every other entry keeps its value")
+        self.assert_only_insertions(before, self.read(self.claude_json))
+        self.assertEqual(trust.remove_carried(result["added"], self.env), [])
+        self.assertEqual(self.read(self.claude_json), before)
+
+    def test_untrusted_shared_checkout_carries_nothing(self):
+        before = self.claude(trusted=False)
+        result = trust.carry_over(self.shared, self.clone, self.env, ("claude",))
+        self.assertEqual(result, {"added": {}, "notes": []})
+        self.assertEqual(self.read(self.claude_json), before)
+        self.assertIn("Claude Code: accept the trust dialog for %s" % self.clone,
+                      trust.pending_approvals(self.shared, self.clone, "claude", self.env)[0])
+
+    def test_a_clone_already_trusted_is_left_alone(self):
+        # Claude Code trusts a directory when it or any ancestor is trusted.
+        text = CLAUDE_JSON % {"shared": self.shared, "trusted": "true"}
+        doc = json.loads(text)
+        doc["projects"][os.path.dirname(self.clone)] = {"hasTrustDialogAccepted": True}
+        before = self.write(self.claude_json, json.dumps(doc, indent=2))
+        self.assertEqual(trust.carry_over(self.shared, self.clone, self.env, ("claude",))["added"], {})
+        self.assertEqual(self.read(self.claude_json), before)
+        self.assertEqual(trust.pending_approvals(self.shared, self.clone, "claude", self.env), [])
+
+    def test_unreadable_config_is_never_edited(self):
+        before = self.write(self.claude_json, '{"projects": {"%s": {"hasTrustDialogAccepted": true}}' % self.shared)
+        result = trust.carry_over(self.shared, self.clone, self.env, ("claude",))
+        self.assertEqual(result["added"], {})
+        self.assertIn("not valid JSON", result["notes"][0])
+        self.assertEqual(self.read(self.claude_json), before)
+
+    def test_textual_edit_round_trips_every_shape(self):
+        for text in ('{}', '{}\n', '{\n  "a": 1\n}\n', '{\n  "projects": {}\n}', '{"a":1,"projects":{"/x":{"k":1}}}',
+                     '{\n    "projects": {\n        "/x": {\n            "k": [1, 2]\n        }\n    }\n}\n'):
+            new, made = trust._claude_insert(text, "/tmp/c.1")
+            self.assertEqual(json.loads(new)["projects"]["/tmp/c.1"], {"hasTrustDialogAccepted": True}, new)
+            self.assertEqual(trust._claude_remove(new, "/tmp/c.1", made), text, new)
+
+
+class CodexCarryTest(TrustCase):
+
+    def test_only_hooks_approved_at_the_identical_hash_are_carried_and_removal_restores(self):
+        self.need_codex()
+        approved = self.shared_hashes()
+        stale = sorted(approved)[0]  # approved once, but the command has changed since
+        approved[stale] = "sha256:" + "0" * 64
+        before = self.codex(hashes=approved)
+        result = trust.carry_over(self.shared, self.clone, self.env, ("codex",))
+        self.assertEqual(result["notes"], [])
+        added = result["added"]["codex"]
+        self.assertEqual(added["project"], self.clone)
+        clone_hashes = harnesses.codex_hook_hashes(os.path.join(self.clone, ".codex", "hooks.json"))
+        skipped = stale.replace(self.shared, self.clone, 1)
+        self.assertEqual(sorted(added["hooks"]), sorted(k for k in clone_hashes if k != skipped))
+        for key, digest in added["hooks"].items():
+            self.assertEqual(digest, clone_hashes[key])
+        text = self.read(self.codex_toml).decode("utf-8")
+        self.assert_only_insertions(before, self.read(self.codex_toml))
+        self.assertNotIn(skipped, text)
+        status = trust.codex_status(self.clone, trust.read_codex_config(self.env))
+        self.assertTrue(status["project_trusted"])
+        self.assertEqual(status["untrusted"], [skipped])
+        self.assertEqual(len(trust.pending_approvals(self.shared, self.clone, "codex", self.env)), 1)
+        self.assertEqual(trust.remove_carried(result["added"], self.env), [])
+        self.assertEqual(self.read(self.codex_toml), before)
+
+    def test_untrusted_shared_project_carries_nothing(self):
+        before = self.codex(project=False, hashes=self.shared_hashes())
+        result = trust.carry_over(self.shared, self.clone, self.env, ("codex",))
+        self.assertEqual(result, {"added": {}, "notes": []})
+        self.assertEqual(self.read(self.codex_toml), before)
+        pending = "\n".join(trust.pending_approvals(self.shared, self.clone, "codex", self.env))
+        self.assertIn("trust the project %s" % self.clone, pending)
+        self.assertIn("/hooks", pending)
+
+
+class OptInTest(TrustCase):
+
+    def test_opt_in_lives_in_the_users_config_and_an_agent_cannot_set_it(self):
+        path = os.path.join(self.tmp, "config", "coord", "settings.json")
+        self.assertFalse(trust.carry_enabled(self.env))
+        proc = self.coord("trust", "--carry-over", "on", env={"CODEX_THREAD_ID": "t-1"})
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertFalse(os.path.exists(path))
+        proc = self.coord("trust", "--carry-over", "on", check=0)
+        self.assertIn(path, proc.stdout)
+        self.assertTrue(trust.carry_enabled(self.env))
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        self.coord("trust", "--carry-over", "off", check=0)
+        self.assertFalse(trust.carry_enabled(self.env))
+        self.assertIn("carry-over off", self.coord("trust", check=0).stdout)
+
+
+class WorkCreateTrustTest(support.CoordTestCase):
+    """`work create` with and without the opt-in, on real jj clones of an installed checkout."""
+
+    def setUp(self):
+        super().setUp()
+        for tool in ("jj", "git"):
+            support.require_tool(self, tool)
+        cfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(cfg, "w") as f:
+            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
+        self.scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(self.scratch, 0o700)
+        self.codex_home = os.path.join(self.tmp, "codex-home")
+        os.makedirs(self.codex_home)
+        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": self.scratch, "CODEX_HOME": self.codex_home,
+                         "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"),
+                         "GIT_CONFIG_GLOBAL": os.path.join(self.home, ".gitconfig")})
+        os.environ.update(self.env)
+        self.canon = os.path.join(self.tmp, "canon")
+        subprocess.run(["jj", "git", "init", "--colocate", self.canon], check=True, env=self.env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.canon = os.path.realpath(self.canon)
+        subprocess.run([sys.executable, INSTALL, self.canon, "--project-id", "test-project"], check=True,
+                       env=self.env, stdout=subprocess.DEVNULL)
+        subprocess.run(["jj", "commit", "-m", "install coord"], cwd=self.canon, check=True, env=self.env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(["jj", "bookmark", "create", "main", "-r", "@-"], cwd=self.canon, check=True, env=self.env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.rt = self.coord_json("hello")["runtime"]
+        self.claude_json = os.path.join(self.home, ".claude.json")
+        self.codex_toml = os.path.join(self.codex_home, "config.toml")
+        hashes = harnesses.codex_hook_hashes(os.path.join(self.canon, ".codex", "hooks.json"))
+        lines = ['[projects."%s"]' % self.canon, 'trust_level = "trusted"', '']
+        for key, digest in sorted(hashes.items()):
+            lines += ['[hooks.state."%s"]' % key, 'trusted_hash = "%s"' % digest, '']
+        with open(self.codex_toml, "w") as f:
+            f.write("\n".join(lines))
+        with open(self.claude_json, "w") as f:
+            json.dump({"projects": {self.canon: {"hasTrustDialogAccepted": True}}}, f, indent=2)
+
+    def snapshot(self):
+        out = {}
+        for path in (self.codex_toml, self.claude_json):
+            with open(path, "rb") as f:
+                out[path] = f.read()
+        return out
+
+    def create(self):
+        reply = self.coord_json("work", "create", "trusty", "--runtime", self.rt["id"], cwd=self.canon)
+        return reply["work"]
+
+    def test_without_the_opt_in_nothing_is_written(self):
+        before = self.snapshot()
+        work = self.create()
+        self.assertEqual(self.snapshot(), before)
+        self.assertNotIn("trust", work["data"])
+        events = [e["event"] for e in self.coord_json("audit")["events"]]
+        self.assertNotIn("work.trust-carried", events)
+
+    @support.slow
+    def test_with_the_opt_in_create_carries_and_remove_takes_exactly_that_away(self):
+        codex = harnesses.require_cli(self, "codex")
+        self.env["PATH"] = os.path.dirname(codex) + os.pathsep + self.env["PATH"]
+        os.environ.update(self.env)
+        self.coord("trust", "--carry-over", "on", check=0)
+        before = self.snapshot()
+        work = self.create()
+        added = work["data"]["trust"]["added"]
+        self.assertEqual(added["claude"]["project"], work["path"])
+        self.assertEqual(added["codex"]["project"], work["path"])
+        self.assertEqual(len(added["codex"]["hooks"]), len(harnesses.codex_hook_hashes(
+            os.path.join(self.canon, ".codex", "hooks.json"))))
+        self.assertNotEqual(self.snapshot(), before)
+        self.coord("work", "gate", work["handle"], "--waive", "--reason", "test", "--runtime", self.rt["id"],
+                   cwd=self.canon, check=0)
+        self.coord("work", "remove", work["handle"], "--confirm", work["handle"], "--runtime", self.rt["id"],
+                   cwd=self.canon, check=0)
+        self.assertEqual(self.snapshot(), before)
+        events = [e["event"] for e in self.coord_json("audit")["events"]]
+        self.assertIn("work.trust-carried", events)
+        self.assertIn("work.trust-removed", events)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,610 @@
+"""Harness trust for managed clones: what Claude Code and Codex need a person to approve in a
+new clone, and (only with the person's own opt-in) carrying their existing approvals over.
+
+Both harnesses key trust by absolute path, so a clone at a new path starts untrusted even when
+the person approved the very same files in the shared checkout:
+
+- Codex: project trust is `[projects."<abs project dir>"] trust_level = "trusted"` and each
+  project hook's trust is `[hooks.state."<abs .codex/hooks.json>:<event>:<group>:<handler>"]
+  trusted_hash = "sha256:..."` in the user's `$CODEX_HOME/config.toml` (`~/.codex`). The hash
+  covers the hook's event, matcher and command, so an equal hash means the same command.
+- Claude Code: `projects["<abs dir>"].hasTrustDialogAccepted` in `$CLAUDE_CONFIG_DIR/.claude.json`
+  (`~/.claude.json`); a directory is trusted when it or any ancestor has it.
+
+coord never grants what a person has not given. The opt-in (`coord trust --carry-over on`)
+lives in the user's own configuration directory, never in the repository. With it, a clone gets
+a Codex project entry only when the shared checkout is trusted, a hook entry only when the
+shared checkout trusts that hook at the identical hash, and a Claude entry only when Claude
+trusts the shared checkout. Codex entries are written through `codex app-server`
+`config/batchWrite` (Codex's own editor keeps every other byte); the Claude file gets a locked,
+atomic, textual edit that keeps every other byte. What was added is recorded in the work and
+removed with it.
+"""
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import store
+from store import EnvError, Refused, UsageError
+
+SETTINGS_FILE = "settings.json"
+CARRY_KEY = "carry_trust"
+CODEX_HOOKS = os.path.join(".codex", "hooks.json")
+APP_SERVER_TIMEOUT = 30.0
+# Variables a harness sets in the commands its agent runs: an agent may not opt in for a person.
+_AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COORD_WORK_ID")
+
+
+# --------------------------------------------------------------------------- the opt-in
+
+def settings_path(environ=None):
+    """coord's per-user settings: $XDG_CONFIG_HOME/coord/settings.json (~/.config when unset)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+    return os.path.join(base, "coord", SETTINGS_FILE)
+
+
+def _read_settings(environ=None):
+    try:
+        with open(settings_path(environ), "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def carry_enabled(environ=None):
+    return _read_settings(environ).get(CARRY_KEY) is True
+
+
+def set_carry(on, environ=None):
+    """Turn the opt-in on or off; refused from inside an agent's session."""
+    env = os.environ if environ is None else environ
+    if on:
+        inside = [name for name in _AGENT_MARKERS if env.get(name)]
+        if inside:
+            raise Refused("carrying harness trust over is a person's decision; this runs inside an agent "
+                          "session (%s is set)" % inside[0],
+                          "run `coord trust --carry-over on` yourself, in your own terminal")
+    doc = _read_settings(environ)
+    doc[CARRY_KEY] = bool(on)
+    path = settings_path(environ)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    store.atomic_write(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    return path
+
+
+# --------------------------------------------------------------------------- Codex: reading
+
+_INSTALL = []
+
+
+def _install():
+    """The installer module beside this file: its TOML reader and Codex hook hash are the ones
+    `install --doctor` uses (and the end-to-end tests check against Codex's own hooks/list)."""
+    if not _INSTALL:
+        from importlib.machinery import SourceFileLoader
+        import types
+        path = os.path.join(os.path.dirname(os.path.realpath(os.path.abspath(__file__))), "install")
+        loader = SourceFileLoader("coord_install", path)
+        mod = types.ModuleType(loader.name)
+        mod.__file__ = path
+        loader.exec_module(mod)
+        _INSTALL.append(mod)
+    return _INSTALL[0]
+
+
+def codex_config_path(environ=None):
+    env = os.environ if environ is None else environ
+    home = env.get("CODEX_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".codex")
+    return os.path.join(home, "config.toml")
+
+
+def read_codex_config(environ=None):
+    """{key tuple: value} of the user's Codex config ({} when absent); EnvError when unreadable."""
+    path = codex_config_path(environ)
+    if not os.path.exists(path):
+        return {}
+    try:
+        return _install().read_toml(path)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise EnvError("cannot read the Codex config %s: %s" % (path, exc), "fix or move %s" % path)
+
+
+def _variants(path):
+    out = [os.path.abspath(path)]
+    if os.path.realpath(path) not in out:
+        out.append(os.path.realpath(path))
+    return out
+
+
+def codex_project_trusted(config, directory):
+    return any(config.get(("projects", p, "trust_level")) == "trusted" for p in _variants(directory))
+
+
+def codex_hooks(directory, config):
+    """coord's handlers in `directory`/.codex/hooks.json: [{key, hash, trusted_hash}] where key
+    is Codex's state key (absolute hooks.json path, event, group and handler index) and
+    trusted_hash what the user's config records for it (None when nothing)."""
+    inst = _install()
+    path = os.path.join(os.path.realpath(directory), CODEX_HOOKS)
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return []
+    hooks = doc.get("hooks") if isinstance(doc, dict) else None
+    out = []
+    for event, groups in (hooks.items() if isinstance(hooks, dict) else ()):
+        for gi, group in enumerate(groups if isinstance(groups, list) else []):
+            if not isinstance(group, dict):
+                continue
+            for hi, handler in enumerate(group.get("hooks") or []):
+                if not isinstance(handler, dict) or not inst._is_coord_handler(handler):
+                    continue
+                suffix = ":%s:%d:%d" % (inst._camel_to_snake(event), gi, hi)
+                trusted = None
+                for source in _variants(path):
+                    trusted = config.get(("hooks", "state", source + suffix, "trusted_hash"))
+                    if trusted is not None:
+                        break
+                out.append({"key": path + suffix, "hash": inst.codex_hook_hash(event, group, handler),
+                            "trusted_hash": trusted})
+    return out
+
+
+def codex_status(directory, config):
+    """{project_trusted, hooks: N, trusted: N, untrusted: [keys], modified: [keys]} for one checkout."""
+    hooks = codex_hooks(directory, config)
+    return {"project_trusted": codex_project_trusted(config, directory), "hooks": len(hooks),
+            "trusted": sum(1 for h in hooks if h["trusted_hash"] == h["hash"]),
+            "untrusted": [h["key"] for h in hooks if h["trusted_hash"] is None],
+            "modified": [h["key"] for h in hooks if h["trusted_hash"] not in (None, h["hash"])]}
+
+
+# --------------------------------------------------------------------------- Codex: writing
+
+def codex_binary(environ=None):
+    """The Codex executable (COORD_CODEX_CMD's first word, else `codex`) on PATH, or None."""
+    env = os.environ if environ is None else environ
+    import shlex
+    try:
+        words = shlex.split(env.get("COORD_CODEX_CMD") or "codex")
+    except ValueError:
+        words = []
+    if not words:
+        return None
+    return shutil.which(words[0], path=env.get("PATH"))
+
+
+def _key_part(text):
+    if re.match(r"^[A-Za-z0-9_-]+$", text):
+        return text
+    if '"' in text or "\\" in text or any(ord(c) < 32 for c in text):
+        raise UsageError("path %r cannot be written as a Codex config key" % text)
+    return '"%s"' % text
+
+
+def codex_batch_write(edits, environ=None):
+    """Apply [(key path parts, value or None to delete)] through `codex app-server`
+    `config/batchWrite` (Codex's own config editor, which keeps every other byte)."""
+    env = dict(os.environ if environ is None else environ)
+    codex = codex_binary(env)
+    if not codex:
+        raise EnvError("codex not found on PATH, so its config cannot be edited through it",
+                       "install Codex, or set COORD_CODEX_CMD")
+    payload = [{"keyPath": ".".join(_key_part(p) for p in parts),
+                "value": value, "mergeStrategy": "upsert" if value is not None else "replace"}
+               for parts, value in edits]
+    for name in ("CODEX_THREAD_ID", "CODEX_SESSION_ID"):
+        env.pop(name, None)
+    try:
+        proc = subprocess.Popen([codex, "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
+    except OSError as exc:
+        raise EnvError("cannot run %s app-server: %s" % (codex, exc), "check the Codex installation")
+    deadline = time.monotonic() + APP_SERVER_TIMEOUT
+
+    def send(obj):
+        proc.stdin.write((json.dumps(obj) + "\n").encode("utf-8"))
+        proc.stdin.flush()
+
+    def reply(req_id):
+        import select
+        buf = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    msg = json.loads(line.decode("utf-8"))
+                except ValueError:
+                    continue
+                if isinstance(msg, dict) and msg.get("id") == req_id:
+                    return msg
+        raise EnvError("codex app-server gave no reply within %ds" % APP_SERVER_TIMEOUT,
+                       "check that `codex app-server` runs")
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"clientInfo": {"name": "coord", "version": "0"}}})
+        reply(1)
+        send({"jsonrpc": "2.0", "method": "initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "config/batchWrite",
+              "params": {"edits": payload, "filePath": None, "expectedVersion": None}})
+        msg = reply(2)
+    except (OSError, ValueError) as exc:
+        raise EnvError("codex app-server failed: %s" % exc, "check that `codex app-server` runs")
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, 9)
+            except OSError:
+                pass
+            proc.wait()
+        proc.stdout.close()
+    if "error" in msg:
+        raise EnvError("Codex refused the config edit: %s" % (msg["error"].get("message") or msg["error"]),
+                       "check %s" % codex_config_path(env))
+    return msg.get("result")
+
+
+# --------------------------------------------------------------------------- Claude Code
+
+def claude_config_path(environ=None):
+    env = os.environ if environ is None else environ
+    if env.get("CLAUDE_CONFIG_DIR"):
+        return os.path.join(env["CLAUDE_CONFIG_DIR"], ".claude.json")
+    return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".claude.json")
+
+
+def _read_claude(path):
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        raise EnvError("cannot read %s: %s" % (path, exc.strerror or exc), "check its permissions")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EnvError("%s is not valid JSON (%s); coord will not edit it" % (path, exc),
+                       "let Claude Code repair it, or fix it by hand")
+    if not isinstance(doc, dict):
+        raise EnvError("%s is not a JSON object; coord will not edit it" % path, "fix it by hand")
+    return raw, doc
+
+
+def claude_trusted(doc, directory):
+    """Whether Claude Code trusts `directory`: it or an ancestor has hasTrustDialogAccepted."""
+    projects = (doc or {}).get("projects")
+    if not isinstance(projects, dict):
+        return False
+    for start in _variants(directory):
+        cur = start
+        while True:
+            entry = projects.get(cur)
+            if isinstance(entry, dict) and entry.get("hasTrustDialogAccepted") is True:
+                return True
+            parent = os.path.dirname(cur)
+            if parent == cur:
+                break
+            cur = parent
+    return False
+
+
+def _ws(text, i):
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _members(text, start):
+    """The members of the JSON object whose `{` is at text[start]: [(key, key_start, value_start,
+    value_end)] and the index of its closing `}`."""
+    decoder = json.JSONDecoder()
+    out = []
+    i = _ws(text, start + 1)
+    if text[i] == "}":
+        return out, i
+    while True:
+        key_start = i
+        key, i = json.decoder.scanstring(text, i + 1)
+        i = _ws(text, i)
+        i = _ws(text, i + 1)  # the colon
+        value_start = i
+        _, value_end = decoder.raw_decode(text, i)
+        out.append((key, key_start, value_start, value_end))
+        i = _ws(text, value_end)
+        if text[i] == "}":
+            return out, i
+        i = _ws(text, i + 1)  # the comma
+
+
+def _indent_before(text, pos):
+    line = text.rfind("\n", 0, pos)
+    return text[line + 1:pos] if line >= 0 and not text[line + 1:pos].strip() else ""
+
+
+def _claude_insert(text, directory):
+    """`text` with projects[directory] = {"hasTrustDialogAccepted": true} added; (new text,
+    whether the projects object was created). Every other byte stays, so removing the entry
+    again gives back the original bytes."""
+    top = _ws(text, 0)
+    members, close = _members(text, top)
+    compact = "\n" not in text.strip()
+    step = (len(_indent_before(text, members[0][1])) if members else 2) or 2
+    nl = "" if compact else "\n"
+    sp = "" if compact else " "
+
+    def value(doc, level):
+        if compact:
+            return json.dumps(doc, separators=(",", ":"))
+        return json.dumps(doc, indent=step).replace("\n", "\n" + " " * (step * level))
+
+    def ind(level):
+        return "" if compact else " " * (step * level)
+    entry = {"hasTrustDialogAccepted": True}
+    for key, key_start, value_start, value_end in members:
+        if key != "projects":
+            continue
+        if text[value_start] != "{":
+            raise EnvError("`projects` in the Claude Code config is not an object; coord will not edit it",
+                           "let Claude Code repair its config")
+        inner, inner_close = _members(text, value_start)
+        piece = "%s%s:%s%s" % (ind(2), json.dumps(directory), sp, value(entry, 2))
+        if inner:
+            at = inner[-1][3]
+            return text[:at] + "," + nl + piece + text[at:], False
+        return text[:value_start] + "{" + nl + piece + nl + ind(1) + "}" + text[inner_close + 1:], False
+    piece = '%s"projects":%s%s' % (ind(1), sp, value({directory: entry}, 1))
+    if members:
+        at = members[-1][3]
+        return text[:at] + "," + nl + piece + text[at:], True
+    return text[:top + 1] + nl + piece + nl + text[close:], True
+
+
+def _claude_remove(text, directory, drop_projects):
+    """`text` without projects[directory] (and without `projects` itself when drop_projects and
+    it is left empty); None when there is no such entry."""
+    top = _ws(text, 0)
+    members, close = _members(text, top)
+    for mi, (key, key_start, value_start, value_end) in enumerate(members):
+        if key != "projects" or text[value_start] != "{":
+            continue
+        inner, inner_close = _members(text, value_start)
+        for i, (k, ks, vs, ve) in enumerate(inner):
+            if k != directory:
+                continue
+            if len(inner) == 1:
+                if drop_projects:
+                    return _drop_member(text, members, mi, top, close)
+                return text[:value_start + 1] + text[inner_close:]
+            return _drop_member(text, inner, i, value_start, inner_close)
+    return None
+
+
+def _drop_member(text, members, i, open_at, close_at):
+    if i > 0:  # from the end of the previous value: its comma and whitespace go too
+        return text[:members[i - 1][3]] + text[members[i][3]:]
+    if len(members) > 1:
+        return text[:members[0][1]] + text[members[1][1]:]
+    return text[:open_at + 1] + text[close_at:]
+
+
+def _locked_edit(path, change):
+    """Apply change(text) -> new text or None to the file at `path` under an exclusive lock on
+    a sidecar file, re-reading until the file held still while we computed; atomic replace,
+    same mode. -> the change's result (None: nothing written)."""
+    lock = os.path.join(os.path.dirname(path), ".%s.coord-lock" % os.path.basename(path))
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for _ in range(5):
+            raw, _doc = _read_claude(path)
+            text = raw.decode("utf-8") if raw is not None else "{}\n"
+            new = change(text)
+            if new is None:
+                return None
+            json.loads(new)  # never write what Claude Code could not read
+            again, _ = _read_claude(path)
+            if again != raw:
+                continue  # Claude Code wrote meanwhile: compute again from its bytes
+            mode = os.stat(path).st_mode & 0o777 if raw is not None else 0o600
+            store.atomic_write(path, new.encode("utf-8"), mode)
+            return new
+        raise EnvError("%s kept changing while coord edited it" % path, "retry when Claude Code is idle")
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- carry over, remove
+
+def assess(source, clone, environ=None):
+    """What each harness trusts in the shared checkout `source` and in `clone`."""
+    out = {}
+    try:
+        config = read_codex_config(environ)
+        shared = codex_hooks(source, config)
+        approved = set(h["hash"] for h in shared if h["trusted_hash"] == h["hash"])
+        hooks = codex_hooks(clone, config)
+        out["codex"] = {
+            "config": codex_config_path(environ),
+            "shared_trusted": codex_project_trusted(config, source),
+            "clone_trusted": codex_project_trusted(config, clone),
+            "hooks": [dict(h, approved_in_shared=h["hash"] in approved) for h in hooks]}
+    except EnvError as exc:
+        out["codex"] = {"error": exc.message}
+    path = claude_config_path(environ)
+    try:
+        _, doc = _read_claude(path)
+        out["claude"] = {"config": path, "shared_trusted": claude_trusted(doc, source),
+                         "clone_trusted": claude_trusted(doc, clone)}
+    except EnvError as exc:
+        out["claude"] = {"error": exc.message}
+    return out
+
+
+def carry_over(source, clone, environ=None, harnesses=("codex", "claude")):
+    """Carry the person's approvals of `source` over to `clone`; -> {"added": {...}, "notes": [...]}.
+
+    Adds only what is missing and approved in the shared checkout; records exactly what it
+    added so that remove_carried() can take exactly that away."""
+    facts = assess(source, clone, environ)
+    added, notes = {}, []
+    c = facts.get("codex") or {}
+    if "codex" in harnesses and "error" in c:
+        notes.append("codex: " + c["error"])
+    elif "codex" in harnesses:
+        edits, rec = [], {"config": c["config"], "project": None, "hooks": {}}
+        project_ok = c["clone_trusted"]
+        if not c["clone_trusted"] and c["shared_trusted"]:
+            edits.append((["projects", clone, "trust_level"], "trusted"))
+            rec["project"] = clone
+            project_ok = True
+        if project_ok:
+            for h in c["hooks"]:
+                if h["trusted_hash"] is None and h["approved_in_shared"]:
+                    edits.append((["hooks", "state", h["key"], "trusted_hash"], h["hash"]))
+                    rec["hooks"][h["key"]] = h["hash"]
+        if edits:
+            try:
+                codex_batch_write(edits, environ)
+                added["codex"] = rec
+            except (EnvError, UsageError) as exc:
+                notes.append("codex: not carried over: " + exc.message)
+    cl = facts.get("claude") or {}
+    if "claude" in harnesses and "error" in cl:
+        notes.append("claude: " + cl["error"])
+    elif "claude" in harnesses and cl["shared_trusted"] and not cl["clone_trusted"]:
+        created = []
+
+        def add(text):
+            new, made = _claude_insert(text, clone)
+            created.append(made)
+            return new
+        try:
+            _locked_edit(cl["config"], add)
+            added["claude"] = {"config": cl["config"], "project": clone, "created_projects": created[-1]}
+        except (EnvError, OSError, ValueError) as exc:
+            notes.append("claude: not carried over: %s" % getattr(exc, "message", exc))
+    return {"added": added, "notes": notes}
+
+
+def merge_added(old, new):
+    """The union of two `added` records (a second carry at `work start` adds to the first)."""
+    out = json.loads(json.dumps(old or {}))
+    for harness, rec in (new or {}).items():
+        cur = out.setdefault(harness, dict(rec))
+        if cur is rec or cur == rec:
+            continue
+        if rec.get("project"):
+            cur["project"] = rec["project"]
+        if harness == "codex":
+            cur.setdefault("hooks", {}).update(rec.get("hooks") or {})
+        if harness == "claude" and rec.get("created_projects"):
+            cur["created_projects"] = True
+    return out
+
+
+def remove_carried(added, environ=None):
+    """Take away exactly what carry_over() recorded as added; -> notes (empty when all went)."""
+    notes = []
+    c = (added or {}).get("codex")
+    if c:
+        config = {}
+        try:
+            config = read_codex_config(environ)
+        except EnvError as exc:
+            notes.append("codex: " + exc.message)
+        edits = []
+        if c.get("project") and config.get(("projects", c["project"], "trust_level")) is not None:
+            edits.append((["projects", c["project"]], None))
+        for key in sorted(c.get("hooks") or {}):
+            if config.get(("hooks", "state", key, "trusted_hash")) is not None:
+                edits.append((["hooks", "state", key], None))
+        if edits and not notes:
+            try:
+                codex_batch_write(edits, environ)
+            except (EnvError, UsageError) as exc:
+                notes.append("codex: entries for the clone stay in %s: %s" % (c.get("config"), exc.message))
+    cl = (added or {}).get("claude")
+    if cl and cl.get("project"):
+        try:
+            _locked_edit(cl["config"], lambda text: _claude_remove(text, cl["project"],
+                                                                   cl.get("created_projects")))
+        except (EnvError, OSError, ValueError) as exc:
+            notes.append("claude: the entry for the clone stays in %s: %s" % (cl["config"],
+                                                                             getattr(exc, "message", exc)))
+    return notes
+
+
+def pending_approvals(source, clone, harness, environ=None):
+    """Plain sentences: what a person must approve in `clone`'s window for `harness` to run
+    coord's hooks, and how. Empty when nothing is missing."""
+    facts = assess(source, clone, environ).get(harness) or {}
+    if "error" in facts:
+        return ["%s: %s" % (harness, facts["error"])]
+    out = []
+    if harness == "codex":
+        if not facts["clone_trusted"]:
+            out.append("Codex: trust the project %s when Codex asks (until then it runs no project hooks)"
+                       % clone)
+        waiting = [h for h in facts["hooks"] if h["trusted_hash"] != h["hash"]]
+        if waiting:
+            out.append("Codex: approve coord's %d hook%s with /hooks (unapproved hooks do not run: no "
+                       "registration, no messages, no write blocking)" % (len(waiting),
+                                                                         "" if len(waiting) == 1 else "s"))
+    elif harness == "claude" and not facts["clone_trusted"]:
+        out.append("Claude Code: accept the trust dialog for %s (until then it waits and no hook runs)" % clone)
+    return out
+
+
+# --------------------------------------------------------------------------- command
+
+def cmd_trust(ctx, args):
+    """`coord trust [--carry-over on|off]`: show or set the opt-in."""
+    environ = ctx.environ
+    if args.carry_over is not None:
+        path = set_carry(args.carry_over == "on", environ)
+        on = args.carry_over == "on"
+        text = ("carry-over on: new clones get your Codex and Claude Code approvals of the shared checkout "
+                "(only those you gave; removed with the clone). Stored in %s" % path) if on else \
+            "carry-over off (stored in %s)" % path
+        return 0, {"ok": True, "carry_over": on, "settings": path}, text
+    on = carry_enabled(environ)
+    data = {"ok": True, "carry_over": on, "settings": settings_path(environ),
+            "codex_config": codex_config_path(environ), "claude_config": claude_config_path(environ)}
+    text = "carry-over %s (%s)%s" % ("on" if on else "off", settings_path(environ), "" if on else
+                                     "; turn on with: coord trust --carry-over on")
+    return 0, data, text
+
+
+def register(add, common):
+    p = add("trust", parents=[common], help="carry your harness approvals over to managed clones (opt-in)")
+    p.add_argument("--carry-over", choices=("on", "off"), help="on: each new clone gets the Codex and Claude "
+                   "Code approvals you gave the shared checkout; off: none (the default)")
+    p.set_defaults(func=cmd_trust)
+    return p
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("trust.py is a module of coord")
