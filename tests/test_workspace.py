@@ -2152,6 +2152,7 @@ class LandingPreviewTest(LandingPreviewCase):
         p = self.preview_of(handle)
         self.assertEqual((p["ahead"], p["behind"], p["conflicts"], p["error"]), (1, 1, [], None))
         self.assertIn("1 ahead of main, base 1 behind, no conflicts", self.work("inspect", handle, check=0).stdout)
+        self.jj(path, "describe", "-m", "third line")  # acquire refuses coord's placeholder description
         p = self.work_json("integrate", "acquire", handle, "--into", "main")["preview"]
         self.assertEqual((p["ahead"], p["behind"], p["conflicts"]), (1, 1, []))
 
@@ -2175,6 +2176,7 @@ class LandingPreviewTest(LandingPreviewCase):
         before = self.canon_state(repo)
         self.assertEqual(self.work_json("inspect", handle, cwd=repo)["preview"]["conflicts"], [])  # not snapshotted
         self.assertEqual(self.canon_state(repo), before)
+        self.jj(path, "describe", "-m", "first line")  # acquire refuses coord's placeholder description
         p = self.work_json("integrate", "acquire", handle, "--into", "main", cwd=repo)["preview"]
         self.assertEqual((p["ahead"], p["behind"], p["conflicts"]), (1, 1, ["f.txt"]))
         wid = self.work_json("inspect", handle, cwd=repo)["work"]["id"]
@@ -2332,6 +2334,7 @@ class WorkStoryTest(LandingPreviewCase):
         self.coord("claim", "f.txt", "-p", "edit f", runtime=worker["id"], cwd=path, check=0)
         self.coord("claim", "unrelated.txt", "-p", "owner's own", runtime=self.rt["id"], cwd=self.canon, check=0)
         self.write(path, "f.txt", "from the worker\n")
+        self.jj(path, "describe", "-m", "the worker's change")
         self.gate(handle)
         cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
         self.jj(path, "bookmark", "set", "main", "-r", cand)
