@@ -672,8 +672,8 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
         _record_failed_create(st, w, caller, "protection check", "unprotected: %s" % unprotected, environ, refusal=(
             "work create %s refused: its agents would run without coord (the revision it starts from has %s)"
             % (task, unprotected),
-            "commit coord's installation in the shared checkout: %s ; then retry (or pass --allow-unprotected)"
-            % commit_command(source, from_rev, environ)))
+            "commit coord's installation in the shared checkout, then retry (or pass --allow-unprotected): %s"
+            % commit_command(source, from_rev, environ)))  # the command ends the line: pasted whole, it runs
     base = {"change": ids["change"], "commit": ids["commit"],
             "parent": ids["parents"][0] if len(ids["parents"]) == 1 else None, "parents": ids["parents"]}
     with st.transaction():
