@@ -1694,15 +1694,24 @@ class _Scratch:
 
 
 def _tell_owner(st, w, caller, body):
-    """Send the work's live owner a coord message; -> the owner's handle, or None (nobody to tell)."""
-    owner = _owner_of(st, w)
-    if owner is None or owner["id"] == caller["id"]:
-        return None
+    """Send a coord message to whoever works on the work: the agent running it (as `send --to
+    WORK` finds it), else its live owner; never the caller itself (a person landing the work
+    they created still reaches the agent they launched for it). -> the handle told, or None."""
+    candidates = []
     try:
-        st.send(caller["id"], body, owner["id"], kind="landing")
+        candidates.append(st.work_recipient(w))
     except Refused:
-        return None
-    return owner["handle"]
+        pass
+    candidates.append(_owner_of(st, w))
+    for to in candidates:
+        if to is None or to["id"] == caller["id"]:
+            continue
+        try:
+            st.send(caller["id"], body, to["id"], kind="landing")
+        except Refused:
+            continue
+        return to["handle"]
+    return None
 
 
 def _run_check(w, command, environ, cwd=None):
