@@ -3273,7 +3273,9 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
     for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
         if environ.get(name):
             env[name] = environ[name]
-    argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt)
+    no_daemon = harness == "codex" and session.codex_offers_no_daemon(session.harness_command(harness, environ),
+                                                                      environ)
+    argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt, no_daemon=no_daemon)
     socket = (previous or {}).get("socket") or session.resolve_socket(None, environ)
     return session.launch(project, w["id"], w["path"], argv, env=env, task=w["task"],
                           conversation=conversation, harness=harness, previous=previous, socket=socket)
