@@ -2849,8 +2849,8 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
                             "%d change(s) beyond the candidate frozen before the release" % len(extra),
                             "coord work integrate acquire %s --into %s" % (h, integ.get("into"))))
         elif not proven and gate["state"] != "waived":
-            out.append(("unintegrated", "its candidate %s was released without proof of integration"
-                        % cand["commit"][:12], SQUASH_NOTE % (h, h)))
+            out.append(_stopped_landing_rule(w, h) or ("unintegrated", "its candidate %s was released without proof "
+                       "of integration" % cand["commit"][:12], SQUASH_NOTE % (h, h)))
         return out
     wc = [r for r in rows if r["wc"]]
     committed = [r for r in rows if not r["wc"]]
@@ -2862,6 +2862,27 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
                     "integrated" % len(committed),
                     "coord work integrate acquire %s --into BOOKMARK, push, then prove" % h))
     return out
+
+
+LAND_STOPPED = frozenset(("conflict", "refused", "failed"))
+
+
+def _stopped_landing_rule(w, h):
+    """The cleanup rule for a candidate released because its landing stopped before the target
+    moved (a conflict, a failed check, a refusal): it never landed, and the next step is the
+    landing again, not the squash-merge discard. None when no stopped landing is recorded."""
+    landing = _landing(w)
+    if landing.get("state") not in LAND_STOPPED or not landing.get("into"):
+        return None
+    into = landing["into"]
+    if landing.get("state") == "conflict":
+        why = "rebasing onto %s conflicts in %s" % (into, _named(landing.get("paths") or ["(unknown)"]))
+        first = "resolve it in %s (jj resolve --list), then " % w["path"]
+    else:
+        why = store.clean_text(landing.get("reason") or landing["state"], 200)
+        first = ""
+    return ("unintegrated", "its landing into %s stopped before anything moved (%s): none of it landed" % (into, why),
+            "%sre-run: coord work integrate land %s --into %s; or keep the clone" % (first, h, into))
 
 
 def _tmux_alive(w):

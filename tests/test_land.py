@@ -517,3 +517,29 @@ class LandTellsTheWorksAgentTest(LandCase):
         self.assertIn("coord work integrate land %s --into main" % handle, bodies)
         self.assertEqual(self.coord_json("inbox", runtime=self.rt["id"]).get("messages", []), [],
                          "the person landing is not told about their own landing")
+
+
+class LandStoppedRemoveTest(LandCase):
+    """`work remove` after a landing that stopped on a conflict (tried in a scratch copy, the
+    clone being in use) says the work never landed and to land it again, not that a squash
+    merge made its candidate unprovable."""
+    kind = "git"
+
+    def test_remove_after_a_stopped_landing_points_back_to_the_landing(self):
+        handle, path = self.make("stopped", name="shared.txt", text="one\nclone\nthree\n")
+        self.advance_main("shared.txt", "one\nupstream\nthree\n")
+        self.run_tool(path, "jj", "status")
+        sleeper = subprocess.Popen(["sleep", "300"], cwd=path)
+        self.addCleanup(sleeper.wait)
+        self.addCleanup(sleeper.kill)
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "conflict"), proc.stderr)
+        sleeper.kill()
+        sleeper.wait()
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("its landing into main stopped before anything moved (rebasing onto main conflicts in "
+                      "shared.txt): none of it landed", proc.stderr)
+        self.assertIn("work integrate land %s --into main" % handle, proc.stderr)
+        self.assertNotIn("squash", proc.stderr)
+        self.assertEqual(self.read(path, "shared.txt"), "one\nclone\nthree\n")
