@@ -179,9 +179,11 @@ class UsagePath(support.CoordTestCase):
         h.trust_codex_repo(self.codex_home, self.server, self.repo, extra=MIGRATION_NOTICE)
         self.pc("trust", "--carry-over", "on")
         self.me = self.pcj("hello")["runtime"]
+        self.assertTrue(self.me["person"], self.me)
         alpha = self.pcj("work", "create", "alpha")["work"]
         beta = self.pcj("work", "create", "beta")["work"]
         for w in (alpha, beta):
+            self.assertEqual(w["runtime"], self.me["id"], "outside a terminal, the person is their user")
             self.assertEqual(self.read(w["path"], "src/app.py"), APP)
             self.assertTrue(os.path.exists(os.path.join(w["path"], ".coord", "hook.py")))
         seen = {}
