@@ -492,11 +492,20 @@ def link_work(h, rt, work_id, pid):
         tmux = (w or {}).get("data", {}).get("tmux") or {}
         if not w or tmux.get("pane_pid") not in chain:
             return None
+        # The session also runs in that work's clone: a harness whose hooks run from a process
+        # shared by several sessions (Codex 0.171.0's background app-server, started by the
+        # first window) carries the first window's COORD_WORK_ID and pane into every session.
+        if w.get("path") and not _within(os.path.realpath(h.cwd), os.path.realpath(w["path"])):
+            return None
         if tmux.get("conversation") == h.session and tmux.get("runtime_id") == rt["id"]:
             return tmux
         db.update_work(w["id"], data={"tmux": dict(tmux, conversation=h.session, runtime_id=rt["id"])})
         db.audit("work.attached", rt["id"], w["id"], conversation=h.session)
     return tmux
+
+
+def _within(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def label_window(h, rec, rt):

@@ -256,18 +256,38 @@ def harness_command(harness, environ=None):
     return words or [harness]
 
 
-def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None):
+def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None, no_daemon=False):
     """The argv that starts `harness`, resuming `conversation` when given, with `prompt` as
     the first message of an interactive session: both CLIs take it as their last positional
     (`claude [options] [prompt]`, `codex [OPTIONS] [PROMPT]`), after a `--` so that a prompt
-    starting with `-`, or one that is a Codex subcommand's name, stays a prompt."""
+    starting with `-`, or one that is a Codex subcommand's name, stays a prompt. no_daemon
+    (Codex): add `--no-daemon` (see codex_offers_no_daemon) unless the flags already have it."""
     argv = harness_command(harness, environ)
     if conversation:
         argv += list(HARNESSES[harness][1]) + [conversation]
+    if no_daemon and harness == "codex" and "--no-daemon" not in [str(a) for a in extra]:
+        argv.append("--no-daemon")
     argv += [str(a) for a in extra]
     if prompt is not None:
         argv += ([] if "--" in argv[1:] else ["--"]) + [prompt]
     return argv
+
+
+def codex_offers_no_daemon(command, environ=None, timeout=10.0):
+    """True when the Codex CLI started by `command` (an argv prefix) lists `--no-daemon` in its
+    help. Observed with 0.171.0: its interactive sessions share one background app-server per
+    CODEX_HOME, started by the first session with that session's environment and working
+    directory; every later session's hooks run as that server's children, so they would see
+    the first window's COORD_WORK_ID and tmux pane, and the server would outlive its window
+    inside the first clone. `--no-daemon` keeps each session's server in its own process.
+    An older CLI without the flag, or any failure to ask, gives False (nothing is added)."""
+    try:
+        proc = subprocess.run([str(a) for a in command] + ["--help"], env=client_env(environ),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              timeout=timeout, encoding="utf-8", errors="replace")
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0 and "--no-daemon" in (proc.stdout or "")
 
 
 def window_name(task, ident):

@@ -672,8 +672,8 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
         _record_failed_create(st, w, caller, "protection check", "unprotected: %s" % unprotected, environ, refusal=(
             "work create %s refused: its agents would run without coord (the revision it starts from has %s)"
             % (task, unprotected),
-            "commit coord's installation in the shared checkout: %s ; then retry (or pass --allow-unprotected)"
-            % commit_command(source, from_rev, environ)))
+            "commit coord's installation in the shared checkout, then retry (or pass --allow-unprotected): %s"
+            % commit_command(source, from_rev, environ)))  # the command ends the line: pasted whole, it runs
     base = {"change": ids["change"], "commit": ids["commit"],
             "parent": ids["parents"][0] if len(ids["parents"]) == 1 else None, "parents": ids["parents"]}
     with st.transaction():
@@ -1694,15 +1694,24 @@ class _Scratch:
 
 
 def _tell_owner(st, w, caller, body):
-    """Send the work's live owner a coord message; -> the owner's handle, or None (nobody to tell)."""
-    owner = _owner_of(st, w)
-    if owner is None or owner["id"] == caller["id"]:
-        return None
+    """Send a coord message to whoever works on the work: the agent running it (as `send --to
+    WORK` finds it), else its live owner; never the caller itself (a person landing the work
+    they created still reaches the agent they launched for it). -> the handle told, or None."""
+    candidates = []
     try:
-        st.send(caller["id"], body, owner["id"], kind="landing")
+        candidates.append(st.work_recipient(w))
     except Refused:
-        return None
-    return owner["handle"]
+        pass
+    candidates.append(_owner_of(st, w))
+    for to in candidates:
+        if to is None or to["id"] == caller["id"]:
+            continue
+        try:
+            st.send(caller["id"], body, to["id"], kind="landing")
+        except Refused:
+            continue
+        return to["handle"]
+    return None
 
 
 def _run_check(w, command, environ, cwd=None):
@@ -2840,8 +2849,8 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
                             "%d change(s) beyond the candidate frozen before the release" % len(extra),
                             "coord work integrate acquire %s --into %s" % (h, integ.get("into"))))
         elif not proven and gate["state"] != "waived":
-            out.append(("unintegrated", "its candidate %s was released without proof of integration"
-                        % cand["commit"][:12], SQUASH_NOTE % (h, h)))
+            out.append(_stopped_landing_rule(w, h) or ("unintegrated", "its candidate %s was released without proof "
+                       "of integration" % cand["commit"][:12], SQUASH_NOTE % (h, h)))
         return out
     wc = [r for r in rows if r["wc"]]
     committed = [r for r in rows if not r["wc"]]
@@ -2853,6 +2862,27 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
                     "integrated" % len(committed),
                     "coord work integrate acquire %s --into BOOKMARK, push, then prove" % h))
     return out
+
+
+LAND_STOPPED = frozenset(("conflict", "refused", "failed"))
+
+
+def _stopped_landing_rule(w, h):
+    """The cleanup rule for a candidate released because its landing stopped before the target
+    moved (a conflict, a failed check, a refusal): it never landed, and the next step is the
+    landing again, not the squash-merge discard. None when no stopped landing is recorded."""
+    landing = _landing(w)
+    if landing.get("state") not in LAND_STOPPED or not landing.get("into"):
+        return None
+    into = landing["into"]
+    if landing.get("state") == "conflict":
+        why = "rebasing onto %s conflicts in %s" % (into, _named(landing.get("paths") or ["(unknown)"]))
+        first = "resolve it in %s (jj resolve --list), then " % w["path"]
+    else:
+        why = store.clean_text(landing.get("reason") or landing["state"], 200)
+        first = ""
+    return ("unintegrated", "its landing into %s stopped before anything moved (%s): none of it landed" % (into, why),
+            "%sre-run: coord work integrate land %s --into %s; or keep the clone" % (first, h, into))
 
 
 def _tmux_alive(w):
@@ -3264,7 +3294,9 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
     for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
         if environ.get(name):
             env[name] = environ[name]
-    argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt)
+    no_daemon = harness == "codex" and session.codex_offers_no_daemon(session.harness_command(harness, environ),
+                                                                      environ)
+    argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt, no_daemon=no_daemon)
     socket = (previous or {}).get("socket") or session.resolve_socket(None, environ)
     return session.launch(project, w["id"], w["path"], argv, env=env, task=w["task"],
                           conversation=conversation, harness=harness, previous=previous, socket=socket)

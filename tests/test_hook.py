@@ -1670,3 +1670,29 @@ class WorkContextTest(HookCase):
 if __name__ == "__main__":
     import unittest
     unittest.main()
+
+
+class WorkLinkCwdTest(HookCase):
+    """A session proves it is a work's launched harness by its process and its directory: a
+    session started elsewhere whose hooks inherited the work's COORD_WORK_ID and pane (a
+    harness process shared by several sessions) is not linked to that work."""
+
+    def work(self, pane_pid, path):
+        os.makedirs(path, exist_ok=True)
+        with self.st.transaction():
+            return self.st.insert_work("task", "active", "secret-token", path=os.path.realpath(path),
+                                       data={"tmux": {"pane_pid": pane_pid, "window_id": "@1"}})
+
+    def test_only_a_session_inside_the_clone_links_itself(self):
+        harness = FakeHarness(self)
+        clone = os.path.join(self.tmp, "scratch", "first.1234")
+        other = os.path.join(self.tmp, "scratch", "second.5678")
+        os.makedirs(other)
+        w = self.work(harness.pid, clone)
+        self.run_hook(self.payload("codex-SessionStart", session_id="conv-second", cwd=other), harness="codex",
+                      env={"COORD_WORK_ID": w["id"]}, via=harness)
+        self.assertIsNotNone(self.st.find_conversation_runtime("conv-second"), "the session still registers")
+        self.assertNotIn("conversation", self.st.work(w["id"])["data"]["tmux"])
+        self.run_hook(self.payload("codex-SessionStart", session_id="conv-first", cwd=os.path.join(clone)),
+                      harness="codex", env={"COORD_WORK_ID": w["id"]}, via=harness)
+        self.assertEqual(self.st.work(w["id"])["data"]["tmux"]["conversation"], "conv-first")

@@ -13,6 +13,8 @@ import sys
 import support
 from support import CoordTestCase
 
+import store
+
 LAND_KILL_ENV = "COORD_TEST_LAND_KILL_AFTER"
 
 
@@ -488,3 +490,56 @@ class LandCloneInUseTest(LandCase):
         self.assertEqual(self.clone_head(path), head)
         self.assertEqual(self.record(handle)["data"]["landing"]["state"], "conflict")
         self.assertIn("shared.txt", json.dumps(self.coord_json("inbox", runtime=owner["id"])))
+
+
+class LandTellsTheWorksAgentTest(LandCase):
+    """A person lands the work they created and launched an agent for: the conflict goes to that
+    agent (the one that must resolve it), not back to the person, who is the caller."""
+    kind = "git"
+
+    def test_conflict_reaches_the_agent_running_the_work(self):
+        handle, path = self.make("agented", name="shared.txt", text="one\nTWO (clone)\nthree\n")
+        conversation = "agent-conv-%d" % os.getpid()
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        w = st.resolve_work(handle)
+        with st.transaction():  # as `work start` records the launched harness's conversation
+            st.update_work(w["id"], data={"tmux": {"conversation": conversation}})
+        agent = self.hello(conversation)["runtime"]
+        self.advance_main("shared.txt", "one\nTWO (upstream)\nthree\n")
+        proc = self.land(handle, "--check", "true", "--json")  # the creator, no override needed
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual(reply["reason"], "conflict")
+        self.assertEqual(reply["owner_told"], agent["handle"])
+        bodies = json.dumps(self.coord_json("inbox", runtime=agent["id"]))
+        self.assertIn("shared.txt", bodies)
+        self.assertIn("coord work integrate land %s --into main" % handle, bodies)
+        self.assertEqual(self.coord_json("inbox", runtime=self.rt["id"]).get("messages", []), [],
+                         "the person landing is not told about their own landing")
+
+
+class LandStoppedRemoveTest(LandCase):
+    """`work remove` after a landing that stopped on a conflict (tried in a scratch copy, the
+    clone being in use) says the work never landed and to land it again, not that a squash
+    merge made its candidate unprovable."""
+    kind = "git"
+
+    def test_remove_after_a_stopped_landing_points_back_to_the_landing(self):
+        handle, path = self.make("stopped", name="shared.txt", text="one\nclone\nthree\n")
+        self.advance_main("shared.txt", "one\nupstream\nthree\n")
+        self.run_tool(path, "jj", "status")
+        sleeper = subprocess.Popen(["sleep", "300"], cwd=path)
+        self.addCleanup(sleeper.wait)
+        self.addCleanup(sleeper.kill)
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "conflict"), proc.stderr)
+        sleeper.kill()
+        sleeper.wait()
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("its landing into main stopped before anything moved (rebasing onto main conflicts in "
+                      "shared.txt): none of it landed", proc.stderr)
+        self.assertIn("work integrate land %s --into main" % handle, proc.stderr)
+        self.assertNotIn("squash", proc.stderr)
+        self.assertEqual(self.read(path, "shared.txt"), "one\nclone\nthree\n")

@@ -623,3 +623,32 @@ class NudgeTest(TmuxTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CodexNoDaemonTest(CoordTestCase):
+    """Codex sessions launched by coord run their app-server in their own process (`--no-daemon`)
+    when the CLI offers it, so each session's hooks see its own window's environment."""
+
+    def fake_codex(self, help_text):
+        path = os.path.join(self.tmp, "fake-codex-%d" % len(os.listdir(self.tmp)))
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\ncat <<'EOF'\n%s\nEOF\n" % help_text)
+        os.chmod(path, 0o755)
+        return [path]
+
+    def test_flag_goes_after_the_resume_words_and_before_the_prompt(self):
+        env = {}
+        self.assertEqual(session.harness_argv("codex", environ=env, no_daemon=True), ["codex", "--no-daemon"])
+        self.assertEqual(session.harness_argv("codex", "c1", extra=["-m", "x"], environ=env, prompt="go",
+                                              no_daemon=True),
+                         ["codex", "resume", "c1", "--no-daemon", "-m", "x", "--", "go"])
+        self.assertEqual(session.harness_argv("codex", extra=["--no-daemon"], environ=env, no_daemon=True),
+                         ["codex", "--no-daemon"], "never twice")
+        self.assertEqual(session.harness_argv("claude", environ=env, no_daemon=True), ["claude"])
+        self.assertEqual(session.harness_argv("codex", environ=env), ["codex"])
+
+    def test_offered_only_when_the_cli_lists_it(self):
+        self.assertTrue(session.codex_offers_no_daemon(self.fake_codex(
+            "Usage: codex [OPTIONS] [PROMPT]\n      --no-daemon\n          Run without the shared background server")))
+        self.assertFalse(session.codex_offers_no_daemon(self.fake_codex("Usage: codex [OPTIONS] [PROMPT]")))
+        self.assertFalse(session.codex_offers_no_daemon([os.path.join(self.tmp, "no-such-codex")]))

@@ -1627,8 +1627,9 @@ class UnprotectedCloneTest(WorkTestCase):
         return proc.stderr
 
     def commit_command(self, stderr):
-        text = " ".join(stderr.split())
-        return text.split("shared checkout: ", 1)[1].split(" ; then retry", 1)[0]
+        """The rest of the hint's line from the command on, as a person selects it to paste."""
+        line = [l for l in stderr.splitlines() if "next:" in l][0]
+        return line.split("--allow-unprotected): ", 1)[1]
 
     def test_uncommitted_installation_is_refused_with_the_command_that_fixes_it(self):
         err = self.refused_create()
