@@ -435,8 +435,9 @@ class AttachTest(TmuxTestCase):
                                 "FAKE_RECORD": os.path.join(self.tmp, "target.json")})
         client = self.attach_client(here["pane_id"])
         self.assertEqual(self.client_where(client)[1], here["pane_id"])
-        with open(os.path.join(self.tmp, "target.json"), "w") as fh:
+        with open(os.path.join(self.tmp, "target.json.tmp"), "w") as fh:  # atomically: the stand-in polls
             json.dump(target, fh)
+        os.replace(os.path.join(self.tmp, "target.json.tmp"), os.path.join(self.tmp, "target.json"))
         result = self.seen(here, ".action.json")
         self.assertEqual(result, {"ok": 0})
         self.assertEqual(self.client_where(client), (target["session_id"], target["pane_id"]))
@@ -485,8 +486,9 @@ class CloseTest(TmuxTestCase):
             record_file = os.path.join(self.tmp, "self%s.json" % drop_tmux)
             rec = self.launch(env={"FAKE_ACTION": "close", "FAKE_RECORD": record_file,
                                    "FAKE_DROP_TMUX": drop_tmux})
-            with open(record_file, "w") as fh:
+            with open(record_file + ".tmp", "w") as fh:  # atomically: the stand-in polls for it
                 json.dump(rec, fh)
+            os.replace(record_file + ".tmp", record_file)
             result = self.seen(rec, ".action.json")
             self.assertEqual(result.get("type"), "Refused", result)
             self.assertIn(rec["window_id"], self.windows())
