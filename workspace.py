@@ -414,12 +414,13 @@ def _owns(st, w, caller):
     return False
 
 
-# Who may change a work's state (DESIGN.md, "Authority"): gate, park, resume, close, integrate
-# acquire and remove each call authorize(); prove and release belong to the runtime that froze
+# Who may change a work's state (DESIGN.md, "Authority"): gate, park, resume, close, start, integrate
+# enqueue, acquire and land, and remove each call authorize(); prove and release belong to the runtime that froze
 # the candidate (_candidate_for). Everyone else is refused (exit 3) naming who may, unless it
 # passes --override, which is audited.
 AUTHORITY_VERBS = {"gate": "pass or waive the gate of", "park": "park", "resume": "resume", "close": "close",
-                   "acquire": "integrate", "land": "land", "remove": "remove", "start": "start"}
+                   "acquire": "integrate", "land": "land", "remove": "remove", "start": "start",
+                   "enqueue": "queue"}
 
 
 def authority(st, w, caller):
@@ -1299,11 +1300,12 @@ def _integration_resource(bookmark):
     return store.normalize_resource("integration/" + check_bookmark(bookmark))
 
 
-def enqueue(st, *, caller, handle, into):
+def enqueue(st, *, caller, handle, into, override=False):
     """Put the work in the visible integration queue for `into` (grants nothing)."""
     into = check_bookmark(into)
     w = st.resolve_work(handle)
     _refuse_state(w, UNUSABLE)
+    authorize(st, w, caller, "enqueue", override)
     with st.transaction():
         cur = st.resolve_work(w["id"])
         integ = _integration(cur)
@@ -3363,12 +3365,13 @@ def read_prompt(text=None, path=None):
     return check_prompt(text, "--prompt-file %s" % path)
 
 
-def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None):
+def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, override=False):
     """Run a harness for the work in a new tmux window, `prompt` (checked by check_prompt) as its
     first message when given; -> {work, tmux: the window record}."""
     if prompt is not None:
         check_prompt(prompt)
     w = _launchable(st, handle)
+    authorize(st, w, caller, "start", override)
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"), prompt=prompt)
@@ -3619,7 +3622,8 @@ def cmd_gate(ctx, args):
 
 
 def cmd_enqueue(ctx, args):
-    return 0, _ok(enqueue(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into)), None
+    return 0, _ok(enqueue(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into,
+                          override=args.override)), None
 
 
 def cmd_queue(ctx, args):
@@ -3780,7 +3784,7 @@ def cmd_remote_verify(ctx, args):
 def cmd_start(ctx, args):
     prompt = read_prompt(args.prompt, args.prompt_file)
     r = start_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
-                   extra=args.extra, environ=ctx.environ, prompt=prompt)
+                   extra=args.extra, environ=ctx.environ, prompt=prompt, override=args.override)
     return 0, _ok(r), start_text(r)
 
 
@@ -3913,6 +3917,7 @@ def register(sub, common, ident):
     p = isub.add_parser("enqueue", parents=both, help="join the visible queue (grants nothing)")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--into", required=True, metavar="BOOKMARK")
+    _override_argument(p)
     p.set_defaults(func=cmd_enqueue)
     p = isub.add_parser("queue", parents=both, help="show queued work in order, with dependencies")
     p.add_argument("--into", metavar="BOOKMARK")
@@ -3966,6 +3971,7 @@ def _register_session(ws, both):
     p.add_argument("--prompt", metavar="TEXT", help="the agent's first message (its task)")
     p.add_argument("--prompt-file", metavar="FILE", help="the first message, read from a UTF-8 file")
     p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments, after -- (anywhere)")
+    _override_argument(p)
     p.set_defaults(func=cmd_start)
     p = ws.add_parser("attach", parents=both, help="print (or --execute) the command that shows the window")
     p.add_argument("handle", metavar="HANDLE")
