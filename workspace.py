@@ -3720,13 +3720,13 @@ def landing_lines(w):
                                                          " --push %s" % landing["remote"]
                                                          if landing.get("remote") else "")
     if landing.get("state") not in LAND_RESUMABLE:
-        lines.append("nothing moved; when fixed, land again: %s" % nxt)
+        lines.append("nothing moved; when fixed, land again: %s" % store.hint(nxt))
     else:
         if landing.get("state") == "publish-ambiguous":
             lines.append("check: git ls-remote %s refs/heads/%s (expected %s), then: %s" % (
-                landing.get("remote"), landing.get("into"), landing.get("candidate"), nxt))
+                landing.get("remote"), landing.get("into"), landing.get("candidate"), store.hint(nxt)))
         else:
-            lines.append("finish with: %s (run by %s)" % (nxt, landing.get("runtime")))
+            lines.append("finish with: %s (run by %s)" % (store.hint(nxt), landing.get("runtime")))
     return lines
 
 
@@ -3766,7 +3766,8 @@ def cmd_gc(ctx, args):
         lines.append("recovery candidates:")
     for k in r["kept"]:
         lines.append("  %s  %s: %s" % (k["handle"], store.clean_text(k["task"], 48),
-                                       "; ".join("%s (next: %s)" % (x["message"], x["next"]) for x in k["reasons"])))
+                                       "; ".join("%s (next: %s)" % (x["message"], store.hint(x["next"]))
+                                                 for x in k["reasons"])))
     return 0, _ok(r), "\n".join(lines)
 
 
@@ -3796,7 +3797,7 @@ def start_text(r):
     lines = ["%s runs in tmux window %s; coord's hooks stay off there until you approve them:"
              % (r["work"], r["tmux"].get("window_id"))]
     lines += ["  " + store.clean_text(a, 300) for a in r["approvals"]]
-    lines.append("  (or carry over the approvals you gave the shared checkout: coord trust --carry-over on)")
+    lines.append(store.hint("  (or carry over the approvals you gave the shared checkout: coord trust --carry-over on)"))
     return "\n".join(lines)
 
 
