@@ -625,8 +625,9 @@ def nudge(record, tmux=None):
                       "coord work resume <work>")
     pane = record["pane_id"]
     tmux.run("send-keys", "-t", pane, "-l", NUDGE)
-    # Enter in the same write as the text reads as part of a paste to Claude Code's prompt, which
-    # then keeps the line unsent (measured, 2.1.197): send it on its own, a moment later.
+    # Enter in the same write as the text reads as part of a paste to the harness's prompt, which
+    # then keeps the line unsent (measured: Claude Code 2.1.197, Codex 0.171.0): send it on its
+    # own, a moment later.
     time.sleep(NUDGE_ENTER_AFTER)
     tmux.run("send-keys", "-t", pane, "Enter")
     return pane
