@@ -631,6 +631,7 @@ def _descends_from(pid, ancestors):
 # The only text coord ever types into an agent's pane: fixed, one line, never a message's body
 # (a pane is a model's input; a peer's text typed there would read as the person's prompt).
 NUDGE = "coord: new messages for you; read: .coord/coord inbox, then ack each"
+NUDGE_ENTER_AFTER = 0.1  # seconds between typing NUDGE and pressing Enter
 
 
 def nudge(record, tmux=None):
@@ -643,5 +644,10 @@ def nudge(record, tmux=None):
         raise Refused("the harness in pane %s has exited; nothing would read the nudge" % record["pane_id"],
                       "coord work resume <work>")
     pane = record["pane_id"]
-    tmux.run("send-keys", "-t", pane, "-l", NUDGE, THEN, "send-keys", "-t", pane, "Enter")
+    tmux.run("send-keys", "-t", pane, "-l", NUDGE)
+    # Enter in the same write as the text reads as part of a paste to the harness's prompt, which
+    # then keeps the line unsent (measured: Claude Code 2.1.197, Codex 0.171.0): send it on its
+    # own, a moment later.
+    time.sleep(NUDGE_ENTER_AFTER)
+    tmux.run("send-keys", "-t", pane, "Enter")
     return pane

@@ -547,7 +547,7 @@ def ancestor_processes(pid=None, limit=64):
 
 # The words after `coord` that make a command in a hint (coord's commands and its two flags).
 HINT_COMMANDS = ("hello", "heartbeat", "bye", "claim", "renew", "release", "check", "list", "send", "inbox", "ack",
-                 "audit", "status", "batch", "work", "remote", "--help", "--version")
+                 "audit", "status", "batch", "trust", "work", "remote", "--help", "--version")
 _HINT_RE = []
 _SHELL_SAFE = re.compile(r"^[A-Za-z0-9_./:@%+=,-]+$")
 
@@ -560,6 +560,28 @@ def pasteable(text, prefix):
     if not _HINT_RE:
         _HINT_RE.append(re.compile(r"(?<![\w./-])coord(?= (?:%s)(?![\w-]))" % "|".join(map(re.escape, HINT_COMMANDS))))
     return _HINT_RE[0].sub(lambda _m: prefix, text)
+
+
+# A hint inside a command's normal output is marked, so that main() can write its commands as
+# typed without touching anything else on the line (a message body, a task, a path): two control
+# characters, which clean_text removes from any text that reaches a terminal, so nothing stored
+# can forge or break a mark.
+HINT_OPEN, HINT_CLOSE = "\x1e", "\x1f"
+_HINT_SPAN_RE = re.compile("\x1e([^\x1e\x1f]*)\x1f")
+
+
+def hint(text):
+    """`text` (commands written `coord ...`) marked as a hint for typed_hints (empty: as it is)."""
+    return HINT_OPEN + text + HINT_CLOSE if text else text
+
+
+def typed_hints(text, prefix):
+    """`text` with each marked hint made pasteable (pasteable with `prefix`) and every mark
+    removed; the rest of the text is left exactly as it is."""
+    if not text or HINT_OPEN not in text and HINT_CLOSE not in text:
+        return text
+    text = _HINT_SPAN_RE.sub(lambda m: pasteable(m.group(1), prefix), text)
+    return text.replace(HINT_OPEN, "").replace(HINT_CLOSE, "")
 
 
 def command_as_typed(typed, environ=None, cwd=None):

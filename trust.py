@@ -594,7 +594,7 @@ def cmd_trust(ctx, args):
     data = {"ok": True, "carry_over": on, "settings": settings_path(environ),
             "codex_config": codex_config_path(environ), "claude_config": claude_config_path(environ)}
     text = "carry-over %s (%s)%s" % ("on" if on else "off", settings_path(environ), "" if on else
-                                     "; turn on with: coord trust --carry-over on")
+                                     "; turn on with: " + store.hint("coord trust --carry-over on"))
     return 0, data, text
 
 

@@ -414,12 +414,13 @@ def _owns(st, w, caller):
     return False
 
 
-# Who may change a work's state (DESIGN.md, "Authority"): gate, park, resume, close, integrate
-# acquire and remove each call authorize(); prove and release belong to the runtime that froze
+# Who may change a work's state (DESIGN.md, "Authority"): gate, park, resume, close, start, integrate
+# enqueue, acquire and land, and remove each call authorize(); prove and release belong to the runtime that froze
 # the candidate (_candidate_for). Everyone else is refused (exit 3) naming who may, unless it
 # passes --override, which is audited.
 AUTHORITY_VERBS = {"gate": "pass or waive the gate of", "park": "park", "resume": "resume", "close": "close",
-                   "acquire": "integrate", "land": "land", "remove": "remove", "start": "start"}
+                   "acquire": "integrate", "land": "land", "remove": "remove", "start": "start",
+                   "enqueue": "queue"}
 
 
 def authority(st, w, caller):
@@ -1299,11 +1300,12 @@ def _integration_resource(bookmark):
     return store.normalize_resource("integration/" + check_bookmark(bookmark))
 
 
-def enqueue(st, *, caller, handle, into):
+def enqueue(st, *, caller, handle, into, override=False):
     """Put the work in the visible integration queue for `into` (grants nothing)."""
     into = check_bookmark(into)
     w = st.resolve_work(handle)
     _refuse_state(w, UNUSABLE)
+    authorize(st, w, caller, "enqueue", override)
     with st.transaction():
         cur = st.resolve_work(w["id"])
         integ = _integration(cur)
@@ -3395,12 +3397,13 @@ def read_prompt(text=None, path=None):
     return check_prompt(text, "--prompt-file %s" % path)
 
 
-def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None):
+def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, override=False):
     """Run a harness for the work in a new tmux window, `prompt` (checked by check_prompt) as its
     first message when given; -> {work, tmux: the window record}."""
     if prompt is not None:
         check_prompt(prompt)
     w = _launchable(st, handle)
+    authorize(st, w, caller, "start", override)
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"), prompt=prompt)
@@ -3651,7 +3654,8 @@ def cmd_gate(ctx, args):
 
 
 def cmd_enqueue(ctx, args):
-    return 0, _ok(enqueue(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into)), None
+    return 0, _ok(enqueue(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into,
+                          override=args.override)), None
 
 
 def cmd_queue(ctx, args):
@@ -3748,13 +3752,13 @@ def landing_lines(w):
                                                          " --push %s" % landing["remote"]
                                                          if landing.get("remote") else "")
     if landing.get("state") not in LAND_RESUMABLE:
-        lines.append("nothing moved; when fixed, land again: %s" % nxt)
+        lines.append("nothing moved; when fixed, land again: %s" % store.hint(nxt))
     else:
         if landing.get("state") == "publish-ambiguous":
             lines.append("check: git ls-remote %s refs/heads/%s (expected %s), then: %s" % (
-                landing.get("remote"), landing.get("into"), landing.get("candidate"), nxt))
+                landing.get("remote"), landing.get("into"), landing.get("candidate"), store.hint(nxt)))
         else:
-            lines.append("finish with: %s (run by %s)" % (nxt, landing.get("runtime")))
+            lines.append("finish with: %s (run by %s)" % (store.hint(nxt), landing.get("runtime")))
     return lines
 
 
@@ -3794,7 +3798,8 @@ def cmd_gc(ctx, args):
         lines.append("recovery candidates:")
     for k in r["kept"]:
         lines.append("  %s  %s: %s" % (k["handle"], store.clean_text(k["task"], 48),
-                                       "; ".join("%s (next: %s)" % (x["message"], x["next"]) for x in k["reasons"])))
+                                       "; ".join("%s (next: %s)" % (x["message"], store.hint(x["next"]))
+                                                 for x in k["reasons"])))
     return 0, _ok(r), "\n".join(lines)
 
 
@@ -3812,7 +3817,7 @@ def cmd_remote_verify(ctx, args):
 def cmd_start(ctx, args):
     prompt = read_prompt(args.prompt, args.prompt_file)
     r = start_work(ctx.db, caller=_optional_caller(ctx), handle=args.handle, harness=args.harness,
-                   extra=args.extra, environ=ctx.environ, prompt=prompt)
+                   extra=args.extra, environ=ctx.environ, prompt=prompt, override=args.override)
     return 0, _ok(r), start_text(r)
 
 
@@ -3824,7 +3829,7 @@ def start_text(r):
     lines = ["%s runs in tmux window %s; coord's hooks stay off there until you approve them:"
              % (r["work"], r["tmux"].get("window_id"))]
     lines += ["  " + store.clean_text(a, 300) for a in r["approvals"]]
-    lines.append("  (or carry over the approvals you gave the shared checkout: coord trust --carry-over on)")
+    lines.append(store.hint("  (or carry over the approvals you gave the shared checkout: coord trust --carry-over on)"))
     return "\n".join(lines)
 
 
@@ -3945,6 +3950,7 @@ def register(sub, common, ident):
     p = isub.add_parser("enqueue", parents=both, help="join the visible queue (grants nothing)")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--into", required=True, metavar="BOOKMARK")
+    _override_argument(p)
     p.set_defaults(func=cmd_enqueue)
     p = isub.add_parser("queue", parents=both, help="show queued work in order, with dependencies")
     p.add_argument("--into", metavar="BOOKMARK")
@@ -3998,6 +4004,7 @@ def _register_session(ws, both):
     p.add_argument("--prompt", metavar="TEXT", help="the agent's first message (its task)")
     p.add_argument("--prompt-file", metavar="FILE", help="the first message, read from a UTF-8 file")
     p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments, after -- (anywhere)")
+    _override_argument(p)
     p.set_defaults(func=cmd_start)
     p = ws.add_parser("attach", parents=both, help="print (or --execute) the command that shows the window")
     p.add_argument("handle", metavar="HANDLE")

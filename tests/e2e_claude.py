@@ -408,6 +408,63 @@ class CloneTrust(h.CoordCase):
         self.assertEqual(listed[0].get("attention"), "started, agent not registered: trust prompt?")
 
 
+
+class IdleNudge(h.CoordCase):
+    """An interactive Claude Code started by `coord work start` and idle at its prompt gets no hook
+    events, so a message waits; `send --to WORK --nudge` types coord's fixed line into the
+    validated pane and submits it, so the next model request carries the message. Claude Code
+    reads Enter arriving in the same write as the typed text as part of a paste and keeps the
+    line unsent: the Enter must come on its own."""
+
+    harness = "claude"
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "jj")
+        self.tmux_bin = support.require_tool(self, "tmux")
+        genv = dict(self.env, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",
+                    GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid")
+        for argv in (["add", "-A"], ["commit", "-q", "-m", "install coord"]):
+            subprocess.run(["git", "-C", self.repo] + argv, check=True, env=genv)
+        scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(scratch, 0o700)
+        sock = os.path.join(self.tmp, "tmux.sock")
+        jjcfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(jjcfg, "w") as f:
+            f.write('user.name = "e2e"\nuser.email = "e2e@example.invalid"\n')
+        self.launch_env = h.claude_env(self.home, self.server, self.agent_env({
+            "COORD_SCRATCH_ROOT": scratch, "COORD_TMUX_SOCKET": sock, "TMUX_TMPDIR": self.tmp,
+            "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"), "JJ_CONFIG": jjcfg,
+            "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli}))
+        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", sock, "kill-server"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        with open(os.path.join(self.home, ".claude.json"), "w") as f:
+            json.dump({"hasCompletedOnboarding": True, "theme": "dark",
+                       "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
+                       "projects": {self.repo: {"hasTrustDialogAccepted": True}}}, f, indent=2)
+        self.server.load([say("ok")] * 50)
+        self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
+
+    def test_a_nudge_submits_a_turn_that_shows_the_message(self):
+        import session
+        as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
+        self.rcoord("trust", "--carry-over", "on", env=as_owner)
+        work = self.rcoord("work", "create", "idle-one", env=as_owner)["work"]
+        self.rcoord("work", "start", work["handle"], "--harness", "claude", env=as_owner)
+        support.retry_until(lambda: (self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]
+                                     ["data"].get("tmux") or {}).get("runtime_id"), timeout=60, interval=0.5)
+        marker = "NUDGED-BODY-%d" % os.getpid()
+
+        def carried():
+            return [r for r in list(self.server.requests) if r.api and marker in r.text()]
+        self.rcoord("send", "look at %s" % marker, "--to", work["handle"], env=as_owner)
+        self.assertEqual(carried(), [], "an idle agent sees nothing without a prompt")
+        reply = self.rcoord("send", "and again", "--to", work["handle"], "--nudge", env=as_owner)
+        self.assertTrue(reply["nudged"], reply)
+        seen = support.retry_until(carried, timeout=60, interval=0.25)
+        self.assertIn(session.NUDGE, seen[0].user_text())
+
+
 def tearDownModule():
     h.print_figures()
 

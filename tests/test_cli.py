@@ -880,5 +880,61 @@ class HintAsTypedTest(InstalledRepoCase):
         self.assertNotIn(" coord ", out.split("next:", 1)[1])
 
 
+
+class NormalOutputHintTest(InstalledRepoCase):
+    """Every hint line the installed `.coord/coord` prints in normal output (list, status, work
+    list, inbox, check, trust) names the command as typed and runs when pasted; a message body,
+    a lease purpose and a task that say `coord list` are printed exactly as written."""
+
+    BODY = "please run coord list first\nnext: coord list --verbose\nack with: coord ack 1 ; coord status"
+
+    def run_coord(self, *args, runtime=None):
+        env = dict(self.plain, COORD_RUNTIME_ID=runtime) if runtime else self.plain
+        return subprocess.run([".coord/coord"] + list(args), cwd=self.repo, env=env, text=True,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True, timeout=60)  # no controlling terminal: the person is the user
+
+    def test_every_hint_line_is_pasteable_and_bodies_are_untouched(self):
+        import re
+        import store
+        bare = re.compile(r"(?<![\w./-])coord (?:%s)(?![\w-])" % "|".join(map(re.escape, store.HINT_COMMANDS)))
+        me = self.run_coord("hello").stdout.strip()
+        agent = json.loads(self.run_coord("hello", "--conversation", "agent-7", "--json").stdout)["runtime"]
+        self.assertEqual(self.run_coord("claim", "src/a.py", "-p", "keep coord list tidy").returncode, 0)
+        self.assertEqual(self.run_coord("claim", "src/b.py", runtime=agent["id"]).returncode, 0)
+        sent = self.run_coord("send", self.BODY, "--to", me, runtime=agent["id"])
+        self.assertEqual(sent.returncode, 0, sent.stderr)
+        outputs = {}
+        for args in (["list"], ["list", "--verbose"], ["status"], ["work", "list"], ["check", "src/b.py"],
+                     ["trust"], ["inbox", "--peek"], ["batch", "list", ":", "inbox", "--peek"], ["inbox"]):
+            proc = self.run_coord(*args)
+            self.assertIn(proc.returncode, (0, 3), (args, proc.stderr))
+            outputs[" ".join(args)] = proc.stdout
+        self.assertIn("keep coord list tidy", outputs["list --verbose"], "a purpose is printed as written")
+        for name in ("inbox --peek", "batch list : inbox --peek", "inbox"):
+            self.assertEqual(outputs[name].count(self.BODY), 1, "the body, exactly as sent: " + outputs[name])
+        hints = []
+        for name, out in outputs.items():
+            rest = out.replace(self.BODY, "").replace("keep coord list tidy", "")
+            for line in rest.splitlines():
+                self.assertIsNone(bare.search(line), "%s printed a hint that does not paste: %r" % (name, line))
+                if ".coord/coord " in line:
+                    hints.append(line)
+        self.assertIn("purposes and expiry: .coord/coord list --verbose", outputs["list"])
+        self.assertIn("next: ask the holder: .coord/coord send", outputs["check src/b.py"])
+        self.assertIn("turn on with: .coord/coord trust --carry-over on", outputs["trust"])
+        ack = [l for l in outputs["inbox"].splitlines() if l.startswith("ack with: .coord/coord ")]
+        self.assertEqual(len(ack), 1, outputs["inbox"])
+        self.assertGreaterEqual(len(hints), 5, hints)
+        # Pasted into a shell at the repository root, the hints run.
+        for line in (ack[0], "purposes and expiry: .coord/coord list --verbose"):
+            cmd = line.split(": ", 1)[1]
+            proc = subprocess.run(cmd, shell=True, cwd=self.repo, env=self.plain, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True, timeout=60)
+            self.assertEqual(proc.returncode, 0, (cmd, proc.stderr))
+        self.assertEqual(self.run_coord("inbox", "--peek").stdout, "", "the pasted ack acknowledged the message")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1097,6 +1097,34 @@ class DoctorClonesTest(InstallTestCase):
         self.assertIn("hooks %d/%d trusted; claude trusted\n" % (len(EVENTS), len(EVENTS)),
                       self.install("--doctor", check=0).stdout)
 
+
+class DoctorHintTest(InstallTestCase):
+    """--doctor's line for an untrusted clone names the target's coord as it must be typed from
+    where the installer ran, so that the pasted hint runs."""
+
+    def test_the_carry_over_hint_pastes_and_runs(self):
+        import re
+        import store
+        self.fresh()
+        clone = os.path.realpath(self.new_repo("task.abcd1234"))
+        self.install("--project-id", "demo", target=clone, check=0)
+        st = store.Store(self.db, environ=self.env)
+        with st.transaction():
+            st.insert_work("task", "active", "t" * 64, path=clone, source=os.path.realpath(self.target))
+        st.close()
+        for cwd, target in ((self.tmp, self.target), (self.target, ".")):
+            with self.subTest(cwd=cwd):
+                text = self.install("--doctor", target=target, cwd=cwd, check=None).stdout
+                hint = re.search(r"or: (\S+ trust --carry-over on) before", text)
+                self.assertIsNotNone(hint, text)
+                self.assertNotEqual(hint.group(1).split()[0], "coord", "a bare coord is not on PATH")
+                shown = subprocess.run(hint.group(1).replace("--carry-over on", ""), shell=True, cwd=cwd,
+                                       env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       timeout=60)
+                self.assertEqual(shown.returncode, 0, shown.stderr)
+                self.assertIn("carry-over off", shown.stdout)
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

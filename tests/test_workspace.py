@@ -2420,3 +2420,40 @@ class UnregisteredHarnessTest(TmuxWorkCase):
 if __name__ == "__main__":
     import unittest
     unittest.main()
+
+
+class StartEnqueueAuthorityTest(WorkTestCase):
+    """`work start` and `work integrate enqueue` change a work's state too (a harness window and
+    its record; the integration state): a foreign live runtime is refused and told who may."""
+
+    def test_a_foreign_runtime_may_neither_start_nor_enqueue_anothers_work(self):
+        handle, path, _ = self.create("guarded-start")
+        foreign = self.hello()["runtime"]
+        # A private tmux socket and an inert harness, should a start ever get through.
+        sock = os.path.join(self.tmp, "tmux.sock")
+        self.addCleanup(subprocess.run, ["tmux", "-S", sock, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)
+        env = {"COORD_TMUX_SOCKET": sock, "COORD_CLAUDE_CMD": "sleep 30"}
+        for args in (["start", handle], ["integrate", "enqueue", handle, "--into", "main"]):
+            with self.subTest(args=args):
+                proc = self.work(*(args + ["--json"]), runtime=foreign["id"], env=env)
+                self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+                self.assertIn("%s may not" % foreign["handle"], proc.stderr)
+                self.assertIn("its owner %s" % self.rt["handle"], proc.stderr)
+                self.assertEqual(json.loads(proc.stdout)["reason"], "not-authorized")
+        rec = self.record(handle)
+        self.assertEqual((rec["state"], rec["data"].get("tmux"), rec["data"]["integration"]["state"]),
+                         ("active", None, "none"))
+        self.assertTrue(os.path.isdir(path))
+
+    def test_the_owner_enqueues_and_an_override_is_audited(self):
+        mine, _path, _ = self.create("mine-queued")
+        theirs, _path2, _ = self.create("theirs-queued")
+        self.work("integrate", "enqueue", mine, "--into", "main", check=0)
+        foreign = self.hello()["runtime"]
+        self.work("integrate", "enqueue", theirs, "--into", "main", "--override", runtime=foreign["id"], check=0)
+        self.assertEqual([self.record(h)["data"]["integration"]["state"] for h in (mine, theirs)],
+                         ["queued", "queued"])
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        over = [e for e in events if e["event"] == "work.authority.override"]
+        self.assertEqual([(e["runtime"], e["data"]["action"]) for e in over], [(foreign["id"], "enqueue")])
