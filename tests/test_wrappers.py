@@ -132,6 +132,26 @@ class InteractiveTest(WrapperCase):
         self.assertEqual(store.work_conversation(w), (conv, "claude"))
         self.assertEqual(len(self.events(handle, "work.direct")), 1)
 
+    def test_work_resume_then_resumes_the_conversation_the_wrapper_recorded(self):
+        tmux = support.require_tool(self, "tmux")
+        sock = os.path.join(self.tmp, "tmux.sock")
+        self.env.update({"COORD_TMUX_SOCKET": sock, "TMUX_TMPDIR": self.tmp,
+                         "COORD_CODEX_CMD": os.path.join(self.real_bin, "codex")})
+        self.addCleanup(subprocess.run, [tmux, "-S", sock, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=10)
+        term = self.terminal()
+        handle, path = self.create_in(term)
+        conv = str(uuid.uuid4())
+        code, out = term.run("cd %s && codex resume %s" % (path, conv))
+        self.assertEqual(code, 0, out)
+        code, out = term.run("cd %s && %s %s work resume %s" % (self.canon, sys.executable, support.COORD, handle))
+        self.assertEqual(code, 0, out)
+        runs = support.retry_until(lambda: self.runs() if len(os.listdir(self.log)) >= 2 else None)
+        self.assertEqual(runs[1]["argv"], ["resume", conv])
+        w = self.record(handle)
+        self.assertEqual((w["state"], w["data"]["tmux"]["conversation"]), ("resumed", conv))
+        self.assertNotIn("direct", w["data"], "the window coord launched is now the newest record")
+
     def test_fresh_codex_session_is_linked_by_its_session_start_hook(self):
         term = self.terminal()
         handle, path = self.create_in(term)
