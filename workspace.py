@@ -3718,9 +3718,11 @@ def cmd_work_list(ctx, args):
         if unregistered:
             rec["attention"] = UNREGISTERED
         out.append(rec)
+    data = {"ok": True, "work": out}
     if hidden:
         lines.append("%d archived (coord work list --archived)" % hidden)
-    return 0, {"ok": True, "work": out, "archived_hidden": hidden}, "\n".join(lines)
+        data["archived_hidden"] = hidden
+    return 0, data, "\n".join(lines)
 
 
 def cmd_inspect(ctx, args):
