@@ -3758,6 +3758,9 @@ def inspect_lines(facts, verbose=False):
     if d.get("tmux"):
         lines.append("tmux window %s %s" % (d["tmux"].get("window_id"), "running" if facts["tmux_live"]
                                             else "gone (%s)" % store.clean_text(facts["tmux_why"], 120)))
+    if d.get("direct"):
+        lines.append("%s session from a terminal (resume wrapper): %s" % (
+            d["direct"].get("harness"), d["direct"].get("conversation") or "conversation not registered yet"))
     gate = _gate(w)
     if gate.get("reason"):
         lines.append("gate %s: %s" % (gate["state"], store.clean_text(gate["reason"], 200)))

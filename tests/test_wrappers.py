@@ -130,6 +130,8 @@ class InteractiveTest(WrapperCase):
         self.assertEqual((direct["harness"], direct["kind"], direct["conversation"], direct["pid"]),
                          ("claude", "resume", conv, run["pid"]), "exec keeps the wrapper's pid")
         self.assertEqual(store.work_conversation(w), (conv, "claude"))
+        self.assertIn("claude session from a terminal (resume wrapper): %s" % conv,
+                      self.coord("work", "inspect", handle, check=0).stdout)
         self.assertEqual(len(self.events(handle, "work.direct")), 1)
 
     def test_work_resume_then_resumes_the_conversation_the_wrapper_recorded(self):
