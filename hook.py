@@ -491,6 +491,8 @@ def link_work(h, rt, work_id, pid):
         w = db.work(work_id)
         tmux = (w or {}).get("data", {}).get("tmux") or {}
         if not w or tmux.get("pane_pid") not in chain:
+            if w:
+                link_direct(h, rt, w, chain)
             return None
         # The session also runs in that work's clone: a harness whose hooks run from a process
         # shared by several sessions (Codex 0.171.0's background app-server, started by the
@@ -506,6 +508,20 @@ def link_work(h, rt, work_id, pid):
 
 def _within(path, root):
     return path == root or path.startswith(root.rstrip("/") + "/")
+def link_direct(h, rt, w, chain):
+    """A harness a resume wrapper (.coord/bin/claude, .coord/bin/codex) exec'd in the work's clone
+    (the wrapper's pid and start time, recorded by `work record-conversation`, are in the
+    harness's ancestry) records its conversation and runtime in the work's `direct` record;
+    call inside the transaction."""
+    import store
+    direct = w["data"].get("direct") or {}
+    if not direct.get("pid") or direct["pid"] not in chain or direct.get("pid_start") != store.process_start(
+            direct["pid"]):
+        return
+    if direct.get("conversation") == h.session and direct.get("runtime_id") == rt["id"]:
+        return
+    h.db.update_work(w["id"], data={"direct": dict(direct, conversation=h.session, runtime_id=rt["id"])})
+    h.db.audit("work.attached", rt["id"], w["id"], conversation=h.session, via="wrapper")
 
 
 def label_window(h, rec, rt):

@@ -1046,6 +1046,27 @@ def live_works_readonly(path):
         w.pop("token", None)
         out.append(w)
     return out
+def work_conversation(w):
+    """(conversation, harness) of the agent that runs work `w` now: the one a resume wrapper
+    (`.coord/bin/claude`, `.coord/bin/codex`) recorded when run in the clone (`data.direct`,
+    which a later tmux launch clears), else its tmux window's; (None, None) when neither knows."""
+    direct = w["data"].get("direct") or {}
+    if direct.get("conversation"):
+        return direct["conversation"], direct.get("harness")
+    rec = w["data"].get("tmux") or {}
+    return rec.get("conversation"), rec.get("harness")
+
+
+def work_conversations(w):
+    """Every harness conversation recorded for work `w` now (its tmux window's and a wrapper's)."""
+    out = []
+    for key in ("direct", "tmux"):
+        conv = (w["data"].get(key) or {}).get("conversation")
+        if conv and conv not in out:
+            out.append(conv)
+    return out
+
+
 def read_works(path):
     """The live work records (id, handle, task, state, path, source), read as live_works_readonly
     reads; [] when there is no database or it cannot be read."""
@@ -1910,7 +1931,7 @@ class Store:
         recorded runtime or its successor) while live. Refused when there is no one."""
         if w["state"] in ("failed", "removed"):
             raise Refused("work %s is %s; nothing runs it" % (w["handle"], w["state"]), "coord list shows live runtimes")
-        conv = (w["data"].get("tmux") or {}).get("conversation")
+        conv = work_conversation(w)[0]
         if conv:
             rt = self.find_conversation_runtime(conv, now=now) or self.last_runtime_of(conv)
             if rt is not None:
@@ -2087,9 +2108,8 @@ class Store:
         out = {}
         for rt in runtimes:
             for w in works:
-                rec = w["data"].get("tmux") or {}
-                if rt["id"] == w["runtime"] or (rec.get("conversation") and
-                                                rec["conversation"] == rt["conversation"] and not rt["agent_id"]):
+                convs = work_conversations(w)
+                if rt["id"] == w["runtime"] or (rt["conversation"] in convs and not rt["agent_id"]):
                     out[rt["id"]] = w
                     break
         pending = [rt for rt in runtimes if rt["id"] not in out]

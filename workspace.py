@@ -406,7 +406,7 @@ def _owns(st, w, caller):
     if caller["id"] == w.get("runtime") or (owner is not None and owner["id"] == caller["id"]):
         return True
     rec = w["data"].get("tmux") or {}
-    if rec.get("conversation") and caller.get("conversation") == rec["conversation"]:
+    if caller.get("conversation") in store.work_conversations(w):
         return True
     if caller.get("pid") and caller["pid"] == rec.get("pane_pid"):
         live, _ = _live_tmux(w)
@@ -419,6 +419,7 @@ def _owns(st, w, caller):
 # the candidate (_candidate_for). Everyone else is refused (exit 3) naming who may, unless it
 # passes --override, which is audited.
 AUTHORITY_VERBS = {"gate": "pass or waive the gate of", "park": "park", "resume": "resume", "close": "close",
+                   "archive": "archive",
                    "acquire": "integrate", "land": "land", "remove": "remove", "start": "start",
                    "enqueue": "queue"}
 
@@ -442,8 +443,9 @@ def authority(st, w, caller):
         if not start["agent_id"] and not caller.get("agent_id") and caller.get("conversation") == start["conversation"]:
             return "successor"
     rec = w["data"].get("tmux") or {}
-    if not caller.get("agent_id") and ((rec.get("conversation") and caller.get("conversation") == rec["conversation"])
-                                       or (rec.get("runtime_id") and rec["runtime_id"] == caller["id"])):
+    direct = w["data"].get("direct") or {}
+    if not caller.get("agent_id") and (caller.get("conversation") in store.work_conversations(w)
+                                       or caller["id"] in (rec.get("runtime_id"), direct.get("runtime_id"))):
         return "harness"
     if caller.get("pid") and caller["pid"] == rec.get("pane_pid") and _live_tmux(w)[0] is not None:
         return "harness"
@@ -2504,7 +2506,7 @@ def work_runtimes(st, w):
             break
         created.append(rt)
         rid = rt.get("superseded_by")
-    conversations = [(w["data"].get("tmux") or {}).get("conversation")]
+    conversations = [(w["data"].get("tmux") or {}).get("conversation")] + store.work_conversations(w)
     conversations += [h.get("conversation") for h in w["data"].get("history", [])]
     made = st.runtimes_of(conversations, w.get("path"))
     return {"created_by": created, "made_by": made}
@@ -3310,6 +3312,7 @@ def _record_tmux(st, w, state, rec, caller, **extra):
         data = {"history": _history(cur, state, caller, **extra)}
         if rec is not None:
             data["tmux"] = rec
+            data["direct"] = None  # a window coord launched is now the newest harness (store.work_conversation)
         if extra.get("reason") is not None or state in RELAUNCHED:
             data["parked"] = {"reason": extra["reason"], "at": _now()} if state == "parked" else None
         cur = st.update_work(w["id"], state=state, data=data)
@@ -3408,7 +3411,8 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"), prompt=prompt)
     _record_launch(st, w, "active", rec, caller, step="started", harness=harness,
-                   prompt_bytes=None if prompt is None else len(prompt.encode("utf-8", "surrogateescape")))
+                   prompt_bytes=None if prompt is None else len(prompt.encode("utf-8", "surrogateescape")),
+                   unarchived=True if w["state"] == "archived" else None)
     out = {"work": w["handle"], "tmux": rec}
     if approvals is not None:
         out["approvals"] = approvals
@@ -3420,8 +3424,9 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
     w = _launchable(st, handle)
     authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
-    conversation = conversation or previous.get("conversation")
-    harness = harness or previous.get("harness") or "claude"
+    recorded, recorded_harness = store.work_conversation(w)  # a wrapper's record first, else the window's
+    conversation = conversation or recorded
+    harness = harness or recorded_harness or previous.get("harness") or "claude"
     if not conversation:
         raise UsageError("no conversation is recorded for %s, so there is nothing to resume" % w["handle"],
                          "coord work resume %s --conversation ID, or start afresh: coord work start %s"
@@ -3429,7 +3434,8 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, conversation, harness, [], previous)
-    _record_launch(st, w, "resumed", rec, caller, conversation=conversation)
+    _record_launch(st, w, "resumed", rec, caller, conversation=conversation,
+                   unarchived=True if w["state"] == "archived" else None)
     out = {"work": w["handle"], "tmux": rec}
     if approvals is not None:
         out["approvals"] = approvals
@@ -3471,6 +3477,185 @@ def close_work(st, *, caller, handle, override=False):
     released = _end_parked(st, w, "work closed")
     _record_tmux(st, w, "closed", None, caller, outcome=what, released=released or None)
     return {"work": w["handle"], "window": what}
+
+
+def archive_work(st, *, caller, handle, override=False):
+    """Keep finished work out of the way: close its window (validated by ID), release what it
+    holds (a parked work's kept leases, and the leases of the agent that ran in the closed
+    window), keep the clone on disk, and record it `archived` (hidden from `work list` and
+    `status` unless asked). Refused while an agent of the work still runs outside coord's
+    window, or while it is queued or integrating. -> {work, window, released}."""
+    w = st.resolve_work(handle)
+    _refuse_state(w, UNUSABLE)
+    if w["state"] == "archived":
+        return {"work": w["handle"], "window": "no window", "released": [], "already": True}
+    authorize(st, w, caller, "archive", override)
+    integ = _integration(w)
+    if integ.get("state") in QUEUED:
+        raise Refused("work %s is %s into %s; archiving would strand that" % (w["handle"], integ["state"],
+                                                                           integ.get("into")),
+                      "coord work integrate release %s (or land it), then archive" % w["handle"])
+    live, _ = _live_tmux(w, strict=True)
+    window_conv = (w["data"].get("tmux") or {}).get("conversation") if live else None
+    for conv in store.work_conversations(w):
+        rt = st.find_conversation_runtime(conv)
+        if rt is not None and rt.get("harness") != store.PARKED and conv != window_conv:
+            raise Refused("work %s still has agent %s running outside coord's window" % (w["handle"], rt["handle"]),
+                          "end that session (or coord send \"wrap up\" --to %s), then archive" % rt["handle"])
+    what = _close_window(w)
+    released = _end_parked(st, w, "work archived")
+    if window_conv and what.startswith("closed"):
+        # The window is gone, and with it the agent that ran there: end its attachment now,
+        # releasing its leases (audited), rather than leave them until its process is reaped.
+        for rt in st.live_runtimes(include_ended=True):
+            if rt["conversation"] == window_conv and rt["ended_at"] is None and not rt["agent_id"] \
+                    and rt.get("harness") != store.PARKED:
+                released += [l["resource"] for l in st.leases_of(rt["id"])]
+                st.bye(rt["id"], reason="work archived")
+    _record_tmux(st, w, "archived", None, caller, outcome=what, released=released or None)
+    return {"work": w["handle"], "window": what, "released": released}
+
+
+# --------------------------------------------------------------------------- resume wrappers
+
+# The shipped `.coord/bin/claude` and `.coord/bin/codex` (bin/ in this checkout) run an
+# interactive session's command line through `work record-conversation` before they exec the
+# real CLI; these tell a session from automation, subcommands and help.
+CLAUDE_COMMANDS = frozenset(("agents", "auth", "auto-mode", "config", "doctor", "gateway", "install", "mcp",
+                             "migrate-installer", "plugin", "plugins", "project", "setup-token", "ultrareview",
+                             "update", "upgrade"))
+CLAUDE_NOT_SESSION = frozenset(("-p", "--print", "-h", "--help", "-v", "--version", "--bg", "--background"))
+CODEX_VALUE_OPTIONS = frozenset(("-c", "--config", "--enable", "--disable", "--remote", "--remote-auth-token-env",
+                                 "-i", "--image", "-m", "--model", "-p", "--profile", "-s", "--sandbox", "-a",
+                                 "--ask-for-approval", "-C", "--cd", "--add-dir", "--local-provider"))
+CODEX_COMMANDS = frozenset(("exec", "e", "review", "login", "logout", "mcp", "mcp-server", "plugin", "app-server",
+                            "remote-control", "completion", "update", "doctor", "sandbox", "debug", "apply", "a",
+                            "queue", "archive", "delete", "migrate-rollouts", "migrate-nfs-db", "unarchive", "cloud",
+                            "exec-server", "features", "help", "agents", "responses-api-proxy", "stdio-to-uds",
+                            "generate-ts"))
+CODEX_NOT_SESSION = frozenset(("-h", "--help", "-V", "--version"))
+
+
+def _option_value(args, names):
+    """The value of the first of `names` in args (`--name VALUE` or `--name=VALUE`), "" for a
+    flag given without one, None when absent."""
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n:
+                nxt = args[i + 1] if i + 1 < len(args) else ""
+                return "" if nxt.startswith("-") else nxt
+            if n.startswith("--") and a.startswith(n + "="):
+                return a[len(n) + 1:]
+    return None
+
+
+def wrapped_session(harness, argv):
+    """What an interactive `claude`/`codex` command line does: None unless it runs a session
+    (automation such as `claude -p` or `codex exec`, another subcommand, help or version), else
+    {kind: start | resume | fork, conversation: the full UUID it names, or None (the harness's
+    SessionStart hook records it)}."""
+    argv = list(argv)
+    args = argv[:argv.index("--")] if "--" in argv else argv
+    if harness == "claude":
+        if any(a in CLAUDE_NOT_SESSION or a.startswith("--print=") for a in args):
+            return None
+        if args and not args[0].startswith("-") and args[0] in CLAUDE_COMMANDS:
+            return None
+        resumed = _option_value(args, ("-r", "--resume"))
+        fork = "--fork-session" in args
+        if resumed is not None or _option_value(args, ("-c", "--continue")) is not None:
+            conv = resumed if resumed and store.is_uuid(resumed) and not fork else None
+            return {"kind": "fork" if fork else "resume", "conversation": conv}
+        named = _option_value(args, ("--session-id",))
+        return {"kind": "start", "conversation": named if named and store.is_uuid(named) else None}
+    if any(a in CODEX_NOT_SESSION for a in args):
+        return None
+    words, i = [], 0
+    while i < len(args):  # positionals, skipping the values of options that take one
+        a = args[i]
+        if a in CODEX_VALUE_OPTIONS:
+            i += 2
+            continue
+        if not a.startswith("-"):
+            words.append(a)
+        i += 1
+    if not words:
+        return {"kind": "start", "conversation": None}
+    if words[0] in CODEX_COMMANDS:
+        return None
+    if words[0] == "resume":
+        conv = words[1] if len(words) > 1 and store.is_uuid(words[1]) and "--last" not in args else None
+        return {"kind": "resume", "conversation": conv}
+    if words[0] == "fork":
+        return {"kind": "fork", "conversation": None}
+    return {"kind": "start", "conversation": None}
+
+
+def clone_of(st, cwd):
+    """The live work whose managed clone holds `cwd` (by the ownership marker at or above it,
+    read without following a symlink, matching the record's path and token), else None."""
+    d = os.path.realpath(cwd)
+    while True:
+        marker = read_marker(d)
+        if marker is not None:
+            w = st.work(marker.get("work")) if store.is_uuid(marker.get("work")) else None
+            if w is None or w["state"] in UNUSABLE or w["path"] != d or directory_problems(w):
+                return None
+            return w
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def wrapper_person(st, pid):
+    """The person who ran a resume wrapper (process `pid`, an ancestor of this one; it execs the
+    harness next): refused when an agent harness runs above the wrapper, or pid is not ours."""
+    chain = store.ancestor_processes()
+    at = [i for i, (p, _start) in enumerate(chain[:3]) if p == pid]
+    if not at:
+        raise Refused("process %s is not the wrapper that runs this command" % pid,
+                      "run the harness through .coord/bin/claude or .coord/bin/codex")
+    above = chain[at[0] + 1:]
+    hpid, harness = store.harness_ancestor(above)
+    if hpid is not None:
+        raise Refused("%s (pid %d) runs above this terminal: an agent's session is not recorded" % (harness, hpid),
+                      "run it from your own terminal")
+    return st.person_runtime(register=True), chain[at[0]][1]
+
+
+def record_conversation(st, *, harness, argv, pid, cwd):
+    """A resume wrapper run interactively in a managed clone: record the session it is about to
+    exec (data.direct: harness, kind, the conversation when the command line names it, the pid
+    the harness will have) in the work record, as `work resume` would, and un-park or un-archive
+    the work; the harness's SessionStart hook later fills in the conversation and runtime.
+    -> None when argv runs no session or cwd is in no managed clone, else {work, work_id,
+    port_base, direct, state}. Refused (nothing recorded) for an agent above the wrapper, or a
+    person who may not resume the work."""
+    session = wrapped_session(harness, argv)
+    if session is None:
+        return None
+    w = clone_of(st, cwd)
+    if w is None:
+        return None
+    caller, pid_start = wrapper_person(st, pid)
+    authorize(st, w, caller, "resume")
+    with st.transaction():
+        cur = st.work(w["id"])
+        state = "resumed" if cur["state"] in ("parked", "closed", "archived") else cur["state"]
+        direct = {"harness": harness, "kind": session["kind"], "conversation": session["conversation"], "pid": pid,
+                  "pid_start": pid_start, "at": _now(), "by": caller["id"], "cwd": os.path.realpath(cwd)}
+        unarchived = True if cur["state"] == "archived" else None
+        data = {"direct": direct, "history": _history(cur, state, caller, step="direct", harness=harness,
+                                                       kind=session["kind"], conversation=session["conversation"],
+                                                       unarchived=unarchived)}
+        if state != cur["state"]:
+            data["parked"] = None
+        cur = st.update_work(w["id"], state=state, data=data)
+        st.audit("work.direct", caller["id"], w["id"], harness=harness, kind=session["kind"],
+                 conversation=session["conversation"], pid=pid, state=state, unarchived=unarchived)
+    return {"work": cur["handle"], "work_id": cur["id"], "port_base": cur["data"].get("port_base"),
+            "direct": direct, "state": state, "unarchived": bool(unarchived)}
 
 
 def _end_parked(st, w, reason):
@@ -3539,9 +3724,20 @@ def cmd_setup(ctx, args):
     return 0, {"ok": True, "work": w["handle"], "setup": result}, None
 
 
+def listed_works(works, archived=False, everything=False):
+    """(the works a listing shows, how many archived ones it leaves out): archived work only
+    with `archived` (then only it) or `everything`."""
+    if everything:
+        return list(works), 0
+    if archived:
+        return [w for w in works if w["state"] == "archived"], 0
+    shown = [w for w in works if w["state"] != "archived"]
+    return shown, len(works) - len(shown)
+
+
 def cmd_work_list(ctx, args):
     st = ctx.db
-    works = st.works(include_removed=args.all)
+    works, hidden = listed_works(st.works(include_removed=args.all), args.archived, args.all)
     lines = []
     out = []
     grace = store.env_number(ctx.environ, "COORD_REGISTER_GRACE", REGISTER_GRACE, (0.0, 86400.0))
@@ -3557,7 +3753,11 @@ def cmd_work_list(ctx, args):
         if unregistered:
             rec["attention"] = UNREGISTERED
         out.append(rec)
-    return 0, {"ok": True, "work": out}, "\n".join(lines)
+    data = {"ok": True, "work": out}
+    if hidden:
+        lines.append(store.hint("%d archived (coord work list --archived)" % hidden))
+        data["archived_hidden"] = hidden
+    return 0, data, "\n".join(lines)
 
 
 def cmd_inspect(ctx, args):
@@ -3593,6 +3793,9 @@ def inspect_lines(facts, verbose=False):
     if d.get("tmux"):
         lines.append("tmux window %s %s" % (d["tmux"].get("window_id"), "running" if facts["tmux_live"]
                                             else "gone (%s)" % store.clean_text(facts["tmux_why"], 120)))
+    if d.get("direct"):
+        lines.append("%s session from a terminal (resume wrapper): %s" % (
+            d["direct"].get("harness"), d["direct"].get("conversation") or "conversation not registered yet"))
     gate = _gate(w)
     if gate.get("reason"):
         lines.append("gate %s: %s" % (gate["state"], store.clean_text(gate["reason"], 200)))
@@ -3863,6 +4066,34 @@ def cmd_park(ctx, args):
     return 0, _ok(r), text
 
 
+def cmd_archive(ctx, args):
+    r = archive_work(ctx.db, caller=ctx.caller(), handle=args.handle, override=args.override)
+    text = None
+    if r.get("already"):
+        text = "%s was already archived" % r["work"]
+    elif r["window"].startswith("window not"):
+        text = r["window"]
+    return 0, _ok(r), text
+
+
+def cmd_record_conversation(ctx, args):
+    """Hidden: what .coord/bin/claude and .coord/bin/codex run. Prints `WORK_ID PORT_BASE` for
+    the wrapper to export (nothing when nothing was recorded); a refusal is one stderr line, and
+    the wrapper runs the harness either way."""
+    import sys
+    try:
+        r = record_conversation(ctx.db, harness=args.harness, argv=list(args.extra or []), pid=args.pid,
+                                cwd=os.getcwd())
+    except Refused as exc:
+        sys.stderr.write("coord: this session is not recorded in the work: %s\n" % store.clean_text(exc.message, 300))
+        return 0, {"ok": True, "recorded": False, "why": exc.message}, None
+    if r is None:
+        return 0, {"ok": True, "recorded": False}, None
+    if r["unarchived"]:
+        sys.stderr.write("coord: %s was archived; it is resumed now\n" % r["work"])
+    return 0, _ok(dict(r, recorded=True)), "%s %s" % (r["work_id"], "" if r["port_base"] is None else r["port_base"])
+
+
 def cmd_close(ctx, args):
     r = close_work(ctx.db, caller=ctx.caller(), handle=args.handle, override=args.override)
     return 0, _ok(r), (r["window"] if r["window"].startswith("window not") else None)
@@ -3908,7 +4139,8 @@ def register(sub, common, ident):
     p.set_defaults(func=cmd_setup)
 
     p = ws.add_parser("list", parents=both, help="work records: handle, task, state")
-    p.add_argument("--all", action="store_true", help="include removed work")
+    p.add_argument("--all", action="store_true", help="include removed and archived work")
+    p.add_argument("--archived", action="store_true", help="only archived work")
     p.set_defaults(func=cmd_work_list)
 
     p = ws.add_parser("inspect", parents=both, help="one work record (--verbose adds exact IDs)")
@@ -4025,3 +4257,13 @@ def _register_session(ws, both):
     p.add_argument("handle", metavar="HANDLE")
     _override_argument(p)
     p.set_defaults(func=cmd_close)
+    p = ws.add_parser("record-conversation", parents=both)  # no help: hidden, for .coord/bin's wrappers
+    p.add_argument("--harness", choices=("claude", "codex"), required=True)
+    p.add_argument("--pid", type=int, required=True, help="the wrapper's pid (the harness keeps it: exec)")
+    p.add_argument("extra", nargs="*", metavar="ARG", help="the harness's arguments, after --")
+    p.set_defaults(func=cmd_record_conversation)
+    p = ws.add_parser("archive", parents=both, help="finished work to keep: close its window, release its "
+                      "leases, keep the clone, hide it from work list and status")
+    p.add_argument("handle", metavar="HANDLE")
+    _override_argument(p)
+    p.set_defaults(func=cmd_archive)

@@ -95,6 +95,7 @@ class UpgradeTest(CoordTestCase):
         dest = os.path.join(self.tmp, "release-new")
         os.makedirs(dest)
         for name in install.RUNTIME_FILES:
+            os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)  # bin/claude, bin/codex
             shutil.copy2(os.path.join(support.ROOT, name), os.path.join(dest, name))
         shutil.copytree(os.path.join(support.ROOT, install.SKILL_SOURCE), os.path.join(dest, install.SKILL_SOURCE))
         path = os.path.join(dest, "store.py")

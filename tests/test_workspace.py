@@ -2417,6 +2417,115 @@ class UnregisteredHarnessTest(TmuxWorkCase):
         st.close()
         self.assertNotIn(flag, self.work("list", env={"COORD_REGISTER_GRACE": "0"}, check=0).stdout)
 
+
+class ArchiveTest(TmuxWorkCase):
+    """`work archive`: finished work kept on disk, its window closed and leases released, listed
+    apart from live work; resume un-archives it; remove and gc keep every cleanup rule."""
+
+    def running_agent(self, handle, conversation):
+        """Start the work and register its harness as the SessionStart hook would (pane pid, linked)."""
+        self.work("start", handle, check=0)
+        w = self.record(handle)
+        agent = self.coord_json("hello", "--conversation", conversation, "--harness", "claude", "--pid",
+                                w["data"]["tmux"]["pane_pid"])["runtime"]
+        st = store.Store(self.db)
+        with st.transaction():
+            st.update_work(w["id"], data={"tmux": dict(w["data"]["tmux"], conversation=conversation,
+                                                        runtime_id=agent["id"])})
+        st.close()
+        return agent
+
+    def events(self, handle, event):
+        wid = self.record(handle)["id"]
+        rows = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        return [r for r in rows if r["event"] == event and r["subject"] == wid]
+
+    def test_archive_closes_the_window_releases_leases_and_keeps_the_clone(self):
+        handle, path, _ = self.create("finished")
+        agent = self.running_agent(handle, "conv-arch")
+        self.coord("claim", "src/a.py", runtime=agent["id"], check=0)
+        window = self.record(handle)["data"]["tmux"]["window_id"]
+        stranger = self.hello()["runtime"]
+        proc = self.work("archive", handle, runtime=stranger["id"])
+        self.assertEqual(proc.returncode, 3, "authority like close")
+        self.assertIn("may not archive", proc.stderr)
+        self.work("archive", handle, check=0)
+        w = self.record(handle)
+        self.assertEqual(w["state"], "archived")
+        self.assertNotIn(window, self.windows())
+        self.assertTrue(os.path.isdir(path), "the clone stays on disk")
+        self.assertEqual(self.coord_json("list")["leases"], [])
+        self.coord("claim", "src/a.py", runtime=stranger["id"], check=0)
+        row, = self.events(handle, "work.archived")
+        self.assertEqual(row["data"]["released"], ["src/a.py"])
+        self.assertEqual(self.work_json("archive", handle)["already"], True)
+        self.assertEqual(len(self.events(handle, "work.archived")), 1)
+
+    def test_archived_work_is_listed_apart_and_resume_unarchives_it(self):
+        kept, _, _ = self.create("kept")
+        live, _, _ = self.create("live")
+        self.work("archive", kept, check=0)
+        proc = self.work("list", check=0)
+        self.assertNotIn(kept, proc.stdout)
+        self.assertIn(live, proc.stdout)
+        self.assertIn("1 archived (", proc.stdout)
+        self.assertEqual([w["handle"] for w in self.work_json("list", "--archived")["work"]], [kept])
+        self.assertEqual([w["handle"] for w in self.work_json("list", "--all")["work"]], [kept, live])
+        status = self.coord_json("status", runtime=self.rt["id"], cwd=self.canon)
+        self.assertEqual(([w["handle"] for w in status["work"]], status["archived_hidden"]), ([live], 1))
+        status = self.coord_json("status", "--archived", runtime=self.rt["id"], cwd=self.canon)
+        self.assertEqual(sorted(w["handle"] for w in status["work"]), sorted([kept, live]))
+        self.work("resume", kept, "--conversation", "conv-back", check=0)
+        self.assertEqual(self.record(kept)["state"], "resumed")
+        self.assertTrue(self.events(kept, "work.resumed")[-1]["data"]["unarchived"])
+        self.assertIn(kept, self.work("list", check=0).stdout)
+
+    def test_a_parked_works_kept_leases_are_released(self):
+        handle, _, _ = self.create("parked")
+        agent = self.running_agent(handle, "conv-park")
+        self.coord("claim", "src/p.py", runtime=agent["id"], check=0)
+        self.work("park", handle, "--reason", "later", check=0)
+        self.assertEqual([l["resource"] for l in self.coord_json("list")["leases"]], ["src/p.py"])
+        self.work("archive", handle, check=0)
+        self.assertEqual(self.coord_json("list")["leases"], [])
+        self.assertEqual(self.record(handle)["state"], "archived")
+
+    def test_refused_while_integrating_or_while_its_agent_runs_elsewhere(self):
+        handle, path, _ = self.create("busy")
+        self.write(path, "f.txt", "f\n")
+        self.jj(path, "describe", "-m", "f")
+        self.work("integrate", "acquire", handle, "--into", "main", check=0)
+        proc = self.work("archive", handle)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("integrating", proc.stderr)
+        self.work("integrate", "release", handle, check=0)
+        # An agent of the work registered outside any coord window (a wrapper's session, say).
+        st = store.Store(self.db)
+        with st.transaction():
+            w = st.resolve_work(handle)
+            st.update_work(w["id"], data={"direct": {"harness": "codex", "conversation": "conv-out"}})
+        st.close()
+        outside = self.coord_json("hello", "--conversation", "conv-out", "--harness", "codex", "--pid",
+                                  os.getpid())["runtime"]
+        proc = self.work("archive", handle)
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn(outside["handle"], proc.stderr)
+        self.coord("bye", runtime=outside["id"], check=0)
+        self.work("archive", handle, check=0)
+
+    def test_remove_and_gc_still_need_every_proof(self):
+        ungated, upath, _ = self.create("ungated")
+        done, dpath, _ = self.create("done")
+        self.gate(done)
+        for h in (ungated, done):
+            self.work("archive", h, check=0)
+        self.assertIn("ungated", self.refused(ungated))
+        reply = self.work_json("gc")
+        self.assertEqual([w["handle"] for w in reply["removed"]], [done])
+        self.assertEqual([w["handle"] for w in reply["kept"]], [ungated])
+        self.assertTrue(os.path.isdir(upath))
+        self.assertFalse(os.path.lexists(dpath))
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
