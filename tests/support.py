@@ -264,6 +264,26 @@ class CoordTestCase(unittest.TestCase):
         os.environ.clear()
         os.environ.update(self._saved_env)
 
+    def use_jj(self, git_user=False):
+        """Require jj and git, give them a private identity (jj config; with git_user a git
+        user and `main` as the default branch too) and a private 0700 scratch root for clones,
+        in self.env and os.environ; -> the scratch root (also self.scratch)."""
+        require_tool(self, "jj")
+        require_tool(self, "git")
+        cfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(cfg, "w") as f:
+            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
+        gitcfg = os.path.join(self.home, ".gitconfig")
+        if git_user:
+            with open(gitcfg, "w") as f:
+                f.write("[user]\n\tname = Coord Test\n\temail = coord-test@example.invalid\n"
+                        "[init]\n\tdefaultBranch = main\n")
+        self.scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(self.scratch, 0o700)
+        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": self.scratch, "GIT_CONFIG_GLOBAL": gitcfg})
+        os.environ.update(self.env)
+        return self.scratch
+
     def coord(self, *args, runtime=None, env=None, cwd=None, input=None, check=None):
         """Run the real `coord` script; return CompletedProcess (text)."""
         e = dict(self.env)

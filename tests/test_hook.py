@@ -1601,14 +1601,7 @@ class WorkContextTest(HookCase):
 
     def setUp(self):
         super().setUp()
-        support.require_tool(self, "jj")
-        support.require_tool(self, "git")
-        cfg = os.path.join(self.tmp, "jjconfig.toml")
-        with open(cfg, "w") as f:
-            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
-        scratch = os.path.join(self.tmp, "scratch")
-        os.mkdir(scratch, 0o700)
-        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": scratch})
+        scratch = self.use_jj()
         self.canon = os.path.join(self.tmp, "canon")
         for argv, cwd in ((["jj", "git", "init", "--colocate", self.canon], self.tmp),
                           (["jj", "commit", "-m", "initial"], self.canon),

@@ -23,19 +23,7 @@ class LandCase(CoordTestCase):
 
     def setUp(self):
         super().setUp()
-        support.require_tool(self, "jj")
-        support.require_tool(self, "git")
-        cfg = os.path.join(self.tmp, "jjconfig.toml")
-        with open(cfg, "w") as f:
-            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
-        gitcfg = os.path.join(self.home, ".gitconfig")
-        with open(gitcfg, "w") as f:
-            f.write("[user]\n\tname = Coord Test\n\temail = coord-test@example.invalid\n"
-                    "[init]\n\tdefaultBranch = main\n")
-        self.scratch = os.path.join(self.tmp, "scratch")
-        os.mkdir(self.scratch, 0o700)
-        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": self.scratch, "GIT_CONFIG_GLOBAL": gitcfg})
-        os.environ.update(self.env)
+        self.use_jj(git_user=True)
         self.canon = os.path.join(self.tmp, "canon")
         self.origin = os.path.join(self.tmp, "origin.git")
         if self.kind == "jj":

@@ -27,16 +27,7 @@ class WorkTestCase(CoordTestCase):
 
     def setUp(self):
         super().setUp()
-        support.require_tool(self, "jj")
-        support.require_tool(self, "git")
-        cfg = os.path.join(self.tmp, "jjconfig.toml")
-        with open(cfg, "w") as f:
-            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
-        self.scratch = os.path.join(self.tmp, "scratch")
-        os.mkdir(self.scratch, 0o700)
-        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": self.scratch,
-                         "GIT_CONFIG_GLOBAL": os.path.join(self.home, ".gitconfig")})
-        os.environ.update(self.env)
+        self.use_jj()
         self.canon = os.path.join(self.tmp, "canon")
         self.jj(self.tmp, "git", "init", "--colocate", self.canon)
         self.write(self.canon, "README", "hello\n")

@@ -49,13 +49,7 @@ class WrapperCase(CoordTestCase):
 
     def setUp(self):
         super().setUp()
-        support.require_tool(self, "jj")
-        support.require_tool(self, "git")
-        cfg = os.path.join(self.tmp, "jjconfig.toml")
-        with open(cfg, "w") as f:
-            f.write('user.name = "Coord Test"\nuser.email = "coord-test@example.invalid"\n')
-        self.scratch = os.path.join(self.tmp, "scratch")
-        os.mkdir(self.scratch, 0o700)
+        self.use_jj()
         self.real_bin = os.path.join(self.tmp, "realbin")
         os.mkdir(self.real_bin)
         for name in ("claude", "codex"):
@@ -65,8 +59,7 @@ class WrapperCase(CoordTestCase):
             os.chmod(path, 0o755)
         self.log = os.path.join(self.tmp, "standin-log")
         os.mkdir(self.log)
-        self.env.update({"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": self.scratch, "STANDIN_LOG": self.log,
-                         "GIT_CONFIG_GLOBAL": os.path.join(self.home, ".gitconfig"),
+        self.env.update({"STANDIN_LOG": self.log,
                          "PATH": os.pathsep.join([BIN, self.real_bin, os.environ.get("PATH", "")])})
         os.environ.update(self.env)
         self.canon = os.path.join(self.tmp, "canon")
