@@ -141,7 +141,11 @@ class InteractiveTest(WrapperCase):
         self.assertEqual(code, 0, out)
         code, out = term.run("cd %s && %s %s work resume %s" % (self.canon, sys.executable, support.COORD, handle))
         self.assertEqual(code, 0, out)
-        runs = support.retry_until(lambda: self.runs() if len(os.listdir(self.log)) >= 2 else None)
+        # (`work start`/`resume` also ask the Codex CLI for --help, to see whether it has --no-daemon)
+        def sessions():
+            runs = [r for r in self.runs() if r["argv"] != ["--help"]]
+            return runs if len(runs) >= 2 else None
+        runs = support.retry_until(sessions)
         self.assertEqual(runs[1]["argv"], ["resume", conv])
         w = self.record(handle)
         self.assertEqual((w["state"], w["data"]["tmux"]["conversation"]), ("resumed", conv))
