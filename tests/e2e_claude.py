@@ -331,24 +331,9 @@ class CloneTrust(h.CoordCase):
 
     def setUp(self):
         super().setUp()
-        support.require_tool(self, "jj")
-        self.tmux_bin = support.require_tool(self, "tmux")
-        genv = dict(self.env, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",
-                    GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid")
-        for argv in (["add", "-A"], ["commit", "-q", "-m", "install coord"]):
-            subprocess.run(["git", "-C", self.repo] + argv, check=True, env=genv)
-        scratch = os.path.join(self.tmp, "scratch")
-        os.mkdir(scratch, 0o700)
-        self.sock = os.path.join(self.tmp, "tmux.sock")
-        jjcfg = os.path.join(self.tmp, "jjconfig.toml")
-        with open(jjcfg, "w") as f:
-            f.write('user.name = "e2e"\nuser.email = "e2e@example.invalid"\n')
-        self.launch_env = h.claude_env(self.home, self.server, self.agent_env({
-            "COORD_SCRATCH_ROOT": scratch, "COORD_TMUX_SOCKET": self.sock, "TMUX_TMPDIR": self.tmp,
-            "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"), "JJ_CONFIG": jjcfg,
-            "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli}))
-        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", self.sock, "kill-server"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        managed = self.managed_env()
+        self.launch_env = h.claude_env(self.home, self.server, self.agent_env(dict(managed, **{
+            "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli})))
         # The person has used Claude Code before and trusted the shared checkout.
         self.claude_json = os.path.join(self.home, ".claude.json")
         with open(self.claude_json, "w") as f:
@@ -420,24 +405,9 @@ class IdleNudge(h.CoordCase):
 
     def setUp(self):
         super().setUp()
-        support.require_tool(self, "jj")
-        self.tmux_bin = support.require_tool(self, "tmux")
-        genv = dict(self.env, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",
-                    GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid")
-        for argv in (["add", "-A"], ["commit", "-q", "-m", "install coord"]):
-            subprocess.run(["git", "-C", self.repo] + argv, check=True, env=genv)
-        scratch = os.path.join(self.tmp, "scratch")
-        os.mkdir(scratch, 0o700)
-        sock = os.path.join(self.tmp, "tmux.sock")
-        jjcfg = os.path.join(self.tmp, "jjconfig.toml")
-        with open(jjcfg, "w") as f:
-            f.write('user.name = "e2e"\nuser.email = "e2e@example.invalid"\n')
-        self.launch_env = h.claude_env(self.home, self.server, self.agent_env({
-            "COORD_SCRATCH_ROOT": scratch, "COORD_TMUX_SOCKET": sock, "TMUX_TMPDIR": self.tmp,
-            "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"), "JJ_CONFIG": jjcfg,
-            "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli}))
-        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", sock, "kill-server"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        managed = self.managed_env()
+        self.launch_env = h.claude_env(self.home, self.server, self.agent_env(dict(managed, **{
+            "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli})))
         with open(os.path.join(self.home, ".claude.json"), "w") as f:
             json.dump({"hasCompletedOnboarding": True, "theme": "dark",
                        "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},

@@ -593,25 +593,10 @@ class CloneTrust(h.CoordCase):
 
     def setUp(self):
         super().setUp()
-        support.require_tool(self, "jj")
-        self.tmux_bin = support.require_tool(self, "tmux")
-        genv = dict(self.env, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",
-                    GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid")
-        for argv in (["add", "-A"], ["commit", "-q", "-m", "install coord"]):
-            subprocess.run(["git", "-C", self.repo] + argv, check=True, env=genv)
-        scratch = os.path.join(self.tmp, "scratch")
-        os.mkdir(scratch, 0o700)
-        self.sock = os.path.join(self.tmp, "tmux.sock")
-        jjcfg = os.path.join(self.tmp, "jjconfig.toml")
-        with open(jjcfg, "w") as f:
-            f.write('user.name = "e2e"\nuser.email = "e2e@example.invalid"\n')
-        self.launch_env = h.codex_env(self.home, self.codex_home, self.server, self.agent_env({
-            "COORD_SCRATCH_ROOT": scratch, "COORD_TMUX_SOCKET": self.sock, "TMUX_TMPDIR": self.tmp,
-            "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"), "JJ_CONFIG": jjcfg,
+        managed = self.managed_env()
+        self.launch_env = h.codex_env(self.home, self.codex_home, self.server, self.agent_env(dict(managed, **{
             # the prompt rides in the command: passing one through `work start` is issue 14 item 6
-            "COORD_CODEX_CMD": "%s exec --json TASK-CLONE" % self.cli}))
-        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", self.sock, "kill-server"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+            "COORD_CODEX_CMD": "%s exec --json TASK-CLONE" % self.cli})))
         # The person trusted the shared checkout and approved coord's hooks there.
         h.trust_codex_repo(self.codex_home, self.server, self.repo)
         self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]

@@ -20,7 +20,7 @@ import sys
 import time
 
 from modelserver import ModelServer, flatten  # noqa: F401 (re-exported for tests)
-from support import IN_CI, _SCRUB, CoordTestCase
+from support import IN_CI, _SCRUB, CoordTestCase, require_tool
 
 CLAUDE_VERSION = "2.1.197"
 CODEX_VERSION = "0.171.0"
@@ -387,6 +387,27 @@ class HarnessCase(CoordTestCase):
         if extra:
             env.update(extra)
         return env
+
+    def managed_env(self):
+        """For agents that `work start` launches: commit coord's installation in self.repo, make
+        a private scratch root, a jj identity and a private tmux socket (self.sock, killed at
+        cleanup); -> the environment entries that point coord at them."""
+        require_tool(self, "jj")
+        self.tmux_bin = require_tool(self, "tmux")
+        genv = dict(self.env, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",
+                    GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.invalid")
+        for argv in (["add", "-A"], ["commit", "-q", "-m", "install coord"]):
+            subprocess.run(["git", "-C", self.repo] + argv, check=True, env=genv)
+        scratch = os.path.join(self.tmp, "scratch")
+        os.mkdir(scratch, 0o700)
+        self.sock = os.path.join(self.tmp, "tmux.sock")
+        jjcfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(jjcfg, "w") as f:
+            f.write('user.name = "e2e"\nuser.email = "e2e@example.invalid"\n')
+        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", self.sock, "kill-server"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        return {"COORD_SCRATCH_ROOT": scratch, "COORD_TMUX_SOCKET": self.sock, "TMUX_TMPDIR": self.tmp,
+                "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"), "JJ_CONFIG": jjcfg}
 
     def run_agent(self, script, lanes=None, prompt="Do the scripted task.", env=None, args=(),
                   trust=True, features=None, timeout=120, expect_ok=True, repo=None,
