@@ -456,13 +456,8 @@ def work_lines(h, rt):
     w = clone_work(h)
     if w is None:
         return []
-    owner, rid, seen = None, w["runtime"], set()
-    while rid and rid not in seen:  # the creator's latest attachment: messages to it reach that one
-        seen.add(rid)
-        found = h.db.runtime(rid)
-        if found is None:
-            break
-        owner, rid = found, found.get("superseded_by")
+    creator = h.db.runtime(w["runtime"]) if w["runtime"] else None
+    owner = h.db.successor(creator) if creator is not None else None  # messages to it reach that one
     to = owner["handle"] if owner is not None and owner["id"] != rt["id"] else None
     cmd = h.command()
     return ["Your work: %s (task %s) in this clone%s." % (
@@ -497,7 +492,7 @@ def link_work(h, rt, work_id, pid):
         # The session also runs in that work's clone: a harness whose hooks run from a process
         # shared by several sessions (Codex 0.171.0's background app-server, started by the
         # first window) carries the first window's COORD_WORK_ID and pane into every session.
-        if w.get("path") and not _within(os.path.realpath(h.cwd), os.path.realpath(w["path"])):
+        if w.get("path") and not store.within(os.path.realpath(h.cwd), os.path.realpath(w["path"])):
             return None
         if tmux.get("conversation") == h.session and tmux.get("runtime_id") == rt["id"]:
             return tmux
@@ -506,8 +501,6 @@ def link_work(h, rt, work_id, pid):
     return tmux
 
 
-def _within(path, root):
-    return path == root or path.startswith(root.rstrip("/") + "/")
 def link_direct(h, rt, w, chain):
     """A harness a resume wrapper (.coord/bin/claude, .coord/bin/codex) exec'd in the work's clone
     (the wrapper's pid and start time, recorded by `work record-conversation`, are in the

@@ -383,18 +383,11 @@ def _history(w, state, caller, **extra):
 
 def _owner_of(st, w):
     """The live runtime that owns the work (the recorded runtime or its resumed successor), or None."""
-    rid = w.get("runtime")
-    seen = set()
-    while rid and rid not in seen:
-        seen.add(rid)
-        rt = st.runtime(rid)
-        if rt is None:
-            return None
-        if rt.get("superseded_by"):
-            rid = rt["superseded_by"]
-            continue
-        return rt if st.runtime_live(rt) else None
-    return None
+    rt = st.runtime(w["runtime"]) if w.get("runtime") else None
+    if rt is None:
+        return None
+    rt = st.successor(rt)
+    return rt if not rt.get("superseded_by") and st.runtime_live(rt) else None
 
 
 def _owns(st, w, caller):
