@@ -2841,10 +2841,10 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
                                 len(extra), cand["commit"][:12], extra[0]["commit"]),
                             "integrate them again (coord work integrate acquire %s --into %s) or keep the clone"
                             % (h, integ.get("into"))))
-            else:
-                out.append(("changed-after-freeze",
-                            "%d change(s) beyond the candidate frozen before the release" % len(extra),
-                            "coord work integrate acquire %s --into %s" % (h, integ.get("into"))))
+            else:  # a landing that stopped on a conflict in the clone left the rebased changes here
+                out.append(_stopped_landing_rule(w, h) or (
+                    "changed-after-freeze", "%d change(s) beyond the candidate frozen before the release" % len(extra),
+                    "coord work integrate acquire %s --into %s" % (h, integ.get("into"))))
         elif not proven and gate["state"] != "waived":
             out.append(_stopped_landing_rule(w, h) or ("unintegrated", "its candidate %s was released without proof "
                        "of integration" % cand["commit"][:12], SQUASH_NOTE % (h, h)))

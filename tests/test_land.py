@@ -531,3 +531,22 @@ class LandStoppedRemoveTest(LandCase):
         self.assertIn("work integrate land %s --into main" % handle, proc.stderr)
         self.assertNotIn("squash", proc.stderr)
         self.assertEqual(self.read(path, "shared.txt"), "one\nclone\nthree\n")
+
+
+class LandStoppedInCloneRemoveTest(LandCase):
+    """The same after a conflict rebased in the clone itself (nothing live inside it): the
+    rebased, conflicted changes stay in the clone, and `work remove` still points back to the
+    landing rather than to acquiring again."""
+    kind = "git"
+
+    def test_remove_after_a_conflict_in_the_clone_points_back_to_the_landing(self):
+        handle, path = self.make("clash-here", name="shared.txt", text="one\nclone\nthree\n")
+        self.advance_main("shared.txt", "one\nupstream\nthree\n")
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "conflict"), proc.stderr)
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("its landing into main stopped before anything moved (rebasing onto main conflicts in "
+                      "shared.txt): none of it landed", proc.stderr)
+        self.assertIn("work integrate land %s --into main" % handle, proc.stderr)
+        self.assertTrue(os.path.isdir(path))
