@@ -35,8 +35,18 @@ if session:  # start up as a harness does: SessionStart hook, payload on stdin
     p = subprocess.run([sys.executable, %(hook)r, "--harness", name], input=json.dumps(payload).encode(),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     rec["hook"] = [p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")]
-with open(os.path.join(log, "%%d.json" %% len(os.listdir(log))), "w") as f:
+# numbered records, each complete before it is visible, none overwritten by a concurrent run
+tmp = os.path.join(log, ".run-%%d" %% os.getpid())
+with open(tmp, "w") as f:
     json.dump(rec, f)
+i = 0
+while True:
+    try:
+        os.link(tmp, os.path.join(log, "%%d.json" %% i))
+        break
+    except FileExistsError:
+        i += 1
+os.unlink(tmp)
 sys.stdout.buffer.write(b"standin out\x00\xff\n" + " ".join(sys.argv[1:]).encode() + b"\n")
 sys.stdout.flush()
 sys.exit(int(os.environ.get("STANDIN_EXIT", "0")))
@@ -89,8 +99,9 @@ class WrapperCase(CoordTestCase):
     def runs(self):
         """The stand-in's recorded runs, in order."""
         out = []
-        for i in range(len(os.listdir(self.log))):
-            with open(os.path.join(self.log, "%d.json" % i)) as f:
+        names = [n for n in os.listdir(self.log) if n.endswith(".json")]
+        for name in sorted(names, key=lambda n: int(n[:-5])):
+            with open(os.path.join(self.log, name)) as f:
                 out.append(json.load(f))
         return out
 
