@@ -244,6 +244,14 @@ class Hook:
 
     def ours(self, rt):
         """True when rt was attached by this harness process (or cannot be told apart)."""
+        if self._proc is None and rt["pid"] is not None and rt["pid_start"] is not None \
+                and rt["pid"] == os.getppid():
+            # The usual case: the harness ran this hook through shells that exec'd, so the parent
+            # is the recorded process itself. One read of its start instead of the ancestry walk.
+            import store
+            if store.process_start(rt["pid"]) == rt["pid_start"]:
+                self._proc = (rt["pid"], rt["pid_start"])
+                return True
         pid, start = self.process()
         if pid is None or rt["pid"] is None:
             return True
