@@ -14,8 +14,9 @@ Invariants this module keeps:
 - The database directory is 0700 and the database files 0600, whatever the umask.
 
 The hooks import this module on every tool call of every agent, so it imports only json, os,
-re, sqlite3 and time. hashlib (OpenSSL, ~2 ms) loads on first use: handles and subagent IDs; a
-hook's write check hashes only for a subagent. subprocess loads only where there is no /proc.
+re, sqlite3 and time, and compiles its patterns at first use. Hashes (handles, subagent IDs)
+come from CPython's own sha1/sha256 modules, loaded on first use, not from hashlib (OpenSSL,
+~2 ms); a hook's write check hashes only for a subagent. subprocess loads only where there is no /proc.
 """
 
 import json
@@ -130,9 +131,25 @@ _UUID_RE = Pattern(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 _SUBAGENT_NS = bytes.fromhex("6c1f3d0a8e2b4c7d9a5e0f1b2c3d4e5f")
 
 
-def _hashlib():
-    import hashlib
-    return hashlib
+class _Hashes:
+    sha1 = sha256 = None
+
+
+def hashes():
+    """An object with sha1 and sha256 constructors. CPython's own implementations (the modules
+    hashlib falls back to) load in microseconds, where hashlib loads OpenSSL, about 2 ms, in
+    every process that derives a handle. The digests are the same either way."""
+    if _Hashes.sha256 is None:
+        try:
+            from _sha1 import sha1
+            try:
+                from _sha2 import sha256  # Python 3.12+
+            except ImportError:
+                from _sha256 import sha256  # Python 3.9-3.11
+        except ImportError:  # an interpreter built without them
+            from hashlib import sha1, sha256
+        _Hashes.sha1, _Hashes.sha256 = staticmethod(sha1), staticmethod(sha256)
+    return _Hashes
 
 
 def _format_uuid(b):
@@ -151,7 +168,7 @@ def new_uuid():
 def subagent_uuid(conversation, agent_id):
     """Deterministic runtime UUID of a subagent: RFC 4122 version 5 over parent conversation + agent_id."""
     name = ("%s\0%s" % (conversation, agent_id)).encode("utf-8", "surrogatepass")
-    b = bytearray(_hashlib().sha1(_SUBAGENT_NS + name).digest()[:16])
+    b = bytearray(hashes().sha1(_SUBAGENT_NS + name).digest()[:16])
     b[6] = (b[6] & 0x0F) | 0x50
     b[8] = (b[8] & 0x3F) | 0x80
     return _format_uuid(bytes(b))
@@ -159,7 +176,7 @@ def subagent_uuid(conversation, agent_id):
 
 def handle_for(full_id, domain):
     """The exact five-word handle of a full ID: 35 bits of a domain-separated SHA-256."""
-    digest = _hashlib().sha256(b"coord-handle-v1\0" + domain.encode() + b"\0" + full_id.encode()).digest()
+    digest = hashes().sha256(b"coord-handle-v1\0" + domain.encode() + b"\0" + full_id.encode()).digest()
     n = int.from_bytes(digest[:5], "big") >> 5
     return "-".join(WORDS[(n >> (7 * (4 - i))) & 0x7F] for i in range(5))
 
@@ -1924,7 +1941,7 @@ class Store:
                     if not self.runtime_live(target, now):
                         raise Refused("%s is not live" % target["handle"], "coord list shows live runtimes")
                 recipients = [target["id"]]
-            digest = _hashlib().sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+            digest = hashes().sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
             cur = self.conn.execute(
                 "INSERT INTO messages (sender, kind, body, digest, broadcast, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                 (runtime_id, kind, body, digest, 1 if to == "*" else 0, now))

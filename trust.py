@@ -25,7 +25,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -180,6 +179,7 @@ def codex_binary(environ=None):
         words = []
     if not words:
         return None
+    import shutil  # only here: with bz2 and lzma it costs every `work create` about 2 ms
     return shutil.which(words[0], path=env.get("PATH"))
 
 

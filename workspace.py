@@ -24,13 +24,10 @@ return plain dicts and raise store.CoordError subclasses), tmux glue, the `cmd_*
 (unpack args, call one operation, render), and the parser registration.
 """
 
-import hmac
 import json
 import os
 import re
-import secrets
 import shlex
-import shutil
 import stat as _stat
 import subprocess
 import time
@@ -38,17 +35,34 @@ import time
 import store
 from store import EnvError, Refused, UsageError
 
+
+# hmac, secrets and shutil cost a command about 5 ms of imports (hmac loads OpenSSL): tokens
+# are os.urandom's, as secrets' are, tokens compare in constant time with the function hmac
+# uses without OpenSSL, and shutil loads where a tree is deleted.
+def _same_token(a, b):
+    try:
+        from _operator import _compare_digest
+    except ImportError:
+        from hmac import compare_digest as _compare_digest
+    return _compare_digest(a, b)
+
+
+def _rmtree(path, **kw):
+    import shutil
+    shutil.rmtree(path, **kw)
+
+
 DEFAULT_SCRATCH_ROOT = "/var/tmp/fleet-audit"
 MARKER = "coord-owner"          # inside the checkout's .jj/
 TOOL_TIMEOUT = 120.0            # seconds for one ordinary jj/git call
 CLONE_TIMEOUT = 1800.0          # seconds for `jj git clone` of a large repository
-_TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
-_BOOKMARK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
-_FULL_COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-_CHANGE_RE = re.compile(r"^[k-z]{32}$")
+_TASK_RE = store.Pattern(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
+_BOOKMARK_RE = store.Pattern(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+_FULL_COMMIT_RE = store.Pattern(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_CHANGE_RE = store.Pattern(r"^[k-z]{32}$")
 # __pycache__/NAME.TAG.pyc of NAME.py, or NAMETAG.pyc of a suffix-less script such as coord
 # (importlib's cache_from_source); TAG is sys.implementation.cache_tag, e.g. cpython-311.
-_BYTECODE_RE = re.compile(r"^((?:.*/)?)__pycache__/([^/]+?)\.?((?:cpython|pypy|graalpy)-[0-9A-Za-z_]+)"
+_BYTECODE_RE = store.Pattern(r"^((?:.*/)?)__pycache__/([^/]+?)\.?((?:cpython|pypy|graalpy)-[0-9A-Za-z_]+)"
                           r"(?:\.opt-[0-9]+)?\.pyc$")
 # Work that exists only in a clone: its non-empty commits outside the ancestry of the
 # `safe` commits, which are the clone's origin bookmarks that the canonical repository
@@ -347,7 +361,7 @@ def directory_problems(w):
     if not os.path.isdir(os.path.join(path, ".jj")):
         return [("not-jj", "%s has no .jj directory" % path, "inspect it by hand; coord work inspect %s" % h)]
     marker = read_marker(path)
-    if marker is None or not hmac.compare_digest(str(marker.get("token", "")), w["token"] or "") \
+    if marker is None or not _same_token(str(marker.get("token", "")), w["token"] or "") \
             or marker.get("work") != w["id"]:
         return [("token-mismatch", "the ownership marker in %s does not match the registry" % path,
                  "if another database adopted the clone, drop this record (deletes nothing): coord work remove %s"
@@ -645,7 +659,7 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
     path = os.path.join(scratch, "%s.%s" % (task, work_id[:8]))
     if os.path.lexists(path):
         path = os.path.join(scratch, "%s.%s" % (task, work_id))
-    token = secrets.token_hex(32)
+    token = os.urandom(32).hex()
     data = _work_data("native" if native else "clone", caller, workspace_name(work_id), bookmark_name(task, work_id),
                       {"state": "creating", "at": _now(), "by": caller["id"]}, dep_ids, planned, **{"from": from_rev})
     with st.transaction():
@@ -753,7 +767,7 @@ def _make_checkout(w, token, from_rev, environ, check=None):
 # head_ids' fields behind a sentinel, so `bookmark create` reports @ without a `jj log`.
 _IDS_SUMMARY = ("templates.commit_summary='\"coord-ids \" ++ change_id ++ \" \" ++ commit_id ++ \" \" ++ "
                 "if(empty, \"empty\", \"changed\") ++ \" \" ++ parents.map(|c| c.commit_id()).join(\",\")'")
-_IDS_RE = re.compile(r"coord-ids ([k-z]+) ([0-9a-f]{40,64}) (empty|changed) ([0-9a-f,]*)$", re.M)
+_IDS_RE = store.Pattern(r"coord-ids ([k-z]+) ([0-9a-f]{40,64}) (empty|changed) ([0-9a-f,]*)$", re.M)
 
 
 def _summary_ids(text):
@@ -832,7 +846,7 @@ def _discard_half_created(w, native, environ):
     if os.path.islink(path) or not below(os.path.realpath(path), w["scratch_root"]):
         return False, True
     try:
-        shutil.rmtree(path)
+        _rmtree(path)
         return True, False
     except OSError:
         return False, True
@@ -848,9 +862,8 @@ def port_base(st, work_id):
     """The first of PORT_STRIDE ports this work may use: a slot derived from the work ID, moved on
     to the next free one while a live work (not failed or removed) holds it. Call inside the
     transaction that records the work, so two creates never get the same base."""
-    import hashlib
     taken = set(w["data"].get("port_base") for w in st.works() if w["state"] != "failed")
-    first = int(hashlib.sha256(work_id.encode("ascii")).hexdigest()[:8], 16) % PORT_SLOTS
+    first = int(store.hashes().sha256(work_id.encode("ascii")).hexdigest()[:8], 16) % PORT_SLOTS
     for i in range(PORT_SLOTS):
         base = PORT_FIRST + ((first + i) % PORT_SLOTS) * PORT_STRIDE
         if base not in taken:
@@ -896,14 +909,13 @@ def include_candidates(source, environ=None):
 
 def _entry_digest(path):
     """sha256 of a regular file's bytes, "link:TARGET" for a symlink, None for anything else."""
-    import hashlib
     try:
         st_ = os.lstat(path)
         if _stat.S_ISLNK(st_.st_mode):
             return "link:" + os.readlink(path)
         if not _stat.S_ISREG(st_.st_mode):
             return None
-        h = hashlib.sha256()
+        h = store.hashes().sha256()
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
@@ -977,8 +989,7 @@ def copy_includes(w, environ=None):
 
 def _copy_file(src, dest, mode):
     """Copy a regular file without following a symlink at either end; -> sha256 of what was written."""
-    import hashlib
-    h = hashlib.sha256()
+    h = store.hashes().sha256()
     nofollow = getattr(os, "O_NOFOLLOW", 0)
     fin = os.open(src, os.O_RDONLY | nofollow)
     try:
@@ -1659,7 +1670,7 @@ class _Scratch:
 
     def __exit__(self, *exc):
         if self.path and below(os.path.realpath(self.path), self.w["scratch_root"]):
-            shutil.rmtree(self.path, ignore_errors=True)
+            _rmtree(self.path, ignore_errors=True)
         return False
 
     def git(self, args, check=True):
@@ -2234,7 +2245,7 @@ class _Overlay:
 
     def __exit__(self, *exc):
         if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            _rmtree(self.dir, ignore_errors=True)
         return False
 
     def git(self, args, check=True, input=None):
@@ -2914,7 +2925,7 @@ def _delete_checkout(environ, w):
     path = w["path"]
     if w["data"].get("kind") == "native":
         jj(["workspace", "forget", workspace_name(w["id"])], path, environ=environ)
-    aside = "%s.removing-%s" % (path, secrets.token_hex(4))
+    aside = "%s.removing-%s" % (path, os.urandom(4).hex())
     os.rename(path, aside)
     late = _late_changes(aside, w.get("evidence_at"))
     if late:
@@ -2927,7 +2938,7 @@ def _delete_checkout(environ, w):
                       % (w["handle"], _named(late), where),
                       "coord work remove %s --confirm %s (after whatever works in it has finished)"
                       % (w["handle"], w["handle"]))
-    shutil.rmtree(aside)
+    _rmtree(aside)
 
 
 def _mark_removed(st, w, caller, how, discarded=None):
@@ -3061,7 +3072,7 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
         raise Refused("bookmark %s is at %s, not the expected %s" % (bookmark, commit, expect_commit),
                       "check the ID")
     head = head_ids(path, snapshot=False, environ=environ)
-    token = secrets.token_hex(32)
+    token = os.urandom(32).hex()
     data = _work_data("clone", caller, workspace, bookmark,
                       {"state": "active", "at": _now(), "by": _who(caller), "event": "adopted"},
                       adopted={"at": _now(), "by": _who(caller), "bookmark_commit": commit, "bookmark_change": change},
@@ -4099,13 +4110,33 @@ def _override_argument(p):
                    help="act on work you do not own (audited); see DESIGN.md, Authority")
 
 
-def register(sub, common, ident):
-    """Add `work ...` and `remote verify` to coord's top-level subparsers."""
+# Every `work` subcommand, in the order help lists them (a test compares this with the parser).
+WORK_COMMANDS = ("create", "setup", "list", "inspect", "gate", "integrate", "conflicts", "remove", "gc", "adopt",
+                 "start", "attach", "park", "resume", "close", "record-conversation", "archive")
+
+
+class _Some:
+    """A subparsers action that builds only the parser named `only` (None: every one); the others
+    are `unbuilt()` stand-ins. A command builds only its own parser: building all of them is
+    most of what parsing costs."""
+
+    def __init__(self, action, only, unbuilt):
+        self.action, self.only, self.unbuilt = action, only, unbuilt
+
+    def add_parser(self, name, **kw):
+        return self.action.add_parser(name, **kw) if self.only is None or self.only == name else self.unbuilt()
+
+
+def register(sub, common, ident, only=None, unbuilt=None):
+    """Add `work ...` and `remote verify` to coord's top-level subparsers; with `only`, of the
+    `work` subcommands only that one (the others are `unbuilt()` stand-ins)."""
     both = [common, ident]
     work = sub.add_parser("work", parents=[common], help="isolated jj clones: create, list, inspect, integrate, "
                           "remove, ...", description="Managed work: each writable agent gets its own colocated "
                           "jj clone, recorded with exact IDs, integrated by one owner, and removed only with evidence.")
     ws = work.add_subparsers(dest="work_command", metavar="SUBCOMMAND")
+    if only is not None:
+        ws = _Some(ws, only, unbuilt)
 
     p = ws.add_parser("create", parents=both, help="clone the repository for one task; prints handle and path")
     p.add_argument("task", metavar="TASK", help="short task name (letters, digits, - and _)")

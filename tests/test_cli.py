@@ -745,6 +745,28 @@ class StartupTest(support.CoordTestCase):
         self.assertIn("'remote')", self.coord("bogus", check=2).stderr)
         self.assertIn("the following arguments are required: RESOURCE", self.coord("claim", check=2).stderr)
 
+    def test_a_work_command_builds_only_its_own_subparser(self):
+        coord = self.load_coord()
+        import workspace
+
+        def work_commands(argv):
+            parser = coord.build_parser(argv, coord.commands_needed(argv))
+            work = parser._subparsers._group_actions[0].choices["work"]
+            return list(work._subparsers._group_actions[0].choices) if work._subparsers else []
+
+        # WORK_COMMANDS is every subcommand, in the parser's order
+        self.assertEqual(work_commands(["work", "--help"]), list(workspace.WORK_COMMANDS))
+        self.assertEqual(work_commands(["work", "create", "t"]), ["create"])
+        self.assertEqual(work_commands(["work", "--json", "integrate", "land", "h", "--into", "main"]), ["integrate"])
+        self.assertEqual(work_commands(["remote", "verify", "origin", "main", "--expect", "x"]), [])
+        for argv in (["work"], ["work", "bogus"], ["work", "create", "--help"]):
+            with self.subTest(argv=argv):
+                self.assertEqual(work_commands(argv), list(workspace.WORK_COMMANDS))
+        self.assertIn("invalid choice: 'bogus'", self.coord("work", "bogus", check=2).stderr)
+        self.assertIn("required: --into", self.coord("work", "integrate", "land", "h", check=2).stderr)
+        proc = self.coord("work", "integrate", "land", "h", "--into", "main", check=2)
+        self.assertIn("'h' is not an exact five-word work handle", proc.stderr)  # parsed, then refused
+
     @unittest.skipUnless(os.path.exists("/dev/full"), "needs /dev/full")
     def test_a_reply_that_cannot_be_written_is_an_environment_error(self):
         # Buffered, as in the installed form (-I ignores PYTHONUNBUFFERED): the reply is written at exit.
