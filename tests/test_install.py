@@ -715,6 +715,31 @@ class DoctorTest(InstallTestCase):
         finally:
             conn.close()
 
+    def test_doctor_measures_the_shell_a_codex_hook_pays_for(self):
+        """Codex runs each hook command with the passwd entry's shell and -c: its start-up files
+        ($BASH_ENV for bash, ~/.zshenv for zsh) are paid on every tool call."""
+        self.fresh()
+        argv = installer.codex_hook_shell()
+        name = os.path.basename(argv[0])
+        r = self.doctor(check=0)["codex"]["hook_shell"]
+        self.assertEqual(r["argv"], argv)
+        self.assertLess(r["ms"], installer.HOOK_SHELL_SLOW_MS)
+        self.assertFalse(r["slow"])
+        if name not in ("bash", "zsh"):  # sh reads no start-up file with -c
+            return
+        heavy = os.path.join(self.tmp, "heavy-profile")
+        os.makedirs(heavy)
+        for rc in ("bash_env", ".zshenv"):  # 60 ms of start-up file, as a heavy profile pays
+            with open(os.path.join(heavy, rc), "w") as f:
+                f.write("sleep 0.06\n")
+        env = {"BASH_ENV": os.path.join(heavy, "bash_env"), "ZDOTDIR": heavy}
+        r = json.loads(self.install("--doctor", "--json", env=env, check=0).stdout)["codex"]["hook_shell"]
+        self.assertGreaterEqual(r["ms"], 60)
+        self.assertTrue(r["slow"])
+        text = self.install("--doctor", env=env, check=0).stdout
+        self.assertRegex(text, r"codex hook shell: %s -c, \d+\.\d ms per hook before Python starts; a shell "
+                               r"start-up file .* is paid on every Codex tool call" % re.escape(argv[0]))
+
     def test_doctor_database_path_follows_xdg_state_and_project_id(self):
         self.fresh("projx")
         env = {"COORD_DB": "", "COORD_PROJECT_ID": ""}
