@@ -507,14 +507,18 @@ def read_hook_log(log):
     if not os.path.exists(log):
         return []
     with open(log) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        text = f.read()
+    # only complete lines: a hook still writing its record has not reached the newline yet
+    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 def write_reply(reply_dir, name, reply):
     """Make the recording hook answer `name` (`<Event>` or `<Event>-<tool>`) with `reply`."""
     os.makedirs(reply_dir, exist_ok=True)
-    with open(os.path.join(reply_dir, name + ".json"), "w") as f:
+    path = os.path.join(reply_dir, name + ".json")
+    with open(path + ".tmp", "w") as f:  # whole or absent: a hook may read it at any moment
         json.dump(reply, f)
+    os.replace(path + ".tmp", path)
 
 
 def deny(reason):
