@@ -721,10 +721,9 @@ class DoctorTest(InstallTestCase):
         self.fresh()
         argv = installer.codex_hook_shell()
         name = os.path.basename(argv[0])
-        r = self.doctor(check=0)["codex"]["hook_shell"]
-        self.assertEqual(r["argv"], argv)
-        self.assertLess(r["ms"], installer.HOOK_SHELL_SLOW_MS)
-        self.assertFalse(r["slow"])
+        light = self.doctor(check=0)["codex"]["hook_shell"]
+        self.assertEqual(light["argv"], argv)
+        self.assertGreater(light["ms"], 0)
         if name not in ("bash", "zsh"):  # sh reads no start-up file with -c
             return
         heavy = os.path.join(self.tmp, "heavy-profile")
@@ -735,6 +734,7 @@ class DoctorTest(InstallTestCase):
         env = {"BASH_ENV": os.path.join(heavy, "bash_env"), "ZDOTDIR": heavy}
         r = json.loads(self.install("--doctor", "--json", env=env, check=0).stdout)["codex"]["hook_shell"]
         self.assertGreaterEqual(r["ms"], 60)
+        self.assertGreater(r["ms"], light["ms"] + 40)  # the start-up file is what it measures
         self.assertTrue(r["slow"])
         text = self.install("--doctor", env=env, check=0).stdout
         self.assertRegex(text, r"codex hook shell: %s -c, \d+\.\d ms per hook before Python starts; a shell "
