@@ -1814,7 +1814,19 @@ def _move_target(w, into, old, new, environ):
     if _rev(tree, "HEAD", environ) != old:
         raise Refused("%s moved in %s while landing" % (into, tree), "re-run: coord work integrate land %s --into %s"
                       % (w["handle"], into), reason="target-moved")
-    git(["merge", "--ff-only", "--quiet", new], tree, environ)
+    try:
+        git(["merge", "--ff-only", "--quiet", new], tree, environ)
+    except ToolError as exc:
+        if _rev(tree, ref, environ) != old:
+            raise  # it moved after all, or elsewhere: git's own words say what happened
+        busy = "index.lock" in exc.output
+        raise Refused("%s was not moved: %s" % (
+            into, "another git process holds the index of %s (its index.lock)" % tree if busy
+            else "git merge --ff-only failed in %s" % tree),
+            "%sthen re-run: coord work integrate land %s --into %s" % (
+                "let that git finish (remove the lock only if no git runs there), " if busy
+                else "fix what git reports (git -C %s status), " % shlex.quote(tree), w["handle"], into),
+            reason="checkout-busy" if busy else "merge-failed", git=store.clean_text(exc.output[-2000:]))
     return "fast-forward"
 
 

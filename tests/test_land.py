@@ -550,3 +550,33 @@ class LandStoppedInCloneRemoveTest(LandCase):
                       "shared.txt): none of it landed", proc.stderr)
         self.assertIn("work integrate land %s --into main" % handle, proc.stderr)
         self.assertTrue(os.path.isdir(path))
+
+
+class LandWhileGitBusyTest(LandCase):
+    """A person's git holds the shared checkout's index (`.git/index.lock`) when the landing
+    comes to move main: it must stop cleanly, move nothing, leave the lock alone, and a re-run
+    once the lock is gone must land."""
+
+    def test_an_index_lock_in_the_shared_checkout_stops_the_landing_cleanly(self):
+        handle, path = self.make("busy")
+        before, remote = self.main(), self.remote_main()
+        lock = os.path.join(self.canon, ".git", "index.lock")
+        with open(lock, "w") as f:
+            f.write("held by another git\n")
+        proc = self.land(handle, "--push", "origin", "--check", "true")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertIn("main was not moved: another git process holds the index of %s (its index.lock)"
+                      % os.path.realpath(self.canon), proc.stderr)
+        self.assertIn("then re-run: %s work integrate land %s --into main" % (support.COORD, handle), proc.stderr)
+        self.assertEqual(self.record(handle)["data"]["landing"]["state"], "refused")
+        self.assertEqual((self.main(), self.remote_main()), (before, remote))
+        with open(lock) as f:
+            self.assertEqual(f.read(), "held by another git\n", "the other git's lock is not coord's to touch")
+        self.assertFalse(os.path.exists(os.path.join(self.canon, "feature.txt")))
+        self.assertEqual(self.run_tool(self.canon, "git", "status", "--porcelain", "--untracked-files=no"), "")
+        os.unlink(lock)
+        proc = self.land(handle, "--push", "origin", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        landed = json.loads(proc.stdout)["landed"]
+        self.assertEqual((self.main(), self.remote_main()), (landed, landed))
+        self.assertEqual(self.read(self.canon, "feature.txt"), "feature\n")
