@@ -801,9 +801,13 @@ class DeliveryTest(HookCase):
         self.assertEqual(self.run_hook(self.payload("claude-PostToolUse-Write"))[0], "", "idle: nothing printed")
         sender = self.peer()
         msg = self.st.send(sender["id"], "tests are red on main", to=me["handle"], kind="alert")
-        first = self.context(self.payload("claude-PostToolUse-Write"))
-        self.assertIn("tests are red on main", first)
-        self.assertIn("ack %d" % msg["id"], first)
+        out, _ = self.run_hook(self.payload("claude-PostToolUse-Write"))
+        # framed as information from a named peer, added as context: never a block, a decision or a prompt
+        self.assertEqual(json.loads(out), {"hookSpecificOutput": {
+            "hookEventName": "PostToolUse",
+            "additionalContext": "coord message #%d from %s (alert), for your information:\n"
+                                 "tests are red on main\n(acknowledge: .coord/coord ack %d)"
+                                 % (msg["id"], sender["handle"], msg["id"])}})
         for sample in ("claude-PostToolUse-Edit", "claude-UserPromptSubmit", "claude-SessionStart"):
             with self.subTest(boundary=sample):
                 text = self.context(self.payload(sample, session_id=CLAUDE_MAIN))

@@ -654,3 +654,21 @@ class CodexNoDaemonTest(CoordTestCase):
             "Usage: codex [OPTIONS] [PROMPT]\n      --no-daemon\n          Run without the shared background server")))
         self.assertFalse(session.codex_offers_no_daemon(self.fake_codex("Usage: codex [OPTIONS] [PROMPT]")))
         self.assertFalse(session.codex_offers_no_daemon([os.path.join(self.tmp, "no-such-codex")]))
+
+
+class TmuxRestraintTest(support.CoordTestCase):
+    """What coord never asks of tmux, whoever else uses the server: it kills windows by their
+    recorded ID only (never a session or the server, which hold other people's work), and reads
+    state from tmux's own fields and coord's records, never by scraping a pane's screen."""
+
+    FORBIDDEN = ("kill-server", "kill-session", "capture-pane", "pipe-pane")
+
+    def test_no_product_file_asks_tmux_for_these(self):
+        import ast
+        for name in ("coord", "store.py", "workspace.py", "session.py", "hook.py", "trust.py", "install"):
+            with open(os.path.join(support.ROOT, name), encoding="utf-8") as f:
+                tree = ast.parse(f.read(), name)
+            found = ["line %d: %r" % (node.lineno, node.value[:60]) for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                     and any(word in node.value for word in self.FORBIDDEN)]
+            self.assertEqual(found, [], "%s asks tmux for what coord never does" % name)

@@ -115,6 +115,18 @@ class IdentityTest(StoreCase):
         events = [json.loads(l)["event"] for l in self.st.audit_lines()]
         self.assertIn("runtime.superseded", events)
 
+    def test_a_message_to_a_resumed_agent_s_old_handle_reaches_its_newest_attachment(self):
+        # A peer still knows the handle it saw before the resume (twice over: resumed, then again).
+        first = self.st.register(conversation="conv-h")
+        second = self.st.register(conversation="conv-h", source="resume")
+        third = self.st.register(conversation="conv-h", source="resume")
+        peer = self.rt()
+        mid = self.st.send(peer, "still about parser.py", first["handle"])["id"]
+        self.assertEqual([m["id"] for m in self.st.open_messages(third["id"])], [mid])
+        self.assertEqual(self.st.open_messages(first["id"]), [])
+        self.assertEqual(self.st.open_messages(second["id"]), [])
+        self.assertIn("still about parser.py", self.st.pending_context(third["id"]))
+
     def test_messages_follow_the_conversation_after_its_harness_died(self):
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         old = self.st.register(conversation="conv-d", pid=proc.pid)
@@ -1047,7 +1059,7 @@ class SqlOnlyInStoreTest(support.CoordTestCase):
 
     def test_no_other_module_queries_the_database(self):
         import ast
-        for name in ("hook.py", "coord", "workspace.py", "session.py", "install"):
+        for name in ("hook.py", "coord", "workspace.py", "session.py", "trust.py", "install"):
             with open(os.path.join(support.ROOT, name), encoding="utf-8") as f:
                 tree = ast.parse(f.read(), name)
             found = []

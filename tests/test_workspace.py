@@ -109,6 +109,62 @@ class WorkTestCase(CoordTestCase):
         return handle, path
 
 
+@support.slow
+class CreateRaceTest(WorkTestCase):
+    """Several `work create` processes at once on one shared repository, as a person starting a
+    fleet does: each gets its own record, directory and port base, or a clean failure; the
+    shared repository stays healthy."""
+
+    def race(self, n, *extra, prefix="race"):
+        procs = [subprocess.Popen([sys.executable, support.COORD, "work", "create", "%s%d" % (prefix, i), "--json"]
+                                  + list(extra), cwd=self.canon, env=dict(self.env, COORD_RUNTIME_ID=self.rt["id"]),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+        out = []
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=300)
+            out.append((p.returncode, stdout, stderr))
+        return out
+
+    def check_fleet(self, results, n, prefix="race"):
+        works = [w for w in self.work_json("list", "--all")["work"] if w["task"].startswith(prefix)]
+        self.assertEqual(len(works), n, works)
+        live = []
+        for code, stdout, stderr in results:
+            self.assertNotIn("Traceback", stderr)
+            if code == 0:
+                live.append(json.loads(stdout)["work"])
+            else:  # a clean failure, recorded, its directory gone
+                self.assertIn(code, (3, 4), stderr)
+        self.assertGreaterEqual(len(live), 1)
+        for w in live:
+            rec = self.record(w["handle"])
+            self.assertEqual(rec["state"], "active")
+            self.assertTrue(os.path.isdir(rec["path"]))
+            self.assertIn(rec["id"], self.jj(rec["path"], "log", "--no-graph", "-r", "@", "-T", "description"))
+        self.assertEqual(len(set(self.record(w["handle"])["path"] for w in live)), len(live))
+        bases = [self.record(w["handle"])["data"]["port_base"] for w in live]
+        self.assertEqual(len(set(bases)), len(bases), "two live works got one port base: %r" % bases)
+        for w in works:
+            if w["state"] == "failed":
+                self.assertFalse(os.path.lexists(self.record(w["handle"])["path"]))
+        self.jj(self.canon, "op", "log", "--no-graph", "-n", "3")  # the shared repository still loads
+        self.git(self.canon, "fsck", "--no-progress")
+        return live
+
+    def test_eight_clones_created_at_once_twice(self):
+        for round_ in range(2):
+            live = self.check_fleet(self.race(8, prefix="race%d-" % round_), 8, prefix="race%d-" % round_)
+            self.assertEqual(len(live), 8, "clones share nothing, so none should fail")
+
+    def test_four_native_workspaces_created_at_once_twice(self):
+        for round_ in range(2):
+            prefix = "native%d-" % round_
+            live = self.check_fleet(self.race(4, "--native-workspace", prefix=prefix), 4, prefix=prefix)
+            names = self.jj(self.canon, "workspace", "list", "-T", 'name ++ "\\n"').split()
+            for w in live:
+                self.assertIn("agent-" + self.record(w["handle"])["id"], names)
+
+
 class CreateTest(WorkTestCase):
 
     def test_create_inspect_remove_real_clone(self):
