@@ -1225,7 +1225,7 @@ class TmuxWorkTest(TmuxWorkCase):
     def launched(self, n):
         """The n-th recorded start of the stand-in harness (waits for it)."""
         def ready():
-            files = sorted(f for f in os.listdir(self.rec) if f.endswith(".json") and ".action" not in f)
+            files = sorted(f for f in os.listdir(self.rec) if f.endswith(".json") and f.count(".") == 1)
             return files if len(files) >= n else None
         files = support.retry_until(ready)
         runs = []
@@ -1272,6 +1272,35 @@ class TmuxWorkTest(TmuxWorkCase):
         self.assertEqual(self.windows(), [])
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
+
+    def test_after_the_server_dies_each_work_resumes_its_own_conversation_in_its_own_clone(self):
+        """A week's fleet: several windows, then the tmux server is gone (a reboot, a kill). Each
+        `work resume` relaunches exactly its own conversation, in its own clone, as its own work."""
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        works = []
+        for task in ("alpha", "beta", "gamma"):
+            handle, path, _ = self.create(task)
+            works.append((handle, path, self.record(handle)["id"]))
+            self.work("start", handle, check=0)
+        for handle, path, wid in works:  # each harness's SessionStart linked its own conversation
+            support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("conversation"), timeout=30)
+            self.assertEqual(self.record(handle)["data"]["tmux"]["conversation"], "conv-" + wid)
+        self.kill_server()
+        support.retry_until(lambda: not self.windows())
+        for handle, path, wid in reversed(works):  # in another order than they started
+            self.work("resume", handle, check=0)
+        runs = self.launched(6)
+        for handle, path, wid in works:
+            mine = [r for r in runs if r["env"].get("COORD_WORK_ID") == wid]
+            self.assertEqual(len(mine), 2, "one start and one relaunch per work")
+            mine = [r for r in mine if r["args"]]
+            self.assertEqual(mine[0]["args"], ["--resume", "conv-" + wid])
+            self.assertEqual(os.path.realpath(mine[0]["cwd"]), path)
+            rec = self.record(handle)
+            self.assertEqual(rec["state"], "resumed")
+            self.assertEqual(rec["data"]["tmux"]["pane_pid"], mine[0]["pid"])
+        self.assertEqual(len(self.windows()), 3)
 
     def test_launched_harness_owns_its_work(self):
         handle, path, _ = self.create("tmuxed")
@@ -1612,7 +1641,7 @@ class StartPromptTest(TmuxWorkCase):
 
     def launched(self):
         def ready():
-            files = [f for f in os.listdir(self.rec) if f.endswith(".json") and ".action" not in f]
+            files = [f for f in os.listdir(self.rec) if f.endswith(".json") and f.count(".") == 1]
             return files or None
         files = support.retry_until(ready)
         with open(os.path.join(self.rec, files[0])) as fh:
