@@ -643,6 +643,11 @@ def nudge(record, tmux=None):
     if live["dead"]:
         raise Refused("the harness in pane %s has exited; nothing would read the nudge" % record["pane_id"],
                       "coord work resume <work>")
+    shown = os.path.basename(str(live["current_command"] or "")).lstrip("-")
+    if shown in store.KNOWN_SHELLS:
+        # The harness is gone and its wrapper left a shell at the prompt: typed text would run.
+        raise Refused("pane %s shows a %s prompt, not the agent; a nudge there would run as a command"
+                      % (record["pane_id"], shown), "coord work resume <work>")
     pane = record["pane_id"]
     tmux.run("send-keys", "-t", pane, "-l", NUDGE)
     # Enter in the same write as the text reads as part of a paste to the harness's prompt, which

@@ -622,6 +622,22 @@ class NudgeTest(TmuxTestCase):
         retry_until(lambda: session.NUDGE in self.screen(rec))
         self.assertEqual(self.screen(rec).count(session.NUDGE), 1)
 
+    def test_a_shell_left_in_the_pane_is_never_typed_into(self):
+        # The harness exited and what launched it left a shell at the prompt (here the "harness"
+        # is that shell): the pane validates, but a nudge would run as a command.
+        marker = os.path.join(self.tmp, "typed")
+        os.environ["COORD_CLAUDE_CMD"] = "/bin/sh"
+        rec = self.launch()
+        retry_until(lambda: os.path.basename(self.t("display-message", "-p", "-t", rec["pane_id"],
+                                                      "#{pane_current_command}").strip()) == "sh")
+        with self.assertRaises(store.Refused) as cm:
+            session.nudge(rec)
+        self.assertIn("shows a sh prompt, not the agent", cm.exception.message)
+        self.t("send-keys", "-t", rec["pane_id"], "-l", "touch %s" % marker)  # the shell does run what is typed
+        self.t("send-keys", "-t", rec["pane_id"], "Enter")
+        retry_until(lambda: os.path.exists(marker))
+        self.assertNotIn(session.NUDGE, self.screen(rec))
+
 
 if __name__ == "__main__":
     unittest.main()
