@@ -1302,6 +1302,22 @@ class TmuxWorkTest(TmuxWorkCase):
             self.assertEqual(rec["data"]["tmux"]["pane_pid"], mine[0]["pid"])
         self.assertEqual(len(self.windows()), 3)
 
+    def test_resume_opens_on_the_recorded_server_whatever_socket_the_caller_names(self):
+        # A work's windows stay on one tmux server: a resume typed from a terminal of another
+        # server (or with another COORD_TMUX_SOCKET) does not split the fleet across sockets.
+        handle, path, _ = self.create("one-server")
+        self.work("start", handle, check=0)
+        first = self.record(handle)["data"]["tmux"]
+        self.work("park", handle, "--reason", "later", check=0)
+        other = os.path.join(self.tmp, "other.sock")
+        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", other, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=10)
+        self.work("resume", handle, "--conversation", "conv-x", env={"COORD_TMUX_SOCKET": other}, check=0)
+        again = self.record(handle)["data"]["tmux"]
+        self.assertEqual(again["socket"], first["socket"])
+        self.assertIn(again["window_id"], self.windows())
+        self.assertFalse(os.path.exists(other), "no server was started on the other socket")
+
     def test_launched_harness_owns_its_work(self):
         handle, path, _ = self.create("tmuxed")
         wid = self.record(handle)["id"]
