@@ -1318,6 +1318,37 @@ class TmuxWorkTest(TmuxWorkCase):
         self.assertIn(again["window_id"], self.windows())
         self.assertFalse(os.path.exists(other), "no server was started on the other socket")
 
+    def test_a_person_s_session_and_another_project_s_window_outlive_close_archive_and_gc(self):
+        # One tmux server, shared: the person's own session (a shell they work in) and a window
+        # of another project. coord's close, archive and gc take exactly their own windows.
+        t = [self.tmux_bin, "-S", self.sock]
+        ha, _, _ = self.create("closed-one")
+        hb, _, _ = self.create("archived-one")
+        hc, _, _ = self.create("collected-one")
+        for h in (ha, hb, hc):
+            self.work("start", h, check=0)
+        subprocess.run(t + ["new-session", "-d", "-s", "mine", "sleep 600"], check=True, timeout=10)
+        mine = subprocess.run(t + ["display-message", "-p", "-t", "mine", "#{window_id}"], stdout=subprocess.PIPE,
+                              text=True, check=True, timeout=10).stdout.strip()
+        foreign = subprocess.run(t + ["new-window", "-d", "-P", "-F", "#{window_id}", "-t", "mine", "sleep 600"],
+                                 stdout=subprocess.PIPE, text=True, check=True, timeout=10).stdout.strip()
+        for opt, value in (("@coord-project", "another-project"), ("@coord-work", self.record(ha)["id"])):
+            subprocess.run(t + ["set-option", "-w", "-t", foreign, opt, value], check=True, timeout=10)
+        self.work("close", ha, check=0)
+        self.work("archive", hb, check=0)
+        self.work("close", hc, check=0)
+        self.gate(hc)
+        self.work_json("gc")
+        self.assertEqual([self.record(h)["state"] for h in (ha, hb, hc)], ["closed", "archived", "removed"])
+        left = self.windows()
+        self.assertIn(mine, left)
+        self.assertIn(foreign, left, "a window labelled with our work ID but another project is not ours")
+        for h in (ha, hb, hc):
+            self.assertNotIn(self.record(h)["data"].get("tmux", {}).get("window_id"), left)
+        sessions = subprocess.run(t + ["list-sessions", "-F", "#{session_name}"], stdout=subprocess.PIPE,
+                                  text=True, check=True, timeout=10).stdout.split()
+        self.assertIn("mine", sessions)
+
     def test_launched_harness_owns_its_work(self):
         handle, path, _ = self.create("tmuxed")
         wid = self.record(handle)["id"]
