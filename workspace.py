@@ -2876,11 +2876,15 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
     committed = [r for r in rows if not r["wc"]]
     if wc:
         out.append(("dirty", "its working copy @ has changes (%s)" % wc[0]["commit"][:12],
-                    "commit and integrate them, or keep the clone"))
+                    "describe them (jj describe -m MESSAGE, in %s) and land them: coord work integrate land %s "
+                    "--into BOOKMARK; or keep the clone" % (shlex.quote(w["path"]), h)))
     if committed:
         out.append(("unintegrated", "%d committed change(s) are in no canonical bookmark and were not proven "
                     "integrated" % len(committed),
-                    "coord work integrate acquire %s --into BOOKMARK, push, then prove" % h))
+                    "land them: coord work integrate land %s --into BOOKMARK; if a squash or rebase merge already "
+                    "put them there (a new commit: never provable), discard them with coord work integrate acquire "
+                    "%s --into BOOKMARK, coord work gate %s --waive --reason R, coord work integrate release %s"
+                    % (h, h, h, h)))
     return out
 
 

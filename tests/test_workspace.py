@@ -733,6 +733,28 @@ class IntegrationTest(WorkTestCase):
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
 
+    def test_squash_merged_before_any_acquire_follows_the_refusal_s_own_steps(self):
+        # The person squash-merged the clone's change on main by hand, never through coord.
+        handle, path, _ = self.create()
+        self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "commit", "-m", "feature")
+        self.jj(self.canon, "new", "main", "-m", "feature (squashed)")
+        self.write(self.canon, "feature.txt", "feature\n")
+        self.jj(self.canon, "bookmark", "set", "main", "-r", "@")
+        self.jj(self.canon, "new")
+        self.gate(handle)
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("land them: %s work integrate land %s --into BOOKMARK" % (support.COORD, handle), proc.stderr)
+        steps = proc.stderr.split("discard them with ", 1)[1].split("\n", 1)[0].split(", ")
+        self.assertEqual(len(steps), 3, proc.stderr)
+        for step in steps:  # exactly as printed, with BOOKMARK and R filled in
+            argv = shlex.split(step.replace("BOOKMARK", "main").replace(" R", " squash-merged-by-hand"))
+            self.assertEqual(argv[:2], [support.COORD, "work"])
+            self.work(*argv[2:], check=0)
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+
     def test_stale_remote_tracking_bookmark_does_not_make_work_safe(self):
         handle, path, _ = self.create()
         self.write(path, "feature.txt", "feature\n")
