@@ -36,6 +36,25 @@ def _claim_worker(db, rounds, barrier, results, index):
     st.close()
 
 
+def _multi_claim_worker(db, rounds, barrier, results, index):
+    """Each round, claim two of four overlapping names at once (a directory and files below it
+    among them): the claim is all or nothing."""
+    st = store.Store(db, timeout=30)
+    rt = st.register(harness="race")
+    names = ["r%d", "r%d/a", "r%d/b", "r%d/c"]
+    for r in range(rounds):
+        pair = [names[index % 4] % r, names[(index + 1 + r) % 4] % r]
+        if pair[0] == pair[1]:
+            pair = pair[:1]
+        barrier.wait()
+        try:
+            st.claim(rt["id"], pair)
+            results.put((r, rt["id"], pair, True))
+        except Refused:
+            results.put((r, rt["id"], pair, False))
+    st.close()
+
+
 def _send_worker(db, recipient, count, barrier, results):
     st = store.Store(db, timeout=60)
     rt = st.register(harness="sender")
@@ -768,6 +787,40 @@ class RaceTest(support.CoordTestCase):
         leases = st.all_leases()
         st.close()
         self.assertEqual(len(leases), rounds)
+
+    def test_eight_processes_claim_overlapping_pairs_all_or_nothing_for_40_rounds(self):
+        ctx = multiprocessing.get_context("spawn")
+        store.Store(self.db).close()
+        rounds, workers = 40, 8
+        barrier = ctx.Barrier(workers)
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_multi_claim_worker, args=(self.db, rounds, barrier, results, i))
+                 for i in range(workers)]
+        for p in procs:
+            p.start()
+        got = [results.get(timeout=120) for _ in range(rounds * workers)]
+        for p in procs:
+            p.join(30)
+            self.assertEqual(p.exitcode, 0)
+        st = store.Store(self.db)
+        leases = st.all_leases()
+        st.close()
+        held = {}
+        for l in leases:
+            held.setdefault(l["runtime"], set()).add(l["resource"])
+        for r in range(rounds):
+            winners = [g for g in got if g[0] == r and g[3]]
+            self.assertGreaterEqual(len(winners), 1, "round %d: someone wins" % r)
+            for _r, rid, pair, _won in winners:  # all of the pair, never a part of it
+                self.assertTrue(set(pair) <= held.get(rid, set()), (r, rid, pair))
+            for _r, rid, pair, _won in [g for g in got if g[0] == r and not g[3]]:
+                self.assertFalse(set(pair) & held.get(rid, set()), "a refused claim left a lease: %r" % (pair,))
+            mine = [(rid, name) for rid, names in held.items() for name in names if name.split("/")[0] == "r%d" % r]
+            for i, (a_rt, a) in enumerate(mine):  # no two runtimes hold overlapping names
+                for b_rt, b in mine[i + 1:]:
+                    if a_rt != b_rt:
+                        self.assertFalse(a == b or b.startswith(a + "/") or a.startswith(b + "/"),
+                                         "round %d: %s holds %s and %s holds %s" % (r, a_rt, a, b_rt, b))
 
     def _senders(self, senders, per_sender):
         ctx = multiprocessing.get_context("spawn")
