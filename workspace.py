@@ -675,7 +675,8 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
         if gaps and not allow_unprotected:
             raise _Unprotected(gaps)
     try:
-        ids = _make_checkout(w, token, from_rev, environ, check=check if shared else None)
+        ids = _make_checkout(w, token, from_rev, environ, check=check if shared else None,
+                             lock_dir=os.path.dirname(st.path))
     except _CreateFailed as failed:
         _record_failed_create(st, w, caller, failed.step, failed.reason, environ)
     except _Unprotected as unprotected:
@@ -704,13 +705,35 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
     return w
 
 
+class _native_create_lock:
+    """One `jj workspace add` at a time per shared repository, across coord processes: each one
+    writes jj's operation log and git's worktree records there, and under load concurrent
+    ones were seen to fail part-way. An flock on a file in coord's state directory (0700),
+    released by the kernel if the holder dies."""
+
+    def __init__(self, source, directory):
+        key = store.hashes().sha256(os.path.realpath(source).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        self.path = os.path.join(directory, "native-create-%s.lock" % key)
+        self.fd = None
+
+    def __enter__(self):
+        import fcntl
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # closing releases the lock
+        return False
+
+
 class _CreateFailed(Exception):
     def __init__(self, step, reason):
         super().__init__(reason)
         self.step, self.reason = step, reason
 
 
-def _make_checkout(w, token, from_rev, environ, check=None):
+def _make_checkout(w, token, from_rev, environ, check=None, lock_dir=None):
     """Make the recorded work's checkout on disk; -> head_ids of @. Raise _CreateFailed(step, reason).
 
     Few jj processes and one snapshot: the checkout is fresh (nothing but this command has the
@@ -729,7 +752,8 @@ def _make_checkout(w, token, from_rev, environ, check=None):
             argv = ["workspace", "add", "--name", workspace_name(work_id), "-m", message]
             if from_rev:
                 argv += ["-r", from_rev]
-            jj(argv + [path], source, environ=environ)
+            with _native_create_lock(source, lock_dir or w["scratch_root"]):
+                jj(argv + [path], source, environ=environ)
             described = True
         else:
             os.mkdir(path, 0o700)
@@ -834,22 +858,33 @@ def native_note(source, git_kind):
 
 
 def _discard_half_created(w, native, environ):
-    """Remove what a failed create left, only the directory this create made. -> (removed, left)."""
+    """Remove what a failed create left, only the directory this create made. -> (removed, left).
+    A native workspace is also forgotten, and git's record of its worktree in the shared
+    repository pruned once its directory is gone: a `jj workspace add` that failed part-way can
+    leave that record (its HEAD still `refs/jj/root`), which git fsck reports and git would
+    show as an unborn branch."""
     path = w["path"]
     if native:
         try:
             jj(["workspace", "forget", workspace_name(w["id"])], w["source"], environ=environ)
         except store.CoordError:
             pass
-    if not os.path.lexists(path):
-        return False, False
-    if os.path.islink(path) or not below(os.path.realpath(path), w["scratch_root"]):
-        return False, True
-    try:
-        _rmtree(path)
-        return True, False
-    except OSError:
-        return False, True
+    removed, left = False, False
+    if os.path.lexists(path):
+        if os.path.islink(path) or not below(os.path.realpath(path), w["scratch_root"]):
+            left = True
+        else:
+            try:
+                _rmtree(path)
+                removed = True
+            except OSError:
+                left = True
+    if native and not os.path.lexists(path):
+        try:  # prunes only records whose directory no longer exists; never touches a working tree
+            git(["worktree", "prune"], w["source"], environ=environ)
+        except store.CoordError:
+            pass
+    return removed, left
 
 
 

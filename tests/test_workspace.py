@@ -1140,6 +1140,34 @@ class JjFaultTest(FaultyToolCase):
         self.assertNotIn("agent-" + wid, self.jj(self.canon, "workspace", "list"))
 
 
+    def test_a_native_create_that_dies_after_git_made_its_worktree_leaves_no_record_of_it(self):
+        # A `jj workspace add` that fails part-way, after git's worktree record exists (seen
+        # once with four creates at once on a loaded machine): the stand-in does exactly that.
+        real = shutil.which("jj", path=self.env["PATH"])
+        bindir = tempfile.mkdtemp(prefix="dying-jj-", dir=self.tmp)
+        with open(os.path.join(bindir, "jj"), "w") as f:
+            f.write("#!/bin/sh\n"
+                    "for a in \"$@\"; do last=$a; done\n"
+                    "case \" $* \" in *\" workspace add \"*)\n"
+                    "  git worktree add --detach \"$last\" >/dev/null 2>&1\n"
+                    "  echo ref: refs/jj/root > \"$(git rev-parse --git-common-dir)/worktrees/$(basename \"$last\")/HEAD\"\n"
+                    "  echo 'Error: injected failure after the git worktree' >&2; exit 1;;\n"
+                    "esac\n"
+                    "exec %s \"$@\"\n" % shlex.quote(real))
+        os.chmod(os.path.join(bindir, "jj"), 0o755)
+        env = {"PATH": bindir + os.pathsep + self.env["PATH"]}
+        proc = self.work("create", "dies", "--native-workspace", env=env)
+        self.assert_clean_error(proc, 4)
+        rec = [w for w in self.work_json("list", "--all")["work"] if w["task"] == "dies"][0]
+        self.assertEqual(rec["state"], "failed")
+        self.assertFalse(os.path.lexists(self.record(rec["handle"])["path"]))
+        self.assertEqual(self.git(self.canon, "worktree", "list", "--porcelain").stdout.count("worktree "), 1)
+        self.git(self.canon, "fsck", "--no-progress")
+        proc = self.work("create", "lives", "--native-workspace")  # and the next create works
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.git(self.canon, "fsck", "--no-progress")
+
+
 class HostileIdentityTest(FaultyToolCase):
     """Near-miss identities never resolve to a record, through any work command."""
 
