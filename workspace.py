@@ -743,6 +743,13 @@ def _make_checkout(w, token, from_rev, environ, check=None, lock_dir=None):
     the bookmark command prints the full IDs of @ (a commit_summary template), read instead of
     a separate `jj log`. check(path), when given, runs once the starting revision is on disk (it
     may raise _Unprotected)."""
+    if w["data"]["kind"] == "native":  # every jj write in the shared repository, one create at a time
+        with _native_create_lock(w["source"], lock_dir or w["scratch_root"]):
+            return _checkout_steps(w, token, from_rev, environ, check)
+    return _checkout_steps(w, token, from_rev, environ, check)
+
+
+def _checkout_steps(w, token, from_rev, environ, check):
     work_id, task, path, source = w["id"], w["task"], w["path"], w["source"]
     message = description(task, work_id)
     step = "mkdir"
@@ -752,8 +759,7 @@ def _make_checkout(w, token, from_rev, environ, check=None, lock_dir=None):
             argv = ["workspace", "add", "--name", workspace_name(work_id), "-m", message]
             if from_rev:
                 argv += ["-r", from_rev]
-            with _native_create_lock(source, lock_dir or w["scratch_root"]):
-                jj(argv + [path], source, environ=environ)
+            jj(argv + [path], source, environ=environ)
             described = True
         else:
             os.mkdir(path, 0o700)
