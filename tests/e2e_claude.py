@@ -331,15 +331,8 @@ class CloneTrust(h.CoordCase):
 
     def setUp(self):
         super().setUp()
-        managed = self.managed_env()
-        self.launch_env = h.claude_env(self.home, self.server, self.agent_env(dict(managed, **{
-            "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli})))
         # The person has used Claude Code before and trusted the shared checkout.
-        self.claude_json = os.path.join(self.home, ".claude.json")
-        with open(self.claude_json, "w") as f:
-            json.dump({"hasCompletedOnboarding": True, "theme": "dark",
-                       "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
-                       "projects": {self.repo: {"hasTrustDialogAccepted": True}}}, f, indent=2)
+        self.claude_json = self.interactive_claude()
         self.server.load([])
         self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
 
@@ -405,13 +398,7 @@ class IdleNudge(h.CoordCase):
 
     def setUp(self):
         super().setUp()
-        managed = self.managed_env()
-        self.launch_env = h.claude_env(self.home, self.server, self.agent_env(dict(managed, **{
-            "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli})))
-        with open(os.path.join(self.home, ".claude.json"), "w") as f:
-            json.dump({"hasCompletedOnboarding": True, "theme": "dark",
-                       "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
-                       "projects": {self.repo: {"hasTrustDialogAccepted": True}}}, f, indent=2)
+        self.interactive_claude()
         self.server.load([say("ok")] * 50)
         self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
 

@@ -409,6 +409,20 @@ class HarnessCase(CoordTestCase):
         return {"COORD_SCRATCH_ROOT": scratch, "COORD_TMUX_SOCKET": self.sock, "TMUX_TMPDIR": self.tmp,
                 "XDG_CONFIG_HOME": os.path.join(self.tmp, "config"), "JJ_CONFIG": jjcfg}
 
+    def interactive_claude(self):
+        """For Claude Code that `work start` launches in tmux: the managed environment
+        (self.launch_env), and a ~/.claude.json of a person who has used Claude Code before and
+        trusted the shared checkout; -> that file's path."""
+        managed = self.managed_env()
+        self.launch_env = claude_env(self.home, self.server, self.agent_env(dict(managed, **{
+            "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli})))
+        path = os.path.join(self.home, ".claude.json")
+        with open(path, "w") as f:
+            json.dump({"hasCompletedOnboarding": True, "theme": "dark",
+                       "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
+                       "projects": {self.repo: {"hasTrustDialogAccepted": True}}}, f, indent=2)
+        return path
+
     def run_agent(self, script, lanes=None, prompt="Do the scripted task.", env=None, args=(),
                   trust=True, features=None, timeout=120, expect_ok=True, repo=None,
                   sandbox="danger-full-access", config=""):

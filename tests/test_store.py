@@ -766,45 +766,36 @@ class MigrationTest(support.CoordTestCase):
 
 
 class RaceTest(support.CoordTestCase):
-    def test_eight_processes_race_for_one_exclusive_lease_for_60_rounds(self):
+    def race(self, worker, rounds, workers=8):
+        """Run `workers` real processes of worker(db, rounds, barrier, results, index), each round
+        released by one barrier; -> (every result put, the live leases afterwards)."""
         ctx = multiprocessing.get_context("spawn")
         store.Store(self.db).close()
-        rounds, workers = 60, 8
         barrier = ctx.Barrier(workers)
         results = ctx.Queue()
-        procs = [ctx.Process(target=_claim_worker, args=(self.db, rounds, barrier, results, i))
-                 for i in range(workers)]
+        procs = [ctx.Process(target=worker, args=(self.db, rounds, barrier, results, i)) for i in range(workers)]
         for p in procs:
             p.start()
         got = [results.get(timeout=120) for _ in range(rounds * workers)]
         for p in procs:
             p.join(30)
             self.assertEqual(p.exitcode, 0)
+        st = store.Store(self.db)
+        leases = st.all_leases()
+        st.close()
+        return got, leases
+
+    def test_eight_processes_race_for_one_exclusive_lease_for_60_rounds(self):
+        rounds = 60
+        got, leases = self.race(_claim_worker, rounds)
         for r in range(rounds):
             winners = [g for g in got if g[0] == r and g[2]]
             self.assertEqual(len(winners), 1, "round %d winners %r" % (r, winners))
-        st = store.Store(self.db)
-        leases = st.all_leases()
-        st.close()
         self.assertEqual(len(leases), rounds)
 
     def test_eight_processes_claim_overlapping_pairs_all_or_nothing_for_40_rounds(self):
-        ctx = multiprocessing.get_context("spawn")
-        store.Store(self.db).close()
-        rounds, workers = 40, 8
-        barrier = ctx.Barrier(workers)
-        results = ctx.Queue()
-        procs = [ctx.Process(target=_multi_claim_worker, args=(self.db, rounds, barrier, results, i))
-                 for i in range(workers)]
-        for p in procs:
-            p.start()
-        got = [results.get(timeout=120) for _ in range(rounds * workers)]
-        for p in procs:
-            p.join(30)
-            self.assertEqual(p.exitcode, 0)
-        st = store.Store(self.db)
-        leases = st.all_leases()
-        st.close()
+        rounds = 40
+        got, leases = self.race(_multi_claim_worker, rounds)
         held = {}
         for l in leases:
             held.setdefault(l["runtime"], set()).add(l["resource"])
