@@ -651,6 +651,22 @@ PERSON = "person"   # harness label of a person's runtime: a terminal, or the us
 PARKED = "parked"   # harness label of the runtime that holds a parked work's leases and messages
 _UNCLOCKED = frozenset((PERSON, PARKED))  # pid-less runtimes the clock never ends (see runtime_live)
 _PERSON_PREFIX = PERSON + ":"
+# A runtime no clock ends (a recorded harness process, or a person or parked work without one:
+# runtime_live) stores heartbeat_at BEAT_AHEAD seconds after its real last beat, which beat_time
+# reads back. The previous release ends every runtime whose heartbeat_at is older than
+# COORD_RUNTIME_TTL; to it such a runtime looks fresh for ever, so it too ends it only by its
+# process (DESIGN.md, Upgrades, "Mixed versions"). A runtime the clock ends keeps the real time.
+BEAT_AHEAD = 1e12
+
+
+def beat_time(value):
+    """The real time of a stored heartbeat_at (see BEAT_AHEAD)."""
+    return value - BEAT_AHEAD if value is not None and value >= BEAT_AHEAD else value
+
+
+def beat_value(now, pid, harness):
+    """The heartbeat_at to store for a beat at `now` of a runtime with this pid and harness label."""
+    return now + BEAT_AHEAD if pid or (harness or "") in _UNCLOCKED else now
 
 
 def person_key():
@@ -1229,7 +1245,13 @@ class Store:
             return None
         keys = ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start", "cwd",
                 "started_at", "heartbeat_at", "ended_at", "end_reason", "superseded_by")
-        return dict(zip(keys, row))
+        rt = dict(zip(keys, row))
+        rt["heartbeat_at"] = beat_time(rt["heartbeat_at"])
+        return rt
+
+    # SET heartbeat_at = this, one parameter (now): the later beat, stored as beat_value stores it.
+    _BEAT = "max(heartbeat_at, ? + CASE WHEN pid OR harness IN ('%s', '%s') THEN %r ELSE 0 END)" % (
+        PERSON, PARKED, BEAT_AHEAD)
 
     _RUNTIME_COLS = ("id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at, "
                      "heartbeat_at, ended_at, end_reason, superseded_by")
@@ -1248,7 +1270,7 @@ class Store:
             return True  # the user outside any terminal, or a parked work: ended explicitly, never by the clock
         if rt["pid"]:
             return process_alive(rt["pid"], rt["pid_start"])
-        return rt["heartbeat_at"] + self.runtime_ttl > _now(now)
+        return beat_time(rt["heartbeat_at"]) + self.runtime_ttl > _now(now)
 
     def resolve_runtime(self, token):
         """A runtime by exact handle or full UUID; prefixes never match."""
@@ -1349,9 +1371,10 @@ class Store:
                 rid = subagent_uuid(conversation, agent_id)
                 existing = self.runtime(rid)
                 if existing is not None:
+                    beat = beat_value(max(existing["heartbeat_at"], now), pid, existing["harness"])
                     self.conn.execute(
-                        "UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?), ended_at = NULL, end_reason = NULL,"
-                        " pid = ?, pid_start = ? WHERE id = ?", (now, pid, pid_start, rid))
+                        "UPDATE runtimes SET heartbeat_at = ?, ended_at = NULL, end_reason = NULL,"
+                        " pid = ?, pid_start = ? WHERE id = ?", (beat, pid, pid_start, rid))
                     if existing["ended_at"] is not None:
                         self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id,
                                    harness=harness, source=source or "")
@@ -1369,7 +1392,7 @@ class Store:
                                  " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)",
                                  (conversation, pid, pid_start, pid_start)).fetchone()
                     if row:
-                        self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?",
+                        self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT,
                                           (now, row[0]))
                         return self.runtime(row[0])
                 for _ in range(16):
@@ -1382,7 +1405,8 @@ class Store:
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
                 " heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (rid, handle, conversation, agent_id, harness or "", pid, pid_start, cwd, now, now))
+                (rid, handle, conversation, agent_id, harness or "", pid, pid_start, cwd, now,
+                 beat_value(now, pid, harness)))
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id or "",
                        harness=harness or "", source=source or "")
             if not agent_id:
@@ -1428,7 +1452,7 @@ class Store:
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
                 " heartbeat_at) VALUES (?, ?, ?, NULL, ?, NULL, NULL, NULL, ?, ?)",
-                (rid, handle, conversation, PARKED, now, now))
+                (rid, handle, conversation, PARKED, now, beat_value(now, None, PARKED)))
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id="", harness=PARKED,
                        source="park", work=work_id)
             for old in olds:
@@ -1492,11 +1516,12 @@ class Store:
         if min_interval:
             row = self.q("SELECT heartbeat_at FROM runtimes WHERE id = ? AND ended_at IS NULL",
                          (runtime_id,)).fetchone()
-            if row and now - row[0] < min_interval and now >= row[0]:
+            last = beat_time(row[0]) if row else None
+            if row and now - last < min_interval and now >= last:
                 return False
         with self.transaction():
             self.usable_runtime(runtime_id, now)
-            self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?", (now, runtime_id))
+            self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, runtime_id))
             self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ? + ttl) WHERE runtime = ?"
                               " AND expires_at > ?", (now, runtime_id, now))
             self._revive(runtime_id, now)
@@ -1807,7 +1832,7 @@ class Store:
                     " mode = excluded.mode, purpose = excluded.purpose, expires_at = max(expires_at, excluded.expires_at),"
                     " ttl = excluded.ttl", (resource, runtime_id, mode, purpose, now, now + ttl, ttl))
                 self.audit("lease.claimed", runtime_id, resource, now, mode=mode, purpose=purpose, ttl=ttl)
-            self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?", (now, runtime_id))
+            self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, runtime_id))
             return self.leases_of(runtime_id, resources)
 
     def leases_of(self, runtime_id, resources=None):
@@ -1856,7 +1881,7 @@ class Store:
                     self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ?), ttl = ? WHERE resource = ?"
                                       " AND runtime = ?", (now + t, t, name, runtime_id))
                     self.audit("lease.renewed", runtime_id, name, now, ttl=t)
-                self.conn.execute("UPDATE runtimes SET heartbeat_at = max(heartbeat_at, ?) WHERE id = ?",
+                self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT,
                                   (now, runtime_id))
                 out = self.leases_of(runtime_id, names)
         if refusal is not None:

@@ -1025,6 +1025,34 @@ class LivenessTest(support.CoordTestCase):
         self.assertEqual(self.st.runtime(a)["end_reason"], "process-gone")
         self.assertEqual(self.st.leases_of(a), [])
 
+    def test_a_runtime_no_clock_ends_stores_its_beat_ahead_and_reads_it_back(self):
+        """The previous release ends a runtime by heartbeat_at alone (test_upgrade runs it): a
+        runtime with a process, or a person or parked work, stores it BEAT_AHEAD after the real
+        beat; every reader here gets the real beat, and the hooks' throttle still skips."""
+        def stored(rid):
+            return self.st.q("SELECT heartbeat_at FROM runtimes WHERE id = ?", (rid,)).fetchone()[0]
+        ahead, every = store.BEAT_AHEAD, store.HEARTBEAT_EVERY
+        t0 = time.time()
+        agent = self.st.register(pid=self.process().pid, now=t0)["id"]
+        alone = self.st.register(conversation="person:%d" % os.getuid(), harness=store.PERSON, now=t0)["id"]
+        clocked = self.st.register(now=t0)["id"]
+        self.assertEqual([stored(r) for r in (agent, alone, clocked)], [t0 + ahead, t0 + ahead, t0])
+        for r in (agent, alone, clocked):
+            self.assertAlmostEqual(self.st.runtime(r)["heartbeat_at"], t0, places=3)  # 1e12 keeps 0.1 ms
+        self.assertFalse(self.st.heartbeat(agent, now=t0 + 1, min_interval=every))  # no write
+        self.assertTrue(self.st.heartbeat(agent, now=t0 + every + 1, min_interval=every))
+        self.assertAlmostEqual(self.st.runtime(agent)["heartbeat_at"], t0 + every + 1, places=3)
+        # A row an earlier release stored with the real time is stored ahead from its next beat on.
+        self.st.conn.execute("UPDATE runtimes SET heartbeat_at = ? WHERE id = ?", (t0, agent))
+        self.st.claim(agent, ["r"], now=t0 + 100)
+        self.assertAlmostEqual(stored(agent), t0 + 100 + ahead, places=3)
+        # A subagent registered again without a process is the clock's again, from its real beat.
+        sub = self.st.register(conversation="conv-s", agent_id="sub-1", pid=self.process().pid, now=t0)["id"]
+        self.st.register(conversation="conv-s", agent_id="sub-1", now=t0 + 100)
+        self.assertAlmostEqual(stored(sub), t0 + 100, places=3)
+        self.assertTrue(self.st.runtime_live(self.st.runtime(sub), t0 + 159))
+        self.assertFalse(self.st.runtime_live(self.st.runtime(sub), t0 + 161))
+
     def test_a_runtime_without_a_process_still_expires(self):
         t0 = time.time()
         a = self.st.register(now=t0)["id"]

@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+import time
 
 import support
 from support import CoordTestCase
@@ -244,3 +245,73 @@ class UpgradeTest(CoordTestCase):
         doctor = json.loads(self.sh([sys.executable, os.path.join(self.new, "install"), canon, "--doctor",
                                       "--json"], canon, check=None).stdout)
         self.assertEqual([c["handle"] for c in doctor["clone_upgrades"]], [clones["beta"][0]])
+
+    def test_the_older_release_never_reaps_what_the_newer_keeps_alive_without_the_clock(self):
+        """The older release ends a runtime whose heartbeat is older than COORD_RUNTIME_TTL; this
+        one never ends by the clock the person (at a terminal, or the user alone), a parked work's
+        holder, or an agent whose harness process lives. Idle past the limit, they and their
+        leases survive the older release's hello, claim and send; a dead agent is still reaped."""
+        db = store.Store(self.db)
+        self.addCleanup(db.close)
+        idle = time.time() - db.runtime_ttl - 3600  # their last beat: an hour past the presence limit
+        ttl = db.runtime_ttl + 7200  # leases that outlive that silence (unexpired now)
+
+        def process():
+            proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+            self.addCleanup(proc.wait)
+            self.addCleanup(proc.stdin.close)
+            return proc
+
+        def end(proc):
+            proc.stdin.close()
+            proc.wait()
+
+        terminal, harness, parked_harness, dying_old, dying_new = (process() for _ in range(5))
+        uid = os.getuid()
+        kept = {
+            "src/person.py": db.register(conversation="person:%d:pts/9:%d:%s" % (
+                uid, terminal.pid, store.process_start(terminal.pid)), harness=store.PERSON, pid=terminal.pid,
+                source="person", now=idle),
+            "src/alone.py": db.register(conversation="person:%d" % uid, harness=store.PERSON, source="person",
+                                        now=idle),
+            "src/idle.py": db.register(harness="claude", pid=harness.pid, now=idle),
+        }
+        parked = db.register(harness="codex", pid=parked_harness.pid, now=idle)
+        for path, rt in kept.items():
+            db.claim(rt["id"], [path], ttl=ttl, now=idle)
+        db.claim(parked["id"], ["src/parked.py"], ttl=ttl, now=idle)
+        kept["src/parked.py"] = db.hold_parked(parked["conversation"], "w-parked", now=idle)
+        dead = {"src/dead-old.py": db.register(harness="claude", pid=dying_old.pid, now=idle),
+                "src/dead-new.py": db.register(harness="codex", pid=dying_new.pid, now=idle)}
+        for path, rt in dead.items():
+            db.claim(rt["id"], [path], ttl=ttl, now=idle)
+        end(dying_old)  # its harness is gone before the older release runs: both releases reap it
+
+        # A clone still running the older release: an agent registers, claims and sends.
+        def older(*args, check=0):
+            return self.sh([sys.executable, os.path.join(self.old, "coord")] + list(args), self.tmp, check=check)
+        me = json.loads(older("hello", "--harness", "claude", "--json").stdout)["runtime"]
+        older("claim", "src/mine.py", "--runtime", me["id"])
+        older("send", "status please", "--to", kept["src/idle.py"]["handle"], "--runtime", me["id"])
+        older("claim", "src/dead-old.py", "--runtime", me["id"])  # the dead agent's lease was freed
+        for path, rt in sorted(kept.items()):
+            proc = older("claim", path, "--runtime", me["id"], check=3)
+            self.assertIn(rt["handle"], proc.stdout + proc.stderr, path)
+            blocking = json.loads(older("check", path, "--runtime", me["id"], "--json", check=3).stdout)
+            self.assertEqual([c["runtime"] for c in blocking["conflicts"]], [rt["id"]], path)
+
+        # This release agrees: every one of them is live and holds its lease.
+        end(dying_new)
+        listed = json.loads(self.coord("list", "--json", check=0).stdout)
+        live = {r["id"] for r in listed["runtimes"] if r["live"]}
+        holders = {l["resource"]: l["runtime"] for l in listed["leases"]}
+        for path, rt in sorted(kept.items()):
+            self.assertIn(rt["id"], live, path)
+            self.assertEqual(holders.get(path), rt["id"], path)
+            blocking = json.loads(self.coord("check", path, "--json", runtime=me["id"], check=3).stdout)
+            self.assertEqual([c["runtime"] for c in blocking["conflicts"]], [rt["id"]], path)
+        self.coord("claim", "src/dead-new.py", runtime=me["id"], check=0)  # and reaps a dead agent too
+        for rt in dead.values():
+            self.assertEqual(db.runtime(rt["id"])["end_reason"], "process-gone", rt)
+        for rt in kept.values():
+            self.assertIsNone(db.runtime(rt["id"])["ended_at"], rt)
