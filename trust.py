@@ -37,7 +37,8 @@ CARRY_KEY = "carry_trust"
 CODEX_HOOKS = os.path.join(".codex", "hooks.json")
 APP_SERVER_TIMEOUT = 30.0
 # Variables a harness sets in the commands its agent runs: an agent may not opt in for a person.
-_AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COORD_WORK_ID")
+_AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COPILOT_AGENT_SESSION_ID",
+                  "COORD_WORK_ID")
 
 
 # --------------------------------------------------------------------------- the opt-in
