@@ -80,6 +80,19 @@ class HarnessFacts(h.HarnessCase):
         self.assertEqual(reqs[2].tool_results(), ["Denied by preToolUse hook: REASON-edit"])
         self.assertEqual(reqs[3].tool_results(), ["Denied by preToolUse hook: REASON-create"])
 
+    def test_a_failing_hook_denies_and_a_timed_out_one_allows(self):
+        # Unlike Claude Code, any non-zero exit denies: a hook command that cannot start its
+        # interpreter blocks every matched tool. coord's hook itself always exits 0.
+        for cmd, timeout, denied in (("exit 1", 10, True), ("sleep 8", 2, False)):
+            with self.subTest(cmd=cmd):
+                self.write_file("src/a.py", "original\n")
+                self.write_hooks({"PreToolUse": [{"matcher": "Edit|Write|NotebookEdit|Bash", "hooks": [
+                    {"type": "command", "command": cmd, "timeout": timeout}]}]})
+                self.run_agent([tool("edit", path=self.a, old_str="original", new_str="agent"), say("done")])
+                self.assertEqual(self.read_file("src/a.py"), "original\n" if denied else "agent\n")
+                result = self.server.model_requests()[1].tool_results()[0]
+                self.assertEqual(result.startswith("Denied by preToolUse hook"), denied, result)
+
     def test_only_top_level_additional_context_reaches_the_model(self):
         for shape, reply in (("nested", h.context), ("top", lambda ev, text: {"additionalContext": text})):
             with self.subTest(shape=shape):
