@@ -1,6 +1,7 @@
-"""coord's hook: the one program Claude Code and Codex run for every hook event.
+"""coord's hook: the one program Claude Code, Codex and Copilot CLI run for every hook event.
 
-Usage: python3 -I -S .coord/hook.py --harness claude|codex   (payload JSON on stdin), or
+Usage: python3 -I -S .coord/hook.py --harness claude|codex   (payload JSON on stdin; Copilot CLI
+runs the Claude entries and is told apart by harness_of), or
 `import hook; os._exit(hook.main())` with .coord/ first on sys.path, as the installer's command
 does: imported, its bytecode is cached instead of compiled on every call (~4 ms).
 
@@ -27,11 +28,17 @@ HERE = os.path.dirname(os.path.realpath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-# Claude Code's file tools; the installer's Claude matcher names exactly these (and Bash).
-FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "NotebookEdit": "notebook_path"}
+# File tools by the name the hook sees -> the path fields to read, in order. Claude Code's own
+# (the installer's Claude matcher names exactly these, and Bash). Copilot CLI (1.0.102) runs
+# the same `.claude/settings.json` hooks and reports its tools under Claude's names with its
+# own argument names: create -> Write {path, file_text}, edit -> Edit {path, old_str, new_str},
+# and apply_patch (GPT models) -> Edit whose whole tool_input is the patch text.
+FILE_TOOLS = {"Write": ("file_path", "path"), "Edit": ("file_path", "path"),
+              "NotebookEdit": ("notebook_path", "file_path")}
 PATCH_TOOLS = ("apply_patch",)
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
+COPILOT = "copilot"     # the harness label of Copilot CLI's runtimes
 MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails open
 BUSY_WAIT = 1.0          # seconds one statement waits for a locked database (SessionEnd: half)
 SHOWN = 8                # peer leases read at SessionStart (as many as fit START_BYTES are listed)
@@ -152,13 +159,17 @@ def shell_patch(script):
 
 def write_targets(tool, tool_input):
     """Paths (as written in the payload) that this tool call will write; [] when none or unknown."""
-    if not isinstance(tool_input, dict) or not isinstance(tool, str):
+    if not isinstance(tool, str):
+        return []
+    if isinstance(tool_input, str) and tool in FILE_TOOLS:
+        return patch_paths(tool_input)  # Copilot's apply_patch: the envelope is the input
+    if not isinstance(tool_input, dict):
         return []
     if tool in FILE_TOOLS:
-        path = tool_input.get(FILE_TOOLS[tool])
-        if not isinstance(path, str):
-            path = tool_input.get("file_path")
-        return [path] if isinstance(path, str) else []
+        for key in FILE_TOOLS[tool]:
+            if isinstance(tool_input.get(key), str):
+                return [tool_input[key]]
+        return []
     if tool in PATCH_TOOLS:
         for key in ("command", "input", "patch"):
             if isinstance(tool_input.get(key), str):
@@ -328,8 +339,13 @@ class Hook:
         return out
 
 
-def reply(event, text):
+def reply(h, event, text):
+    """Context for the model, in the shape h's harness shows it: Copilot CLI reads only a
+    top-level additionalContext at SessionStart, UserPromptSubmit and PostToolUse (it ignores
+    Claude's hookSpecificOutput there), Claude Code and Codex read hookSpecificOutput."""
     import json
+    if h.harness == COPILOT:
+        return json.dumps({"additionalContext": text})
     return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
 
 
@@ -391,14 +407,14 @@ def on_deliver(h):
     if rt is None:
         if h.event != "UserPromptSubmit":
             return ""
-        return reply(h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
+        return reply(h, h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
                               " and messages; this session is stale: stop editing." % attached.successor["handle"])
     db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
     lost = store.lost_line(db.take_lost(rt["id"]), h.command())
     used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
     text = db.pending_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET - used)
     text = "\n".join(t for t in (lost, text) if t)
-    return reply(h.event, text) if text else ""
+    return reply(h, h.event, text) if text else ""
 
 
 def on_stop(h):
@@ -430,7 +446,7 @@ def on_session_start(h):
         rec = link_work(h, rt, work_id, pid)
         if rec:
             label_window(h, rec, rt)
-    return reply("SessionStart", session_context(h, rt, work_lines(h, rt)))
+    return reply(h, "SessionStart", session_context(h, rt, work_lines(h, rt)))
 
 
 def clone_work(h):
@@ -674,18 +690,26 @@ def run(raw, argv=(), environ=None):
         if handler is None or session is None or (event in NEEDS_AGENT and agent is None):
             return "", ""
         targets = None
+        harness = harness_of(argv, payload, environ)
+        if harness == COPILOT and agent is not None and agent == session:
+            # Copilot's subagent events carry the subagent's own id as session_id and the
+            # conversation's as parent_agent_id: key the subagent under its parent, as Claude's.
+            parent = identifier(payload.get("parent_agent_id"))
+            if parent:
+                payload = dict(payload, session_id=parent)
+                session = parent
         if handler is on_pre_tool_use and agent is not None and payload.get("tool_name") == "Bash" \
-                and harness_of(argv) == "claude":
+                and harness == "claude":
             return tag_subagent_shell(payload, session, agent), ""
         if handler is on_pre_tool_use and payload.get("tool_name") in SHELL_TOOLS:
-            targets = shell_patch_targets(payload.get("tool_input")) if harness_of(argv) == "codex" else []
+            targets = shell_patch_targets(payload.get("tool_input")) if harness == "codex" else []
             if not targets:
                 return "", ""  # plain shell is advisory: allowed without touching the store
         elif handler is on_pre_tool_use:
             targets = write_targets(payload.get("tool_name"), payload.get("tool_input"))
             if not targets:
                 return "", ""  # not a recognised write: allowed without touching the store
-        h = Hook(payload, harness_of(argv), environ)
+        h = Hook(payload, harness, environ)
         h.targets = targets
         return handler(h) or "", ""
     except Exception as exc:
@@ -724,13 +748,22 @@ def identifier(value, limit=256):
     return value
 
 
-def harness_of(argv):
+def harness_of(argv, payload=None, environ=None):
+    """The harness named by --harness; "copilot" for Copilot CLI running the Claude hooks: it
+    sets COPILOT_CLI=1 for its hooks and stamps every payload with a `timestamp`, which Claude
+    Code's payloads lack (a Claude Code started from Copilot's shell inherits COPILOT_CLI=1)."""
+    name = ""
     for i, arg in enumerate(argv):
         if arg == "--harness" and i + 1 < len(argv):
-            return argv[i + 1][:20]
+            name = argv[i + 1][:20]
+            break
         if arg.startswith("--harness="):
-            return arg[10:30]
-    return ""
+            name = arg[10:30]
+            break
+    if name == "claude" and environ is not None and environ.get("COPILOT_CLI") == "1" \
+            and isinstance(payload, dict) and "timestamp" in payload:
+        return COPILOT
+    return name
 
 
 def failure(exc):

@@ -466,14 +466,14 @@ def _process_matches(pid, start):
 
 # Names a harness process is known by (its command name, its executable, or the script a
 # runtime such as node runs); shells that usually stand between the harness and its hooks.
-HARNESS_NAMES = frozenset(("codex", "claude"))
+HARNESS_NAMES = frozenset(("codex", "claude", "copilot"))
 KNOWN_SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
 _SCRIPT_RUNNERS = frozenset(("node", "nodejs", "bun", "deno"))
 _SCRIPT_INTERPRETERS = ("python", "pypy", "perl", "ruby", "php", "lua", "tclsh", "osascript")
 
 
 def _harness_word(path):
-    """'codex' or 'claude' when the file name at path names a harness, else None."""
+    """'codex', 'claude' or 'copilot' when the file name at path names a harness, else None."""
     name = os.path.basename(path or "")
     for suffix in (".exe", ".js", ".mjs", ".cjs"):
         if name.endswith(suffix):
@@ -482,12 +482,14 @@ def _harness_word(path):
 
 
 def harness_of_process(pid):
-    """'codex' or 'claude' when process pid is that harness itself, recognised by its command
-    name, its executable, or (a node-style runtime) the CLI script it runs; else None.
+    """'codex', 'claude' or 'copilot' when process pid is that harness itself, recognised by its
+    command name, its executable, or (a node-style runtime) the CLI script it runs; else None.
 
     The pinned CLIs are native binaries: Codex's npm entry runs .../bin/codex (command name
     `codex`) under a node parent, Claude's runs .../claude-code/bin/claude.exe (`claude`);
-    older Claude releases are node running .../claude-code/cli.js."""
+    older Claude releases are node running .../claude-code/cli.js. Copilot CLI's npm entry is
+    node running .../.bin/copilot, which runs the native .../copilot-linux-x64/copilot: its
+    command name is `MainThread`, so it is known by its executable."""
     _parent, comm = process_parent(pid)
     found = _harness_word(comm)
     if found:
@@ -1646,7 +1648,8 @@ class Store:
             if later is not None:
                 return later
             return self.usable_runtime(named["id"], now)
-        session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID")
+        session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID") \
+            or env.get("COPILOT_AGENT_SESSION_ID")  # Copilot CLI's shell: its hooks' session_id
         thread = env.get("CODEX_THREAD_ID")
         tried = []
         if thread and session and thread != session:

@@ -37,7 +37,8 @@ CARRY_KEY = "carry_trust"
 CODEX_HOOKS = os.path.join(".codex", "hooks.json")
 APP_SERVER_TIMEOUT = 30.0
 # Variables a harness sets in the commands its agent runs: an agent may not opt in for a person.
-_AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COORD_WORK_ID")
+_AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COPILOT_AGENT_SESSION_ID",
+                  "COORD_WORK_ID")
 
 
 # --------------------------------------------------------------------------- the opt-in
@@ -309,6 +310,48 @@ def claude_trusted(doc, directory):
                 break
             cur = parent
     return False
+
+
+def copilot_config_path(environ=None):
+    """Copilot CLI's per-user state file: $COPILOT_HOME/config.json (~/.copilot when unset)."""
+    env = os.environ if environ is None else environ
+    base = env.get("COPILOT_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".copilot")
+    return os.path.join(base, "config.json")
+
+
+def copilot_trusted(directory, environ=None):
+    """Whether Copilot CLI (1.0.102) runs `directory`'s repository hooks: it or an ancestor is
+    in `trustedFolders` (its older spelling `trusted_folders` counts too) of config.json, where
+    Copilot records the person's answer to its folder-trust prompt. The file is JSON with `//`
+    comment lines. -> (True/False, None), or (None, why) when it cannot be read. Read-only:
+    coord never trusts a folder for the person."""
+    path = copilot_config_path(environ)
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except FileNotFoundError:
+        return False, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, "cannot read %s: %s" % (path, getattr(exc, "strerror", None) or exc)
+    try:
+        doc = json.loads("\n".join("" if l.lstrip().startswith("//") else l for l in text.splitlines()))
+    except ValueError as exc:
+        return None, "%s is not valid JSON (%s)" % (path, exc)
+    folders = []
+    for key in ("trustedFolders", "trusted_folders"):
+        value = doc.get(key) if isinstance(doc, dict) else None
+        if isinstance(value, list):
+            folders += [os.path.normpath(v) for v in value if isinstance(v, str) and v.startswith("/")]
+    for start in _variants(directory):
+        cur = start
+        while True:
+            if cur in folders:
+                return True, None
+            parent = os.path.dirname(cur)
+            if parent == cur:
+                break
+            cur = parent
+    return False, None
 
 
 def _ws(text, i):

@@ -1,8 +1,9 @@
-"""Run the real Claude Code and Codex CLIs offline against tests/modelserver.py.
+"""Run the real Claude Code, Codex and Copilot CLIs offline against tests/modelserver.py.
 
 Each run gets a private HOME (and for Codex a private CODEX_HOME whose config.toml points at
-the scripted server), an environment scrubbed of the developer's own agent session, proxies
-aimed at the local server so that no request can leave the machine, and a timeout.
+the scripted server; for Copilot its offline BYOK variables aimed at the server's Anthropic
+Messages API), an environment scrubbed of the developer's own agent session, proxies aimed at
+the local server so that no request can leave the machine, and a timeout.
 
 Binaries are found on PATH first, then in `${COORD_TEST_CACHE:-~/.cache/coord-tests}/npm`
 (where tests/provision installs the pinned versions). A missing binary fails the test under
@@ -19,16 +20,17 @@ import subprocess
 import sys
 import time
 
-from modelserver import ModelServer, flatten  # noqa: F401 (re-exported for tests)
+from modelserver import ModelServer, Turn, flatten  # noqa: F401 (re-exported for tests)
 from support import IN_CI, _SCRUB, CoordTestCase, require_tool
 
 CLAUDE_VERSION = "2.1.197"
 CODEX_VERSION = "0.171.0"
+COPILOT_VERSION = "1.0.102"
 MODEL_KEY_VAR = "COORD_E2E_MODEL_KEY"
 
 # Variables from the developer's own session or machine that must not reach a harness.
-_DROP_PREFIXES = ("ANTHROPIC_", "CLAUDE", "CODEX_", "OPENAI_", "COORD_", "OTEL_")
-_DROP = set(_SCRUB) | {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
+_DROP_PREFIXES = ("ANTHROPIC_", "CLAUDE", "CODEX_", "OPENAI_", "COORD_", "OTEL_", "COPILOT_", "GITHUB_COPILOT_")
+_DROP = set(_SCRUB) | {"GH_TOKEN", "GITHUB_TOKEN", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
                        "https_proxy", "all_proxy", "no_proxy", "IS_SANDBOX", "XDG_CONFIG_HOME",
                        "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"}
 
@@ -90,12 +92,15 @@ class RunResult(object):
             self.stderr[-3000:])
 
     def session_id(self):
-        """The conversation ID the harness reported (Claude system/init; Codex thread.started)."""
+        """The conversation ID the harness reported (Claude system/init; Codex thread.started;
+        Copilot's closing result)."""
         for ev in self.events:
             if ev.get("type") == "system" and ev.get("session_id"):
                 return ev["session_id"]
             if ev.get("type") == "thread.started" and ev.get("thread_id"):
                 return ev["thread_id"]
+            if ev.get("type") == "result" and ev.get("sessionId"):
+                return ev["sessionId"]
         return None
 
 
@@ -172,6 +177,51 @@ def write_claude_hooks(repo, hooks):
     with open(path, "w") as f:
         f.write(data + "\n")
     return path
+
+
+# -- Copilot CLI -----------------------------------------------------------------------------------
+
+COPILOT_MODEL = "claude-sonnet-4.5"
+
+
+def copilot_env(home, server, extra=None):
+    """Copilot offline: its BYOK provider is the scripted server's Anthropic Messages API
+    (POST /v1/messages, x-api-key, streamed), no GitHub sign-in, no update or telemetry."""
+    env = base_env(home, server, extra=None)
+    env.update({
+        "COPILOT_OFFLINE": "true",
+        "COPILOT_PROVIDER_TYPE": "anthropic",
+        "COPILOT_PROVIDER_BASE_URL": server.url,
+        "COPILOT_PROVIDER_API_KEY": "sk-e2e-offline",
+        "COPILOT_MODEL": COPILOT_MODEL,
+        "COPILOT_AUTO_UPDATE": "false",
+    })
+    if extra:
+        env.update(extra)
+    return env
+
+
+def trust_copilot_folder(home, folder):
+    """Trust `folder` the way Copilot records a person's answer to its folder-trust prompt:
+    `trustedFolders` in ~/.copilot/config.json (Copilot runs no repository hooks without it)."""
+    path = os.path.join(home, ".copilot", "config.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"trustedFolders": [os.path.realpath(folder)]}, f, indent=2)
+    return path
+
+
+def run_copilot(copilot, repo, prompt, server, home, env=None, timeout=120, args=()):
+    """Run `copilot -p PROMPT --allow-all-tools` in `repo` (JSONL output); return a RunResult."""
+    os.makedirs(home, exist_ok=True)
+    argv = [copilot, "-p", prompt, "--allow-all-tools", "--no-auto-update", "--output-format", "json"] \
+        + list(args)
+    return _run(argv, repo, copilot_env(home, server, env), timeout)
+
+
+def copilot_tool(name, **tool_input):
+    """A Copilot tool call under its own name and arguments: view/create/edit {path, ...}, bash."""
+    return Turn(calls=[{"kind": "claude", "name": name, "input": tool_input}])
 
 
 # -- Codex ---------------------------------------------------------------------------------------
@@ -367,7 +417,7 @@ def git_repo(path):
 class HarnessCase(CoordTestCase):
     """A CoordTestCase with a scripted model server, a temporary git repo and one harness.
 
-    Subclasses set `harness` to "claude" or "codex". `run_agent(script)` runs it in self.repo
+    Subclasses set `harness` to "claude", "codex" or "copilot". `run_agent(script)` runs it in self.repo
     with the test's private HOME, COORD_DB and COORD_PROJECT_ID.
     """
 
@@ -434,6 +484,14 @@ class HarnessCase(CoordTestCase):
         if self.harness == "claude":
             result = run_claude(self.cli, repo, prompt, self.server, self.home,
                                 env=self.agent_env(env), timeout=timeout, args=args)
+        elif self.harness == "copilot":
+            config = os.path.join(self.home, ".copilot", "config.json")
+            if trust:
+                trust_copilot_folder(self.home, repo)
+            elif os.path.exists(config):
+                os.unlink(config)
+            result = run_copilot(self.cli, repo, prompt, self.server, self.home,
+                                 env=self.agent_env(env), timeout=timeout, args=args)
         else:
             if trust:
                 trust_codex_repo(self.codex_home, self.server, repo, features=features,
@@ -454,8 +512,9 @@ class HarnessCase(CoordTestCase):
         return result
 
     def write_hooks(self, hooks):
-        """Write the harness's project hook file with {"hooks": hooks}; return its path."""
-        if self.harness == "claude":
+        """Write the harness's project hook file with {"hooks": hooks}; return its path
+        (Copilot runs the Claude Code project hooks)."""
+        if self.harness in ("claude", "copilot"):
             return write_claude_hooks(self.repo, hooks)
         return write_codex_hooks(self.repo, hooks)
 

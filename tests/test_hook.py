@@ -30,8 +30,20 @@ CLAUDE_AGENT = "a3141b31c0dcb97ce"
 CODEX_MAIN = "01a22af1-31cf-7f50-a411-97b001022a84"
 CODEX_PARENT = "01a22af2-649e-7440-84c1-522c2b8d8ea9"
 CODEX_AGENT = "01a22af2-65e3-7763-bdfa-b47e2231db0c"
+COPILOT_MAIN = "1a82358c-a61d-4bc3-b6e3-8ec20dc481d7"    # every copilot-* sample
+COPILOT_AGENT = "a215bec6-f276-45d0-95cc-622d7b889bdb"   # its task subagent
+COPILOT_ENV = {"COPILOT_CLI": "1", "COPILOT_PROJECT_DIR": SAMPLE_ROOT}  # Copilot's hook environment
 
 FakeHarness = support.FakeHarness
+
+
+def context_of(out):
+    """The additionalContext of a reply in either shape (Claude/Codex or Copilot), else None."""
+    if not out:
+        return None
+    reply = json.loads(out)
+    return reply["additionalContext"] if "additionalContext" in reply \
+        else reply["hookSpecificOutput"]["additionalContext"]
 
 
 class HookCase(support.CoordTestCase):
@@ -91,6 +103,10 @@ class HookCase(support.CoordTestCase):
 
     def check_reply(self, out):
         reply = json.loads(out)
+        if "additionalContext" in reply:  # Copilot CLI's shape: context at the top level only
+            self.assertEqual(set(reply), {"additionalContext"})
+            self.assertTrue(reply["additionalContext"].strip())
+            return reply
         spec = reply["hookSpecificOutput"]
         self.assertEqual(set(reply), {"hookSpecificOutput"})
         if "permissionDecision" in spec:
@@ -109,7 +125,7 @@ class HookCase(support.CoordTestCase):
 
     def context(self, data, **kw):
         out, _ = self.run_hook(data, **kw)
-        return json.loads(out)["hookSpecificOutput"]["additionalContext"] if out else None
+        return context_of(out)
 
     def denial(self, data, **kw):
         out, _ = self.run_hook(data, **kw)
@@ -143,7 +159,9 @@ class SampleTest(HookCase):
     """Every recorded payload, run alone on an empty database, has its documented effect."""
 
     def expect(self, name, data):
-        event = data["hook_event_name"]
+        event = data.get("hook_event_name")
+        if event is None:  # Copilot's SubagentStart: camelCase, no event name; not coord's event
+            return "nothing, and no database"
         session, agent = data["session_id"], data.get("agent_id")
         if event.startswith("PreToolUse"):
             return "nothing, and no database"
@@ -155,8 +173,8 @@ class SampleTest(HookCase):
 
     def test_every_sample_has_its_effect(self):
         names = sorted(f[:-5] for f in os.listdir(PAYLOADS) if f.endswith(".json"))
-        self.assertEqual(len([n for n in names if not n.endswith(".variant")]), 37, "every recorded sample")
-        self.assertGreaterEqual(len(names), 39, "and our own variants")
+        self.assertEqual(len([n for n in names if not n.endswith(".variant")]), 56, "every recorded sample")
+        self.assertGreaterEqual(len(names), 58, "and our own variants")
         for name in names:
             with self.subTest(sample=name):
                 for suffix in ("", "-wal", "-shm"):
@@ -167,7 +185,10 @@ class SampleTest(HookCase):
                     self._st = None
                 harness = name.split("-")[0]
                 data = self.payload(name)
-                out, err = self.run_hook(data, harness=harness)
+                if harness == "copilot":  # it runs the Claude entries, in its own environment
+                    out, err = self.run_hook(data, harness="claude", env=COPILOT_ENV)
+                else:
+                    out, err = self.run_hook(data, harness=harness)
                 self.assertEqual(err, "")
                 want = self.expect(name, data)
                 if want == "nothing, and no database":
@@ -179,9 +200,11 @@ class SampleTest(HookCase):
                     rt = self.st.find_conversation_runtime(session)
                     self.assertEqual(rt["harness"], harness)
                     self.assertEqual(rt["pid"], os.getpid())  # the hook's parent is its harness
-                    self.assertIn("you are %s" % rt["handle"], json.loads(out)["hookSpecificOutput"]["additionalContext"])
+                    self.assertIn("you are %s" % rt["handle"], context_of(out))
                     continue
                 self.assertEqual(out, "")
+                if harness == "copilot" and agent is not None:
+                    session = data["parent_agent_id"]  # keyed under its parent's conversation
                 if want == "runtime":
                     rt = self.st.find_conversation_runtime(session)
                     self.assertIsNotNone(rt, "registered quietly")
@@ -245,6 +268,87 @@ class SampleTest(HookCase):
                 post = "claude-PostToolUse-Agent" if harness == "claude" else "codex-PostToolUse-spawn_agent"
                 out, _ = self.run_hook(self.payload(post), harness=harness)
                 self.assertEqual(out, "")
+
+
+class CopilotTest(HookCase):
+    """Copilot CLI (1.0.102) runs the Claude entries of .claude/settings.json with COPILOT_CLI=1,
+    under Claude's tool names with its own argument names (recorded copilot-* samples): its
+    writes are checked, its runtime is `copilot`, and its context goes where it reads it."""
+
+    def copilot(self, name, env=COPILOT_ENV, **changes):
+        return self.run_hook(self.payload(name, **changes), harness="claude", env=env)
+
+    def start_copilot(self):
+        out, _ = self.copilot("copilot-SessionStart")
+        rt = self.st.find_conversation_runtime(COPILOT_MAIN)
+        return rt, out
+
+    def test_edit_create_and_apply_patch_of_a_peers_lease_are_denied(self):
+        self.start_copilot()
+        # w.txt and p.txt do not exist: a create of a leased path is a write like any other
+        holder = self.peer("e.txt", "w.txt", "p.txt", purpose="peer work")
+        for env in (COPILOT_ENV, {}):  # the path fields are read whoever sends them
+            for name, paths in (("copilot-PreToolUse-Edit", ["e.txt"]), ("copilot-PreToolUse-Write", ["w.txt"]),
+                                ("copilot-PreToolUse-Edit-apply_patch", ["e.txt", "p.txt"])):
+                with self.subTest(sample=name, env=env):
+                    out, _ = self.copilot(name, env=env)
+                    spec = json.loads(out)["hookSpecificOutput"]  # the deny Copilot honours
+                    self.assertEqual(spec["permissionDecision"], "deny")
+                    for path in paths:
+                        self.assertIn(path, spec["permissionDecisionReason"])
+                    self.assertIn("--to %s" % holder["handle"], spec["permissionDecisionReason"])
+        self.assertEqual(self.copilot("copilot-PreToolUse-Bash")[0], "", "its shell stays advisory")
+
+    def test_runtime_is_copilot_and_context_is_top_level(self):
+        rt, out = self.start_copilot()
+        self.assertEqual(rt["harness"], "copilot")
+        self.assertEqual(rt["pid"], os.getpid())
+        self.assertEqual(list(json.loads(out)), ["additionalContext"])
+        self.assertIn("you are %s" % rt["handle"], json.loads(out)["additionalContext"])
+        # A Claude Code started from Copilot's shell inherits COPILOT_CLI=1: still Claude.
+        out, _ = self.run_hook(self.payload("claude-SessionStart"), env=COPILOT_ENV)
+        self.assertEqual(self.st.find_conversation_runtime(CLAUDE_MAIN)["harness"], "claude")
+        self.assertIn("hookSpecificOutput", json.loads(out))
+
+    def delivery_state(self, msg_id):
+        return self.st.q("SELECT state FROM deliveries WHERE message = ?", (msg_id,)).fetchone()[0]
+
+    def test_message_is_delivered_in_the_shape_copilot_shows(self):
+        me, _ = self.start_copilot()
+        sender = self.peer()
+        for boundary in ("copilot-PostToolUse-Edit", "copilot-UserPromptSubmit"):
+            with self.subTest(boundary=boundary):
+                msg = self.st.send(sender["id"], "BODY via %s" % boundary, to=me["handle"])
+                self.assertEqual(self.delivery_state(msg["id"]), "queued")
+                out, _ = self.copilot(boundary)
+                self.assertEqual(list(json.loads(out)), ["additionalContext"])
+                self.assertIn("BODY via %s" % boundary, json.loads(out)["additionalContext"])
+                self.assertEqual(self.delivery_state(msg["id"]), "delivered")
+
+    def test_subagent_is_keyed_under_its_parent_and_blocked_by_its_lease(self):
+        me, _ = self.start_copilot()
+        self.st.claim(me["id"], ["s.txt"], "exclusive", "parent")
+        self.copilot("copilot-UserPromptSubmit-in-subagent")
+        sub = self.st.find_conversation_runtime(COPILOT_MAIN, agent_id=COPILOT_AGENT)
+        self.assertEqual(sub["id"], store.subagent_uuid(COPILOT_MAIN, COPILOT_AGENT))
+        self.assertEqual(sub["harness"], "copilot")
+        self.assertIsNone(self.st.find_conversation_runtime(COPILOT_AGENT), "not a conversation of its own")
+        self.assertIn(me["handle"], self.denial(self.payload("copilot-PreToolUse-Write-in-subagent"),
+                                                env=COPILOT_ENV))
+        self.copilot("copilot-SubagentStop-in-subagent")
+        self.assertEqual(self.st.runtime(sub["id"])["end_reason"], "subagent-stop")
+        self.copilot("copilot-SessionEnd")
+        self.assertEqual(self.st.runtime(me["id"])["end_reason"], "session-end")
+
+    def test_a_command_from_copilots_shell_is_its_runtime(self):
+        # Copilot's shell has COPILOT_AGENT_SESSION_ID (the hooks' session_id) and no coord
+        # variable; the harness here is another process, so only the variable names it.
+        harness = FakeHarness(self)
+        self.addCleanup(harness.close)
+        self.run_hook(self.payload("copilot-SessionStart"), env=COPILOT_ENV, via=harness)
+        me = self.st.find_conversation_runtime(COPILOT_MAIN)
+        self.coord("claim", "src/c.py", env={"COPILOT_AGENT_SESSION_ID": COPILOT_MAIN}, check=0)
+        self.assertEqual([l["resource"] for l in self.st.leases_of(me["id"])], ["src/c.py"])
 
 
 class PatchParsingTest(HookCase):
@@ -1176,6 +1280,39 @@ class HarnessBehindShellsTest(HookCase):
         self.run_hook(self.payload("claude-UserPromptSubmit"), via=harness)
         rows = self.st.q("SELECT pid FROM runtimes WHERE conversation = ?", (CLAUDE_MAIN,)).fetchall()
         self.assertEqual(rows, [(harness.pid,)])
+
+
+class CopilotProcessTest(HookCase):
+    """Copilot CLI's native process (npm's node loader runs .../copilot-linux-x64/copilot) is
+    named `MainThread`: it is recognised as the harness by its executable, and what runs under
+    it is an agent, never the person at the terminal."""
+
+    def fake_copilot(self):
+        exe = os.path.join(self.tmp, "copilot-linux-x64", "copilot")
+        os.makedirs(os.path.dirname(exe))
+        shutil.copy(os.path.realpath(sys.executable), exe)
+        harness = FakeHarness(self)
+        harness.close()
+        code = "import ctypes; ctypes.CDLL(None).prctl(15, b'MainThread', 0, 0, 0)\n" + support._HARNESS_DRIVER
+        harness.proc = subprocess.Popen([exe, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        harness.pid = harness.proc.pid
+        support.retry_until(lambda: store.process_parent(harness.pid)[1] == "MainThread", timeout=10)
+        return harness
+
+    def test_recognised_by_its_executable_and_never_a_person(self):
+        if not os.path.isdir("/proc"):
+            self.skipTest("needs /proc")
+        harness = self.fake_copilot()
+        self.assertEqual(store.harness_of_process(harness.pid), "copilot")
+        env = {k: v for k, v in self.env.items() if not k.startswith(("CODEX_", "CLAUDE_", "COORD_RUNTIME"))}
+        rc, out, err = harness.run([sys.executable, support.COORD, "claim", "src/a.py", "--json"], "", env, self.repo)
+        self.assertEqual(rc, 3, out + err)
+        self.assertIn("not a person: copilot", out + err)
+        self.assertEqual(self.st.live_runtimes(), [], "no person registered under Copilot")
+        through(harness, ("/bin/sh", "-c"))
+        self.run_hook(self.payload("copilot-SessionStart"), env=COPILOT_ENV, via=harness)
+        rt = self.st.find_conversation_runtime(COPILOT_MAIN)
+        self.assertEqual((rt["harness"], rt["pid"]), ("copilot", harness.pid))
 
 
 class WorkLinkTest(HookCase):

@@ -715,6 +715,32 @@ class DoctorTest(InstallTestCase):
         finally:
             conn.close()
 
+    def test_doctor_reports_copilot_folder_trust_read_only(self):
+        """Copilot CLI needs nothing beyond .claude/settings.json, and runs it only in a folder
+        the person trusted (trustedFolders in $COPILOT_HOME/config.json, `//` comment lines)."""
+        self.fresh()
+        r = self.doctor(check=0)["copilot"]
+        self.assertEqual((r["hooks"], r["trusted"]), (".claude/settings.json", False))
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("copilot: runs the Claude Code hooks in .claude/settings.json (nothing else to install); "
+                      "folder NOT trusted", text)
+        self.assertFalse(os.path.exists(os.path.join(self.home, ".copilot")), "doctor never trusts for the person")
+        config = os.path.join(self.tmp, "copilot-home", "config.json")
+        os.makedirs(os.path.dirname(config))
+        data = '// managed by Copilot\n{"trustedFolders": ["%s/"]}\n' % os.path.dirname(os.path.realpath(self.target))
+        with open(config, "w") as f:
+            f.write(data)
+        env = {"COPILOT_HOME": os.path.dirname(config)}
+        r = json.loads(self.install("--doctor", "--json", env=env, check=0).stdout)["copilot"]
+        self.assertEqual((r["config"], r["trusted"], r["error"]), (config, True, None))
+        self.assertIn("folder trusted", self.install("--doctor", env=env, check=0).stdout)
+        self.assertEqual(_read(config).decode(), data, "read only")
+        with open(config, "w") as f:
+            f.write("{not json")
+        r = json.loads(self.install("--doctor", "--json", env=env, check=0).stdout)["copilot"]
+        self.assertIsNone(r["trusted"])
+        self.assertIn("not valid JSON", r["error"])
+
     def test_doctor_measures_the_shell_a_codex_hook_pays_for(self):
         """Codex runs each hook command with the passwd entry's shell and -c: its start-up files
         ($BASH_ENV for bash, ~/.zshenv for zsh) are paid on every tool call."""

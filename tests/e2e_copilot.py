@@ -1,0 +1,190 @@
+"""End-to-end tests: the real GitHub Copilot CLI, offline, against tests/modelserver.py.
+
+Copilot (pinned in tests/provision) runs offline with its BYOK provider aimed at the scripted
+server's Anthropic Messages API. It has no hook file of coord's own: it runs the Claude Code
+project hooks in `.claude/settings.json` once the person trusts the folder. HarnessFacts pins
+what coord relies on in Copilot itself, with a recording hook of the tests' own; CoordScenarios
+runs coord installed by ./install.
+"""
+
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harnesses as h  # noqa: E402
+import store  # noqa: E402
+from harnesses import copilot_tool as tool  # noqa: E402
+from modelserver import say  # noqa: E402
+
+
+class HarnessFacts(h.HarnessCase):
+    harness = "copilot"
+
+    def setUp(self):
+        super().setUp()
+        self.log = os.path.join(self.tmp, "hooks.jsonl")
+        self.replies = os.path.join(self.tmp, "replies")
+        self.write_hooks(h.recording_hooks(self.log, self.replies))
+        self.write_file("src/a.py", "original\n")
+        self.a = os.path.join(self.repo, "src", "a.py")
+
+    def records(self, event=None, tool_name=None):
+        return [r for r in h.read_hook_log(self.log)
+                if (event is None or r["payload"].get("hook_event_name") == event)
+                and (tool_name is None or r["payload"].get("tool_name") == tool_name)]
+
+    def edit_and_create(self):
+        return [tool("view", path=self.a),
+                tool("edit", path=self.a, old_str="original", new_str="agent"),
+                tool("create", path=os.path.join(self.repo, "src", "new.py"), file_text="new\n"),
+                say("done")]
+
+    def test_claude_hooks_run_with_claude_tool_names_and_copilots_arguments(self):
+        result = self.run_agent(self.edit_and_create())
+        self.assertEqual(self.records()[0]["env"].get("COPILOT_CLI_BINARY_VERSION"), h.COPILOT_VERSION)
+        self.assertEqual(self.read_file("src/a.py"), "agent\n")
+        events = [r["payload"]["hook_event_name"] for r in self.records()]
+        for ev in ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "SessionEnd"):
+            self.assertIn(ev, events)
+        edit = self.records("PreToolUse", "Edit")[0]
+        self.assertEqual(edit["payload"]["tool_input"], {"path": self.a, "old_str": "original", "new_str": "agent"})
+        create = self.records("PreToolUse", "Write")[0]["payload"]
+        self.assertEqual(create["tool_input"], {"path": os.path.join(self.repo, "src", "new.py"),
+                                                "file_text": "new\n"})
+        self.assertEqual([r["payload"]["tool_input"] for r in self.records("PreToolUse", "Read")], [{"path": self.a}])
+        self.assertEqual(create["session_id"], result.session_id())
+        self.assertIn("timestamp", create)
+        self.assertNotIn("transcript_path", create)
+        env = edit["env"]
+        self.assertEqual(env.get("COPILOT_CLI"), "1")
+        self.assertEqual(env.get("COPILOT_PROJECT_DIR"), self.repo)
+        self.assertEqual(env.get("CLAUDE_PROJECT_DIR"), self.repo)
+        self.assertEqual({r.path for r in self.server.requests}, {"/v1/messages"})
+        self.assertEqual(self.server.requests[0].headers.get("x-api-key"), "sk-e2e-offline")
+
+    def test_an_untrusted_folder_runs_no_repository_hooks(self):
+        self.run_agent(self.edit_and_create(), trust=False)
+        self.assertEqual(self.records(), [])
+        self.assertEqual(self.read_file("src/a.py"), "agent\n")
+
+    def test_claude_style_deny_blocks_and_its_reason_reaches_the_model(self):
+        h.write_reply(self.replies, "PreToolUse-Edit", h.deny("REASON-edit"))
+        h.write_reply(self.replies, "PreToolUse-Write", h.deny("REASON-create"))
+        self.run_agent(self.edit_and_create())
+        self.assertEqual(self.read_file("src/a.py"), "original\n")
+        self.assertIsNone(self.read_file("src/new.py"))
+        reqs = self.server.model_requests()
+        self.assertEqual(reqs[2].tool_results(), ["Denied by preToolUse hook: REASON-edit"])
+        self.assertEqual(reqs[3].tool_results(), ["Denied by preToolUse hook: REASON-create"])
+
+    def test_a_failing_hook_denies_and_a_timed_out_one_allows(self):
+        # Unlike Claude Code, any non-zero exit denies: a hook command that cannot start its
+        # interpreter blocks every matched tool. coord's hook itself always exits 0.
+        for cmd, timeout, denied in (("exit 1", 10, True), ("sleep 8", 2, False)):
+            with self.subTest(cmd=cmd):
+                self.write_file("src/a.py", "original\n")
+                self.write_hooks({"PreToolUse": [{"matcher": "Edit|Write|NotebookEdit|Bash", "hooks": [
+                    {"type": "command", "command": cmd, "timeout": timeout}]}]})
+                self.run_agent([tool("edit", path=self.a, old_str="original", new_str="agent"), say("done")])
+                self.assertEqual(self.read_file("src/a.py"), "original\n" if denied else "agent\n")
+                result = self.server.model_requests()[1].tool_results()[0]
+                self.assertEqual(result.startswith("Denied by preToolUse hook"), denied, result)
+
+    def test_only_top_level_additional_context_reaches_the_model(self):
+        for shape, reply in (("nested", h.context), ("top", lambda ev, text: {"additionalContext": text})):
+            with self.subTest(shape=shape):
+                for event in ("SessionStart", "UserPromptSubmit", "PostToolUse-Read"):
+                    h.write_reply(self.replies, event, reply(event.split("-")[0], "CTX-%s-%s" % (shape, event)))
+                self.run_agent([tool("view", path=self.a), say("done")])
+                sent = " ".join(r.text() for r in self.server.model_requests())
+                for event in ("SessionStart", "UserPromptSubmit", "PostToolUse-Read"):
+                    if shape == "top":
+                        self.assertIn("CTX-top-%s" % event, sent)
+                    else:
+                        self.assertNotIn("CTX-nested-%s" % event, sent)
+
+
+class CoordScenarios(h.CoordCase):
+    """coord installed by ./install; the real hooks, run by Copilot from .claude/settings.json."""
+
+    harness = "copilot"
+
+    def script(self, repo):
+        a = os.path.join(repo, "src", "a.py")
+        return [tool("view", path=a),
+                tool("edit", path=a, old_str="original", new_str="agent"),
+                tool("create", path=os.path.join(repo, "src", "new.py"), file_text="new\n"),
+                say("done")]
+
+    def test_edit_and_create_of_a_peers_exclusive_lease_are_denied(self):
+        peer = self.peer()
+        self.rcoord("claim", "src/a.py", "src/new.py", "--runtime", peer["id"], "-p", "peer work")
+        for repo in (self.repo, self.plain):
+            self.write_file("src/a.py", "original\n", repo=repo)
+        # The control: the same scripted run without coord edits and creates.
+        self.run_agent(self.script(self.plain), repo=self.plain)
+        with open(os.path.join(self.plain, "src", "a.py")) as f:
+            self.assertEqual(f.read(), "agent\n")
+        self.assertTrue(os.path.exists(os.path.join(self.plain, "src", "new.py")))
+        result = self.run_agent(self.script(self.repo))
+        self.assertEqual(self.read_file("src/a.py"), "original\n")
+        self.assertIsNone(self.read_file("src/new.py"))
+        reqs = self.server.model_requests()
+        for i, path in ((2, "src/a.py"), (3, "src/new.py")):
+            text = "\n".join(reqs[i].tool_results())
+            self.assertIn("Denied by preToolUse hook: coord: write refused", text)
+            self.assertIn(path, text)
+            self.assertIn(peer["handle"], text)
+            self.assertIn(".coord/coord send", text)
+        rt = [r for r in self.runtimes_of(result.session_id()) if not r.get("agent_id")]
+        self.assertEqual([r["harness"] for r in rt], ["copilot"], self.coord_state())
+
+    def test_runtime_is_copilot_its_context_arrives_and_it_ends_with_the_session(self):
+        result = self.run_agent([say("done")])
+        rts = self.runtimes_of(result.session_id())
+        self.assertEqual([(r["harness"], r.get("agent_id")) for r in rts], [("copilot", None)], self.coord_state())
+        self.assertIsNotNone(rts[0]["ended_at"], rts[0])
+        first = self.server.model_requests()[0]
+        self.assertIn("coord: you are %s" % rts[0]["handle"], first.user_text())
+
+    def delivery_state(self, msg_id):
+        st = store.Store(self.env["COORD_DB"])
+        try:
+            return st.q("SELECT state FROM deliveries WHERE message = ?", (msg_id,)).fetchone()[0]
+        finally:
+            st.close()
+
+    def test_a_peers_message_reaches_the_model_and_is_delivered_only_then(self):
+        peer = self.peer()
+        body = "BODY-c0p: please leave src/a.py alone"
+        self.write_file("notes.txt", "notes\n")
+        notes = os.path.join(self.repo, "notes.txt")
+        seen = {}
+
+        def send(req):
+            agents = [rt for rt in self.rcoord("list")["runtimes"] if rt["id"] != peer["id"]]
+            self.assertEqual(len(agents), 1, agents)
+            seen.update(self.rcoord("send", body, "--to", agents[0]["handle"], "--runtime", peer["id"]))
+            seen["at_send"] = self.delivery_state(seen["id"])
+            return tool("view", path=notes)
+
+        def carried(req):
+            seen["carried"] = body in req.text()
+            seen["then"] = self.delivery_state(seen["id"])
+            return say("done")
+        self.run_agent([send, carried])
+        self.assertEqual(seen["at_send"], "queued")
+        self.assertEqual((seen["carried"], seen["then"]), (True, "delivered"),
+                         self.server.model_requests()[1].tail_text()[:2000])
+        self.assertNotIn(body, self.server.model_requests()[0].text())
+
+
+def tearDownModule():
+    h.print_figures()
+
+
+if __name__ == "__main__":
+    unittest.main()
