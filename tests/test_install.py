@@ -921,6 +921,11 @@ class RuntimeCopyTest(InstallTestCase):
         return support.run_hook(command, doc, env, self.target)
 
     def test_install_copies_the_runtime_outside_the_target_and_the_commands_name_it(self):
+        data = os.path.join(self.tmp, "data2")
+        out = self.install("--project-id", "demo", target=self.new_repo("other"), env={"XDG_DATA_HOME": data},
+                           check=0).stdout
+        self.assertIn("hook runtime copy (the hooks run it, never the repository's files): %s\n"
+                      % os.path.join(data, "fleet-agent-coord", "runtime", self.digest), out)
         self.assertEqual(installer.runtime_state(self.copy), "ok")
         self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "session.py", "store.py"])
         self.assertEqual(stat.S_IMODE(os.stat(self.copy).st_mode), 0o500)
