@@ -2,8 +2,11 @@
 
 Usage: python3 -I -S .coord/hook.py --harness claude|codex   (payload JSON on stdin; Copilot CLI
 runs the Claude entries and is told apart by harness_of), or
-`import hook; os._exit(hook.main())` with .coord/ first on sys.path, as the installer's command
-does: imported, its bytecode is cached instead of compiled on every call (~4 ms).
+`import hook; hook.REPO = ROOT; os._exit(hook.main())` with the runtime copy first on sys.path,
+as the installer's command does (it checks the copy's content digest first): imported, its
+bytecode is cached instead of compiled on every call (~4 ms). Harnesses run hooks outside
+their sandbox, so the installed command never runs this file from the repository, where an
+agent can write, but from a content-addressed copy outside it (install, HOOK_RUNTIME).
 
 Contract:
 - Exit status is always 0. Stdout is empty, or exactly one JSON reply.
@@ -16,8 +19,8 @@ Contract:
   store.HEARTBEAT_EVERY seconds and deliver messages only when some are open.
 - Only os, sys, json and re (json's own dependency) load before the event needs the store.
 
-Paths: the repository root is COORD_REPO_ROOT when set, else the parent of the `.coord/`
-directory holding this file, else (a source checkout) the nearest `.coord/`, `.jj/` or `.git/`
+Paths: the repository root is COORD_REPO_ROOT when set, else REPO (the installed command's
+walk up to `.coord/hook.py`), else the parent of the `.coord/` directory holding this file, else (a source checkout) the nearest `.coord/`, `.jj/` or `.git/`
 above the payload's cwd. Paths resolve against the payload's cwd, then through symlinks.
 """
 
@@ -27,6 +30,7 @@ import sys
 HERE = os.path.dirname(os.path.realpath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
+REPO = None  # the repository the installed command found; it sets this before main()
 
 # File tools by the name the hook sees -> the path fields to read, in order. Claude Code's own
 # (the installer's Claude matcher names exactly these, and Bash). Copilot CLI (1.0.102) runs
@@ -219,7 +223,7 @@ class Hook:
     def root(self):
         if self._root is None:
             import store
-            root = self.environ.get("COORD_REPO_ROOT")
+            root = self.environ.get("COORD_REPO_ROOT") or REPO
             if not root:
                 for d in (os.path.dirname(os.path.abspath(__file__)), HERE):
                     if os.path.basename(d) == ".coord":

@@ -14,7 +14,8 @@ the person approved the very same files in the shared checkout:
 coord never grants what a person has not given. The opt-in (`coord trust --carry-over on`)
 lives in the user's own configuration directory, never in the repository. With it, a clone gets
 a Codex project entry only when the shared checkout is trusted, a hook entry only when the
-shared checkout trusts that hook at the identical hash, and a Claude entry only when Claude
+shared checkout trusts that hook at the identical hash and its command names a content-addressed
+runtime copy (so an equal hash means identical code, not only an identical command), and a Claude entry only when Claude
 trusts the shared checkout. Codex entries are written through `codex app-server`
 `config/batchWrite` (Codex's own editor keeps every other byte); the Claude file gets a locked,
 atomic, textual edit that keeps every other byte. What was added is recorded in the work and
@@ -155,7 +156,8 @@ def codex_hooks(directory, config):
                     if trusted is not None:
                         break
                 out.append({"key": path + suffix, "hash": inst.codex_hook_hash(event, group, handler),
-                            "trusted_hash": trusted})
+                            "trusted_hash": trusted,
+                            "pinned": inst.pinned_runtime(handler.get("command")) is not None})
     return out
 
 
@@ -525,7 +527,9 @@ def carry_over(source, clone, environ=None, harnesses=("codex", "claude")):
             project_ok = True
         if project_ok:
             for h in c["hooks"]:
-                if h["trusted_hash"] is None and h["approved_in_shared"]:
+                # Only a command that names its content-addressed runtime copy pins what runs;
+                # an older one runs the clone's own .coord/hook.py, which its agent can edit.
+                if h["trusted_hash"] is None and h["approved_in_shared"] and h["pinned"]:
                     edits.append((["hooks", "state", h["key"], "trusted_hash"], h["hash"]))
                     rec["hooks"][h["key"]] = h["hash"]
         if edits:

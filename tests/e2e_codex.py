@@ -581,6 +581,58 @@ class CoordScenarios(h.CoordCase):
         self.assertIn("rc=0", "\n".join(seen["ack"]), seen["ack"])
         self.assertNotIn(peer["handle"], reqs[4].tail_text())
 
+    def test_workspace_write_agent_edits_of_the_hook_runtime_never_run(self):
+        # Codex runs project hooks outside its sandbox. The sandboxed agent patches one line into
+        # the repository's .coord/hook.py and one into .coord/store.py, each of which would
+        # create a marker outside the workspace (where the agent's own `touch` fails); then more
+        # tool calls fire every hook. The hooks run coord's content-addressed runtime copy outside
+        # the repository, so neither line ever runs; the edits themselves succeed (control).
+        # With 0.3.0's layout (the hook command imports the repository's .coord/hook.py) the
+        # markers appear.
+        markers = {name: os.path.join(self.tmp, "escaped-" + name) for name in ("hook", "store")}
+        outside = os.path.join(self.tmp, "outside")  # /tmp is no writable root here
+
+        def plant(name):
+            line = "open(%r, 'w').close()  # planted" % markers[name]
+            return apply_patch("*** Begin Patch\n*** Update File: .coord/%s.py\n@@\n+%s\n*** End Patch" % (name, line))
+        seen = {}
+        peer = self.peer()
+
+        def after_plants(req):
+            seen["plants"] = req.tool_results()
+            # the test's own calls use the source tree's coord from here on: the repository's
+            # copy now holds the agent's lines (a person running it is another matter: see DESIGN.md)
+            seen["sent"] = self.coord_json("send", "BODY-sbx: the hooks still run", "--to", "*",
+                                           "--runtime", peer["id"])
+            return shell("touch %s; echo touch=$?" % outside)
+
+        def write_more(req):
+            seen["touch"] = req.tool_results()
+            seen["tail"] = req.tail_text()
+            return add_file("src/more.py", "x = 1")
+        db_dir = os.path.dirname(self.db)
+        result = self.run_agent(
+            [plant("hook"), plant("store"), after_plants, write_more, say("done")],
+            sandbox="workspace-write",
+            config="[sandbox_workspace_write]\nwritable_roots = [%s]\nexclude_slash_tmp = true\n"
+                   "exclude_tmpdir_env_var = true" % h._toml_str(db_dir))
+        # Control: the sandbox holds for the agent's own commands, its edits of the repository's
+        # copy went through, and the hooks ran after them (they registered the agent and
+        # delivered the peer's message, sent after both edits).
+        self.assertIn("touch=1", "\n".join(seen["touch"]), seen["touch"])
+        self.assertFalse(os.path.exists(outside))
+        for name in markers:
+            with open(os.path.join(self.repo, ".coord", name + ".py")) as f:
+                self.assertIn("# planted", f.read(), "the agent's edit of .coord/%s.py did not land" % name)
+        self.assertEqual(self.read_file("src/more.py"), "x = 1\n")
+        mains = [rt for rt in self.coord_json("list", "--all")["runtimes"]
+                 if rt.get("conversation") == result.session_id() and not rt.get("agent_id")]
+        self.assertEqual(len(mains), 1, mains)
+        self.assertIn("BODY-sbx", seen["tail"] + self.server.model_requests()[-1].tail_text())
+        # The line the agent wrote never ran outside its sandbox.
+        self.assertEqual([".coord/%s.py" % name for name, path in sorted(markers.items()) if os.path.exists(path)], [],
+                         "the agent's edits ran outside the sandbox")
+
 
 class CloneTrust(h.CoordCase):
     """`coord work start --harness codex` in a managed clone: Codex keys project and hook trust by

@@ -225,6 +225,19 @@ def installed_hook(repo, harness, event):
     return own[0]["command"], own[0].get("timeout")
 
 
+def install_hook_runtime(contents=None, installer=None):
+    """Create the hook runtime copy the installed hook command runs (as `install` does), under
+    this process's HOME/XDG_DATA_HOME: this checkout's runtime files, or `contents`
+    ({file name: bytes}); -> (digest, path)."""
+    installer = installer or load_install()
+    contents = contents if contents is not None else installer.read_runtime(ROOT)
+    digest = installer.runtime_digest(contents)
+    path = os.path.join(installer.runtime_base(), digest)
+    if installer.runtime_state(path) != "ok":
+        installer.install_runtime(installer.RuntimeStep(path, "missing", contents))
+    return digest, path
+
+
 def retry_until(predicate, timeout=10.0, interval=0.02):
     """Poll predicate() until it returns a truthy value; return it, or raise on timeout."""
     deadline = time.monotonic() + timeout

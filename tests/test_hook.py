@@ -1556,6 +1556,26 @@ class LayoutTest(HookCase):
                             tool_input={"file_path": os.path.join(self.repo, "src", "held.py")})
         self.assertIn("deny", self.run_hook(data, env=env, cwd=elsewhere, script=script)[0])
 
+    def test_the_runtime_copy_holds_everything_the_hook_imports(self):
+        # The installed command imports only from the runtime copy (install.HOOK_RUNTIME): a
+        # coord module the hook comes to import must be copied too, or it fails open everywhere.
+        import ast
+        installer = support.load_install()
+        local = {n[:-3] for n in os.listdir(support.ROOT) if n.endswith(".py")} | {"coord", "install"}
+        todo, seen = ["hook"], set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            with open(os.path.join(support.ROOT, name + ".py")) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+                todo.extend(n.split(".")[0] for n in names if n.split(".")[0] in local)
+        self.assertEqual(sorted(m + ".py" for m in seen), sorted(installer.HOOK_RUNTIME))
+
     def test_imported_as_a_module_and_through_the_installer_command(self):
         script = self.install()
         env = dict(self.env, CLAUDE_PROJECT_DIR=self.repo)
@@ -1569,6 +1589,7 @@ class LayoutTest(HookCase):
         data = json.dumps(self.write("src/held.py")).encode()
         module = "import sys,os;sys.path[0]=sys.argv[1];del sys.argv[1];import hook;os._exit(hook.main())"
         installer = support.load_install()
+        support.install_hook_runtime(installer=installer)
         for argv in ([sys.executable, "-E", "-S", "-c", module, os.path.dirname(script), "--harness", "claude"],
                      ["sh", "-c", installer.hook_command("claude")]):
             with self.subTest(argv=argv[:3]):

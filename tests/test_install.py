@@ -649,6 +649,8 @@ class DoctorDatabaseTest(support.CoordTestCase):
             shutil.copy(self.db, db)
             home = os.path.join(base, "home")
             os.makedirs(os.path.join(home, "codex"))
+            # the hook runtime copy the install made, where that HOME has it (made readable below)
+            shutil.copytree(os.path.join(self.home, ".local"), os.path.join(home, ".local"))
             for dirpath, dirnames, filenames in os.walk(base):
                 os.chmod(dirpath, 0o755)
                 for fn in filenames:
@@ -919,13 +921,120 @@ class TomlReadingTest(support.CoordTestCase):
         self.assertEqual({k: full.get(k) for k in expected}, expected)
 
 
+class RuntimeCopyTest(InstallTestCase):
+    """The hooks run a content-addressed, read-only copy of the hook runtime kept outside the
+    repository, never the repository's files, which an agent can edit."""
+
+    def setUp(self):
+        super().setUp()
+        self.fresh()
+        self.digest = installer.runtime_digest(installer.read_runtime(ROOT))
+        self.copy = os.path.join(self.home, ".local", "share", "fleet-agent-coord", "runtime", self.digest)
+
+    def plant(self, path, marker):
+        """Append a line to `path` that creates `marker` when the module is imported."""
+        os.chmod(path, 0o600)
+        with open(path, "a") as f:
+            f.write("\nopen(%r, 'w').close()\n" % marker)
+
+    def session_start(self, harness="codex"):
+        command, _ = support.installed_hook(self.target, harness, "SessionStart")
+        with open(os.path.join(support.FIXTURES, "payloads", "%s-SessionStart.json" % harness)) as f:
+            doc = json.load(f)
+        doc["cwd"] = self.target
+        env = dict(self.env)
+        env.pop("CLAUDE_PROJECT_DIR", None)
+        return support.run_hook(command, doc, env, self.target)
+
+    def test_install_copies_the_runtime_outside_the_target_and_the_commands_name_it(self):
+        data = os.path.join(self.tmp, "data2")
+        out = self.install("--project-id", "demo", target=self.new_repo("other"), env={"XDG_DATA_HOME": data},
+                           check=0).stdout
+        self.assertIn("hook runtime copy (the hooks run it, never the repository's files): %s\n"
+                      % os.path.join(data, "fleet-agent-coord", "runtime", self.digest), out)
+        self.assertEqual(installer.runtime_state(self.copy), "ok")
+        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "session.py", "store.py"])
+        self.assertEqual(stat.S_IMODE(os.stat(self.copy).st_mode), 0o500)
+        for name in os.listdir(self.copy):
+            self.assertEqual(stat.S_IMODE(os.stat(os.path.join(self.copy, name)).st_mode), 0o400)
+            with open(os.path.join(self.copy, name), "rb") as a, open(os.path.join(ROOT, name), "rb") as b:
+                self.assertEqual(a.read(), b.read())
+        for harness in ("claude", "codex"):
+            for event, _, _, _ in installer.HOOK_EVENTS:
+                command, _ = support.installed_hook(self.target, harness, event)
+                self.assertEqual(installer.pinned_runtime(command), self.digest)
+        self.assertEqual(self.install("--check", check=0).stdout, "")
+
+    def test_the_repositorys_runtime_files_never_run_as_hooks(self):
+        markers = {}
+        for name in ("hook.py", "store.py", "session.py"):
+            markers[name] = os.path.join(self.tmp, "ran-" + name)
+            self.plant(self.t(".coord", name), markers[name])
+        for harness in ("claude", "codex"):
+            with self.subTest(harness=harness):
+                proc = self.session_start(harness)
+                self.assertEqual((proc.returncode, proc.stderr), (0, ""))
+                self.assertEqual(json.loads(proc.stdout)["hookSpecificOutput"]["hookEventName"], "SessionStart")
+        self.assertEqual([n for n, m in sorted(markers.items()) if os.path.exists(m)], [])
+        self.assertFalse(os.path.exists(self.t(".coord", "__pycache__")))
+
+    def test_an_altered_or_missing_copy_never_runs_and_repair_recreates_it(self):
+        marker = os.path.join(self.tmp, "ran-altered")
+        self.plant(os.path.join(self.copy, "store.py"), marker)
+        proc = self.session_start()
+        self.assertEqual((proc.returncode, proc.stdout), (0, ""))
+        self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)
+        self.assertIn("runtime copy is missing or altered", proc.stderr)
+        self.assertIn(self.copy, proc.stderr)
+        self.assertFalse(os.path.exists(marker))
+        check = self.install("--check", check=1).stdout
+        self.assertIn("altered %s (hook runtime copy)" % self.copy, check)
+        self.install(check=0)
+        self.assertEqual(installer.runtime_state(self.copy), "ok")
+        aside = [n for n in os.listdir(os.path.dirname(self.copy)) if n.startswith(self.digest + ".altered-")]
+        self.assertEqual(len(aside), 1, "the altered copy is kept aside, not deleted")
+        self.assertEqual(self.install("--check", check=0).stdout, "")
+        proc = self.session_start()
+        self.assertEqual((proc.returncode, proc.stderr), (0, ""))
+        self.assertIn("SessionStart", proc.stdout)
+        # An extra file (a json.py would shadow the stdlib) and a missing copy fail open alike.
+        os.chmod(self.copy, 0o700)
+        with open(os.path.join(self.copy, "json.py"), "w") as f:
+            f.write("open(%r, 'w').close()\n" % marker)
+        self.assertIn("missing or altered", self.session_start().stderr)
+        self.assertFalse(os.path.exists(marker))
+        shutil.rmtree(self.copy)
+        proc = self.session_start()
+        self.assertEqual((proc.returncode, proc.stdout), (0, ""))
+        self.assertIn("missing or altered", proc.stderr)
+        self.assertIn("missing %s" % self.copy, self.install("--check", check=1).stdout)
+        self.install("--repair", check=0)
+        self.assertEqual(installer.runtime_state(self.copy), "ok")
+
+    def test_a_runtime_directory_inside_the_target_is_refused(self):
+        proc = self.install(env={"XDG_DATA_HOME": self.t("data")}, check=3)
+        self.assertIn("where an agent can write", proc.stderr)
+        self.assertFalse(os.path.exists(self.t("data")))
+
+    def test_doctor_reports_the_copy_and_whether_codex_s_sandbox_could_write_it(self):
+        r = json.loads(self.install("--doctor", "--json", check=0).stdout)["runtime"]
+        self.assertEqual((r["path"], r["state"]), (self.copy, "ok"))
+        config = {("sandbox_mode",): "workspace-write",
+                  ("sandbox_workspace_write", "writable_roots"): [self.home],
+                  ("sandbox_workspace_write", "exclude_slash_tmp"): True}
+        self.assertEqual(installer.runtime_exposure(config, self.copy, self.target), ["writable root %s" % self.home])
+        config[("sandbox_workspace_write", "writable_roots")] = []
+        self.assertEqual(installer.runtime_exposure(config, self.copy, self.target), [])
+
+
 class HookCommandTest(InstallTestCase):
     """The generated hook command finds .coord/hook.py from any directory in the repository."""
 
     RECORDER = (
         "import json, os, sys\n"
+        "REPO = None\n"
         "def main():\n"
-        "    sys.stdout.write(json.dumps({'argv': sys.argv[1:], 'file': __file__,\n"
+        "    sys.stdout.write(json.dumps({'argv': sys.argv[1:], 'file': __file__, 'repo': REPO,\n"
         "        'cwd': os.getcwd(), 'stdin': sys.stdin.read(), 'exe': sys.executable}))\n"
         "    return 0\n"
     )
@@ -935,13 +1044,19 @@ class HookCommandTest(InstallTestCase):
         self.fresh()
         self.sub = self.t("pkg", "deep")
         os.makedirs(self.sub)
+        self.recorder = None
 
     def use_recorder(self):
-        with open(self.t(".coord", "hook.py"), "w") as f:
-            f.write(self.RECORDER)
+        """Run a recording hook.py instead of coord's: a runtime copy of its own (the
+        repository's .coord/hook.py is never what runs)."""
+        self.recorder, path = support.install_hook_runtime({"hook.py": self.RECORDER.encode()}, installer)
+        self.recorder_file = os.path.join(path, "hook.py")
 
     def run_hook(self, harness, env=None, cwd=None, payload='{"hook_event_name": "Stop"}'):
         command, _ = support.installed_hook(self.target, harness, "PostToolUse")
+        if self.recorder:
+            self.assertEqual(command, installer.hook_command(harness))
+            command = installer.hook_command(harness, self.recorder)
         e = dict(self.env)
         e.pop("CLAUDE_PROJECT_DIR", None)
         e.update(env or {})
@@ -955,8 +1070,8 @@ class HookCommandTest(InstallTestCase):
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 got = json.loads(proc.stdout)
                 self.assertEqual(got["argv"], ["--harness", harness])
-                self.assertEqual(os.path.realpath(got["file"]),
-                                 os.path.realpath(self.t(".coord", "hook.py")))
+                self.assertEqual(got["file"], self.recorder_file)
+                self.assertEqual(os.path.realpath(got["repo"]), os.path.realpath(self.target))
                 self.assertEqual(os.path.realpath(got["cwd"]), os.path.realpath(self.sub))
                 self.assertEqual(got["stdin"], '{"hook_event_name": "Stop"}')
 
@@ -964,8 +1079,7 @@ class HookCommandTest(InstallTestCase):
         self.use_recorder()
         proc = self.run_hook("claude", cwd=self.tmp, env={"CLAUDE_PROJECT_DIR": self.target})
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertEqual(os.path.realpath(json.loads(proc.stdout)["file"]),
-                         os.path.realpath(self.t(".coord", "hook.py")))
+        self.assertEqual(os.path.realpath(json.loads(proc.stdout)["repo"]), os.path.realpath(self.target))
 
     def test_command_outside_any_installation_does_nothing(self):
         outside = os.path.join(self.tmp, "elsewhere")
@@ -993,6 +1107,27 @@ class HookCommandTest(InstallTestCase):
 
         override = self.run_hook("claude", env=dict(env, COORD_PYTHON=sys.executable))
         self.assertEqual(json.loads(override.stdout)["exe"], sys.executable)
+
+    def test_command_never_runs_a_python3_inside_the_repository(self):
+        # An agent can write the repository: a python3 there (a venv on PATH, a COORD_PYTHON
+        # pointing into it) would run with the harness's rights.
+        self.use_recorder()
+        planted = self.t("venv", "bin")
+        os.makedirs(planted)
+        marker = os.path.join(self.tmp, "planted-ran")
+        with open(os.path.join(planted, "python3"), "w") as f:
+            f.write("#!/bin/sh\ntouch %s\nexit 9\n" % marker)
+        os.chmod(os.path.join(planted, "python3"), 0o755)
+        real_dir = os.path.join(self.tmp, "realbin")
+        os.makedirs(real_dir)
+        os.symlink(sys.executable, os.path.join(real_dir, "python3"))
+        env = {"PATH": "%s:venv/bin:%s:/usr/bin:/bin" % (planted, real_dir)}
+        for harness, extra in (("codex", {}), ("claude", {"COORD_PYTHON": os.path.join(planted, "python3")})):
+            with self.subTest(harness=harness):
+                proc = self.run_hook(harness, env=dict(env, **extra), cwd=self.target)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(json.loads(proc.stdout)["exe"], os.path.join(real_dir, "python3"))
+        self.assertFalse(os.path.exists(marker))
 
     def test_command_fails_open_on_python_older_than_3_9(self):
         old = [p for p in ("/root/.pyenv/versions/3.8.18/bin/python3",

@@ -188,6 +188,29 @@ class CodexCarryTest(TrustCase):
         self.assertEqual(trust.remove_carried(result["added"], self.env), [])
         self.assertEqual(self.read(self.codex_toml), before)
 
+    def test_a_command_that_runs_the_checkouts_own_files_is_never_carried(self):
+        # 0.3.0's command ran the clone's own .coord/hook.py: an identical command there is not
+        # identical code (the clone's agent can edit it), so its approval is not carried over.
+        self.need_codex()
+        for checkout in (self.shared, self.clone):
+            path = os.path.join(checkout, ".codex", "hooks.json")
+            with open(path) as f:
+                doc = json.load(f)
+            for groups in doc["hooks"].values():
+                for group in groups:
+                    for handler in group["hooks"]:
+                        handler["command"] = 'python3 "$PWD/.coord/hook.py" --harness codex'
+            with open(path, "w") as f:
+                json.dump(doc, f)
+        before = self.codex(hashes=self.shared_hashes())
+        result = trust.carry_over(self.shared, self.clone, self.env, ("codex",))
+        self.assertEqual(result["added"]["codex"]["project"], self.clone)
+        self.assertEqual(result["added"]["codex"]["hooks"], {})
+        self.assert_only_insertions(before, self.read(self.codex_toml))
+        status = trust.codex_status(self.clone, trust.read_codex_config(self.env))
+        self.assertEqual(status["trusted"], 0)
+        self.assertEqual(len(status["untrusted"]), len(self.shared_hashes()))
+
     def test_untrusted_shared_project_carries_nothing(self):
         before = self.codex(project=False, hashes=self.shared_hashes())
         result = trust.carry_over(self.shared, self.clone, self.env, ("codex",))
