@@ -68,6 +68,9 @@ _BYTECODE_RE = store.Pattern(r"^((?:.*/)?)__pycache__/([^/]+?)\.?((?:cpython|pyp
 # `safe` commits, which are the clone's origin bookmarks that the canonical repository
 # itself (not the clone's remote-tracking cache) still contains. See local_work_revset().
 LOCAL_WORK = "(~::(%s)) ~ empty()"
+# Refs of the shared repository whose history is never a work's own: its branches, its tags and
+# what it fetched from its remotes (a branch that exists only on origin is still shared history).
+CANONICAL_REFS = ("refs/heads", "refs/tags", "refs/remotes")
 _ID_TEMPLATE = ('change_id ++ " " ++ commit_id ++ " " ++ if(empty, "empty", "changed") ++ " " ++ '
                 'parents.map(|c| c.commit_id()).join(",") ++ "\\n"')
 _ROW_TEMPLATE = 'commit_id ++ " " ++ change_id ++ " " ++ if(current_working_copy, "wc", "-") ++ "\\n"'
@@ -1485,18 +1488,22 @@ def _local_revset(w, environ=None):
     _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
                     'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
                    w["path"], snapshot=False, environ=environ)
-    targets = sorted({t for t in out.split() if _FULL_COMMIT_RE.match(t)})
+    # Tags too (local and remote): a release tagged on a commit no branch contains is the shared
+    # repository's history, not the work's, and must neither block cleanup nor become a candidate.
+    _, tags, _ = jj(["tag", "list", "--all-remotes", "-T", 'if(normal_target, normal_target.commit_id() ++ "\\n")'],
+                    w["path"], snapshot=False, environ=environ)
+    targets = sorted({t for t in (out + "\n" + tags).split() if _FULL_COMMIT_RE.match(t)})
     safe = ["root()"]
     if targets:
         gargs = git_dir_args(w["source"])
-        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)", "refs/heads",
-                                   "refs/tags"], w["source"], environ)
+        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
+                          w["source"], environ)
         current = set(heads.split())
         for t in targets:
-            if t in current:  # the common case: one call for every unmoved bookmark
+            if t in current:  # the common case: one call for every unmoved bookmark or tag
                 safe.append(t)
                 continue
-            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", t, "refs/heads", "refs/tags"],
+            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", t] + list(CANONICAL_REFS),
                                  w["source"], environ, check=False)
             if code == 0 and found.strip():
                 safe.append(t)

@@ -580,3 +580,74 @@ class LandWhileGitBusyTest(LandCase):
         landed = json.loads(proc.stdout)["landed"]
         self.assertEqual((self.main(), self.remote_main()), (landed, landed))
         self.assertEqual(self.read(self.canon, "feature.txt"), "feature\n")
+
+
+class RealShapeTest(LandCase):
+    """What real repositories have and the synthetic ones lacked: a tag on a commit no branch
+    contains, a release branch, a branch that exists only on `origin`, and state that lives only
+    in a clone's own git (a stash, notes, a branch git made, a file under .git/)."""
+
+    def setUp(self):
+        super().setUp()
+        git = lambda *a: self.run_tool(self.canon, "git", *a)  # noqa: E731
+        # an old pre-release tagged on a side branch that was later deleted
+        git("checkout", "-q", "-b", "prerelease")
+        self.write(self.canon, "alpha.txt", "alpha\n")
+        git("add", "-A")
+        git("commit", "-q", "-m", "2.0.0a1")
+        git("tag", "-a", "2.0.0a1", "-m", "pre-release")
+        git("tag", "light-tag")
+        git("checkout", "-q", "main")
+        git("branch", "-q", "-D", "prerelease")
+        # a release branch with its own fix
+        git("checkout", "-q", "-b", "stable")
+        self.write(self.canon, "fix.txt", "fix\n")
+        git("add", "-A")
+        git("commit", "-q", "-m", "fix on stable")
+        git("checkout", "-q", "main")
+        git("push", "-q", "origin", "stable", "--tags")
+        # a branch only origin has (someone else pushed it); the shared checkout fetched it
+        other = os.path.join(self.tmp, "other")
+        self.run_tool(self.tmp, "git", "clone", "-q", self.origin, other)
+        self.write(other, "theirs.txt", "theirs\n")
+        self.run_tool(other, "git", "add", "-A")
+        self.run_tool(other, "git", "commit", "-q", "-m", "their branch")
+        self.run_tool(other, "git", "push", "-q", "origin", "HEAD:refs/heads/their-topic")
+        git("fetch", "-q", "origin")
+
+    def remove(self, handle, *extra):
+        return self.work("remove", handle, "--confirm", handle, "--json", *extra)
+
+    def test_empty_work_with_waived_gate_is_removable(self):
+        proc = self.work("create", "nothing")
+        handle, path = proc.stdout.splitlines()[:2]
+        self.assertEqual(self.work("gate", handle, "--waive", "--reason", "not needed").returncode, 0)
+        proc = self.remove(handle)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_empty_work_has_nothing_to_integrate(self):
+        proc = self.work("create", "nothing")
+        handle, path = proc.stdout.splitlines()[:2]
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("nothing to integrate", proc.stderr)
+        self.assertNotIn("jj new", proc.stderr)
+        self.assertEqual(self.record(handle)["data"].get("landing", {}).get("state"), None)
+
+    def test_landed_work_is_removable_and_release_branch_untouched(self):
+        stable = self.run_tool(self.canon, "git", "rev-parse", "stable").strip()
+        handle, path = self.make("feature")
+        proc = self.land(handle, "--check", "test -f feature.txt", "--push", "origin")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.remove(handle)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", "stable").strip(), stable)
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", "refs/tags/2.0.0a1^{commit}").strip(),
+                         self.run_tool(self.origin, "git", "rev-parse", "refs/tags/2.0.0a1^{commit}").strip())
+
+    def test_work_on_the_release_branch_is_removable_once_landed_there(self):
+        handle, path = self.make("backport")
+        proc = self.work("integrate", "land", handle, "--into", "stable", "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.remove(handle).returncode, 0)
