@@ -2822,6 +2822,103 @@ def uncaptured(w, environ=None):
     return out
 
 
+# What git and jj themselves keep in a clone's .git (top-level names); anything else there was put
+# by someone and exists nowhere else.
+GIT_OWN = frozenset((
+    "HEAD", "config", "description", "hooks", "info", "objects", "refs", "logs", "packed-refs", "index",
+    "FETCH_HEAD", "ORIG_HEAD", "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "MERGE_RR", "AUTO_MERGE", "COMMIT_EDITMSG",
+    "CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD", "BISECT_LOG", "BISECT_START", "BISECT_TERMS",
+    "BISECT_NAMES", "BISECT_EXPECTED_REV", "BISECT_ANCESTORS_OK", "BISECT_HEAD", "rebase-merge", "rebase-apply",
+    "sequencer", "rr-cache", "worktrees", "modules", "shallow", "gc.log", "gc.pid", "lfs", "branches",
+    "fsmonitor--daemon", "fsmonitor--daemon.ipc", "objects.lock", "gitk.cache", "FETCH_HEAD.lock"))
+# Ref namespaces jj imports and judges itself (bookmarks, tags, remote bookmarks) or owns (refs/jj).
+JJ_REFS = ("refs/heads/", "refs/tags/", "refs/remotes/", "refs/jj/")
+
+
+def git_only(w, environ=None):
+    """Blockers for what lives only in a colocated clone's own git, where jj never looks: refs
+    outside the namespaces jj imports (`git stash`'s refs/stash, `git notes`, refs a tool made)
+    whose commit the shared repository lacks, hooks that differ from the shared checkout's, and
+    files under .git/ that neither git nor jj keeps. Call right after a snapshot (jj imported
+    the branches and tags, which the local revset then judges)."""
+    path = w["path"]
+    gitdir = os.path.join(path, ".git")
+    if w["data"].get("kind") == "native" or not os.path.isdir(gitdir):
+        return []
+    h, out = w["handle"], []
+    _, listed, _ = git(["-C", path, "for-each-ref", "--format=%(refname) %(objectname)"], path, environ)
+    refs = [line.split(" ", 1) for line in listed.splitlines() if " " in line]
+    refs = [(name, sha) for name, sha in refs if not name.startswith(JJ_REFS)]
+    if refs:
+        gargs = git_dir_args(w["source"])
+        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
+                          w["source"], environ)
+        current = set(heads.split())
+        kept = []
+        for name, sha in refs:
+            if sha in current:
+                continue
+            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", sha] + list(CANONICAL_REFS),
+                                 w["source"], environ, check=False)
+            if code != 0 or not found.strip():
+                kept.append(name)
+        if kept:
+            quoted = shlex.quote(path)
+            out.append(("git-only-refs", "%d ref(s) only in the clone's git, where jj does not look: %s" % (
+                len(kept), _named(kept)),
+                "look (git -C %s stash list; git -C %s log REF), keep what matters (git -C %s stash pop, then jj "
+                "describe), delete each ref (git -C %s update-ref -d REF), then retry" % (quoted, quoted, quoted, quoted),
+                {"paths": kept}))
+    files = []
+    try:
+        names = sorted(os.listdir(gitdir))
+    except OSError as exc:
+        return out + [("unreadable", "cannot list %s: %s" % (gitdir, exc.strerror), "fix the permissions, then retry")]
+    for name in names:
+        if name not in GIT_OWN and not name.endswith(".lock"):
+            files.append(".git/" + name)
+    files += _changed_hooks(w, gitdir)
+    if files:
+        out.append(("git-only-files", "%d file(s) under .git/ that only the clone has: %s" % (len(files), _named(files)),
+                    "move them out of %s, then retry" % shlex.quote(path), {"paths": files}))
+    return out
+
+
+def _changed_hooks(w, gitdir):
+    """Executable hooks in the clone's .git/hooks that the shared checkout lacks or has otherwise
+    (one a setup installed the same way in both, as `pre-commit install` does, is captured)."""
+    hooks = os.path.join(gitdir, "hooks")
+    try:
+        names = sorted(os.listdir(hooks))
+    except OSError:
+        return []
+    try:
+        source_hooks = os.path.join(clone_source(w["source"]), "hooks") \
+            if not os.path.isdir(os.path.join(w["source"], ".git")) else os.path.join(w["source"], ".git", "hooks")
+    except store.CoordError:
+        source_hooks = None
+    out = []
+    for name in names:
+        mine = os.path.join(hooks, name)
+        if name.endswith(".sample") or not os.path.isfile(mine) or not os.access(mine, os.X_OK):
+            continue  # git runs only executable hooks; its templates' samples and notes are its own
+        theirs = os.path.join(source_hooks, name) if source_hooks else None
+        if theirs and _same_file(mine, theirs):
+            continue
+        out.append(".git/hooks/" + name)
+    return out
+
+
+def _same_file(a, b):
+    try:
+        if os.path.isdir(a) or os.path.isdir(b):
+            return False
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            return fa.read() == fb.read()
+    except OSError:
+        return False
+
+
 def reason_json(blocker):
     code, message, hint = blocker[:3]
     out = {"code": code, "message": message, "next": hint}
@@ -2889,6 +2986,7 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
         w["evidence_at"] = time.time()  # anything changed after this is not covered by the evidence
         ids = head_ids(w["path"], environ=environ)  # the snapshot: edits on disk become visible
         out += uncaptured(w, environ)
+        out += git_only(w, environ)
         local = _local_revset(w, environ)
         rows = local_changes(w["path"], local, environ)
     except store.CoordError as exc:

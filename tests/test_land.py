@@ -651,3 +651,59 @@ class RealShapeTest(LandCase):
         proc = self.work("integrate", "land", handle, "--into", "stable", "--check", "true")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(self.remove(handle).returncode, 0)
+
+    def landed(self, task):
+        handle, path = self.make(task, name=task + ".txt")
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return handle, path
+
+    def refused_codes(self, handle, path):
+        proc = self.remove(handle)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertTrue(os.path.isdir(path), "a refused removal deleted the clone")
+        return {r["code"]: r for r in json.loads(proc.stdout)["reasons"]}
+
+    def test_git_stash_in_the_clone_blocks_removal(self):
+        handle, path = self.landed("stash")
+        self.run_tool(path, "jj", "new")  # the agent goes on: git's HEAD is now the landed change
+        self.write(path, "README", "half-done edit\n")
+        self.run_tool(path, "git", "stash", "-q")
+        self.assertEqual(self.read(path, "README"), "hello\n", "git stash moved the edit out of sight of jj")
+        reasons = self.refused_codes(handle, path)
+        self.assertEqual(list(reasons), ["git-only-refs"])
+        self.assertEqual(reasons["git-only-refs"]["paths"], ["refs/stash"])
+        self.assertIn("stash pop", reasons["git-only-refs"]["next"])
+        # following the hint: take the edit back, then drop the ref; jj then sees the edit itself
+        self.run_tool(path, "git", "stash", "drop", "-q")
+        self.assertEqual(self.remove(handle).returncode, 0)
+
+    def test_git_notes_and_a_git_only_file_block_removal(self):
+        handle, path = self.landed("notes")
+        self.run_tool(path, "git", "notes", "add", "-m", "reviewed by me", "HEAD")
+        self.write(path, ".git/my-notes.txt", "things to remember\n")
+        reasons = self.refused_codes(handle, path)
+        self.assertEqual(sorted(reasons), ["git-only-files", "git-only-refs"])
+        self.assertEqual(reasons["git-only-refs"]["paths"], ["refs/notes/commits"])
+        self.assertEqual(reasons["git-only-files"]["paths"], [".git/my-notes.txt"])
+
+    def test_a_hook_only_the_clone_has_blocks_and_one_the_shared_checkout_has_does_not(self):
+        handle, path = self.landed("hooks")
+        hook = os.path.join(path, ".git", "hooks", "pre-commit")
+        self.write(path, ".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n")
+        os.chmod(hook, 0o755)
+        self.assertEqual(self.refused_codes(handle, path)["git-only-files"]["paths"], [".git/hooks/pre-commit"])
+        self.write(self.canon, ".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n")
+        self.assertEqual(self.remove(handle).returncode, 0)
+
+    def test_a_git_branch_on_shared_history_does_not_block_but_one_on_new_work_does(self):
+        handle, path = self.landed("branches")
+        self.run_tool(path, "git", "branch", "on-main", "HEAD")
+        self.assertEqual(self.remove(handle).returncode, 0)
+        handle, path = self.landed("branches2")
+        self.write(path, "later.txt", "committed with git\n")
+        self.run_tool(path, "git", "checkout", "-q", "-b", "side")
+        self.run_tool(path, "git", "add", "later.txt")
+        self.run_tool(path, "git", "commit", "-q", "-m", "made with git")
+        self.run_tool(path, "git", "checkout", "-q", "--detach", "HEAD~1")
+        self.assertTrue(self.refused_codes(handle, path))
