@@ -1771,17 +1771,88 @@ def _tell_owner(st, w, caller, body):
 
 
 def _run_check(w, command, environ, cwd=None):
-    """Run the check command in the clone (or `cwd`); -> {command, exit, tail}."""
+    """Run the check command in the clone (or `cwd`); -> {command, exit, tail, cwd}. The check
+    runs in its own process group and session; coord waits for its exit status (not for the end
+    of its output, which a background child may hold open), then ends the whole group, so a
+    check that starts a server neither holds the landing nor outlives it. A guard process ends
+    the group too if coord itself dies first (SIGKILL included). Exit None: timed out."""
+    import tempfile
     env = dict(os.environ if environ is None else environ)
+    where = cwd or w["path"]
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=where, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        guard = _group_guard(proc.pid)
+        try:
+            code = proc.wait(timeout=CHECK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _end_group(proc.pid, proc)
+            proc.wait()
+            _release_guard(guard)
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - 4 * CHECK_TAIL))
+        text = out.read().decode("utf-8", "backslashreplace")
+    return {"command": command, "exit": code, "tail": text[-CHECK_TAIL:], "cwd": where}
+
+
+# The guard: reads its stdin until coord writes "done" or dies (EOF), then, on EOF alone, kills
+# the check's process group. Runs isolated (-I -S), imports only os and signal.
+_GUARD = ("import os, signal, sys\n"
+          "data = sys.stdin.buffer.read()\n"
+          "if not data.startswith(b'done'):\n"
+          "    try:\n"
+          "        os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
+          "    except OSError:\n"
+          "        pass\n")
+GROUP_GRACE = 2.0   # seconds between SIGTERM and SIGKILL when a check's group is ended
+
+
+def _group_guard(pgid):
+    import sys
     try:
-        proc = subprocess.run(["/bin/sh", "-c", command], cwd=cwd or w["path"], env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=CHECK_TIMEOUT,
-                              encoding="utf-8", errors="backslashreplace")
-        code, out = proc.returncode, proc.stdout or ""
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        code, out = None, out.decode("utf-8", "backslashreplace") if isinstance(out, bytes) else out
-    return {"command": command, "exit": code, "tail": out[-CHECK_TAIL:]}
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, str(pgid)], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None  # no guard: coord still ends the group itself unless it is killed
+
+
+def _release_guard(guard):
+    if guard is None:
+        return
+    try:
+        guard.stdin.write(b"done")
+        guard.stdin.close()
+    except OSError:
+        pass
+    try:
+        guard.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        guard.kill()
+
+
+def _end_group(pgid, leader=None):
+    """SIGTERM every process left in the group, then SIGKILL what is still there after GROUP_GRACE
+    (the leader, a subprocess.Popen, is reaped on the way so that its zombie does not count)."""
+    import signal
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except OSError:
+        return  # nothing left in the group
+    deadline = time.monotonic() + GROUP_GRACE
+    while time.monotonic() < deadline:
+        if leader is not None:
+            leader.poll()
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return
+        time.sleep(0.02)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _worktrees_on(source, ref, environ):

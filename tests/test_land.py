@@ -707,3 +707,56 @@ class RealShapeTest(LandCase):
         self.run_tool(path, "git", "commit", "-q", "-m", "made with git")
         self.run_tool(path, "git", "checkout", "-q", "--detach", "HEAD~1")
         self.assertTrue(self.refused_codes(handle, path))
+
+
+class LandCheckProcessTest(LandCase):
+    """The check runs in its own process group: coord waits for its exit status, then ends what
+    it left running, and a coord killed mid-check takes its check down too."""
+
+    def pid_in(self, path):
+        def read():
+            try:
+                with open(path) as f:
+                    return int(f.read().strip() or 0) or None
+            except (OSError, ValueError):
+                return None
+        return support.retry_until(read, timeout=60)
+
+    def alive(self, pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().split(") ", 1)[1][0] != "Z"
+        except OSError:
+            return False
+
+    def test_a_background_child_neither_holds_the_landing_nor_outlives_it(self):
+        handle, path = self.make("server")
+        pidfile = os.path.join(self.tmp, "server.pid")
+        # a check that starts a "dev server" and exits 0; 0.3.0 waited for its output to close
+        # (the test's 120 s bound, then a failure) and left it running
+        check = "sleep 600 & echo $! > %s; exit 0" % pidfile
+        proc = self.land(handle, "--check", check, "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        pid = self.pid_in(pidfile)
+        self.assertTrue(support.retry_until(lambda: not self.alive(pid), timeout=30), "the check's server outlived it")
+        self.assertEqual(self.main(), json.loads(proc.stdout)["landed"])
+
+    def test_a_killed_coord_ends_its_check(self):
+        handle, path = self.make("killed")
+        pidfile = os.path.join(self.tmp, "check.pid")
+        check = "echo $$ > %s; sleep 600" % pidfile
+        e = dict(self.env, COORD_RUNTIME_ID=self.rt["id"])
+        lander = subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", handle, "--into",
+                                   "main", "--check", check], cwd=self.canon, env=e, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            pid = self.pid_in(pidfile)
+            self.assertTrue(self.alive(pid))
+            lander.kill()
+            lander.wait(timeout=30)
+            self.assertTrue(support.retry_until(lambda: not self.alive(pid), timeout=30),
+                            "the check outlived the coord that ran it")
+        finally:
+            if lander.poll() is None:
+                lander.kill()
+        self.assertEqual(self.main(), self.run_tool(self.origin, "git", "rev-parse", "main").strip())
