@@ -1955,11 +1955,12 @@ def _push(st, w, caller, into, remote, old, new, environ):
     source = w["source"]
     ref = "refs/heads/" + into
     try:
-        git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old), remote,
-                                    "%s:%s" % (new, ref)], source, environ)
-        push_error = None
-    except ToolError as exc:
-        push_error = exc.output.strip()[-CHECK_TAIL:]
+        code, out, err = git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old),
+                                                     remote, "%s:%s" % (new, ref)], source, environ, check=False)
+        # the porcelain status lines are on stdout, the remote's own words on stderr: keep both
+        push_error = None if code == 0 else ((err or "") + "\n" + (out or "")).strip()[-CHECK_TAIL:]
+    except ToolError as exc:  # timed out
+        push_error = exc.output.strip()[-CHECK_TAIL:] or exc.message
     try:
         after = verify_remote(root=source, work_of=st.work, remote=remote, bookmark=into, expect=new, environ=environ)
         actual = after["actual"]
@@ -1969,6 +1970,17 @@ def _push(st, w, caller, into, remote, old, new, environ):
         actual = "unreadable: %s" % exc.message
     if actual == new:
         return {"remote_after": new}
+    refusal = _push_refusal(push_error, ref)
+    if refusal and actual == old:
+        # git said no for our ref, and the remote still has exactly what it had: a definite
+        # rejection (a pre-receive hook, a protected branch), not an unknown outcome.
+        # (recorded by the caller: a landing finishes unpublished, a later publish stays landed)
+        with st.transaction():
+            st.audit("work.landing.publish-rejected", _who(caller), w["id"], remote=remote, remote_after=actual,
+                     push_error=store.clean_text(push_error, 2000))
+        raise Refused("remote %s refused %s (%s); nothing was forced" % (remote, into, store.clean_text(refusal, 300)),
+                      None, reason="publish-refused", remote_after=actual, remote_unchanged=True,
+                      push_error=store.clean_text(push_error, 2000))
     check = "git ls-remote %s %s (expected %s)" % (remote, ref, new)
     # Someone else's commit is there now: our push was definitely not applied (git push is
     # synchronous). Anything else (unreadable remote, still the old value after an error) is
@@ -1988,6 +2000,20 @@ def _push(st, w, caller, into, remote, old, new, environ):
         new, remote, into, store.clean_text(push_error or ("the re-read shows %s" % actual), 300)),
         "check: %s; then re-run coord work integrate land %s --into %s --push %s (push/%s/%s stays held)"
         % (check, w["handle"], into, remote, remote, into), reason="publish-ambiguous", remote_after=actual)
+
+
+def _push_refusal(output, ref):
+    """Why git's porcelain push output says the remote refused `ref` (its `!` line plus the
+    remote's own words), or None when it does not say so."""
+    if not output:
+        return None
+    said = [l[len("remote: "):].strip() for l in output.splitlines() if l.startswith("remote: ")]
+    for line in output.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[0] == "!" and parts[1].split(":")[-1] == ref:
+            why = parts[2].strip()
+            return "; ".join([why] + [l for l in said if l][:3])
+    return None
 
 
 def _stop_before_move(st, w, caller, state, environ, exc, **facts):
@@ -2046,6 +2072,9 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
     if landed_before:  # a re-run after a finished landing, unless the clone has moved on since
         ids = head_ids(verified_path(w), environ=environ)
         if ids["commit"] == landing["landed"] or (ids["empty"] and ids["parents"] == [landing["landed"]]):
+            if push and not (landing.get("remote") == push and landing.get("published", True)
+                             and "pushed" in [s["step"] for s in landing.get("steps") or []]):
+                return _publish_landed(st, w, caller, into, push, landing, environ)
             return _land_result(w, landing, already=True)
     got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ, override=override)
     cand = dict(got["candidate"])
@@ -2210,8 +2239,13 @@ def _land_after_move(st, w, caller, into, push, environ):
                     push, into, now, expect), "reconcile %s by hand (push/%s/%s stays held by you), then re-run: "
                     "coord work integrate land %s --into %s --push %s" % (push, push, into, w["handle"], into, push),
                     reason="publish-refused", remote_after=now)
-            _push(st, w, caller, into, push, expect, new, environ)
-        landing = _land_record(st, w, caller, "pushed", environ, remote=push, remote_after=new)
+            try:
+                _push(st, w, caller, into, push, expect, new, environ)
+            except Refused as exc:
+                if not exc.details.get("remote_unchanged"):
+                    raise
+                return _land_unpublished(st, w, caller, into, push, new, expect, exc, environ)
+        landing = _land_record(st, w, caller, "pushed", environ, remote=push, remote_after=new, published=True)
     if push:
         _drop_push(st, caller, push, into)  # after the re-read, or on a re-run after a kill there
     if "proven" not in done:
@@ -2226,6 +2260,69 @@ def _land_after_move(st, w, caller, into, push, environ):
             "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
     landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), owner_told=told)
     return _land_result(st.work(w["id"]), landing)
+
+
+def _land_unpublished(st, w, caller, into, push, new, remote_at, exc, environ):
+    """The remote definitely refused the push and kept `remote_at`: the shared checkout's target
+    already has the candidate, so finish the landing there (prove, release, nothing held for a
+    push that is not happening), record it unpublished, and say what moved, what did not, and
+    the one command that publishes once the remote accepts."""
+    _drop_push(st, caller, push, into)
+    prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
+    _land_record(st, w, caller, "proven", environ, proof_target=new)
+    release_integration(st, caller=caller, handle=w["id"])
+    _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), published=False,
+                 remote=push, remote_after=remote_at)
+    raise Refused("%s; %s of the shared checkout is at %s (landed, proven, nothing held), %s %s is still at %s"
+                  % (exc.message, into, new, push, into, remote_at),
+                  "once %s accepts it, publish: %s" % (push, land_command(w["handle"], into, push=push)),
+                  reason="publish-refused", remote_after=remote_at, remote_unchanged=True, landed=new,
+                  push_error=exc.details.get("push_error"))
+
+
+def _publish_landed(st, w, caller, into, push, landing, environ):
+    """Publish a finished landing that was not published (the remote refused it, or it landed
+    without --push): a fast-forward of REMOTE's bookmark to the landed commit, under
+    push/<remote>/<bookmark>, expecting exactly what the remote has now."""
+    new = landing["landed"]
+    res = _push_resource(push, into)
+    st.claim(caller["id"], [res], "exclusive", "publish %s" % w["handle"])
+    try:
+        try:
+            now = verify_remote(root=w["source"], work_of=st.work, remote=push, bookmark=into, expect=new,
+                                environ=environ)["actual"]
+        except Refused as exc:
+            now = exc.details.get("actual")
+        if now != new:
+            if not (now and _FULL_COMMIT_RE.match(now) and _rev(w["source"], now, environ)
+                    and _is_ancestor(w["source"], now, new, environ)):
+                raise Refused("remote %s %s is at %s, which %s does not build on; nothing was pushed" % (
+                    push, into, now, new), "reconcile %s %s with %s by hand (git -C %s fetch %s), then: %s" % (
+                    push, into, into, shlex.quote(w["source"]), push, land_command(w["handle"], into, push=push)),
+                    reason="publish-refused", remote_after=now)
+            try:
+                _push(st, w, caller, into, push, now, new, environ)
+            except Refused as exc:
+                if exc.details.get("remote_unchanged"):
+                    raise Refused("%s; %s %s is still at %s" % (exc.message, push, into, now),
+                                  "once %s accepts it: %s" % (push, land_command(w["handle"], into, push=push)),
+                                  reason="publish-refused", remote_after=now, remote_unchanged=True)
+                raise
+        landing = _land_record(st, w, caller, "pushed", environ, state="landed", remote=push, remote_after=new,
+                               published=True)
+    finally:
+        _drop_push(st, caller, push, into)
+    return _land_result(st.work(w["id"]), landing)
+
+
+def land_command(handle, into, push=None, check=None):
+    """The landing command to type again, with the options that still apply."""
+    bits = ["coord", "work", "integrate", "land", handle, "--into", into]
+    if push:
+        bits += ["--push", push]
+    if check:
+        bits += ["--check", check]
+    return " ".join(shlex.quote(b) if b != "coord" else b for b in bits)
 
 
 def _land_result(w, landing, already=False):

@@ -307,10 +307,12 @@ class LandGitNotCheckedOutTest(_LandKinds, LandCase):
 
 
     def test_failed_push_is_ambiguous_keeps_the_lease_and_a_rerun_finishes(self):
+        # the remote hangs up mid-push (git says nothing about our ref): the outcome is unknown;
+        # a definite rejection is LandPushRejectedTest's
         handle, path = self.make("declined")
         hook = os.path.join(self.origin, "hooks", "pre-receive")
         with open(hook, "w") as f:
-            f.write("#!/bin/sh\necho declined by policy >&2\nexit 1\n")
+            f.write("#!/bin/sh\nkill -9 $PPID\n")
         os.chmod(hook, 0o755)
         before = self.remote_main()
         proc = self.land(handle, "--push", "origin", "--check", "true")
@@ -760,3 +762,62 @@ class LandCheckProcessTest(LandCase):
             if lander.poll() is None:
                 lander.kill()
         self.assertEqual(self.main(), self.run_tool(self.origin, "git", "rev-parse", "main").strip())
+
+
+class LandPushRejectedTest(LandCase):
+    """A remote whose pre-receive hook refuses: a definite rejection, the remote unchanged."""
+
+    def setUp(self):
+        super().setUp()
+        hook = os.path.join(self.origin, "hooks", "pre-receive")
+        with open(hook, "w") as f:
+            f.write("#!/bin/sh\necho 'policy: main is frozen for the release' >&2\nexit 1\n")
+        os.chmod(hook, 0o755)
+        self.hook = hook
+
+    def test_rejected_push_finishes_locally_releases_and_says_how_to_publish(self):
+        handle, path = self.make("rejected")
+        before_remote = self.remote_main()
+        proc = self.land(handle, "--push", "origin", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual(reply["reason"], "publish-refused")
+        self.assertNotIn("unknown outcome", proc.stderr)
+        self.assertIn("frozen for the release", proc.stderr)
+        self.assertEqual(self.remote_main(), before_remote, "the remote kept its commit")
+        landed = self.main()
+        self.assertNotEqual(landed, before_remote, "the shared checkout's main moved")
+        self.assertIn("main of the shared checkout is at %s" % landed, proc.stderr)
+        # nothing is held: another lander is not blocked
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
+        rec = self.record(handle)
+        self.assertEqual(rec["data"]["integration"]["state"], "integrated")
+        self.assertEqual(rec["data"]["landing"]["published"], False)
+        # the hint, as printed, publishes once the remote accepts
+        self.assertIn("coord work integrate land %s --into main --push origin" % handle, reply["hint"])
+        os.unlink(self.hook)
+        proc = self.land(handle, "--push", "origin")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(self.remote_main(), landed)
+        self.assertEqual(self.record(handle)["data"]["landing"]["published"], True)
+
+    def test_a_re_run_without_push_pushes_nothing(self):
+        handle, path = self.make("local-only")
+        before_remote = self.remote_main()
+        self.assertEqual(self.land(handle, "--push", "origin", "--check", "true").returncode, 3)
+        os.unlink(self.hook)
+        proc = self.land(handle)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(self.remote_main(), before_remote, "no --push: nothing is published")
+        self.assertEqual(self.work("remove", handle, "--confirm", handle).returncode, 0)
+
+    def test_a_publish_refused_again_stays_landed_and_can_be_retried(self):
+        handle, path = self.make("twice")
+        self.assertEqual(self.land(handle, "--push", "origin", "--check", "true").returncode, 3)
+        again = self.land(handle, "--push", "origin")
+        self.assertEqual(again.returncode, 3, again.stdout + again.stderr)
+        self.assertIn("--push origin", again.stderr)
+        self.assertEqual(self.record(handle)["data"]["landing"]["state"], "landed")
+        os.unlink(self.hook)
+        self.assertEqual(self.land(handle, "--push", "origin").returncode, 0)
+        self.assertEqual(self.remote_main(), self.main())
