@@ -3171,6 +3171,11 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
             extra = local_changes(w["path"], "(%s) ~ ::%s" % (local, cand["commit"]), environ)
         except store.CoordError:
             extra = rows
+        if proven and cand.get("rebased_from"):
+            # Landed in rebased form (the clone was in use): the exact commit that was rebased,
+            # without conflict, into the proven candidate is captured by it; anything the clone
+            # changed since (an amended commit has another ID) still counts.
+            extra = [r for r in extra if r["commit"] != cand["rebased_from"]]
         if extra:
             if proven:
                 out.append(("changed-after-integration",

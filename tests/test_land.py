@@ -440,6 +440,7 @@ class LandCloneInUseTest(LandCase):
         proc = subprocess.Popen(["sleep", "300"], cwd=path)
         self.addCleanup(proc.wait)
         self.addCleanup(proc.kill)
+        self._inside = getattr(self, "_inside", []) + [proc]
         return proc
 
     def clone_head(self, path):
@@ -465,6 +466,29 @@ class LandCloneInUseTest(LandCase):
         self.assertEqual([n for n in os.listdir(self.scratch) if n.startswith(".land-")], [],
                          "the scratch copy is gone")
         self.assertIn("skip-emptied", json.dumps(self.coord_json("inbox", runtime=owner["id"])))
+        return handle, path, owner
+
+    def test_a_clone_landed_in_rebased_form_is_removable_once_nothing_works_in_it(self):
+        handle, path, owner = self.test_stale_base_rebased_in_scratch()
+        self.coord("bye", runtime=owner["id"], check=0)
+        for proc in list(self._inside):
+            proc.kill()
+            proc.wait()
+        proc = self.work("remove", handle, "--confirm", handle, "--override")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_a_change_amended_after_the_rebased_landing_still_blocks(self):
+        handle, path, owner = self.test_stale_base_rebased_in_scratch()
+        self.coord("bye", runtime=owner["id"], check=0)
+        for proc in list(self._inside):
+            proc.kill()
+            proc.wait()
+        self.write(path, "feature.txt", "amended after the landing\n")
+        proc = self.work("remove", handle, "--confirm", handle, "--json", "--override")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertEqual([r["code"] for r in json.loads(proc.stdout)["reasons"]], ["changed-after-integration"])
+        self.assertTrue(os.path.isdir(path))
 
     def test_conflict_in_scratch_moves_nothing(self):
         owner = self.hello()["runtime"]
