@@ -708,15 +708,18 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
     return w
 
 
-class _native_create_lock:
-    """One `jj workspace add` at a time per shared repository, across coord processes: each one
-    writes jj's operation log and git's worktree records there, and under load concurrent
-    ones were seen to fail part-way. An flock on a file in coord's state directory (0700),
-    released by the kernel if the holder dies."""
+class _repo_lock:
+    """One holder at a time of a named lock per shared repository, across coord processes: an
+    flock on a file in coord's state directory (0700), released by the kernel if the holder
+    dies. "native-create": one `jj workspace add` at a time (each writes jj's operation log and
+    git's worktree records there, and under load concurrent ones were seen to fail part-way);
+    "land-B": one landing into bookmark B at a time (see land_work)."""
 
-    def __init__(self, source, directory):
+    def __init__(self, source, directory, name="native-create"):
         key = store.hashes().sha256(os.path.realpath(source).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-        self.path = os.path.join(directory, "native-create-%s.lock" % key)
+        if name != "native-create":
+            name = "%s-%s" % (name.split("-", 1)[0], store.hashes().sha256(name.encode("utf-8")).hexdigest()[:12])
+        self.path = os.path.join(directory, "%s-%s.lock" % (name, key))
         self.fd = None
 
     def __enter__(self):
@@ -747,7 +750,7 @@ def _make_checkout(w, token, from_rev, environ, check=None, lock_dir=None):
     a separate `jj log`. check(path), when given, runs once the starting revision is on disk (it
     may raise _Unprotected)."""
     if w["data"]["kind"] == "native":  # every jj write in the shared repository, one create at a time
-        with _native_create_lock(w["source"], lock_dir or w["scratch_root"]):
+        with _repo_lock(w["source"], lock_dir or w["scratch_root"]):
             return _checkout_steps(w, token, from_rev, environ, check)
     return _checkout_steps(w, token, from_rev, environ, check)
 
@@ -2041,6 +2044,20 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
     w = st.resolve_work(handle)
     authorize(st, w, caller, "land", override)
     _refuse_state(w, UNUSABLE)
+    # One landing into a target at a time, whoever lands: integration/B is re-entrant for one
+    # runtime, and two landings of the same person must not both move B. A second one waits
+    # here, then reads B afresh (and rebases onto the first one's result).
+    with _repo_lock(w["source"], _lock_dir(st, w), "land-" + into):
+        return _land_serialised(st, st.work(w["id"]), caller, into, environ, push, check, override)
+
+
+def _lock_dir(st, w):
+    path = getattr(st, "path", None)
+    return os.path.dirname(path) if path and os.path.isabs(path) else w["scratch_root"]
+
+
+def _land_serialised(st, w, caller, into, environ, push, check, override):
+    """land_work, holding the landing lock of `into`."""
     source = w["source"]
     ref = "refs/heads/" + into
     landing = _landing(w)
@@ -2093,6 +2110,7 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
         else:
             cand = _prepare_in_clone(st, w, caller, into, old, cand, check, environ)
         _land_record(st, w, caller, "checked", environ, check=check)
+        _refuse_peer_leases(st, w, caller, old, cand["commit"], override, environ)
         if push:
             _take_push(st, w, caller, into, push, old, environ)
         how = _move_target(w, into, old, cand["commit"], environ)
@@ -2260,6 +2278,49 @@ def _land_after_move(st, w, caller, into, push, environ):
             "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
     landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), owner_told=told)
     return _land_result(st.work(w["id"]), landing)
+
+
+def _refuse_peer_leases(st, w, caller, old, new, override, environ):
+    """Refuse to move the target over a path of the candidate that another runtime holds
+    exclusively (a peer rewriting it in the shared checkout, or in its own clone), unless the
+    caller overrides (audited). The work's own agents (owner, successor, its harness, a parked
+    holder) and the caller are not peers."""
+    _, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
+                    w["source"], environ)
+    names = []
+    for p in out.split("\0"):
+        try:
+            names.append(store.normalize_resource(p))
+        except store.CoordError:
+            continue
+    if not names:
+        return
+    held, seen = [], {}
+    for lease in st.conflicts(names, "exclusive", caller["id"]):
+        if lease["mode"] != "exclusive":
+            continue
+        rid = lease["runtime"]
+        if rid not in seen:
+            rt = st.runtime(rid)
+            seen[rid] = rt is not None and authority(st, w, rt) not in ("owner", "successor", "harness") and \
+                not (store.person_uid(rt) is not None and store.person_uid(rt) == store.person_uid(caller))
+        if seen[rid]:
+            held.append(lease)
+    if not held:
+        return
+    paths = sorted({l["resource"] for l in held})
+    holders = sorted({l["handle"] for l in held})
+    if override:
+        with st.transaction():
+            st.audit("work.landing.override", caller["id"], w["id"], over="peer-leases", paths=paths[:200],
+                     holders=holders)
+        return
+    first = held[0]
+    raise Refused("the landing of %s would change %s, held exclusively by %s%s" % (
+        w["handle"], _named(paths), ", ".join(holders),
+        " (%s)" % store.clean_text(first["purpose"], 120) if first.get("purpose") else ""),
+        "ask them first: coord send \"may %s land over %s?\" --to %s ; then re-run once they release"
+        % (w["handle"], paths[0], holders[0]), reason="peer-leased", paths=paths, holders=holders)
 
 
 def _land_unpublished(st, w, caller, into, push, new, remote_at, exc, environ):

@@ -845,3 +845,56 @@ class LandPushRejectedTest(LandCase):
         os.unlink(self.hook)
         self.assertEqual(self.land(handle, "--push", "origin").returncode, 0)
         self.assertEqual(self.remote_main(), self.main())
+
+
+class LandOverPeersTest(LandCase):
+    """A landing never moves the target over a peer's exclusive lease without an override, and
+    two landings into one target never run at once."""
+
+    def test_a_peer_lease_on_a_changed_path_stops_the_landing(self):
+        handle, path = self.make("over-peer")
+        peer = self.hello()["runtime"]
+        self.coord("claim", "feature.txt", "--purpose", "peer is rewriting feature.txt", runtime=peer["id"],
+                   cwd=self.canon, check=0)
+        before = self.main()
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual((reply["reason"], reply["paths"], reply["holders"]),
+                         ("peer-leased", ["feature.txt"], [peer["handle"]]))
+        self.assertIn("peer is rewriting", proc.stderr)
+        self.assertIn("coord send", reply["hint"])
+        self.assertNotIn("--override", reply["hint"])
+        self.assertEqual(self.main(), before, "nothing moved")
+        self.assertEqual([l["resource"] for l in self.coord_json("list", runtime=self.rt["id"])["leases"]
+                          if l["runtime"] == self.rt["id"]], [], "the lander holds nothing")
+        # a lease on a path the candidate does not change does not stop it
+        self.coord("release", "feature.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        self.coord("claim", "README", runtime=peer["id"], cwd=self.canon, check=0)
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+    def test_the_works_own_lease_is_not_a_peer(self):
+        handle, path = self.make("own-lease")
+        self.coord("claim", "feature.txt", runtime=self.rt["id"], cwd=self.canon, check=0)
+        self.assertEqual(self.land(handle, "--check", "true").returncode, 0)
+
+    def test_an_override_lands_over_the_peer_and_is_audited(self):
+        handle, path = self.make("override-peer")
+        peer = self.hello()["runtime"]
+        self.coord("claim", "feature.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        proc = self.land(handle, "--check", "true", "--override")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("work.landing.override", self.events())
+
+    def test_two_landings_into_main_at_once_both_land_one_after_the_other(self):
+        for rnd in range(3):
+            works = [self.make("race%d-%d" % (rnd, i), name="race%d-%d.txt" % (rnd, i)) for i in range(2)]
+            e = dict(self.env, COORD_RUNTIME_ID=self.rt["id"])
+            procs = [subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", h, "--into", "main",
+                                       "--check", "true"], cwd=self.canon, env=e, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for h, _ in works]
+            outs = [p.communicate(timeout=300) for p in procs]
+            self.assertEqual([p.returncode for p in procs], [0, 0], outs)
+            for i in range(2):
+                self.assertEqual(self.read(self.canon, "race%d-%d.txt" % (rnd, i)), "feature\n")
