@@ -1448,6 +1448,11 @@ def refuse_placeholder(w, change, commit, environ=None):
                    environ=environ)
     subject = (out.strip().splitlines() or [""])[0].strip()
     placeholder = description(w["task"], w["id"]).splitlines()[0]
+    if not subject:
+        raise Refused("the candidate %s of %s has no description; it would land on the target with an empty "
+                      "subject" % (commit[:12], w["handle"]),
+                      "describe the change in the clone, then retry: jj -R %s describe -r %s -m \"what it does\""
+                      % (shlex.quote(w["path"]), change), reason="placeholder-description")
     if subject == placeholder:
         raise Refused("the candidate %s of %s still carries coord's placeholder description (%s)"
                       % (commit[:12], w["handle"], store.clean_text(subject, 120)),
@@ -1858,6 +1863,90 @@ def _end_group(pgid, leader=None):
         pass
 
 
+CHECK_CREATED_MAX = 5000   # ignored files a check created that the work record remembers
+
+
+def _disk_state(path):
+    """{relative file: (inode, size, mtime_ns, ctime_ns, mode)} of everything on disk in a clone."""
+    files, _ = disk_entries(path)
+    out = {}
+    for rel in files:
+        try:
+            s = os.lstat(os.path.join(path, rel))
+        except OSError:
+            continue
+        out[rel] = (s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_mode)
+    return out
+
+
+def _check_in_clone(st, w, check, cand, environ):
+    """Run the check in the clone (nothing else works there) and keep what it wrote out of the
+    work: files it created or changed that are not ignored are moved aside below the scratch
+    root (kept, never deleted) and tracked ones are put back as the candidate has them; ignored
+    files it created stay, recorded with their hashes as coord's own (cleanup discards them while
+    unchanged). -> the check result, with `set_aside` (directory and paths) when it wrote any."""
+    path = w["path"]
+    before = _disk_state(path)
+    result = _run_check(w, check, environ)
+    after = _disk_state(path)
+    written = sorted(p for p in after if before.get(p) != after[p])
+    gone = sorted(p for p in before if p not in after)
+    if not written and not gone:
+        return result
+    ignored = ignored_paths(w, written, environ)
+    created_ignored = [p for p in written if p in ignored and p not in before]
+    aside = [p for p in written if p not in ignored]
+    if aside or gone:
+        result["set_aside"] = _set_aside(w, cand["commit"], aside, gone, environ)
+    if created_ignored:
+        digests = {p: _entry_digest(os.path.join(path, p)) for p in created_ignored[:CHECK_CREATED_MAX]}
+        with st.transaction():
+            cur = st.work(w["id"])
+            known = dict(cur["data"].get("check_created") or {})
+            known.update({p: d for p, d in digests.items() if d})
+            st.update_work(w["id"], data={"check_created": dict(sorted(known.items())[:CHECK_CREATED_MAX])})
+    return result
+
+
+def _set_aside(w, commit, written, gone, environ):
+    """Move the check's writes out of the clone into a fresh directory below the scratch root,
+    then put every tracked path it touched back as `commit` has it. -> {dir, paths, restored}."""
+    import tempfile
+    path = w["path"]
+    dest = tempfile.mkdtemp(prefix=".check-%s-" % w["id"][:8], dir=w["scratch_root"])
+    for rel in written:
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(os.path.join(path, rel), target)
+    touched = sorted(set(written) | set(gone))
+    gargs = _git_store(w)
+    restored = []
+    if gargs is not None and touched:
+        _, out, _ = git(gargs + ["ls-tree", "-r", "-z", "--name-only", commit, "--"] +
+                        [":(literal)" + p for p in touched], path, environ, check=False)
+        restored = [p for p in out.split("\0") if p]
+        if restored:
+            git(gargs + ["restore", "--source=%s" % commit, "--worktree", "--"] +
+                [":(literal)" + p for p in restored], path, environ)
+    for rel in written:  # directories the check made and left empty
+        d = os.path.dirname(rel)
+        while d:
+            try:
+                os.rmdir(os.path.join(path, d))
+            except OSError:
+                break
+            d = os.path.dirname(d)
+    return {"dir": dest, "paths": touched[:200], "count": len(touched), "restored": len(restored)}
+
+
+def check_created(w, paths):
+    """The subset of `paths` (ignored files) that coord's own landing check created and that are
+    unchanged since: coord's to clean, not the work's."""
+    rec = w["data"].get("check_created") or {}
+    return {p for p in paths if rec.get(p) and _plain_parents(w["path"], p)
+            and _entry_digest(os.path.join(w["path"], p)) == rec[p]}
+
+
 def _worktrees_on(source, ref, environ):
     """Working trees of the canonical git repository that have `ref` checked out."""
     _, out, _ = git(git_dir_args(source) + ["worktree", "list", "--porcelain"], source, environ)
@@ -2109,7 +2198,8 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
                 cand = _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, environ)
         else:
             cand = _prepare_in_clone(st, w, caller, into, old, cand, check, environ)
-        _land_record(st, w, caller, "checked", environ, check=check)
+        _land_record(st, w, caller, "checked", environ, check=check, check_cwd=cand.get("check_cwd"),
+                     check_set_aside=cand.get("set_aside"))
         _refuse_peer_leases(st, w, caller, old, cand["commit"], override, environ)
         if push:
             _take_push(st, w, caller, into, push, old, environ)
@@ -2142,10 +2232,11 @@ def _prepare_in_clone(st, w, caller, into, old, cand, check, environ):
     _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], change=cand["change"],
                  rebased=rebased, where="clone")
     if check:
-        result = _run_check(w, check, environ)
+        result = _check_in_clone(st, w, check, cand, environ)
         now_ids = head_ids(w["path"], environ=environ)
         if result["exit"] != 0:
             _land_check_failed(st, w, caller, into, cand, result, environ)
+        cand = dict(cand, check_cwd=result["cwd"], set_aside=result.get("set_aside"))
         if cand["commit"] not in [now_ids["commit"]] + now_ids["parents"] or \
                 (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
             raise Refused("the clone of %s changed while the check ran" % w["handle"],
@@ -2186,6 +2277,7 @@ def _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, en
         result = _run_check(w, check, environ, cwd=scratch.path)
         if result["exit"] != 0:
             _land_check_failed(st, w, caller, into, cand, result, environ)
+        cand = dict(cand, check_cwd="a scratch checkout of the candidate (the clone was in use)")
         _gate_from_check(st, w, caller, check, cand)
     return cand
 
@@ -2390,6 +2482,7 @@ def _land_result(w, landing, already=False):
     return {"work": w["handle"], "landed": landing.get("landed") or landing.get("candidate"),
             "into": landing.get("into"), "remote": landing.get("remote"), "old_target": landing.get("old_target"),
             "rebased": bool(landing.get("rebased")), "check": landing.get("check"),
+            "check_cwd": landing.get("check_cwd"), "check_set_aside": landing.get("check_set_aside"),
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
             "already": already}
 
@@ -3039,6 +3132,9 @@ def uncaptured(w, environ=None):
     if ignored and (w["data"].get("setup") or {}).get("includes"):
         copies = unchanged_copies(w, ignored)  # copied by setup, still in the shared checkout
         ignored = [f for f in ignored if f not in copies]
+    if ignored and w["data"].get("check_created"):
+        made = check_created(w, ignored)  # caches of coord's own landing check, unchanged since
+        ignored = [f for f in ignored if f not in made]
     if untracked:
         out.append(("untracked", "%d file(s) jj did not snapshot (too large, auto-track off, or in a nested "
                     "repository): %s" % (len(untracked), _named(untracked)),
@@ -4336,6 +4432,11 @@ def cmd_land(ctx, args):
     text = "%s landed %s on %s%s%s" % (r["work"], r["landed"], r["into"],
                                        " and %s/%s" % (r["remote"], r["into"]) if r["remote"] else "",
                                        " (already)" if r["already"] else "")
+    if r.get("check") and not r["already"]:
+        text += "\nchecked: %s (in %s)" % (store.clean_text(r["check"], 300), r.get("check_cwd") or "the clone")
+    if r.get("check_set_aside"):
+        text += "\nthe check's %d written file(s) were moved out of the clone to %s" % (
+            r["check_set_aside"]["count"], r["check_set_aside"]["dir"])
     return 0, _ok(r), text
 
 

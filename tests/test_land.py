@@ -128,7 +128,8 @@ class _LandKinds:
         self.assertEqual(proc.returncode, 0, proc.stderr)
         rec = self.record(handle)
         landed = rec["data"]["landing"]["landed"]
-        self.assertEqual(proc.stdout.strip(), "%s landed %s on main" % (handle, landed))
+        self.assertEqual(proc.stdout.strip(), "%s landed %s on main\nchecked: test -f feature.txt (in %s)"
+                         % (handle, landed, rec["path"]))
         self.assertEqual(self.main(), landed)
         self.assertEqual(self.remote_main(), before_remote, "no --push: the remote is not touched")
         self.assertEqual(rec["data"]["integration"]["state"], "integrated")
@@ -898,3 +899,53 @@ class LandOverPeersTest(LandCase):
             self.assertEqual([p.returncode for p in procs], [0, 0], outs)
             for i in range(2):
                 self.assertEqual(self.read(self.canon, "race%d-%d.txt" % (rnd, i)), "feature\n")
+
+
+class LandCheckWritesTest(LandCase):
+    """What the check writes never reaches the target, and what it creates is coord's to clean."""
+
+    def setUp(self):
+        super().setUp()
+        self.write(self.canon, ".gitignore", ".pytest_cache/\n*.log\n")
+        self.run_tool(self.canon, "git", "add", "-A")
+        self.run_tool(self.canon, "git", "commit", "-q", "-m", "ignore caches")
+
+    def test_the_checks_writes_are_set_aside_and_the_candidate_lands_as_frozen(self):
+        handle, path = self.make("report")
+        check = ("echo report > test-report.txt && mkdir -p .pytest_cache/v && echo c > .pytest_cache/v/x "
+                 "&& echo formatted > feature.txt && rm README && echo log > run.log")
+        proc = self.land(handle, "--check", check, "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        landed = json.loads(proc.stdout)["landed"]
+        files = self.run_tool(self.canon, "git", "ls-tree", "-r", "--name-only", landed).split()
+        self.assertNotIn("test-report.txt", files)
+        self.assertIn("README", files)
+        self.assertEqual(self.run_tool(self.canon, "git", "show", landed + ":feature.txt"), "feature\n")
+        self.assertEqual(self.run_tool(self.canon, "git", "log", "-1", "--format=%s", landed).strip(), "add a feature")
+        # the clone is back as the candidate has it; the check's files are kept aside, not deleted
+        self.assertEqual(self.read(path, "feature.txt"), "feature\n")
+        self.assertEqual(self.read(path, "README"), "hello\n")
+        self.assertFalse(os.path.exists(os.path.join(path, "test-report.txt")))
+        aside = [d for d in os.listdir(self.scratch) if d.startswith(".check-")]
+        self.assertEqual(len(aside), 1)
+        self.assertEqual(self.read(os.path.join(self.scratch, aside[0]), "test-report.txt"), "report\n")
+        self.assertEqual(self.read(os.path.join(self.scratch, aside[0]), "feature.txt"), "formatted\n")
+        # its ignored caches are coord's: remove needs no --discard-ignored
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+    def test_a_cache_changed_after_the_check_is_the_works_again(self):
+        handle, path = self.make("cache")
+        proc = self.land(handle, "--check", "mkdir -p .pytest_cache && echo c > .pytest_cache/x")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.write(path, ".pytest_cache/x", "changed by the agent later\n")
+        proc = self.work("remove", handle, "--confirm", handle, "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertEqual([r["code"] for r in json.loads(proc.stdout)["reasons"]], ["ignored"])
+
+    def test_an_undescribed_candidate_is_refused(self):
+        handle, path = self.make("nodesc", describe=None)
+        self.run_tool(path, "jj", "describe", "-m", "")
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["reason"], "placeholder-description")
