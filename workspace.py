@@ -68,6 +68,9 @@ _BYTECODE_RE = store.Pattern(r"^((?:.*/)?)__pycache__/([^/]+?)\.?((?:cpython|pyp
 # `safe` commits, which are the clone's origin bookmarks that the canonical repository
 # itself (not the clone's remote-tracking cache) still contains. See local_work_revset().
 LOCAL_WORK = "(~::(%s)) ~ empty()"
+# Refs of the shared repository whose history is never a work's own: its branches, its tags and
+# what it fetched from its remotes (a branch that exists only on origin is still shared history).
+CANONICAL_REFS = ("refs/heads", "refs/tags", "refs/remotes")
 _ID_TEMPLATE = ('change_id ++ " " ++ commit_id ++ " " ++ if(empty, "empty", "changed") ++ " " ++ '
                 'parents.map(|c| c.commit_id()).join(",") ++ "\\n"')
 _ROW_TEMPLATE = 'commit_id ++ " " ++ change_id ++ " " ++ if(current_working_copy, "wc", "-") ++ "\\n"'
@@ -705,15 +708,18 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
     return w
 
 
-class _native_create_lock:
-    """One `jj workspace add` at a time per shared repository, across coord processes: each one
-    writes jj's operation log and git's worktree records there, and under load concurrent
-    ones were seen to fail part-way. An flock on a file in coord's state directory (0700),
-    released by the kernel if the holder dies."""
+class _repo_lock:
+    """One holder at a time of a named lock per shared repository, across coord processes: an
+    flock on a file in coord's state directory (0700), released by the kernel if the holder
+    dies. "native-create": one `jj workspace add` at a time (each writes jj's operation log and
+    git's worktree records there, and under load concurrent ones were seen to fail part-way);
+    "land-B": one landing into bookmark B at a time (see land_work)."""
 
-    def __init__(self, source, directory):
+    def __init__(self, source, directory, name="native-create"):
         key = store.hashes().sha256(os.path.realpath(source).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-        self.path = os.path.join(directory, "native-create-%s.lock" % key)
+        if name != "native-create":
+            name = "%s-%s" % (name.split("-", 1)[0], store.hashes().sha256(name.encode("utf-8")).hexdigest()[:12])
+        self.path = os.path.join(directory, "%s-%s.lock" % (name, key))
         self.fd = None
 
     def __enter__(self):
@@ -744,7 +750,7 @@ def _make_checkout(w, token, from_rev, environ, check=None, lock_dir=None):
     a separate `jj log`. check(path), when given, runs once the starting revision is on disk (it
     may raise _Unprotected)."""
     if w["data"]["kind"] == "native":  # every jj write in the shared repository, one create at a time
-        with _native_create_lock(w["source"], lock_dir or w["scratch_root"]):
+        with _repo_lock(w["source"], lock_dir or w["scratch_root"]):
             return _checkout_steps(w, token, from_rev, environ, check)
     return _checkout_steps(w, token, from_rev, environ, check)
 
@@ -1442,6 +1448,11 @@ def refuse_placeholder(w, change, commit, environ=None):
                    environ=environ)
     subject = (out.strip().splitlines() or [""])[0].strip()
     placeholder = description(w["task"], w["id"]).splitlines()[0]
+    if not subject:
+        raise Refused("the candidate %s of %s has no description; it would land on the target with an empty "
+                      "subject" % (commit[:12], w["handle"]),
+                      "describe the change in the clone, then retry: jj -R %s describe -r %s -m \"what it does\""
+                      % (shlex.quote(w["path"]), change), reason="placeholder-description")
     if subject == placeholder:
         raise Refused("the candidate %s of %s still carries coord's placeholder description (%s)"
                       % (commit[:12], w["handle"], store.clean_text(subject, 120)),
@@ -1485,18 +1496,22 @@ def _local_revset(w, environ=None):
     _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
                     'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
                    w["path"], snapshot=False, environ=environ)
-    targets = sorted({t for t in out.split() if _FULL_COMMIT_RE.match(t)})
+    # Tags too (local and remote): a release tagged on a commit no branch contains is the shared
+    # repository's history, not the work's, and must neither block cleanup nor become a candidate.
+    _, tags, _ = jj(["tag", "list", "--all-remotes", "-T", 'if(normal_target, normal_target.commit_id() ++ "\\n")'],
+                    w["path"], snapshot=False, environ=environ)
+    targets = sorted({t for t in (out + "\n" + tags).split() if _FULL_COMMIT_RE.match(t)})
     safe = ["root()"]
     if targets:
         gargs = git_dir_args(w["source"])
-        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)", "refs/heads",
-                                   "refs/tags"], w["source"], environ)
+        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
+                          w["source"], environ)
         current = set(heads.split())
         for t in targets:
-            if t in current:  # the common case: one call for every unmoved bookmark
+            if t in current:  # the common case: one call for every unmoved bookmark or tag
                 safe.append(t)
                 continue
-            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", t, "refs/heads", "refs/tags"],
+            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", t] + list(CANONICAL_REFS),
                                  w["source"], environ, check=False)
             if code == 0 and found.strip():
                 safe.append(t)
@@ -1764,17 +1779,172 @@ def _tell_owner(st, w, caller, body):
 
 
 def _run_check(w, command, environ, cwd=None):
-    """Run the check command in the clone (or `cwd`); -> {command, exit, tail}."""
+    """Run the check command in the clone (or `cwd`); -> {command, exit, tail, cwd}. The check
+    runs in its own process group and session; coord waits for its exit status (not for the end
+    of its output, which a background child may hold open), then ends the whole group, so a
+    check that starts a server neither holds the landing nor outlives it. A guard process ends
+    the group too if coord itself dies first (SIGKILL included). Exit None: timed out."""
+    import tempfile
     env = dict(os.environ if environ is None else environ)
+    where = cwd or w["path"]
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=where, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        guard = _group_guard(proc.pid)
+        try:
+            code = proc.wait(timeout=CHECK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _end_group(proc.pid, proc)
+            proc.wait()
+            _release_guard(guard)
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - 4 * CHECK_TAIL))
+        text = out.read().decode("utf-8", "backslashreplace")
+    return {"command": command, "exit": code, "tail": text[-CHECK_TAIL:], "cwd": where}
+
+
+# The guard: reads its stdin until coord writes "done" or dies (EOF), then, on EOF alone, kills
+# the check's process group. Runs isolated (-I -S), imports only os and signal.
+_GUARD = ("import os, signal, sys\n"
+          "data = sys.stdin.buffer.read()\n"
+          "if not data.startswith(b'done'):\n"
+          "    try:\n"
+          "        os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
+          "    except OSError:\n"
+          "        pass\n")
+GROUP_GRACE = 2.0   # seconds between SIGTERM and SIGKILL when a check's group is ended
+
+
+def _group_guard(pgid):
+    import sys
     try:
-        proc = subprocess.run(["/bin/sh", "-c", command], cwd=cwd or w["path"], env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=CHECK_TIMEOUT,
-                              encoding="utf-8", errors="backslashreplace")
-        code, out = proc.returncode, proc.stdout or ""
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
-        code, out = None, out.decode("utf-8", "backslashreplace") if isinstance(out, bytes) else out
-    return {"command": command, "exit": code, "tail": out[-CHECK_TAIL:]}
+        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, str(pgid)], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None  # no guard: coord still ends the group itself unless it is killed
+
+
+def _release_guard(guard):
+    if guard is None:
+        return
+    try:
+        guard.stdin.write(b"done")
+        guard.stdin.close()
+    except OSError:
+        pass
+    try:
+        guard.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        guard.kill()
+
+
+def _end_group(pgid, leader=None):
+    """SIGTERM every process left in the group, then SIGKILL what is still there after GROUP_GRACE
+    (the leader, a subprocess.Popen, is reaped on the way so that its zombie does not count)."""
+    import signal
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except OSError:
+        return  # nothing left in the group
+    deadline = time.monotonic() + GROUP_GRACE
+    while time.monotonic() < deadline:
+        if leader is not None:
+            leader.poll()
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return
+        time.sleep(0.02)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+CHECK_CREATED_MAX = 5000   # ignored files a check created that the work record remembers
+
+
+def _disk_state(path):
+    """{relative file: (inode, size, mtime_ns, ctime_ns, mode)} of everything on disk in a clone."""
+    files, _ = disk_entries(path)
+    out = {}
+    for rel in files:
+        try:
+            s = os.lstat(os.path.join(path, rel))
+        except OSError:
+            continue
+        out[rel] = (s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_mode)
+    return out
+
+
+def _check_in_clone(st, w, check, cand, environ):
+    """Run the check in the clone (nothing else works there) and keep what it wrote out of the
+    work: files it created or changed that are not ignored are moved aside below the scratch
+    root (kept, never deleted) and tracked ones are put back as the candidate has them; ignored
+    files it created stay, recorded with their hashes as coord's own (cleanup discards them while
+    unchanged). -> the check result, with `set_aside` (directory and paths) when it wrote any."""
+    path = w["path"]
+    before = _disk_state(path)
+    result = _run_check(w, check, environ)
+    after = _disk_state(path)
+    written = sorted(p for p in after if before.get(p) != after[p])
+    gone = sorted(p for p in before if p not in after)
+    if not written and not gone:
+        return result
+    ignored = ignored_paths(w, written, environ)
+    created_ignored = [p for p in written if p in ignored and p not in before]
+    aside = [p for p in written if p not in ignored]
+    if aside or gone:
+        result["set_aside"] = _set_aside(w, cand["commit"], aside, gone, environ)
+    if created_ignored:
+        digests = {p: _entry_digest(os.path.join(path, p)) for p in created_ignored[:CHECK_CREATED_MAX]}
+        with st.transaction():
+            cur = st.work(w["id"])
+            known = dict(cur["data"].get("check_created") or {})
+            known.update({p: d for p, d in digests.items() if d})
+            st.update_work(w["id"], data={"check_created": dict(sorted(known.items())[:CHECK_CREATED_MAX])})
+    return result
+
+
+def _set_aside(w, commit, written, gone, environ):
+    """Move the check's writes out of the clone into a fresh directory below the scratch root,
+    then put every tracked path it touched back as `commit` has it. -> {dir, paths, restored}."""
+    import tempfile
+    path = w["path"]
+    dest = tempfile.mkdtemp(prefix=".check-%s-" % w["id"][:8], dir=w["scratch_root"])
+    for rel in written:
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(os.path.join(path, rel), target)
+    touched = sorted(set(written) | set(gone))
+    gargs = _git_store(w)
+    restored = []
+    if gargs is not None and touched:
+        _, out, _ = git(gargs + ["ls-tree", "-r", "-z", "--name-only", commit, "--"] +
+                        [":(literal)" + p for p in touched], path, environ, check=False)
+        restored = [p for p in out.split("\0") if p]
+        if restored:
+            git(gargs + ["restore", "--source=%s" % commit, "--worktree", "--"] +
+                [":(literal)" + p for p in restored], path, environ)
+    for rel in written:  # directories the check made and left empty
+        d = os.path.dirname(rel)
+        while d:
+            try:
+                os.rmdir(os.path.join(path, d))
+            except OSError:
+                break
+            d = os.path.dirname(d)
+    return {"dir": dest, "paths": touched[:200], "count": len(touched), "restored": len(restored)}
+
+
+def check_created(w, paths):
+    """The subset of `paths` (ignored files) that coord's own landing check created and that are
+    unchanged since: coord's to clean, not the work's."""
+    rec = w["data"].get("check_created") or {}
+    return {p for p in paths if rec.get(p) and _plain_parents(w["path"], p)
+            and _entry_digest(os.path.join(w["path"], p)) == rec[p]}
 
 
 def _worktrees_on(source, ref, environ):
@@ -1877,11 +2047,12 @@ def _push(st, w, caller, into, remote, old, new, environ):
     source = w["source"]
     ref = "refs/heads/" + into
     try:
-        git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old), remote,
-                                    "%s:%s" % (new, ref)], source, environ)
-        push_error = None
-    except ToolError as exc:
-        push_error = exc.output.strip()[-CHECK_TAIL:]
+        code, out, err = git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old),
+                                                     remote, "%s:%s" % (new, ref)], source, environ, check=False)
+        # the porcelain status lines are on stdout, the remote's own words on stderr: keep both
+        push_error = None if code == 0 else ((err or "") + "\n" + (out or "")).strip()[-CHECK_TAIL:]
+    except ToolError as exc:  # timed out
+        push_error = exc.output.strip()[-CHECK_TAIL:] or exc.message
     try:
         after = verify_remote(root=source, work_of=st.work, remote=remote, bookmark=into, expect=new, environ=environ)
         actual = after["actual"]
@@ -1891,6 +2062,17 @@ def _push(st, w, caller, into, remote, old, new, environ):
         actual = "unreadable: %s" % exc.message
     if actual == new:
         return {"remote_after": new}
+    refusal = _push_refusal(push_error, ref)
+    if refusal and actual == old:
+        # git said no for our ref, and the remote still has exactly what it had: a definite
+        # rejection (a pre-receive hook, a protected branch), not an unknown outcome.
+        # (recorded by the caller: a landing finishes unpublished, a later publish stays landed)
+        with st.transaction():
+            st.audit("work.landing.publish-rejected", _who(caller), w["id"], remote=remote, remote_after=actual,
+                     push_error=store.clean_text(push_error, 2000))
+        raise Refused("remote %s refused %s (%s); nothing was forced" % (remote, into, store.clean_text(refusal, 300)),
+                      None, reason="publish-refused", remote_after=actual, remote_unchanged=True,
+                      push_error=store.clean_text(push_error, 2000))
     check = "git ls-remote %s %s (expected %s)" % (remote, ref, new)
     # Someone else's commit is there now: our push was definitely not applied (git push is
     # synchronous). Anything else (unreadable remote, still the old value after an error) is
@@ -1910,6 +2092,20 @@ def _push(st, w, caller, into, remote, old, new, environ):
         new, remote, into, store.clean_text(push_error or ("the re-read shows %s" % actual), 300)),
         "check: %s; then re-run coord work integrate land %s --into %s --push %s (push/%s/%s stays held)"
         % (check, w["handle"], into, remote, remote, into), reason="publish-ambiguous", remote_after=actual)
+
+
+def _push_refusal(output, ref):
+    """Why git's porcelain push output says the remote refused `ref` (its `!` line plus the
+    remote's own words), or None when it does not say so."""
+    if not output:
+        return None
+    said = [l[len("remote: "):].strip() for l in output.splitlines() if l.startswith("remote: ")]
+    for line in output.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[0] == "!" and parts[1].split(":")[-1] == ref:
+            why = parts[2].strip()
+            return "; ".join([why] + [l for l in said if l][:3])
+    return None
 
 
 def _stop_before_move(st, w, caller, state, environ, exc, **facts):
@@ -1937,6 +2133,20 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
     w = st.resolve_work(handle)
     authorize(st, w, caller, "land", override)
     _refuse_state(w, UNUSABLE)
+    # One landing into a target at a time, whoever lands: integration/B is re-entrant for one
+    # runtime, and two landings of the same person must not both move B. A second one waits
+    # here, then reads B afresh (and rebases onto the first one's result).
+    with _repo_lock(w["source"], _lock_dir(st, w), "land-" + into):
+        return _land_serialised(st, st.work(w["id"]), caller, into, environ, push, check, override)
+
+
+def _lock_dir(st, w):
+    path = getattr(st, "path", None)
+    return os.path.dirname(path) if path and os.path.isabs(path) else w["scratch_root"]
+
+
+def _land_serialised(st, w, caller, into, environ, push, check, override):
+    """land_work, holding the landing lock of `into`."""
     source = w["source"]
     ref = "refs/heads/" + into
     landing = _landing(w)
@@ -1968,6 +2178,9 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
     if landed_before:  # a re-run after a finished landing, unless the clone has moved on since
         ids = head_ids(verified_path(w), environ=environ)
         if ids["commit"] == landing["landed"] or (ids["empty"] and ids["parents"] == [landing["landed"]]):
+            if push and not (landing.get("remote") == push and landing.get("published", True)
+                             and "pushed" in [s["step"] for s in landing.get("steps") or []]):
+                return _publish_landed(st, w, caller, into, push, landing, environ)
             return _land_result(w, landing, already=True)
     got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ, override=override)
     cand = dict(got["candidate"])
@@ -1985,7 +2198,9 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
                 cand = _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, environ)
         else:
             cand = _prepare_in_clone(st, w, caller, into, old, cand, check, environ)
-        _land_record(st, w, caller, "checked", environ, check=check)
+        _land_record(st, w, caller, "checked", environ, check=check, check_cwd=cand.get("check_cwd"),
+                     check_set_aside=cand.get("set_aside"))
+        _refuse_peer_leases(st, w, caller, old, cand["commit"], override, environ)
         if push:
             _take_push(st, w, caller, into, push, old, environ)
         how = _move_target(w, into, old, cand["commit"], environ)
@@ -2017,10 +2232,11 @@ def _prepare_in_clone(st, w, caller, into, old, cand, check, environ):
     _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], change=cand["change"],
                  rebased=rebased, where="clone")
     if check:
-        result = _run_check(w, check, environ)
+        result = _check_in_clone(st, w, check, cand, environ)
         now_ids = head_ids(w["path"], environ=environ)
         if result["exit"] != 0:
             _land_check_failed(st, w, caller, into, cand, result, environ)
+        cand = dict(cand, check_cwd=result["cwd"], set_aside=result.get("set_aside"))
         if cand["commit"] not in [now_ids["commit"]] + now_ids["parents"] or \
                 (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
             raise Refused("the clone of %s changed while the check ran" % w["handle"],
@@ -2061,6 +2277,7 @@ def _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, en
         result = _run_check(w, check, environ, cwd=scratch.path)
         if result["exit"] != 0:
             _land_check_failed(st, w, caller, into, cand, result, environ)
+        cand = dict(cand, check_cwd="a scratch checkout of the candidate (the clone was in use)")
         _gate_from_check(st, w, caller, check, cand)
     return cand
 
@@ -2132,8 +2349,13 @@ def _land_after_move(st, w, caller, into, push, environ):
                     push, into, now, expect), "reconcile %s by hand (push/%s/%s stays held by you), then re-run: "
                     "coord work integrate land %s --into %s --push %s" % (push, push, into, w["handle"], into, push),
                     reason="publish-refused", remote_after=now)
-            _push(st, w, caller, into, push, expect, new, environ)
-        landing = _land_record(st, w, caller, "pushed", environ, remote=push, remote_after=new)
+            try:
+                _push(st, w, caller, into, push, expect, new, environ)
+            except Refused as exc:
+                if not exc.details.get("remote_unchanged"):
+                    raise
+                return _land_unpublished(st, w, caller, into, push, new, expect, exc, environ)
+        landing = _land_record(st, w, caller, "pushed", environ, remote=push, remote_after=new, published=True)
     if push:
         _drop_push(st, caller, push, into)  # after the re-read, or on a re-run after a kill there
     if "proven" not in done:
@@ -2150,10 +2372,117 @@ def _land_after_move(st, w, caller, into, push, environ):
     return _land_result(st.work(w["id"]), landing)
 
 
+def _refuse_peer_leases(st, w, caller, old, new, override, environ):
+    """Refuse to move the target over a path of the candidate that another runtime holds
+    exclusively (a peer rewriting it in the shared checkout, or in its own clone), unless the
+    caller overrides (audited). The work's own agents (owner, successor, its harness, a parked
+    holder) and the caller are not peers."""
+    _, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
+                    w["source"], environ)
+    names = []
+    for p in out.split("\0"):
+        try:
+            names.append(store.normalize_resource(p))
+        except store.CoordError:
+            continue
+    if not names:
+        return
+    held, seen = [], {}
+    for lease in st.conflicts(names, "exclusive", caller["id"]):
+        if lease["mode"] != "exclusive":
+            continue
+        rid = lease["runtime"]
+        if rid not in seen:
+            rt = st.runtime(rid)
+            seen[rid] = rt is not None and authority(st, w, rt) not in ("owner", "successor", "harness") and \
+                not (store.person_uid(rt) is not None and store.person_uid(rt) == store.person_uid(caller))
+        if seen[rid]:
+            held.append(lease)
+    if not held:
+        return
+    paths = sorted({l["resource"] for l in held})
+    holders = sorted({l["handle"] for l in held})
+    if override:
+        with st.transaction():
+            st.audit("work.landing.override", caller["id"], w["id"], over="peer-leases", paths=paths[:200],
+                     holders=holders)
+        return
+    first = held[0]
+    raise Refused("the landing of %s would change %s, held exclusively by %s%s" % (
+        w["handle"], _named(paths), ", ".join(holders),
+        " (%s)" % store.clean_text(first["purpose"], 120) if first.get("purpose") else ""),
+        "ask them first: coord send \"may %s land over %s?\" --to %s ; then re-run once they release"
+        % (w["handle"], paths[0], holders[0]), reason="peer-leased", paths=paths, holders=holders)
+
+
+def _land_unpublished(st, w, caller, into, push, new, remote_at, exc, environ):
+    """The remote definitely refused the push and kept `remote_at`: the shared checkout's target
+    already has the candidate, so finish the landing there (prove, release, nothing held for a
+    push that is not happening), record it unpublished, and say what moved, what did not, and
+    the one command that publishes once the remote accepts."""
+    _drop_push(st, caller, push, into)
+    prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
+    _land_record(st, w, caller, "proven", environ, proof_target=new)
+    release_integration(st, caller=caller, handle=w["id"])
+    _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), published=False,
+                 remote=push, remote_after=remote_at)
+    raise Refused("%s; %s of the shared checkout is at %s (landed, proven, nothing held), %s %s is still at %s"
+                  % (exc.message, into, new, push, into, remote_at),
+                  "once %s accepts it, publish: %s" % (push, land_command(w["handle"], into, push=push)),
+                  reason="publish-refused", remote_after=remote_at, remote_unchanged=True, landed=new,
+                  push_error=exc.details.get("push_error"))
+
+
+def _publish_landed(st, w, caller, into, push, landing, environ):
+    """Publish a finished landing that was not published (the remote refused it, or it landed
+    without --push): a fast-forward of REMOTE's bookmark to the landed commit, under
+    push/<remote>/<bookmark>, expecting exactly what the remote has now."""
+    new = landing["landed"]
+    res = _push_resource(push, into)
+    st.claim(caller["id"], [res], "exclusive", "publish %s" % w["handle"])
+    try:
+        try:
+            now = verify_remote(root=w["source"], work_of=st.work, remote=push, bookmark=into, expect=new,
+                                environ=environ)["actual"]
+        except Refused as exc:
+            now = exc.details.get("actual")
+        if now != new:
+            if not (now and _FULL_COMMIT_RE.match(now) and _rev(w["source"], now, environ)
+                    and _is_ancestor(w["source"], now, new, environ)):
+                raise Refused("remote %s %s is at %s, which %s does not build on; nothing was pushed" % (
+                    push, into, now, new), "reconcile %s %s with %s by hand (git -C %s fetch %s), then: %s" % (
+                    push, into, into, shlex.quote(w["source"]), push, land_command(w["handle"], into, push=push)),
+                    reason="publish-refused", remote_after=now)
+            try:
+                _push(st, w, caller, into, push, now, new, environ)
+            except Refused as exc:
+                if exc.details.get("remote_unchanged"):
+                    raise Refused("%s; %s %s is still at %s" % (exc.message, push, into, now),
+                                  "once %s accepts it: %s" % (push, land_command(w["handle"], into, push=push)),
+                                  reason="publish-refused", remote_after=now, remote_unchanged=True)
+                raise
+        landing = _land_record(st, w, caller, "pushed", environ, state="landed", remote=push, remote_after=new,
+                               published=True)
+    finally:
+        _drop_push(st, caller, push, into)
+    return _land_result(st.work(w["id"]), landing)
+
+
+def land_command(handle, into, push=None, check=None):
+    """The landing command to type again, with the options that still apply."""
+    bits = ["coord", "work", "integrate", "land", handle, "--into", into]
+    if push:
+        bits += ["--push", push]
+    if check:
+        bits += ["--check", check]
+    return " ".join(shlex.quote(b) if b != "coord" else b for b in bits)
+
+
 def _land_result(w, landing, already=False):
     return {"work": w["handle"], "landed": landing.get("landed") or landing.get("candidate"),
             "into": landing.get("into"), "remote": landing.get("remote"), "old_target": landing.get("old_target"),
             "rebased": bool(landing.get("rebased")), "check": landing.get("check"),
+            "check_cwd": landing.get("check_cwd"), "check_set_aside": landing.get("check_set_aside"),
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
             "already": already}
 
@@ -2803,6 +3132,9 @@ def uncaptured(w, environ=None):
     if ignored and (w["data"].get("setup") or {}).get("includes"):
         copies = unchanged_copies(w, ignored)  # copied by setup, still in the shared checkout
         ignored = [f for f in ignored if f not in copies]
+    if ignored and w["data"].get("check_created"):
+        made = check_created(w, ignored)  # caches of coord's own landing check, unchanged since
+        ignored = [f for f in ignored if f not in made]
     if untracked:
         out.append(("untracked", "%d file(s) jj did not snapshot (too large, auto-track off, or in a nested "
                     "repository): %s" % (len(untracked), _named(untracked)),
@@ -2813,6 +3145,103 @@ def uncaptured(w, environ=None):
                     "move the ignored files out, or discard them with the clone: coord work remove %s --confirm %s "
                     "--discard-ignored" % (h, h), {"paths": ignored}))
     return out
+
+
+# What git and jj themselves keep in a clone's .git (top-level names); anything else there was put
+# by someone and exists nowhere else.
+GIT_OWN = frozenset((
+    "HEAD", "config", "description", "hooks", "info", "objects", "refs", "logs", "packed-refs", "index",
+    "FETCH_HEAD", "ORIG_HEAD", "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "MERGE_RR", "AUTO_MERGE", "COMMIT_EDITMSG",
+    "CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD", "BISECT_LOG", "BISECT_START", "BISECT_TERMS",
+    "BISECT_NAMES", "BISECT_EXPECTED_REV", "BISECT_ANCESTORS_OK", "BISECT_HEAD", "rebase-merge", "rebase-apply",
+    "sequencer", "rr-cache", "worktrees", "modules", "shallow", "gc.log", "gc.pid", "lfs", "branches",
+    "fsmonitor--daemon", "fsmonitor--daemon.ipc", "objects.lock", "gitk.cache", "FETCH_HEAD.lock"))
+# Ref namespaces jj imports and judges itself (bookmarks, tags, remote bookmarks) or owns (refs/jj).
+JJ_REFS = ("refs/heads/", "refs/tags/", "refs/remotes/", "refs/jj/")
+
+
+def git_only(w, environ=None):
+    """Blockers for what lives only in a colocated clone's own git, where jj never looks: refs
+    outside the namespaces jj imports (`git stash`'s refs/stash, `git notes`, refs a tool made)
+    whose commit the shared repository lacks, hooks that differ from the shared checkout's, and
+    files under .git/ that neither git nor jj keeps. Call right after a snapshot (jj imported
+    the branches and tags, which the local revset then judges)."""
+    path = w["path"]
+    gitdir = os.path.join(path, ".git")
+    if w["data"].get("kind") == "native" or not os.path.isdir(gitdir):
+        return []
+    h, out = w["handle"], []
+    _, listed, _ = git(["-C", path, "for-each-ref", "--format=%(refname) %(objectname)"], path, environ)
+    refs = [line.split(" ", 1) for line in listed.splitlines() if " " in line]
+    refs = [(name, sha) for name, sha in refs if not name.startswith(JJ_REFS)]
+    if refs:
+        gargs = git_dir_args(w["source"])
+        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
+                          w["source"], environ)
+        current = set(heads.split())
+        kept = []
+        for name, sha in refs:
+            if sha in current:
+                continue
+            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", sha] + list(CANONICAL_REFS),
+                                 w["source"], environ, check=False)
+            if code != 0 or not found.strip():
+                kept.append(name)
+        if kept:
+            quoted = shlex.quote(path)
+            out.append(("git-only-refs", "%d ref(s) only in the clone's git, where jj does not look: %s" % (
+                len(kept), _named(kept)),
+                "look (git -C %s stash list; git -C %s log REF), keep what matters (git -C %s stash pop, then jj "
+                "describe), delete each ref (git -C %s update-ref -d REF), then retry" % (quoted, quoted, quoted, quoted),
+                {"paths": kept}))
+    files = []
+    try:
+        names = sorted(os.listdir(gitdir))
+    except OSError as exc:
+        return out + [("unreadable", "cannot list %s: %s" % (gitdir, exc.strerror), "fix the permissions, then retry")]
+    for name in names:
+        if name not in GIT_OWN and not name.endswith(".lock"):
+            files.append(".git/" + name)
+    files += _changed_hooks(w, gitdir)
+    if files:
+        out.append(("git-only-files", "%d file(s) under .git/ that only the clone has: %s" % (len(files), _named(files)),
+                    "move them out of %s, then retry" % shlex.quote(path), {"paths": files}))
+    return out
+
+
+def _changed_hooks(w, gitdir):
+    """Executable hooks in the clone's .git/hooks that the shared checkout lacks or has otherwise
+    (one a setup installed the same way in both, as `pre-commit install` does, is captured)."""
+    hooks = os.path.join(gitdir, "hooks")
+    try:
+        names = sorted(os.listdir(hooks))
+    except OSError:
+        return []
+    try:
+        source_hooks = os.path.join(clone_source(w["source"]), "hooks") \
+            if not os.path.isdir(os.path.join(w["source"], ".git")) else os.path.join(w["source"], ".git", "hooks")
+    except store.CoordError:
+        source_hooks = None
+    out = []
+    for name in names:
+        mine = os.path.join(hooks, name)
+        if name.endswith(".sample") or not os.path.isfile(mine) or not os.access(mine, os.X_OK):
+            continue  # git runs only executable hooks; its templates' samples and notes are its own
+        theirs = os.path.join(source_hooks, name) if source_hooks else None
+        if theirs and _same_file(mine, theirs):
+            continue
+        out.append(".git/hooks/" + name)
+    return out
+
+
+def _same_file(a, b):
+    try:
+        if os.path.isdir(a) or os.path.isdir(b):
+            return False
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            return fa.read() == fb.read()
+    except OSError:
+        return False
 
 
 def reason_json(blocker):
@@ -2882,6 +3311,7 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
         w["evidence_at"] = time.time()  # anything changed after this is not covered by the evidence
         ids = head_ids(w["path"], environ=environ)  # the snapshot: edits on disk become visible
         out += uncaptured(w, environ)
+        out += git_only(w, environ)
         local = _local_revset(w, environ)
         rows = local_changes(w["path"], local, environ)
     except store.CoordError as exc:
@@ -2898,6 +3328,11 @@ def cleanup_blockers(st, w, caller, environ=None, procs=False):
             extra = local_changes(w["path"], "(%s) ~ ::%s" % (local, cand["commit"]), environ)
         except store.CoordError:
             extra = rows
+        if proven and cand.get("rebased_from"):
+            # Landed in rebased form (the clone was in use): the exact commit that was rebased,
+            # without conflict, into the proven candidate is captured by it; anything the clone
+            # changed since (an amended commit has another ID) still counts.
+            extra = [r for r in extra if r["commit"] != cand["rebased_from"]]
         if extra:
             if proven:
                 out.append(("changed-after-integration",
@@ -3997,6 +4432,11 @@ def cmd_land(ctx, args):
     text = "%s landed %s on %s%s%s" % (r["work"], r["landed"], r["into"],
                                        " and %s/%s" % (r["remote"], r["into"]) if r["remote"] else "",
                                        " (already)" if r["already"] else "")
+    if r.get("check") and not r["already"]:
+        text += "\nchecked: %s (in %s)" % (store.clean_text(r["check"], 300), r.get("check_cwd") or "the clone")
+    if r.get("check_set_aside"):
+        text += "\nthe check's %d written file(s) were moved out of the clone to %s" % (
+            r["check_set_aside"]["count"], r["check_set_aside"]["dir"])
     return 0, _ok(r), text
 
 
