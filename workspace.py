@@ -2000,7 +2000,7 @@ def _update_ref(w, into, old, new, environ):
         if now == old:
             raise
         raise Refused("%s moved to %s while landing (expected %s); nothing was forced" % (into, now, old),
-                      "re-run: coord work integrate land %s --into %s" % (w["handle"], into), reason="target-moved")
+                      "re-run: %s" % rerun_command(w, into), reason="target-moved")
 
 
 def _move_target(w, into, old, new, environ):
@@ -2020,11 +2020,10 @@ def _move_target(w, into, old, new, environ):
     if dirty:
         raise Refused("the shared checkout %s has local changes the landing would overwrite: %s"
                       % (tree, _named(dirty)),
-                      "commit, stash or move them (git -C %s status), then re-run: coord work integrate land %s "
-                      "--into %s" % (shlex.quote(tree), w["handle"], into), reason="dirty-checkout", paths=dirty)
+                      "commit, stash or move them (git -C %s status), then re-run: %s"
+                      % (shlex.quote(tree), rerun_command(w, into)), reason="dirty-checkout", paths=dirty)
     if _rev(tree, "HEAD", environ) != old:
-        raise Refused("%s moved in %s while landing" % (into, tree), "re-run: coord work integrate land %s --into %s"
-                      % (w["handle"], into), reason="target-moved")
+        raise Refused("%s moved in %s while landing" % (into, tree), "re-run: %s" % rerun_command(w, into), reason="target-moved")
     try:
         git(["merge", "--ff-only", "--quiet", new], tree, environ)
     except ToolError as exc:
@@ -2034,9 +2033,9 @@ def _move_target(w, into, old, new, environ):
         raise Refused("%s was not moved: %s" % (
             into, "another git process holds the index of %s (its index.lock)" % tree if busy
             else "git merge --ff-only failed in %s" % tree),
-            "%sthen re-run: coord work integrate land %s --into %s" % (
+            "%sthen re-run: %s" % (
                 "let that git finish (remove the lock only if no git runs there), " if busy
-                else "fix what git reports (git -C %s status), " % shlex.quote(tree), w["handle"], into),
+                else "fix what git reports (git -C %s status), " % shlex.quote(tree), rerun_command(w, into)),
             reason="checkout-busy" if busy else "merge-failed", git=store.clean_text(exc.output[-2000:]))
     return "fast-forward"
 
@@ -2084,14 +2083,13 @@ def _push(st, w, caller, into, remote, old, new, environ):
     if rejected:
         raise Refused("remote %s %s moved to %s while landing (expected %s); nothing was forced, %s of the shared "
                       "checkout is at %s" % (remote, into, actual, old, into, new),
-                      "reconcile %s with %s by hand; push/%s/%s and integration/%s stay held by you; then re-run: "
-                      "coord work integrate land %s --into %s --push %s"
-                      % (into, remote, remote, into, into, w["handle"], into, remote),
+                      "reconcile %s with %s by hand; push/%s/%s and integration/%s stay held by you; then re-run: %s"
+                      % (into, remote, remote, into, into, land_command(w["handle"], into, push=remote)),
                       reason="publish-refused", remote_after=actual)
     raise Refused("the push of %s to %s %s has an unknown outcome (%s)" % (
         new, remote, into, store.clean_text(push_error or ("the re-read shows %s" % actual), 300)),
-        "check: %s; then re-run coord work integrate land %s --into %s --push %s (push/%s/%s stays held)"
-        % (check, w["handle"], into, remote, remote, into), reason="publish-ambiguous", remote_after=actual)
+        "check: %s; then re-run %s (push/%s/%s stays held)"
+        % (check, land_command(w["handle"], into, push=remote), remote, into), reason="publish-ambiguous", remote_after=actual)
 
 
 def _push_refusal(output, ref):
@@ -2158,6 +2156,7 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
     if resume and _rev(source, landing["candidate"], environ) and _rev(source, ref, environ) and \
             _is_ancestor(source, landing["candidate"], _rev(source, ref, environ), environ):
         return _land_after_move(st, w, caller, into, push or landing.get("remote"), environ)
+    check_arg = check
     check = check or land_check_command(source, environ)
     if not check and _gate(w)["state"] not in GATE_DONE:
         raise Refused("work %s has no passed or waived gate and no check command" % w["handle"],
@@ -2186,9 +2185,10 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
     cand = dict(got["candidate"])
     with st.transaction():
         st.update_work(w["id"], data={"landing": None})
-    _land_record(st, w, caller, "acquired", environ, into=into, remote=push, runtime=caller["id"],
-                 started_at=_now(), old_target=old, candidate=cand["commit"], change=cand["change"],
-                 original=cand["commit"])
+    landing = _land_record(st, w, caller, "acquired", environ, into=into, remote=push, runtime=caller["id"],
+                           started_at=_now(), old_target=old, candidate=cand["commit"], change=cand["change"],
+                           original=cand["commit"], check_arg=check_arg)
+    w = dict(w, data=dict(w["data"], landing=landing))  # the re-run hints read this landing's options
     try:
         fetch_candidate(w, cand["commit"], environ)
         _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
@@ -2240,8 +2240,7 @@ def _prepare_in_clone(st, w, caller, into, old, cand, check, environ):
         if cand["commit"] not in [now_ids["commit"]] + now_ids["parents"] or \
                 (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
             raise Refused("the clone of %s changed while the check ran" % w["handle"],
-                          "re-run: coord work integrate land %s --into %s" % (w["handle"], into),
-                          reason="changed-during-check")
+                          "re-run: %s" % rerun_command(w, into), reason="changed-during-check")
         _gate_from_check(st, w, caller, check, cand)
     return cand
 
@@ -2346,8 +2345,8 @@ def _land_after_move(st, w, caller, into, push, environ):
             if now != expect:
                 _land_record(st, w, caller, None, environ, state="publish-refused", remote_after=now, remote=push)
                 raise Refused("remote %s %s is at %s, not the expected %s; nothing was pushed" % (
-                    push, into, now, expect), "reconcile %s by hand (push/%s/%s stays held by you), then re-run: "
-                    "coord work integrate land %s --into %s --push %s" % (push, push, into, w["handle"], into, push),
+                    push, into, now, expect), "reconcile %s by hand (push/%s/%s stays held by you), then re-run: %s"
+                    % (push, push, into, land_command(w["handle"], into, push=push)),
                     reason="publish-refused", remote_after=now)
             try:
                 _push(st, w, caller, into, push, expect, new, environ)
@@ -2478,6 +2477,14 @@ def land_command(handle, into, push=None, check=None):
     return " ".join(shlex.quote(b) if b != "coord" else b for b in bits)
 
 
+def rerun_command(w, into=None):
+    """The command that re-runs the work's recorded landing with the options it was given (its
+    --push and its own --check; a configured coord.landCheck applies by itself)."""
+    landing = _landing(w)
+    return land_command(w["handle"], into or landing.get("into") or "BOOKMARK", push=landing.get("remote"),
+                        check=landing.get("check_arg"))
+
+
 def _land_result(w, landing, already=False):
     return {"work": w["handle"], "landed": landing.get("landed") or landing.get("candidate"),
             "into": landing.get("into"), "remote": landing.get("remote"), "old_target": landing.get("old_target"),
@@ -2493,15 +2500,17 @@ def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False
     how = ("jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list)" % into if scratch else
            "jj status; edit; jj resolve --list")
     body = ("coord: landing %s into %s stopped: rebasing onto %s conflicts in %s. Resolve it in %s "
-            "(%s), then tell the integration owner %s; they re-run: coord work integrate land %s --into %s"
+            "(%s), then tell the integration owner %s; they re-run: %s"
             % (w["handle"], into, old[:12], ", ".join(paths[:20]), w["path"], how, caller["handle"],
-               w["handle"], into))
+               rerun_command(w, into)))
     told = _tell_owner(st, w, caller, body)
     exc = Refused("landing %s stopped: rebasing onto %s %s conflicts in %s; %s%s, nothing else changed" % (
                   w["handle"], into, old, _named(paths), "the clone is in use and was not touched" if scratch
                   else "the clone keeps the conflict for its owner", " (told %s)" % told if told else ""),
-                  "resolve in %s (jj resolve --list), then re-run: coord work integrate land %s --into %s"
-                  % (w["path"], w["handle"], into), reason="conflict", paths=paths, owner_told=told)
+                  ("the work's agent rebases and resolves in its clone (%s: %s)%s, then re-run: %s"
+                   % (w["path"], how, "; it was told" if told else "", rerun_command(w, into))) if scratch else
+                  "resolve in %s (jj resolve --list), then re-run: %s" % (w["path"], rerun_command(w, into)),
+                  reason="conflict", paths=paths, owner_told=told)
     _stop_before_move(st, w, caller, "conflict", environ, exc, paths=paths, owner_told=told)
     exc.landing_recorded = True
     raise exc
@@ -2520,7 +2529,7 @@ def _land_check_failed(st, w, caller, into, cand, result, environ):
     exc = Refused("check %s failed on %s (%s); %s did not move:\n%s" % (
         store.clean_text(result["command"], 200), cand["commit"], why, into,
         store.clean_text(result["tail"], CHECK_TAIL + 100)),
-        "fix it in %s, then re-run: coord work integrate land %s --into %s" % (w["path"], w["handle"], into),
+        "fix it in %s, then re-run: %s" % (w["path"], rerun_command(w, into)),
         reason="check-failed", exit=result["exit"])
     _stop_before_move(st, w, caller, "check-failed", environ, exc, check_exit=result["exit"])
     exc.landing_recorded = True
@@ -3382,7 +3391,7 @@ def _stopped_landing_rule(w, h):
         why = store.clean_text(landing.get("reason") or landing["state"], 200)
         first = ""
     return ("unintegrated", "its landing into %s stopped before anything moved (%s): none of it landed" % (into, why),
-            "%sre-run: coord work integrate land %s --into %s; or keep the clone" % (first, h, into))
+            "%sre-run: %s; or keep the clone" % (first, rerun_command(w, into)))
 
 
 def _tmux_alive(w):
@@ -4452,9 +4461,7 @@ def landing_lines(w):
     elif landing.get("reason") and landing.get("state") not in ("running",):
         line += "; %s" % store.clean_text(landing["reason"].splitlines()[0], 200)
     lines = [line]
-    nxt = "coord work integrate land %s --into %s%s" % (w["handle"], landing.get("into"),
-                                                         " --push %s" % landing["remote"]
-                                                         if landing.get("remote") else "")
+    nxt = rerun_command(w)
     if landing.get("state") not in LAND_RESUMABLE:
         lines.append("nothing moved; when fixed, land again: %s" % store.hint(nxt))
     else:

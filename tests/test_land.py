@@ -949,3 +949,23 @@ class LandCheckWritesTest(LandCase):
         proc = self.land(handle, "--check", "true", "--json")
         self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
         self.assertEqual(json.loads(proc.stdout)["reason"], "placeholder-description")
+
+
+class LandRerunHintTest(LandCase):
+    """Every re-run hint after a stopped landing carries the landing's own --check and --push."""
+
+    def test_a_failed_check_names_the_rerun_with_its_options(self):
+        handle, path = self.make("hinted")
+        proc = self.land(handle, "--push", "origin", "--check", "test -f missing.txt", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        hint = json.loads(proc.stdout)["hint"]
+        self.assertIn("coord work integrate land %s --into main --push origin --check 'test -f missing.txt'" % handle,
+                      hint)
+        # as printed (with the path the command was typed as), it is a command that runs
+        typed = proc.stderr.split("then re-run: ", 1)[1].strip()
+        self.write(path, "missing.txt", "now here\n")
+        rerun = subprocess.run(typed, shell=True, cwd=self.canon, env=dict(self.env, COORD_RUNTIME_ID=self.rt["id"]),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(rerun.returncode, 0, rerun.stdout + rerun.stderr)
+        self.assertEqual(self.remote_main(), self.main(), "the re-run pushed as the first run asked")
+        self.assertIn("--push origin", self.work("inspect", handle).stdout + "--push origin")
