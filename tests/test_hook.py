@@ -247,6 +247,52 @@ class SampleTest(HookCase):
                 self.assertEqual(out, "")
 
 
+class TurnTest(HookCase):
+    """The hook records where the main agent is in its turn, for send --nudge: busy from its
+    prompt, idle at Stop, dialog at a permission request (its subagent's too), busy again at a
+    tool after Stop; a fresh session start is busy until a turn ends. PreToolUse stays silent."""
+
+    def turn(self, session=CLAUDE_MAIN):
+        return self.st.turn(self.st.find_conversation_runtime(session)["id"])
+
+    def test_the_boundaries_of_a_turn(self):
+        self.start()
+        self.assertEqual(self.turn()["state"], "busy")
+        self.assertIsNone(self.turn()["began"], "no prompt yet")
+        self.run_hook(self.payload("claude-UserPromptSubmit"))
+        began = self.turn()["began"]
+        self.assertEqual((self.turn()["state"], self.turn()["at"]), ("busy", began))
+        self.run_hook(self.payload("claude-PostToolUse-Write"))
+        self.assertEqual(self.turn()["at"], began, "a tool inside a busy turn writes no boundary")
+        self.run_hook(dict(self.payload("claude-UserPromptSubmit"), hook_event_name="PermissionRequest",
+                           tool_name="Bash", tool_input={"command": "touch APPROVED"}))
+        self.assertEqual(self.turn()["state"], "dialog")
+        self.run_hook(self.payload("claude-Stop"))
+        self.assertEqual((self.turn()["state"], self.turn()["began"]), ("idle", began))
+        self.run_hook(self.payload("claude-PostToolUse-Write"))  # a turn that began without a prompt
+        self.assertEqual(self.turn()["state"], "busy")
+        self.run_hook(self.payload("claude-Stop"))
+        self.assertEqual(self.turn()["state"], "idle")
+        self.start()  # the same process again (/clear, compaction): nothing says the prompt is idle
+        self.assertEqual(self.turn()["state"], "busy")
+
+    def test_a_subagents_permission_request_marks_its_parent(self):
+        self.start(CLAUDE_PARENT)
+        self.run_hook(self.payload("claude-UserPromptSubmit", session_id=CLAUDE_PARENT))
+        self.run_hook(self.payload("claude-Stop", session_id=CLAUDE_PARENT))
+        self.run_hook(self.payload("claude-PreToolUse-Write-in-subagent", hook_event_name="PermissionRequest"))
+        self.assertEqual(self.turn(CLAUDE_PARENT)["state"], "dialog")
+
+    def test_codex_boundaries(self):
+        self.start(CODEX_MAIN, "codex")
+        for name in ("codex-UserPromptSubmit", "codex-Stop"):
+            self.run_hook(self.payload(name), harness="codex")
+        self.assertEqual(self.turn(CODEX_MAIN)["state"], "idle")
+        self.run_hook(self.payload("codex-PreToolUse-Bash-exec_command", hook_event_name="PermissionRequest"),
+                      harness="codex")
+        self.assertEqual(self.turn(CODEX_MAIN)["state"], "dialog")
+
+
 class PatchParsingTest(HookCase):
     """hook.patch_paths finds exactly the paths Codex's apply_patch would write."""
 
