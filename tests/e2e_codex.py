@@ -698,6 +698,23 @@ class Nudge(h.CoordCase):
         return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
                               stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
 
+    def test_a_nudge_wakes_an_agent_idle_after_its_turn(self):
+        import session
+        self.server.load([say("ok")] * 50)
+        work = self.rcoord("work", "create", "idle-codex", env=self.as_owner)["work"]
+        self.rcoord("work", "start", work["handle"], "--harness", "codex", "--prompt", "Say ok.", env=self.as_owner)
+        rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(
+            self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]["data"].get("tmux") or {}),
+            timeout=90, interval=0.5)
+        support.retry_until(lambda: self.turn(rec) == "idle", timeout=90, interval=0.25)
+        marker = "NUDGED-BODY-%d" % os.getpid()
+        self.rcoord("send", "look at %s" % marker, "--to", work["handle"], env=self.as_owner)
+        reply = self.rcoord("send", "and again", "--to", work["handle"], "--nudge", env=self.as_owner)
+        self.assertTrue(reply["nudged"], reply)
+        seen = support.retry_until(lambda: [r for r in list(self.server.requests) if r.api and marker in r.text()],
+                                   timeout=60, interval=0.25)
+        self.assertIn(session.NUDGE, seen[0].text())
+
     def test_a_nudge_never_cancels_an_approval_request(self):
         asked = []
 
