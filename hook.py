@@ -15,7 +15,7 @@ Contract:
   store.HEARTBEAT_EVERY seconds and deliver messages only when some are open.
 - The main agent's turn boundary is recorded for `send --nudge` (store `turns`): busy at
   UserPromptSubmit, idle at Stop, dialog at PermissionRequest (a subagent's marks its parent),
-  busy again at the first PostToolUse after a Stop; SessionStart forgets it (unknown).
+  busy again at the first PostToolUse after a Stop; SessionStart sets busy (no turn ended yet).
 - Only os, sys, json and re (json's own dependency) load before the event needs the store.
 
 Paths: the repository root is COORD_REPO_ROOT when set, else the parent of the `.coord/`

@@ -967,14 +967,19 @@ class DeliveryTest(HookCase):
         self.assertNotIn("not shown here", text)
         self.assertEqual(text.count("coord: unacked #"), 3)
 
-    def test_idle_boundaries_write_nothing_until_the_heartbeat_is_due(self):
+    def test_tool_boundaries_inside_a_turn_write_nothing_until_the_heartbeat_is_due(self):
         me = self.start()
         probe = sqlite3.connect(self.db)
         self.addCleanup(probe.close)
+        # The prompt and the turn's end each record the turn boundary (for send --nudge); the
+        # tool calls between them write nothing.
+        self.assertEqual(self.run_hook(self.payload("claude-UserPromptSubmit", session_id=CLAUDE_MAIN))[0], "")
         before = probe.execute("PRAGMA data_version").fetchone()[0]
-        for sample in ("claude-PostToolUse-Write", "claude-UserPromptSubmit", "claude-PostToolUse-Edit", "claude-Stop"):
+        for sample in ("claude-PostToolUse-Write", "claude-PostToolUse-Edit"):
             self.assertEqual(self.run_hook(self.payload(sample, session_id=CLAUDE_MAIN))[0], "")
         self.assertEqual(probe.execute("PRAGMA data_version").fetchone()[0], before)
+        self.assertEqual(self.run_hook(self.payload("claude-Stop", session_id=CLAUDE_MAIN))[0], "")
+        self.assertEqual(self.st.turn(me["id"])["state"], "idle")
         stale = me["heartbeat_at"] - store.HEARTBEAT_EVERY - 5
         with self.st.transaction():
             self.st.conn.execute("UPDATE runtimes SET heartbeat_at = ? WHERE id = ?", (stale, me["id"]))
