@@ -17,6 +17,9 @@ Contract:
 - A deny never carries additionalContext, and the hook never says "allow".
 - PreToolUse writes nothing to the database; other events heartbeat at most every
   store.HEARTBEAT_EVERY seconds and deliver messages only when some are open.
+- The main agent's turn boundary is recorded for `send --nudge` (store `turns`): busy at
+  UserPromptSubmit, idle at Stop, dialog at PermissionRequest (a subagent's marks its parent),
+  busy again at the first PostToolUse after a Stop; SessionStart sets busy (no turn ended yet).
 - Only os, sys, json and re (json's own dependency) load before the event needs the store.
 
 Paths: the repository root is COORD_REPO_ROOT when set, else REPO (the installed command's
@@ -413,6 +416,11 @@ def on_deliver(h):
             return ""
         return reply(h, h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
                               " and messages; this session is stale: stop editing." % attached.successor["handle"])
+    if not h.agent:
+        if h.event == "UserPromptSubmit":
+            db.set_turn(rt["id"], "busy", began=True)
+        else:  # a turn that began without a prompt (a Stop hook's continuation, a background wake)
+            db.set_turn(rt["id"], "busy", only_from="idle")
     db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
     lost = store.lost_line(db.take_lost(rt["id"]), h.command())
     used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
@@ -426,7 +434,20 @@ def on_stop(h):
     db = h.open()
     rt = h.attach().runtime
     if rt is not None:
+        if not h.agent:
+            db.set_turn(rt["id"], "idle")
         db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
+    return ""
+
+
+def on_permission_request(h):
+    """The harness is about to show a permission dialog: from now until its turn ends, the pane's
+    Enter would answer it. Recorded on the main agent's runtime (a subagent's dialog is in the
+    same pane); the hook never decides the request."""
+    db = h.open()
+    rt = db.find_conversation_runtime(h.session)
+    if rt is not None and rt["ended_at"] is None and not rt.get("superseded_by"):
+        db.set_turn(rt["id"], "dialog")
     return ""
 
 
@@ -442,6 +463,7 @@ def on_session_start(h):
     else:
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
                          source="hook:%s" % str(h.payload.get("source"))[:40])
+    db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
         export_runtime(env_file, rt["id"])
@@ -663,6 +685,7 @@ EVENTS = {
     "PostToolUse": on_deliver,
     "PreToolUse": on_pre_tool_use,
     "Stop": on_stop,
+    "PermissionRequest": on_permission_request,
     "SubagentStart": on_subagent_start,
     "SubagentStop": on_subagent_stop,
     "SessionEnd": on_session_end,

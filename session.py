@@ -57,7 +57,7 @@ OPT_CONVERSATION = "@coord-conversation"
 OPT_RUNTIME = "@coord-runtime"
 
 _PANE_FIELDS = ("pid", "session_id", "window_id", "pane_id", "pane_pid", "pane_dead",
-                "pane_current_command", "pane_start_command")
+                "session_activity", "pane_in_mode", "pane_current_command", "pane_start_command")
 _PANE_FORMAT = SEP.join("#{%s}" % f for f in _PANE_FIELDS)
 
 
@@ -195,6 +195,11 @@ class Tmux(object):
             row["pid"] = int(row["pid"])
             row["pane_pid"] = int(row["pane_pid"])
             row["pane_dead"] = row["pane_dead"] == "1"
+            row["pane_in_mode"] = row["pane_in_mode"] not in ("", "0")
+            try:
+                row["session_activity"] = int(row["session_activity"])
+            except ValueError:
+                row["session_activity"] = None
             rows.append(row)
         return rows
 
@@ -513,6 +518,11 @@ def _inspect(record, tmux):
     return {
         "socket": tmux.socket, "server_pid": server_pid, "window_id": wid, "pane_id": pid_,
         "dead": pane["pane_dead"], "current_command": pane["pane_current_command"],
+        "in_mode": pane["pane_in_mode"],
+        # Last key a client typed into any session showing this window (whole seconds; tmux's own
+        # send-keys does not count): None when a session does not say.
+        "typed_at": None if any(p["session_activity"] is None for p in in_window)
+        else max(p["session_activity"] for p in in_window),
         "sessions": sorted({p["session_id"] for p in in_window}),
         "panes": [p["pane_id"] for p in in_window],
         "pane_pids": [p["pane_pid"] for p in in_window],
@@ -634,21 +644,37 @@ NUDGE = "coord: new messages for you; read: .coord/coord inbox, then ack each"
 NUDGE_ENTER_AFTER = 0.1  # seconds between typing NUDGE and pressing Enter
 
 
-def nudge(record, tmux=None):
+def nudge(record, since, claim=None, tmux=None):
     """Type NUDGE and Enter into the record's pane, so an agent idle at its prompt runs a turn
-    (and with it the hooks that show its messages); only after the record validates (window
-    label, pane pid and start command) and while its harness still runs. -> the pane ID."""
+    (and with it the hooks that show its messages). The caller has already seen the harness's own
+    "turn ended" boundary (store turns); this adds what only tmux knows, and types nothing unless
+    all of it holds: the record validates (window label, pane pid and start command), the harness
+    still runs (not dead, not a shell), the pane is not in a tmux mode, and no client typed into a
+    session showing it after `since` (the epoch second the agent's last turn began: text typed
+    since may still sit in its prompt, and Enter would submit it). `claim()`, when given, runs
+    last and must return True (one nudge per idle prompt). -> the pane ID; Refused says why not."""
     tmux = tmux or Tmux(record["socket"])
     live = _inspect(record, tmux)
+    pane = record["pane_id"]
     if live["dead"]:
-        raise Refused("the harness in pane %s has exited; nothing would read the nudge" % record["pane_id"],
+        raise Refused("the harness in pane %s has exited; nothing would read the nudge" % pane,
                       "coord work resume <work>")
     shown = os.path.basename(str(live["current_command"] or "")).lstrip("-")
     if shown in store.KNOWN_SHELLS:
         # The harness is gone and its wrapper left a shell at the prompt: typed text would run.
         raise Refused("pane %s shows a %s prompt, not the agent; a nudge there would run as a command"
-                      % (record["pane_id"], shown), "coord work resume <work>")
-    pane = record["pane_id"]
+                      % (pane, shown), "coord work resume <work>")
+    wait = "the message waits for the agent's next turn"
+    if live["in_mode"]:
+        raise Refused("pane %s is in a tmux mode (copy or view): keys would go to tmux, not the agent" % pane, wait)
+    typed = live["typed_at"]
+    if typed is None or since is None or typed > int(since):
+        raise Refused("someone typed into tmux session%s %s since the agent's turn began%s: a half-typed "
+                      "prompt there would be submitted with the nudge"
+                      % ("s" if len(live["sessions"]) > 1 else "", ", ".join(live["sessions"]),
+                         " (at %s)" % time.strftime("%H:%M:%S", time.localtime(typed)) if typed else ""), wait)
+    if claim is not None and not claim():
+        raise Refused("another nudge was typed into pane %s since the agent's turn ended" % pane, wait)
     tmux.run("send-keys", "-t", pane, "-l", NUDGE)
     # Enter in the same write as the text reads as part of a paste to the harness's prompt, which
     # then keeps the line unsent (measured: Claude Code 2.1.197, Codex 0.171.0): send it on its

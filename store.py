@@ -25,7 +25,7 @@ import re
 import sqlite3
 import time
 
-SCHEMA_VERSION = 1  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
+SCHEMA_VERSION = 2  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
 DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
 DEFAULT_RUNTIME_TTL = 4 * 3600.0  # seconds a runtime stays live without a heartbeat
 BUSY_TIMEOUT = 5.0               # CLI wait for a locked database
@@ -810,6 +810,16 @@ _MIGRATIONS = {
             data TEXT NOT NULL
         )""",
     ],
+    # Where each runtime's harness is in its turn, from the hook's lifecycle events (DESIGN.md,
+    # "Messages to a work"): what `send --nudge` needs as positive evidence of an idle prompt.
+    2: [
+        """CREATE TABLE turns (
+            runtime TEXT PRIMARY KEY,
+            state TEXT NOT NULL,
+            at REAL NOT NULL,
+            began REAL
+        )""",
+    ],
 }
 
 
@@ -820,7 +830,7 @@ _MIGRATIONS = {
 # know); the newest migration applied is kept in meta under SCHEMA_APPLIED_KEY. So an agent in
 # a clone still running the previous release keeps working after the shared checkout installs
 # a release whose migrations are all additive (DESIGN.md, "Upgrades").
-ADDITIVE_MIGRATIONS = frozenset()
+ADDITIVE_MIGRATIONS = frozenset({2})
 SCHEMA_APPLIED_KEY = "schema.applied"
 
 
@@ -1511,6 +1521,43 @@ class Store:
             if self.runtime_live(rt, now):
                 return rt
         return None
+
+    # -- turns: the lifecycle boundary each harness reported last (hook.py writes, send --nudge reads)
+
+    TURN_STATES = ("busy", "idle", "dialog", "nudged")
+
+    def turn(self, runtime_id):
+        """{"state", "at", "began"} of the runtime's last recorded boundary, or None (none seen)."""
+        row = self.q("SELECT state, at, began FROM turns WHERE runtime = ?", (runtime_id,)).fetchone()
+        return dict(zip(("state", "at", "began"), row)) if row else None
+
+    def set_turn(self, runtime_id, state, now=None, began=False, only_from=None):
+        """Record a boundary: `state` since now; began=True also marks the start of a turn (a
+        prompt was submitted). With `only_from`, change only a row in that state (read first, so
+        a hook that finds nothing to change takes no write lock). -> True when written."""
+        now = _now(now)
+        if only_from is not None:
+            row = self.turn(runtime_id)
+            if row is None or row["state"] != only_from:
+                return False
+        with self.transaction():
+            if only_from is not None:
+                cur = self.conn.execute("UPDATE turns SET state = ?, at = ? WHERE runtime = ? AND state = ?",
+                                        (state, now, runtime_id, only_from))
+                return cur.rowcount == 1
+            self.conn.execute(
+                "INSERT INTO turns (runtime, state, at, began) VALUES (?, ?, ?, ?) ON CONFLICT (runtime) DO "
+                "UPDATE SET state = excluded.state, at = excluded.at, began = CASE WHEN ? THEN excluded.began "
+                "ELSE turns.began END", (runtime_id, state, now, now if began else None, 1 if began else 0))
+        return True
+
+    def claim_nudge(self, runtime_id, idle_at, now=None):
+        """Atomically turn the idle boundary seen at `idle_at` into "nudged" (one nudge per idle
+        prompt: a second sender finds it taken). -> True when this caller may type."""
+        with self.transaction():
+            cur = self.conn.execute("UPDATE turns SET state = 'nudged', at = ? WHERE runtime = ? AND state = 'idle'"
+                                    " AND at = ?", (_now(now), runtime_id, idle_at))
+            return cur.rowcount == 1
 
     def heartbeat(self, runtime_id, now=None, min_interval=0.0):
         """Renew presence and every lease held; skip the write when the last beat is younger than min_interval."""

@@ -387,39 +387,102 @@ class CloneTrust(h.CoordCase):
 
 
 
-class IdleNudge(h.CoordCase):
-    """An interactive Claude Code started by `coord work start` and idle at its prompt gets no hook
-    events, so a message waits; `send --to WORK --nudge` types coord's fixed line into the
-    validated pane and submits it, so the next model request carries the message. Claude Code
-    reads Enter arriving in the same write as the typed text as part of a paste and keeps the
-    line unsent: the Enter must come on its own."""
+class Nudge(h.CoordCase):
+    """`send --to WORK --nudge` to an interactive Claude Code that `coord work start` launched in
+    tmux types coord's fixed line and Enter only when the agent's hooks saw its turn end (Stop)
+    and no one typed into its pane since the turn began: it wakes an idle agent (the next model
+    request carries the message), and never answers a permission dialog or submits what a person
+    half-typed. The Enter comes on its own: Claude Code reads an Enter in the same write as typed
+    text as part of a paste and keeps the line unsent."""
 
     harness = "claude"
 
     def setUp(self):
         super().setUp()
         self.interactive_claude()
-        self.server.load([say("ok")] * 50)
         self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
+        self.as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
+        self.rcoord("trust", "--carry-over", "on", env=self.as_owner)
 
-    def test_a_nudge_submits_a_turn_that_shows_the_message(self):
+    def launch(self, name, script, prompt):
+        """A work whose interactive Claude Code got `prompt` as its first message; -> (work, record)."""
+        self.server.load(script)
+        work = self.rcoord("work", "create", name, env=self.as_owner)["work"]
+        self.rcoord("work", "start", work["handle"], "--harness", "claude", "--prompt", prompt, env=self.as_owner)
+        rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(
+            self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]["data"].get("tmux") or {}),
+            timeout=60, interval=0.5)
+        work = self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]
+        return work, rec
+
+    def turn(self, rec):
+        import store
+        st = store.Store(self.env["COORD_DB"])
+        try:
+            return (st.turn(rec["runtime_id"]) or {}).get("state")
+        finally:
+            st.close()
+
+    def pane_text(self, rec):
+        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
+                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
+
+    def carrying(self, text):
+        return [r for r in list(self.server.requests) if r.api and text in r.text()]
+
+    def test_a_nudge_wakes_an_agent_idle_after_its_turn(self):
         import session
-        as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
-        self.rcoord("trust", "--carry-over", "on", env=as_owner)
-        work = self.rcoord("work", "create", "idle-one", env=as_owner)["work"]
-        self.rcoord("work", "start", work["handle"], "--harness", "claude", env=as_owner)
-        support.retry_until(lambda: (self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]
-                                     ["data"].get("tmux") or {}).get("runtime_id"), timeout=60, interval=0.5)
+        work, rec = self.launch("idle-one", [say("ready")] + [say("ok")] * 50, "Say ready.")
+        support.retry_until(lambda: self.turn(rec) == "idle", timeout=60, interval=0.25)
         marker = "NUDGED-BODY-%d" % os.getpid()
-
-        def carried():
-            return [r for r in list(self.server.requests) if r.api and marker in r.text()]
-        self.rcoord("send", "look at %s" % marker, "--to", work["handle"], env=as_owner)
-        self.assertEqual(carried(), [], "an idle agent sees nothing without a prompt")
-        reply = self.rcoord("send", "and again", "--to", work["handle"], "--nudge", env=as_owner)
+        self.rcoord("send", "look at %s" % marker, "--to", work["handle"], env=self.as_owner)
+        self.assertEqual(self.carrying(marker), [], "an idle agent sees nothing without a prompt")
+        reply = self.rcoord("send", "and again", "--to", work["handle"], "--nudge", env=self.as_owner)
         self.assertTrue(reply["nudged"], reply)
-        seen = support.retry_until(carried, timeout=60, interval=0.25)
+        seen = support.retry_until(lambda: self.carrying(marker), timeout=60, interval=0.25)
         self.assertIn(session.NUDGE, seen[0].user_text())
+
+    def test_a_nudge_never_answers_a_permission_dialog(self):
+        asked = []
+
+        def step(request):  # the main loop's request (it offers Bash) asks once; side requests get text
+            if not asked and any(t.get("name") == "Bash" for t in (request.body or {}).get("tools") or []):
+                asked.append(request)
+                return tool("Bash", command="touch APPROVED", description="make the marker")
+            return say("done")
+        work, rec = self.launch("asks", [step] * 50, "Run the scripted command.")
+        support.retry_until(lambda: self.turn(rec) == "dialog", timeout=60, interval=0.25)
+        support.retry_until(lambda: "touch APPROVED" in self.pane_text(rec), timeout=30, interval=0.25)
+        peer = self.rcoord("hello", "--conversation", "peer-%d" % os.getpid(), "--harness", "claude",
+                           env=self.launch_env)["runtime"]
+        for who, why in ((self.as_owner, "permission dialog"),
+                         (dict(self.launch_env, COORD_RUNTIME_ID=peer["id"]), "only the person or the work's owner")):
+            reply = self.rcoord("send", "status please", "--to", work["handle"], "--nudge", env=who)
+            self.assertFalse(reply["nudged"], reply)
+            self.assertIn(why, reply["nudge_problem"])
+        # The dialog is still open and unanswered: the person closes it (Escape, in order after anything typed).
+        self.assertIn("touch APPROVED", self.pane_text(rec))
+        person = support.TmuxClient(self, self.sock, rec["pane_id"])
+        person.type("\x1b")
+        support.retry_until(lambda: "Do you want to proceed" not in self.pane_text(rec), timeout=30, interval=0.25)
+        self.assertFalse(os.path.exists(os.path.join(work["path"], "APPROVED")), "the nudge ran the command")
+
+    def test_what_a_person_half_typed_is_never_submitted_by_a_nudge(self):
+        import session
+        work, rec = self.launch("typed-into", [say("ready")] + [say("ok")] * 50, "Say ready.")
+        support.retry_until(lambda: self.turn(rec) == "idle", timeout=60, interval=0.25)
+        person = support.TmuxClient(self, self.sock, rec["pane_id"])
+        words = "please do NOT touch the database, first"
+        person.type(words)
+        support.retry_until(lambda: words in self.pane_text(rec), timeout=30, interval=0.25)
+        reply = self.rcoord("send", "status please", "--to", work["handle"], "--nudge", env=self.as_owner)
+        self.assertFalse(reply["nudged"], reply)
+        self.assertIn("someone typed into tmux session", reply["nudge_problem"])
+        # The person's line is theirs alone: submitted by them, it carries no nudge text.
+        person.type("\r")
+        seen = support.retry_until(lambda: self.carrying(words), timeout=60, interval=0.25)
+        self.assertNotIn(session.NUDGE, seen[0].user_text())
+        self.assertNotIn(session.NUDGE, self.pane_text(rec))
 
 
 def tearDownModule():

@@ -713,6 +713,94 @@ class CloneTrust(h.CoordCase):
         self.assertEqual(text, "agent\n")
 
 
+class Nudge(h.CoordCase):
+    """Interactive Codex, launched by `coord work start` in tmux with `approval_policy =
+    "on-request"`, asks to run an escalated command: its PermissionRequest hook marks the turn,
+    so `send --to WORK --nudge` types nothing (0.3.0 typed its line: the "c" cancelled the request
+    and the rest went in as a prompt); the request stays open, and the person's own "y" still
+    runs the command."""
+
+    harness = "codex"
+
+    def setUp(self):
+        super().setUp()
+        managed = self.managed_env()
+        self.launch_env = h.codex_env(self.home, self.codex_home, self.server, self.agent_env(dict(managed, **{
+            "COORD_REGISTER_GRACE": "0", "COORD_CODEX_CMD": self.cli})))
+        h.trust_codex_repo(self.codex_home, self.server, self.repo, sandbox="workspace-write",
+                           extra='[notice.model_migrations]\n"gpt-5.5" = "gpt-6-sol"')
+        path = os.path.join(self.codex_home, "config.toml")
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace('approval_policy = "never"', 'approval_policy = "on-request"'))
+        self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
+        self.as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
+        self.rcoord("trust", "--carry-over", "on", env=self.as_owner)
+
+    def turn(self, rec):
+        import store
+        st = store.Store(self.env["COORD_DB"])
+        try:
+            return (st.turn(rec["runtime_id"]) or {}).get("state")
+        finally:
+            st.close()
+
+    def pane_text(self, rec):
+        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
+                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
+
+    def test_a_nudge_wakes_an_agent_idle_after_its_turn(self):
+        import session
+        self.server.load([say("ok")] * 50)
+        work = self.rcoord("work", "create", "idle-codex", env=self.as_owner)["work"]
+        self.rcoord("work", "start", work["handle"], "--harness", "codex", "--prompt", "Say ok.", env=self.as_owner)
+        rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(
+            self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]["data"].get("tmux") or {}),
+            timeout=90, interval=0.5)
+        support.retry_until(lambda: self.turn(rec) == "idle", timeout=90, interval=0.25)
+        marker = "NUDGED-BODY-%d" % os.getpid()
+        self.rcoord("send", "look at %s" % marker, "--to", work["handle"], env=self.as_owner)
+        reply = self.rcoord("send", "and again", "--to", work["handle"], "--nudge", env=self.as_owner)
+        self.assertTrue(reply["nudged"], reply)
+        seen = support.retry_until(lambda: [r for r in list(self.server.requests) if r.api and marker in r.text()],
+                                   timeout=60, interval=0.25)
+        self.assertIn(session.NUDGE, seen[0].text())
+
+    def test_a_nudge_never_cancels_an_approval_request(self):
+        asked = []
+
+        def step(request):  # the main loop's request (it offers exec_command) asks once; others get text
+            if not asked and "exec_command" in request.text():
+                asked.append(request)
+                return shell("touch ESCALATED", sandbox_permissions="require_escalated",
+                             justification="the scripted task needs it")
+            return say("done")
+        self.server.load([step] * 50)
+        work = self.rcoord("work", "create", "escalates", env=self.as_owner)["work"]
+        self.rcoord("work", "start", work["handle"], "--harness", "codex", "--prompt", "Run the scripted command.",
+                    env=self.as_owner)
+        rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(
+            self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]["data"].get("tmux") or {}),
+            timeout=90, interval=0.5)
+        try:
+            support.retry_until(lambda: self.turn(rec) == "dialog", timeout=90, interval=0.25)
+        except AssertionError:
+            raise AssertionError("no PermissionRequest seen (turn %r); the pane shows:\n%s"
+                                 % (self.turn(rec), self.pane_text(rec)))
+        support.retry_until(lambda: "touch ESCALATED" in self.pane_text(rec), timeout=30, interval=0.25)
+        reply = self.rcoord("send", "status please", "--to", work["handle"], "--nudge", env=self.as_owner)
+        self.assertFalse(reply["nudged"], reply)
+        self.assertIn("permission dialog", reply["nudge_problem"])
+        self.assertFalse(os.path.exists(os.path.join(work["path"], "ESCALATED")))
+        # The request is still open: the person's own answer runs the command.
+        person = support.TmuxClient(self, self.sock, rec["pane_id"])
+        person.type("y")
+        support.retry_until(lambda: os.path.exists(os.path.join(work["path"], "ESCALATED")), timeout=60,
+                            interval=0.25)
+        self.assertNotIn("coord: new messages", self.pane_text(rec))
+
+
 def tearDownModule():
     h.print_figures()
 

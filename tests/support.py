@@ -399,3 +399,65 @@ class Terminal:
         except ChildProcessError:
             pass
         os.close(self.fd)
+
+
+class TmuxClient:
+    """A person at a tmux client: `tmux attach` on its own pseudo-terminal. type() writes keys the
+    way a keyboard does, so tmux counts them as that session's activity (send-keys does not)."""
+
+    def __init__(self, testcase, socket, target, env=None):
+        import pty
+        import threading
+        pid, fd = pty.fork()
+        if pid == 0:
+            try:
+                e = {k: v for k, v in (env or os.environ).items() if k not in ("TMUX", "TMUX_PANE")}
+                e.setdefault("TERM", "xterm-256color")
+                os.execvpe("tmux", ["tmux", "-S", socket, "attach-session", "-t", target], e)
+            finally:
+                os._exit(127)
+        self.pid, self.fd, self.closed, self.socket = pid, fd, False, socket
+        testcase.addCleanup(self.close)
+        # Drain what tmux draws, or it blocks once the terminal's buffer is full.
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+        retry_until(lambda: self.tty() is not None, timeout=20)
+
+    def _drain(self):
+        while True:
+            try:
+                if not os.read(self.fd, 65536):
+                    return
+            except OSError:
+                return
+
+    def tty(self):
+        """This client's terminal as tmux lists it, None until it is attached."""
+        out = subprocess.run(["tmux", "-S", self.socket, "list-clients", "-F", "#{client_pid} #{client_tty}"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, timeout=10).stdout
+        for line in out.splitlines():
+            pid, _, tty = line.partition(" ")
+            if pid == str(self.pid):
+                return tty
+        return None
+
+    def type(self, text):
+        os.write(self.fd, text.encode("utf-8"))
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            os.kill(self.pid, 15)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass

@@ -351,6 +351,52 @@ class CopilotTest(HookCase):
         self.assertEqual([l["resource"] for l in self.st.leases_of(me["id"])], ["src/c.py"])
 
 
+class TurnTest(HookCase):
+    """The hook records where the main agent is in its turn, for send --nudge: busy from its
+    prompt, idle at Stop, dialog at a permission request (its subagent's too), busy again at a
+    tool after Stop; a fresh session start is busy until a turn ends. PreToolUse stays silent."""
+
+    def turn(self, session=CLAUDE_MAIN):
+        return self.st.turn(self.st.find_conversation_runtime(session)["id"])
+
+    def test_the_boundaries_of_a_turn(self):
+        self.start()
+        self.assertEqual(self.turn()["state"], "busy")
+        self.assertIsNone(self.turn()["began"], "no prompt yet")
+        self.run_hook(self.payload("claude-UserPromptSubmit"))
+        began = self.turn()["began"]
+        self.assertEqual((self.turn()["state"], self.turn()["at"]), ("busy", began))
+        self.run_hook(self.payload("claude-PostToolUse-Write"))
+        self.assertEqual(self.turn()["at"], began, "a tool inside a busy turn writes no boundary")
+        self.run_hook(dict(self.payload("claude-UserPromptSubmit"), hook_event_name="PermissionRequest",
+                           tool_name="Bash", tool_input={"command": "touch APPROVED"}))
+        self.assertEqual(self.turn()["state"], "dialog")
+        self.run_hook(self.payload("claude-Stop"))
+        self.assertEqual((self.turn()["state"], self.turn()["began"]), ("idle", began))
+        self.run_hook(self.payload("claude-PostToolUse-Write"))  # a turn that began without a prompt
+        self.assertEqual(self.turn()["state"], "busy")
+        self.run_hook(self.payload("claude-Stop"))
+        self.assertEqual(self.turn()["state"], "idle")
+        self.start()  # the same process again (/clear, compaction): nothing says the prompt is idle
+        self.assertEqual(self.turn()["state"], "busy")
+
+    def test_a_subagents_permission_request_marks_its_parent(self):
+        self.start(CLAUDE_PARENT)
+        self.run_hook(self.payload("claude-UserPromptSubmit", session_id=CLAUDE_PARENT))
+        self.run_hook(self.payload("claude-Stop", session_id=CLAUDE_PARENT))
+        self.run_hook(self.payload("claude-PreToolUse-Write-in-subagent", hook_event_name="PermissionRequest"))
+        self.assertEqual(self.turn(CLAUDE_PARENT)["state"], "dialog")
+
+    def test_codex_boundaries(self):
+        self.start(CODEX_MAIN, "codex")
+        for name in ("codex-UserPromptSubmit", "codex-Stop"):
+            self.run_hook(self.payload(name), harness="codex")
+        self.assertEqual(self.turn(CODEX_MAIN)["state"], "idle")
+        self.run_hook(self.payload("codex-PreToolUse-Bash-exec_command", hook_event_name="PermissionRequest"),
+                      harness="codex")
+        self.assertEqual(self.turn(CODEX_MAIN)["state"], "dialog")
+
+
 class PatchParsingTest(HookCase):
     """hook.patch_paths finds exactly the paths Codex's apply_patch would write."""
 
@@ -1025,14 +1071,19 @@ class DeliveryTest(HookCase):
         self.assertNotIn("not shown here", text)
         self.assertEqual(text.count("coord: unacked #"), 3)
 
-    def test_idle_boundaries_write_nothing_until_the_heartbeat_is_due(self):
+    def test_tool_boundaries_inside_a_turn_write_nothing_until_the_heartbeat_is_due(self):
         me = self.start()
         probe = sqlite3.connect(self.db)
         self.addCleanup(probe.close)
+        # The prompt and the turn's end each record the turn boundary (for send --nudge); the
+        # tool calls between them write nothing.
+        self.assertEqual(self.run_hook(self.payload("claude-UserPromptSubmit", session_id=CLAUDE_MAIN))[0], "")
         before = probe.execute("PRAGMA data_version").fetchone()[0]
-        for sample in ("claude-PostToolUse-Write", "claude-UserPromptSubmit", "claude-PostToolUse-Edit", "claude-Stop"):
+        for sample in ("claude-PostToolUse-Write", "claude-PostToolUse-Edit"):
             self.assertEqual(self.run_hook(self.payload(sample, session_id=CLAUDE_MAIN))[0], "")
         self.assertEqual(probe.execute("PRAGMA data_version").fetchone()[0], before)
+        self.assertEqual(self.run_hook(self.payload("claude-Stop", session_id=CLAUDE_MAIN))[0], "")
+        self.assertEqual(self.st.turn(me["id"])["state"], "idle")
         stale = me["heartbeat_at"] - store.HEARTBEAT_EVERY - 5
         with self.st.transaction():
             self.st.conn.execute("UPDATE runtimes SET heartbeat_at = ? WHERE id = ?", (stale, me["id"]))

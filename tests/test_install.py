@@ -21,7 +21,7 @@ ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
 RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "session.py", "install",
            "VERSION", "README.md", "DESIGN.md")
-EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse",
+EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PermissionRequest",
           "SessionEnd", "SubagentStart", "SubagentStop")
 
 
@@ -1226,22 +1226,22 @@ class RetiredFilesTest(InstallTestCase):
 
 
 class DroppedEventTest(InstallTestCase):
-    """An event coord no longer registers (Stop, dropped in 0.2.x) loses coord's entry on
-    reinstall, in both configs; a person's own handler there stays."""
+    """An event coord does not register (here Notification) loses coord's entry on reinstall,
+    in both configs; a person's own handler there stays."""
 
-    def test_reinstall_removes_coords_stop_entry_and_keeps_foreign_ones(self):
+    def test_reinstall_removes_coords_entry_from_an_unregistered_event_and_keeps_foreign_ones(self):
         self.fresh()
         for rel, harness in ((".claude/settings.json", "claude"), (".codex/hooks.json", "codex")):
             doc = self.settings(rel)
-            doc["hooks"]["Stop"] = [
+            doc["hooks"]["Notification"] = [
                 {"hooks": [{"type": "command", "command": "notify-send done"}]},
                 {"hooks": [{"type": "command", "command": installer.hook_command(harness), "timeout": 10}]}]
             self.write_json(rel, doc)
-        self.assertIn("Stop", self.install("--check", check=1).stdout + self.install("--check").stderr)
+        self.assertIn("Notification", self.install("--check", check=1).stdout + self.install("--check").stderr)
         self.install(check=0)
         for rel in (".claude/settings.json", ".codex/hooks.json"):
             with self.subTest(config=rel):
-                self.assertEqual(self.settings(rel)["hooks"]["Stop"],
+                self.assertEqual(self.settings(rel)["hooks"]["Notification"],
                                  [{"hooks": [{"type": "command", "command": "notify-send done"}]}])
         self.install("--check", check=0)
 

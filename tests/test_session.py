@@ -16,6 +16,7 @@ import subprocess
 import sys
 import termios
 import threading
+import time
 import unittest
 import uuid
 
@@ -595,7 +596,9 @@ class HarnessLabelTest(TmuxTestCase):
         self.assertIsNotNone(st.find_conversation_runtime("conv-labelled"))
         self.assertEqual(self.t("show-options", "-w", "-t", rec["window_id"]).count("@coord-runtime"), 0)
 class NudgeTest(TmuxTestCase):
-    """nudge types one fixed line into a validated pane, and nothing into any other."""
+    """nudge types one fixed line into a validated pane, and nothing into any other: not while
+    the pane is in a tmux mode, and not after a person typed into its session since the agent's
+    turn began (what they typed may still sit in the prompt)."""
 
     def screen(self, rec):
         return self.t("capture-pane", "-p", "-J", "-t", rec["pane_id"])
@@ -603,7 +606,7 @@ class NudgeTest(TmuxTestCase):
     def test_the_fixed_line_reaches_a_validated_pane_once(self):
         rec = self.launch()
         self.seen(rec)
-        self.assertEqual(session.nudge(rec), rec["pane_id"])
+        self.assertEqual(session.nudge(rec, time.time()), rec["pane_id"])
         retry_until(lambda: session.NUDGE in self.screen(rec))
         self.assertEqual(self.screen(rec).count(session.NUDGE), 1)
 
@@ -612,13 +615,13 @@ class NudgeTest(TmuxTestCase):
         self.seen(rec)
         self.t("set-option", "-w", "-t", rec["window_id"], "@coord-work", "another-work")
         with self.assertRaises(store.Refused):
-            session.nudge(rec)
+            session.nudge(rec, time.time())
         moved = dict(rec, pane_pid=rec["pane_pid"] + 1)  # a record whose pane was replaced
         self.t("set-option", "-w", "-t", rec["window_id"], "@coord-work", rec["work_id"])
         with self.assertRaises(store.Refused):
-            session.nudge(moved)
+            session.nudge(moved, time.time())
         # The terminal echoes in order: one nudge now shows once, so the refused ones typed nothing.
-        session.nudge(rec)
+        session.nudge(rec, time.time())
         retry_until(lambda: session.NUDGE in self.screen(rec))
         self.assertEqual(self.screen(rec).count(session.NUDGE), 1)
 
@@ -631,12 +634,48 @@ class NudgeTest(TmuxTestCase):
         retry_until(lambda: os.path.basename(self.t("display-message", "-p", "-t", rec["pane_id"],
                                                       "#{pane_current_command}").strip()) == "sh")
         with self.assertRaises(store.Refused) as cm:
-            session.nudge(rec)
+            session.nudge(rec, time.time())
         self.assertIn("shows a sh prompt, not the agent", cm.exception.message)
         self.t("send-keys", "-t", rec["pane_id"], "-l", "touch %s" % marker)  # the shell does run what is typed
         self.t("send-keys", "-t", rec["pane_id"], "Enter")
         retry_until(lambda: os.path.exists(marker))
         self.assertNotIn(session.NUDGE, self.screen(rec))
+
+    def test_half_typed_text_since_the_turn_began_is_never_submitted(self):
+        rec = self.launch()
+        self.seen(rec)
+        began = time.time() - 5  # the agent's turn began before the person came to its pane
+        person = support.TmuxClient(self, self.sock, rec["pane_id"])
+        person.type("please do NOT touch the database, first")
+        retry_until(lambda: "NOT touch the database" in self.screen(rec))
+        with self.assertRaises(store.Refused) as cm:
+            session.nudge(rec, began)
+        self.assertIn("someone typed into tmux session", cm.exception.message)
+        self.assertNotIn(session.NUDGE, self.screen(rec))
+        # A turn that began after that typing (its prompt was submitted since) may be nudged.
+        session.nudge(rec, time.time())
+        retry_until(lambda: session.NUDGE in self.screen(rec))
+
+    def test_a_pane_in_copy_mode_is_never_typed_into(self):
+        rec = self.launch()
+        self.seen(rec)
+        self.t("copy-mode", "-t", rec["pane_id"])
+        with self.assertRaises(store.Refused) as cm:
+            session.nudge(rec, time.time())
+        self.assertIn("tmux mode", cm.exception.message)
+        self.t("send-keys", "-t", rec["pane_id"], "-X", "cancel")
+        session.nudge(rec, time.time())
+        retry_until(lambda: session.NUDGE in self.screen(rec))
+
+    def test_a_claim_lost_to_another_sender_types_nothing(self):
+        rec = self.launch()
+        self.seen(rec)
+        with self.assertRaises(store.Refused) as cm:
+            session.nudge(rec, time.time(), claim=lambda: False)
+        self.assertIn("another nudge", cm.exception.message)
+        session.nudge(rec, time.time(), claim=lambda: True)
+        retry_until(lambda: session.NUDGE in self.screen(rec))
+        self.assertEqual(self.screen(rec).count(session.NUDGE), 1)
 
 
 if __name__ == "__main__":

@@ -94,11 +94,12 @@ class UpgradeTest(CoordTestCase):
         with open(path) as f:
             text = f.read()
         level = "SCHEMA_VERSION = %d " % store.SCHEMA_VERSION
-        additive = "ADDITIVE_MIGRATIONS = frozenset()"
+        known = sorted(store.ADDITIVE_MIGRATIONS)
+        additive = "ADDITIVE_MIGRATIONS = frozenset(%s)" % ("{%s}" % ", ".join(map(str, known)) if known else "")
         self.assertIn(level, text)
         self.assertIn(additive, text)
         text = text.replace(level, "SCHEMA_VERSION = %d " % (store.SCHEMA_VERSION + 1), 1)
-        text = text.replace(additive, "ADDITIVE_MIGRATIONS = frozenset([%d])" % (store.SCHEMA_VERSION + 1), 1)
+        text = text.replace(additive, "ADDITIVE_MIGRATIONS = frozenset(%r)" % (known + [store.SCHEMA_VERSION + 1]), 1)
         with open(path, "w") as f:
             f.write(text + PROBE)
         return dest
@@ -221,7 +222,8 @@ class UpgradeTest(CoordTestCase):
             probe = conn.execute("SELECT name FROM sqlite_master WHERE name = 'upgrade_probe'").fetchone()
         finally:
             conn.close()
-        self.assertEqual((level, applied, probe), (store.SCHEMA_VERSION, (str(store.SCHEMA_VERSION + 1),),
+        reader = max(v for v in store._MIGRATIONS if v not in store.ADDITIVE_MIGRATIONS)
+        self.assertEqual((level, applied, probe), (reader, (str(store.SCHEMA_VERSION + 1),),
                                                    ("upgrade_probe",)))
 
         # Checked from the shared checkout's newer installer, a clone is told how to catch up,

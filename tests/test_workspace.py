@@ -2196,6 +2196,10 @@ class WorkMessageTest(TmuxWorkCase):
         rec = self.record(handle)["data"]["tmux"]
         agent = self.agent(handle, "conv-n")
         support.retry_until(lambda: os.path.exists(os.path.join(self.rec, "%d.json" % rec["pane_pid"])))  # it runs
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        st.set_turn(agent["id"], "busy", began=True)  # its prompt was submitted, as its hook records
+        st.set_turn(agent["id"], "idle")  # and the turn ended (Stop)
 
         def screen():
             return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
@@ -2208,11 +2212,59 @@ class WorkMessageTest(TmuxWorkCase):
         self.assertNotIn("secret body", screen())
         events = [json.loads(l)["event"] for l in self.coord("audit", check=0).stdout.splitlines()]
         self.assertIn("message.nudged", events)
+        proc = self.coord("send", "again", "--to", handle, "--nudge", runtime=self.rt["id"], check=0)
+        self.assertIn("not nudged: it was already nudged", proc.stdout, "one nudge per idle prompt")
+        st.set_turn(agent["id"], "idle")
         subprocess.run([self.tmux_bin, "-S", self.sock, "set-option", "-w", "-t", rec["window_id"], "@coord-work",
                         "someone-else"], check=True, timeout=10)
         proc = self.coord("send", "second", "--to", handle, "--nudge", runtime=self.rt["id"], check=0)
         self.assertIn("not nudged", proc.stdout)
         self.assertEqual(screen().count(session.NUDGE), 1)
+
+    def test_nudge_needs_the_turn_ended_an_untouched_prompt_and_the_owner_or_the_person(self):
+        import session
+        handle, _path, _ = self.create("waiting")
+        self.work("start", handle, check=0)
+        self.work("park", handle, "--reason", "to record a conversation", check=0)
+        self.work("resume", handle, "--conversation", "conv-w", check=0)
+        rec = self.record(handle)["data"]["tmux"]
+        agent = self.agent(handle, "conv-w")
+        support.retry_until(lambda: os.path.exists(os.path.join(self.rec, "%d.json" % rec["pane_pid"])))
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+
+        def screen():
+            return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
+                                  stdout=subprocess.PIPE, text=True, timeout=10).stdout
+
+        def send(why, runtime=self.rt["id"]):
+            proc = self.coord("send", "status please", "--to", handle, "--nudge", runtime=runtime, check=0)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertIn("sent; not nudged: " + why, proc.stdout)
+            self.assertEqual(len(proc.stdout.strip().splitlines()), 1)
+
+        send("its agent has not ended a turn")  # launched, no turn seen: nothing says its prompt is idle
+        st.set_turn(agent["id"], "busy", now=time.time() - 5, began=True)
+        send("its agent is in a turn")
+        st.set_turn(agent["id"], "dialog")
+        send("its agent is showing a permission dialog")
+        st.set_turn(agent["id"], "idle")
+        peer = self.hello()["runtime"]
+        send("only the person or the work's owner", runtime=peer["id"])
+        person = support.TmuxClient(self, self.sock, rec["pane_id"])
+        person.type("please do NOT touch the database, first")
+        support.retry_until(lambda: "NOT touch the database" in screen())
+        send("someone typed into tmux session")
+        self.assertNotIn(session.NUDGE, screen())
+        inbox = self.coord_json("inbox", runtime=agent["id"])
+        self.assertEqual([m["body"] for m in inbox["messages"]], ["status please"] * 5, "each message was sent")
+        # Its next turn began after that typing (the person submitted it) and ended: now it is woken.
+        person.close()
+        st.set_turn(agent["id"], "busy", began=True)
+        st.set_turn(agent["id"], "idle")
+        reply = self.coord_json("send", "status please", "--to", handle, "--nudge", runtime=self.rt["id"])
+        self.assertTrue(reply["nudged"], reply)
+        support.retry_until(lambda: session.NUDGE in screen())
 
     def test_a_work_with_nothing_to_deliver_to_is_refused(self):
         handle, _path, _ = self.create("silent")
