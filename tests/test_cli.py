@@ -1075,9 +1075,9 @@ class NormalOutputHintTest(InstalledRepoCase):
         import re
         import store
         bare = re.compile(r"(?<![\w./-])coord (?:%s)(?![\w-])" % "|".join(map(re.escape, store.HINT_COMMANDS)))
-        me = self.run_coord("hello").stdout.strip()
         agent = json.loads(self.run_coord("hello", "--conversation", "agent-7", "--json").stdout)["runtime"]
         self.assertEqual(self.run_coord("claim", "src/a.py", "-p", "keep coord list tidy").returncode, 0)
+        me = [l["handle"] for l in json.loads(self.run_coord("list", "--json").stdout)["leases"]][0]  # the user
         self.assertEqual(self.run_coord("claim", "src/b.py", runtime=agent["id"]).returncode, 0)
         sent = self.run_coord("send", self.BODY, "--to", me, runtime=agent["id"])
         self.assertEqual(sent.returncode, 0, sent.stderr)
