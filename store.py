@@ -671,31 +671,136 @@ def beat_value(now, pid, harness):
     return now + BEAT_AHEAD if pid or (harness or "") in _UNCLOCKED else now
 
 
-def person_key():
-    """(conversation key, pid, pid start, terminal name) of the person calling from here: one
-    key per login session on a controlling terminal, `person:UID:TTY:SID:START` (the session
-    leader, usually the login shell, is the process whose exit ends it), or `person:UID` for
-    a command outside any terminal (no process to watch; pid None)."""
-    uid = os.getuid()
-    sid = tty = 0
+# Variables a harness sets in the commands its agent runs (COORD_WORK_ID: the resume wrapper
+# and `work start` export it to the harness they launch): a caller carrying one is no person.
+AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COPILOT_CLI",
+                 "COPILOT_AGENT_SESSION_ID", "COORD_WORK_ID")
+
+
+_DEV_TTY = os.makedev(5, 0)
+
+
+def _own_terminal_facts():
+    """(pgrp, session, controlling tty device, the tty's foreground process group) of this
+    process; zeros where unknown."""
     try:
         with open("/proc/self/stat", "rb") as f:
             data = f.read()
         fields = data[data.rindex(b")") + 2:].split()
-        sid, tty = int(fields[3]), int(fields[4])
+        return int(fields[2]), int(fields[3]), int(fields[4]), int(fields[5])
     except (OSError, ValueError, IndexError):
-        try:
-            sid = os.getsid(0)
-            tty = next((os.fstat(fd).st_rdev for fd in (0, 1, 2) if os.isatty(fd)), 0)
+        pass
+    try:  # no /proc (macOS): the same facts through the terminal on a standard stream
+        fd = next((fd for fd in (0, 1, 2) if os.isatty(fd)), None)
+        if fd is None:
+            return os.getpgrp(), os.getsid(0), 0, 0
+        return os.getpgrp(), os.getsid(0), os.fstat(fd).st_rdev, os.tcgetpgrp(fd)
+    except OSError:
+        return 0, 0, 0, 0
+
+
+def _terminal_name(tty):
+    major, minor = os.major(tty), os.minor(tty)
+    return "pts/%d" % ((major - 136) * 256 + minor) if 136 <= major <= 143 else "tty%d:%d" % (major, minor)
+
+
+def _harness_in(chain, skip):
+    for pid, _start in chain:
+        if pid in skip:
+            continue
+        found = harness_of_process(pid)
+        if found:
+            return pid, found
+    return None, None
+
+
+def person_evidence(environ=None, skip=()):
+    """Who the person calling from here is, from positive evidence only: (key, pid, pid start,
+    terminal name, why not) where
+
+    - key None: an agent is evident (a harness variable, or a harness process among this
+      process's ancestors; `skip`: pids not to count, e.g. a resume wrapper named `claude`);
+    - key `person:UID:TTY:SID:START` (why None): the person at that terminal, proven by all of:
+      this process has a controlling terminal and one of its standard streams is that
+      terminal; it descends from the terminal's session leader (the login shell of the
+      window, pane or ssh session, whose exit ends the key) and sits in the terminal's
+      foreground process group (it is what the terminal runs now, not a stray process left
+      in the session); and no agent harness is the session leader or above it, nor the
+      foreground group's leader or above it (a pty an agent opened, `script` under a harness,
+      or a terminal whose foreground is the harness itself);
+    - key `person:UID` (the user alone, no process to watch) with `why` the first missing
+      proof: a caller that shows no agent but no terminal person either (cron, a detached or
+      setsid'd process). It never has the authority of a person at a terminal.
+
+    Within one user this is evidence, not proof: a process that first detaches from its
+    harness and then opens a new terminal (script, tmux, a pty of its own) shows none of the
+    harness (DESIGN.md, Authority and trust boundaries)."""
+    env = os.environ if environ is None else environ
+    skip = frozenset(skip)
+    if any(env.get(name) for name in AGENT_MARKERS):
+        return None, None, None, None, "%s is set" % next(n for n in AGENT_MARKERS if env.get(n))
+    me = os.getpid()
+    chain = ancestor_processes(me)
+    if _harness_in(chain, skip)[0] is not None:
+        return None, None, None, None, "an agent harness runs above this process"
+    uid = os.getuid()
+    alone = "%s%d" % (_PERSON_PREFIX, uid)
+
+    def without(why):
+        return alone, None, None, None, why
+    pgrp, sid, tty, tpgid = _own_terminal_facts()
+    if not tty or sid <= 1:
+        return without("no controlling terminal")
+    on_tty = False
+    for fd in (0, 1, 2):
+        try:  # the terminal's own device, or /dev/tty (5, 0), which is always the controlling terminal
+            on_tty = on_tty or (os.isatty(fd) and os.fstat(fd).st_rdev in (tty, _DEV_TTY))
         except OSError:
-            sid = tty = 0
-    if tty and sid > 1:
-        start = process_start(sid)
-        if start is not None:
-            major, minor = os.major(tty), os.minor(tty)
-            name = "pts/%d" % ((major - 136) * 256 + minor) if 136 <= major <= 143 else "tty%d:%d" % (major, minor)
-            return "%s%d:%s:%d:%s" % (_PERSON_PREFIX, uid, name, sid, start), sid, start, name
-    return "%s%d" % (_PERSON_PREFIX, uid), None, None, None
+            pass
+    if not on_tty:
+        return without("no standard stream is its terminal")
+    start = process_start(sid)
+    if start is None:
+        return without("its terminal's session leader is gone")
+    if sid != me and sid not in [pid for pid, _ in chain]:
+        return without("not started from its terminal's session leader")
+    if tpgid <= 0 or tpgid != pgrp:
+        return without("not in its terminal's foreground process group")
+    leader = [(sid, start)] + ancestor_processes(sid)
+    hpid, harness = _harness_in(leader, skip)
+    if hpid is None and tpgid != me and process_start(tpgid) is not None:
+        hpid, harness = _harness_in([(tpgid, None)] + ancestor_processes(tpgid), skip)
+    if hpid is not None:
+        return without("its terminal belongs to %s (pid %d)" % (harness, hpid))
+    name = _terminal_name(tty)
+    return "%s%d:%s:%d:%s" % (_PERSON_PREFIX, uid, name, sid, start), sid, start, name, None
+
+
+def person_key(environ=None, skip=()):
+    """(conversation key, pid, pid start, terminal name) of the person calling from here
+    (person_evidence): one key per login session on a controlling terminal, proven to be a
+    person's, `person:UID:TTY:SID:START` (the session leader, usually the login shell, is the
+    process whose exit ends it); `person:UID` for the user outside any proven terminal (no
+    process to watch; pid None); a key of None when an agent is evident."""
+    return person_evidence(environ, skip)[:4]
+
+
+def is_terminal_person(rt):
+    """True when runtime rt is a person at a terminal (a key person_evidence proved), not the
+    user alone and no agent."""
+    return person_uid(rt) is not None and person_terminal(rt) != "no terminal"
+
+
+def require_person(what, command, environ=None):
+    """Refuse (exit 3) unless the caller is positively the person at a terminal: the one test
+    every person-only decision uses (the same as caller()'s person rule); `command` is what the
+    person types for it. -> the key."""
+    key, _pid, _start, _name, why = person_evidence(environ)
+    if key is None or why is not None:
+        raise Refused("%s is the person's decision; this caller is not positively the person at a terminal (%s)"
+                      % (what, why), "the person runs `%s` themselves, in their own terminal" % command,
+                      reason="not-the-person")
+    return key
 
 
 def person_uid(rt):
@@ -1687,13 +1792,14 @@ class Store:
         with no harness variable and no harness process above it, the person at this terminal
         (person_runtime: registered on first use; person=False finds one without registering)."""
         env = os.environ if environ is None else environ
-        if explicit:
-            return self.usable_runtime(self.resolve_runtime(explicit)["id"], now)
-        if env.get("COORD_RUNTIME_ID"):
-            named = self.resolve_runtime(env["COORD_RUNTIME_ID"])
-            later = self.conversation_successor(named, now)
-            if later is not None:
-                return later
+        if explicit or env.get("COORD_RUNTIME_ID"):
+            named = self.resolve_runtime(explicit or env["COORD_RUNTIME_ID"])
+            chain = ancestor_processes()
+            self.confirm_named(named, chain, env)
+            if not explicit:
+                later = self.conversation_successor(named, now, chain)
+                if later is not None:
+                    return later
             return self.usable_runtime(named["id"], now)
         session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID") \
             or env.get("COPILOT_AGENT_SESSION_ID")  # Copilot CLI's shell: its hooks' session_id
@@ -1727,7 +1833,7 @@ class Store:
         if not conversation:
             hpid, harness = harness_ancestor(chain)
             if hpid is None:
-                rt = self.person_runtime(register=person, now=now)
+                rt = self.person_runtime(register=person, now=now, environ=env)
                 if rt is not None:
                     return rt
                 tried.append("this terminal's person (not registered yet)")
@@ -1736,11 +1842,14 @@ class Store:
         raise Refused("cannot tell which runtime is calling (tried %s)" % ", ".join(tried),
                       "register with: coord hello, then pass --runtime HANDLE or export COORD_RUNTIME_ID=<id>")
 
-    def person_runtime(self, register=True, now=None):
-        """The live runtime of the person at this terminal (person_key), registered when there is
-        none and `register`; else None. One key, one runtime: every command from the same login
-        session finds it, and it lives as long as that session's leader (no clock)."""
-        key, pid, start, _name = person_key()
+    def person_runtime(self, register=True, now=None, environ=None, skip=()):
+        """The live runtime of the person at this terminal (person_key: positive evidence of a
+        terminal person, else the user alone), registered when there is none and `register`;
+        else None (also when an agent is evident). One key, one runtime: every command from the
+        same login session finds it, and it lives as long as that session's leader (no clock)."""
+        key, pid, start, _name = person_key(environ, skip)
+        if key is None:
+            return None
         rt = self.find_conversation_runtime(key, now=now)
         if rt is not None or not register:
             return rt
@@ -1748,6 +1857,48 @@ class Store:
         # session leader's) is what cleanup sees, and the user alone has none to pin.
         return self.register(conversation=key, harness=PERSON, pid=pid, pid_start=start, cwd=None,
                              source="person", now=now)
+
+    def confirm_named(self, named, chain=None, environ=None):
+        """Refuse a caller naming a runtime (--runtime, COORD_RUNTIME_ID) its processes may not
+        act as: the ancestry decides, whatever is named.
+
+        - A process that descends from the harness process of a superseded attachment (the
+          newest attachment that process registered was superseded: its conversation was resumed
+          elsewhere) acts as no runtime at all but the one its own harness process holds.
+        - A person's runtime is acted as only from its own terminal: the caller's person_key
+          must be that runtime's key (a terminal's person by positive evidence; the user alone
+          by a caller that shows no agent)."""
+        chain = ancestor_processes() if chain is None else chain
+        own = [pid for pid, _ in chain]
+        if named["pid"] and any(pid == named["pid"] and (named["pid_start"] is None or start is None
+                                                         or start == named["pid_start"]) for pid, start in chain):
+            own = own[:own.index(named["pid"])]  # below the named runtime's own harness process: it decides
+        if own:
+            rows = self.q("SELECT %s FROM runtimes WHERE agent_id IS NULL AND pid IN (%s) ORDER BY started_at DESC"
+                          % (self._RUNTIME_COLS, ",".join("?" * len(own))), own).fetchall()
+            starts = dict(chain)
+            newest = {}
+            for rt in map(self._row_runtime, rows):
+                if rt["pid_start"] is None or starts.get(rt["pid"]) is None or rt["pid_start"] == starts[rt["pid"]]:
+                    newest.setdefault(rt["pid"], rt)
+            for pid in own:
+                old = newest.get(pid)
+                if old is None:
+                    continue
+                if old["superseded_by"] and old["id"] != named["id"]:
+                    new = self.successor(old)
+                    raise Refused("this process's attachment %s was superseded by %s: the conversation was resumed in"
+                                  " another process, so this process may not act as %s either" % (
+                                      old["handle"], new["handle"], named["handle"]),
+                                  STALE_HINT % new["handle"], superseded_by=new["handle"])
+                break  # the nearest harness process with a live attachment decides
+        if person_uid(named) is not None and named["harness"] == PERSON:
+            key = person_key(environ)[0]
+            if key != named["conversation"]:
+                raise Refused("%s is a person's runtime (%s): only a command typed there acts as it"
+                              % (named["handle"], person_terminal(named)),
+                              "register a runtime of your own: coord hello, then pass --runtime HANDLE",
+                              reason="not-the-person")
 
     def conversation_successor(self, named, now=None, chain=None):
         """For a top-level runtime that ended without being superseded (reaped, bye), the live

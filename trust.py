@@ -37,9 +37,6 @@ SETTINGS_FILE = "settings.json"
 CARRY_KEY = "carry_trust"
 CODEX_HOOKS = os.path.join(".codex", "hooks.json")
 APP_SERVER_TIMEOUT = 30.0
-# Variables a harness sets in the commands its agent runs: an agent may not opt in for a person.
-_AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COPILOT_AGENT_SESSION_ID",
-                  "COORD_WORK_ID")
 
 
 # --------------------------------------------------------------------------- the opt-in
@@ -65,14 +62,12 @@ def carry_enabled(environ=None):
 
 
 def set_carry(on, environ=None):
-    """Turn the opt-in on or off; refused from inside an agent's session."""
-    env = os.environ if environ is None else environ
-    if on:
-        inside = [name for name in _AGENT_MARKERS if env.get(name)]
-        if inside:
-            raise Refused("carrying harness trust over is a person's decision; this runs inside an agent "
-                          "session (%s is set)" % inside[0],
-                          "run `coord trust --carry-over on` yourself, in your own terminal")
+    """Turn the opt-in on or off; refused unless the caller is positively the person at a
+    terminal (store.require_person)."""
+    # The same test as the person rule of caller(): positive evidence of a person at a terminal.
+    # Advisory against an unsandboxed agent, which can write the settings file itself.
+    store.require_person("carrying harness trust over", "coord trust --carry-over %s" % ("on" if on else "off"),
+                         environ)
     doc = _read_settings(environ)
     doc[CARRY_KEY] = bool(on)
     path = settings_path(environ)

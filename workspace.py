@@ -438,7 +438,8 @@ def authority(st, w, caller):
     """Why `caller` may act on work `w`, or None: "owner" (the recorded runtime), "successor"
     (that runtime's resumed successor, or its conversation registered again), "harness" (the
     harness launched for the work: its recorded conversation, runtime or live pane),
-    "person" (the same user as the person who owns it, from any of their terminals) or
+    "person" (a person at a terminal, proven by store.person_evidence, of the same user as the
+    person who owns it: any of their terminals, never the user alone without one) or
     "unowned" (a record without an owner, e.g. adopted with no identity)."""
     if not caller:
         return None
@@ -459,8 +460,11 @@ def authority(st, w, caller):
         return "harness"
     if caller.get("pid") and caller["pid"] == rec.get("pane_pid") and _live_tmux(w)[0] is not None:
         return "harness"
+    # A person at a terminal (a key only positive evidence gives, and caller() lets a process act
+    # as only from that terminal) may act for the same user's works; the user alone (no
+    # terminal: cron, a detached or setsid'd process) only for what it made itself.
     uid = store.person_uid(caller)
-    if uid is not None and start is not None and store.person_uid(start) == uid:
+    if uid is not None and store.is_terminal_person(caller) and start is not None and store.person_uid(start) == uid:
         return "person"
     return None
 
@@ -1548,7 +1552,7 @@ def _freezer_holder(st, cand, caller):
     if last["id"] == caller["id"]:
         return last["id"]
     uid = store.person_uid(caller)
-    if uid is not None and store.person_uid(froze) == uid:
+    if uid is not None and store.is_terminal_person(caller) and store.person_uid(froze) == uid:
         return last["id"]
     return None
 
@@ -4126,7 +4130,13 @@ def wrapper_person(st, pid):
     if hpid is not None:
         raise Refused("%s (pid %d) runs above this terminal: an agent's session is not recorded" % (harness, hpid),
                       "run it from your own terminal")
-    return st.person_runtime(register=True), chain[at[0]][1]
+    # The wrapper (named claude or codex, and the foreground job it leads) is no harness yet.
+    skip = [p for p, _start in chain[:at[0] + 1]]
+    key, _p, _s, _n, why = store.person_evidence(skip=skip)
+    if key is None or why is not None:
+        raise Refused("not positively a person at a terminal (%s): an agent's session is not recorded" % why,
+                      "run it from your own terminal")
+    return st.person_runtime(register=True, skip=skip), chain[at[0]][1]
 
 
 def record_conversation(st, *, harness, argv, pid, cwd):

@@ -320,6 +320,54 @@ class CoordScenarios(h.CoordCase):
         self.assertEqual([l["runtime"] for l in held], [rt["id"]], seen)
 
 
+class AgentIsNoPerson(h.CoordCase):
+    """The person creates a work at a terminal; Claude Code's agent strips every harness variable
+    and detaches (`env -u ... setsid -f sh -c ...`: parent pid 1, no terminal, no harness above)
+    to pass the gate of, land and remove that work. Such a caller shows no agent, but no person
+    either: it is the user alone, which has no authority over a work made at a terminal, and
+    may not name the person's runtime."""
+
+    harness = "claude"
+    BASH = ["--allowedTools", "Bash"]
+
+    def test_a_detached_process_of_the_agent_cannot_gate_land_or_remove_the_persons_work(self):
+        managed = self.managed_env()
+        person_env = dict(self.env, **managed)
+        term = support.Terminal(self, person_env, self.repo)
+        rc, out = term.run(".coord/coord work create by-the-person --json")
+        self.assertEqual(rc, 0, out)
+        work = json.loads(out)["work"]
+        rc, out = term.run(".coord/coord hello --json")
+        person = json.loads(out)["runtime"]
+        self.assertEqual((work["runtime"], person["person"]), (person["id"], True), out)
+        handle = work["handle"]
+        results = {}
+        for name, extra in (("bare", ""), ("named", " --runtime " + person["handle"])):
+            out_file = os.path.join(self.tmp, "%s.out" % name)
+            rc_file = os.path.join(self.tmp, "%s.rc" % name)
+            inner = ("(.coord/coord work gate {h} --pass{x} && .coord/coord work integrate land {h} --into main{x}"
+                     " && .coord/coord work remove {h} --confirm {h}{x}) > {o} 2>&1; echo $? > {r}.part;"
+                     " mv {r}.part {r}").format(h=handle, x=extra, o=out_file, r=rc_file)
+            command = ("env -u CLAUDECODE -u CLAUDE_CODE_SESSION_ID -u COORD_RUNTIME_ID -u CLAUDE_CODE_ENTRYPOINT"
+                       " setsid -f sh -c '%s'" % inner)
+            self.run_agent([tool("Bash", command=command), say("done")], env=managed, args=self.BASH)
+            support.retry_until(lambda: os.path.exists(rc_file), timeout=120, interval=0.2)
+            with open(rc_file) as f, open(out_file) as g:
+                results[name] = (f.read().strip(), g.read())
+        self.assertEqual(results["bare"][0], "3", results)
+        self.assertIn("may not pass or waive the gate of %s" % handle, results["bare"][1])
+        self.assertEqual(results["named"][0], "3", results)
+        self.assertIn("%s is a person's runtime" % person["handle"], results["named"][1])
+        rec = self.rcoord("work", "inspect", handle)["work"]
+        self.assertEqual(rec["data"]["gate"]["state"], "pending", rec)
+        self.assertTrue(os.path.isdir(work["path"]))
+        events = [e["event"] for e in self.rcoord("audit")["events"]]
+        self.assertEqual([e for e in events if e.startswith("work.gate") or e.startswith("work.integrat")
+                          or e in ("work.authority.override", "work.removed")], [], events)
+        # The person, at their terminal, still may.
+        self.assertEqual(term.run(".coord/coord work gate %s --pass" % handle), (0, ""))
+
+
 class CloneTrust(h.CoordCase):
     """Interactive Claude Code started by `coord work start` in a managed clone. Claude keys
     workspace trust by path (`projects[<dir>].hasTrustDialogAccepted` in ~/.claude.json), so a
@@ -338,7 +386,7 @@ class CloneTrust(h.CoordCase):
 
     def start(self, carry):
         if carry:
-            self.rcoord("trust", "--carry-over", "on", env=self.launch_env)
+            self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
         work = self.rcoord("work", "create", "trusty", "--runtime", self.owner["id"], env=self.launch_env)["work"]
         started = self.rcoord("work", "start", work["handle"], "--harness", "claude", "--runtime",
                               self.owner["id"], env=self.launch_env)
@@ -402,7 +450,7 @@ class Nudge(h.CoordCase):
         self.interactive_claude()
         self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
         self.as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
-        self.rcoord("trust", "--carry-over", "on", env=self.as_owner)
+        self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
 
     def launch(self, name, script, prompt):
         """A work whose interactive Claude Code got `prompt` as its first message; -> (work, record)."""

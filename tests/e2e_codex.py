@@ -657,7 +657,7 @@ class CloneTrust(h.CoordCase):
         """Create a clone, let a peer lease src/a.py, start Codex there by `work start` with a
         script that rewrites src/a.py; -> (start reply, clone path, peer, config bytes before)."""
         if carry:
-            self.rcoord("trust", "--carry-over", "on", env=self.launch_env)
+            self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
         with open(os.path.join(self.codex_home, "config.toml"), "rb") as f:
             before = f.read()
         work = self.rcoord("work", "create", "trusty", "--runtime", self.owner["id"], env=self.launch_env)["work"]
@@ -736,7 +736,7 @@ class Nudge(h.CoordCase):
             f.write(text.replace('approval_policy = "never"', 'approval_policy = "on-request"'))
         self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
         self.as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
-        self.rcoord("trust", "--carry-over", "on", env=self.as_owner)
+        self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
 
     def turn(self, rec):
         import store

@@ -177,11 +177,14 @@ class UsagePath(support.CoordTestCase):
     def step_agents(self):
         # The person trusted the shared checkout and approved coord's hooks there, in Codex.
         h.trust_codex_repo(self.codex_home, self.server, self.repo, extra=MIGRATION_NOTICE)
-        self.pc("trust", "--carry-over", "on")
-        self.me = self.pcj("hello")["runtime"]
-        self.assertTrue(self.me["person"], self.me)
+        # A person-only setting: typed in the person's own terminal (a script's is no evidence).
+        term = support.Terminal(self, self.penv, self.repo)
+        self.assertEqual(term.run(".coord/coord trust --carry-over on >/dev/null"), (0, ""))
+        term.close()
         alpha = self.pcj("work", "create", "alpha")["work"]
         beta = self.pcj("work", "create", "beta")["work"]
+        self.me = [rt for rt in self.pcj("list")["runtimes"] if rt["id"] == alpha["runtime"]][0]
+        self.assertEqual((self.me["person"], self.me["terminal"]), (True, "no terminal"), self.me)
         for w in (alpha, beta):
             self.assertEqual(w["runtime"], self.me["id"], "outside a terminal, the person is their user")
             self.assertEqual(self.read(w["path"], "src/app.py"), APP)

@@ -321,6 +321,21 @@ class CoordTestCase(unittest.TestCase):
         proc = self.coord(*(list(args) + ["--json"]), **kw)
         return json.loads(proc.stdout)
 
+    def coord_at_terminal(self, *args, env=None, cwd=None, check=None):
+        """Run the real `coord` the way a person types it: in a shell on a terminal of its own
+        (Terminal), since tests run with no terminal and only positive evidence makes a caller
+        the person; -> (exit status, output: stdout and stderr)."""
+        import shlex
+        e = dict(self.env)
+        e.update(env or {})
+        term = Terminal(self, e, cwd or self.tmp)
+        line = " ".join(shlex.quote(str(a)) for a in [sys.executable, COORD] + list(args))
+        rc, out = term.run(line + " 2>&1")
+        term.close()
+        if check is not None and rc != check:
+            self.fail("coord %s at a terminal exited %d (wanted %d): %s" % (" ".join(map(str, args)), rc, check, out))
+        return rc, out
+
     def hello(self, conversation=None, **kw):
         """Register a runtime through the CLI; return its full record (dict). Each call without a
         conversation is a new agent (a fresh conversation), not the person at this terminal that

@@ -4,6 +4,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -511,6 +512,28 @@ class SupersededProcessTest(support.CoordTestCase):
         data = json.loads(out)
         self.assertEqual((rc, data["ok"], data["exit"], data["superseded_by"]), (3, False, 3, self.new["handle"]))
 
+    def test_old_process_cannot_name_the_successor_or_anyone_else(self):
+        # Refused with the new handle, the old process may not then name it (or another runtime):
+        # its ancestry decides, whatever it names.
+        peer = self.st.register(conversation="a-peer")
+        before = self.leases()
+        for named in (self.new, peer):
+            for how in ("--runtime", "COORD_RUNTIME_ID"):
+                with self.subTest(named=named["handle"], how=how):
+                    if how == "--runtime":
+                        result = self.old_harness.coord("claim", "src/grab.py", "--runtime", named["handle"])
+                    else:
+                        result = self.old_harness.coord("claim", "src/grab.py", env={"COORD_RUNTIME_ID": named["id"]})
+                    rc, _out, err = result
+                    self.assertEqual(rc, 3, err)
+                    self.assertIn("this process's attachment %s was superseded by %s" % (
+                        self.old["handle"], self.new["handle"]), err)
+                    self.assertIn("may not act as %s either" % named["handle"], err)
+                    self.assertNotIn("--runtime", err.split("next:", 1)[-1], "the hint hands it no other identity")
+        self.assertEqual(self.leases(), before)
+        rc, _out, err = self.new_harness.coord("claim", "src/grab.py", "--runtime", self.new["handle"])
+        self.assertEqual(rc, 0, "the successor's own process names it: %s" % err)
+
     def test_the_successors_own_children_still_act(self):
         env = {"CODEX_THREAD_ID": self.CONVERSATION}
         rc, out, err = self.new_harness.coord("claim", "src/more.py", env=env)
@@ -784,6 +807,53 @@ def _under_a_harness():
     return store.harness_ancestor(store.ancestor_processes())[0] is not None
 
 
+# A program run by the name of a harness (python started through a symlink of that name, as
+# support.FakeHarness does) that leaves a process behind the way an agent's tool call can:
+# `sh -c '(... ) &'` exits at once, and its background child is reparented out of the harness's
+# ancestry but keeps the terminal (its stdin reopened on it: an asynchronous list's is /dev/null),
+# the session and (sh -c has no job control) the process group.
+_LEAVE_BEHIND = r"""
+import os, subprocess, sys, time
+out, line = sys.argv[1], sys.argv[2]
+subprocess.run(["/bin/sh", "-c", '(%s < /dev/tty > "$1.part" 2>&1; mv "$1.part" "$1") &' % line, "sh", out])
+while not os.path.exists(out):
+    time.sleep(0.05)
+"""
+
+# The same, or the command run directly, on a new pseudo-terminal that this program (running
+# below a harness) opens: the pty's session leader is this program's child.
+_PTY_BELOW = r"""
+import os, pty, subprocess, sys, time
+out, line, leave = sys.argv[1], sys.argv[2], sys.argv[3] == "leave"
+pid, fd = pty.fork()
+if pid == 0:
+    if leave:
+        subprocess.run(["/bin/sh", "-c", '(%s < /dev/tty > "$1.part" 2>&1; mv "$1.part" "$1") &' % line, "sh", out])
+        while not os.path.exists(out):
+            time.sleep(0.05)
+    else:
+        subprocess.run(["/bin/sh", "-c", '%s > "$1.part" 2>&1; mv "$1.part" "$1"' % line, "sh", out])
+    os._exit(0)
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+os.waitpid(pid, 0)
+"""
+
+
+def _named_python(testcase, name):
+    """A path that runs this Python under the command name `name` (a harness's, to look like it)."""
+    import tempfile
+    bindir = tempfile.mkdtemp(prefix="named-", dir=testcase.tmp)
+    path = os.path.join(bindir, name)
+    os.symlink(os.path.realpath(sys.executable), path)
+    return path
+
+
 class InstalledRepoCase(support.CoordTestCase):
     """coord installed into a fresh git repository, used the way README's quick start says:
     from the repository root, with nothing exported (no COORD_DB, project ID or runtime)."""
@@ -826,15 +896,44 @@ class PersonTest(InstalledRepoCase):
             return subprocess.run([".coord/coord"] + list(args), cwd=self.repo, env=self.plain, text=True,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   start_new_session=True, timeout=60)  # a new session: no controlling terminal
-        me = run("hello").stdout.strip()
         self.assertEqual(run("claim", "src/a.py").returncode, 0)
         listed = json.loads(run("list", "--json").stdout)
-        rt = [r for r in listed["runtimes"] if r["handle"] == me][0]
-        self.assertEqual((rt["person"], rt["terminal"], rt["pid"]), (True, "no terminal", None))
+        me = [r for r in listed["runtimes"] if r["person"]]
+        self.assertEqual([(r["terminal"], r["pid"]) for r in me], [("no terminal", None)])
+        me = me[0]["handle"]
         self.assertEqual([(l["resource"], l["handle"]) for l in listed["leases"]], [("src/a.py", me)])
         self.assertIn("person  (you)  src/a.py", run("list").stdout)
         self.assertEqual(run("release", "src/a.py").returncode, 0)
-        self.assertEqual(run("hello").stdout.strip(), me)
+        self.assertEqual(run("claim", "src/b.py").returncode, 0)
+        self.assertIn("person  (you)  src/b.py", run("list").stdout, "the user alone, on every call")
+
+    def test_hello_without_a_terminal_is_a_runtime_of_its_own(self):
+        # An agent with no hooks (or a script) that registers with `hello` gets its own identity,
+        # never the person's; its later commands act as it when they name it.
+        def run(*args, **kw):
+            return subprocess.run([".coord/coord"] + list(args), cwd=self.repo, env=dict(self.plain, **kw),
+                                  text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True, timeout=60)
+        first, second = run("hello"), run("hello")
+        self.assertEqual((first.returncode, second.returncode), (0, 0))
+        a, b = first.stdout.strip(), second.stdout.strip()
+        self.assertNotEqual(a, b, "each bare hello without a terminal is a new runtime")
+        reply = json.loads(run("hello", "--json").stdout)
+        self.assertEqual((reply["runtime"]["person"], reply["not_person"]), (False, "no controlling terminal"))
+        self.assertIn("not the person at a terminal: no controlling terminal", first.stderr)
+        export = run("hello", "--export").stdout.strip()
+        self.assertRegex(export, r"^export COORD_RUNTIME_ID=[0-9a-f-]{36}$")
+        self.assertIn("--runtime %s" % a, first.stderr)
+        self.assertEqual(run("claim", "src/a.py", "--runtime", a).returncode, 0)
+        rid = export.split("=", 1)[1]
+        self.assertEqual(run("claim", "src/a.py", COORD_RUNTIME_ID=rid).returncode, 3, "a's lease, not the exported one's")
+        listed = json.loads(run("list", "--json").stdout)
+        self.assertEqual([(l["resource"], l["handle"]) for l in listed["leases"]], [("src/a.py", a)])
+        term = self.terminal()
+        rc, out = term.run(".coord/coord hello 2>&1")
+        self.assertEqual(rc, 0, out)
+        rc, again = term.run(".coord/coord hello 2>&1")
+        self.assertEqual((rc, again), (0, out), "at a terminal, the person: the same runtime, nothing else said")
 
     def test_one_runtime_per_terminal_kept_while_it_lives(self):
         one, two = self.terminal(), self.terminal()
@@ -864,6 +963,62 @@ class PersonTest(InstalledRepoCase):
         rc, _out, err = harness.run([".coord/coord", "claim", "x"], "", env, self.repo)
         self.assertEqual(rc, 3, err)
         self.assertIn("not a person: codex", err)
+
+    def test_a_process_an_agent_leaves_in_the_persons_terminal_is_no_person(self):
+        # Claude Code in the person's terminal runs a tool call that leaves a process behind: no
+        # harness in its ancestry any more, the person's terminal, session and foreground group
+        # (the harness's). The terminal's foreground belongs to the harness, and the process
+        # descends from no session leader: no person. The person typing in that terminal is.
+        term = self.terminal()
+        rc, out = term.run(".coord/coord hello --json")
+        self.assertEqual(rc, 0, out)
+        person = json.loads(out)["runtime"]
+        self.assertTrue(person["person"] and person["terminal"] != "no terminal", person)
+        claude = _named_python(self, "claude")
+        result = os.path.join(self.tmp, "left-behind.json")
+        rc, out = term.run("%s -c %s %s '.coord/coord hello --json'" % (
+            claude, shlex.quote(_LEAVE_BEHIND), result))
+        self.assertEqual(rc, 0, out)
+        with open(result) as f:
+            reply = json.load(f)
+        self.assertFalse(reply["runtime"]["person"], reply)
+        self.assertNotEqual(reply["runtime"]["id"], person["id"])
+        self.assertRegex(reply["not_person"], r"^(not started from its terminal's session leader"
+                                              r"|its terminal belongs to claude \(pid \d+\))$")
+
+    def test_a_pty_opened_below_a_harness_is_no_persons_terminal(self):
+        harness = support.FakeHarness(self, "claude")
+        for leave in ("direct", "leave"):
+            with self.subTest(leave=leave):
+                result = os.path.join(self.tmp, "pty-%s.json" % leave)
+                rc, _out, err = harness.run([sys.executable, "-c", _PTY_BELOW, result, ".coord/coord hello --json",
+                                             leave], "", self.plain, self.repo)
+                self.assertEqual(rc, 0, err)
+                with open(result) as f:
+                    reply = json.load(f)
+                self.assertFalse(reply["runtime"]["person"], reply)
+                self.assertEqual(reply["not_person"], "an agent harness runs above this process" if leave == "direct"
+                                 else "not started from its terminal's session leader")
+
+    def test_naming_the_persons_runtime_from_elsewhere_is_refused(self):
+        term = self.terminal()
+        rc, out = term.run(".coord/coord hello --json")
+        person = json.loads(out)["runtime"]
+        for how in ({"COORD_RUNTIME_ID": person["id"]}, None):
+            args = [".coord/coord", "claim", "src/a.py"] + (["--runtime", person["handle"]] if how is None else [])
+            with self.subTest(how="variable" if how else "--runtime"):
+                proc = subprocess.run(args, cwd=self.repo, env=dict(self.plain, **(how or {})), text=True,
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      start_new_session=True, timeout=60)
+                self.assertEqual(proc.returncode, 3, proc.stderr)
+                self.assertIn("%s is a person's runtime (%s): only a command typed there acts as it"
+                              % (person["handle"], person["terminal"]), proc.stderr)
+        harness = support.FakeHarness(self, "codex")
+        rc, _out, err = harness.run([".coord/coord", "claim", "src/a.py", "--runtime", person["handle"]], "",
+                                    self.plain, self.repo)
+        self.assertEqual(rc, 3, err)
+        self.assertEqual(term.run(".coord/coord claim src/a.py --runtime %s" % person["handle"]), (0, ""),
+                         "from its own terminal, by name too")
 
     def test_coord_keeps_the_person_labels_for_itself(self):
         for args in (["hello", "--harness", "person"], ["hello", "--conversation", "person:0"],
@@ -920,9 +1075,9 @@ class NormalOutputHintTest(InstalledRepoCase):
         import re
         import store
         bare = re.compile(r"(?<![\w./-])coord (?:%s)(?![\w-])" % "|".join(map(re.escape, store.HINT_COMMANDS)))
-        me = self.run_coord("hello").stdout.strip()
         agent = json.loads(self.run_coord("hello", "--conversation", "agent-7", "--json").stdout)["runtime"]
         self.assertEqual(self.run_coord("claim", "src/a.py", "-p", "keep coord list tidy").returncode, 0)
+        me = [l["handle"] for l in json.loads(self.run_coord("list", "--json").stdout)["leases"]][0]  # the user
         self.assertEqual(self.run_coord("claim", "src/b.py", runtime=agent["id"]).returncode, 0)
         sent = self.run_coord("send", self.BODY, "--to", me, runtime=agent["id"])
         self.assertEqual(sent.returncode, 0, sent.stderr)

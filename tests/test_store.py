@@ -1232,6 +1232,56 @@ class PersonStoreTest(StoreCase):
         self.assertEqual(leader, pid, "the session leader is the process on the new terminal")
         self.assertEqual(key, "person:%d:%s:%d:%s" % (os.getuid(), name, pid, start))
 
+    def test_a_terminal_is_a_persons_only_for_what_runs_in_its_foreground_on_it(self):
+        # Real ptys: the session leader itself is the person; a process of the same session with
+        # no standard stream on the terminal (nohup's redirections) or outside its foreground
+        # process group (a background job) is only the user alone.
+        code = ("import os, sys, json, store\n"
+                "mode = sys.argv[1]\n"
+                "def probe():\n"
+                "    return json.dumps(store.person_key())\n"
+                "if mode == 'leader':\n"
+                "    print(probe())\n"
+                "else:\n"
+                "    r, w = os.pipe()\n"
+                "    pid = os.fork()\n"
+                "    if pid == 0:\n"
+                "        os.close(r)\n"
+                "        if mode == 'background':\n"
+                "            os.setpgid(0, 0)\n"
+                "        else:\n"
+                "            null = os.open(os.devnull, os.O_RDWR)\n"
+                "            for fd in (0, 1, 2):\n"
+                "                os.dup2(null, fd)\n"
+                "        os.write(w, probe().encode())\n"
+                "        os._exit(0)\n"
+                "    os.close(w)\n"
+                "    os.waitpid(pid, 0)\n"
+                "    print(os.read(r, 65536).decode())\n")
+        import pty
+        seen = {}
+        for mode in ("leader", "nohup", "background"):
+            pid, fd = pty.fork()
+            if pid == 0:
+                os.execve(sys.executable, [sys.executable, "-c", code, mode], dict(self.env, PYTHONPATH=support.ROOT))
+            buf = b""
+            while True:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                buf += chunk
+            os.waitpid(pid, 0)
+            os.close(fd)
+            seen[mode] = json.loads(buf.decode().strip().splitlines()[-1])
+        key, _leader, _start, name = seen["leader"]
+        self.assertTrue(name and key.startswith("person:%d:%s:" % (os.getuid(), name)), seen)
+        alone = ["person:%d" % os.getuid(), None, None, None]
+        self.assertEqual(seen["nohup"], alone, "no standard stream is its terminal")
+        self.assertEqual(seen["background"], alone, "not in its terminal's foreground process group")
+
     def test_the_user_alone_is_never_ended_by_the_clock(self):
         person = self.st.register(conversation="person:%d" % os.getuid(), harness=store.PERSON)
         agent = self.st.register(conversation="an-agent")

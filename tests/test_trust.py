@@ -229,11 +229,19 @@ class OptInTest(TrustCase):
         proc = self.coord("trust", "--carry-over", "on", env={"CODEX_THREAD_ID": "t-1"})
         self.assertEqual(proc.returncode, 3, proc.stderr)
         self.assertFalse(os.path.exists(path))
-        proc = self.coord("trust", "--carry-over", "on", check=0)
-        self.assertIn(path, proc.stdout)
+        # Without a harness variable but with no terminal either (a detached, setsid'd process):
+        # the same test as caller()'s person rule, so no.
+        proc = self.coord("trust", "--carry-over", "on")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("not positively the person at a terminal (no controlling terminal)", proc.stderr)
+        self.assertFalse(os.path.exists(path))
+        rc, out = self.coord_at_terminal("trust", "--carry-over", "on", check=0)
+        self.assertIn(path, out)
         self.assertTrue(trust.carry_enabled(self.env))
         self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
-        self.coord("trust", "--carry-over", "off", check=0)
+        self.assertEqual(self.coord("trust", "--carry-over", "off").returncode, 3, "off is the person's too")
+        self.assertTrue(trust.carry_enabled(self.env))
+        self.coord_at_terminal("trust", "--carry-over", "off", check=0)
         self.assertFalse(trust.carry_enabled(self.env))
         self.assertIn("carry-over off", self.coord("trust", check=0).stdout)
 
@@ -302,7 +310,7 @@ class WorkCreateTrustTest(support.CoordTestCase):
         codex = harnesses.require_cli(self, "codex")
         self.env["PATH"] = os.path.dirname(codex) + os.pathsep + self.env["PATH"]
         os.environ.update(self.env)
-        self.coord("trust", "--carry-over", "on", check=0)
+        self.coord_at_terminal("trust", "--carry-over", "on", check=0)
         before = self.snapshot()
         work = self.create()
         added = work["data"]["trust"]["added"]

@@ -2105,6 +2105,39 @@ class PersonWorkTest(WorkTestCase):
         self.assertFalse(os.path.lexists(path))
 
 
+    def test_a_caller_without_a_terminal_has_no_authority_over_a_terminals_work(self):
+        # As an agent that detached from its harness would (env -u ...; setsid -f): no harness
+        # variable, no harness ancestor, no terminal. It is the user alone, never the person who
+        # created the work at a terminal, and may not name that person's runtime either.
+        if store.harness_ancestor(store.ancestor_processes())[0] is not None:
+            self.skipTest("this test process runs under an agent harness, so no caller of it is a person")
+        env = dict(self.env)
+        coord = "%s %s" % (shlex.quote(sys.executable), shlex.quote(support.COORD))
+        term = support.Terminal(self, env, self.canon)
+        rc, out = term.run("%s work create at-a-terminal" % coord)
+        self.assertEqual(rc, 0, out)
+        handle, path = out.split()[:2]
+        person = json.loads(term.run("%s hello --json" % coord)[1])["runtime"]
+        bare = {k: v for k, v in env.items() if k != "COORD_RUNTIME_ID"}
+
+        def detached(*args, extra=None):
+            return subprocess.run([sys.executable, support.COORD, "work"] + list(args), cwd=self.canon,
+                                  env=dict(bare, **(extra or {})), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True, timeout=120)
+        for args, extra in (((), None), (("--runtime", person["handle"]), None),
+                            ((), {"COORD_RUNTIME_ID": person["id"]})):
+            with self.subTest(args=args, extra=extra):
+                proc = detached("gate", handle, "--pass", *args, extra=extra)
+                self.assertEqual(proc.returncode, 3, proc.stderr)
+                proc = detached("remove", handle, "--confirm", handle, *args, extra=extra)
+                self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertEqual(self.record(handle)["data"]["gate"]["state"], "pending")
+        self.assertTrue(os.path.isdir(path))
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual([e for e in events if e["event"].startswith("work.gate") or e["event"] == "work.authority.override"], [])
+        self.assertEqual(term.run("%s work gate %s --pass" % (coord, handle)), (0, ""), "the person at the terminal may")
+
+
 @support.slow
 class AdoptLoopTest(WorkTestCase):
     """A clone adopted into another database: remove, adopt and --forget point at one way out that
