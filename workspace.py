@@ -426,12 +426,14 @@ def _owns(st, w, caller):
 
 # Who may change a work's state (DESIGN.md, "Authority"): gate, park, resume, close, start, integrate
 # enqueue, acquire and land, and remove each call authorize(); prove and release belong to the runtime that froze
-# the candidate (_candidate_for). Everyone else is refused (exit 3) naming who may, unless it
-# passes --override, which is audited.
+# the candidate (_candidate_for). Everyone else is refused (exit 3) naming who may, unless the
+# person passes --override, which is audited (an agent's --override is refused). Acquire, land
+# and prove are the person's even on an agent's own work, unless the repository opts in
+# (refuse_agent_integration).
 AUTHORITY_VERBS = {"gate": "pass or waive the gate of", "park": "park", "resume": "resume", "close": "close",
                    "archive": "archive",
                    "acquire": "integrate", "land": "land", "remove": "remove", "start": "start",
-                   "enqueue": "queue"}
+                   "enqueue": "queue", "prove": "prove the integration of"}
 
 
 def authority(st, w, caller):
@@ -484,26 +486,90 @@ def who_may(st, w):
     return out
 
 
-def authorize(st, w, caller, action, override=False):
-    """Refuse (exit 3, naming who may) unless `caller` may do `action` to the work; with
-    `override` any identified runtime may, and the override is audited. -> the reason."""
-    why = authority(st, w, caller)
-    if why:
+def is_person(caller):
+    """True when the caller is a person (store's test of a person's runtime). Every rule that
+    keeps a power for the person (landing, --override, the hints that offer them) asks this."""
+    return store.person_uid(caller) is not None
+
+
+AGENTS_LAND_CONFIG = "coord.agentsLand"  # git config key, read like coord.landCheck (see agents_land)
+# The integration owner's steps (DESIGN.md, "Authority"): they move or prove a shared bookmark.
+# The person's by default; the work's own agent's only where the person opted in (agents_land).
+PERSON_ACTIONS = frozenset(("acquire", "land", "prove"))
+_OWN = frozenset(("owner", "successor", "harness"))
+
+
+def agents_land(source, environ=None):
+    """True when the person lets agents land their own work in this repository: `git config
+    coord.agentsLand true` in the shared checkout's own config (.git/config, which no clone can
+    commit), read with --local exactly as coord.landCheck is, so neither a clone's config nor
+    the caller's environment (GIT_CONFIG_*, which tool_env drops and --local ignores) counts."""
+    try:
+        code, out, _ = git(git_dir_args(source) + ["config", "--local", "--type=bool", "--get",
+                                                   AGENTS_LAND_CONFIG], source, environ, check=False)
+    except store.CoordError:
+        return False
+    return code == 0 and out.strip() == "true"
+
+
+def _enqueue_hint(w, into):
+    return ("coord work integrate enqueue %s --into %s ; the person lands it (agents queue work, they do not "
+            "land it)" % (w["handle"], into or "BOOKMARK"))
+
+
+def refuse_agent_integration(st, w, caller, action, into=None, why=None, environ=None):
+    """Refuse an agent (any caller that is not the person) a step of the integration owner's
+    (PERSON_ACTIONS), unless the repository opted in (agents_land) and the work is its own;
+    -> the reason it may. The hint names what the agent may do: queue the work."""
+    why = authority(st, w, caller) if why is None else why
+    if is_person(caller):
+        return why
+    if why in _OWN and agents_land(w["source"], environ):
         return why
     verb = AUTHORITY_VERBS.get(action, action)
+    raise Refused("%s may not %s %s: the person integrates and lands work, agents queue it"
+                  % (caller["handle"], verb, w["handle"]), _enqueue_hint(w, into),
+                  reason="person-lands", action=action)
+
+
+def authorize(st, w, caller, action, override=False, into=None):
+    """Refuse (exit 3, naming who may) unless `caller` may do `action` to the work; with
+    `override` the person may, and the override is audited; an agent's --override is refused.
+    The integration owner's steps (PERSON_ACTIONS) are the person's (refuse_agent_integration).
+    -> the reason."""
+    why = authority(st, w, caller)
+    verb = AUTHORITY_VERBS.get(action, action)
     if not caller:
+        if why:
+            return why
         raise Refused("cannot %s %s without an identity" % (verb, w["handle"]),
                       "register first (coord hello), then retry")
+    if override and not is_person(caller):
+        allowed = bool(why) and (action not in PERSON_ACTIONS or why in _OWN and agents_land(w["source"]))
+        owner = _owner_handle(st, w)
+        raise Refused("an override is the person's: %s may not use one" % caller["handle"],
+                      "retry without --override" if allowed else
+                      _enqueue_hint(w, into) if action in PERSON_ACTIONS and why in _OWN else
+                      "ask its owner: coord send \"...\" --to %s" % owner,
+                      reason="override-is-the-person-s", action=action)
+    if why:
+        return refuse_agent_integration(st, w, caller, action, into, why) if action in PERSON_ACTIONS else why
     may = who_may(st, w) or ["its owner"]
     if override:
         with st.transaction():
             st.audit("work.authority.override", caller["id"], w["id"], action=action, allowed=may)
         return "override"
-    start = st.runtime(w["runtime"]) if w.get("runtime") else None
-    owner = st.successor(start)["handle"] if start is not None else w["handle"]
+    owner = _owner_handle(st, w)
+    hint = "ask it: coord send \"...\" --to %s" % owner
+    if is_person(caller):  # only the person is offered the override (a model follows its hints)
+        hint += " ; or, deliberately and audited, add --override"
     raise Refused("%s may not %s %s: only %s may" % (caller["handle"], verb, w["handle"], " or ".join(may)),
-                  "ask it: coord send \"...\" --to %s ; or, deliberately and audited, add --override" % owner,
-                  reason="not-authorized", action=action)
+                  hint, reason="not-authorized", action=action)
+
+
+def _owner_handle(st, w):
+    start = st.runtime(w["runtime"]) if w.get("runtime") else None
+    return st.successor(start)["handle"] if start is not None else w["handle"]
 
 
 def public_work(w, st=None):
@@ -1399,14 +1465,15 @@ def integration_queue(st, *, into=None):
     return {"queue": rows, "holders": holders, "into": into}
 
 
-def acquire(st, *, caller, handle, into, environ=None, override=False):
-    """Take integration/<bookmark>, snapshot the clone and freeze its exact candidate;
-    -> {work, resource, candidate: {change, commit}, waiting_on}."""
+def acquire(st, *, caller, handle, into, environ=None, override=False, authorized=False):
+    """Take integration/<bookmark>, snapshot the clone and freeze its exact candidate (authorized:
+    land_work already authorized the caller); -> {work, resource, candidate: {change, commit}, waiting_on}."""
     into = check_bookmark(into)
     resource = _integration_resource(into)
     w = st.resolve_work(handle)
     _refuse_state(w, UNUSABLE)
-    authorize(st, w, caller, "acquire", override)
+    if not authorized:
+        authorize(st, w, caller, "acquire", override, into=into)
     path = verified_path(w)
     ids = head_ids(path, environ=environ)  # snapshots the clone
     cand_change, cand_commit = _candidate_of(w, ids, local_changes(path, _local_revset(w, environ), environ))
@@ -1537,7 +1604,8 @@ def _candidate_for(w, caller, st=None):
         raise Refused("the candidate of %s was frozen by another runtime (%s), not %s"
                       % (w["handle"], cand["runtime"], caller["handle"]),
                       "only that runtime may prove or release it; to take over: "
-                      "coord work integrate acquire %s --into %s" % (w["handle"], integ.get("into")))
+                      "coord work integrate acquire %s --into %s" % (w["handle"], integ.get("into"))
+                      if is_person(caller) else "only that runtime may prove or release it")
     return integ, cand
 
 
@@ -1562,6 +1630,7 @@ def prove(st, *, caller, handle, target, environ=None):
     the bookmark in the canonical repository; -> {work, candidate, target}."""
     target = full_commit(target, "target")
     w = st.resolve_work(handle)
+    refuse_agent_integration(st, w, caller, "prove", _integration(w).get("into"), environ=environ)
     integ, cand = _candidate_for(w, caller, st)
     holder = _freezer_holder(st, cand, caller) or caller["id"]
     if integ["state"] == "lock-released":
@@ -2133,7 +2202,7 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
         raise UsageError("--push %r is not a remote name" % push, "coord work integrate land WORK --into main "
                          "--push origin")
     w = st.resolve_work(handle)
-    authorize(st, w, caller, "land", override)
+    authorize(st, w, caller, "land", override, into=into)
     _refuse_state(w, UNUSABLE)
     # One landing into a target at a time, whoever lands: integration/B is re-entrant for one
     # runtime, and two landings of the same person must not both move B. A second one waits
@@ -2161,8 +2230,13 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
             _is_ancestor(source, landing["candidate"], _rev(source, ref, environ), environ):
         return _land_after_move(st, w, caller, into, push or landing.get("remote"), environ)
     check_arg = check
-    check = check or land_check_command(source, environ)
-    if not check and _gate(w)["state"] not in GATE_DONE:
+    # --check adds to the repository's configured check, never replaces it: both run, that one first.
+    configured = land_check_command(source, environ)
+    checks = [configured] if configured else []
+    if check and check not in checks:
+        checks.append(check)
+    check = " && ".join(checks) or None  # what the landing records and shows as its check
+    if not checks and _gate(w)["state"] not in GATE_DONE:
         raise Refused("work %s has no passed or waived gate and no check command" % w["handle"],
                       "coord work gate %s --pass, or land with --check CMD (or set git config %s in %s)"
                       % (w["handle"], LAND_CHECK_CONFIG, source), reason="ungated")
@@ -2185,7 +2259,7 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
                              and "pushed" in [s["step"] for s in landing.get("steps") or []]):
                 return _publish_landed(st, w, caller, into, push, landing, environ)
             return _land_result(w, landing, already=True)
-    got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ, override=override)
+    got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ, authorized=True)
     cand = dict(got["candidate"])
     with st.transaction():
         st.update_work(w["id"], data={"landing": None})
@@ -2199,11 +2273,11 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
         live = _live_inside(st, w, process_cwds() or {})
         if live and (check or not _is_ancestor(source, old, cand["commit"], environ)):
             with _Scratch(w, environ) as scratch:
-                cand = _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, environ)
+                cand = _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, environ)
         else:
-            cand = _prepare_in_clone(st, w, caller, into, old, cand, check, environ)
-        _land_record(st, w, caller, "checked", environ, check=check, check_cwd=cand.get("check_cwd"),
-                     check_set_aside=cand.get("set_aside"))
+            cand = _prepare_in_clone(st, w, caller, into, old, cand, checks, environ)
+        _land_record(st, w, caller, "checked", environ, check=check, checks=checks or None,
+                     check_cwd=cand.get("check_cwd"), check_set_aside=cand.get("set_aside"))
         _refuse_peer_leases(st, w, caller, old, cand["commit"], override, environ)
         if push:
             _take_push(st, w, caller, into, push, old, environ)
@@ -2218,7 +2292,7 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
     return _land_after_move(st, w, caller, into, push, environ)
 
 
-def _prepare_in_clone(st, w, caller, into, old, cand, check, environ):
+def _prepare_in_clone(st, w, caller, into, old, cand, checks, environ):
     """Rebase (when stale) and check in the clone itself, nothing live being inside; -> the candidate."""
     source = w["source"]
     rebased = False
@@ -2227,7 +2301,7 @@ def _prepare_in_clone(st, w, caller, into, old, cand, check, environ):
         if paths:
             _land_conflict(st, w, caller, into, old, cand, paths, environ)
         cand = dict(acquire(st, caller=caller, handle=w["id"], into=into, environ=environ,
-                            override=True)["candidate"])  # land_work authorized the caller
+                            authorized=True)["candidate"])  # land_work authorized the caller
         fetch_candidate(w, cand["commit"], environ)
         rebased = True
         if not _is_ancestor(source, old, cand["commit"], environ):
@@ -2235,21 +2309,25 @@ def _prepare_in_clone(st, w, caller, into, old, cand, check, environ):
                           w["handle"], old), "coord work inspect %s --verbose" % w["handle"])
     _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], change=cand["change"],
                  rebased=rebased, where="clone")
-    if check:
-        result = _check_in_clone(st, w, check, cand, environ)
+    if checks:
+        result = None
+        for command in checks:  # in order; the first failure stops the landing
+            result = _check_in_clone(st, w, command, cand, environ)
+            if result["exit"] != 0:
+                _land_check_failed(st, w, caller, into, cand, result, environ)
+            if result.get("set_aside"):
+                cand = dict(cand, set_aside=result["set_aside"])
+        cand = dict(cand, check_cwd=result["cwd"])
         now_ids = head_ids(w["path"], environ=environ)
-        if result["exit"] != 0:
-            _land_check_failed(st, w, caller, into, cand, result, environ)
-        cand = dict(cand, check_cwd=result["cwd"], set_aside=result.get("set_aside"))
         if cand["commit"] not in [now_ids["commit"]] + now_ids["parents"] or \
                 (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
             raise Refused("the clone of %s changed while the check ran" % w["handle"],
                           "re-run: %s" % rerun_command(w, into), reason="changed-during-check")
-        _gate_from_check(st, w, caller, check, cand)
+        _gate_from_check(st, w, caller, checks, cand)
     return cand
 
 
-def _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, environ):
+def _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, environ):
     """Rebase (when stale) and check in a private scratch checkout, because something live works
     in the clone (`live`, cleanup's blockers); the clone is not touched. -> the candidate."""
     source = w["source"]
@@ -2276,21 +2354,25 @@ def _prepare_in_scratch(st, w, caller, into, old, cand, check, scratch, live, en
                      rebased_from=cand["rebased_from"], where="scratch")
     _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], rebased=rebased, where="scratch",
                  live_inside=store.clean_text(live[0][1], 300))
-    if check:
-        result = _run_check(w, check, environ, cwd=scratch.path)
-        if result["exit"] != 0:
-            _land_check_failed(st, w, caller, into, cand, result, environ)
+    if checks:
+        for command in checks:
+            result = _run_check(w, command, environ, cwd=scratch.path)
+            if result["exit"] != 0:
+                _land_check_failed(st, w, caller, into, cand, result, environ)
         cand = dict(cand, check_cwd="a scratch checkout of the candidate (the clone was in use)")
-        _gate_from_check(st, w, caller, check, cand)
+        _gate_from_check(st, w, caller, checks, cand)
     return cand
 
 
-def _gate_from_check(st, w, caller, check, cand):
+def _gate_from_check(st, w, caller, checks, cand):
+    """Every check passed on the candidate: the gate records each command that ran."""
     gate = {"state": "passed", "at": _now(), "by": caller["id"], "by_handle": caller["handle"],
-            "user": _user(), "check": {"command": check, "exit": 0, "candidate": cand["commit"]}}
+            "user": _user(), "check": {"command": " && ".join(checks), "commands": list(checks), "exit": 0,
+                                       "candidate": cand["commit"]}}
     with st.transaction():
         st.update_work(w["id"], data={"gate": gate})
-        st.audit("work.gate.passed", caller["id"], w["id"], check=check, candidate=cand["commit"])
+        st.audit("work.gate.passed", caller["id"], w["id"], check=gate["check"]["command"], checks=list(checks),
+                 candidate=cand["commit"])
 
 
 def _push_resource(remote, into):
@@ -2493,6 +2575,7 @@ def _land_result(w, landing, already=False):
     return {"work": w["handle"], "landed": landing.get("landed") or landing.get("candidate"),
             "into": landing.get("into"), "remote": landing.get("remote"), "old_target": landing.get("old_target"),
             "rebased": bool(landing.get("rebased")), "check": landing.get("check"),
+            "checks": landing.get("checks") or ([landing["check"]] if landing.get("check") else []),
             "check_cwd": landing.get("check_cwd"), "check_set_aside": landing.get("check_set_aside"),
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
             "already": already}
@@ -4621,7 +4704,7 @@ def cmd_close(ctx, args):
 
 def _override_argument(p):
     p.add_argument("--override", action="store_true",
-                   help="act on work you do not own (audited); see DESIGN.md, Authority")
+                   help="the person only: act on work you do not own (audited); see DESIGN.md, Authority")
 
 
 # Every `work` subcommand, in the order help lists them (a test compares this with the parser).
@@ -4713,8 +4796,8 @@ def register(sub, common, ident, only=None, unbuilt=None):
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--into", required=True, metavar="BOOKMARK")
     p.add_argument("--push", metavar="REMOTE", help="also publish to this remote of the shared checkout")
-    p.add_argument("--check", metavar="CMD", help="run in the clone on the frozen candidate first (default: git "
-                   "config %s of the canonical repository)" % LAND_CHECK_CONFIG)
+    p.add_argument("--check", metavar="CMD", help="also run this on the frozen candidate, after git config %s of "
+                   "the canonical repository (which always runs when set)" % LAND_CHECK_CONFIG)
     _override_argument(p)
     p.set_defaults(func=cmd_land)
     p = isub.add_parser("enqueue", parents=both, help="join the visible queue (grants nothing)")

@@ -17,6 +17,8 @@ import harnesses as h  # noqa: E402
 import support  # noqa: E402
 from modelserver import say, tool  # noqa: E402
 
+TITLE_REQUEST = "Generate a concise, sentence-case title"
+
 
 class HarnessFacts(h.HarnessCase):
     harness = "claude"
@@ -531,6 +533,80 @@ class Nudge(h.CoordCase):
         seen = support.retry_until(lambda: self.carrying(words), timeout=60, interval=0.25)
         self.assertNotIn(session.NUDGE, seen[0].user_text())
         self.assertNotIn(session.NUDGE, self.pane_text(rec))
+
+
+class AgentLandsItsOwnWork(h.CoordCase):
+    """The person sets `git config coord.landCheck false` in the shared checkout and starts the
+    real Claude Code (interactive, `work start`, in tmux) for a work that has a described change.
+    The scripted model runs `.coord/coord work integrate land W --into main --check true` from
+    the clone, as a model that wants its work landed would: coord refuses it (the person lands;
+    agents queue), main does not move, the hint it reads names `work integrate enqueue` and no
+    `--override`, and the model's next command, the hint's, queues the work."""
+
+    harness = "claude"
+
+    def setUp(self):
+        super().setUp()
+        self.interactive_claude()
+        self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
+
+    def git(self, *args):
+        return subprocess.run(["git", "-C", self.repo] + list(args), env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=60, check=True).stdout.strip()
+
+    def test_the_launched_agent_cannot_land_or_replace_the_repository_s_check(self):
+        as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
+        self.git("config", "coord.landCheck", "false")
+        self.rcoord("trust", "--carry-over", "on", env=as_owner)
+        work = self.rcoord("work", "create", "agent-lands", env=as_owner)["work"]
+        handle, path = work["handle"], work["path"]
+        with open(os.path.join(path, "feature.txt"), "w") as f:
+            f.write("feature\n")
+        subprocess.run(["jj", "--no-pager", "describe", "-m", "add a feature"], cwd=path, env=dict(self.env,
+                       **as_owner), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60, check=True)
+        before = self.git("rev-parse", "main")
+        marker = "LAND-IT-%d" % os.getpid()
+        land = ".coord/coord work integrate land %s --into main --check true" % handle
+        enqueue = ".coord/coord work integrate enqueue %s --into main" % handle
+        steps = [tool("Bash", command=land, description="land"), tool("Bash", command=enqueue, description="queue"),
+                 say("queued for the person")]
+
+        def turn(req):  # Claude Code's side request for a session title takes no step
+            if TITLE_REQUEST in req.text():
+                return say('{"title": "Land the work"}')
+            return steps.pop(0) if steps else say("ok")
+        self.server.load([say("ok")] * 20, lanes={marker: [turn] * 20})
+        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord"), "work", "start", handle, "--harness",
+                "claude", "--prompt", "%s: land your work" % marker, "--json", "--", "--allowedTools", "Bash"]
+        proc = subprocess.run(argv, cwd=self.repo, env=dict(self.env, **as_owner), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+        def results():  # the tool results the model was sent (land's, then enqueue's), once every step played
+            got = [t for r in self.server.model_requests(marker) for t in r.tool_results()]
+            return got if not steps and len(got) >= 2 else None
+        try:
+            seen = support.retry_until(results, timeout=120, interval=0.5)
+        except AssertionError:
+            self.fail("the scripted lane did not finish: %d steps left, %d requests" % (
+                len(steps), len(self.server.model_requests(marker))))
+        landed = seen[0]
+        self.assertIn("may not land %s" % handle, landed)
+        self.assertIn("work integrate enqueue %s --into main" % handle, landed)
+        self.assertIn("the person lands it", landed)
+        self.assertNotIn("--override", landed, "a hint to an agent never offers the override")
+        self.assertEqual(self.git("rev-parse", "main"), before, "main did not move")
+        rec = self.rcoord("work", "inspect", handle, "--verbose", env=self.launch_env)["work"]
+        self.assertEqual(rec["data"]["integration"]["state"], "queued", "the agent followed the hint")
+        self.assertNotEqual(rec["data"]["gate"]["state"], "passed")
+        self.assertNotIn("landing", [k for k, v in rec["data"].items() if v])
+        harness = rec["data"]["tmux"]["runtime_id"]
+        self.assertEqual(rec["data"]["integration"]["queued_by"], harness, "the work's own harness queued it")
+        events = [json.loads(l) for l in subprocess.run(
+            [sys.executable, os.path.join(self.repo, ".coord", "coord"), "audit"], cwd=self.repo, env=self.env,
+            stdout=subprocess.PIPE, universal_newlines=True, timeout=60).stdout.splitlines()]
+        self.assertEqual([e for e in events if e["event"].startswith(("work.authority.override", "work.landing"))],
+                         [])
 
 
 def tearDownModule():

@@ -395,6 +395,13 @@ class Terminal:
         out = buf[:m.start()].decode("utf-8", "replace").replace("\r", "")
         return int(m.group(1)), out
 
+    def coord(self, *args, stderr=True):
+        """Run the real coord CLI at this terminal, as the person types it; -> (exit status,
+        output: stdout, then stderr unless stderr=False)."""
+        import shlex
+        line = " ".join(shlex.quote(str(a)) for a in [sys.executable, COORD] + list(args))
+        return self.run(line + (" 2>&1" if stderr else " 2>/dev/null"))
+
     def close(self):
         if self.closed:
             return
@@ -476,3 +483,12 @@ class TmuxClient:
             os.close(self.fd)
         except OSError:
             pass
+
+
+def person_terminal(testcase, cwd, env=None):
+    """A person's Terminal (see Terminal) in `cwd` with the test's environment; the test is
+    skipped when this process runs under an agent harness, where no caller of it is a person."""
+    import store
+    if store.harness_ancestor(store.ancestor_processes())[0] is not None:
+        testcase.skipTest("this test process runs under an agent harness, so no caller of it is a person")
+    return Terminal(testcase, dict(testcase.env if env is None else env), cwd)

@@ -14,12 +14,17 @@ import support
 from support import CoordTestCase
 
 import store
+import workspace
 
 LAND_KILL_ENV = "COORD_TEST_LAND_KILL_AFTER"
 
 
 class LandCase(CoordTestCase):
     kind = "git"          # "git" (main checked out), "git-detached" (main not checked out), "jj"
+    # Landing is the person's by default. The tests of the landing itself have the work's
+    # owner (an agent registered by `hello`) land it, so their repository opts in, as a person
+    # would: git config coord.agentsLand true in the shared checkout. LandAuthorityTest does not.
+    agents_land = True
 
     def setUp(self):
         super().setUp()
@@ -43,6 +48,8 @@ class LandCase(CoordTestCase):
         self.run_tool(self.tmp, "git", "init", "-q", "--bare", self.origin)
         self.run_tool(self.canon, "git", "remote", "add", "origin", self.origin)
         self.run_tool(self.canon, "git", "push", "-q", "origin", "refs/heads/main:refs/heads/main")
+        if self.agents_land:
+            self.run_tool(self.canon, "git", "config", "coord.agentsLand", "true")
         self.rt = self.hello()["runtime"]
 
     # -- helpers
@@ -86,6 +93,15 @@ class LandCase(CoordTestCase):
 
     def land(self, handle, *extra, runtime=None, env=None):
         return self.work("integrate", "land", handle, "--into", "main", *extra, runtime=runtime, env=env)
+
+    def person_land(self, handle, *extra):
+        """The person lands from a terminal (an agent's --override is refused); -> (exit status,
+        the JSON reply)."""
+        if not hasattr(self, "_person"):
+            self._person = support.person_terminal(self, self.canon)
+        rc, out = self._person.coord("work", "integrate", "land", handle, "--into", "main", *(extra + ("--json",)),
+                                     stderr=False)
+        return rc, json.loads(out)
 
     def record(self, handle):
         proc = self.work("inspect", handle, "--json")
@@ -175,12 +191,16 @@ class LandGitCheckedOutTest(_LandKinds, LandCase):
         owner = self.hello()["runtime"]
         handle, path = self.make("clash", name="shared.txt", text="one\nTWO (clone)\nthree\n", runtime=owner["id"])
         moved = self.advance_main("shared.txt", "one\nTWO (upstream)\nthree\n")
-        # an integration owner landing another runtime's work: refused, then deliberately overridden
+        # another agent landing this runtime's work: refused, and its --override is refused too
         refused = self.land(handle, "--check", "true", "--json")
         self.assertEqual((refused.returncode, json.loads(refused.stdout)["reason"]), (3, "not-authorized"))
-        proc = self.land(handle, "--push", "origin", "--check", "true", "--json", "--override")
-        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
-        self.assertEqual(json.loads(proc.stdout)["paths"], ["shared.txt"])
+        self.assertNotIn("--override", refused.stderr, "an agent is never offered the override")
+        refused = self.land(handle, "--check", "true", "--json", "--override")
+        self.assertEqual((refused.returncode, json.loads(refused.stdout)["reason"]), (3, "override-is-the-person-s"))
+        # the person, the integration owner, lands it deliberately (audited)
+        rc, reply = self.person_land(handle, "--push", "origin", "--check", "true", "--override")
+        self.assertEqual(rc, 3, reply)
+        self.assertEqual(reply["paths"], ["shared.txt"])
         self.assertEqual(self.main(), moved)
         self.assertEqual(self.remote_main(), moved)
         self.assertEqual(self.read(self.canon, "shared.txt"), "one\nTWO (upstream)\nthree\n")
@@ -454,9 +474,8 @@ class LandCloneInUseTest(LandCase):
         self.run_tool(path, "jj", "status")  # snapshot now, so the clone's head is settled
         head = self.clone_head(path)
         self.inside(path)
-        proc = self.land(handle, "--check", "test -f upstream.txt && test -f feature.txt", "--json", "--override")
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        reply = json.loads(proc.stdout)
+        rc, reply = self.person_land(handle, "--check", "test -f upstream.txt && test -f feature.txt", "--override")
+        self.assertEqual(rc, 0, reply)
         self.assertTrue(reply["rebased"])
         self.assertEqual(self.main(), reply["landed"])
         self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", reply["landed"] + "^").strip(), moved)
@@ -498,9 +517,9 @@ class LandCloneInUseTest(LandCase):
         self.run_tool(path, "jj", "status")
         head = self.clone_head(path)
         self.inside(path)
-        proc = self.land(handle, "--check", "true", "--json", "--override")
-        self.assertEqual(proc.returncode, 3, proc.stderr)
-        self.assertEqual(json.loads(proc.stdout)["paths"], ["shared.txt"])
+        rc, reply = self.person_land(handle, "--check", "true", "--override")
+        self.assertEqual(rc, 3, reply)
+        self.assertEqual(reply["paths"], ["shared.txt"])
         self.assertEqual(self.main(), moved)
         self.assertEqual(self.clone_head(path), head)
         self.assertEqual(self.record(handle)["data"]["landing"]["state"], "conflict")
@@ -969,3 +988,150 @@ class LandRerunHintTest(LandCase):
         self.assertEqual(rerun.returncode, 0, rerun.stdout + rerun.stderr)
         self.assertEqual(self.remote_main(), self.main(), "the re-run pushed as the first run asked")
         self.assertIn("--push origin", self.work("inspect", handle).stdout + "--push origin")
+
+
+class LandAuthorityTest(LandCase):
+    """Landing is the integration owner's: the person's. The agent launched for a work (a runtime
+    recorded as its harness) may queue it, not acquire, land or prove it, and its --override is
+    refused; the person lands it; `git config coord.agentsLand true` in the shared checkout (its
+    own .git/config, which no clone commits) lets a work's own agent land it, and the same key in
+    a clone's config, the user's global config or the caller's environment does nothing."""
+    kind = "git"
+    agents_land = False
+
+    def harness_of(self, handle):
+        """A runtime recorded as the work's harness: its conversation recorded in the work as the
+        resume wrapper records the harness it runs for the work (`data.direct`), then registered."""
+        conversation = "harness-conv-%s" % handle
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        w = st.resolve_work(handle)
+        with st.transaction():
+            st.update_work(w["id"], data={"direct": {"harness": "claude", "kind": "start",
+                                                     "conversation": conversation}})
+        harness = self.hello(conversation)["runtime"]
+        self.assertEqual(workspace.authority(st, st.resolve_work(handle), st.runtime(harness["id"])), "harness")
+        return harness
+
+    def assert_refused_to_agent(self, proc, handle, into="main"):
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertIn("coord work integrate enqueue %s --into %s" % (handle, into),
+                      proc.stderr.replace(support.COORD, "coord"))
+        self.assertIn("the person lands it", proc.stderr)
+        self.assertNotIn("--override", proc.stderr)
+
+    def test_the_launched_harness_queues_its_work_and_may_not_land_acquire_or_prove_it(self):
+        handle, path = self.make("agent-lands")
+        harness = self.harness_of(handle)
+        before = self.main()
+        for args in (["land", handle, "--into", "main", "--check", "true"],
+                     ["acquire", handle, "--into", "main"],
+                     ["prove", handle, "--target", before]):
+            with self.subTest(args=args):
+                proc = self.work("integrate", *(args + ["--json"]), runtime=harness["id"])
+                self.assert_refused_to_agent(proc, handle, "BOOKMARK" if args[0] == "prove" else "main")
+                self.assertEqual(json.loads(proc.stdout)["reason"], "person-lands")
+        # --override is the person's: refused to the agent, nothing audited as an override.
+        proc = self.land(handle, "--check", "true", "--override", "--json", runtime=harness["id"])
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "override-is-the-person-s"))
+        self.assert_refused_to_agent(proc, handle)
+        # So is the work's creator when it is an agent too: any runtime that is not the person.
+        self.assert_refused_to_agent(self.land(handle, "--check", "true"), handle)
+        self.assertEqual(self.main(), before, "main did not move")
+        rec = self.record(handle)
+        self.assertEqual((rec["data"]["integration"]["state"], rec["data"]["gate"]["state"]), ("none", "pending"))
+        self.assertNotIn("work.authority.override", self.events())
+        # What the hint offers works: the agent queues it.
+        proc = self.work("integrate", "enqueue", handle, "--into", "main", runtime=harness["id"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.record(handle)["data"]["integration"]["state"], "queued")
+
+    def test_the_person_lands_the_work_they_launched_an_agent_for(self):
+        term = support.person_terminal(self, self.canon)
+        rc, out = term.coord("work", "create", "by-the-person")
+        self.assertEqual(rc, 0, out)
+        handle, path = out.split()[:2]
+        self.write(path, "feature.txt", "feature\n")
+        self.run_tool(path, "jj", "describe", "-m", "add a feature")
+        harness = self.harness_of(handle)
+        self.assert_refused_to_agent(self.land(handle, "--check", "true", runtime=harness["id"]), handle)
+        self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main",
+                                   runtime=harness["id"]).returncode, 0)
+        rc, out = term.coord("work", "integrate", "land", handle, "--into", "main", "--check", "test -f feature.txt")
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(self.main(), self.record(handle)["data"]["landing"]["landed"])
+        self.assertEqual(self.record(handle)["data"]["integration"]["state"], "integrated")
+        self.assertNotIn("work.authority.override", self.events())
+
+    def test_a_person_alone_is_offered_the_override(self):
+        handle, path = self.make("theirs")
+        other = self.hello()["runtime"]
+        proc = self.land(handle, "--check", "true", runtime=other["id"])
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("may not land %s" % handle, proc.stderr)
+        self.assertNotIn("--override", proc.stderr)
+        term = support.person_terminal(self, self.canon)
+        rc, out = term.coord("work", "integrate", "land", handle, "--into", "main", "--check", "true")
+        self.assertEqual(rc, 3, out)
+        self.assertIn("add --override", out)
+
+    def test_the_repository_opts_in_from_the_shared_checkout_only(self):
+        handle, path = self.make("opted")
+        harness = self.harness_of(handle)
+        before = self.main()
+        # A clone's own git config, the user's global config and the caller's environment do not count.
+        self.run_tool(path, "git", "config", "coord.agentsLand", "true")
+        self.run_tool(self.canon, "git", "config", "--global", "coord.agentsLand", "true")
+        env = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "coord.agentsLand", "GIT_CONFIG_VALUE_0": "true",
+               "GIT_CONFIG_PARAMETERS": "'coord.agentsland'='true'"}
+        proc = self.land(handle, "--check", "true", runtime=harness["id"], env=env)
+        self.assert_refused_to_agent(proc, handle)
+        self.assertEqual(self.main(), before)
+        # The person opts the repository in: the work's own harness lands it.
+        self.run_tool(self.canon, "git", "config", "coord.agentsLand", "true")
+        proc = self.land(handle, "--check", "true", "--json", runtime=harness["id"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.main(), json.loads(proc.stdout)["landed"])
+        # Still only its own: another agent is refused another's work, and offered no override.
+        other, _ = self.make("someone-elses", name="other.txt")
+        proc = self.land(other, "--check", "true", runtime=harness["id"])
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("may not land %s" % other, proc.stderr)
+        self.assertNotIn("--override", proc.stderr)
+
+
+class LandCheckAddsTest(LandCase):
+    """`--check` adds to the repository's configured check (git config coord.landCheck in the
+    shared checkout), never replaces it: both run, the configured one first, and the landing and
+    the gate record every command that ran."""
+    kind = "git"
+
+    def test_a_given_check_never_replaces_the_configured_one(self):
+        handle, path = self.make("checked-twice")
+        before = self.main()
+        self.run_tool(self.canon, "git", "config", "coord.landCheck", "false")
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "check-failed"), proc.stderr)
+        self.assertEqual(self.main(), before, "main did not move")
+        gate = self.record(handle)["data"]["gate"]
+        self.assertEqual((gate["state"], gate["check"]["command"]), ("failed", "false"))
+        # Both pass: the configured one ran first, then the given one; both are recorded.
+        self.run_tool(self.canon, "git", "config", "coord.landCheck", "test -f feature.txt")
+        proc = self.land(handle, "--check", "test ! -f missing.txt", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual(reply["checks"], ["test -f feature.txt", "test ! -f missing.txt"])
+        rec = self.record(handle)
+        self.assertEqual(rec["data"]["landing"]["checks"], ["test -f feature.txt", "test ! -f missing.txt"])
+        self.assertEqual(rec["data"]["gate"]["check"]["commands"], ["test -f feature.txt", "test ! -f missing.txt"])
+        checked = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()
+                   if json.loads(l)["event"] == "work.landing.checked"]
+        self.assertEqual(checked[-1]["data"]["checks"], ["test -f feature.txt", "test ! -f missing.txt"])
+
+    def test_the_configured_check_runs_first(self):
+        handle, path = self.make("order")
+        log = os.path.join(self.tmp, "order.log")
+        self.run_tool(self.canon, "git", "config", "coord.landCheck", "echo configured >> %s" % log)
+        proc = self.land(handle, "--check", "echo given >> %s" % log)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.read(self.tmp, "order.log"), "configured\ngiven\n")

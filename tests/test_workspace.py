@@ -25,6 +25,11 @@ import workspace
 class WorkTestCase(CoordTestCase):
     """A canonical jj repository with one commit on `main` and a registered runtime."""
 
+    # Acquire, land and prove are the person's by default. These tests have the work's owner (an
+    # agent registered by `hello`) integrate it, so the repository opts in as a person would
+    # (git config coord.agentsLand true in the shared checkout); AuthorityTest does not.
+    agents_land = True
+
     def setUp(self):
         super().setUp()
         self.use_jj()
@@ -34,6 +39,8 @@ class WorkTestCase(CoordTestCase):
         self.jj(self.canon, "commit", "-m", "initial")
         self.jj(self.canon, "bookmark", "create", "main", "-r", "@-")
         self.main0 = self.commit_of(self.canon, "main")
+        if self.agents_land:
+            self.git(self.canon, "config", "coord.agentsLand", "true")
         self.rt = self.hello()["runtime"]
 
     # -- helpers
@@ -370,9 +377,16 @@ class CleanupRefusalTest(WorkTestCase):
         handle, path, _ = self.create()
         self.gate(handle)
         other = self.hello()["runtime"]
-        self.assertEqual(self.refused(handle, "--override", runtime=other["id"]), ["owner-alive"])
+        proc = self.work("remove", handle, "--confirm", handle, "--override", "--json", runtime=other["id"])
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "override-is-the-person-s"))
+        # The person may override; the owner being alive still refuses it.
+        person = support.person_terminal(self, self.canon)
+        rc, out = person.coord("work", "remove", handle, "--confirm", handle, "--override", "--json", stderr=False)
+        self.assertEqual(rc, 3, out)
+        self.assertEqual([r["code"] for r in json.loads(out)["reasons"]], ["owner-alive"])
+        self.assertTrue(os.path.isdir(path))
         self.coord("bye", runtime=self.rt["id"], check=0)
-        self.work("remove", handle, "--confirm", handle, "--override", runtime=other["id"], check=0)
+        self.assertEqual(person.coord("work", "remove", handle, "--confirm", handle, "--override")[0], 0)
         self.assertFalse(os.path.lexists(path))
 
     def test_changed_after_integration(self):
@@ -634,22 +648,22 @@ class IntegrationTest(WorkTestCase):
             self.assertIn(e, events)
 
     def test_one_integration_owner_at_a_time(self):
+        other = self.hello()["runtime"]
         h1, p1, _ = self.create("one")
-        h2, p2, _ = self.create("two")
+        h2, p2, _ = self.create("two", runtime=other["id"])
         self.write(p1, "a.txt", "a\n")
         self.write(p2, "b.txt", "b\n")
         self.jj(p1, "describe", "-m", "a")
         self.jj(p2, "describe", "-m", "b")
-        other = self.hello()["runtime"]
         self.work_json("integrate", "acquire", h1, "--into", "main")
-        proc = self.work("integrate", "acquire", h2, "--into", "main", "--override", runtime=other["id"])
+        proc = self.work("integrate", "acquire", h2, "--into", "main", runtime=other["id"])
         self.assertEqual(proc.returncode, 3)
         self.assertIn("integration/main", proc.stderr)
         proc = self.work("integrate", "release", h1, runtime=other["id"])
         self.assertEqual(proc.returncode, 3)
         self.assertIn("another runtime", proc.stderr)
         self.work("integrate", "release", h1, check=0)
-        self.work_json("integrate", "acquire", h2, "--into", "main", "--override", runtime=other["id"])
+        self.work_json("integrate", "acquire", h2, "--into", "main", runtime=other["id"])
 
     def test_release_is_not_evidence(self):
         handle, path, _ = self.create()
@@ -701,10 +715,14 @@ class IntegrationTest(WorkTestCase):
         # The real candidate pushed; a different runtime may still not prove it.
         self.jj(path, "bookmark", "set", "main", "-r", cand)
         self.jj(path, "git", "push", "--bookmark", "main")
-        other = self.hello()["runtime"]
-        proc = self.work("integrate", "prove", handle, "--target", cand, runtime=other["id"])
-        self.assertEqual(proc.returncode, 3)
-        self.assertIn("another runtime", proc.stderr)
+        other = self.hello()["runtime"]  # an agent, and not this work's: refused before the freezer rule
+        proc = self.work("integrate", "prove", handle, "--target", cand, "--json", runtime=other["id"])
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "person-lands"))
+        # Nor its own agent once the repository no longer lets agents land.
+        self.git(self.canon, "config", "--unset", "coord.agentsLand")
+        proc = self.work("integrate", "prove", handle, "--target", cand, "--json")
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "person-lands"))
+        self.git(self.canon, "config", "coord.agentsLand", "true")
         proc = self.work("integrate", "prove", handle, "--target", cand[:12])
         self.assertEqual(proc.returncode, 2, "a prefix is never a target")
         self.assertEqual(self.record(handle)["data"]["integration"]["state"], "integrating")
@@ -2028,7 +2046,8 @@ class CreateFreshCheckoutTest(WorkTestCase):
         self.assertEqual(self.assert_fresh_and_recorded(handle, path, "fresh-from")["data"]["base"]["parent"], nxt)
 class AuthorityTest(WorkTestCase):
     """Who may change a work's state: every command against a foreign live runtime, no identity,
-    the owner's successor, and an audited --override."""
+    the owner's successor, and an audited --override (the person's alone)."""
+    agents_land = False
 
     def test_a_foreign_runtime_is_refused_every_state_change_and_told_who_may(self):
         handle, path, _ = self.create("guarded")
@@ -2044,15 +2063,19 @@ class AuthorityTest(WorkTestCase):
                 self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
                 self.assertIn("%s may not" % foreign["handle"], proc.stderr)
                 self.assertIn("its owner %s" % self.rt["handle"], proc.stderr)
-                self.assertIn("--override", proc.stderr)
+                self.assertNotIn("--override", proc.stderr, "an agent is never offered the override")
                 self.assertEqual(json.loads(proc.stdout)["reason"], "not-authorized")
         rec = self.record(handle)
         self.assertEqual((rec["state"], rec["data"]["gate"]["state"], rec["data"]["integration"]["state"]),
                          ("active", "pending", "none"))
         self.assertTrue(os.path.isdir(path))
-        # The owner may, and so may its conversation registered again (a resumed session).
+        # The owner may, and so may its conversation registered again (a resumed session); an
+        # agent integrates even its own work only where the repository opted in.
         again = self.hello(conversation=self.rt["conversation"])["runtime"]
         self.work("gate", handle, "--pass", runtime=again["id"], check=0)
+        proc = self.work("integrate", "acquire", handle, "--into", "main", "--json", runtime=again["id"])
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "person-lands"))
+        self.git(self.canon, "config", "coord.agentsLand", "true")
         self.work_json("integrate", "acquire", handle, "--into", "main", runtime=again["id"])
 
     def test_no_identity_can_neither_pass_nor_waive_a_gate(self):
@@ -2067,13 +2090,24 @@ class AuthorityTest(WorkTestCase):
     def test_override_acts_and_is_audited(self):
         handle, _path, _ = self.create("overridden")
         foreign = self.hello()["runtime"]
-        self.work("gate", handle, "--waive", "--reason", "reviewed by hand", "--override", runtime=foreign["id"],
-                  check=0)
+        # An agent's --override is refused: overriding is the person's (a model follows hints).
+        proc = self.work("gate", handle, "--waive", "--reason", "reviewed by hand", "--override", "--json",
+                         runtime=foreign["id"])
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "override-is-the-person-s"))
+        self.assertNotIn("--override", proc.stderr)
+        self.assertEqual(self.record(handle)["data"]["gate"]["state"], "pending")
+        person = support.person_terminal(self, self.canon)
+        rc, out = person.coord("work", "gate", handle, "--pass")
+        self.assertEqual(rc, 3, out)
+        self.assertIn("add --override", out, "the person is offered the override")
+        self.assertEqual(person.coord("work", "gate", handle, "--waive", "--reason", "reviewed by hand",
+                                      "--override")[0], 0)
+        me = json.loads(person.coord("hello", "--json", stderr=False)[1])["runtime"]
         self.assertEqual(self.record(handle)["data"]["gate"]["state"], "waived")
         events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         over = [e for e in events if e["event"] == "work.authority.override"]
         self.assertEqual(len(over), 1)
-        self.assertEqual((over[0]["runtime"], over[0]["data"]["action"]), (foreign["id"], "gate"))
+        self.assertEqual((over[0]["runtime"], over[0]["data"]["action"]), (me["id"], "gate"))
         self.assertIn("its owner %s" % self.rt["handle"], over[0]["data"]["allowed"])
 
 
@@ -2436,6 +2470,7 @@ class LandingPreviewTest(LandingPreviewCase):
         self.assertEqual(self.work_json("inspect", handle, cwd=repo)["preview"]["conflicts"], [])  # not snapshotted
         self.assertEqual(self.canon_state(repo), before)
         self.jj(path, "describe", "-m", "first line")  # acquire refuses coord's placeholder description
+        self.git(repo, "config", "coord.agentsLand", "true")  # its owner, an agent, acquires (WorkTestCase)
         p = self.work_json("integrate", "acquire", handle, "--into", "main", cwd=repo)["preview"]
         self.assertEqual((p["ahead"], p["behind"], p["conflicts"]), (1, 1, ["f.txt"]))
         wid = self.work_json("inspect", handle, cwd=repo)["work"]["id"]
@@ -2818,9 +2853,13 @@ class StartEnqueueAuthorityTest(WorkTestCase):
         theirs, _path2, _ = self.create("theirs-queued")
         self.work("integrate", "enqueue", mine, "--into", "main", check=0)
         foreign = self.hello()["runtime"]
-        self.work("integrate", "enqueue", theirs, "--into", "main", "--override", runtime=foreign["id"], check=0)
+        proc = self.work("integrate", "enqueue", theirs, "--into", "main", "--override", runtime=foreign["id"])
+        self.assertEqual(proc.returncode, 3, "an agent's --override is refused")
+        person = support.person_terminal(self, self.canon)
+        self.assertEqual(person.coord("work", "integrate", "enqueue", theirs, "--into", "main", "--override")[0], 0)
+        me = json.loads(person.coord("hello", "--json", stderr=False)[1])["runtime"]
         self.assertEqual([self.record(h)["data"]["integration"]["state"] for h in (mine, theirs)],
                          ["queued", "queued"])
         events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         over = [e for e in events if e["event"] == "work.authority.override"]
-        self.assertEqual([(e["runtime"], e["data"]["action"]) for e in over], [(foreign["id"], "enqueue")])
+        self.assertEqual([(e["runtime"], e["data"]["action"]) for e in over], [(me["id"], "enqueue")])
