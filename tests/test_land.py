@@ -494,8 +494,8 @@ class LandCloneInUseTest(LandCase):
         for proc in list(self._inside):
             proc.kill()
             proc.wait()
-        proc = self.work("remove", handle, "--confirm", handle, "--override")
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        rc, out = self._person.coord("work", "remove", handle, "--confirm", handle, "--override", stderr=False)
+        self.assertEqual(rc, 0, out)
         self.assertFalse(os.path.lexists(path))
 
     def test_a_change_amended_after_the_rebased_landing_still_blocks(self):
@@ -505,9 +505,10 @@ class LandCloneInUseTest(LandCase):
             proc.kill()
             proc.wait()
         self.write(path, "feature.txt", "amended after the landing\n")
-        proc = self.work("remove", handle, "--confirm", handle, "--json", "--override")
-        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
-        self.assertEqual([r["code"] for r in json.loads(proc.stdout)["reasons"]], ["changed-after-integration"])
+        rc, out = self._person.coord("work", "remove", handle, "--confirm", handle, "--json", "--override",
+                                     stderr=False)
+        self.assertEqual(rc, 3, out)
+        self.assertEqual([r["code"] for r in json.loads(out)["reasons"]], ["changed-after-integration"])
         self.assertTrue(os.path.isdir(path))
 
     def test_conflict_in_scratch_moves_nothing(self):
@@ -903,8 +904,10 @@ class LandOverPeersTest(LandCase):
         handle, path = self.make("override-peer")
         peer = self.hello()["runtime"]
         self.coord("claim", "feature.txt", runtime=peer["id"], cwd=self.canon, check=0)
-        proc = self.land(handle, "--check", "true", "--override")
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        refused = self.land(handle, "--check", "true", "--override")
+        self.assertEqual(refused.returncode, 3, "an agent's override is refused")
+        rc, reply = self.person_land(handle, "--check", "true", "--override")
+        self.assertEqual(rc, 0, reply)
         self.assertIn("work.landing.override", self.events())
 
     def test_two_landings_into_main_at_once_both_land_one_after_the_other(self):
