@@ -487,9 +487,11 @@ def who_may(st, w):
 
 
 def is_person(caller):
-    """True when the caller is a person (store's test of a person's runtime). Every rule that
-    keeps a power for the person (landing, --override, the hints that offer them) asks this."""
-    return store.person_uid(caller) is not None
+    """True when the caller is positively the person at a terminal (store.is_terminal_person;
+    the user alone without a terminal, e.g. a process an agent detached with setsid, is not).
+    Every rule that keeps a power for the person (landing, --override, the hints that offer
+    them) asks this."""
+    return store.is_terminal_person(caller)
 
 
 AGENTS_LAND_CONFIG = "coord.agentsLand"  # git config key, read like coord.landCheck (see agents_land)

@@ -1138,3 +1138,27 @@ class LandCheckAddsTest(LandCase):
         proc = self.land(handle, "--check", "echo given >> %s" % log)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(self.read(self.tmp, "order.log"), "configured\ngiven\n")
+
+
+class UserAloneLandsNothingTest(LandCase):
+    """The user alone (a caller with no terminal: cron, or a process an agent detached with
+    setsid) owns what it creates, but landing is the person's: it needs a terminal."""
+    agents_land = False
+
+    def test_a_caller_without_a_terminal_cannot_land_even_its_own_work(self):
+        e = {k: v for k, v in self.env.items() if k != "COORD_RUNTIME_ID"}
+        proc = self.coord("work", "create", "alone", env=e, cwd=self.canon)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        handle, path = proc.stdout.splitlines()[:2]
+        self.write(path, "alone.txt", "alone\n")
+        self.run_tool(path, "jj", "describe", "-m", "from no terminal")
+        before = self.main()
+        argv = [sys.executable, support.COORD, "work", "integrate", "land", handle, "--into", "main", "--check",
+                "true", "--json"]
+        proc = subprocess.run(["setsid", "-w"] + argv, cwd=self.canon, env=e, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["reason"], "person-lands")
+        self.assertEqual(self.main(), before)
+        rc, reply = self.person_land(handle, "--check", "true", "--override")
+        self.assertEqual(rc, 0, reply)
