@@ -3252,7 +3252,7 @@ GIT_OWN = frozenset((
     "FETCH_HEAD", "ORIG_HEAD", "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "MERGE_RR", "AUTO_MERGE", "COMMIT_EDITMSG",
     "CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD", "BISECT_LOG", "BISECT_START", "BISECT_TERMS",
     "BISECT_NAMES", "BISECT_EXPECTED_REV", "BISECT_ANCESTORS_OK", "BISECT_HEAD", "rebase-merge", "rebase-apply",
-    "sequencer", "rr-cache", "worktrees", "modules", "shallow", "gc.log", "gc.pid", "lfs", "branches",
+    "sequencer", "rr-cache", "worktrees", "shallow", "gc.log", "gc.pid", "branches",
     "fsmonitor--daemon", "fsmonitor--daemon.ipc", "objects.lock", "gitk.cache", "FETCH_HEAD.lock"))
 # Ref namespaces jj imports and judges itself (bookmarks, tags, remote bookmarks) or owns (refs/jj).
 JJ_REFS = ("refs/heads/", "refs/tags/", "refs/remotes/", "refs/jj/")
@@ -3298,12 +3298,74 @@ def git_only(w, environ=None):
     except OSError as exc:
         return out + [("unreadable", "cannot list %s: %s" % (gitdir, exc.strerror), "fix the permissions, then retry")]
     for name in names:
-        if name not in GIT_OWN and not name.endswith(".lock"):
+        if name not in GIT_OWN and name not in ("modules", "lfs") and not name.endswith(".lock"):
             files.append(".git/" + name)
     files += _changed_hooks(w, gitdir)
+    out += _submodule_repos(w, gitdir, environ)
+    files += _lfs_objects(w, gitdir)
     if files:
         out.append(("git-only-files", "%d file(s) under .git/ that only the clone has: %s" % (len(files), _named(files)),
                     "move them out of %s, then retry" % shlex.quote(path), {"paths": files}))
+    return out
+
+
+def _source_gitdir(w):
+    src = w.get("source") or ""
+    inner = os.path.join(src, ".git")
+    return inner if os.path.isdir(inner) else os.path.join(src, ".jj", "repo", "store", "git")
+
+
+def _submodule_repos(w, gitdir, environ):
+    """Blockers for submodule repositories kept in the clone's .git/modules (`git submodule
+    update --init`, and what `deinit` leaves): a commit made there exists nowhere else unless
+    the shared checkout's own copy of that submodule has it."""
+    top = os.path.join(gitdir, "modules")
+    if not os.path.isdir(top):
+        return []
+    repos, stack = [], [top]
+    while stack:  # a submodule's own submodules nest below it
+        d = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            repos.append(d)
+            continue
+        if any(e.name == "HEAD" for e in entries) and any(e.name == "objects" for e in entries):
+            repos.append(d)
+        stack += [e.path for e in entries if e.is_dir(follow_symlinks=False) and e.name not in ("objects", "refs",
+                                                                                                  "logs", "hooks")]
+    kept = []
+    for repo in repos:
+        rel = os.path.relpath(repo, gitdir)
+        theirs = os.path.join(_source_gitdir(w), rel)
+        code, listed, _ = git(["--git-dir", repo, "for-each-ref", "--format=%(objectname)"], w["path"], environ,
+                              check=False)
+        _, head, _ = git(["--git-dir", repo, "rev-parse", "--verify", "-q", "HEAD"], w["path"], environ, check=False)
+        tips = set(listed.split()) | set(head.split()) if code == 0 else {None}
+        if None in tips or not os.path.isdir(theirs) or any(
+                git(["--git-dir", theirs, "cat-file", "-e", t + "^{commit}"], w["path"], environ, check=False)[0] != 0
+                for t in tips):
+            kept.append(".git/" + rel)
+    if not kept:
+        return []
+    return [("git-only-submodules", "%d submodule repositor%s only the clone has (commits there may exist nowhere "
+             "else): %s" % (len(kept), "y" if len(kept) == 1 else "ies", _named(kept)),
+             "push what matters from each (git -C %s/MODULE_PATH push), or move %s out of the clone, then retry"
+             % (shlex.quote(w["path"]), _named(kept)), {"paths": kept})]
+
+
+def _lfs_objects(w, gitdir):
+    """Git LFS objects in the clone's .git/lfs/objects that the shared checkout's store lacks
+    (content added in the clone and never pushed exists only there)."""
+    top = os.path.join(gitdir, "lfs", "objects")
+    theirs = os.path.join(_source_gitdir(w), "lfs", "objects")
+    out = []
+    for root, dirs, names in os.walk(top):
+        dirs.sort()
+        for n in sorted(names):
+            rel = os.path.relpath(os.path.join(root, n), top)
+            if not os.path.exists(os.path.join(theirs, rel)):
+                out.append(".git/lfs/objects/" + rel)
     return out
 
 

@@ -6,6 +6,7 @@ clones made by `coord work create`, and drives the real CLI.
 """
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -741,6 +742,35 @@ class RealShapeTest(LandCase):
         os.chmod(hook, 0o755)
         self.assertEqual(self.refused_codes(handle, path)["git-only-files"]["paths"], [".git/hooks/pre-commit"])
         self.write(self.canon, ".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n")
+        self.assertEqual(self.remove(handle).returncode, 0)
+
+    def test_a_submodule_repository_only_the_clone_has_blocks_removal(self):
+        # what `git submodule update --init`, a commit inside, then `git submodule deinit -f` leave
+        handle, path = self.landed("submodule")
+        modules = os.path.join(path, ".git", "modules", "vendor")
+        tree = os.path.join(self.tmp, "vendor-tree")
+        os.makedirs(os.path.dirname(modules))
+        self.run_tool(self.tmp, "git", "init", "-q", "--separate-git-dir", modules, tree)
+        self.write(tree, "lib.c", "int only_here;\n")
+        self.run_tool(tree, "git", "add", "-A")
+        self.run_tool(tree, "git", "commit", "-q", "-m", "a commit made only in the clone's submodule")
+        shutil.rmtree(tree)
+        reasons = self.refused_codes(handle, path)
+        self.assertEqual(list(reasons), ["git-only-submodules"])
+        self.assertEqual(reasons["git-only-submodules"]["paths"], [".git/modules/vendor"])
+        # once the shared checkout's own copy of the submodule has the commit, nothing is lost
+        self.run_tool(self.tmp, "git", "clone", "-q", "--bare", modules, os.path.join(self.canon, ".git", "modules",
+                                                                                     "vendor"))
+        self.assertEqual(self.remove(handle).returncode, 0)
+
+    def test_an_lfs_object_only_the_clone_has_blocks_removal(self):
+        handle, path = self.landed("lfs")
+        oid = "ab" * 32
+        rel = os.path.join(".git", "lfs", "objects", oid[:2], oid[2:4], oid)
+        self.write(path, rel, "large content added in the clone\n")
+        reasons = self.refused_codes(handle, path)
+        self.assertEqual(reasons["git-only-files"]["paths"], [rel])
+        self.write(self.canon, rel, "large content added in the clone\n")
         self.assertEqual(self.remove(handle).returncode, 0)
 
     def test_a_git_branch_on_shared_history_does_not_block_but_one_on_new_work_does(self):
