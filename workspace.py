@@ -2455,7 +2455,9 @@ def _land_after_move(st, w, caller, into, push, environ):
             "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
             "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
             "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
-    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), owner_told=told)
+    moved_on = _step_past_landed(st, w, new, environ) if landing.get("where") == "clone" else None
+    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), owner_told=told,
+                           clone_moved_on=moved_on)
     return _land_result(st.work(w["id"]), landing)
 
 
@@ -2500,6 +2502,22 @@ def _refuse_peer_leases(st, w, caller, old, new, override, environ):
         " (%s)" % store.clean_text(first["purpose"], 120) if first.get("purpose") else ""),
         "ask them first: coord send \"may %s land over %s?\" --to %s ; then re-run once they release"
         % (w["handle"], paths[0], holders[0]), reason="peer-leased", paths=paths, holders=holders)
+
+
+def _step_past_landed(st, w, landed, environ):
+    """After a landing from the clone itself, with nothing working in it, start a new empty
+    change on top of the landed commit when @ is that commit: the agent's next edit then makes
+    a new change instead of amending (and making divergent) the one that landed. Best effort:
+    -> True when it moved @, else None."""
+    try:
+        if _live_inside(st, w, process_cwds() or {}):
+            return None
+        if head_ids(w["path"], snapshot=False, environ=environ)["commit"] != landed:
+            return None
+        jj(["new", landed], w["path"], environ=environ)
+        return True
+    except store.CoordError:
+        return None
 
 
 def _land_unpublished(st, w, caller, into, push, new, remote_at, exc, environ):
