@@ -805,6 +805,26 @@ class _repo_lock:
         return False
 
 
+def _adopt_git_identity(path, source, environ):
+    """jj does not read git's user.name and user.email: a person who never configured jj would
+    land commits by nobody (`JJ_EMPTY_STRING` on the target and the remote). When jj has no
+    user.email here, copy the shared checkout's git identity into the clone's own jj config
+    and re-author its first change with it. Nothing when git has none either."""
+    code, out, _ = jj(["config", "get", "user.email"], path, snapshot=False, environ=environ, check=False)
+    if code == 0 and out.strip():
+        return
+    found = {}
+    for key in ("user.name", "user.email"):
+        c, o, _ = git(git_dir_args(source) + ["config", "--get", key], source, environ, check=False)
+        if c == 0 and o.strip():
+            found[key] = o.strip()
+    if "user.email" not in found:
+        return
+    for key, value in sorted(found.items()):
+        jj(["config", "set", "--repo", key, value], path, snapshot=False, environ=environ)
+    jj(["metaedit", "--update-author"], path, environ=environ)
+
+
 class _CreateFailed(Exception):
     def __init__(self, step, reason):
         super().__init__(reason)
@@ -846,6 +866,8 @@ def _checkout_steps(w, token, from_rev, environ, check):
                environ=environ)
             step = "jj workspace rename"
             jj(["workspace", "rename", workspace_name(work_id)], path, environ=environ)
+            step = "identity"
+            _adopt_git_identity(path, source, environ)
             described = False
         step = "write ownership marker"
         write_marker(path, work_id, token)

@@ -1210,3 +1210,23 @@ class LandThenGoOnTest(LandCase):
         self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", "main^").strip(), landed)
         self.assertEqual(self.run_tool(self.canon, "git", "show", landed + ":one.txt"), "feature\n")
         self.assertEqual(self.read(self.canon, "two.txt"), "second\n")
+
+
+class LandIdentityTest(LandCase):
+    """A person who configured git but never jj: the clone commits as the shared checkout's git
+    identity, not as nobody."""
+
+    def test_landed_commits_carry_the_git_identity(self):
+        empty = os.path.join(self.tmp, "empty-jj.toml")
+        with open(empty, "w") as f:
+            f.write("")
+        self.env["JJ_CONFIG"] = empty
+        os.environ["JJ_CONFIG"] = empty
+        self.run_tool(self.canon, "git", "config", "user.name", "Pat Person")
+        self.run_tool(self.canon, "git", "config", "user.email", "pat@example.invalid")
+        handle, path = self.make("who")
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        landed = json.loads(proc.stdout)["landed"]
+        self.assertEqual(self.run_tool(self.canon, "git", "log", "-1", "--format=%an <%ae>|%cn <%ce>", landed).strip(),
+                         "Pat Person <pat@example.invalid>|Pat Person <pat@example.invalid>")
