@@ -2303,6 +2303,7 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
         _land_record(st, w, caller, "checked", environ, check=check, checks=checks or None,
                      check_cwd=cand.get("check_cwd"), check_set_aside=cand.get("set_aside"))
         _refuse_peer_leases(st, w, caller, old, cand["commit"], override, environ)
+        _refuse_lfs_content(w, old, cand["commit"], environ)
         if push:
             _take_push(st, w, caller, into, push, old, environ)
         how = _move_target(w, into, old, cand["commit"], environ)
@@ -2481,6 +2482,46 @@ def _land_after_move(st, w, caller, into, push, environ):
     landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), owner_told=told,
                            clone_moved_on=moved_on)
     return _land_result(st.work(w["id"]), landing)
+
+
+LFS_POINTER = "version https://git-lfs.github.com/spec/v1\n"
+LFS_POINTER_MAX = 1024   # bytes: a pointer file is far smaller
+
+
+def _refuse_lfs_content(w, old, new, environ):
+    """Refuse a candidate that writes raw content, not a Git LFS pointer, to a path whose
+    attributes say `filter=lfs`: jj runs no git filters, so in a clone such a file is committed
+    as is, and landing it would put the bytes themselves on the target (and the remote)."""
+    gargs = git_dir_args(w["source"])
+    _, out, _ = git(gargs + ["diff", "--name-only", "-z", "--no-renames", "--diff-filter=AM", old, new],
+                    w["source"], environ)
+    paths = [p for p in out.split("\0") if p]
+    if not paths:
+        return
+    spec = ["--"] + paths
+    code, attrs, _ = git(gargs + ["check-attr", "-z", "--source=%s" % new, "filter"] + spec, w["source"], environ,
+                         check=False)
+    if code != 0:  # a git before 2.40 has no --source: the shared checkout's own attributes
+        code, attrs, _ = git(gargs + ["check-attr", "-z", "filter"] + spec, w["source"], environ, check=False)
+        if code != 0:
+            return
+    fields = attrs.split("\0")
+    lfs = [fields[i] for i in range(0, len(fields) - 2, 3) if fields[i + 2] == "lfs"]
+    raw = []
+    for path in lfs:
+        spec = "%s:%s" % (new, path)
+        _, size, _ = git(gargs + ["cat-file", "-s", spec], w["source"], environ)
+        if int(size.strip() or 0) > LFS_POINTER_MAX:
+            raw.append(path)
+            continue
+        _, blob, _ = git(gargs + ["cat-file", "blob", spec], w["source"], environ)
+        if not blob.startswith(LFS_POINTER):
+            raw.append(path)
+    if raw:
+        raise Refused("the candidate of %s puts raw content, not Git LFS pointers, in %s (filter=lfs): jj runs no git "
+                      "filters, so it would land the bytes themselves" % (w["handle"], _named(raw)),
+                      "commit those files with git lfs in a git checkout (git lfs track; git add; git commit), or "
+                      "leave them out of the change", reason="lfs-content", paths=raw)
 
 
 def _refuse_peer_leases(st, w, caller, old, new, override, environ):

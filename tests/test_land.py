@@ -1230,3 +1230,28 @@ class LandIdentityTest(LandCase):
         landed = json.loads(proc.stdout)["landed"]
         self.assertEqual(self.run_tool(self.canon, "git", "log", "-1", "--format=%an <%ae>|%cn <%ce>", landed).strip(),
                          "Pat Person <pat@example.invalid>|Pat Person <pat@example.invalid>")
+
+
+class LandLfsTest(LandCase):
+    """jj runs no git filters: raw content in a `filter=lfs` path never lands; a pointer does."""
+
+    def setUp(self):
+        super().setUp()
+        self.write(self.canon, ".gitattributes", "*.bin filter=lfs diff=lfs merge=lfs -text\n")
+        self.run_tool(self.canon, "git", "add", "-A")
+        self.run_tool(self.canon, "git", "commit", "-q", "-m", "track *.bin with lfs")
+
+    def test_raw_content_in_an_lfs_path_is_refused(self):
+        handle, path = self.make("raw", name="model.bin", text="raw bytes that belong in LFS storage\n")
+        before = self.main()
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual((reply["reason"], reply["paths"]), ("lfs-content", ["model.bin"]))
+        self.assertEqual(self.main(), before)
+
+    def test_a_pointer_lands(self):
+        pointer = ("version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize 12\n" % ("0" * 64))
+        handle, path = self.make("pointer", name="model.bin", text=pointer)
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
