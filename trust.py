@@ -450,10 +450,57 @@ def _drop_member(text, members, i, open_at, close_at):
     return text[:open_at + 1] + text[close_at:]
 
 
+CLAUDE_LOCK_STALE = 10.0   # seconds: proper-lockfile's default, which Claude Code uses for its config
+CLAUDE_LOCK_WAIT = 15.0    # seconds coord waits for Claude Code's own lock before giving up
+
+
+class _claude_lock:
+    """Claude Code's own lock on its config, as it takes it (2.1.197 bundles proper-lockfile:
+    `lockSync(file, {lockfilePath: file + ".lock"})`, a directory made with mkdir, stale after
+    10 s without an mtime update): held while coord edits, so neither overwrites the other."""
+
+    def __init__(self, path):
+        self.dir = path + ".lock"
+        self.held = False
+
+    def __enter__(self):
+        deadline = time.monotonic() + CLAUDE_LOCK_WAIT
+        while True:
+            try:
+                os.mkdir(self.dir, 0o700)
+                self.held = True
+                return self
+            except FileExistsError:
+                try:
+                    if time.time() - os.stat(self.dir).st_mtime > CLAUDE_LOCK_STALE:
+                        os.rmdir(self.dir)  # stale, as proper-lockfile would judge it
+                        continue
+                except OSError:
+                    continue
+            if time.monotonic() > deadline:
+                raise EnvError("Claude Code holds the lock on its config (%s)" % self.dir,
+                               "retry when Claude Code is idle")
+            time.sleep(0.05)
+
+    def __exit__(self, *exc):
+        if self.held:
+            try:
+                os.rmdir(self.dir)
+            except OSError:
+                pass
+        return False
+
+
 def _locked_edit(path, change):
     """Apply change(text) -> new text or None to the file at `path` under an exclusive lock on
-    a sidecar file, re-reading until the file held still while we computed; atomic replace,
-    same mode. -> the change's result (None: nothing written)."""
+    a sidecar file and Claude Code's own lock, re-reading until the file held still while we
+    computed; atomic replace of the file a symlinked config (dotfiles) points at, same mode;
+    the written text confirmed by reading it back. -> the change's result (None: nothing written)."""
+    with _claude_lock(path):
+        return _edit_target(os.path.realpath(path), change)
+
+
+def _edit_target(path, change):
     lock = os.path.join(os.path.dirname(path), ".%s.coord-lock" % os.path.basename(path))
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
@@ -470,7 +517,9 @@ def _locked_edit(path, change):
                 continue  # Claude Code wrote meanwhile: compute again from its bytes
             mode = os.stat(path).st_mode & 0o777 if raw is not None else 0o600
             store.atomic_write(path, new.encode("utf-8"), mode)
-            return new
+            if _read_claude(path)[0] == new.encode("utf-8"):
+                return new
+            continue  # overwritten at once by a writer that ignores the lock: compute again
         raise EnvError("%s kept changing while coord edited it" % path, "retry when Claude Code is idle")
     finally:
         os.close(fd)

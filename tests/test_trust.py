@@ -161,6 +161,66 @@ class ClaudeCarryTest(TrustCase):
             self.assertEqual(trust._claude_remove(new, "/tmp/c.1", made), text, new)
 
 
+class ClaudeConfigSharingTest(TrustCase):
+    """~/.claude.json is the user's and Claude Code's: a dotfiles symlink stays a symlink, and
+    Claude Code's own lock (proper-lockfile's `~/.claude.json.lock` directory) is honoured."""
+
+    def test_a_symlinked_config_is_edited_through_the_link(self):
+        target = os.path.join(self.tmp, "dotfiles", "claude.json")
+        os.makedirs(os.path.dirname(target))
+        self.claude()
+        os.rename(self.claude_json, target)
+        os.symlink(target, self.claude_json)
+        result = trust.carry_over(self.shared, self.clone, self.env, ("claude",))
+        self.assertEqual(result["notes"], [])
+        self.assertTrue(os.path.islink(self.claude_json), "the link was replaced by a file")
+        with open(target) as f:
+            self.assertIn(self.clone, json.load(f)["projects"])
+
+    def test_entries_survive_a_writer_that_takes_claudes_lock(self):
+        self.claude()
+        stop = os.path.join(self.tmp, "stop")
+        # Claude Code's way: mkdir the lock, read, think, write its whole config back, rmdir.
+        writer = subprocess.Popen([sys.executable, "-c", """
+import json, os, sys, time
+path, stop = sys.argv[1:3]
+n = 0
+while not os.path.exists(stop) and n < 2000:
+    try:
+        os.mkdir(path + ".lock")
+    except FileExistsError:
+        time.sleep(0.001)
+        continue
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        time.sleep(0.01)
+        doc["numStartups"] = doc.get("numStartups", 0) + 1
+        with open(path + ".tmp", "w") as f:
+            json.dump(doc, f)
+        os.replace(path + ".tmp", path)
+    finally:
+        os.rmdir(path + ".lock")
+    n += 1
+    time.sleep(0.002)
+""", self.claude_json, stop])
+        clones = []
+        try:
+            for i in range(6):
+                clone = self.installed("clone.race%d" % i)
+                result = trust.carry_over(self.shared, clone, self.env, ("claude",))
+                self.assertEqual(result["notes"], [])
+                clones.append(clone)
+        finally:
+            with open(stop, "w"):
+                pass
+            writer.wait(timeout=60)
+        with open(self.claude_json) as f:
+            doc = json.load(f)
+        self.assertGreater(doc.get("numStartups", 0), 0, "the writer ran")
+        self.assertEqual([c for c in clones if c not in doc["projects"]], [], "every carried entry survived")
+
+
 class CodexCarryTest(TrustCase):
 
     def test_only_hooks_approved_at_the_identical_hash_are_carried_and_removal_restores(self):
