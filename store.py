@@ -1355,6 +1355,23 @@ class Store:
             "INSERT INTO audit (at, event, runtime, subject, data) VALUES (?, ?, ?, ?, ?)",
             (_now(now), event, runtime, subject, json.dumps(data, sort_keys=True, separators=(",", ":"))))
 
+    def exclusive_claims_since(self, since, resources, limit=100000):
+        """[{resource, runtime, at}] of the exclusive lease claims the audit recorded at or after
+        `since` on a name overlapping any of `resources` (read only, oldest first)."""
+        names = set(resources)
+        rows = self.q("SELECT at, runtime, subject, data FROM audit WHERE event = 'lease.claimed' AND at >= ?"
+                      " ORDER BY id LIMIT ?", (since, limit)).fetchall()
+        out = []
+        for at, runtime, subject, data in rows:
+            try:
+                if json.loads(data).get("mode") != "exclusive":
+                    continue
+            except ValueError:
+                continue
+            if subject and any(overlaps(subject, n) for n in names):
+                out.append({"resource": subject, "runtime": runtime, "at": at})
+        return out
+
     # -- runtimes
 
     def _row_runtime(self, row):

@@ -2313,7 +2313,8 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
         if push:
             _drop_push(st, caller, push, into)
         raise
-    _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"])
+    _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"],
+                 held_by_peers=_held_while_working(st, w, caller, old, cand["commit"], environ) or None)
     return _land_after_move(st, w, caller, into, push, environ)
 
 
@@ -2488,6 +2489,33 @@ LFS_POINTER = "version https://git-lfs.github.com/spec/v1\n"
 LFS_POINTER_MAX = 1024   # bytes: a pointer file is far smaller
 
 
+def _held_while_working(st, w, caller, old, new, environ):
+    """The paths this landing changed that another runtime claimed exclusively while the work
+    existed (the lease audit): shell writes are advisory, so this is where an overlap shows.
+    -> [{path, holder}] (at most 50), for the landing's report; never blocks."""
+    try:
+        _, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
+                        w["source"], environ)
+        paths = [p for p in out.split("\0") if p]
+        claims = st.exclusive_claims_since(w["created_at"], paths) if paths else []
+    except store.CoordError:
+        return []
+    seen, found = {}, []
+    for c in claims:
+        rid = c["runtime"]
+        if rid not in seen:
+            rt = st.runtime(rid) if rid and rid != caller["id"] else None
+            seen[rid] = rt if rt is not None and authority(st, w, rt) not in ("owner", "successor", "harness") else None
+        rt = seen[rid]
+        if rt is None:
+            continue
+        for p in paths:
+            item = {"path": p, "holder": rt["handle"]}
+            if store.overlaps(c["resource"], p) and item not in found:
+                found.append(item)
+    return found[:50]
+
+
 def _refuse_lfs_content(w, old, new, environ):
     """Refuse a candidate that writes raw content, not a Git LFS pointer, to a path whose
     attributes say `filter=lfs`: jj runs no git filters, so in a clone such a file is committed
@@ -2660,6 +2688,7 @@ def _land_result(w, landing, already=False):
             "rebased": bool(landing.get("rebased")), "check": landing.get("check"),
             "checks": landing.get("checks") or ([landing["check"]] if landing.get("check") else []),
             "check_cwd": landing.get("check_cwd"), "check_set_aside": landing.get("check_set_aside"),
+            "held_by_peers": landing.get("held_by_peers") or [],
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
             "already": already}
 
@@ -4681,6 +4710,9 @@ def cmd_land(ctx, args):
                                        " (already)" if r["already"] else "")
     if r.get("check") and not r["already"]:
         text += "\nchecked: %s (in %s)" % (store.clean_text(r["check"], 300), r.get("check_cwd") or "the clone")
+    for item in r.get("held_by_peers") or []:
+        text += "\nnote: %s changed %s, which %s held exclusively while the work ran" % (
+            r["work"], item["path"], item["holder"])
     if r.get("check_set_aside"):
         text += "\nthe check's %d written file(s) were moved out of the clone to %s" % (
             r["check_set_aside"]["count"], r["check_set_aside"]["dir"])

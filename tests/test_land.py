@@ -925,6 +925,20 @@ class LandOverPeersTest(LandCase):
         proc = self.land(handle, "--check", "true")
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
 
+    def test_the_landing_says_which_changed_file_a_peer_held_while_the_work_ran(self):
+        handle, path = self.make("held-before")
+        peer = self.hello()["runtime"]
+        self.coord("claim", "feature.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        self.coord("release", "feature.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        self.coord("claim", "README", runtime=peer["id"], cwd=self.canon, check=0)  # not changed: not named
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("note: %s changed feature.txt, which %s held exclusively while the work ran"
+                      % (handle, peer["handle"]), proc.stdout)
+        self.assertNotIn("README", proc.stdout)
+        self.assertEqual(self.record(handle)["data"]["landing"]["held_by_peers"],
+                         [{"path": "feature.txt", "holder": peer["handle"]}])
+
     def test_the_works_own_lease_is_not_a_peer(self):
         handle, path = self.make("own-lease")
         self.coord("claim", "feature.txt", runtime=self.rt["id"], cwd=self.canon, check=0)
