@@ -1129,6 +1129,16 @@ class HookCommandTest(InstallTestCase):
                 self.assertEqual(json.loads(proc.stdout)["exe"], os.path.join(real_dir, "python3"))
         self.assertFalse(os.path.exists(marker))
 
+    def test_command_with_no_python3_at_all_allows_and_says_nothing(self):
+        # Copilot CLI denies a tool when its hook cannot start; coord's command exits 0 instead.
+        self.use_recorder()
+        empty = os.path.join(self.tmp, "nopython")
+        os.makedirs(empty)
+        for harness, extra in (("claude", {}), ("codex", {}), ("claude", {"COORD_PYTHON": "/nonexistent/python3"})):
+            with self.subTest(harness=harness, extra=extra):
+                proc = self.run_hook(harness, env=dict({"PATH": empty}, **extra))
+                self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (0, "", ""))
+
     def test_command_fails_open_on_python_older_than_3_9(self):
         old = [p for p in ("/root/.pyenv/versions/3.8.18/bin/python3",
                            "/root/.pyenv/versions/3.7.16/bin/python3",
