@@ -273,6 +273,15 @@ def claude_config_path(environ=None):
     return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".claude.json")
 
 
+def _raw_bytes(path):
+    """The file's bytes (None when absent), unparsed: enough to tell whether it changed."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
 def _read_claude(path):
     try:
         with open(path, "rb") as f:
@@ -506,18 +515,18 @@ def _edit_target(path, change):
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         for _ in range(5):
-            raw, _doc = _read_claude(path)
+            raw, _doc = _read_claude(path)  # parsed once: coord never edits what does not parse
             text = raw.decode("utf-8") if raw is not None else "{}\n"
             new = change(text)
             if new is None:
                 return None
             json.loads(new)  # never write what Claude Code could not read
-            again, _ = _read_claude(path)
-            if again != raw:
+            if _raw_bytes(path) != raw:
                 continue  # Claude Code wrote meanwhile: compute again from its bytes
             mode = os.stat(path).st_mode & 0o777 if raw is not None else 0o600
-            store.atomic_write(path, new.encode("utf-8"), mode)
-            if _read_claude(path)[0] == new.encode("utf-8"):
+            data = new.encode("utf-8")
+            store.atomic_write(path, data, mode)
+            if _raw_bytes(path) == data:
                 return new
             continue  # overwritten at once by a writer that ignores the lock: compute again
         raise EnvError("%s kept changing while coord edited it" % path, "retry when Claude Code is idle")
@@ -614,6 +623,32 @@ def merge_added(old, new):
         if harness == "claude" and rec.get("created_projects"):
             cur["created_projects"] = True
     return out
+
+
+def entries_for(clone, environ=None):
+    """The entries the harness configs hold for exactly this clone's path, in carry_over()'s
+    `added` shape: what a carry-over made for it under a database that was lost. The path is a
+    managed clone's own (coord made the directory), so nothing else has a claim on them; they
+    go when the clone is removed. -> {} when there are none or a config is unreadable."""
+    found = {}
+    try:
+        config = read_codex_config(environ)
+    except EnvError:
+        config = {}
+    prefix = os.path.join(clone, ".codex", "hooks.json") + ":"
+    hooks = {k[2]: v for k, v in config.items() if isinstance(k, tuple) and len(k) == 4 and k[:2] == ("hooks", "state")
+             and k[3] == "trusted_hash" and str(k[2]).startswith(prefix)}
+    project = clone if config.get(("projects", clone, "trust_level")) is not None else None
+    if hooks or project:
+        found["codex"] = {"config": codex_config_path(environ), "project": project, "hooks": hooks}
+    path = claude_config_path(environ)
+    try:
+        _raw, doc = _read_claude(path)
+    except (EnvError, OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("projects"), dict) and clone in doc["projects"]:
+        found["claude"] = {"config": path, "project": clone, "created_projects": False}
+    return found
 
 
 def remove_carried(added, environ=None):

@@ -3850,7 +3850,24 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
                            data=data, work_id=work_id)
         st.audit("work.adopted", _who(caller), work_id, path=path, bookmark=bookmark, commit=commit)
     write_marker(path, work_id, token)
-    return w
+    return _adopt_trust(st, w, caller, environ)
+
+
+def _adopt_trust(st, w, caller, environ):
+    """Record the harness entries that name the adopted clone's own path as carried, so that
+    its removal takes them away as it would have before the database was lost."""
+    import trust
+    try:
+        found = trust.entries_for(w["path"], environ)
+    except Exception:
+        store.log_traceback("entries_for %s" % w["id"])
+        return w
+    if not found:
+        return w
+    with st.transaction():
+        cur = st.update_work(w["id"], data={"trust": {"added": found, "notes": [], "adopted": True}})
+        st.audit("work.trust-carried", _who(caller), w["id"], added=found, adopted=True)
+    return cur
 
 
 def _adoptable_path(raw, scratch, canonical, environ):

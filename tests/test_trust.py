@@ -389,5 +389,27 @@ class WorkCreateTrustTest(support.CoordTestCase):
         self.assertIn("work.trust-removed", events)
 
 
+    @support.slow
+    def test_after_losing_the_database_an_adopted_clone_takes_its_entries_away_at_remove(self):
+        codex = harnesses.require_cli(self, "codex")
+        self.env["PATH"] = os.path.dirname(codex) + os.pathsep + self.env["PATH"]
+        os.environ.update(self.env)
+        self.coord_at_terminal("trust", "--carry-over", "on", check=0)
+        before = self.snapshot()
+        work = self.create()
+        self.assertNotEqual(self.snapshot(), before)
+        db = self.env["COORD_DB"]
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(db + suffix):
+                os.unlink(db + suffix)
+        self.rt = self.coord_json("hello")["runtime"]
+        self.coord("work", "adopt", work["path"], "--runtime", self.rt["id"], cwd=self.canon, check=0)
+        self.coord("work", "gate", work["handle"], "--waive", "--reason", "test", "--runtime", self.rt["id"],
+                   cwd=self.canon, check=0)
+        self.coord("work", "remove", work["handle"], "--confirm", work["handle"], "--runtime", self.rt["id"],
+                   cwd=self.canon, check=0)
+        self.assertEqual(self.snapshot(), before, "no stale entry for the removed clone")
+
+
 if __name__ == "__main__":
     unittest.main()
