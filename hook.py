@@ -639,8 +639,13 @@ def session_context(h, rt, work=()):
             least = [line]
             break
     if (mine or held) and size(lines + least + peers) > budget:  # nothing listable fits: counts only
-        least, peers = ["Leases: %d yours, %d held exclusively by peers (ask before editing): %s list"
-                        % (len(mine), total, cmd)], []
+        least, peers = [], []
+        for form in ("Leases: %d yours, %d held exclusively by peers (ask before editing): %s list",
+                     "Leases: %d yours, %d peers' (ask first): %s list"):
+            line = form % (len(mine), total, cmd)
+            if size(lines + [line]) <= budget:  # the bound holds even with long handles and task
+                least = [line]
+                break
     lines += ([lost] if lost else []) + least + peers
     used = size(lines)
     pending = db.pending_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - used))
