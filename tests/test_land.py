@@ -744,6 +744,49 @@ class RealShapeTest(LandCase):
         self.write(self.canon, ".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n")
         self.assertEqual(self.remove(handle).returncode, 0)
 
+    def test_the_whole_path_with_a_real_test_command(self):
+        """Three works on the real shape: one lands with the project's own unittest suite as
+        its check and is pushed; one lands over a stale base; one conflicts, is resolved in its
+        clone and lands; then every clone is removed with the documented commands only."""
+        self.write(self.canon, "calc.py", "def add(a, b):\n    return a + b\n")
+        self.write(self.canon, "test_calc.py", "import unittest\nimport calc\n\n\nclass T(unittest.TestCase):\n"
+                   "    def test_add(self):\n        self.assertEqual(calc.add(2, 2), 4)\n")
+        self.write(self.canon, ".gitignore", "__pycache__/\n")
+        self.run_tool(self.canon, "git", "add", "-A")
+        self.run_tool(self.canon, "git", "commit", "-q", "-m", "calc and its tests")
+        self.run_tool(self.canon, "git", "push", "-q", "origin", "main")
+        check = "%s -m unittest -q test_calc" % sys.executable
+        tested, tested_path = self.make("docs", name="calc_doc.txt", text="add adds\n")
+        stale, stale_path = self.make("stale", name="more.txt", text="more\n")
+        clash, clash_path = self.make("clash", name="calc.py", text="def add(a, b):\n    return b + a\n")
+        proc = self.land(tested, "--check", check, "--push", "origin")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("checked: %s (in %s)" % (check, tested_path), proc.stdout)
+        self.assertEqual(self.remote_main(), self.main())
+        self.advance_main("calc.py", "def add(a, b):\n    return a + b  # upstream\n")
+        proc = self.land(stale, "--check", check, "--push", "origin", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertTrue(json.loads(proc.stdout)["rebased"])
+        proc = self.land(clash, "--check", check, "--push", "origin", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["paths"], ["calc.py"])
+        # resolve as the hint says (in the clone), then the printed re-run lands it
+        self.write(clash_path, "calc.py", "def add(a, b):\n    return b + a  # upstream\n")
+        self.run_tool(clash_path, "jj", "status")
+        rerun = json.loads(proc.stdout)["hint"].split("then re-run: ", 1)[1].strip()
+        self.assertIn("--push origin", rerun)
+        proc = subprocess.run(rerun, shell=True,
+                              cwd=self.canon, env=dict(self.env, COORD_RUNTIME_ID=self.rt["id"]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(self.remote_main(), self.main())
+        self.assertEqual(self.read(self.canon, "calc.py"), "def add(a, b):\n    return b + a  # upstream\n")
+        for handle, path in ((tested, tested_path), (stale, stale_path), (clash, clash_path)):
+            proc = self.remove(handle)
+            self.assertEqual(proc.returncode, 0, "%s: %s" % (handle, proc.stdout + proc.stderr))
+            self.assertFalse(os.path.lexists(path))
+        self.assertEqual(self.work("gc").returncode, 0)
+
     def test_a_submodule_repository_only_the_clone_has_blocks_removal(self):
         # what `git submodule update --init`, a commit inside, then `git submodule deinit -f` leave
         handle, path = self.landed("submodule")
