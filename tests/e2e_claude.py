@@ -557,7 +557,7 @@ class AgentLandsItsOwnWork(h.CoordCase):
     def test_the_launched_agent_cannot_land_or_replace_the_repository_s_check(self):
         as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
         self.git("config", "coord.landCheck", "false")
-        self.rcoord("trust", "--carry-over", "on", env=as_owner)
+        self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
         work = self.rcoord("work", "create", "agent-lands", env=as_owner)["work"]
         handle, path = work["handle"], work["path"]
         with open(os.path.join(path, "feature.txt"), "w") as f:
