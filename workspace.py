@@ -2447,11 +2447,7 @@ def _land_after_move(st, w, caller, into, push, environ):
         res = _push_resource(push, into)
         if not st.leases_of(caller["id"], [res]):
             st.claim(caller["id"], [res], "exclusive", "land %s" % w["handle"])
-        try:
-            now = verify_remote(root=w["source"], work_of=st.work, remote=push, bookmark=into, expect=new,
-                                environ=environ)["actual"]
-        except Refused as exc:
-            now = exc.details.get("actual")
+        now = _remote_at(st, w, push, into, new, environ)
         if now != new:
             expect = landing.get("remote_before") or old
             if now != expect:
@@ -2479,9 +2475,7 @@ def _land_after_move(st, w, caller, into, push, environ):
             "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
             "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
             "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
-    moved_on = _step_past_landed(st, w, new, environ) if landing.get("where") == "clone" else None
-    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), owner_told=told,
-                           clone_moved_on=moved_on)
+    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=_now(), owner_told=told)
     return _land_result(st.work(w["id"]), landing)
 
 
@@ -2595,22 +2589,6 @@ def _refuse_peer_leases(st, w, caller, old, new, override, environ):
         % (w["handle"], paths[0], holders[0]), reason="peer-leased", paths=paths, holders=holders)
 
 
-def _step_past_landed(st, w, landed, environ):
-    """After a landing from the clone itself, with nothing working in it, start a new empty
-    change on top of the landed commit when @ is that commit: the agent's next edit then makes
-    a new change instead of amending (and making divergent) the one that landed. Best effort:
-    -> True when it moved @, else None."""
-    try:
-        if _live_inside(st, w, process_cwds() or {}):
-            return None
-        if head_ids(w["path"], snapshot=False, environ=environ)["commit"] != landed:
-            return None
-        jj(["new", landed], w["path"], environ=environ)
-        return True
-    except store.CoordError:
-        return None
-
-
 def _land_unpublished(st, w, caller, into, push, new, remote_at, exc, environ):
     """The remote definitely refused the push and kept `remote_at`: the shared checkout's target
     already has the candidate, so finish the landing there (prove, release, nothing held for a
@@ -2629,6 +2607,15 @@ def _land_unpublished(st, w, caller, into, push, new, remote_at, exc, environ):
                   push_error=exc.details.get("push_error"))
 
 
+def _remote_at(st, w, remote, into, expect, environ):
+    """The commit REMOTE's bookmark `into` is at, read over the wire (None when unreadable)."""
+    try:
+        return verify_remote(root=w["source"], work_of=st.work, remote=remote, bookmark=into, expect=expect,
+                             environ=environ)["actual"]
+    except Refused as exc:
+        return exc.details.get("actual")
+
+
 def _publish_landed(st, w, caller, into, push, landing, environ):
     """Publish a finished landing that was not published (the remote refused it, or it landed
     without --push): a fast-forward of REMOTE's bookmark to the landed commit, under
@@ -2637,11 +2624,7 @@ def _publish_landed(st, w, caller, into, push, landing, environ):
     res = _push_resource(push, into)
     st.claim(caller["id"], [res], "exclusive", "publish %s" % w["handle"])
     try:
-        try:
-            now = verify_remote(root=w["source"], work_of=st.work, remote=push, bookmark=into, expect=new,
-                                environ=environ)["actual"]
-        except Refused as exc:
-            now = exc.details.get("actual")
+        now = _remote_at(st, w, push, into, new, environ)
         if now != new:
             if not (now and _FULL_COMMIT_RE.match(now) and _rev(w["source"], now, environ)
                     and _is_ancestor(w["source"], now, new, environ)):

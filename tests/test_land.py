@@ -1251,24 +1251,6 @@ class UserAloneLandsNothingTest(LandCase):
         self.assertEqual(rc, 0, reply)
 
 
-class LandThenGoOnTest(LandCase):
-    """After a landing from an idle clone, the agent's next edit is a new change on top of what
-    landed, never an amendment of it (which jj would then call divergent)."""
-
-    def test_the_next_edit_lands_as_a_second_change(self):
-        handle, path = self.make("twice", name="one.txt")
-        first = self.land(handle, "--check", "true", "--json")
-        self.assertEqual(first.returncode, 0, first.stderr)
-        landed = json.loads(first.stdout)["landed"]
-        self.write(path, "two.txt", "second\n")
-        self.run_tool(path, "jj", "describe", "-m", "the second change")
-        second = self.land(handle, "--check", "true", "--json")
-        self.assertEqual(second.returncode, 0, second.stdout + second.stderr)
-        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", "main^").strip(), landed)
-        self.assertEqual(self.run_tool(self.canon, "git", "show", landed + ":one.txt"), "feature\n")
-        self.assertEqual(self.read(self.canon, "two.txt"), "second\n")
-
-
 class LandIdentityTest(LandCase):
     """A person who configured git but never jj: the clone commits as the shared checkout's git
     identity, not as nobody."""
