@@ -1884,10 +1884,23 @@ def _run_check(w, command, environ, cwd=None):
     import tempfile
     env = dict(os.environ if environ is None else environ)
     where = cwd or w["path"]
+    go_r, go_w = os.pipe()
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=where, env=env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            # The shell waits for "go" on fd 3 until the guard watches its group: a coord killed
+            # in between leaves a shell that reads EOF and runs nothing.
+            proc = subprocess.Popen(["/bin/sh", "-c", _GATED % (go_r, go_r), "sh", command], cwd=where, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, pass_fds=(go_r,))
+        finally:
+            os.close(go_r)
         guard = _group_guard(proc.pid)
+        try:
+            os.write(go_w, b"go\n")
+        except OSError:
+            pass
+        finally:
+            os.close(go_w)
         try:
             code = proc.wait(timeout=CHECK_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -1902,9 +1915,14 @@ def _run_check(w, command, environ, cwd=None):
     return {"command": command, "exit": code, "tail": text[-CHECK_TAIL:], "cwd": where}
 
 
-# The guard: reads its stdin until coord writes "done" or dies (EOF), then, on EOF alone, kills
-# the check's process group. Runs isolated (-I -S), imports only os and signal.
+# The check's shell: wait for coord's "go" on fd 3 (EOF: coord died first, run nothing), then
+# run the command as `sh -c` would, $$ being the group leader either way.
+_GATED = 'read _ <&%d || exit 125; exec %d<&-; eval "$1"'
+# The guard: says it is ready, reads its stdin until coord writes "done" or dies (EOF), then, on
+# EOF alone, kills the check's process group. Runs isolated (-I -S), imports only os and signal.
 _GUARD = ("import os, signal, sys\n"
+          "sys.stdout.write('ready\\n')\n"
+          "sys.stdout.flush()\n"
           "data = sys.stdin.buffer.read()\n"
           "if not data.startswith(b'done'):\n"
           "    try:\n"
@@ -1917,10 +1935,13 @@ GROUP_GRACE = 2.0   # seconds between SIGTERM and SIGKILL when a check's group i
 def _group_guard(pgid):
     import sys
     try:
-        return subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, str(pgid)], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        guard = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, str(pgid)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return None  # no guard: coord still ends the group itself unless it is killed
+    guard.stdout.readline()  # "ready" (or EOF if it died): from here on it watches the group
+    guard.stdout.close()
+    return guard
 
 
 def _release_guard(guard):

@@ -861,6 +861,19 @@ class LandCheckProcessTest(LandCase):
         self.assertTrue(support.retry_until(lambda: not self.alive(pid), timeout=30), "the check's server outlived it")
         self.assertEqual(self.main(), json.loads(proc.stdout)["landed"])
 
+    def test_the_check_runs_nothing_when_coord_dies_before_the_guard_watches(self):
+        import workspace
+        marker = os.path.join(self.tmp, "ran")
+        r, w = os.pipe()
+        os.close(w)  # coord gone before its "go": the shell reads EOF
+        try:
+            proc = subprocess.run(["/bin/sh", "-c", workspace._GATED % (r, r), "sh", "touch %s" % marker],
+                                  pass_fds=(r,), timeout=30)
+        finally:
+            os.close(r)
+        self.assertEqual(proc.returncode, 125)
+        self.assertFalse(os.path.exists(marker))
+
     def test_a_killed_coord_ends_its_check(self):
         handle, path = self.make("killed")
         pidfile = os.path.join(self.tmp, "check.pid")
