@@ -2318,13 +2318,19 @@ class WorkMessageTest(TmuxWorkCase):
         st.set_turn(agent["id"], "idle")
         peer = self.hello()["runtime"]
         send("only the person or the work's owner", runtime=peer["id"])
+        # the user alone (no terminal: a process an agent detached) is not the person either
+        alone = subprocess.run(["setsid", "-w", sys.executable, support.COORD, "send", "status please", "--to", handle,
+                                "--nudge"], env={k: v for k, v in self.env.items() if k != "COORD_RUNTIME_ID"},
+                               cwd=self.canon, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertIn("sent; not nudged: only the person or the work's owner", alone.stdout, alone.stderr)
         person = support.TmuxClient(self, self.sock, rec["pane_id"])
         person.type("please do NOT touch the database, first")
         support.retry_until(lambda: "NOT touch the database" in screen())
         send("someone typed into tmux session")
         self.assertNotIn(session.NUDGE, screen())
         inbox = self.coord_json("inbox", runtime=agent["id"])
-        self.assertEqual([m["body"] for m in inbox["messages"]], ["status please"] * 5, "each message was sent")
+        self.assertEqual([m["body"] for m in inbox["messages"]], ["status please"] * 6, "each message was sent")
         # Its next turn began after that typing (the person submitted it) and ended: now it is woken.
         person.close()
         st.set_turn(agent["id"], "busy", began=True)
