@@ -650,7 +650,7 @@ def nudge(record, since, claim=None, tmux=None):
     "turn ended" boundary (store turns); this adds what only tmux knows, and types nothing unless
     all of it holds: the record validates (window label, pane pid and start command), the harness
     still runs (not dead, not a shell), the pane is not in a tmux mode, and no client typed into a
-    session showing it after `since` (the epoch second the agent's last turn began: text typed
+    session showing it in or after the second of `since` (when the agent's last turn began: text typed
     since may still sit in its prompt, and Enter would submit it). `claim()`, when given, runs
     last and must return True (one nudge per idle prompt). -> the pane ID; Refused says why not."""
     tmux = tmux or Tmux(record["socket"])
@@ -668,7 +668,8 @@ def nudge(record, since, claim=None, tmux=None):
     if live["in_mode"]:
         raise Refused("pane %s is in a tmux mode (copy or view): keys would go to tmux, not the agent" % pane, wait)
     typed = live["typed_at"]
-    if typed is None or since is None or typed > int(since):
+    # tmux keeps whole seconds: a key in the same second as the turn began counts as after it
+    if typed is None or since is None or typed >= int(since):
         raise Refused("someone typed into tmux session%s %s since the agent's turn began%s: a half-typed "
                       "prompt there would be submitted with the nudge"
                       % ("s" if len(live["sessions"]) > 1 else "", ", ".join(live["sessions"]),

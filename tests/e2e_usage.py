@@ -273,10 +273,23 @@ class UsagePath(support.CoordTestCase):
 
     # -- 4. landing -----------------------------------------------------------------------------
 
+    def at_terminal(self, term, *args, check=0):
+        """`.coord/coord ARGS --json` typed at the person's terminal (landing is the person's,
+        and a script without a terminal is not the person); -> (exit status, the JSON reply)."""
+        import shlex
+        code, out = term.run(" ".join(shlex.quote(a) for a in [".coord/coord"] + list(args) + ["--json"])
+                             + " 2>/dev/null")
+        if check is not None:
+            self.assertEqual(code, check, out)
+        lines = [l for l in out.splitlines() if l.startswith("{")]
+        return code, (json.loads(lines[-1]) if lines else {})
+
     def step_land(self, alpha, beta):
         old = self.git("rev-parse", "main")
-        landed = self.pcj("work", "integrate", "land", alpha["handle"], "--into", "main", "--push", "origin",
-                          "--check", "grep -q HELLO src/app.py")
+        term = support.Terminal(self, self.penv, self.repo)
+        self.addCleanup(term.close)
+        _, landed = self.at_terminal(term, "work", "integrate", "land", alpha["handle"], "--into", "main", "--push",
+                                     "origin", "--check", "grep -q HELLO src/app.py")
         new = landed["landed"]
         self.assertNotEqual(new, old)
         self.assertEqual(self.git("rev-parse", "main"), new)
@@ -295,9 +308,8 @@ class UsagePath(support.CoordTestCase):
         self.git("commit", "-q", "-am", "notes: final")
         self.git("push", "-q", "origin", "main")
         moved = self.git("rev-parse", "main")
-        refused = self.pc("work", "integrate", "land", beta["handle"], "--into", "main", "--push", "origin",
-                          "--check", "true", "--json", check=3)
-        reply = json.loads(refused.stdout)
+        _, reply = self.at_terminal(term, "work", "integrate", "land", beta["handle"], "--into", "main", "--push",
+                                    "origin", "--check", "true", check=3)
         self.assertEqual(reply.get("reason"), "conflict", reply)
         self.assertIn("docs/notes.md", reply.get("paths", []))
         self.assertEqual(self.git("rev-parse", "main"), moved, "main did not move")

@@ -603,10 +603,13 @@ class NudgeTest(TmuxTestCase):
     def screen(self, rec):
         return self.t("capture-pane", "-p", "-J", "-t", rec["pane_id"])
 
+    # `since` is when the agent's turn began; tmux keeps activity in whole seconds (a new
+    # session's creation included), so a turn "now" is given as beginning in the next second.
+
     def test_the_fixed_line_reaches_a_validated_pane_once(self):
         rec = self.launch()
         self.seen(rec)
-        self.assertEqual(session.nudge(rec, time.time()), rec["pane_id"])
+        self.assertEqual(session.nudge(rec, time.time() + 1), rec["pane_id"])
         retry_until(lambda: session.NUDGE in self.screen(rec))
         self.assertEqual(self.screen(rec).count(session.NUDGE), 1)
 
@@ -615,13 +618,13 @@ class NudgeTest(TmuxTestCase):
         self.seen(rec)
         self.t("set-option", "-w", "-t", rec["window_id"], "@coord-work", "another-work")
         with self.assertRaises(store.Refused):
-            session.nudge(rec, time.time())
+            session.nudge(rec, time.time() + 1)
         moved = dict(rec, pane_pid=rec["pane_pid"] + 1)  # a record whose pane was replaced
         self.t("set-option", "-w", "-t", rec["window_id"], "@coord-work", rec["work_id"])
         with self.assertRaises(store.Refused):
-            session.nudge(moved, time.time())
+            session.nudge(moved, time.time() + 1)
         # The terminal echoes in order: one nudge now shows once, so the refused ones typed nothing.
-        session.nudge(rec, time.time())
+        session.nudge(rec, time.time() + 1)
         retry_until(lambda: session.NUDGE in self.screen(rec))
         self.assertEqual(self.screen(rec).count(session.NUDGE), 1)
 
@@ -634,7 +637,7 @@ class NudgeTest(TmuxTestCase):
         retry_until(lambda: os.path.basename(self.t("display-message", "-p", "-t", rec["pane_id"],
                                                       "#{pane_current_command}").strip()) == "sh")
         with self.assertRaises(store.Refused) as cm:
-            session.nudge(rec, time.time())
+            session.nudge(rec, time.time() + 1)
         self.assertIn("shows a sh prompt, not the agent", cm.exception.message)
         self.t("send-keys", "-t", rec["pane_id"], "-l", "touch %s" % marker)  # the shell does run what is typed
         self.t("send-keys", "-t", rec["pane_id"], "Enter")
@@ -653,7 +656,7 @@ class NudgeTest(TmuxTestCase):
         self.assertIn("someone typed into tmux session", cm.exception.message)
         self.assertNotIn(session.NUDGE, self.screen(rec))
         # A turn that began after that typing (its prompt was submitted since) may be nudged.
-        session.nudge(rec, time.time())
+        session.nudge(rec, time.time() + 1)
         retry_until(lambda: session.NUDGE in self.screen(rec))
 
     def test_a_pane_in_copy_mode_is_never_typed_into(self):
@@ -661,19 +664,19 @@ class NudgeTest(TmuxTestCase):
         self.seen(rec)
         self.t("copy-mode", "-t", rec["pane_id"])
         with self.assertRaises(store.Refused) as cm:
-            session.nudge(rec, time.time())
+            session.nudge(rec, time.time() + 1)
         self.assertIn("tmux mode", cm.exception.message)
         self.t("send-keys", "-t", rec["pane_id"], "-X", "cancel")
-        session.nudge(rec, time.time())
+        session.nudge(rec, time.time() + 1)
         retry_until(lambda: session.NUDGE in self.screen(rec))
 
     def test_a_claim_lost_to_another_sender_types_nothing(self):
         rec = self.launch()
         self.seen(rec)
         with self.assertRaises(store.Refused) as cm:
-            session.nudge(rec, time.time(), claim=lambda: False)
+            session.nudge(rec, time.time() + 1, claim=lambda: False)
         self.assertIn("another nudge", cm.exception.message)
-        session.nudge(rec, time.time(), claim=lambda: True)
+        session.nudge(rec, time.time() + 1, claim=lambda: True)
         retry_until(lambda: session.NUDGE in self.screen(rec))
         self.assertEqual(self.screen(rec).count(session.NUDGE), 1)
 

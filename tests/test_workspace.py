@@ -2333,7 +2333,8 @@ class WorkMessageTest(TmuxWorkCase):
         self.assertEqual([m["body"] for m in inbox["messages"]], ["status please"] * 6, "each message was sent")
         # Its next turn began after that typing (the person submitted it) and ended: now it is woken.
         person.close()
-        st.set_turn(agent["id"], "busy", began=True)
+        # (tmux counts activity in whole seconds: the next turn begins in a later second)
+        st.set_turn(agent["id"], "busy", now=time.time() + 1.5, began=True)
         st.set_turn(agent["id"], "idle")
         reply = self.coord_json("send", "status please", "--to", handle, "--nudge", runtime=self.rt["id"])
         self.assertTrue(reply["nudged"], reply)
