@@ -2265,7 +2265,7 @@ class WorkMessageTest(TmuxWorkCase):
         support.retry_until(lambda: os.path.exists(os.path.join(self.rec, "%d.json" % rec["pane_pid"])))  # it runs
         st = store.Store(self.db)
         self.addCleanup(st.close)
-        st.set_turn(agent["id"], "busy", began=True)  # its prompt was submitted, as its hook records
+        st.set_turn(agent["id"], "busy", now=time.time() + 1.5, began=True)  # prompt submitted, a second on (tmux: whole seconds)
         st.set_turn(agent["id"], "idle")  # and the turn ended (Stop)
 
         def screen():
