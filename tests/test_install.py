@@ -20,7 +20,7 @@ import store
 ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
 RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "session.py", "install",
-           "VERSION", "README.md", "DESIGN.md")
+           "VERSION")
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PermissionRequest",
           "SessionEnd", "SubagentStart", "SubagentStop")
 
@@ -1233,6 +1233,50 @@ class RetiredFilesTest(InstallTestCase):
         self.assertEqual((check["drift"], check["kept"]), ([], [".coord/CLAUDE.md"]))
         doctor = json.loads(self.install("--doctor", "--json").stdout)
         self.assertEqual(doctor["kept"], [".coord/CLAUDE.md"])
+
+
+class RetiredDocsTest(InstallTestCase):
+    """The big README and DESIGN stay in coord's own checkout: an installation carries only what
+    an agent or a person there needs (the skill points at `.coord/coord --help`). The copies an
+    older release left in .coord/ go when they are coord's bytes, and are kept when changed."""
+
+    def old_docs(self, readme=None):
+        self.fresh()
+        import tarfile
+        with tarfile.open(os.path.join(support.FIXTURES, "release-0.2.0.tar.gz")) as tar:
+            for name in ("README.md", "DESIGN.md"):
+                data = tar.extractfile(name).read()
+                with open(self.t(".coord", name), "wb") as f:
+                    f.write(readme if readme is not None and name == "README.md" else data)
+
+    def test_no_readme_or_design_is_installed(self):
+        self.fresh()
+        for name in ("README.md", "DESIGN.md"):
+            self.assertFalse(os.path.lexists(self.t(".coord", name)), name)
+        skill = _read(self.t(".agents", "skills", "coord", "SKILL.md")).decode("utf-8")
+        self.assertNotIn("README", skill)
+        self.assertNotIn("DESIGN", skill)
+        self.assertIn(".coord/coord --help", skill)
+
+    def test_an_older_releases_docs_are_retired(self):
+        self.old_docs()
+        proc = self.install("--check", check=1)
+        self.assertIn("retired .coord/README.md", proc.stdout)
+        self.assertIn("retired .coord/DESIGN.md", proc.stdout)
+        self.install(check=0)
+        for name in ("README.md", "DESIGN.md"):
+            self.assertFalse(os.path.lexists(self.t(".coord", name)), name)
+        self.assertEqual(self.install("--check", check=0).stdout, "")
+
+    def test_a_changed_readme_is_kept_without_the_instructions_warning(self):
+        self.old_docs(readme=b"# our notes on coord\n")
+        proc = self.install(check=0)
+        self.assertIn("kept .coord/README.md", proc.stdout)
+        self.assertNotIn("instructions", proc.stdout)
+        self.assertEqual(_read(self.t(".coord", "README.md")), b"# our notes on coord\n")
+        self.assertFalse(os.path.lexists(self.t(".coord", "DESIGN.md")))
+        doctor = json.loads(self.install("--doctor", "--json").stdout)
+        self.assertEqual(doctor["kept"], [".coord/README.md"])
 
 
 class DroppedEventTest(InstallTestCase):
