@@ -1692,7 +1692,8 @@ class GarbageTest(HookCase):
                 for _ in range(self.rng.randint(0, 3))}
 
     def cases(self, n):
-        samples = [self.payload(f[:-5]) for f in sorted(os.listdir(PAYLOADS))]
+        samples = [self.payload(f[:-5]) for f in sorted(os.listdir(PAYLOADS)) if f.endswith(".json")]
+        samples += [self.payload(QWEN + f[5:-5]) for f in sorted(os.listdir(os.path.join(PAYLOADS, "qwen")))]
         for i in range(n):
             kind = i % 4
             if kind == 0:
@@ -2022,7 +2023,7 @@ class QwenTest(HookCase):
         harness.close()
         harness.proc = subprocess.Popen([node, cli], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         harness.pid = harness.proc.pid
-        self.assertEqual(store.harness_of_process(harness.pid), "qwen")
+        support.retry_until(lambda: store.harness_of_process(harness.pid) == "qwen", timeout=10)
         through(harness, ("/bin/bash", "-c"))
         self.qwen("SessionStart-startup", via=harness)
         rt = self.st.find_conversation_runtime(QWEN_MAIN)
