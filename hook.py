@@ -1,6 +1,6 @@
-"""coord's hook: the one program Claude Code, Codex and Copilot CLI run for every hook event.
+"""coord's hook: the one program Claude Code, Codex, Copilot CLI and Qwen Code run for every hook event.
 
-Usage: python3 -I -S .coord/hook.py --harness claude|codex   (payload JSON on stdin; Copilot CLI
+Usage: python3 -I -S .coord/hook.py --harness claude|codex|qwen   (payload JSON on stdin; Copilot CLI
 runs the Claude entries and is told apart by harness_of), or
 `import hook; hook.REPO = ROOT; os._exit(hook.main())` with the runtime copy first on sys.path,
 as the installer's command does (it checks the copy's content digest first): imported, its
@@ -43,6 +43,12 @@ REPO = None  # the repository the installed command found; it sets this before m
 FILE_TOOLS = {"Write": ("file_path", "path"), "Edit": ("file_path", "path"),
               "NotebookEdit": ("notebook_path", "file_path")}
 PATCH_TOOLS = ("apply_patch",)
+# Qwen Code (0.24.4) runs `.qwen/settings.json` hooks with Claude's payload and reply shapes but
+# its own tool ids: write_file {file_path, content}, edit {file_path, old_string, new_string},
+# notebook_edit {notebook_path, ...}; its shell (run_shell_command) is advisory and not matched.
+QWEN = "qwen"
+QWEN_FILE_TOOLS = {"write_file": ("file_path",), "edit": ("file_path",),
+                   "notebook_edit": ("notebook_path",)}
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
 COPILOT = "copilot"     # the harness label of Copilot CLI's runtimes
@@ -172,8 +178,9 @@ def write_targets(tool, tool_input):
         return patch_paths(tool_input)  # Copilot's apply_patch: the envelope is the input
     if not isinstance(tool_input, dict):
         return []
-    if tool in FILE_TOOLS:
-        for key in FILE_TOOLS[tool]:
+    fields = FILE_TOOLS.get(tool) or QWEN_FILE_TOOLS.get(tool)
+    if fields:
+        for key in fields:
             if isinstance(tool_input.get(key), str):
                 return [tool_input[key]]
         return []
@@ -417,7 +424,7 @@ def on_deliver(h):
         return reply(h, h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
                               " and messages; this session is stale: stop editing." % attached.successor["handle"])
     if not h.agent:
-        if h.event == "UserPromptSubmit":
+        if h.event == "UserPromptSubmit" and not qwen_continuation(h):
             db.set_turn(rt["id"], "busy", began=True)
         else:  # a turn that began without a prompt (a Stop hook's continuation, a background wake)
             db.set_turn(rt["id"], "busy", only_from="idle")
@@ -427,6 +434,13 @@ def on_deliver(h):
     text = db.pending_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET - used)
     text = "\n".join(t for t in (lost, text) if t)
     return reply(h, h.event, text) if text else ""
+
+
+def qwen_continuation(h):
+    """Qwen Code fires UserPromptSubmit before every model request of a turn; only the first,
+    the person's prompt, carries `submitted_prompt` (later ones have an empty `prompt`). A
+    continuation delivers like PostToolUse and does not begin a turn."""
+    return h.harness == QWEN and "submitted_prompt" not in h.payload and not h.payload.get("prompt")
 
 
 def on_stop(h):

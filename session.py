@@ -34,6 +34,7 @@ SEP = "\t"
 HARNESSES = {
     "claude": ("COORD_CLAUDE_CMD", ("--resume",)),
     "codex": ("COORD_CODEX_CMD", ("resume",)),
+    "qwen": ("COORD_QWEN_CMD", ("--resume",)),
 }
 
 # Never handed to a tmux client: a client that starts the server gives the server its
@@ -43,6 +44,7 @@ _CLIENT_SCRUB = (
     "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_PREFIX", "COORD_RUNTIME_ID", "COORD_WORK_ID",
     "CLAUDE_CODE_SESSION_ID", "CLAUDE_ENV_FILE", "CLAUDE_PROJECT_DIR", "CLAUDECODE",
     "CLAUDE_CODE_ENTRYPOINT", "CODEX_SESSION_ID", "CODEX_THREAD_ID",
+    "QWEN_CODE_SESSION_ID", "QWEN_CODE_AGENT_ID",
 )
 # Removed from a launched pane unless the caller sets them: an already running server may
 # carry another agent's identity in its global environment.
@@ -273,7 +275,9 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     if no_daemon and harness == "codex" and "--no-daemon" not in [str(a) for a in extra]:
         argv.append("--no-daemon")
     argv += [str(a) for a in extra]
-    if prompt is not None:
+    if prompt is not None and harness == "qwen":
+        argv.append("--prompt-interactive=" + prompt)  # Qwen's positional prompt is one-shot (-p)
+    elif prompt is not None:
         argv += ([] if "--" in argv[1:] else ["--"]) + [prompt]
     return argv
 

@@ -466,14 +466,14 @@ def _process_matches(pid, start):
 
 # Names a harness process is known by (its command name, its executable, or the script a
 # runtime such as node runs); shells that usually stand between the harness and its hooks.
-HARNESS_NAMES = frozenset(("codex", "claude", "copilot"))
+HARNESS_NAMES = frozenset(("codex", "claude", "copilot", "qwen"))
 KNOWN_SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
 _SCRIPT_RUNNERS = frozenset(("node", "nodejs", "bun", "deno"))
 _SCRIPT_INTERPRETERS = ("python", "pypy", "perl", "ruby", "php", "lua", "tclsh", "osascript")
 
 
 def _harness_word(path):
-    """'codex', 'claude' or 'copilot' when the file name at path names a harness, else None."""
+    """'codex', 'claude', 'copilot' or 'qwen' when the file name at path names a harness, else None."""
     name = os.path.basename(path or "")
     for suffix in (".exe", ".js", ".mjs", ".cjs"):
         if name.endswith(suffix):
@@ -482,7 +482,7 @@ def _harness_word(path):
 
 
 def harness_of_process(pid):
-    """'codex', 'claude' or 'copilot' when process pid is that harness itself, recognised by its
+    """'codex', 'claude', 'copilot' or 'qwen' when process pid is that harness itself, recognised by its
     command name, its executable, or (a node-style runtime) the CLI script it runs; else None.
 
     The pinned CLIs are native binaries: Codex's npm entry runs .../bin/codex (command name
@@ -516,7 +516,8 @@ def harness_of_process(pid):
                 continue
             found = _harness_word(arg)
             if not found and os.path.basename(arg) in ("cli.js", "cli.mjs"):
-                found = "claude" if "claude-code" in arg else ("codex" if "codex" in arg else None)
+                found = "claude" if "claude-code" in arg else ("qwen" if "qwen-code" in arg else (
+                    "codex" if "codex" in arg else None))
             return found
     return None
 
@@ -674,7 +675,7 @@ def beat_value(now, pid, harness):
 # Variables a harness sets in the commands its agent runs (COORD_WORK_ID: the resume wrapper
 # and `work start` export it to the harness they launch): a caller carrying one is no person.
 AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COPILOT_CLI",
-                 "COPILOT_AGENT_SESSION_ID", "COORD_WORK_ID")
+                 "COPILOT_AGENT_SESSION_ID", "QWEN_CODE_SESSION_ID", "COORD_WORK_ID")
 
 
 _DEV_TTY = os.makedev(5, 0)
@@ -1852,6 +1853,10 @@ class Store:
         session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID") \
             or env.get("COPILOT_AGENT_SESSION_ID")  # Copilot CLI's shell: its hooks' session_id
         thread = env.get("CODEX_THREAD_ID")
+        if not session and not thread and env.get("QWEN_CODE_SESSION_ID"):
+            # Qwen Code's shell: its hooks' session_id, and in a subagent its hooks' agent_id
+            session = env["QWEN_CODE_SESSION_ID"]
+            thread = env.get("QWEN_CODE_AGENT_ID") or None
         tried = []
         if thread and session and thread != session:
             rt = self.find_conversation_runtime(session, agent_id=thread, now=now)

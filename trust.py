@@ -10,6 +10,10 @@ the person approved the very same files in the shared checkout:
   covers the hook's event, matcher and command, so an equal hash means the same command.
 - Claude Code: `projects["<abs dir>"].hasTrustDialogAccepted` in `$CLAUDE_CONFIG_DIR/.claude.json`
   (`~/.claude.json`); a directory is trusted when it or any ancestor has it.
+- Qwen Code: only when the person turned its folder-trust gate on (`security.folderTrust.enabled`
+  in ~/.qwen/settings.json), `{"<abs dir>": "TRUST_FOLDER"}` in ~/.qwen/trustedFolders.json
+  (the deepest rule over a directory decides); a clone gets an entry only when the shared
+  checkout is trusted.
 
 coord never grants what a person has not given. The opt-in (`coord trust --carry-over on`)
 lives in the user's own configuration directory, never in the repository. With it, a clone gets
@@ -459,6 +463,106 @@ def _drop_member(text, members, i, open_at, close_at):
     return text[:open_at + 1] + text[close_at:]
 
 
+# --------------------------------------------------------------------------- Qwen Code
+
+QWEN_TRUST = "TRUST_FOLDER"
+QWEN_LEVELS = ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST")
+
+
+def qwen_home(environ=None):
+    """Qwen Code's per-user directory: $QWEN_HOME, else ~/.qwen."""
+    env = os.environ if environ is None else environ
+    return env.get("QWEN_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".qwen")
+
+
+def qwen_folders_path(environ=None):
+    """Qwen Code's trusted folders: $QWEN_CODE_TRUSTED_FOLDERS_PATH, else <qwen home>/trustedFolders.json."""
+    env = os.environ if environ is None else environ
+    return env.get("QWEN_CODE_TRUSTED_FOLDERS_PATH") or os.path.join(qwen_home(environ), "trustedFolders.json")
+
+
+def _read_jsonc(path):
+    """A JSON object from a file that may carry `//` comment lines; ({} when absent, None) or
+    (None, why)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, "cannot read %s: %s" % (path, getattr(exc, "strerror", None) or exc)
+    try:
+        doc = json.loads("\n".join("" if l.lstrip().startswith("//") else l for l in text.splitlines()) or "{}")
+    except ValueError as exc:
+        return None, "%s is not valid JSON (%s)" % (path, exc)
+    if not isinstance(doc, dict):
+        return None, "%s is not a JSON object" % path
+    return doc, None
+
+
+def qwen_gate(environ=None):
+    """Whether Qwen Code's folder-trust gate is on: `security.folderTrust.enabled` is true in
+    the user's <qwen home>/settings.json (off by default; off, every folder counts as trusted).
+    -> (True/False, None) or (None, why)."""
+    doc, error = _read_jsonc(os.path.join(qwen_home(environ), "settings.json"))
+    if doc is None:
+        return None, error
+    sec = doc.get("security")
+    ft = sec.get("folderTrust") if isinstance(sec, dict) else None
+    return bool(isinstance(ft, dict) and ft.get("enabled") is True), None
+
+
+def qwen_level(doc, directory):
+    """Qwen Code's verdict on `directory` from its trusted-folders map (0.24.4's rule): the
+    deepest rule whose folder is the directory or an ancestor wins (TRUST_PARENT names the
+    parent of its path), an untrusting rule winning a tie. -> True, False, or None (no rule)."""
+    best, verdict = -1, None
+    for start in _variants(directory):
+        for key, level in (doc or {}).items():
+            if level not in QWEN_LEVELS or not isinstance(key, str) or not key.startswith("/"):
+                continue
+            rule = os.path.normpath(os.path.dirname(key) if level == "TRUST_PARENT" else key)
+            if not (start == rule or start.startswith(rule.rstrip("/") + "/")):
+                continue
+            depth = len([p for p in rule.split("/") if p])
+            ok = level != "DO_NOT_TRUST"
+            if depth > best or (depth == best and not ok):
+                best, verdict = depth, ok
+    return verdict
+
+
+def qwen_trusted(directory, environ=None):
+    """Whether Qwen Code loads `directory`'s project settings, hooks included: (True/False,
+    None) or (None, why). With the gate off every folder is trusted; with it on, a folder
+    without a rule is not (headless Qwen then ignores the project's hooks silently)."""
+    on, error = qwen_gate(environ)
+    if on is None:
+        return None, error
+    if not on:
+        return True, None
+    doc, error = _read_jsonc(qwen_folders_path(environ))
+    if doc is None:
+        return None, error
+    return qwen_level(doc, directory) is True, None
+
+
+def _qwen_edit(path, change):
+    """change(dict) -> new dict or None, applied to Qwen's trusted-folders file under its own
+    lock (proper-lockfile: the directory <file>.lock) and ours, written atomically (0600, as
+    Qwen writes it); only a file that is plain JSON is edited (Qwen tolerates comments; coord
+    would drop them)."""
+    def textual(text):
+        doc = json.loads(text) if text.strip() else {}
+        if not isinstance(doc, dict):
+            raise ValueError("%s is not a JSON object" % path)
+        new = change(doc)
+        return None if new is None else json.dumps(new, indent=2) + "\n"
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    if not os.path.exists(path):
+        store.atomic_write(path, b"{}\n", 0o600)
+    return _locked_edit(path, textual)
+
+
 CLAUDE_LOCK_STALE = 10.0   # seconds: proper-lockfile's default, which Claude Code uses for its config
 CLAUDE_LOCK_WAIT = 15.0    # seconds coord waits for Claude Code's own lock before giving up
 
@@ -558,10 +662,18 @@ def assess(source, clone, environ=None):
                          "clone_trusted": claude_trusted(doc, clone)}
     except EnvError as exc:
         out["claude"] = {"error": exc.message}
+    on, error = qwen_gate(environ)
+    doc, error = _read_jsonc(qwen_folders_path(environ)) if on else ({}, error)
+    if on is None or doc is None:
+        out["qwen"] = {"error": error}
+    else:
+        out["qwen"] = {"config": qwen_folders_path(environ), "gate": on,
+                       "shared_trusted": not on or qwen_level(doc, source) is True,
+                       "clone_trusted": not on or qwen_level(doc, clone) is True}
     return out
 
 
-def carry_over(source, clone, environ=None, harnesses=("codex", "claude")):
+def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen")):
     """Carry the person's approvals of `source` over to `clone`; -> {"added": {...}, "notes": [...]}.
 
     Adds only what is missing and approved in the shared checkout; records exactly what it
@@ -606,6 +718,19 @@ def carry_over(source, clone, environ=None, harnesses=("codex", "claude")):
             added["claude"] = {"config": cl["config"], "project": clone, "created_projects": created[-1]}
         except (EnvError, OSError, ValueError) as exc:
             notes.append("claude: not carried over: %s" % getattr(exc, "message", exc))
+    q = facts.get("qwen") or {}
+    if "qwen" in harnesses and "error" in q:
+        notes.append("qwen: " + q["error"])
+    elif "qwen" in harnesses and q["gate"] and q["shared_trusted"] and not q["clone_trusted"]:
+        def trust_clone(doc):
+            if doc.get(clone) == QWEN_TRUST:
+                return None
+            return dict(doc, **{clone: QWEN_TRUST})
+        try:
+            _qwen_edit(q["config"], trust_clone)
+            added["qwen"] = {"config": q["config"], "project": clone}
+        except (EnvError, OSError, ValueError) as exc:
+            notes.append("qwen: not carried over: %s" % getattr(exc, "message", exc))
     return {"added": added, "notes": notes}
 
 
@@ -648,6 +773,9 @@ def entries_for(clone, environ=None):
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("projects"), dict) and clone in doc["projects"]:
         found["claude"] = {"config": path, "project": clone, "created_projects": False}
+    doc, _error = _read_jsonc(qwen_folders_path(environ))
+    if isinstance(doc, dict) and doc.get(clone) == QWEN_TRUST:
+        found["qwen"] = {"config": qwen_folders_path(environ), "project": clone}
     return found
 
 
@@ -680,6 +808,17 @@ def remove_carried(added, environ=None):
         except (EnvError, OSError, ValueError) as exc:
             notes.append("claude: the entry for the clone stays in %s: %s" % (cl["config"],
                                                                              getattr(exc, "message", exc)))
+    q = (added or {}).get("qwen")
+    if q and q.get("project"):
+        def untrust_clone(doc):
+            if doc.get(q["project"]) != QWEN_TRUST:
+                return None
+            return {k: v for k, v in doc.items() if k != q["project"]}
+        try:
+            if os.path.exists(q["config"]):
+                _qwen_edit(q["config"], untrust_clone)
+        except (EnvError, OSError, ValueError) as exc:
+            notes.append("qwen: the entry for the clone stays in %s: %s" % (q["config"], getattr(exc, "message", exc)))
     return notes
 
 
@@ -701,6 +840,9 @@ def pending_approvals(source, clone, harness, environ=None):
                                                                          "" if len(waiting) == 1 else "s"))
     elif harness == "claude" and not facts["clone_trusted"]:
         out.append("Claude Code: accept the trust dialog for %s (until then it waits and no hook runs)" % clone)
+    elif harness == "qwen" and not facts["clone_trusted"]:
+        out.append("Qwen Code: trust the folder %s when Qwen asks (until then it loads none of the"
+                   " project's hooks: no registration, no messages, no write blocking)" % clone)
     return out
 
 
@@ -712,7 +854,7 @@ def cmd_trust(ctx, args):
     if args.carry_over is not None:
         path = set_carry(args.carry_over == "on", environ)
         on = args.carry_over == "on"
-        text = ("carry-over on: new clones get your Codex and Claude Code approvals of the shared checkout "
+        text = ("carry-over on: new clones get your Codex, Claude Code and Qwen Code approvals of the shared checkout "
                 "(only those you gave; removed with the clone). Stored in %s" % path) if on else \
             "carry-over off (stored in %s)" % path
         return 0, {"ok": True, "carry_over": on, "settings": path}, text

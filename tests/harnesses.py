@@ -26,10 +26,12 @@ from support import IN_CI, _SCRUB, CoordTestCase, require_tool
 CLAUDE_VERSION = "2.1.197"
 CODEX_VERSION = "0.171.0"
 COPILOT_VERSION = "1.0.102"
+QWEN_VERSION = "0.24.4"
 MODEL_KEY_VAR = "COORD_E2E_MODEL_KEY"
 
 # Variables from the developer's own session or machine that must not reach a harness.
-_DROP_PREFIXES = ("ANTHROPIC_", "CLAUDE", "CODEX_", "OPENAI_", "COORD_", "OTEL_", "COPILOT_", "GITHUB_COPILOT_")
+_DROP_PREFIXES = ("ANTHROPIC_", "CLAUDE", "CODEX_", "OPENAI_", "COORD_", "OTEL_", "COPILOT_", "GITHUB_COPILOT_",
+                  "QWEN_", "DASHSCOPE_")
 _DROP = set(_SCRUB) | {"GH_TOKEN", "GITHUB_TOKEN", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
                        "https_proxy", "all_proxy", "no_proxy", "IS_SANDBOX", "XDG_CONFIG_HOME",
                        "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"}
@@ -222,6 +224,80 @@ def run_copilot(copilot, repo, prompt, server, home, env=None, timeout=120, args
 def copilot_tool(name, **tool_input):
     """A Copilot tool call under its own name and arguments: view/create/edit {path, ...}, bash."""
     return Turn(calls=[{"kind": "claude", "name": name, "input": tool_input}])
+
+
+# -- Qwen Code ---------------------------------------------------------------------------------
+
+QWEN_MODEL = "qwen-e2e"
+QWEN_KEY = "sk-e2e-offline"
+
+
+def qwen_env(home, server, extra=None):
+    """Qwen Code offline: its OpenAI-compatible provider is the scripted server's Chat
+    Completions API (POST /v1/chat/completions, streamed), no usage statistics, no yolo notice."""
+    env = base_env(home, server, extra=None)
+    env.update({
+        "OPENAI_BASE_URL": server.url + "/v1",
+        "OPENAI_API_KEY": QWEN_KEY,
+        "OPENAI_MODEL": QWEN_MODEL,
+        "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
+    })
+    if extra:
+        env.update(extra)
+    return env
+
+
+def write_qwen_user_settings(home, folder_trust=False, extra=None):
+    """~/.qwen/settings.json: the OpenAI auth type, usage statistics off (else Qwen tries to
+    reach an outside telemetry host), managed auto-memory off (else a background memory agent
+    sometimes makes one more model request after the session), and the folder-trust gate when
+    `folder_trust`."""
+    doc = {"security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": False},
+           "model": {"name": QWEN_MODEL},
+           "memory": {"enableManagedAutoMemory": False, "enableManagedAutoDream": False}}
+    if folder_trust:
+        doc["security"]["folderTrust"] = {"enabled": True}
+    doc.update(extra or {})
+    path = os.path.join(home, ".qwen", "settings.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    return path
+
+
+def trust_qwen_folder(home, folder, level="TRUST_FOLDER"):
+    """Record a person's answer to Qwen's folder-trust prompt in ~/.qwen/trustedFolders.json."""
+    path = os.path.join(home, ".qwen", "trustedFolders.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    doc = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            doc = json.load(f)
+    doc[os.path.realpath(folder)] = level
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    return path
+
+
+def run_qwen(qwen, repo, prompt, server, home, env=None, timeout=120, args=()):
+    """Run `qwen --approval-mode yolo -o stream-json PROMPT` in `repo`; return a RunResult."""
+    os.makedirs(home, exist_ok=True)
+    if not os.path.exists(os.path.join(home, ".qwen", "settings.json")):
+        write_qwen_user_settings(home)
+    argv = [qwen, "--auth-type", "openai", "--approval-mode", "yolo", "-o", "stream-json"] \
+        + list(args) + [prompt]
+    return _run(argv, repo, qwen_env(home, server, env), timeout)
+
+
+def write_qwen_hooks(repo, hooks):
+    """Write `.qwen/settings.json` with `{"hooks": hooks}` (validated as JSON)."""
+    path = os.path.join(repo, ".qwen", "settings.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = json.dumps({"hooks": hooks}, indent=2)
+    json.loads(data)
+    with open(path, "w") as f:
+        f.write(data + "\n")
+    return path
 
 
 # -- Codex ---------------------------------------------------------------------------------------
@@ -484,6 +560,9 @@ class HarnessCase(CoordTestCase):
         if self.harness == "claude":
             result = run_claude(self.cli, repo, prompt, self.server, self.home,
                                 env=self.agent_env(env), timeout=timeout, args=args)
+        elif self.harness == "qwen":
+            result = run_qwen(self.cli, repo, prompt, self.server, self.home,
+                              env=self.agent_env(env), timeout=timeout, args=args)
         elif self.harness == "copilot":
             config = os.path.join(self.home, ".copilot", "config.json")
             if trust:
@@ -516,6 +595,8 @@ class HarnessCase(CoordTestCase):
         (Copilot runs the Claude Code project hooks)."""
         if self.harness in ("claude", "copilot"):
             return write_claude_hooks(self.repo, hooks)
+        if self.harness == "qwen":
+            return write_qwen_hooks(self.repo, hooks)
         return write_codex_hooks(self.repo, hooks)
 
     def write_file(self, rel, text, repo=None):

@@ -4,7 +4,12 @@ It speaks just enough of two streaming APIs for the harnesses to run their real 
 - Anthropic Messages: `POST /v1/messages` (SSE: message_start, content_block_start/delta/stop,
   message_delta with stop_reason, message_stop);
 - OpenAI Responses: `POST /v1/responses` (SSE: response.created, response.output_item.added/done,
-  response.completed).
+  response.completed);
+- OpenAI Chat Completions: `POST /v1/chat/completions` (any path ending in `/chat/completions`),
+  streaming (SSE `chat.completion.chunk`s with `tool_calls` deltas, then `data: [DONE]`) or not
+  (one `chat.completion`). Any scripted call becomes a function tool call there: its
+  `arguments` (or `input`) are the JSON arguments, so `tool(name, **args)` works for any harness
+  that speaks Chat Completions.
 
 A scenario is a list of turns consumed in order, one per model request. A turn is a `Turn`
 (text and/or tool calls) or a function `f(request) -> Turn`, so a turn can react to what the
@@ -93,6 +98,8 @@ class Request(object):
             return "anthropic"
         if p == "/v1/responses":
             return "openai"
+        if p.endswith("/chat/completions"):
+            return "chat"
         return None
 
     def text(self):
@@ -103,7 +110,7 @@ class Request(object):
         """The conversation items: Claude `messages`, Codex `input`."""
         if not isinstance(self.body, dict):
             return []
-        if self.api == "anthropic":
+        if self.api in ("anthropic", "chat"):
             return list(self.body.get("messages") or [])
         return list(self.body.get("input") or [])
 
@@ -118,7 +125,7 @@ class Request(object):
         for i, item in enumerate(items):
             if not isinstance(item, dict):
                 continue
-            if self.api == "anthropic":
+            if self.api in ("anthropic", "chat"):
                 if item.get("role") == "assistant":
                     last = i
             elif item.get("type") in ("function_call", "custom_tool_call", "reasoning",
@@ -144,8 +151,26 @@ class Request(object):
                 for block in content:
                     if isinstance(block, dict) and block.get("type") == "tool_result":
                         out.append(flatten(block.get("content")))
+            elif self.api == "chat":
+                if item.get("role") == "tool":
+                    out.append(flatten(item.get("content")))
             elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
                 out.append(flatten(item.get("output")))
+        return out
+
+    def tool_calls(self):
+        """Chat Completions: every (name, arguments dict) the assistant called so far."""
+        out = []
+        for item in self.items():
+            if not isinstance(item, dict) or item.get("role") != "assistant":
+                continue
+            for call in item.get("tool_calls") or []:
+                fn = (call or {}).get("function") or {}
+                try:
+                    args = json.loads(fn.get("arguments") or "{}")
+                except ValueError:
+                    args = fn.get("arguments")
+                out.append((fn.get("name"), args))
         return out
 
     def user_text(self):
@@ -378,6 +403,12 @@ class _Handler(BaseHTTPRequestHandler):
             req = self._record(body, raw)
             turn = self.model._take_turn(req)
             return self._openai_stream(body, turn)
+        if path.endswith("/chat/completions") and isinstance(body, dict):
+            req = self._record(body, raw)
+            turn = self.model._take_turn(req)
+            if body.get("stream"):
+                return self._chat_stream(body, turn)
+            return self._send_json(200, self._chat_completion(body, turn))
         self._record(body, raw)
         self._send_json(404, {"error": {"type": "not_found", "message": "not scripted"}})
 
@@ -494,3 +525,60 @@ class _Handler(BaseHTTPRequestHandler):
                            "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0},
                            "total_tokens": 20})
         self._event("response.completed", {"type": "response.completed", "response": done})
+
+    # -- OpenAI Chat Completions -------------------------------------------------------------
+    def _chat_tool_calls(self, turn):
+        calls = []
+        for call in turn.calls:
+            args = call.get("arguments", call.get("input", {}))
+            if not isinstance(args, str):
+                args = json.dumps(args)
+            calls.append({"id": self.model.new_id("call"), "type": "function",
+                          "function": {"name": call["name"], "arguments": args}})
+        return calls
+
+    def _chat_completion(self, body, turn):
+        calls = self._chat_tool_calls(turn)
+        message = {"role": "assistant", "content": turn.text}
+        if calls:
+            message["tool_calls"] = calls
+        return {"id": self.model.new_id("chatcmpl"), "object": "chat.completion",
+                "created": int(time.time()), "model": body.get("model", "chat-e2e"),
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": "tool_calls" if calls else "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}
+
+    def _chat_stream(self, body, turn):
+        """SSE chunks: a role delta, the text, each tool call (its head, then its arguments in
+        two deltas, as real servers split them), a finish_reason, an optional usage chunk."""
+        self._start_sse()
+        cid = self.model.new_id("chatcmpl")
+        base = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": body.get("model", "chat-e2e")}
+
+        def chunk(delta, finish=None, **extra):
+            data = dict(base, choices=[{"index": 0, "delta": delta, "logprobs": None,
+                                        "finish_reason": finish}], **extra)
+            self.wfile.write(("data: %s\n\n" % json.dumps(data)).encode("utf-8"))
+            self.wfile.flush()
+
+        chunk({"role": "assistant", "content": ""})
+        if turn.text:
+            chunk({"content": turn.text})
+        calls = self._chat_tool_calls(turn)
+        for i, call in enumerate(calls):
+            args = call["function"]["arguments"]
+            half = len(args) // 2
+            chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                   "function": {"name": call["function"]["name"],
+                                                "arguments": ""}}]})
+            for part in (args[:half], args[half:]):
+                if part:
+                    chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]})
+        chunk({}, finish="tool_calls" if calls else "stop")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            data = dict(base, choices=[], usage={"prompt_tokens": 10, "completion_tokens": 10,
+                                                 "total_tokens": 20})
+            self.wfile.write(("data: %s\n\n" % json.dumps(data)).encode("utf-8"))
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()

@@ -1692,7 +1692,8 @@ class GarbageTest(HookCase):
                 for _ in range(self.rng.randint(0, 3))}
 
     def cases(self, n):
-        samples = [self.payload(f[:-5]) for f in sorted(os.listdir(PAYLOADS))]
+        samples = [self.payload(f[:-5]) for f in sorted(os.listdir(PAYLOADS)) if f.endswith(".json")]
+        samples += [self.payload(QWEN + f[5:-5]) for f in sorted(os.listdir(os.path.join(PAYLOADS, "qwen")))]
         for i in range(n):
             kind = i % 4
             if kind == 0:
@@ -1902,3 +1903,134 @@ class WorkLinkCwdTest(HookCase):
         self.run_hook(self.payload("codex-SessionStart", session_id="conv-first", cwd=os.path.join(clone)),
                       harness="codex", env={"COORD_WORK_ID": w["id"]}, via=harness)
         self.assertEqual(self.st.work(w["id"])["data"]["tmux"]["conversation"], "conv-first")
+
+
+# --------------------------------------------------------------------------- Qwen Code
+
+QWEN = os.path.join("qwen", "qwen-")                      # the recorded samples: payloads/qwen/
+QWEN_MAIN = "af143507-e6a2-4d49-b5c6-e715c8aebda3"       # every qwen-* sample
+QWEN_AGENT = "general-purpose-call_0014e2e0e2e0e2e0e2e0"  # its agent-tool subagent
+
+
+class QwenTest(HookCase):
+    """Qwen Code (0.24.4) runs `.qwen/settings.json` hooks with Claude's payload and reply
+    shapes under its own tool ids (recorded qwen-* samples, --harness qwen): every write tool
+    is checked by its own path field, its shell stays advisory, its UserPromptSubmit before
+    each later model request of a turn delivers without beginning a turn."""
+
+    def qwen(self, name, via=None, **changes):
+        return self.run_hook(self.payload(QWEN + name, **changes), harness="qwen", via=via)
+
+    def samples(self):
+        return sorted(f[5:-5] for f in os.listdir(os.path.join(PAYLOADS, "qwen")) if f.endswith(".json"))
+
+    def test_every_sample_has_its_effect(self):
+        names = self.samples()
+        self.assertEqual(len(names), 18, names)
+        for name in names:
+            with self.subTest(sample=name):
+                for suffix in ("", "-wal", "-shm"):
+                    if os.path.exists(self.db + suffix):
+                        os.unlink(self.db + suffix)
+                if self._st is not None:
+                    self._st.close()
+                    self._st = None
+                data = self.payload(QWEN + name)
+                out, err = self.run_hook(data, harness="qwen")
+                self.assertEqual(err, "")
+                if name.startswith("PreToolUse"):
+                    self.assertEqual(out, "")
+                    self.assertFalse(os.path.exists(self.db), "PreToolUse created the database")
+                    continue
+                agent = data.get("agent_id")
+                if name.startswith("SessionStart"):
+                    rt = self.st.find_conversation_runtime(QWEN_MAIN)
+                    self.assertEqual((rt["harness"], rt["pid"]), ("qwen", os.getpid()))
+                    self.assertIn("you are %s" % rt["handle"], context_of(out))
+                    continue
+                self.assertEqual(out, "")
+                if name == "SubagentStop":
+                    self.assertEqual(self.st.live_runtimes(), [])
+                elif agent is None:
+                    self.assertIsNone(self.st.find_conversation_runtime(QWEN_MAIN)["agent_id"])
+                else:
+                    rt = self.st.find_conversation_runtime(QWEN_MAIN, agent_id=agent)
+                    self.assertEqual((rt["id"], rt["harness"]), (store.subagent_uuid(QWEN_MAIN, agent), "qwen"))
+
+    def test_every_write_tool_of_a_peers_lease_is_denied_and_the_shell_is_not(self):
+        self.qwen("SessionStart-startup")
+        holder = self.peer("src/a.py", "src/new.py", "src/n.ipynb", "src/sub.py")
+        for name, path in (("PreToolUse-edit", "src/a.py"), ("PreToolUse-write_file", "src/new.py"),
+                           ("PreToolUse-notebook_edit", "src/n.ipynb"),
+                           ("PreToolUse-write_file-in-subagent", "src/sub.py")):
+            with self.subTest(sample=name):
+                out, _ = self.qwen(name)
+                spec = json.loads(out)["hookSpecificOutput"]  # the deny Qwen honours: its reason is the tool result
+                self.assertEqual(spec["permissionDecision"], "deny")
+                self.assertIn(path, spec["permissionDecisionReason"])
+                self.assertIn(".coord/coord send \"<what you need>\" --to %s" % holder["handle"],
+                              spec["permissionDecisionReason"])
+        self.assertEqual(self.qwen("PreToolUse-run_shell_command", tool_input={"command": "echo x > src/a.py"})[0],
+                         "", "its shell stays advisory")
+        self.assertEqual(self.qwen("PreToolUse-agent")[0], "")
+
+    def test_a_continuation_delivers_and_does_not_begin_a_turn(self):
+        self.qwen("SessionStart-startup")
+        me = self.st.find_conversation_runtime(QWEN_MAIN)
+        self.qwen("UserPromptSubmit")
+        began = self.st.turn(me["id"])["began"]
+        self.assertIsNotNone(began)
+        self.qwen("Stop")
+        self.assertEqual(self.st.turn(me["id"])["state"], "idle")
+        sender = self.peer()
+        msg = self.st.send(sender["id"], "BODY-continuation", to=me["handle"])
+        time.sleep(1.1)  # turn marks are whole seconds: a new turn would show a later `began`
+        out, _ = self.qwen("UserPromptSubmit-continuation")
+        self.assertIn("BODY-continuation", context_of(out))
+        self.assertEqual(self.st.q("SELECT state FROM deliveries WHERE message = ?", (msg["id"],)).fetchone()[0],
+                         "delivered")
+        turn = self.st.turn(me["id"])
+        self.assertEqual((turn["state"], turn["began"]), ("busy", began), "the prompt's turn goes on")
+        self.qwen("UserPromptSubmit", prompt="next", submitted_prompt="next")
+        self.assertNotEqual(self.st.turn(me["id"])["began"], began, "a person's prompt begins a turn")
+
+    def test_a_command_from_qwens_shell_is_its_runtime_or_its_subagents(self):
+        # Qwen's shell carries QWEN_CODE_SESSION_ID (its hooks' session_id) and, in a subagent,
+        # QWEN_CODE_AGENT_ID (its hooks' agent_id); the harness here is another process.
+        harness = FakeHarness(self)
+        self.qwen("SessionStart-startup", via=harness)
+        self.qwen("SubagentStart", via=harness)
+        me = self.st.find_conversation_runtime(QWEN_MAIN)
+        sub = self.st.find_conversation_runtime(QWEN_MAIN, agent_id=QWEN_AGENT)
+        for env, rt, path in (({"QWEN_CODE_SESSION_ID": QWEN_MAIN, "QWEN_CODE_AGENT_ID": ""}, me, "src/c.py"),
+                              ({"QWEN_CODE_SESSION_ID": QWEN_MAIN, "QWEN_CODE_AGENT_ID": QWEN_AGENT}, sub, "src/d.py")):
+            self.coord("claim", path, env=env, check=0)
+            self.assertEqual([l["resource"] for l in self.st.leases_of(rt["id"])], [path])
+
+    def test_qwens_node_process_is_the_harness(self):
+        if not os.path.isdir("/proc"):
+            self.skipTest("needs /proc")
+        # npm's qwen is node running .../@qwen-code/qwen-code/cli.js (0.24.4 relaunches itself
+        # once: the hooks' parent is the inner node process)
+        cli = os.path.join(self.tmp, "node_modules", "@qwen-code", "qwen-code", "cli.js")
+        os.makedirs(os.path.dirname(cli))
+        with open(cli, "w") as f:
+            f.write(support._HARNESS_DRIVER)
+        node = os.path.join(self.tmp, "bin", "node")
+        os.makedirs(os.path.dirname(node))
+        os.symlink(os.path.realpath(sys.executable), node)
+        harness = FakeHarness(self)
+        harness.close()
+        harness.proc = subprocess.Popen([node, cli], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        harness.pid = harness.proc.pid
+        support.retry_until(lambda: store.harness_of_process(harness.pid) == "qwen", timeout=10)
+        through(harness, ("/bin/bash", "-c"))
+        self.qwen("SessionStart-startup", via=harness)
+        rt = self.st.find_conversation_runtime(QWEN_MAIN)
+        self.assertEqual((rt["harness"], rt["pid"]), ("qwen", harness.pid))
+
+    def test_checked_tools_are_the_matched_tools(self):
+        installer = support.load_install()
+        group = dict(installer.desired_groups("qwen"))["PreToolUse"]
+        self.assertTrue(group["matcher"].startswith("^(") and group["matcher"].endswith(")$"), "anchored")
+        self.assertEqual(set(group["matcher"][2:-2].split("|")), set(hook.QWEN_FILE_TOOLS))

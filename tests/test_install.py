@@ -1368,3 +1368,83 @@ class DoctorHintTest(InstallTestCase):
 if __name__ == "__main__":
     import unittest
     unittest.main()
+
+
+class QwenSettingsTest(InstallTestCase):
+    """Qwen Code (0.24.4) reads coord's hooks from .qwen/settings.json, Claude-shaped, merged
+    with the person's own settings and hooks (Qwen's non-event keys inside "hooks" included)."""
+
+    QWEN = ".qwen/settings.json"
+
+    def coord_groups(self, doc):
+        return {ev: [g for g in groups if any(".coord/hook.py" in h.get("command", "") for h in g["hooks"])]
+                for ev, groups in doc["hooks"].items() if ev not in installer.QWEN_HOOK_FIELDS}
+
+    def test_fresh_install_writes_qwens_hooks(self):
+        self.fresh()
+        own = self.coord_groups(self.settings(self.QWEN))
+        self.assertEqual(sorted(own), sorted(ev for ev, _m, _t in installer.QWEN_HOOK_EVENTS))
+        for event, groups in own.items():
+            self.assertEqual(len(groups), 1, event)
+            self.assertEqual(groups[0]["hooks"][0]["command"], installer.hook_command("qwen"))
+            self.assertIn("--harness qwen", groups[0]["hooks"][0]["command"])
+            self.assertIn("${QWEN_PROJECT_DIR:-$PWD}", groups[0]["hooks"][0]["command"])
+        self.assertEqual(own["PreToolUse"][0]["matcher"], "^(write_file|edit|notebook_edit)$")
+        self.assertNotIn("matcher", own["PostToolUse"][0])
+
+    def test_merge_keeps_the_persons_settings_and_hooks_and_check_and_repair_see_drift(self):
+        mine = {"model": {"name": "qwen3-coder"}, "disableAllHooks": False,
+                "hooks": {"enabled": True, "disabled": ["lint"], "notifications": {"x": 1},
+                          "PreToolUse": [{"matcher": "run_shell_command", "hooks": [
+                              {"type": "command", "command": "lint", "name": "lint"}]}]}}
+        self.write_json(self.QWEN, mine)
+        self.fresh()
+        doc = self.settings(self.QWEN)
+        self.assertEqual(doc["model"], mine["model"])
+        for key in ("enabled", "disabled", "notifications"):
+            self.assertEqual(doc["hooks"][key], mine["hooks"][key])
+        self.assertEqual(doc["hooks"]["PreToolUse"][0], mine["hooks"]["PreToolUse"][0])
+        self.assertEqual(len(self.coord_groups(doc)["PreToolUse"]), 1)
+        before = self.snapshot()
+        self.fresh()
+        self.assertEqual(self.snapshot(), before, "a second run is a no-op")
+        doc["hooks"]["PreToolUse"][1]["matcher"] = "edit"
+        self.write_json(self.QWEN, doc)
+        out = self.install("--check", check=1).stdout
+        self.assertIn("stale %s (coord hooks: PreToolUse stale)" % self.QWEN, out)
+        self.install("--repair", check=0)
+        self.assertEqual(self.coord_groups(self.settings(self.QWEN))["PreToolUse"][0]["matcher"],
+                         "^(write_file|edit|notebook_edit)$")
+        self.assertEqual(self.settings(self.QWEN)["hooks"]["disabled"], ["lint"])
+
+    def test_a_settings_file_that_is_not_plain_json_is_refused_untouched(self):
+        os.makedirs(self.t(".qwen"))
+        with open(self.t(self.QWEN), "w") as f:
+            f.write('{\n  // Qwen accepts comments; coord does not rewrite them\n  "model": {}\n}\n')
+        before = _read(self.t(self.QWEN))
+        proc = self.install("--project-id", "demo", check=3)
+        self.assertIn(".qwen/settings.json is not valid JSON", proc.stdout + proc.stderr)
+        self.assertEqual(_read(self.t(self.QWEN)), before)
+
+    def test_doctor_reports_the_folder_trust_gate_and_disable_all_hooks(self):
+        self.fresh()
+        qhome = os.path.join(self.home, ".qwen")
+        os.makedirs(qhome)
+
+        def doctor():
+            return json.loads(self.install("--doctor", "--json").stdout)["qwen"]
+        q = doctor()
+        self.assertEqual((q["gate"], q["trusted"], q["hooks_disabled_by"]), (False, True, []))
+        with open(os.path.join(qhome, "settings.json"), "w") as f:
+            json.dump({"security": {"folderTrust": {"enabled": True}}, "disableAllHooks": True}, f)
+        q = doctor()
+        self.assertEqual((q["gate"], q["trusted"]), (True, False))
+        self.assertEqual(q["hooks_disabled_by"], [os.path.join(qhome, "settings.json")])
+        self.assertIn("qwen: hooks in .qwen/settings.json; folder NOT trusted", self.install("--doctor").stdout)
+        with open(os.path.join(qhome, "trustedFolders.json"), "w") as f:
+            json.dump({os.path.join(os.path.realpath(self.target), "x"): "TRUST_PARENT"}, f)
+        self.assertEqual(doctor()["trusted"], True, "TRUST_PARENT of a child trusts its parent")
+        with open(os.path.join(qhome, "trustedFolders.json"), "w") as f:
+            json.dump({os.path.dirname(os.path.realpath(self.target)): "TRUST_FOLDER",
+                       os.path.realpath(self.target): "DO_NOT_TRUST"}, f)
+        self.assertEqual(doctor()["trusted"], False, "the deepest rule wins")

@@ -52,6 +52,14 @@ class HarnessArgvTest(CoordTestCase):
         self.assertEqual(session.harness_argv("codex", "conv-2", environ=env),
                          ["codex", "resume", "conv-2"])
 
+    def test_qwen_resumes_by_session_id_and_takes_its_first_prompt_interactively(self):
+        # Qwen Code 0.24.4: a positional prompt is one-shot (headless); -i/--prompt-interactive
+        # keeps the session open after it
+        env = {"COORD_QWEN_CMD": "/opt/qwen --model m"}
+        self.assertEqual(session.harness_argv("qwen", "s-1", environ=env), ["/opt/qwen", "--model", "m", "--resume", "s-1"])
+        self.assertEqual(session.harness_argv("qwen", prompt="-fix it", environ={}),
+                         ["qwen", "--prompt-interactive=-fix it"])
+
     def test_configured_wrappers_are_shell_words(self):
         env = {"COORD_CLAUDE_CMD": "claude-direct --model 'big one'",
                "COORD_CODEX_CMD": "/opt/bin/codex-direct"}

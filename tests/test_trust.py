@@ -413,3 +413,46 @@ class WorkCreateTrustTest(support.CoordTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class QwenCarryTest(TrustCase):
+    """Qwen Code's folder trust (0.24.4): only with its gate on, a clone gets TRUST_FOLDER when
+    the shared checkout is trusted; removal takes exactly that entry away."""
+
+    def qwen(self, gate=True, folders=None):
+        qhome = os.path.join(self.home, ".qwen")
+        os.makedirs(qhome, exist_ok=True)
+        with open(os.path.join(qhome, "settings.json"), "w") as f:
+            json.dump({"security": {"folderTrust": {"enabled": gate}}}, f)
+        path = os.path.join(qhome, "trustedFolders.json")
+        if folders is not None:
+            with open(path, "w") as f:
+                json.dump(folders, f, indent=2)
+        return path
+
+    def test_entry_added_for_the_clone_and_removed_with_it(self):
+        mine = {self.shared: "TRUST_FOLDER", "/elsewhere": "DO_NOT_TRUST"}
+        path = self.qwen(folders=mine)
+        result = trust.carry_over(self.shared, self.clone, self.env, ("qwen",))
+        self.assertEqual(result["notes"], [])
+        self.assertEqual(result["added"], {"qwen": {"config": path, "project": self.clone}})
+        self.assertEqual(json.loads(self.read(path)), dict(mine, **{self.clone: "TRUST_FOLDER"}))
+        self.assertEqual(trust.qwen_trusted(self.clone, self.env), (True, None))
+        self.assertEqual(trust.entries_for(self.clone, self.env)["qwen"]["project"], self.clone)
+        self.assertEqual(trust.remove_carried(result["added"], self.env), [])
+        self.assertEqual(json.loads(self.read(path)), mine)
+
+    def test_nothing_is_carried_with_the_gate_off_or_the_shared_checkout_untrusted(self):
+        for gate, folders in ((False, {self.shared: "TRUST_FOLDER"}), (True, {self.shared: "DO_NOT_TRUST"}), (True, {})):
+            with self.subTest(gate=gate, folders=folders):
+                path = self.qwen(gate, folders)
+                before = self.read(path)
+                self.assertEqual(trust.carry_over(self.shared, self.clone, self.env, ("qwen",)),
+                                 {"added": {}, "notes": []})
+                self.assertEqual(self.read(path), before)
+
+    def test_pending_approval_names_the_folder(self):
+        self.qwen(folders={})
+        lines = trust.pending_approvals(self.shared, self.clone, "qwen", self.env)
+        self.assertEqual(len(lines), 1)
+        self.assertIn("Qwen Code: trust the folder %s" % self.clone, lines[0])
