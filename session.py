@@ -34,6 +34,7 @@ SEP = "\t"
 HARNESSES = {
     "claude": ("COORD_CLAUDE_CMD", ("--resume",)),
     "codex": ("COORD_CODEX_CMD", ("resume",)),
+    "opencode": ("COORD_OPENCODE_CMD", ("--session",)),  # its TUI: `opencode --session ID`
 }
 
 # Never handed to a tmux client: a client that starts the server gives the server its
@@ -44,6 +45,7 @@ _CLIENT_SCRUB = (
     "CLAUDE_CODE_SESSION_ID", "CLAUDE_ENV_FILE", "CLAUDE_PROJECT_DIR", "CLAUDECODE",
     "CLAUDE_CODE_ENTRYPOINT", "CODEX_SESSION_ID", "CODEX_THREAD_ID",
 )
+_CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
 # Removed from a launched pane unless the caller sets them: an already running server may
 # carry another agent's identity in its global environment.
 _PANE_UNSET = tuple(v for v in _CLIENT_SCRUB if v not in ("TMUX", "TMUX_PANE"))
@@ -273,7 +275,9 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     if no_daemon and harness == "codex" and "--no-daemon" not in [str(a) for a in extra]:
         argv.append("--no-daemon")
     argv += [str(a) for a in extra]
-    if prompt is not None:
+    if prompt is not None and harness == "opencode":
+        argv.append("--prompt=" + prompt)  # its TUI's positional is the project directory
+    elif prompt is not None:
         argv += ([] if "--" in argv[1:] else ["--"]) + [prompt]
     return argv
 
