@@ -124,6 +124,22 @@ class CoordScenarios(h.CoordCase):
         ended = [r for r in self.coord_state()["runtimes"] if r["id"] == rt["id"]][0]
         self.assertEqual(ended["end_reason"], "session-end")
 
+    def test_a_resumed_session_attaches_to_the_same_conversation(self):
+        first = self.run_agent([say("first answer")], prompt="FIRST-PROMPT-7")
+        conversation = first.session_id()
+        self.assertTrue(conversation, first.describe())
+        second = self.run_agent([say("second answer")], prompt="SECOND-PROMPT-8", args=["--session", conversation])
+        self.assertEqual(second.session_id(), conversation)
+        sent = self.server.model_requests()[0].text()
+        self.assertIn("FIRST-PROMPT-7", sent)  # the model got the conversation so far
+        self.assertIn("coord: you are", sent)
+        rts = self.runtimes_of(conversation)
+        self.assertEqual(len(rts), 2, rts)  # one attachment per OpenCode process
+        self.assertEqual([rt["end_reason"] for rt in rts], ["session-end", "session-end"])
+        audit = json.dumps(self.rcoord("audit"))  # the second start says it resumed a session
+        self.assertEqual(audit.count('"hook:startup"'), 1, audit[-3000:])
+        self.assertEqual(audit.count('"hook:resume"'), 1, audit[-3000:])
+
     def test_the_runtime_is_registered_in_its_managed_clone(self):
         self.env.update(self.managed_env())
         work = self.rcoord("work", "create", "oc-task")["work"]
