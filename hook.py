@@ -1,7 +1,9 @@
-"""coord's hook: the one program Claude Code, Codex, Copilot CLI and Qwen Code run for every hook event.
+"""coord's hook: the one program Claude Code, Codex, Copilot CLI, Qwen Code and OpenCode run for every
+hook event.
 
-Usage: python3 -I -S .coord/hook.py --harness claude|codex|qwen   (payload JSON on stdin; Copilot CLI
-runs the Claude entries and is told apart by harness_of), or
+Usage: python3 -I -S .coord/hook.py --harness claude|codex|qwen|opencode   (payload JSON on stdin;
+Copilot CLI runs the Claude entries and is told apart by harness_of; OpenCode runs it from coord's
+plugin, which sends Claude-shaped payloads), or
 `import hook; hook.REPO = ROOT; os._exit(hook.main())` with the runtime copy first on sys.path,
 as the installer's command does (it checks the copy's content digest first): imported, its
 bytecode is cached instead of compiled on every call (~4 ms). Harnesses run hooks outside
@@ -52,6 +54,12 @@ QWEN_FILE_TOOLS = {"write_file": ("file_path",), "edit": ("file_path",),
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
 COPILOT = "copilot"     # the harness label of Copilot CLI's runtimes
+# OpenCode (1.18.33) through coord's plugin (.opencode/plugins/coord-hook.js), which sends only its
+# write tools at PreToolUse: write {filePath, content}, edit {filePath, oldString, newString} and,
+# for GPT models, apply_patch {patchText} (Codex's patch grammar; paths relative to the session's
+# directory). Its shell (bash) never reaches the hook before it runs: advisory, as elsewhere.
+OPENCODE = "opencode"
+OPENCODE_FILE_TOOLS = {"write": ("filePath",), "edit": ("filePath",)}
 MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails open
 BUSY_WAIT = 1.0          # seconds one statement waits for a locked database (SessionEnd: half)
 SHOWN = 8                # peer leases read at SessionStart (as many as fit START_BYTES are listed)
@@ -168,6 +176,19 @@ def shell_patch(script):
                 return None  # a second statement: Codex runs the whole script as plain shell
             return workdir, "\n".join(lines[:i])
     return workdir, "\n".join(lines)
+
+
+def opencode_targets(tool, tool_input):
+    """Paths an OpenCode write tool call will write (as written in its arguments); [] when none."""
+    if not isinstance(tool, str) or not isinstance(tool_input, dict):
+        return []
+    if tool == "apply_patch":
+        text = tool_input.get("patchText")
+        return patch_paths(text) if isinstance(text, str) else []
+    for key in OPENCODE_FILE_TOOLS.get(tool, ()):
+        if isinstance(tool_input.get(key), str):
+            return [tool_input[key]]
+    return []
 
 
 def write_targets(tool, tool_input):
@@ -751,6 +772,10 @@ def run(raw, argv=(), environ=None):
             targets = shell_patch_targets(payload.get("tool_input")) if harness == "codex" else []
             if not targets:
                 return "", ""  # plain shell is advisory: allowed without touching the store
+        elif handler is on_pre_tool_use and harness == OPENCODE:
+            targets = opencode_targets(payload.get("tool_name"), payload.get("tool_input"))
+            if not targets:
+                return "", ""
         elif handler is on_pre_tool_use:
             targets = write_targets(payload.get("tool_name"), payload.get("tool_input"))
             if not targets:

@@ -35,6 +35,7 @@ HARNESSES = {
     "claude": ("COORD_CLAUDE_CMD", ("--resume",)),
     "codex": ("COORD_CODEX_CMD", ("resume",)),
     "qwen": ("COORD_QWEN_CMD", ("--resume",)),
+    "opencode": ("COORD_OPENCODE_CMD", ("--session",)),  # its TUI: `opencode --session ID`
 }
 
 # Never handed to a tmux client: a client that starts the server gives the server its
@@ -46,6 +47,7 @@ _CLIENT_SCRUB = (
     "CLAUDE_CODE_ENTRYPOINT", "CODEX_SESSION_ID", "CODEX_THREAD_ID",
     "QWEN_CODE_SESSION_ID", "QWEN_CODE_AGENT_ID",
 )
+_CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
 # Removed from a launched pane unless the caller sets them: an already running server may
 # carry another agent's identity in its global environment.
 _PANE_UNSET = tuple(v for v in _CLIENT_SCRUB if v not in ("TMUX", "TMUX_PANE"))
@@ -277,6 +279,8 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     argv += [str(a) for a in extra]
     if prompt is not None and harness == "qwen":
         argv.append("--prompt-interactive=" + prompt)  # Qwen's positional prompt is one-shot (-p)
+    if prompt is not None and harness == "opencode":
+        argv.append("--prompt=" + prompt)  # its TUI's positional is the project directory
     elif prompt is not None:
         argv += ([] if "--" in argv[1:] else ["--"]) + [prompt]
     return argv

@@ -466,7 +466,7 @@ def _process_matches(pid, start):
 
 # Names a harness process is known by (its command name, its executable, or the script a
 # runtime such as node runs); shells that usually stand between the harness and its hooks.
-HARNESS_NAMES = frozenset(("codex", "claude", "copilot", "qwen"))
+HARNESS_NAMES = frozenset(("codex", "claude", "copilot", "qwen", "opencode"))  # opencode: its native binary (npm: .../bin/opencode.exe)
 KNOWN_SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
 _SCRIPT_RUNNERS = frozenset(("node", "nodejs", "bun", "deno"))
 _SCRIPT_INTERPRETERS = ("python", "pypy", "perl", "ruby", "php", "lua", "tclsh", "osascript")
@@ -676,6 +676,7 @@ def beat_value(now, pid, harness):
 # and `work start` export it to the harness they launch): a caller carrying one is no person.
 AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COPILOT_CLI",
                  "COPILOT_AGENT_SESSION_ID", "QWEN_CODE_SESSION_ID", "COORD_WORK_ID")
+AGENT_MARKERS += ("COORD_OPENCODE_SESSION", "OPENCODE_PID")  # coord's OpenCode plugin; OpenCode 1.18.33 itself (its shell)
 
 
 _DEV_TTY = os.makedev(5, 0)
@@ -1851,8 +1852,9 @@ class Store:
                     return later
             return self.usable_runtime(named["id"], now)
         session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID") \
-            or env.get("COPILOT_AGENT_SESSION_ID")  # Copilot CLI's shell: its hooks' session_id
-        thread = env.get("CODEX_THREAD_ID")
+            or env.get("COPILOT_AGENT_SESSION_ID") \
+            or env.get("COORD_OPENCODE_SESSION")  # Copilot CLI's shell: its hooks' session_id; OpenCode's plugin's
+        thread = env.get("CODEX_THREAD_ID") or env.get("COORD_OPENCODE_AGENT")  # OpenCode: a subagent's session
         if not session and not thread and env.get("QWEN_CODE_SESSION_ID"):
             # Qwen Code's shell: its hooks' session_id, and in a subagent its hooks' agent_id
             session = env["QWEN_CODE_SESSION_ID"]

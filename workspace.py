@@ -636,6 +636,8 @@ PROTECTING = (".coord/coord", ".coord/hook.py", ".coord/store.py", ".coord/proje
 HOOK_CONFIGS = (".claude/settings.json", ".codex/hooks.json")
 INSTALLED_PATHS = (".coord", ".claude/settings.json", ".claude/skills/coord", ".claude/coord", ".codex/hooks.json",
                    ".agents/skills/coord")
+HOOK_CONFIGS += (".opencode/plugins/coord-hook.js",)  # OpenCode: coord's plugin runs the hook command
+INSTALLED_PATHS += (".opencode/plugins/coord-hook.js", ".opencode/.gitignore")
 
 
 def _release(path):
@@ -5053,7 +5055,7 @@ def _register_session(ws, both):
     """tmux subcommands (session.py)."""
     p = ws.add_parser("start", parents=both, help="run a harness for the work in a new tmux window")
     p.add_argument("handle", metavar="HANDLE")
-    p.add_argument("--harness", choices=("claude", "codex", "qwen"), default="claude")
+    p.add_argument("--harness", choices=("claude", "codex", "qwen", "opencode"), default="claude")
     p.add_argument("--prompt", metavar="TEXT", help="the agent's first message (its task)")
     p.add_argument("--prompt-file", metavar="FILE", help="the first message, read from a UTF-8 file")
     p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments, after -- (anywhere)")
@@ -5071,7 +5073,7 @@ def _register_session(ws, both):
     p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--conversation", metavar="ID", help="default: the recorded conversation")
-    p.add_argument("--harness", choices=("claude", "codex", "qwen"))
+    p.add_argument("--harness", choices=("claude", "codex", "qwen", "opencode"))
     _override_argument(p)
     p.set_defaults(func=cmd_resume)
     p = ws.add_parser("close", parents=both, help="kill exactly the recorded window (validated by ID)")

@@ -146,3 +146,15 @@ class CodexStartWithPrompt(StartWithPrompt, h.HarnessCase):
                              h.codex_hook_hashes(hooks) if os.path.exists(hooks) else None,
                              extra='[notice.model_migrations]\n"gpt-5.5" = "gpt-6-sol"')
 
+
+
+class OpenCodeStartWithPrompt(StartWithPrompt, h.HarnessCase):
+    harness = "opencode"
+
+    def harness_env(self):
+        env = h.opencode_env(self.home, self.server, self.repo, {"COORD_OPENCODE_CMD": self.cli})
+        del env["PWD"]  # tmux gives the pane its own directory as PWD
+        return env
+
+    def prepare(self, clone):
+        pass  # OpenCode asks nothing first: no trust prompt, no onboarding (1.18.33)

@@ -27,11 +27,13 @@ CLAUDE_VERSION = "2.1.197"
 CODEX_VERSION = "0.171.0"
 COPILOT_VERSION = "1.0.102"
 QWEN_VERSION = "0.24.4"
+OPENCODE_VERSION = "1.18.33"
 MODEL_KEY_VAR = "COORD_E2E_MODEL_KEY"
 
 # Variables from the developer's own session or machine that must not reach a harness.
 _DROP_PREFIXES = ("ANTHROPIC_", "CLAUDE", "CODEX_", "OPENAI_", "COORD_", "OTEL_", "COPILOT_", "GITHUB_COPILOT_",
                   "QWEN_", "DASHSCOPE_")
+_DROP_PREFIXES += ("OPENCODE",)
 _DROP = set(_SCRUB) | {"GH_TOKEN", "GITHUB_TOKEN", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
                        "https_proxy", "all_proxy", "no_proxy", "IS_SANDBOX", "XDG_CONFIG_HOME",
                        "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"}
@@ -103,6 +105,8 @@ class RunResult(object):
                 return ev["thread_id"]
             if ev.get("type") == "result" and ev.get("sessionId"):
                 return ev["sessionId"]
+            if isinstance(ev.get("sessionID"), str) and ev["sessionID"].startswith("ses_"):
+                return ev["sessionID"]  # OpenCode's JSON events
         return None
 
 
@@ -247,6 +251,47 @@ def qwen_env(home, server, extra=None):
     return env
 
 
+# -- OpenCode ------------------------------------------------------------------------------------
+
+OPENCODE_MODEL = "anthropic/e2e-model"
+OPENCODE_PATCH_MODEL = "anthropic/gpt-5-e2e"  # OpenCode offers apply_patch (not edit/write) to gpt- models
+
+
+def write_opencode_config(path, server):
+    """OpenCode's config (OPENCODE_CONFIG, outside the repository): its Anthropic provider aimed at
+    the scripted server's Messages API, two models of our own (no models.dev catalogue), no
+    sharing or updates."""
+    model = {"name": "e2e", "tool_call": True, "limit": {"context": 200000, "output": 8192}}
+    doc = {"provider": {"anthropic": {"options": {"baseURL": server.url + "/v1", "apiKey": "sk-e2e-offline"},
+                                      "models": {"e2e-model": model, "gpt-5-e2e": dict(model, name="gpt-5-e2e")}}},
+           "model": OPENCODE_MODEL, "small_model": OPENCODE_MODEL, "autoupdate": False, "share": "disabled"}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    return path
+
+
+def opencode_env(home, server, repo, extra=None):
+    """OpenCode offline: its config above, the models.dev fetch, updates, sharing, LSP downloads and
+    its built-in plugins off; the npm registry it installs its plugin package from (every
+    .opencode directory, ~/.config/opencode) aimed at the scripted server; PWD the repository
+    (OpenCode 1.18.33 takes its directory from $PWD, not from the process's cwd)."""
+    env = base_env(home, server, extra=None)
+    env.update({
+        "OPENCODE_CONFIG": write_opencode_config(os.path.join(home, "e2e-opencode.json"), server),
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_SHARE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        "npm_config_registry": server.url + "/",
+        "PWD": repo,
+    })
+    if extra:
+        env.update(extra)
+    return env
+
+
 def write_qwen_user_settings(home, folder_trust=False, extra=None):
     """~/.qwen/settings.json: the OpenAI auth type, usage statistics off (else Qwen tries to
     reach an outside telemetry host), managed auto-memory off (else a background memory agent
@@ -298,6 +343,12 @@ def write_qwen_hooks(repo, hooks):
     with open(path, "w") as f:
         f.write(data + "\n")
     return path
+def run_opencode(opencode, repo, prompt, server, home, env=None, timeout=180, args=()):
+    """Run `opencode run PROMPT --format json` in `repo` (a title given, so no title request takes
+    a scripted turn); return a RunResult."""
+    os.makedirs(home, exist_ok=True)
+    argv = [opencode, "run", "--format", "json", "--title", "e2e"] + list(args) + ["--", prompt]
+    return _run(argv, repo, opencode_env(home, server, repo, env), timeout)
 
 
 # -- Codex ---------------------------------------------------------------------------------------
@@ -563,6 +614,9 @@ class HarnessCase(CoordTestCase):
         elif self.harness == "qwen":
             result = run_qwen(self.cli, repo, prompt, self.server, self.home,
                               env=self.agent_env(env), timeout=timeout, args=args)
+        elif self.harness == "opencode":
+            result = run_opencode(self.cli, repo, prompt, self.server, self.home, env=self.agent_env(env),
+                                  timeout=max(timeout, 180), args=args)
         elif self.harness == "copilot":
             config = os.path.join(self.home, ".copilot", "config.json")
             if trust:

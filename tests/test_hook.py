@@ -33,6 +33,9 @@ CODEX_AGENT = "01a22af2-65e3-7763-bdfa-b47e2231db0c"
 COPILOT_MAIN = "1a82358c-a61d-4bc3-b6e3-8ec20dc481d7"    # every copilot-* sample
 COPILOT_AGENT = "a215bec6-f276-45d0-95cc-622d7b889bdb"   # its task subagent
 COPILOT_ENV = {"COPILOT_CLI": "1", "COPILOT_PROJECT_DIR": SAMPLE_ROOT}  # Copilot's hook environment
+OPENCODE_MAIN = "ses_dce34fc1dffegBT2VQOtzqGMTj"    # opencode-* samples (coord's plugin, OpenCode 1.18.33)
+OPENCODE_PATCH_MAIN = "ses_dce34960cffehgBegw8vJkNzxs"  # its apply_patch samples (a gpt- model's session)
+OPENCODE_AGENT = "ses_dce34c16dffeHAnCLKHXWOvvps"   # its task subagent's child session
 
 FakeHarness = support.FakeHarness
 
@@ -173,7 +176,7 @@ class SampleTest(HookCase):
 
     def test_every_sample_has_its_effect(self):
         names = sorted(f[:-5] for f in os.listdir(PAYLOADS) if f.endswith(".json"))
-        self.assertEqual(len([n for n in names if not n.endswith(".variant")]), 56, "every recorded sample")
+        self.assertEqual(len([n for n in names if not n.endswith(".variant")]), 56 + 18, "every recorded sample")
         self.assertGreaterEqual(len(names), 58, "and our own variants")
         for name in names:
             with self.subTest(sample=name):
@@ -349,6 +352,81 @@ class CopilotTest(HookCase):
         me = self.st.find_conversation_runtime(COPILOT_MAIN)
         self.coord("claim", "src/c.py", env={"COPILOT_AGENT_SESSION_ID": COPILOT_MAIN}, check=0)
         self.assertEqual([l["resource"] for l in self.st.leases_of(me["id"])], ["src/c.py"])
+
+
+class OpenCodeTest(HookCase):
+    """OpenCode (1.18.33) through coord's plugin, which sends Claude-shaped payloads with
+    OpenCode's own tool names and arguments (recorded opencode-* samples): write and edit
+    {filePath}, apply_patch {patchText}; a task subagent's events carry its child session as
+    agent_id under the parent's session_id."""
+
+    def opencode(self, name, **changes):
+        return self.run_hook(self.payload(name, **changes), harness="opencode")
+
+    def test_write_edit_and_every_path_of_a_patch_of_a_peers_lease_are_denied(self):
+        self.opencode("opencode-SessionStart")
+        self.opencode("opencode-SessionStart", session_id=OPENCODE_PATCH_MAIN)
+        holder = self.peer("src/a.py", "src/new.py", "src/p.py", purpose="peer work")
+        for name, session, paths in (("opencode-PreToolUse-edit", OPENCODE_MAIN, ["src/a.py"]),
+                                     ("opencode-PreToolUse-write", OPENCODE_MAIN, ["src/new.py"]),
+                                     ("opencode-PreToolUse-apply_patch", OPENCODE_PATCH_MAIN, ["src/p.py", "src/a.py"]),
+                                     ("opencode-PreToolUse-write-in-subagent", OPENCODE_MAIN, [])):
+            with self.subTest(sample=name):
+                if not paths:  # the subagent writes src/sub.py: free
+                    self.assertEqual(self.opencode(name)[0], "")
+                    continue
+                out, _ = self.opencode(name)
+                spec = json.loads(out)["hookSpecificOutput"]  # the plugin throws this reason
+                self.assertEqual(spec["permissionDecision"], "deny")
+                for path in paths:
+                    self.assertIn(path, spec["permissionDecisionReason"])
+                self.assertIn(".coord/coord send", spec["permissionDecisionReason"])
+                self.assertIn("--to %s" % holder["handle"], spec["permissionDecisionReason"])
+
+    def test_one_held_path_in_a_patch_denies_it_and_a_free_patch_passes(self):
+        holder = self.peer("src/held.py")
+        patch = "*** Begin Patch\n*** Add File: src/free.py\n+x\n*** Delete File: src/held.py\n*** End Patch"
+        reason = self.denial(self.payload("opencode-PreToolUse-apply_patch", tool_input={"patchText": patch}),
+                             harness="opencode")
+        self.assertIn("src/held.py", reason)
+        self.assertIn(holder["handle"], reason)
+        free = "*** Begin Patch\n*** Add File: src/free.py\n+x\n*** End Patch"
+        self.assertIsNone(self.denial(self.payload("opencode-PreToolUse-apply_patch", tool_input={"patchText": free}),
+                                      harness="opencode"))
+
+    def test_claudes_argument_names_are_not_opencodes(self):
+        # OpenCode's tools are lower-case with filePath; a Claude-shaped Write sent as opencode
+        # is not one of its tools, and OpenCode's write sent as claude is not Claude's.
+        self.peer("src/a.py")
+        self.assertIsNone(self.denial(self.write("src/a.py"), harness="opencode"))
+        self.assertIsNone(self.denial(self.payload("opencode-PreToolUse-edit"), harness="claude"))
+
+    def test_its_shell_is_advisory_and_never_opens_the_database(self):
+        self.peer("src/a.py")
+        os.unlink(self.db)
+        out, err = self.opencode("opencode-PreToolUse-bash.variant")
+        self.assertEqual((out, err), ("", ""))
+        self.assertFalse(os.path.exists(self.db))
+
+    def test_lifecycle_registers_delivers_and_ends(self):
+        out, _ = self.opencode("opencode-SessionStart")
+        rt = self.st.find_conversation_runtime(OPENCODE_MAIN)
+        self.assertEqual(rt["harness"], "opencode")
+        self.assertIn("you are %s" % rt["handle"], context_of(out))
+        self.assertEqual(rt["cwd"], self.repo)
+        peer = self.peer()
+        self.st.send(peer["id"], "MSG-FOR-OPENCODE", to=rt["handle"])
+        self.assertIn("MSG-FOR-OPENCODE", context_of(self.opencode("opencode-PostToolUse-read")[0]))
+        again = context_of(self.opencode("opencode-PostToolUse-bash")[0]) or ""
+        self.assertNotIn("MSG-FOR-OPENCODE", again, "the body is delivered once (then an unacked reminder)")
+        self.opencode("opencode-SubagentStart")
+        sub = self.st.find_conversation_runtime(OPENCODE_MAIN, agent_id=OPENCODE_AGENT)
+        self.assertEqual(sub["id"], store.subagent_uuid(OPENCODE_MAIN, OPENCODE_AGENT))
+        self.opencode("opencode-SubagentStop")
+        self.assertIsNotNone(self.st.runtime(sub["id"])["ended_at"])
+        self.opencode("opencode-Stop")
+        self.opencode("opencode-SessionEnd")
+        self.assertEqual(self.st.runtime(rt["id"])["end_reason"], "session-end")
 
 
 class TurnTest(HookCase):

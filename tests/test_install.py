@@ -417,6 +417,72 @@ class DriftTest(InstallTestCase):
         self.assertEqual(self.snapshot(), before)
 
 
+class OpenCodeInstallTest(InstallTestCase):
+    """coord's OpenCode plugin: .opencode/plugins/coord-hook.js runs the content-addressed hook
+    command and nothing else; a person's plugins, config and .opencode/.gitignore are kept."""
+
+    PLUGIN = ".opencode/plugins/coord-hook.js"
+
+    def test_the_plugin_runs_only_the_hook_command(self):
+        self.fresh()
+        data = _read(self.t(".opencode", "plugins", "coord-hook.js"))
+        self.assertEqual(data, installer.opencode_plugin())
+        text = data.decode("utf-8")
+        command = installer._HOOK_SCRIPT % {"start": "$PWD", "harness": "opencode",
+                                            "digest": installer.runtime_digest(installer.read_runtime())}
+        self.assertIn("const COMMAND = %s;" % json.dumps(command), text)
+        self.assertIn("--harness opencode", command)
+        self.assertEqual(installer.pinned_runtime(command), installer.runtime_digest(installer.read_runtime()))
+        # its only import is node's child_process; it spawns /bin/sh with that command alone
+        self.assertEqual(re.findall(r"^import .*$", text, re.M), ['import { spawn } from "node:child_process";'])
+        self.assertNotIn("require(", text)
+        self.assertEqual(text.count("spawn("), 1)
+        self.assertIn('spawn("/bin/sh", ["-c", COMMAND], ', text)
+        self.assertEqual(_read(self.t(".opencode", ".gitignore")), installer.OPENCODE_GITIGNORE_BYTES)
+        self.assertEqual(self.install("--check", check=0).stdout, "")
+
+    def test_a_persons_plugins_config_and_gitignore_are_kept(self):
+        os.makedirs(self.t(".opencode", "plugins"))
+        own = {".opencode/plugins/mine.js": b"export const Mine = async () => ({})\n",
+               ".opencode/.gitignore": b"scratch/\n", "opencode.json": b'{"model": "x/y"}\n',
+               ".opencode/opencode.jsonc": b"// mine\n{}\n"}
+        for rel, data in own.items():
+            with open(self.t(rel), "wb") as f:
+                f.write(data)
+        self.fresh()
+        for rel, data in own.items():
+            self.assertEqual(_read(self.t(rel)), data, rel)
+        self.assertTrue(os.path.isfile(self.t(self.PLUGIN)))
+        self.install("--repair", check=0)
+        for rel, data in own.items():
+            self.assertEqual(_read(self.t(rel)), data, rel)
+
+    def test_a_file_of_someone_elses_under_coords_plugin_name_is_refused(self):
+        os.makedirs(self.t(".opencode", "plugins"))
+        with open(self.t(self.PLUGIN), "wb") as f:
+            f.write(b"export const Theirs = async () => ({})\n")
+        before = self.snapshot()
+        proc = self.install("--project-id", "demo", check=3)
+        self.assertIn("not coord's plugin", proc.stderr)
+        self.assertIn("move it aside", proc.stderr)
+        self.assertEqual(self.snapshot(), before)
+
+    def test_check_and_doctor_report_the_plugin_and_repair_fixes_it(self):
+        self.fresh()
+        for name, drift in (("edited", lambda: open(self.t(self.PLUGIN), "a").write("// edited\n")),
+                            ("missing", lambda: os.unlink(self.t(self.PLUGIN)))):
+            with self.subTest(drift=name):
+                drift()
+                proc = self.install("--check", check=1)
+                self.assertIn(self.PLUGIN, proc.stdout)
+                report = json.loads(self.install("--doctor", "--json", check=1).stdout)
+                self.assertEqual(report["opencode"]["state"], "stale" if name == "edited" else "missing")
+                self.assertIn("opencode: coord's plugin", self.install("--doctor", check=1).stdout)
+                self.install("--repair", check=0)
+                self.assertEqual(_read(self.t(self.PLUGIN)), installer.opencode_plugin())
+                self.assertEqual(json.loads(self.install("--doctor", "--json").stdout)["opencode"]["state"], "ok")
+
+
 class RefusalTest(InstallTestCase):
 
     def test_abbreviated_options_are_refused(self):

@@ -59,6 +59,13 @@ class HarnessArgvTest(CoordTestCase):
         self.assertEqual(session.harness_argv("qwen", "s-1", environ=env), ["/opt/qwen", "--model", "m", "--resume", "s-1"])
         self.assertEqual(session.harness_argv("qwen", prompt="-fix it", environ={}),
                          ["qwen", "--prompt-interactive=-fix it"])
+    def test_opencode_resumes_with_session_and_takes_its_prompt_as_an_option(self):
+        # its TUI's positional is the project directory: a prompt there would be a path
+        env = {"COORD_OPENCODE_CMD": "/opt/oc/opencode"}
+        self.assertEqual(session.harness_argv("opencode", "ses_1", environ=env),
+                         ["/opt/oc/opencode", "--session", "ses_1"])
+        self.assertEqual(session.harness_argv("opencode", extra=["-m", "a/b"], prompt="-go", environ=env),
+                         ["/opt/oc/opencode", "-m", "a/b", "--prompt=-go"])
 
     def test_configured_wrappers_are_shell_words(self):
         env = {"COORD_CLAUDE_CMD": "claude-direct --model 'big one'",

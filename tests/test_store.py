@@ -202,6 +202,19 @@ class IdentityTest(StoreCase):
             self.st.caller(None, {}, person=False)  # without it: the person at this terminal (PersonTest)
         self.assertIn("coord hello", cm.exception.hint)
 
+    def test_caller_in_opencodes_shell_by_the_session_coords_plugin_exports(self):
+        # OpenCode runs several sessions in one process (its TUI, `opencode serve`): the process
+        # cannot tell them apart, the session variables the plugin sets in shell.env do.
+        a = self.st.register(conversation="ses_one", harness="opencode", pid=os.getpid())
+        b = self.st.register(conversation="ses_two", harness="opencode", pid=os.getpid())
+        sub = self.st.register(conversation="ses_two", agent_id="ses_child", harness="opencode")
+        self.assertEqual(self.st.caller(None, {"COORD_OPENCODE_SESSION": "ses_one"})["id"], a["id"])
+        self.assertEqual(self.st.caller(None, {"COORD_OPENCODE_SESSION": "ses_two"})["id"], b["id"])
+        self.assertEqual(self.st.caller(None, {"COORD_OPENCODE_SESSION": "ses_two",
+                                               "COORD_OPENCODE_AGENT": "ses_child"})["id"], sub["id"])
+        self.assertIn("COORD_OPENCODE_SESSION", store.AGENT_MARKERS)
+        self.assertIn("OPENCODE_PID", store.AGENT_MARKERS)
+
     def test_caller_by_process_ancestry_needs_matching_start_time(self):
         me = os.getpid()
         rt = self.st.register(pid=me)

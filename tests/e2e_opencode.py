@@ -1,0 +1,163 @@
+"""End-to-end tests: the real OpenCode CLI (opencode-ai, pinned in tests/provision), offline.
+
+OpenCode runs `opencode run` with its Anthropic provider aimed at tests/modelserver.py (config in
+OPENCODE_CONFIG outside the repository, see harnesses.opencode_env). It runs no hook commands:
+coord's installer writes a plugin, .opencode/plugins/coord-hook.js, which OpenCode loads into its
+own process and which runs coord's hook command at OpenCode's boundaries. These tests run coord
+installed by ./install and the real plugin.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harnesses as h  # noqa: E402
+from modelserver import Turn, say, tool  # noqa: E402
+
+PLUGIN = os.path.join(".opencode", "plugins", "coord-hook.js")
+
+
+def patch_call(patch):
+    """OpenCode's apply_patch tool call (offered to gpt- models): {patchText}."""
+    return Turn(calls=[{"kind": "claude", "name": "apply_patch", "input": {"patchText": patch}}])
+
+
+class CoordScenarios(h.CoordCase):
+    """coord installed by ./install; OpenCode loads its plugin from .opencode/plugins/."""
+
+    harness = "opencode"
+
+    def setUp(self):
+        super().setUp()
+        self.write_file("src/a.py", "original\n")
+        self.a = os.path.join(self.repo, "src", "a.py")
+
+    def lease(self, resource, peer=None):
+        peer = peer or self.peer()
+        self.rcoord("claim", resource, "-p", "peer work", "--runtime", peer["handle"])
+        return peer
+
+    def results(self):
+        """Every tool result the model saw, in order."""
+        out = []
+        for r in self.server.model_requests():
+            for text in r.tool_results():
+                if text not in out:
+                    out.append(text)
+        return out
+
+    def test_a_peers_exclusive_lease_denies_write_and_edit_and_the_model_hears_why(self):
+        peer = self.lease("src/a.py")
+        new = os.path.join(self.repo, "src", "new.py")
+        self.lease("src/new.py", peer)
+        script = [tool("read", filePath=self.a),
+                  tool("edit", filePath=self.a, oldString="original", newString="agent"),
+                  tool("write", filePath=new, content="new\n"),
+                  say("done")]
+        result = self.run_agent(script)
+        self.assertEqual(self.read_file("src/a.py"), "original\n", result.describe())
+        self.assertIsNone(self.read_file("src/new.py"))
+        refusals = [t for t in self.results() if "coord: write refused" in t]
+        self.assertEqual(len(refusals), 2, self.results())
+        for text in refusals:
+            self.assertIn(peer["handle"], text)
+            self.assertIn(".coord/coord send", text)
+            self.assertIn("--to %s" % peer["handle"], text)
+        # The control: the same run with coord's plugin moved aside writes both files.
+        os.rename(os.path.join(self.repo, PLUGIN), os.path.join(self.tmp, "coord-hook.js"))
+        self.run_agent(script)
+        self.assertEqual(self.read_file("src/a.py"), "agent\n")
+        self.assertEqual(self.read_file("src/new.py"), "new\n")
+        self.assertFalse([t for t in self.results() if "coord: write refused" in t])
+
+    def test_apply_patch_is_checked_for_every_path_it_writes(self):
+        peer = self.lease("src/held.py")
+        patch = ("*** Begin Patch\n*** Add File: src/free.py\n+free\n*** Update File: src/a.py\n@@\n-original\n+agent\n"
+                 "*** Add File: src/held.py\n+mine\n*** End Patch")
+        result = self.run_agent([patch_call(patch), say("done")], args=["-m", h.OPENCODE_PATCH_MODEL])
+        tools = [t["name"] for t in (self.server.model_requests()[0].body.get("tools") or [])]
+        self.assertIn("apply_patch", tools)
+        self.assertNotIn("edit", tools)
+        self.assertIsNone(self.read_file("src/free.py"), result.describe())
+        self.assertIsNone(self.read_file("src/held.py"))
+        self.assertEqual(self.read_file("src/a.py"), "original\n")
+        refusal = [t for t in self.results() if "coord: write refused" in t]
+        self.assertEqual(len(refusal), 1, self.results())
+        self.assertIn("src/held.py", refusal[0])
+        self.assertIn(peer["handle"], refusal[0])
+        # a patch of free paths only goes through
+        self.run_agent([patch_call("*** Begin Patch\n*** Add File: src/free.py\n+free\n*** End Patch"), say("done")],
+                       args=["-m", h.OPENCODE_PATCH_MODEL])
+        self.assertEqual(self.read_file("src/free.py"), "free\n")
+
+    def test_registration_start_context_a_message_and_the_shells_identity(self):
+        sent = {}
+
+        def send_then_read(request):
+            conv = [rt for rt in self.coord_state()["runtimes"] if rt.get("harness") == "opencode"]
+            sent["runtime"] = conv[0]
+            peer = self.peer()
+            self.rcoord("send", "MSG-FROM-PEER-41", "--to", conv[0]["handle"], "--runtime", peer["handle"])
+            return tool("read", filePath=self.a)
+
+        def look(request):
+            sent["leases"] = self.coord_state()["leases"]
+            return say("done")
+
+        script = [send_then_read,
+                  tool("bash", command="./.coord/coord claim src/b.py -p shell-claim", description="claim"),
+                  look]
+        result = self.run_agent(script)
+        rt = sent["runtime"]
+        self.assertEqual(rt["conversation"], result.session_id(), result.describe())
+        self.assertEqual(rt["cwd"], self.repo)
+        self.assertIsNotNone(rt["pid"])
+        first = self.server.model_requests()[0].text()
+        self.assertIn("coord: you are %s" % rt["handle"], first)
+        self.assertIn("MSG-FROM-PEER-41", " ".join(self.results()))
+        lease = [l for l in sent["leases"] if l["resource"] == "src/b.py"]  # the agent's shell claimed as itself
+        self.assertEqual([l["runtime"] for l in lease], [rt["id"]], self.results())
+        ended = [r for r in self.coord_state()["runtimes"] if r["id"] == rt["id"]][0]
+        self.assertEqual(ended["end_reason"], "session-end")
+
+    def test_a_resumed_session_attaches_to_the_same_conversation(self):
+        first = self.run_agent([say("first answer")], prompt="FIRST-PROMPT-7")
+        conversation = first.session_id()
+        self.assertTrue(conversation, first.describe())
+        second = self.run_agent([say("second answer")], prompt="SECOND-PROMPT-8", args=["--session", conversation])
+        self.assertEqual(second.session_id(), conversation)
+        sent = self.server.model_requests()[0].text()
+        self.assertIn("FIRST-PROMPT-7", sent)  # the model got the conversation so far
+        self.assertIn("coord: you are", sent)
+        rts = self.runtimes_of(conversation)
+        self.assertEqual(len(rts), 2, rts)  # one attachment per OpenCode process
+        self.assertEqual([rt["end_reason"] for rt in rts], ["session-end", "session-end"])
+        audit = json.dumps(self.rcoord("audit"))  # the second start says it resumed a session
+        self.assertEqual(audit.count('"hook:startup"'), 1, audit[-3000:])
+        self.assertEqual(audit.count('"hook:resume"'), 1, audit[-3000:])
+
+    def test_the_runtime_is_registered_in_its_managed_clone(self):
+        self.env.update(self.managed_env())
+        work = self.rcoord("work", "create", "oc-task")["work"]
+        clone = work["path"]
+        result = self.run_agent([tool("write", filePath=os.path.join(clone, "src", "c.py"), content="c\n"), say("done")],
+                                repo=clone)
+        self.assertEqual(open(os.path.join(clone, "src", "c.py")).read(), "c\n")
+        rts = [rt for rt in self.coord_state()["runtimes"] if rt.get("conversation") == result.session_id()]
+        self.assertEqual(len(rts), 1, result.describe())
+        self.assertEqual(rts[0]["harness"], "opencode")
+        self.assertEqual(os.path.realpath(rts[0]["cwd"]), os.path.realpath(clone))
+        first = self.server.model_requests()[0].text()
+        self.assertIn("Your work: %s" % work["handle"], first)
+        # OpenCode wrote nothing of its own into the clone's .opencode beyond what coord committed
+        status = subprocess.run(["git", "-C", clone, "status", "--porcelain", "--ignored", ".opencode"],
+                                stdout=subprocess.PIPE, universal_newlines=True).stdout
+        self.assertEqual(status.strip(), "", status)
+
+
+if __name__ == "__main__":
+    unittest.main()
