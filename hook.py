@@ -1,7 +1,8 @@
-"""coord's hook: the one program Claude Code, Codex and Copilot CLI run for every hook event.
+"""coord's hook: the one program Claude Code, Codex, Copilot CLI and Gemini CLI run for every hook event.
 
-Usage: python3 -I -S .coord/hook.py --harness claude|codex   (payload JSON on stdin; Copilot CLI
-runs the Claude entries and is told apart by harness_of), or
+Usage: python3 -I -S .coord/hook.py --harness claude|codex|gemini   (payload JSON on stdin; Copilot
+CLI runs the Claude entries and is told apart by harness_of; Gemini CLI's events and replies are
+translated by gemini_payload and gemini_reply), or
 `import hook; hook.REPO = ROOT; os._exit(hook.main())` with the runtime copy first on sys.path,
 as the installer's command does (it checks the copy's content digest first): imported, its
 bytecode is cached instead of compiled on every call (~4 ms). Harnesses run hooks outside
@@ -46,6 +47,16 @@ PATCH_TOOLS = ("apply_patch",)
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
 COPILOT = "copilot"     # the harness label of Copilot CLI's runtimes
+GEMINI = "gemini"       # the harness label of Gemini CLI's runtimes
+# Gemini CLI (0.61.0) runs `.gemini/settings.json` hooks under its own event names: each one coord
+# handles -> the event of the same meaning here (Notification only for a permission dialog).
+GEMINI_EVENTS = {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit", "BeforeTool": "PreToolUse",
+                 "AfterTool": "PostToolUse", "AfterAgent": "Stop", "Notification": "PermissionRequest",
+                 "SessionEnd": "SessionEnd"}
+# Its file tools -> the Claude name whose path fields they share (write_file and replace both
+# take `file_path`, absolute or relative to the project directory, the payload's cwd), its
+# shell (run_shell_command {command}) -> Bash, advisory like every shell.
+GEMINI_TOOLS = {"write_file": "Write", "replace": "Edit", "run_shell_command": "Bash"}
 MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails open
 BUSY_WAIT = 1.0          # seconds one statement waits for a locked database (SessionEnd: half)
 SHOWN = 8                # peer leases read at SessionStart (as many as fit START_BYTES are listed)
@@ -353,6 +364,8 @@ def reply(h, event, text):
     import json
     if h.harness == COPILOT:
         return json.dumps({"additionalContext": text})
+    if h.harness == GEMINI:
+        return gemini_reply(h, text)
     return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
 
 
@@ -389,18 +402,20 @@ def deny(h, blocking, successor):
         text += " (+%d more)" % (len(parts) - 4)
     if successor is not None and any(b["runtime"] == successor["id"] for b in blocking):
         return refusal(text + " This conversation was resumed elsewhere as %s, which now holds this"
-                              " session's leases; this session is stale: stop editing." % successor["handle"])
+                              " session's leases; this session is stale: stop editing." % successor["handle"], h.harness)
     text += (" Ask the holder: %s send \"<what you need>\" --to %s ; or do other work and retry later;"
              " replies arrive here or with %s inbox." % (cmd, holder, cmd))
     if all(b["mode"] == "append" for b in blocking):
         text += (" To append alongside: %s claim %s --mode append -p \"<purpose>\"."
                  % (cmd, blocking[0]["requested"]))
-    return refusal(text)
+    return refusal(text, h.harness)
 
 
-def refusal(reason):
+def refusal(reason, harness=None):
     import json
     reason = reason.rstrip(". ")  # Codex appends ". Command: ..." to the reason
+    if harness == GEMINI:  # Gemini CLI: the reason goes to the model as the tool's error
+        return json.dumps({"decision": "deny", "reason": reason})
     return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                               "permissionDecisionReason": reason}})
 
@@ -714,6 +729,11 @@ def run(raw, argv=(), environ=None):
             return "", "coord hook: unreadable payload (%s); allowed" % type(exc).__name__
         if not isinstance(payload, dict):
             return "", ""
+        harness = harness_of(argv, payload, environ)
+        if harness == GEMINI:
+            payload = gemini_payload(payload)
+            if payload is None:
+                return "", ""
         event = payload.get("hook_event_name")
         handler = EVENTS.get(event) if isinstance(event, str) else None
         session, agent = identifier(payload.get("session_id")), payload.get("agent_id")
@@ -722,7 +742,6 @@ def run(raw, argv=(), environ=None):
         if handler is None or session is None or (event in NEEDS_AGENT and agent is None):
             return "", ""
         targets = None
-        harness = harness_of(argv, payload, environ)
         if harness == COPILOT and agent is not None and agent == session:
             # Copilot's subagent events carry the subagent's own id as session_id and the
             # conversation's as parent_agent_id: key the subagent under its parent, as Claude's.
@@ -752,6 +771,31 @@ def run(raw, argv=(), environ=None):
                 h.db.close()
             except Exception:
                 pass
+
+
+def gemini_payload(payload):
+    """A Gemini CLI payload in the shape the handlers read (its event and tool under the names of
+    the same meaning, GEMINI_EVENTS and GEMINI_TOOLS; `gemini_event` keeps its own event name for
+    the reply), or None when coord does nothing at that event. Gemini's payloads carry no subagent
+    ID: a subagent's tool calls come with its parent's session_id and count as the parent's."""
+    event = GEMINI_EVENTS.get(payload.get("hook_event_name"))
+    if event is None or (event == "PermissionRequest" and payload.get("notification_type") != "ToolPermission"):
+        return None
+    out = dict(payload, hook_event_name=event, gemini_event=payload["hook_event_name"])
+    out.pop("agent_id", None)
+    tool = payload.get("tool_name")
+    if isinstance(tool, str) and event in ("PreToolUse", "PostToolUse"):
+        out["tool_name"] = GEMINI_TOOLS.get(tool, "gemini:" + tool[:100])
+    return out
+
+
+def gemini_reply(h, text):
+    """Context for Gemini CLI's model: hookSpecificOutput.additionalContext, which it reads at
+    SessionStart (first turn or, non-interactive, before the prompt), BeforeAgent (appended to
+    the prompt) and AfterTool (appended to the tool result); it shows `<` and `>` as entities."""
+    import json
+    return json.dumps({"hookSpecificOutput": {"hookEventName": h.payload.get("gemini_event"),
+                                              "additionalContext": text}})
 
 
 def tag_subagent_shell(payload, session, agent):

@@ -34,6 +34,7 @@ SEP = "\t"
 HARNESSES = {
     "claude": ("COORD_CLAUDE_CMD", ("--resume",)),
     "codex": ("COORD_CODEX_CMD", ("resume",)),
+    "gemini": ("COORD_GEMINI_CMD", ("--resume",)),  # Gemini CLI 0.61.0: --resume <session UUID>, same folder
 }
 
 # Never handed to a tmux client: a client that starts the server gives the server its
