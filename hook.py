@@ -431,12 +431,15 @@ def on_deliver(h):
             return ""
         return reply(h, h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
                               " and messages; this session is stale: stop editing." % attached.successor["handle"])
+    first = h.harness == GEMINI and h.event == "UserPromptSubmit" and not h.agent and gemini_first_prompt(db, rt)
     if not h.agent:
         if h.event == "UserPromptSubmit":
             db.set_turn(rt["id"], "busy", began=True)
         else:  # a turn that began without a prompt (a Stop hook's continuation, a background wake)
             db.set_turn(rt["id"], "busy", only_from="idle")
     db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
+    if first:  # SessionStart's lines again (with the messages): see gemini_first_prompt
+        return reply(h, h.event, session_context(h, rt, work_lines(h, rt)))
     lost = store.lost_line(db.take_lost(rt["id"]), h.command())
     used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
     text = db.pending_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET - used)
@@ -787,6 +790,16 @@ def gemini_payload(payload):
     if isinstance(tool, str) and event in ("PreToolUse", "PostToolUse"):
         out["tool_name"] = GEMINI_TOOLS.get(tool, "gemini:" + tool[:100])
     return out
+
+
+def gemini_first_prompt(db, rt):
+    """True at the attachment's first prompt (no turn has begun since SessionStart). Gemini CLI
+    0.61.0 interactive adds SessionStart's context to its history without waiting for it: a
+    session started with a prompt (`--prompt-interactive`, as `work start --prompt` does) sends
+    that prompt without it. So its first BeforeAgent carries SessionStart's lines again (bounded
+    like them; headless, where SessionStart's context comes before the prompt, they come twice)."""
+    turn = db.turn(rt["id"])
+    return turn is None or turn["began"] is None
 
 
 def gemini_reply(h, text):

@@ -274,7 +274,12 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     if no_daemon and harness == "codex" and "--no-daemon" not in [str(a) for a in extra]:
         argv.append("--no-daemon")
     argv += [str(a) for a in extra]
-    if prompt is not None:
+    if prompt is not None and harness == "gemini":
+        # Gemini CLI 0.61.0 (yargs) keeps what follows `--` out of its query: the first message
+        # of an interactive session is --prompt-interactive, `=` keeping a leading `-` a value;
+        # it goes before the extra arguments, which may hold a `--` of their own.
+        argv.insert(len(argv) - len(extra), "--prompt-interactive=%s" % prompt)
+    elif prompt is not None:
         argv += ([] if "--" in argv[1:] else ["--"]) + [prompt]
     return argv
 

@@ -1416,6 +1416,15 @@ class GeminiTest(HookCase):
         self.gemini("gemini-SessionEnd")
         self.assertEqual(self.st.runtime(rt["id"])["end_reason"], "session-end")
 
+    def test_the_first_prompt_carries_the_session_lines_again(self):
+        # Interactive Gemini does not wait for SessionStart's context before its first prompt.
+        rt, _ = self.start_gemini()
+        first = context_of(self.gemini("gemini-BeforeAgent")[0])
+        self.assertIn("coord: you are %s" % rt["handle"], first)
+        self.assertLessEqual(len(first.encode()), hook.START_BYTES + store.CONTEXT_BUDGET)
+        self.assertEqual(self.gemini("gemini-BeforeAgent")[0], "", "once: later prompts carry messages only")
+        self.assertEqual(self.run_hook(self.payload("claude-UserPromptSubmit"))[0], "", "Gemini's alone")
+
     def test_resume_keeps_the_conversation(self):
         rt, _ = self.start_gemini()
         again, out = self.start_gemini("gemini-SessionStart-resume")
