@@ -306,8 +306,7 @@ class GeminiCarryTest(TrustCase):
         self.assertEqual(trust.entries_for(self.clone, self.env)["gemini"]["project"], self.clone)
         self.assertEqual(trust.remove_carried(result["added"], self.env), [])
         self.assertEqual(self.read(self.folders), before)
-
-    def test_untrusted_or_already_covered_carries_nothing(self):
+        # never what the person has not given, never what already covers the clone
         parent = os.path.dirname(self.clone)
         for doc in ({}, {self.shared: "DO_NOT_TRUST"}, {self.shared: "TRUST_FOLDER", parent + "/x": "TRUST_PARENT"}):
             with self.subTest(doc=doc):
