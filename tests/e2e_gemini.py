@@ -82,10 +82,13 @@ class HarnessFacts(h.HarnessCase):
         self.assertEqual(self.server.requests[0].headers.get("x-goog-api-key"), "sk-e2e-offline")
 
     def test_an_untrusted_folder_runs_no_project_hooks(self):
-        # Folder trust is on by default in 0.61.0: headless in an untrusted folder it loads no
-        # project settings (hooks included); the run itself still goes ahead.
-        self.run_agent(self.edit_and_create(), trust=False, expect_ok=False)
-        self.assertEqual(self.records(), [])
+        # Folder trust is on by default in 0.61.0 (its documentation says off): headless in an
+        # untrusted folder it refuses to start (interactive, it asks), and no project hook runs.
+        result = self.run_agent(self.edit_and_create(), trust=False, expect_ok=False)
+        self.assertEqual(result.code, 55, result.describe())
+        self.assertIn("not running in a trusted directory", result.stderr)
+        self.assertEqual((self.records(), self.server.model_requests()), ([], []))
+        self.assertEqual(self.read_file("src/a.py"), "original\n")
 
     def test_decision_deny_blocks_and_its_reason_reaches_the_model(self):
         h.write_reply(self.replies, "BeforeTool-replace", {"decision": "deny", "reason": "REASON-edit"})
