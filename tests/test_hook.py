@@ -173,6 +173,8 @@ class SampleTest(HookCase):
         session, agent = data["session_id"], data.get("agent_id")
         if name.startswith("gemini-"):  # its own event names, for the same boundaries
             event = hook.GEMINI_EVENTS[event]
+            if event == "UserPromptSubmit":
+                return "context + runtime"  # a first prompt repeats SessionStart's lines
         if event.startswith("PreToolUse"):
             return "nothing, and no database"
         if event in ("SessionStart",):
