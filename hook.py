@@ -46,6 +46,16 @@ FILE_TOOLS = {"Write": ("file_path", "path"), "Edit": ("file_path", "path"),
               "NotebookEdit": ("notebook_path", "file_path")}
 PATCH_TOOLS = ("apply_patch",)
 # Qwen Code (0.24.4) runs `.qwen/settings.json` hooks with Claude's payload and reply shapes but
+GEMINI = "gemini"       # the harness label of Gemini CLI's runtimes
+# Gemini CLI (0.61.0) runs `.gemini/settings.json` hooks under its own event names: each one coord
+# handles -> the event of the same meaning here (Notification only for a permission dialog).
+GEMINI_EVENTS = {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit", "BeforeTool": "PreToolUse",
+                 "AfterTool": "PostToolUse", "AfterAgent": "Stop", "Notification": "PermissionRequest",
+                 "SessionEnd": "SessionEnd"}
+# Its file tools -> the Claude name whose path fields they share (write_file and replace both
+# take `file_path`, absolute or relative to the project directory, the payload's cwd), its
+# shell (run_shell_command {command}) -> Bash, advisory like every shell.
+GEMINI_TOOLS = {"write_file": "Write", "replace": "Edit", "run_shell_command": "Bash"}
 # its own tool ids: write_file {file_path, content}, edit {file_path, old_string, new_string},
 # notebook_edit {notebook_path, ...}; its shell (run_shell_command) is advisory and not matched.
 QWEN = "qwen"
@@ -381,6 +391,8 @@ def reply(h, event, text):
     import json
     if h.harness == COPILOT:
         return json.dumps({"additionalContext": text})
+    if h.harness == GEMINI:
+        return gemini_reply(h, text)
     return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
 
 
@@ -417,18 +429,20 @@ def deny(h, blocking, successor):
         text += " (+%d more)" % (len(parts) - 4)
     if successor is not None and any(b["runtime"] == successor["id"] for b in blocking):
         return refusal(text + " This conversation was resumed elsewhere as %s, which now holds this"
-                              " session's leases; this session is stale: stop editing." % successor["handle"])
+                              " session's leases; this session is stale: stop editing." % successor["handle"], h.harness)
     text += (" Ask the holder: %s send \"<what you need>\" --to %s ; or do other work and retry later;"
              " replies arrive here or with %s inbox." % (cmd, holder, cmd))
     if all(b["mode"] == "append" for b in blocking):
         text += (" To append alongside: %s claim %s --mode append -p \"<purpose>\"."
                  % (cmd, blocking[0]["requested"]))
-    return refusal(text)
+    return refusal(text, h.harness)
 
 
-def refusal(reason):
+def refusal(reason, harness=None):
     import json
     reason = reason.rstrip(". ")  # Codex appends ". Command: ..." to the reason
+    if harness == GEMINI:  # Gemini CLI: the reason goes to the model as the tool's error
+        return json.dumps({"decision": "deny", "reason": reason})
     return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                               "permissionDecisionReason": reason}})
 
@@ -444,12 +458,15 @@ def on_deliver(h):
             return ""
         return reply(h, h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
                               " and messages; this session is stale: stop editing." % attached.successor["handle"])
+    first = h.harness == GEMINI and h.event == "UserPromptSubmit" and not h.agent and gemini_first_prompt(db, rt)
     if not h.agent:
         if h.event == "UserPromptSubmit" and not qwen_continuation(h):
             db.set_turn(rt["id"], "busy", began=True)
         else:  # a turn that began without a prompt (a Stop hook's continuation, a background wake)
             db.set_turn(rt["id"], "busy", only_from="idle")
     db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
+    if first:  # SessionStart's lines again (with the messages): see gemini_first_prompt
+        return reply(h, h.event, session_context(h, rt, work_lines(h, rt)))
     lost = store.lost_line(db.take_lost(rt["id"]), h.command())
     used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
     text = db.pending_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET - used)
@@ -749,6 +766,11 @@ def run(raw, argv=(), environ=None):
             return "", "coord hook: unreadable payload (%s); allowed" % type(exc).__name__
         if not isinstance(payload, dict):
             return "", ""
+        harness = harness_of(argv, payload, environ)
+        if harness == GEMINI:
+            payload = gemini_payload(payload)
+            if payload is None:
+                return "", ""
         event = payload.get("hook_event_name")
         handler = EVENTS.get(event) if isinstance(event, str) else None
         session, agent = identifier(payload.get("session_id")), payload.get("agent_id")
@@ -757,7 +779,6 @@ def run(raw, argv=(), environ=None):
         if handler is None or session is None or (event in NEEDS_AGENT and agent is None):
             return "", ""
         targets = None
-        harness = harness_of(argv, payload, environ)
         if harness == COPILOT and agent is not None and agent == session:
             # Copilot's subagent events carry the subagent's own id as session_id and the
             # conversation's as parent_agent_id: key the subagent under its parent, as Claude's.
@@ -791,6 +812,41 @@ def run(raw, argv=(), environ=None):
                 h.db.close()
             except Exception:
                 pass
+
+
+def gemini_payload(payload):
+    """A Gemini CLI payload in the shape the handlers read (its event and tool under the names of
+    the same meaning, GEMINI_EVENTS and GEMINI_TOOLS; `gemini_event` keeps its own event name for
+    the reply), or None when coord does nothing at that event. Gemini's payloads carry no subagent
+    ID: a subagent's tool calls come with its parent's session_id and count as the parent's."""
+    event = GEMINI_EVENTS.get(payload.get("hook_event_name"))
+    if event is None or (event == "PermissionRequest" and payload.get("notification_type") != "ToolPermission"):
+        return None
+    out = dict(payload, hook_event_name=event, gemini_event=payload["hook_event_name"])
+    out.pop("agent_id", None)
+    tool = payload.get("tool_name")
+    if isinstance(tool, str) and event in ("PreToolUse", "PostToolUse"):
+        out["tool_name"] = GEMINI_TOOLS.get(tool, "gemini:" + tool[:100])
+    return out
+
+
+def gemini_first_prompt(db, rt):
+    """True at the attachment's first prompt (no turn has begun since SessionStart). Gemini CLI
+    0.61.0 interactive adds SessionStart's context to its history without waiting for it: a
+    session started with a prompt (`--prompt-interactive`, as `work start --prompt` does) sends
+    that prompt without it. So its first BeforeAgent carries SessionStart's lines again (bounded
+    like them; headless, where SessionStart's context comes before the prompt, they come twice)."""
+    turn = db.turn(rt["id"])
+    return turn is None or turn["began"] is None
+
+
+def gemini_reply(h, text):
+    """Context for Gemini CLI's model: hookSpecificOutput.additionalContext, which it reads at
+    SessionStart (first turn or, non-interactive, before the prompt), BeforeAgent (appended to
+    the prompt) and AfterTool (appended to the tool result); it shows `<` and `>` as entities."""
+    import json
+    return json.dumps({"hookSpecificOutput": {"hookEventName": h.payload.get("gemini_event"),
+                                              "additionalContext": text}})
 
 
 def tag_subagent_shell(payload, session, agent):

@@ -34,6 +34,7 @@ SEP = "\t"
 HARNESSES = {
     "claude": ("COORD_CLAUDE_CMD", ("--resume",)),
     "codex": ("COORD_CODEX_CMD", ("resume",)),
+    "gemini": ("COORD_GEMINI_CMD", ("--resume",)),  # Gemini CLI 0.61.0: --resume <session UUID>, same folder
     "qwen": ("COORD_QWEN_CMD", ("--resume",)),
     "opencode": ("COORD_OPENCODE_CMD", ("--session",)),  # its TUI: `opencode --session ID`
 }
@@ -279,8 +280,13 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     argv += [str(a) for a in extra]
     if prompt is not None and harness == "qwen":
         argv.append("--prompt-interactive=" + prompt)  # Qwen's positional prompt is one-shot (-p)
-    if prompt is not None and harness == "opencode":
+    elif prompt is not None and harness == "opencode":
         argv.append("--prompt=" + prompt)  # its TUI's positional is the project directory
+    elif prompt is not None and harness == "gemini":
+        # Gemini CLI 0.61.0 (yargs) keeps what follows `--` out of its query: the first message
+        # of an interactive session is --prompt-interactive, `=` keeping a leading `-` a value;
+        # it goes before the extra arguments, which may hold a `--` of their own.
+        argv.insert(len(argv) - len(extra), "--prompt-interactive=%s" % prompt)
     elif prompt is not None:
         argv += ([] if "--" in argv[1:] else ["--"]) + [prompt]
     return argv

@@ -467,6 +467,7 @@ def _process_matches(pid, start):
 # Names a harness process is known by (its command name, its executable, or the script a
 # runtime such as node runs); shells that usually stand between the harness and its hooks.
 HARNESS_NAMES = frozenset(("codex", "claude", "copilot", "qwen", "opencode"))  # opencode: its native binary (npm: .../bin/opencode.exe)
+HARNESS_NAMES |= frozenset(("gemini",))  # Gemini CLI 0.61.0: node running .../bundle/gemini.js
 KNOWN_SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
 _SCRIPT_RUNNERS = frozenset(("node", "nodejs", "bun", "deno"))
 _SCRIPT_INTERPRETERS = ("python", "pypy", "perl", "ruby", "php", "lua", "tclsh", "osascript")
@@ -677,6 +678,7 @@ def beat_value(now, pid, harness):
 AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COPILOT_CLI",
                  "COPILOT_AGENT_SESSION_ID", "QWEN_CODE_SESSION_ID", "COORD_WORK_ID")
 AGENT_MARKERS += ("COORD_OPENCODE_SESSION", "OPENCODE_PID")  # coord's OpenCode plugin; OpenCode 1.18.33 itself (its shell)
+AGENT_MARKERS += ("GEMINI_CLI",)  # Gemini CLI 0.61.0 sets GEMINI_CLI=1 in its shell tool's commands
 
 
 _DEV_TTY = os.makedev(5, 0)

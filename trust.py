@@ -638,6 +638,131 @@ def _edit_target(path, change):
         os.close(fd)
 
 
+# --------------------------------------------------------------------------- Gemini CLI
+
+GEMINI_TRUST_LEVELS = ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST")
+
+
+def gemini_home(environ=None):
+    """Gemini CLI's per-user directory: $GEMINI_CLI_HOME/.gemini, else ~/.gemini (0.61.0)."""
+    env = os.environ if environ is None else environ
+    return os.path.join(env.get("GEMINI_CLI_HOME") or env.get("HOME") or os.path.expanduser("~"), ".gemini")
+
+
+def gemini_trust_path(environ=None):
+    """Where Gemini CLI records folder trust: $GEMINI_CLI_TRUSTED_FOLDERS_PATH, else
+    <gemini_home>/trustedFolders.json, a JSON object {"<abs path>": TRUST_FOLDER | TRUST_PARENT |
+    DO_NOT_TRUST} (comments allowed)."""
+    env = os.environ if environ is None else environ
+    return env.get("GEMINI_CLI_TRUSTED_FOLDERS_PATH") or os.path.join(gemini_home(env), "trustedFolders.json")
+
+
+def _read_gemini_trust(path):
+    """(raw bytes or None, {path: level}) of trustedFolders.json; EnvError when it does not parse
+    as a plain JSON object (Gemini itself refuses to start on a bad file; coord never edits one)."""
+    raw = _raw_bytes(path)
+    if raw is None:
+        return None, {}
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EnvError("%s is not plain JSON (%s); coord will not edit it" % (path, exc),
+                       "fix it by hand, or trust the folder in Gemini CLI (/permissions)")
+    if not isinstance(doc, dict):
+        raise EnvError("%s is not a JSON object; coord will not edit it" % path, "fix it by hand")
+    return raw, doc
+
+
+def gemini_folder_trust_enabled(environ=None):
+    """False when the person turned Gemini's folder trust off (security.folderTrust.enabled false
+    in ~/.gemini/settings.json; on by default in 0.61.0, unlike its documentation) or forces it
+    with GEMINI_CLI_TRUST_WORKSPACE=true: then every folder runs its project hooks."""
+    env = os.environ if environ is None else environ
+    if env.get("GEMINI_CLI_TRUST_WORKSPACE") == "true":
+        return False
+    try:
+        with open(os.path.join(gemini_home(env), "settings.json"), "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+        return doc["security"]["folderTrust"]["enabled"] is not False
+    except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError):
+        return True
+
+
+def gemini_trusted(directory, environ=None):
+    """Whether Gemini CLI (0.61.0) loads `directory`'s project settings, hence its hooks: the
+    longest rule in trustedFolders.json that contains it decides (TRUST_PARENT covers the rule's
+    parent); DO_NOT_TRUST or no rule means untrusted. -> (True/False, None), or (None, why) when
+    the file cannot be read. Read-only."""
+    path = gemini_trust_path(environ)
+    try:
+        _raw, doc = _read_gemini_trust(path)
+    except EnvError as exc:
+        return None, exc.message
+    best, level = -1, None
+    for start in _variants(directory):
+        for rule, value in doc.items():
+            if value not in GEMINI_TRUST_LEVELS or not isinstance(rule, str) or not rule.startswith("/"):
+                continue
+            base = os.path.dirname(os.path.normpath(rule)) if value == "TRUST_PARENT" else os.path.normpath(rule)
+            real = os.path.realpath(base)
+            for b in (base, real):
+                if (start == b or start.startswith(b.rstrip("/") + "/")) and len(rule) > best:
+                    best, level = len(rule), value
+    return level in ("TRUST_FOLDER", "TRUST_PARENT"), None
+
+
+def gemini_carry(source, clone, environ=None):
+    """Add `clone: TRUST_FOLDER` to trustedFolders.json when Gemini trusts the shared checkout and
+    not the clone, under Gemini's own lock (proper-lockfile, `<file>.lock`, as Claude Code's).
+    -> ({"config", "project"} added, or None, [notes])."""
+    path = gemini_trust_path(environ)
+    shared, why = gemini_trusted(source, environ)
+    if why:
+        return None, ["gemini: " + why]
+    if not shared or gemini_trusted(clone, environ)[0]:
+        return None, []
+
+    def add(text):
+        doc = json.loads(text)
+        if doc.get(clone) == "TRUST_FOLDER":
+            return None
+        doc[clone] = "TRUST_FOLDER"
+        return json.dumps(doc, indent=2)
+    try:
+        _locked_edit(path, add)
+    except (EnvError, OSError, ValueError) as exc:
+        return None, ["gemini: not carried over: %s" % getattr(exc, "message", exc)]
+    return {"config": path, "project": clone}, []
+
+
+def gemini_remove(rec):
+    """Take the clone's entry carry-over added out of trustedFolders.json; -> notes."""
+    if not rec or not rec.get("project"):
+        return []
+
+    def drop(text):
+        doc = json.loads(text)
+        if rec["project"] not in doc:
+            return None
+        del doc[rec["project"]]
+        return json.dumps(doc, indent=2)
+    try:
+        _locked_edit(rec["config"], drop)
+    except (EnvError, OSError, ValueError) as exc:
+        return ["gemini: the entry for the clone stays in %s: %s" % (rec["config"], getattr(exc, "message", exc))]
+    return []
+
+
+def gemini_entry_for(clone, environ=None):
+    """The carry-over record of the entry trustedFolders.json holds for exactly this clone, else None."""
+    path = gemini_trust_path(environ)
+    try:
+        _raw, doc = _read_gemini_trust(path)
+    except EnvError:
+        return None
+    return {"config": path, "project": clone} if clone in doc else None
+
+
 # --------------------------------------------------------------------------- carry over, remove
 
 def assess(source, clone, environ=None):
@@ -670,10 +795,19 @@ def assess(source, clone, environ=None):
         out["qwen"] = {"config": qwen_folders_path(environ), "gate": on,
                        "shared_trusted": not on or qwen_level(doc, source) is True,
                        "clone_trusted": not on or qwen_level(doc, clone) is True}
+    out["gemini"] = gemini_assess(source, clone, environ)
     return out
 
 
-def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen")):
+def gemini_assess(source, clone, environ=None):
+    shared, why = gemini_trusted(source, environ)
+    if why:
+        return {"error": why}
+    return {"config": gemini_trust_path(environ), "shared_trusted": shared,
+            "clone_trusted": gemini_trusted(clone, environ)[0], "gate": gemini_folder_trust_enabled(environ)}
+
+
+def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen", "gemini")):
     """Carry the person's approvals of `source` over to `clone`; -> {"added": {...}, "notes": [...]}.
 
     Adds only what is missing and approved in the shared checkout; records exactly what it
@@ -731,6 +865,11 @@ def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen"
             added["qwen"] = {"config": q["config"], "project": clone}
         except (EnvError, OSError, ValueError) as exc:
             notes.append("qwen: not carried over: %s" % getattr(exc, "message", exc))
+    if "gemini" in harnesses:
+        rec, more = gemini_carry(source, clone, environ)
+        notes += more
+        if rec:
+            added["gemini"] = rec
     return {"added": added, "notes": notes}
 
 
@@ -776,6 +915,9 @@ def entries_for(clone, environ=None):
     doc, _error = _read_jsonc(qwen_folders_path(environ))
     if isinstance(doc, dict) and doc.get(clone) == QWEN_TRUST:
         found["qwen"] = {"config": qwen_folders_path(environ), "project": clone}
+    gemini = gemini_entry_for(clone, environ)
+    if gemini:
+        found["gemini"] = gemini
     return found
 
 
@@ -819,6 +961,7 @@ def remove_carried(added, environ=None):
                 _qwen_edit(q["config"], untrust_clone)
         except (EnvError, OSError, ValueError) as exc:
             notes.append("qwen: the entry for the clone stays in %s: %s" % (q["config"], getattr(exc, "message", exc)))
+    notes += gemini_remove((added or {}).get("gemini"))
     return notes
 
 
@@ -843,6 +986,9 @@ def pending_approvals(source, clone, harness, environ=None):
     elif harness == "qwen" and not facts["clone_trusted"]:
         out.append("Qwen Code: trust the folder %s when Qwen asks (until then it loads none of the"
                    " project's hooks: no registration, no messages, no write blocking)" % clone)
+    elif harness == "gemini" and facts["gate"] and not facts["clone_trusted"]:
+        out.append("Gemini CLI: trust the folder %s when Gemini asks (untrusted, it loads no project "
+                   "settings: no hooks, so no registration, no messages, no write blocking)" % clone)
     return out
 
 
@@ -854,7 +1000,7 @@ def cmd_trust(ctx, args):
     if args.carry_over is not None:
         path = set_carry(args.carry_over == "on", environ)
         on = args.carry_over == "on"
-        text = ("carry-over on: new clones get your Codex, Claude Code and Qwen Code approvals of the shared checkout "
+        text = ("carry-over on: new clones get your Codex, Claude Code, Qwen Code and Gemini CLI approvals of the shared checkout "
                 "(only those you gave; removed with the clone). Stored in %s" % path) if on else \
             "carry-over off (stored in %s)" % path
         return 0, {"ok": True, "carry_over": on, "settings": path}, text

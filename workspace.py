@@ -3967,7 +3967,7 @@ REGISTER_GRACE = 20.0  # seconds a started harness gets to register before `work
 UNREGISTERED = "started, agent not registered: trust prompt?"
 
 
-def carry_trust(st, w, caller, environ, harnesses=("codex", "claude", "qwen")):
+def carry_trust(st, w, caller, environ, harnesses=("codex", "claude", "qwen", "gemini")):
     """With the person's opt-in (`coord trust --carry-over on`), carry their approvals of the
     shared checkout over to the clone and record exactly what was added; -> the record."""
     import trust
@@ -5055,7 +5055,7 @@ def _register_session(ws, both):
     """tmux subcommands (session.py)."""
     p = ws.add_parser("start", parents=both, help="run a harness for the work in a new tmux window")
     p.add_argument("handle", metavar="HANDLE")
-    p.add_argument("--harness", choices=("claude", "codex", "qwen", "opencode"), default="claude")
+    p.add_argument("--harness", choices=("claude", "codex", "qwen", "opencode", "gemini"), default="claude")
     p.add_argument("--prompt", metavar="TEXT", help="the agent's first message (its task)")
     p.add_argument("--prompt-file", metavar="FILE", help="the first message, read from a UTF-8 file")
     p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments, after -- (anywhere)")
@@ -5073,7 +5073,7 @@ def _register_session(ws, both):
     p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--conversation", metavar="ID", help="default: the recorded conversation")
-    p.add_argument("--harness", choices=("claude", "codex", "qwen", "opencode"))
+    p.add_argument("--harness", choices=("claude", "codex", "qwen", "opencode", "gemini"))
     _override_argument(p)
     p.set_defaults(func=cmd_resume)
     p = ws.add_parser("close", parents=both, help="kill exactly the recorded window (validated by ID)")

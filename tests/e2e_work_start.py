@@ -1,4 +1,4 @@
-"""End-to-end: `coord work start --prompt` gives the real Claude Code and Codex CLIs, run
+"""End-to-end: `coord work start --prompt` gives the real Claude Code, Codex and Gemini CLIs, run
 interactively in a tmux window (a private socket), their first message, offline against
 tests/modelserver.py; and with coord installed and committed, the harness's SessionStart hook
 in the clone names the work and its owner to the model and labels the tmux window and pane
@@ -146,6 +146,18 @@ class CodexStartWithPrompt(StartWithPrompt, h.HarnessCase):
                              h.codex_hook_hashes(hooks) if os.path.exists(hooks) else None,
                              extra='[notice.model_migrations]\n"gpt-5.5" = "gpt-6-sol"')
 
+
+
+class GeminiStartWithPrompt(StartWithPrompt, h.HarnessCase):
+    harness = "gemini"
+
+    def harness_env(self):
+        h.write_gemini_user_settings(self.home)
+        return dict(h.gemini_env(self.home, self.server), COORD_GEMINI_CMD=h.find_cli("gemini") or "gemini")
+
+    def prepare(self, clone):
+        # the person trusted the clone's folder when Gemini asked (else it loads no project hooks)
+        h.trust_gemini_folder(self.home, clone)
 
 
 class OpenCodeStartWithPrompt(StartWithPrompt, h.HarnessCase):

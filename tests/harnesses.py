@@ -1,8 +1,8 @@
-"""Run the real Claude Code, Codex and Copilot CLIs offline against tests/modelserver.py.
+"""Run the real Claude Code, Codex, Copilot and Gemini CLIs offline against tests/modelserver.py.
 
 Each run gets a private HOME (and for Codex a private CODEX_HOME whose config.toml points at
 the scripted server; for Copilot its offline BYOK variables aimed at the server's Anthropic
-Messages API), an environment scrubbed of the developer's own agent session, proxies aimed at
+Messages API; for Gemini GOOGLE_GEMINI_BASE_URL at the server's Gemini API), an environment scrubbed of the developer's own agent session, proxies aimed at
 the local server so that no request can leave the machine, and a timeout.
 
 Binaries are found on PATH first, then in `${COORD_TEST_CACHE:-~/.cache/coord-tests}/npm`
@@ -28,12 +28,13 @@ CODEX_VERSION = "0.171.0"
 COPILOT_VERSION = "1.0.102"
 QWEN_VERSION = "0.24.4"
 OPENCODE_VERSION = "1.18.33"
+GEMINI_VERSION = "0.61.0"
 MODEL_KEY_VAR = "COORD_E2E_MODEL_KEY"
 
 # Variables from the developer's own session or machine that must not reach a harness.
 _DROP_PREFIXES = ("ANTHROPIC_", "CLAUDE", "CODEX_", "OPENAI_", "COORD_", "OTEL_", "COPILOT_", "GITHUB_COPILOT_",
                   "QWEN_", "DASHSCOPE_")
-_DROP_PREFIXES += ("OPENCODE",)
+_DROP_PREFIXES += ("OPENCODE", "GEMINI_", "GOOGLE_")
 _DROP = set(_SCRUB) | {"GH_TOKEN", "GITHUB_TOKEN", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
                        "https_proxy", "all_proxy", "no_proxy", "IS_SANDBOX", "XDG_CONFIG_HOME",
                        "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"}
@@ -100,6 +101,8 @@ class RunResult(object):
         Copilot's closing result)."""
         for ev in self.events:
             if ev.get("type") == "system" and ev.get("session_id"):
+                return ev["session_id"]
+            if ev.get("type") == "init" and ev.get("session_id"):  # Gemini CLI stream-json
                 return ev["session_id"]
             if ev.get("type") == "thread.started" and ev.get("thread_id"):
                 return ev["thread_id"]
@@ -349,6 +352,77 @@ def run_opencode(opencode, repo, prompt, server, home, env=None, timeout=180, ar
     os.makedirs(home, exist_ok=True)
     argv = [opencode, "run", "--format", "json", "--title", "e2e"] + list(args) + ["--", prompt]
     return _run(argv, repo, opencode_env(home, server, repo, env), timeout)
+
+
+# -- Gemini CLI ------------------------------------------------------------------------------------
+
+GEMINI_MODEL = "gemini-2.5-flash"
+
+
+def gemini_env(home, server, extra=None):
+    """Gemini CLI offline: the `gemini-api-key` auth type (user settings) with GEMINI_API_KEY, its
+    requests sent to GOOGLE_GEMINI_BASE_URL, the scripted server's Gemini API. (Without a selected
+    type the base URL alone picks `gateway`, which 0.61.0's non-interactive start refuses.)"""
+    env = base_env(home, server, extra=None)
+    env.update({
+        "GOOGLE_GEMINI_BASE_URL": server.url,
+        "GEMINI_API_KEY": "sk-e2e-offline",
+        "GEMINI_TELEMETRY_ENABLED": "false",
+    })
+    if extra:
+        env.update(extra)
+    return env
+
+
+def write_gemini_user_settings(home):
+    """~/.gemini/settings.json of a person who has used Gemini CLI before: no update checks,
+    no usage statistics, a fixed model (no router), folder trust on (its default)."""
+    path = os.path.join(home, ".gemini", "settings.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    doc = {"general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+           "privacy": {"usageStatisticsEnabled": False},
+           "telemetry": {"enabled": False},
+           "model": {"name": GEMINI_MODEL},
+           "security": {"auth": {"selectedType": "gemini-api-key"}}}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    return path
+
+
+def trust_gemini_folder(home, folder, level="TRUST_FOLDER"):
+    """Trust `folder` the way Gemini CLI records a person's answer to its folder-trust dialog:
+    ~/.gemini/trustedFolders.json {"<abs path>": "TRUST_FOLDER"} (untrusted: no project settings,
+    so no project hooks)."""
+    path = os.path.join(home, ".gemini", "trustedFolders.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    doc = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            doc = json.load(f)
+    doc[os.path.realpath(folder)] = level
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    return path
+
+
+def run_gemini(gemini, repo, prompt, server, home, env=None, timeout=120, args=()):
+    """Run `gemini -p PROMPT --approval-mode yolo -o stream-json` in `repo`; return a RunResult."""
+    os.makedirs(home, exist_ok=True)
+    if not os.path.exists(os.path.join(home, ".gemini", "settings.json")):
+        write_gemini_user_settings(home)
+    argv = [gemini, "-p", prompt, "--approval-mode", "yolo", "--output-format", "stream-json"] + list(args)
+    return _run(argv, repo, gemini_env(home, server, env), timeout)
+
+
+def write_gemini_hooks(repo, hooks):
+    """Write `.gemini/settings.json` with `{"hooks": hooks}` (validated as JSON)."""
+    path = os.path.join(repo, ".gemini", "settings.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = json.dumps({"hooks": hooks}, indent=2)
+    json.loads(data)
+    with open(path, "w") as f:
+        f.write(data + "\n")
+    return path
 
 
 # -- Codex ---------------------------------------------------------------------------------------
@@ -625,6 +699,14 @@ class HarnessCase(CoordTestCase):
                 os.unlink(config)
             result = run_copilot(self.cli, repo, prompt, self.server, self.home,
                                  env=self.agent_env(env), timeout=timeout, args=args)
+        elif self.harness == "gemini":
+            path = os.path.join(self.home, ".gemini", "trustedFolders.json")
+            if trust:
+                trust_gemini_folder(self.home, repo)
+            elif os.path.exists(path):
+                os.unlink(path)
+            result = run_gemini(self.cli, repo, prompt, self.server, self.home,
+                                env=self.agent_env(env), timeout=timeout, args=args)
         else:
             if trust:
                 trust_codex_repo(self.codex_home, self.server, repo, features=features,
@@ -649,6 +731,8 @@ class HarnessCase(CoordTestCase):
         (Copilot runs the Claude Code project hooks)."""
         if self.harness in ("claude", "copilot"):
             return write_claude_hooks(self.repo, hooks)
+        if self.harness == "gemini":
+            return write_gemini_hooks(self.repo, hooks)
         if self.harness == "qwen":
             return write_qwen_hooks(self.repo, hooks)
         return write_codex_hooks(self.repo, hooks)

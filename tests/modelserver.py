@@ -5,6 +5,9 @@ It speaks just enough of two streaming APIs for the harnesses to run their real 
   message_delta with stop_reason, message_stop);
 - OpenAI Responses: `POST /v1/responses` (SSE: response.created, response.output_item.added/done,
   response.completed);
+- Gemini API: `POST /v1beta/models/<model>:streamGenerateContent?alt=sse` (SSE `data:` chunks of
+  GenerateContentResponse) and `:generateContent` (one JSON reply), which Gemini CLI sends to
+  GOOGLE_GEMINI_BASE_URL (see the gemini_* functions);
 - OpenAI Chat Completions: `POST /v1/chat/completions` (any path ending in `/chat/completions`),
   streaming (SSE `chat.completion.chunk`s with `tool_calls` deltas, then `data: [DONE]`) or not
   (one `chat.completion`). Any scripted call becomes a function tool call there: its
@@ -70,6 +73,11 @@ def shell(cmd, **extra):
     return Turn(calls=[{"kind": "function", "name": "exec_command", "arguments": args}])
 
 
+def gemini_tool(name, **args):
+    """A Gemini CLI tool call (a functionCall part), e.g. gemini_tool("write_file", file_path=..., content=...)."""
+    return Turn(calls=[{"kind": "gemini", "name": name, "args": args}])
+
+
 def function_call(name, arguments, namespace=None):
     """Any other Codex function call (e.g. a multi-agent tool)."""
     call = {"kind": "function", "name": name, "arguments": arguments}
@@ -98,6 +106,8 @@ class Request(object):
             return "anthropic"
         if p == "/v1/responses":
             return "openai"
+        if gemini_path(p):
+            return "gemini"
         if p.endswith("/chat/completions"):
             return "chat"
         return None
@@ -112,6 +122,8 @@ class Request(object):
             return []
         if self.api in ("anthropic", "chat"):
             return list(self.body.get("messages") or [])
+        if self.api == "gemini":
+            return list(self.body.get("contents") or [])
         return list(self.body.get("input") or [])
 
     def tail(self):
@@ -125,7 +137,10 @@ class Request(object):
         for i, item in enumerate(items):
             if not isinstance(item, dict):
                 continue
-            if self.api in ("anthropic", "chat"):
+            if self.api == "gemini":
+                if item.get("role") == "model":
+                    last = i
+            elif self.api in ("anthropic", "chat"):
                 if item.get("role") == "assistant":
                     last = i
             elif item.get("type") in ("function_call", "custom_tool_call", "reasoning",
@@ -140,6 +155,8 @@ class Request(object):
 
     def tool_results(self):
         """Text of each tool result in the tail (Claude tool_result; Codex *_call_output)."""
+        if self.api == "gemini":
+            return gemini_tool_results(self.tail())
         out = []
         for item in self.tail():
             if not isinstance(item, dict):
@@ -175,6 +192,8 @@ class Request(object):
 
     def user_text(self):
         """Text the user side wrote (prompts, injected context; not tool results)."""
+        if self.api == "gemini":
+            return gemini_user_text(self.items())
         out = []
         for item in self.items():
             if not isinstance(item, dict):
@@ -194,6 +213,74 @@ class Request(object):
                 if isinstance(block, dict) and block.get("type") in ("text", "input_text"):
                     out.append(block.get("text") or "")
         return "\n".join(out)
+
+
+# -- Gemini API (Gemini CLI with GOOGLE_GEMINI_BASE_URL) --------------------------------------------
+
+def gemini_path(path):
+    """(model, streaming) for a Gemini API generate path, else None."""
+    if not path.startswith("/v1beta/models/") and not path.startswith("/v1/models/"):
+        return None
+    name = path.rsplit("/", 1)[-1]
+    for verb, stream in ((":streamGenerateContent", True), (":generateContent", False)):
+        if name.endswith(verb):
+            return name[:-len(verb)], stream
+    return None
+
+
+def gemini_parts(item):
+    parts = item.get("parts") if isinstance(item, dict) else None
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def gemini_tool_results(items):
+    """Text of each functionResponse part in `items` (Gemini CLI sends tool results as the
+    user's functionResponse parts: {name, response: {output} or {error}})."""
+    out = []
+    for item in items:
+        for part in gemini_parts(item):
+            if isinstance(part.get("functionResponse"), dict):
+                out.append(flatten(part["functionResponse"].get("response")))
+    return out
+
+
+def gemini_user_text(items):
+    """Text parts of the user's contents (prompts, hook context; not tool results)."""
+    out = []
+    for item in items:
+        if isinstance(item, dict) and item.get("role", "user") == "user":
+            out += [p["text"] for p in gemini_parts(item) if isinstance(p.get("text"), str)]
+    return "\n".join(out)
+
+
+def gemini_response(model, turn, new_id):
+    """One GenerateContentResponse for `turn`: text and functionCall parts, finishReason STOP."""
+    parts = []
+    if turn.text:
+        parts.append({"text": turn.text})
+    for call in turn.calls:
+        args = call.get("args", call.get("input", {}))
+        parts.append({"functionCall": {"id": new_id("call"), "name": call["name"], "args": args}})
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP",
+                            "index": 0}],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 10, "totalTokenCount": 20},
+            "modelVersion": model, "responseId": new_id("resp")}
+
+
+def gemini_side_turn(request):
+    """A side request Gemini CLI makes outside the agent's conversation (the model router's
+    classifier, next-speaker and loop checks, session summaries: non-streaming generateContent
+    with a JSON response schema or a short utility prompt) -> a Turn, or None when the request
+    is the agent's own. Answered with a harmless reply, never with a scripted turn."""
+    body = request.body if isinstance(request.body, dict) else {}
+    config = body.get("generationConfig") or {}
+    if config.get("responseMimeType") == "application/json" or config.get("responseSchema") \
+            or config.get("responseJsonSchema"):
+        return Turn(text=json.dumps({"reasoning": "scripted", "model_choice": "flash",
+                                     "next_speaker": "user", "is_stuck": False}))
+    if not body.get("tools"):
+        return Turn(text="scripted summary")
+    return None
 
 
 def flatten(value):
@@ -403,6 +490,8 @@ class _Handler(BaseHTTPRequestHandler):
             req = self._record(body, raw)
             turn = self.model._take_turn(req)
             return self._openai_stream(body, turn)
+        if gemini_path(path) and isinstance(body, dict):
+            return self._gemini(path, body, raw)
         if path.endswith("/chat/completions") and isinstance(body, dict):
             req = self._record(body, raw)
             turn = self.model._take_turn(req)
@@ -475,6 +564,22 @@ class _Handler(BaseHTTPRequestHandler):
                                                 "stop_sequence": None},
                                       "usage": {"output_tokens": 10}})
         self._event("message_stop", {"type": "message_stop"})
+
+    # -- Gemini API --------------------------------------------------------------------------
+    def _gemini(self, path, body, raw):
+        """A generate request: the agent's own turns come from the script, side requests
+        (gemini_side_turn) get a harmless reply; streaming answers one SSE `data:` chunk."""
+        model, stream = gemini_path(path)
+        req = self._record(body, raw)
+        turn = gemini_side_turn(req)
+        if turn is None:
+            turn = self.model._take_turn(req)
+        reply = gemini_response(model, turn, self.model.new_id)
+        if not stream:
+            return self._send_json(200, reply)
+        self._start_sse()
+        self.wfile.write(("data: %s\r\n\r\n" % json.dumps(reply)).encode("utf-8"))
+        self.wfile.flush()
 
     # -- OpenAI Responses --------------------------------------------------------------------
     def _openai_items(self, turn):

@@ -36,12 +36,13 @@ COPILOT_ENV = {"COPILOT_CLI": "1", "COPILOT_PROJECT_DIR": SAMPLE_ROOT}  # Copilo
 OPENCODE_MAIN = "ses_dce34fc1dffegBT2VQOtzqGMTj"    # opencode-* samples (coord's plugin, OpenCode 1.18.33)
 OPENCODE_PATCH_MAIN = "ses_dce34960cffehgBegw8vJkNzxs"  # its apply_patch samples (a gpt- model's session)
 OPENCODE_AGENT = "ses_dce34c16dffeHAnCLKHXWOvvps"   # its task subagent's child session
+GEMINI_MAIN = "458754c8-62bc-483b-99cc-c3cd570eec2f"     # every gemini-* sample
 
 FakeHarness = support.FakeHarness
 
 
 def context_of(out):
-    """The additionalContext of a reply in either shape (Claude/Codex or Copilot), else None."""
+    """The additionalContext of a reply in either shape (Claude/Codex/Gemini or Copilot), else None."""
     if not out:
         return None
     reply = json.loads(out)
@@ -106,6 +107,11 @@ class HookCase(support.CoordTestCase):
 
     def check_reply(self, out):
         reply = json.loads(out)
+        if "decision" in reply:  # Gemini CLI's deny: the reason goes to the model as the tool's error
+            self.assertEqual(set(reply), {"decision", "reason"})
+            self.assertEqual(reply["decision"], "deny")
+            self.assertTrue(reply["reason"].strip())
+            return reply
         if "additionalContext" in reply:  # Copilot CLI's shape: context at the top level only
             self.assertEqual(set(reply), {"additionalContext"})
             self.assertTrue(reply["additionalContext"].strip())
@@ -134,6 +140,8 @@ class HookCase(support.CoordTestCase):
         out, _ = self.run_hook(data, **kw)
         if not out:
             return None
+        if "decision" in json.loads(out):
+            return json.loads(out)["reason"]
         spec = json.loads(out)["hookSpecificOutput"]
         return spec.get("permissionDecisionReason")
 
@@ -166,18 +174,22 @@ class SampleTest(HookCase):
         if event is None:  # Copilot's SubagentStart: camelCase, no event name; not coord's event
             return "nothing, and no database"
         session, agent = data["session_id"], data.get("agent_id")
+        if name.startswith("gemini-"):  # its own event names, for the same boundaries
+            event = hook.GEMINI_EVENTS[event]
+            if event == "UserPromptSubmit":
+                return "context + runtime"  # a first prompt repeats SessionStart's lines
         if event.startswith("PreToolUse"):
             return "nothing, and no database"
         if event in ("SessionStart",):
             return "context + runtime"
-        if event == "SubagentStop" or event == "SessionEnd":
+        if event in ("SubagentStop", "SessionEnd", "PermissionRequest"):  # marks a live runtime only
             return "nothing live"
         return "runtime" if agent is None else "subagent"
 
     def test_every_sample_has_its_effect(self):
         names = sorted(f[:-5] for f in os.listdir(PAYLOADS) if f.endswith(".json"))
-        self.assertEqual(len([n for n in names if not n.endswith(".variant")]), 56 + 18, "every recorded sample")
-        self.assertGreaterEqual(len(names), 58, "and our own variants")
+        self.assertEqual(len([n for n in names if not n.endswith(".variant")]), 56 + 18 + 11, "every recorded sample")
+        self.assertGreaterEqual(len(names), 59, "and our own variants")
         for name in names:
             with self.subTest(sample=name):
                 for suffix in ("", "-wal", "-shm"):
@@ -1411,6 +1423,88 @@ class HarnessBehindShellsTest(HookCase):
         self.assertEqual(rows, [(harness.pid,)])
 
 
+class GeminiTest(HookCase):
+    """Gemini CLI (0.61.0) runs `.gemini/settings.json` hooks under its own event and tool names
+    (recorded gemini-* samples): write_file and replace are checked by their file_path (relative
+    to the payload's cwd), its shell stays advisory, its deny is {"decision": "deny", "reason"},
+    its context is hookSpecificOutput.additionalContext, and its turn boundaries are recorded."""
+
+    def gemini(self, name, **changes):
+        return self.run_hook(self.payload(name, **changes), harness="gemini")
+
+    def start_gemini(self, name="gemini-SessionStart"):
+        out, _ = self.gemini(name)
+        return self.st.find_conversation_runtime(GEMINI_MAIN), out
+
+    def test_write_file_and_replace_of_a_peers_lease_are_denied_in_its_shape(self):
+        self.start_gemini()
+        holder = self.peer("w.txt", "e.txt", purpose="peer work")
+        for name, path in (("gemini-BeforeTool-write_file", "w.txt"), ("gemini-BeforeTool-replace", "e.txt")):
+            with self.subTest(sample=name):
+                out, _ = self.gemini(name)
+                reply = json.loads(out)
+                self.assertEqual(set(reply), {"decision", "reason"})
+                self.assertEqual(reply["decision"], "deny")
+                self.assertIn("coord: write refused", reply["reason"])
+                self.assertIn(path, reply["reason"])
+                self.assertIn('.coord/coord send "<what you need>" --to %s' % holder["handle"], reply["reason"])
+        # replace's file_path "e.txt" is relative: resolved against the payload's cwd, the project
+        out, _ = self.gemini("gemini-BeforeTool-replace", cwd=os.path.join(self.repo, "src"))
+        self.assertEqual(out, "", "src/e.txt is nobody's")
+        self.assertEqual(self.gemini("gemini-BeforeTool-write_file", tool_input={
+            "file_path": os.path.join(self.repo, "free.txt"), "content": "x"})[0], "")
+        # its shell stays advisory, even on a leased path
+        self.assertEqual(self.gemini("gemini-BeforeTool-run_shell_command", tool_input={
+            "command": "echo x > w.txt", "description": "x"})[0], "")
+        # Gemini's names map to coord's own: a Claude name in its payload is no write of Gemini's
+        self.assertEqual(self.gemini("gemini-BeforeTool-write_file", tool_name="Write")[0], "")
+
+    def test_runtime_is_gemini_and_context_comes_in_its_shape(self):
+        rt, out = self.start_gemini()
+        self.assertEqual((rt["harness"], rt["pid"]), ("gemini", os.getpid()))
+        spec = json.loads(out)["hookSpecificOutput"]
+        self.assertEqual(spec["hookEventName"], "SessionStart")
+        self.assertIn("you are %s" % rt["handle"], spec["additionalContext"])
+        sender = self.peer()
+        for boundary, event in (("gemini-AfterTool-replace", "AfterTool"), ("gemini-BeforeAgent", "BeforeAgent")):
+            with self.subTest(boundary=boundary):
+                msg = self.st.send(sender["id"], "BODY via %s" % boundary, to=rt["handle"])
+                out, _ = self.gemini(boundary)
+                spec = json.loads(out)["hookSpecificOutput"]
+                self.assertEqual(spec["hookEventName"], event)
+                self.assertIn("BODY via %s" % boundary, spec["additionalContext"])
+                self.assertEqual(self.st.q("SELECT state FROM deliveries WHERE message = ?",
+                                           (msg["id"],)).fetchone()[0], "delivered")
+        # resumed (`gemini --resume ID` keeps the session_id; source "resume"): the same attachment
+        again, out = self.start_gemini("gemini-SessionStart-resume")
+        self.assertEqual(again["id"], rt["id"])
+        self.assertIn("you are %s" % rt["handle"], context_of(out))
+
+    def test_turn_boundaries_and_the_end(self):
+        rt, _ = self.start_gemini()
+        self.gemini("gemini-BeforeAgent")
+        self.assertEqual(self.st.turn(rt["id"])["state"], "busy")
+        self.assertIsNotNone(self.st.turn(rt["id"])["began"])
+        self.gemini("gemini-Notification-ToolPermission.variant")
+        self.assertEqual(self.st.turn(rt["id"])["state"], "dialog")
+        self.gemini("gemini-AfterAgent")
+        self.assertEqual(self.st.turn(rt["id"])["state"], "idle")
+        out, _ = self.gemini("gemini-Notification-ToolPermission.variant", notification_type="Other")
+        self.assertEqual((out, self.st.turn(rt["id"])["state"]), ("", "idle"), "only a permission dialog")
+        self.gemini("gemini-SessionEnd")
+        self.assertEqual(self.st.runtime(rt["id"])["end_reason"], "session-end")
+
+    def test_the_first_prompt_carries_the_session_lines_again(self):
+        # Interactive Gemini does not wait for SessionStart's context before its first prompt.
+        rt, _ = self.start_gemini()
+        first = context_of(self.gemini("gemini-BeforeAgent")[0])
+        self.assertIn("coord: you are %s" % rt["handle"], first)
+        self.assertLessEqual(len(first.encode()), hook.START_BYTES + store.CONTEXT_BUDGET)
+        self.assertEqual(self.gemini("gemini-BeforeAgent")[0], "", "once: later prompts carry messages only")
+        self.assertEqual(self.run_hook(self.payload("claude-UserPromptSubmit"))[0], "", "Gemini's alone")
+
+
+
 class CopilotProcessTest(HookCase):
     """Copilot CLI's native process (npm's node loader runs .../copilot-linux-x64/copilot) is
     named `MainThread`: it is recognised as the harness by its executable, and what runs under
@@ -1870,6 +1964,50 @@ class LivenessTest(HookCase):
         self.assertNotIn("lease lost", again)
 
 
+class GeminiProcessTest(HookCase):
+    """Gemini CLI's process is node running .../bundle/gemini.js (npm's bin links to it; with its
+    default relaunch, a second node running the same script is the one that runs tools and
+    hooks): recognised as the harness by that script, and what runs under it is an agent."""
+
+    def fake_gemini(self):
+        bundle = os.path.join(self.tmp, "gemini-cli", "bundle")
+        os.makedirs(bundle)
+        node = os.path.join(self.tmp, "bin", "node")
+        os.makedirs(os.path.dirname(node))
+        shutil.copy(os.path.realpath(sys.executable), node)
+        script = os.path.join(bundle, "gemini.js")
+        with open(script, "w") as f:
+            f.write(support._HARNESS_DRIVER)
+        harness = FakeHarness(self)
+        harness.close()
+        harness.proc = subprocess.Popen([node, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        harness.pid = harness.proc.pid
+        def started():
+            with open("/proc/%d/cmdline" % harness.pid, "rb") as f:
+                return f.read().split(b"\0")[1:2] == [script.encode()]
+        support.retry_until(started, timeout=10)
+        return harness
+
+    def test_recognised_by_its_script_never_a_person_and_its_shell_is_its_runtime(self):
+        if not os.path.isdir("/proc"):
+            self.skipTest("needs /proc")
+        harness = self.fake_gemini()
+        self.assertEqual(store.harness_of_process(harness.pid), "gemini")
+        env = {k: v for k, v in self.env.items() if not k.startswith(("CODEX_", "CLAUDE_", "COORD_RUNTIME"))}
+        rc, out, err = harness.run([sys.executable, support.COORD, "claim", "src/a.py", "--json"], "", env, self.repo)
+        self.assertEqual(rc, 3, out + err)
+        self.assertIn("not a person: gemini", out + err)
+        through(harness, ("bash", "-c"))  # Gemini runs a hook as `bash -c COMMAND`
+        self.run_hook(self.payload("gemini-SessionStart"), harness="gemini", via=harness)
+        rt = self.st.find_conversation_runtime(GEMINI_MAIN)
+        self.assertEqual((rt["harness"], rt["pid"]), ("gemini", harness.pid))
+        # its shell tool sets GEMINI_CLI=1 and no session variable: the process ancestry names it
+        rc, out, err = harness.run([sys.executable, support.COORD, "claim", "src/a.py", "--json"], "",
+                                   dict(env, GEMINI_CLI="1"), self.repo)
+        self.assertEqual(rc, 0, out + err)
+        self.assertEqual([l["resource"] for l in self.st.leases_of(rt["id"])], ["src/a.py"])
+
+
 class ToolMatcherTest(HookCase):
     """The hook checks exactly the tools the installer's PreToolUse matchers send it. Claude Code
     compares a matcher of letters, digits, `_` and `|` name by name, and has no MultiEdit tool."""
@@ -1883,6 +2021,16 @@ class ToolMatcherTest(HookCase):
                     matched.update(group["matcher"].split("|"))
         checked = set(hook.FILE_TOOLS) | set(hook.PATCH_TOOLS) | set(hook.SHELL_TOOLS)
         self.assertEqual(checked, matched)
+
+    def test_gemini_matches_exactly_its_file_tools(self):
+        # Gemini tests its matcher as an unanchored JavaScript RegExp against the tool name.
+        import re
+        installer = support.load_install()
+        matcher = dict(installer.desired_groups("gemini"))["BeforeTool"]["matcher"]
+        files = set(name for name, as_ in hook.GEMINI_TOOLS.items() if as_ in hook.FILE_TOOLS)
+        self.assertEqual(files, {"write_file", "replace"})
+        for name in sorted(files) + ["run_shell_command", "read_file", "mcp_x_replace", "write_file_2"]:
+            self.assertEqual(bool(re.search(matcher, name)), name in files, name)
 
 
 @support.slow

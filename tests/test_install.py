@@ -1431,6 +1431,116 @@ class DoctorHintTest(InstallTestCase):
                 self.assertIn("carry-over off", shown.stdout)
 
 
+
+GEMINI_EVENTS = ("SessionStart", "BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent", "Notification", "SessionEnd")
+
+
+def gemini_resolve(text, env):
+    """Gemini CLI 0.61.0's settings loader (envVarResolver): every `$NAME`, `${NAME}` and
+    `${NAME:-default}` in a settings string becomes the value in its environment, else the
+    default, else stays as it is."""
+    def sub(m):
+        name = m.group(1) or m.group(2) or ""
+        if name in env:
+            return env[name]
+        return m.group(3) if m.group(3) is not None else m.group(0)
+    return re.sub(r"\$(?:(\w+)|{([^}]+?)(?::-([^}]*))?})", sub, text)
+
+
+class GeminiInstallTest(InstallTestCase):
+    """Gemini CLI's hooks live in `.gemini/settings.json` beside the person's own settings."""
+
+    REL = ".gemini/settings.json"
+
+    def coord_handlers(self, doc):
+        return {ev: [h for g in groups for h in g["hooks"] if ".coord/hook.py" in h.get("command", "")]
+                for ev, groups in doc["hooks"].items() if isinstance(groups, list)}
+
+    def test_merged_with_the_persons_settings_and_repaired(self):
+        mine = {"model": {"name": "gemini-2.5-pro"}, "hooksConfig": {"notifications": True},
+                "hooks": {"enabled": True, "BeforeTool": [{"matcher": "read_file", "hooks": [
+                    {"type": "command", "command": "echo mine"}]}]}}
+        self.write_json(self.REL, mine)
+        self.fresh()
+        doc = self.settings(self.REL)
+        self.assertEqual((doc["model"], doc["hooksConfig"], doc["hooks"]["enabled"]),
+                         (mine["model"], mine["hooksConfig"], True))
+        self.assertEqual(doc["hooks"]["BeforeTool"][0], mine["hooks"]["BeforeTool"][0], "the person's first")
+        own = self.coord_handlers(doc)
+        self.assertEqual(sorted(ev for ev in own if own[ev]), sorted(GEMINI_EVENTS))
+        for ev in GEMINI_EVENTS:
+            self.assertEqual(len(own[ev]), 1, ev)
+            handler = own[ev][0]
+            self.assertEqual(set(handler), {"name", "type", "command", "timeout"})
+            self.assertEqual((handler["name"], handler["type"]), ("coord", "command"))
+            self.assertEqual(handler["command"], installer.hook_command("gemini"))
+            self.assertIsInstance(handler["timeout"], int)
+            self.assertGreaterEqual(handler["timeout"], 1000, "milliseconds")
+        self.assertEqual(doc["hooks"]["BeforeTool"][1]["matcher"], "^(write_file|replace)$")
+        self.assertEqual(self.install("--check", check=0).stdout, "")
+        snap = self.snapshot()
+        self.fresh()
+        self.assertEqual(self.snapshot(), snap, "a second install writes nothing")
+        del doc["hooks"]["AfterAgent"]
+        doc["hooks"]["BeforeTool"][1]["hooks"][0]["timeout"] = 5
+        self.write_json(self.REL, doc)
+        out = self.install("--check", check=1).stdout
+        self.assertIn("stale .gemini/settings.json (coord hooks: AfterAgent missing, BeforeTool stale)", out)
+        self.install("--repair", check=0)
+        self.assertEqual(self.settings(self.REL)["hooks"]["BeforeTool"][0], mine["hooks"]["BeforeTool"][0])
+        self.assertEqual(self.install("--check", check=0).stdout, "")
+
+    def test_settings_with_comments_are_refused_untouched(self):
+        os.makedirs(self.t(".gemini"))
+        text = '// my settings\n{"model": {"name": "x"}}\n'
+        with open(self.t(self.REL), "w") as f:
+            f.write(text)
+        proc = self.install("--project-id", "demo", check=3)
+        self.assertIn(".gemini/settings.json is not valid JSON", proc.stderr)
+        self.assertEqual(_read(self.t(self.REL)).decode(), text)
+
+    def test_the_command_runs_as_written_after_geminis_settings_time_expansion(self):
+        # Gemini resolves $NAME in settings strings from its own environment when it loads them;
+        # its PWD is wherever it was started, and any variable of the person's may share a name
+        # with one of the script's. The resolved command must still find this repository's hook.
+        self.fresh()
+        command = self.coord_handlers(self.settings(self.REL))["SessionStart"][0]["command"]
+        hostile = dict(os.environ, PWD="/", d="/", p="/bin/false", s="/bin/false", x="/", y="/bin/false",
+                       b="/nowhere", XDG_DATA_HOME="/nowhere", COORD_PYTHON="/bin/false")
+        resolved = gemini_resolve(command, hostile)
+        self.assertEqual(resolved, command, "nothing in it is the loader's to replace")
+        payload = {"session_id": "g-1", "cwd": self.target, "hook_event_name": "SessionStart", "source": "startup"}
+        e = dict(self.env, PWD="/")
+        for name in ("d", "p", "s", "x", "y", "b"):
+            e.pop(name, None)
+        proc = subprocess.run(["bash", "-c", resolved, "--harness"], input=json.dumps(payload), env=e,
+                              cwd=self.target, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(proc.stderr, "")
+        spec = json.loads(proc.stdout)["hookSpecificOutput"]
+        self.assertEqual(spec["hookEventName"], "SessionStart")
+        self.assertIn("coord: you are", spec["additionalContext"])
+
+    def test_doctor_reports_the_folder_gate_and_switched_off_hooks_read_only(self):
+        self.fresh()
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("gemini: hooks in .gemini/settings.json; folder NOT trusted", text)
+        self.assertFalse(os.path.exists(os.path.join(self.home, ".gemini")), "doctor never trusts for the person")
+        trusted = os.path.join(self.tmp, "trusted.json")
+        with open(trusted, "w") as f:
+            json.dump({os.path.dirname(os.path.realpath(self.target)) + "/x": "TRUST_PARENT"}, f)
+        env = {"GEMINI_CLI_TRUSTED_FOLDERS_PATH": trusted}
+        r = json.loads(self.install("--doctor", "--json", env=env, check=0).stdout)["gemini"]
+        self.assertEqual((r["config"], r["trusted"], r["gate"], r["off"]), (trusted, True, True, []))
+        with open(trusted, "w") as f:
+            json.dump({os.path.dirname(os.path.realpath(self.target)): "TRUST_FOLDER",
+                       os.path.realpath(self.target): "DO_NOT_TRUST"}, f)
+        self.assertFalse(json.loads(self.install("--doctor", "--json", env=env, check=0).stdout)["gemini"]["trusted"],
+                         "the longest rule decides")
+        self.write_json(os.path.join(self.home, ".gemini", "settings.json"),
+                        {"hooksConfig": {"disabled": ["coord"]}, "security": {"folderTrust": {"enabled": False}}})
+        text = self.install("--doctor", env=env, check=0).stdout
+        self.assertIn("gemini: hooks in .gemini/settings.json; hooks OFF: hooksConfig.disabled names coord", text)
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

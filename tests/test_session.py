@@ -80,7 +80,14 @@ class HarnessArgvTest(CoordTestCase):
             session.harness_argv("claude", environ={"COORD_CLAUDE_CMD": "claude 'open"})
         self.assertIn("COORD_CLAUDE_CMD", cm.exception.message)
         with self.assertRaises(store.UsageError):
-            session.harness_argv("gemini", environ={})
+            session.harness_argv("aider", environ={})
+
+    def test_gemini_resumes_by_session_id_and_takes_its_first_message_as_prompt_interactive(self):
+        # Gemini CLI 0.61.0 ignores a query after `--`; --prompt-interactive=TEXT keeps a leading `-`.
+        env = {"COORD_GEMINI_CMD": "/opt/gemini"}
+        self.assertEqual(session.harness_argv("gemini", "9b1f", environ=env), ["/opt/gemini", "--resume", "9b1f"])
+        self.assertEqual(session.harness_argv("gemini", extra=["-m", "x", "--", "y"], prompt="-do it", environ=env),
+                         ["/opt/gemini", "--prompt-interactive=-do it", "-m", "x", "--", "y"])
 
     def test_window_name_is_short_task_and_four_id_characters(self):
         self.assertEqual(session.window_name("Cache audit: v2!", "9f3a77-xx"),

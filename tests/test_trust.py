@@ -281,6 +281,48 @@ class CodexCarryTest(TrustCase):
         self.assertIn("/hooks", pending)
 
 
+class GeminiCarryTest(TrustCase):
+    """Gemini CLI 0.61.0 keys folder trust by path in ~/.gemini/trustedFolders.json
+    ({"<path>": "TRUST_FOLDER" | "TRUST_PARENT" | "DO_NOT_TRUST"}, the longest rule wins)."""
+
+    def setUp(self):
+        super().setUp()
+        self.folders = os.path.join(self.home, ".gemini", "trustedFolders.json")
+        os.makedirs(os.path.dirname(self.folders))
+
+    def gemini(self, doc):
+        return self.write(self.folders, json.dumps(doc, indent=2))
+
+    def test_entry_added_beside_the_persons_and_removal_gives_back_every_byte(self):
+        before = self.gemini({self.shared: "TRUST_FOLDER", "/elsewhere": "DO_NOT_TRUST"})
+        self.assertEqual(trust.pending_approvals(self.shared, self.clone, "gemini", self.env),
+                         ["Gemini CLI: trust the folder %s when Gemini asks (untrusted, it loads no project settings: "
+                          "no hooks, so no registration, no messages, no write blocking)" % self.clone])
+        result = trust.carry_over(self.shared, self.clone, self.env, ("gemini",))
+        self.assertEqual(result, {"added": {"gemini": {"config": self.folders, "project": self.clone}}, "notes": []})
+        self.assertEqual(json.loads(self.read(self.folders).decode()),
+                         {self.shared: "TRUST_FOLDER", "/elsewhere": "DO_NOT_TRUST", self.clone: "TRUST_FOLDER"})
+        self.assertEqual(trust.pending_approvals(self.shared, self.clone, "gemini", self.env), [])
+        self.assertEqual(trust.entries_for(self.clone, self.env)["gemini"]["project"], self.clone)
+        self.assertEqual(trust.remove_carried(result["added"], self.env), [])
+        self.assertEqual(self.read(self.folders), before)
+        # never what the person has not given, never what already covers the clone
+        parent = os.path.dirname(self.clone)
+        for doc in ({}, {self.shared: "DO_NOT_TRUST"}, {self.shared: "TRUST_FOLDER", parent + "/x": "TRUST_PARENT"}):
+            with self.subTest(doc=doc):
+                before = self.gemini(doc)
+                self.assertEqual(trust.carry_over(self.shared, self.clone, self.env, ("gemini",)),
+                                 {"added": {}, "notes": []})
+                self.assertEqual(self.read(self.folders), before)
+
+    def test_a_file_with_comments_is_never_edited(self):
+        before = self.write(self.folders, '// mine\n{"%s": "TRUST_FOLDER"}\n' % self.shared)
+        result = trust.carry_over(self.shared, self.clone, self.env, ("gemini",))
+        self.assertEqual(result["added"], {})
+        self.assertIn("not plain JSON", result["notes"][0])
+        self.assertEqual(self.read(self.folders), before)
+
+
 class OptInTest(TrustCase):
 
     def test_opt_in_lives_in_the_users_config_and_an_agent_cannot_set_it(self):
@@ -345,10 +387,14 @@ class WorkCreateTrustTest(support.CoordTestCase):
             f.write("\n".join(lines))
         with open(self.claude_json, "w") as f:
             json.dump({"projects": {self.canon: {"hasTrustDialogAccepted": True}}}, f, indent=2)
+        self.gemini_folders = os.path.join(self.home, ".gemini", "trustedFolders.json")
+        os.makedirs(os.path.dirname(self.gemini_folders))
+        with open(self.gemini_folders, "w") as f:
+            json.dump({self.canon: "TRUST_FOLDER"}, f, indent=2)
 
     def snapshot(self):
         out = {}
-        for path in (self.codex_toml, self.claude_json):
+        for path in (self.codex_toml, self.claude_json, self.gemini_folders):
             with open(path, "rb") as f:
                 out[path] = f.read()
         return out
@@ -376,6 +422,7 @@ class WorkCreateTrustTest(support.CoordTestCase):
         added = work["data"]["trust"]["added"]
         self.assertEqual(added["claude"]["project"], work["path"])
         self.assertEqual(added["codex"]["project"], work["path"])
+        self.assertEqual(added["gemini"]["project"], work["path"])
         self.assertEqual(len(added["codex"]["hooks"]), len(harnesses.codex_hook_hashes(
             os.path.join(self.canon, ".codex", "hooks.json"))))
         self.assertNotEqual(self.snapshot(), before)
