@@ -1451,6 +1451,7 @@ class ShellAgentTest(TmuxWorkCase):
         subprocess.run([self.tmux_bin, "-S", self.sock, "send-keys", "-t", pane, "-l", line], check=True, timeout=10)
         subprocess.run([self.tmux_bin, "-S", self.sock, "send-keys", "-t", pane, "Enter"], check=True, timeout=10)
 
+    @support.slow
     def test_a_shell_agent_gets_its_own_runtime_claims_and_lands_and_is_told_what_is_not_enforced(self):
         handle, path, _ = self.create("shellwork")
         self.env["COORD_SHELL_CMD"] = "/bin/sh"
