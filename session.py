@@ -37,6 +37,9 @@ HARNESSES = {
     "gemini": ("COORD_GEMINI_CMD", ("--resume",)),  # Gemini CLI 0.61.0: --resume <session UUID>, same folder
     "qwen": ("COORD_QWEN_CMD", ("--resume",)),
     "opencode": ("COORD_OPENCODE_CMD", ("--session",)),  # its TUI: `opencode --session ID`
+    "copilot": ("COORD_COPILOT_CMD", ("--resume",)),
+    # An agent with no hooks (Aider, a plain shell): its command runs in the window, nothing to resume.
+    "shell": ("COORD_SHELL_CMD", None),
 }
 
 # Never handed to a tmux client: a client that starts the server gives the server its
@@ -47,6 +50,7 @@ _CLIENT_SCRUB = (
     "CLAUDE_CODE_SESSION_ID", "CLAUDE_ENV_FILE", "CLAUDE_PROJECT_DIR", "CLAUDECODE",
     "CLAUDE_CODE_ENTRYPOINT", "CODEX_SESSION_ID", "CODEX_THREAD_ID",
     "QWEN_CODE_SESSION_ID", "QWEN_CODE_AGENT_ID",
+    "COPILOT_AGENT_SESSION_ID", "COPILOT_CLI",  # Copilot CLI's shell: its session (Store.caller reads it)
 )
 _CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
 # Removed from a launched pane unless the caller sets them: an already running server may
@@ -256,6 +260,8 @@ def harness_command(harness, environ=None):
     environ = os.environ if environ is None else environ
     var = HARNESSES[harness][0]
     raw = environ.get(var, "").strip()
+    if not raw and harness == "shell":
+        return [environ.get("SHELL") or "sh"]
     if not raw:
         return [harness]
     try:
@@ -273,6 +279,13 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     starting with `-`, or one that is a Codex subcommand's name, stays a prompt. no_daemon
     (Codex): add `--no-daemon` (see codex_offers_no_daemon) unless the flags already have it."""
     argv = harness_command(harness, environ)
+    if harness == "copilot":
+        return copilot_argv(argv, conversation, extra, prompt)
+    if harness == "shell":
+        if conversation or prompt is not None:
+            raise UsageError("a shell agent has no conversation to resume and takes no first message",
+                             "coord work start WORK --harness shell, then give the task in its window")
+        return argv + [str(a) for a in extra]
     if conversation:
         argv += list(HARNESSES[harness][1]) + [conversation]
     if no_daemon and harness == "codex" and "--no-daemon" not in [str(a) for a in extra]:
@@ -289,6 +302,20 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
         argv.insert(len(argv) - len(extra), "--prompt-interactive=%s" % prompt)
     elif prompt is not None:
         argv += ([] if "--" in argv[1:] else ["--"]) + [prompt]
+    return argv
+
+
+def copilot_argv(argv, conversation, extra, prompt):
+    """Copilot CLI 1.0.102 takes no positional prompt (`copilot [OPTIONS] [COMMAND]`): the first
+    message of an interactive session is `--interactive=PROMPT` (`-i`), and a conversation is
+    resumed with `--resume=ID` (its value is optional, so it is joined with `=`; so is the prompt,
+    which may start with `-`)."""
+    argv = list(argv)
+    if conversation:
+        argv.append("--resume=%s" % conversation)
+    argv += [str(a) for a in extra]
+    if prompt is not None:
+        argv.append("--interactive=%s" % prompt)
     return argv
 
 

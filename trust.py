@@ -14,13 +14,16 @@ the person approved the very same files in the shared checkout:
   in ~/.qwen/settings.json), `{"<abs dir>": "TRUST_FOLDER"}` in ~/.qwen/trustedFolders.json
   (the deepest rule over a directory decides); a clone gets an entry only when the shared
   checkout is trusted.
+- Copilot CLI (runs the Claude Code hooks): the folder or an ancestor in `trustedFolders` of
+  `$COPILOT_HOME/config.json` (`~/.copilot`); without it no repository hook runs at all.
 
 coord never grants what a person has not given. The opt-in (`coord trust --carry-over on`)
 lives in the user's own configuration directory, never in the repository. With it, a clone gets
 a Codex project entry only when the shared checkout is trusted, a hook entry only when the
 shared checkout trusts that hook at the identical hash and its command names a content-addressed
-runtime copy (so an equal hash means identical code, not only an identical command), and a Claude entry only when Claude
-trusts the shared checkout. Codex entries are written through `codex app-server`
+runtime copy (so an equal hash means identical code, not only an identical command), a Claude entry only when Claude
+trusts the shared checkout, and a Copilot folder only when Copilot trusts the shared checkout
+(under Copilot's own lock, as Copilot itself trusts a worktree it creates of a trusted repository). Codex entries are written through `codex app-server`
 `config/batchWrite` (Codex's own editor keeps every other byte); the Claude file gets a locked,
 atomic, textual edit that keeps every other byte. What was added is recorded in the work and
 removed with it.
@@ -329,12 +332,20 @@ def copilot_config_path(environ=None):
     return os.path.join(base, "config.json")
 
 
+def _copilot_doc(text):
+    """Copilot's config.json text -> its object: JSON with `//` comment lines (ValueError else)."""
+    doc = json.loads("\n".join("" if l.lstrip().startswith("//") else l for l in text.splitlines()) or "{}")
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc
+
+
 def copilot_trusted(directory, environ=None):
     """Whether Copilot CLI (1.0.102) runs `directory`'s repository hooks: it or an ancestor is
     in `trustedFolders` (its older spelling `trusted_folders` counts too) of config.json, where
     Copilot records the person's answer to its folder-trust prompt. The file is JSON with `//`
     comment lines. -> (True/False, None), or (None, why) when it cannot be read. Read-only:
-    coord never trusts a folder for the person."""
+    only carry_over() (the person's opt-in) adds a clone's own folder."""
     path = copilot_config_path(environ)
     try:
         with open(path, "rb") as f:
@@ -344,7 +355,7 @@ def copilot_trusted(directory, environ=None):
     except (OSError, UnicodeDecodeError) as exc:
         return None, "cannot read %s: %s" % (path, getattr(exc, "strerror", None) or exc)
     try:
-        doc = json.loads("\n".join("" if l.lstrip().startswith("//") else l for l in text.splitlines()))
+        doc = _copilot_doc(text)
     except ValueError as exc:
         return None, "%s is not valid JSON (%s)" % (path, exc)
     folders = []
@@ -362,6 +373,89 @@ def copilot_trusted(directory, environ=None):
                 break
             cur = parent
     return False, None
+
+
+COPILOT_KEY = "trustedFolders"  # what Copilot CLI 1.0.102 writes when the person answers "remember"
+
+
+def _copilot_edit(path, change):
+    """Apply change(doc) -> True when it changed the object, to Copilot's config.json the way
+    Copilot 1.0.102 edits it itself (measured: flock LOCK_EX on `config.json.trusted-folders.lock`,
+    read, write a temporary file, rename): under that same lock, so neither loses the other's
+    entry. The leading `//` comment lines stay as they are; the object is written as Copilot
+    writes it (two-space JSON, a final newline), so a removal gives back Copilot's own bytes.
+    Never edits a file that does not parse. -> True when something was written."""
+    real = os.path.realpath(path)
+    os.makedirs(os.path.dirname(real), mode=0o700, exist_ok=True)
+    fd = os.open(real + ".trusted-folders.lock", os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = _raw_bytes(real)
+        try:
+            text = raw.decode("utf-8") if raw is not None else ""
+            doc = _copilot_doc(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise EnvError("%s is not valid JSON (%s); coord will not edit it" % (path, exc),
+                           "let Copilot CLI repair it, or fix it by hand")
+        if not change(doc):
+            return False
+        head = []
+        for line in text.splitlines(True):
+            if not line.lstrip().startswith("//"):
+                break
+            head.append(line if line.endswith("\n") else line + "\n")
+        if raw is None:
+            head = ["// User settings belong in settings.json.\n", "// This file is managed automatically.\n"]
+        data = ("".join(head) + json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        mode = os.stat(real).st_mode & 0o777 if raw is not None else 0o600
+        store.atomic_write(real, data, mode)
+        return True
+    finally:
+        os.close(fd)
+
+
+def copilot_add(path, folder):
+    """Add `folder` to `trustedFolders`; -> whether the key was created (None: already there)."""
+    made = []
+
+    def change(doc):
+        folders = doc.get(COPILOT_KEY)
+        if folders is not None and not isinstance(folders, list):
+            raise EnvError("`%s` in %s is not a list; coord will not edit it" % (COPILOT_KEY, path),
+                           "let Copilot CLI repair its config")
+        if folder in (folders or []):
+            return False
+        made.append(folders is None)
+        doc[COPILOT_KEY] = (folders or []) + [folder]
+        return True
+    return made[0] if _copilot_edit(path, change) else None
+
+
+def copilot_remove(path, folder, drop_key=False):
+    """Take `folder` out of `trustedFolders` (and the key itself when drop_key and it is left
+    empty); -> whether anything was written."""
+    def change(doc):
+        folders = doc.get(COPILOT_KEY)
+        if not isinstance(folders, list) or folder not in folders:
+            return False
+        left = [f for f in folders if f != folder]
+        if left or not drop_key:
+            doc[COPILOT_KEY] = left
+        else:
+            del doc[COPILOT_KEY]
+        return True
+    return _copilot_edit(path, change)
+
+
+def _copilot_listed(directory, environ=None):
+    """Whether `directory` itself (not an ancestor) is in Copilot's `trustedFolders`."""
+    try:
+        with open(copilot_config_path(environ), "rb") as f:
+            doc = _copilot_doc(f.read().decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    folders = doc.get(COPILOT_KEY)
+    return isinstance(folders, list) and directory in folders
 
 
 def _ws(text, i):
@@ -795,6 +889,13 @@ def assess(source, clone, environ=None):
         out["qwen"] = {"config": qwen_folders_path(environ), "gate": on,
                        "shared_trusted": not on or qwen_level(doc, source) is True,
                        "clone_trusted": not on or qwen_level(doc, clone) is True}
+    shared, error = copilot_trusted(source, environ)
+    clone_ok, error2 = copilot_trusted(clone, environ)
+    if error or error2:
+        out["copilot"] = {"error": error or error2}
+    else:
+        out["copilot"] = {"config": copilot_config_path(environ), "shared_trusted": shared,
+                          "clone_trusted": clone_ok}
     out["gemini"] = gemini_assess(source, clone, environ)
     return out
 
@@ -807,7 +908,7 @@ def gemini_assess(source, clone, environ=None):
             "clone_trusted": gemini_trusted(clone, environ)[0], "gate": gemini_folder_trust_enabled(environ)}
 
 
-def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen", "gemini")):
+def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen", "gemini", "copilot")):
     """Carry the person's approvals of `source` over to `clone`; -> {"added": {...}, "notes": [...]}.
 
     Adds only what is missing and approved in the shared checkout; records exactly what it
@@ -870,6 +971,17 @@ def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen"
         notes += more
         if rec:
             added["gemini"] = rec
+    cp = facts.get("copilot") or {}
+    if "copilot" in harnesses and "error" in cp:
+        notes.append("copilot: " + cp["error"])
+    elif "copilot" in harnesses and cp["shared_trusted"] and not cp["clone_trusted"]:
+        # Copilot CLI does the same itself for a worktree it creates of a trusted repository.
+        try:
+            created = copilot_add(cp["config"], clone)
+            if created is not None:
+                added["copilot"] = {"config": cp["config"], "folder": clone, "created_key": created}
+        except (EnvError, OSError) as exc:
+            notes.append("copilot: not carried over: %s" % getattr(exc, "message", exc))
     return {"added": added, "notes": notes}
 
 
@@ -918,6 +1030,8 @@ def entries_for(clone, environ=None):
     gemini = gemini_entry_for(clone, environ)
     if gemini:
         found["gemini"] = gemini
+    if _copilot_listed(clone, environ):
+        found["copilot"] = {"config": copilot_config_path(environ), "folder": clone, "created_key": False}
     return found
 
 
@@ -962,6 +1076,13 @@ def remove_carried(added, environ=None):
         except (EnvError, OSError, ValueError) as exc:
             notes.append("qwen: the entry for the clone stays in %s: %s" % (q["config"], getattr(exc, "message", exc)))
     notes += gemini_remove((added or {}).get("gemini"))
+    cp = (added or {}).get("copilot")
+    if cp and cp.get("folder"):
+        try:
+            copilot_remove(cp["config"], cp["folder"], cp.get("created_key"))
+        except (EnvError, OSError) as exc:
+            notes.append("copilot: the entry for the clone stays in %s: %s" % (cp["config"],
+                                                                              getattr(exc, "message", exc)))
     return notes
 
 
@@ -989,6 +1110,9 @@ def pending_approvals(source, clone, harness, environ=None):
     elif harness == "gemini" and facts["gate"] and not facts["clone_trusted"]:
         out.append("Gemini CLI: trust the folder %s when Gemini asks (untrusted, it loads no project "
                    "settings: no hooks, so no registration, no messages, no write blocking)" % clone)
+    elif harness == "copilot" and not facts["clone_trusted"]:
+        out.append("Copilot CLI: trust the folder %s when Copilot asks (until then it runs no repository hooks: "
+                   "no registration, no messages, no write blocking)" % clone)
     return out
 
 
@@ -1000,7 +1124,7 @@ def cmd_trust(ctx, args):
     if args.carry_over is not None:
         path = set_carry(args.carry_over == "on", environ)
         on = args.carry_over == "on"
-        text = ("carry-over on: new clones get your Codex, Claude Code, Qwen Code and Gemini CLI approvals of the shared checkout "
+        text = ("carry-over on: new clones get your Codex, Claude Code, Qwen Code, Gemini CLI and Copilot CLI approvals of the shared checkout "
                 "(only those you gave; removed with the clone). Stored in %s" % path) if on else \
             "carry-over off (stored in %s)" % path
         return 0, {"ok": True, "carry_over": on, "settings": path}, text
@@ -1014,8 +1138,8 @@ def cmd_trust(ctx, args):
 
 def register(add, common):
     p = add("trust", parents=[common], help="carry your harness approvals over to managed clones (opt-in)")
-    p.add_argument("--carry-over", choices=("on", "off"), help="on: each new clone gets the Codex and Claude "
-                   "Code approvals you gave the shared checkout; off: none (the default)")
+    p.add_argument("--carry-over", choices=("on", "off"), help="on: each new clone gets the Codex, Claude "
+                   "Code and Copilot CLI approvals you gave the shared checkout; off: none (the default)")
     p.set_defaults(func=cmd_trust)
     return p
 

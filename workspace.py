@@ -3967,7 +3967,7 @@ REGISTER_GRACE = 20.0  # seconds a started harness gets to register before `work
 UNREGISTERED = "started, agent not registered: trust prompt?"
 
 
-def carry_trust(st, w, caller, environ, harnesses=("codex", "claude", "qwen", "gemini")):
+def carry_trust(st, w, caller, environ, harnesses=("codex", "claude", "qwen", "gemini", "copilot")):
     """With the person's opt-in (`coord trust --carry-over on`), carry their approvals of the
     shared checkout over to the clone and record exactly what was added; -> the record."""
     import trust
@@ -4035,6 +4035,8 @@ def trust_lines(w):
         bits.append("claude workspace")
     if (added.get("qwen") or {}).get("project"):
         bits.append("qwen folder")
+    if (added.get("copilot") or {}).get("folder"):
+        bits.append("copilot folder")
     lines = ["approvals carried over from the shared checkout: " + "; ".join(bits)] if bits else []
     return lines + [store.clean_text(n, 300) for n in rec.get("notes") or []]
 
@@ -4205,6 +4207,9 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
                    prompt_bytes=None if prompt is None else len(prompt.encode("utf-8", "surrogateescape")),
                    unarchived=True if w["state"] == "archived" else None)
     out = {"work": w["handle"], "tmux": rec}
+    if harness == "shell":
+        out["runtime"] = register_shell(st, w, rec)
+        out["not_enforced"] = list(SHELL_NOT_ENFORCED)
     if approvals is not None:
         out["approvals"] = approvals
     return out
@@ -4218,6 +4223,9 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
     recorded, recorded_harness = store.work_conversation(w)  # a wrapper's record first, else the window's
     conversation = conversation or recorded
     harness = harness or recorded_harness or previous.get("harness") or "claude"
+    if harness == "shell":
+        raise UsageError("work %s ran a shell agent, which has no conversation to resume" % w["handle"],
+                         "coord work start %s --harness shell" % w["handle"])
     if not conversation:
         raise UsageError("no conversation is recorded for %s, so there is nothing to resume" % w["handle"],
                          "coord work resume %s --conversation ID, or start afresh: coord work start %s"
@@ -4231,6 +4239,29 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
     if approvals is not None:
         out["approvals"] = approvals
     return out
+
+
+# An agent with no hooks (Aider, a plain shell) in a window coord launched: what holds and what not.
+SHELL_NOT_ENFORCED = (
+    "no hooks run there: writes are not checked against leases (claim before editing: coord claim PATH)",
+    "messages are not shown to it: read them with coord inbox",
+    "coord cannot tell it from a person typing at that window's terminal")
+
+
+def register_shell(st, w, rec):
+    """`work start --harness shell`: the agent has no hook to register it, so coord registers a
+    runtime (harness `shell`) for the window's own process (pane pid and start time) and records
+    it in the tmux record as a hook would: every coord command run in the window acts as it
+    (Store.caller, process ancestry), and it ends when the window's process exits. -> its handle."""
+    pid = rec["pane_pid"]
+    with st.transaction():
+        rt = st.register(harness="shell", pid=pid, pid_start=store.process_start(pid), cwd=w["path"],
+                         source="work start")
+        cur = st.work(w["id"])
+        st.update_work(w["id"], data={"tmux": dict(cur["data"].get("tmux") or {}, conversation=rt["conversation"],
+                                                   runtime_id=rt["id"])})
+        st.audit("work.attached", rt["id"], w["id"], conversation=rt["conversation"], via="work start")
+    return rt["handle"]
 
 
 def park_work(st, *, caller, handle, reason, override=False):
@@ -4829,7 +4860,11 @@ def cmd_start(ctx, args):
 
 def start_text(r):
     """What `work start` says: nothing when the harness will run coord's hooks; otherwise what a
-    person must approve in the window, and how."""
+    person must approve in the window, and how; for a shell agent its runtime and what is not enforced."""
+    if r.get("not_enforced"):
+        return "\n".join(["%s runs a shell agent in tmux window %s as %s (coord commands there act as it)"
+                          % (r["work"], r["tmux"].get("window_id"), r["runtime"]), "not enforced there:"]
+                         + ["  " + store.hint(n) for n in r["not_enforced"]])
     if not r.get("approvals"):
         return None
     lines = ["%s runs in tmux window %s; coord's hooks stay off there until you approve them:"
@@ -5051,11 +5086,15 @@ def register(sub, common, ident, only=None, unbuilt=None):
     p.set_defaults(func=cmd_remote_verify)
 
 
+LAUNCHABLE = ("claude", "codex", "copilot", "gemini", "qwen", "opencode", "shell")  # session.HARNESSES, without importing session
+
+
 def _register_session(ws, both):
     """tmux subcommands (session.py)."""
     p = ws.add_parser("start", parents=both, help="run a harness for the work in a new tmux window")
     p.add_argument("handle", metavar="HANDLE")
-    p.add_argument("--harness", choices=("claude", "codex", "qwen", "opencode", "gemini"), default="claude")
+    p.add_argument("--harness", choices=LAUNCHABLE, default="claude",
+                   help="shell: an agent with no hooks (COORD_SHELL_CMD, default $SHELL)")
     p.add_argument("--prompt", metavar="TEXT", help="the agent's first message (its task)")
     p.add_argument("--prompt-file", metavar="FILE", help="the first message, read from a UTF-8 file")
     p.add_argument("extra", nargs="*", metavar="ARG", help="more harness arguments, after -- (anywhere)")
@@ -5073,7 +5112,7 @@ def _register_session(ws, both):
     p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
     p.add_argument("handle", metavar="HANDLE")
     p.add_argument("--conversation", metavar="ID", help="default: the recorded conversation")
-    p.add_argument("--harness", choices=("claude", "codex", "qwen", "opencode", "gemini"))
+    p.add_argument("--harness", choices=LAUNCHABLE[:-1])
     _override_argument(p)
     p.set_defaults(func=cmd_resume)
     p = ws.add_parser("close", parents=both, help="kill exactly the recorded window (validated by ID)")

@@ -158,6 +158,14 @@ class CoordScenarios(h.CoordCase):
                 break
         self.assertIn("coord: you are %s" % rts[0]["handle"], first.user_text())
 
+    def test_the_installed_skill_is_offered_once(self):
+        # Copilot CLI 1.0.102 reads project skills from .github/skills, .agents/skills and
+        # .claude/skills; coord's two copies (.agents, .claude) are one skill to it, by name.
+        self.run_agent([say("done")])
+        text = self.server.model_requests()[0].text()
+        self.assertEqual(text.count("<name>coord</name>"), 1, text[text.find("<available_skills>"):][:1500])
+        self.assertIn("<location>project</location>", text)
+
     def delivery_state(self, msg_id):
         st = store.Store(self.env["COORD_DB"])
         try:

@@ -1,4 +1,4 @@
-"""End-to-end: `coord work start --prompt` gives the real Claude Code, Codex and Gemini CLIs, run
+"""End-to-end: `coord work start --prompt` gives the real Claude Code, Codex, Copilot, Gemini and OpenCode CLIs, run
 interactively in a tmux window (a private socket), their first message, offline against
 tests/modelserver.py; and with coord installed and committed, the harness's SessionStart hook
 in the clone names the work and its owner to the model and labels the tmux window and pane
@@ -42,7 +42,8 @@ class StartWithPrompt(object):
         os.mkdir(scratch, 0o700)
         self.coord_env = {"JJ_CONFIG": cfg, "COORD_SCRATCH_ROOT": scratch, "COORD_TMUX_SOCKET": self.sock,
                           "COORD_CLAUDE_CMD": h.find_cli("claude") or "claude",
-                          "COORD_CODEX_CMD": h.find_cli("codex") or "codex"}
+                          "COORD_CODEX_CMD": h.find_cli("codex") or "codex",
+                          "COORD_COPILOT_CMD": h.find_cli("copilot") or "copilot"}
         self.coord_env.update(self.agent_env())
 
     def run_coord(self, *args, env):
@@ -170,3 +171,73 @@ class OpenCodeStartWithPrompt(StartWithPrompt, h.HarnessCase):
 
     def prepare(self, clone):
         pass  # OpenCode asks nothing first: no trust prompt, no onboarding (1.18.33)
+class CopilotStartWithPrompt(StartWithPrompt, h.HarnessCase):
+    """Copilot CLI 1.0.102: `--interactive=PROMPT` (it takes no positional prompt); its hooks are
+    the Claude Code ones, run once the person trusted the folder (here: carried over from the
+    shared checkout by `coord trust --carry-over on`, as a person would have opted in)."""
+
+    harness = "copilot"
+
+    def harness_env(self):
+        return h.copilot_env(self.home, self.server)
+
+    def prepare(self, clone):
+        h.trust_copilot_folder(self.home, clone)
+
+    def copilot_trusted(self):
+        with open(os.path.join(self.home, ".copilot", "config.json")) as f:
+            text = f.read()
+        return json.loads("\n".join(l for l in text.splitlines() if not l.lstrip().startswith("//")))["trustedFolders"]
+
+    def test_carried_trust_runs_the_hooks_resume_continues_the_conversation_remove_takes_the_trust_away(self):
+        self.install_and_commit()
+        env = dict(self.harness_env(), **self.coord_env)
+        h.trust_copilot_folder(self.home, self.repo)  # the person trusted the shared checkout once
+        self.coord_at_terminal("trust", "--carry-over", "on", env=env, check=0)
+        owner = self.run_coord("hello", env=env)["runtime"]
+        env["COORD_RUNTIME_ID"] = owner["id"]
+        work = self.run_coord("work", "create", "copiloted", env=env)["work"]
+        self.assertEqual(work["data"]["trust"]["added"]["copilot"]["folder"], work["path"])
+        self.assertEqual(self.copilot_trusted(), [self.repo, work["path"]])
+        self.server.load([say("on it")] * 8)
+        self.run_coord("work", "start", work["handle"], "--harness", "copilot", "--prompt", "FIRST-TASK go", env=env)
+
+        def linked(conversation=None):
+            rec = self.run_coord("work", "inspect", work["handle"], "--verbose", env=env)["work"]["data"]["tmux"]
+            return rec if rec.get("runtime_id") and rec.get("pid") != -1 and \
+                (conversation is None or rec.get("conversation") == conversation) else None
+        rec = support.retry_until(linked, timeout=90, interval=0.5)
+        runtimes = {r["id"]: r for r in self.run_coord("list", env=env)["runtimes"]}
+        self.assertEqual(runtimes[rec["runtime_id"]]["harness"], "copilot")
+        support.retry_until(lambda: [r for r in list(self.server.requests) if r.api and "FIRST-TASK" in r.text()],
+                            timeout=60, interval=0.5)
+        self.run_coord("work", "park", work["handle"], "--reason", "later", env=env)
+        out = self.run_coord("work", "resume", work["handle"], env=env)
+        self.assertIn("--resume=%s" % rec["conversation"], out["tmux"]["pane_command"])
+        # Copilot 1.0.102 runs a resumed session's hooks (sessionStart first) only once a message
+        # is submitted: until someone types, the resumed window is not registered.
+        pane = out["tmux"]["pane_id"]
+
+        def shows(text):
+            return text in subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-t", pane],
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                          timeout=10).stdout
+        support.retry_until(lambda: shows("FIRST-TASK go"), timeout=90, interval=0.5)
+        for keys in (["-l", "SECOND-TASK next"], ["Enter"]):
+            subprocess.run([self.tmux_bin, "-S", self.sock, "send-keys", "-t", pane] + keys, check=True, timeout=10)
+        try:
+            again = support.retry_until(lambda: (lambda r: r if r and r["runtime_id"] != rec["runtime_id"] else None)(
+                linked(rec["conversation"])), timeout=90, interval=0.5)
+        except AssertionError:
+            pane = self.run_coord("work", "inspect", work["handle"], "--verbose", env=env)["work"]["data"]["tmux"]
+            screen = subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-t", pane["pane_id"]],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=10).stdout
+            self.fail("the resumed Copilot did not register; record %r; the window shows:\n%s" % (pane, screen[-3000:]))
+        self.assertEqual(again["conversation"], rec["conversation"], "Copilot resumed the same session")
+        resumed = support.retry_until(lambda: [r for r in list(self.server.requests)
+                                               if r.api and "SECOND-TASK" in r.text()], timeout=60, interval=0.5)
+        self.assertIn("FIRST-TASK", resumed[-1].text(), "the resumed conversation carries the first task")
+        self.run_coord("work", "close", work["handle"], env=env)
+        self.run_coord("work", "gate", work["handle"], "--waive", "--reason", "e2e", env=env)
+        self.run_coord("work", "remove", work["handle"], "--confirm", work["handle"], env=env)
+        self.assertEqual(self.copilot_trusted(), [self.repo])

@@ -1387,8 +1387,8 @@ class DoctorClonesTest(InstallTestCase):
         self.assertEqual((c["codex_project_trusted"], c["codex_hooks"], c["codex_hooks_trusted"], c["claude_trusted"]),
                          (False, len(EVENTS), 0, False))
         text = self.install("--doctor", check=0).stdout
-        self.assertIn("clone %s (task): codex project NOT trusted, hooks 0/%d trusted; claude NOT trusted"
-                      % (w["handle"], len(EVENTS)), text)
+        self.assertIn("clone %s (task): codex project NOT trusted, hooks 0/%d trusted; claude NOT trusted; "
+                      "copilot NOT trusted" % (w["handle"], len(EVENTS)), text)
         self.assertIn("/hooks", text)
         lines = ['[projects."%s"]' % clone, 'trust_level = "trusted"', '']
         for key, digest in sorted(harnesses.codex_hook_hashes(os.path.join(clone, ".codex", "hooks.json")).items()):
@@ -1397,10 +1397,13 @@ class DoctorClonesTest(InstallTestCase):
             f.write("\n".join(lines))
         with open(os.path.join(self.home, ".claude.json"), "w") as f:
             json.dump({"projects": {os.path.dirname(clone): {"hasTrustDialogAccepted": True}}}, f)
+        os.makedirs(os.path.join(self.home, ".copilot"))
+        with open(os.path.join(self.home, ".copilot", "config.json"), "w") as f:
+            json.dump({"trustedFolders": [clone]}, f)
         c = json.loads(self.install("--doctor", "--json", check=0).stdout)["clones"][0]
-        self.assertEqual((c["codex_project_trusted"], c["codex_hooks_trusted"], c["claude_trusted"]),
-                         (True, len(EVENTS), True))
-        self.assertIn("hooks %d/%d trusted; claude trusted\n" % (len(EVENTS), len(EVENTS)),
+        self.assertEqual((c["codex_project_trusted"], c["codex_hooks_trusted"], c["claude_trusted"],
+                          c["copilot_trusted"]), (True, len(EVENTS), True, True))
+        self.assertIn("hooks %d/%d trusted; claude trusted; copilot trusted\n" % (len(EVENTS), len(EVENTS)),
                       self.install("--doctor", check=0).stdout)
 
 

@@ -563,6 +563,21 @@ class PromptArgvTest(CoordTestCase):
             self.assertEqual(session.harness_argv(harness, extra=["--model", "m"], environ={}, prompt="review"),
                              [harness, "--model", "m", "--", "review"])
 
+    def test_copilot_takes_its_prompt_and_conversation_as_option_values(self):
+        # Copilot CLI 1.0.102 has no positional prompt; `--resume` takes an optional value.
+        self.assertEqual(session.harness_argv("copilot", "c-1", extra=["--model", "m"], environ={}, prompt="-go"),
+                         ["copilot", "--resume=c-1", "--model", "m", "--interactive=-go"])
+        self.assertEqual(session.harness_argv("copilot", environ={"COORD_COPILOT_CMD": "/opt/copilot --yolo"}),
+                         ["/opt/copilot", "--yolo"])
+
+    def test_a_shell_agent_runs_its_command_and_takes_no_prompt_or_conversation(self):
+        self.assertEqual(session.harness_argv("shell", extra=["-x"], environ={"SHELL": "/bin/bash"}), ["/bin/bash", "-x"])
+        self.assertEqual(session.harness_argv("shell", environ={"COORD_SHELL_CMD": "aider --no-git", "SHELL": "/x"}),
+                         ["aider", "--no-git"])
+        for kw in ({"prompt": "go"}, {"conversation": "c"}):
+            with self.assertRaises(store.UsageError):
+                session.harness_argv("shell", environ={}, **kw)
+
     def test_a_separator_in_the_extra_arguments_is_not_repeated(self):
         self.assertEqual(session.harness_argv("codex", extra=["--", "x"], environ={}, prompt="-p"),
                          ["codex", "--", "x", "-p"])

@@ -321,6 +321,62 @@ class GeminiCarryTest(TrustCase):
         self.assertEqual(result["added"], {})
         self.assertIn("not plain JSON", result["notes"][0])
         self.assertEqual(self.read(self.folders), before)
+# Copilot CLI's config.json as Copilot 1.0.102 writes it (its own header lines), with a
+# person's folder and a key of its own beside the trusted shared checkout.
+COPILOT_JSON = """// User settings belong in settings.json.
+// This file is managed automatically.
+{
+  "firstLaunchAt": "2026-11-30T10:00:00.000Z",
+  "trustedFolders": [
+    "/home/user/other",
+    "%s"
+  ]
+}
+"""
+
+
+class CopilotCarryTest(TrustCase):
+
+    def setUp(self):
+        super().setUp()
+        self.copilot_json = os.path.join(self.home, ".copilot", "config.json")
+        os.makedirs(os.path.dirname(self.copilot_json))
+
+    def test_folder_added_under_copilots_lock_and_removal_gives_back_every_byte(self):
+        before = self.write(self.copilot_json, COPILOT_JSON % self.shared)
+        self.assertEqual(trust.pending_approvals(self.shared, self.clone, "copilot", self.env), [
+            "Copilot CLI: trust the folder %s when Copilot asks (until then it runs no repository hooks: "
+            "no registration, no messages, no write blocking)" % self.clone])
+        result = trust.carry_over(self.shared, self.clone, self.env, ("copilot",))
+        self.assertEqual(result["notes"], [])
+        self.assertEqual(result["added"], {"copilot": {"config": self.copilot_json, "folder": self.clone,
+                                                       "created_key": False}})
+        self.assertEqual(trust.copilot_trusted(self.clone, self.env), (True, None))
+        self.assertEqual(trust.pending_approvals(self.shared, self.clone, "copilot", self.env), [])
+        self.assert_only_insertions(before, self.read(self.copilot_json))
+        self.assertTrue(os.path.exists(self.copilot_json + ".trusted-folders.lock"), "Copilot's own lock file")
+        self.assertEqual(trust.entries_for(self.clone, self.env)["copilot"]["folder"], self.clone)
+        self.assertEqual(trust.remove_carried(result["added"], self.env), [])
+        self.assertEqual(self.read(self.copilot_json), before)
+        self.assertEqual(trust.copilot_trusted(self.clone, self.env), (False, None))
+
+    def test_untrusted_shared_checkout_or_an_unreadable_config_carries_nothing(self):
+        for text, note in ((COPILOT_JSON % "/somewhere/else", None), ('{"trustedFolders": [', "not valid JSON")):
+            with self.subTest(note=note):
+                before = self.write(self.copilot_json, text)
+                result = trust.carry_over(self.shared, self.clone, self.env, ("copilot",))
+                self.assertEqual(result["added"], {})
+                if note:
+                    self.assertIn(note, result["notes"][0])
+                else:
+                    self.assertEqual(result["notes"], [])
+                self.assertEqual(self.read(self.copilot_json), before)
+
+    def test_a_clone_under_a_trusted_ancestor_is_left_alone(self):
+        before = self.write(self.copilot_json, COPILOT_JSON % os.path.dirname(self.clone))
+        self.assertEqual(trust.carry_over(os.path.dirname(self.clone), self.clone, self.env, ("copilot",))["added"],
+                         {})
+        self.assertEqual(self.read(self.copilot_json), before)
 
 
 class OptInTest(TrustCase):
@@ -435,6 +491,27 @@ class WorkCreateTrustTest(support.CoordTestCase):
         self.assertIn("work.trust-carried", events)
         self.assertIn("work.trust-removed", events)
 
+
+    @support.slow
+    def test_copilot_folder_trust_is_carried_at_create_and_taken_away_at_remove(self):
+        copilot_json = os.path.join(self.home, ".copilot", "config.json")
+        os.makedirs(os.path.dirname(copilot_json))
+        with open(copilot_json, "w") as f:
+            f.write(COPILOT_JSON % self.canon)
+        with open(copilot_json, "rb") as f:
+            before = f.read()
+        self.coord_at_terminal("trust", "--carry-over", "on", check=0)
+        text = self.coord("work", "create", "trusty", "--runtime", self.rt["id"], cwd=self.canon).stdout
+        self.assertRegex(text, r"approvals carried over from the shared checkout: .*claude workspace; copilot folder")
+        work = self.coord_json("work", "inspect", text.split()[0], "--runtime", self.rt["id"], cwd=self.canon)["work"]
+        self.assertEqual(work["data"]["trust"]["added"]["copilot"]["folder"], work["path"])
+        self.assertEqual(trust.copilot_trusted(work["path"], self.env), (True, None))
+        self.coord("work", "gate", work["handle"], "--waive", "--reason", "test", "--runtime", self.rt["id"],
+                   cwd=self.canon, check=0)
+        self.coord("work", "remove", work["handle"], "--confirm", work["handle"], "--runtime", self.rt["id"],
+                   cwd=self.canon, check=0)
+        with open(copilot_json, "rb") as f:
+            self.assertEqual(f.read(), before)
 
     @support.slow
     def test_after_losing_the_database_an_adopted_clone_takes_its_entries_away_at_remove(self):

@@ -1441,6 +1441,61 @@ class TmuxWorkTest(TmuxWorkCase):
         self.assertIn(window, self.windows())
 
 
+class ShellAgentTest(TmuxWorkCase):
+    """An agent with no hooks (Aider, a plain shell), in usage order: `work start --harness shell`
+    runs a real shell in the clone's tmux window, registered by coord for that window; commands
+    typed there act as it (its own identity, not the owner's nor a person's), it claims, commits
+    with jj and lands under the integration lock; and start says what is not enforced."""
+
+    def type_in(self, pane, line):
+        subprocess.run([self.tmux_bin, "-S", self.sock, "send-keys", "-t", pane, "-l", line], check=True, timeout=10)
+        subprocess.run([self.tmux_bin, "-S", self.sock, "send-keys", "-t", pane, "Enter"], check=True, timeout=10)
+
+    @support.slow
+    def test_a_shell_agent_gets_its_own_runtime_claims_and_lands_and_is_told_what_is_not_enforced(self):
+        handle, path, _ = self.create("shellwork")
+        self.env["COORD_SHELL_CMD"] = "/bin/sh"
+        os.environ.update(self.env)
+        out = self.work("start", handle, "--harness", "shell", check=0).stdout
+        rec = self.record(handle)["data"]["tmux"]
+        self.assertEqual(rec["harness"], "shell")
+        self.assertTrue(rec.get("runtime_id"), rec)
+        shell_rt = self.coord_json("list")["runtimes"]
+        shell_rt = [r for r in shell_rt if r["id"] == rec["runtime_id"]][0]
+        self.assertEqual((shell_rt["harness"], shell_rt["pid"]), ("shell", rec["pane_pid"]))
+        self.assertIn("runs a shell agent in tmux window %s as %s" % (rec["window_id"], shell_rt["handle"]), out)
+        self.assertIn("not enforced there:", out)
+        self.assertIn("writes are not checked against leases", out)
+        self.assertIn("coord inbox", out)
+        coord = "%s %s" % (shlex.quote(sys.executable), shlex.quote(support.COORD))
+        res = os.path.join(self.tmp, "res")
+        os.mkdir(res)
+        self.type_in(rec["pane_id"], "%s claim notes.txt -p 'shell agent' --json > %s/claim.json 2>&1; "
+                     "echo shell > feature.txt && jj describe -m 'feature from the shell agent' >/dev/null 2>&1 && "
+                     "%s work integrate land %s --into main --check true --json > %s/land.json 2>&1; echo $? > %s/done"
+                     % (coord, res, coord, handle, res, res))
+        support.retry_until(lambda: os.path.exists(os.path.join(res, "done")) and
+                            open(os.path.join(res, "done")).read().strip(), timeout=120, interval=0.2)
+        with open(os.path.join(res, "claim.json")) as f:
+            claim = json.load(f)
+        with open(os.path.join(res, "land.json")) as f:
+            land_text = f.read()
+        self.assertTrue(claim["ok"], claim)
+        holders = {l["resource"]: l["runtime"] for l in self.coord_json("list")["leases"]}
+        self.assertEqual(holders.get("notes.txt"), shell_rt["id"], "the window's runtime holds it, not the owner")
+        land = json.loads(land_text.splitlines()[0])
+        self.assertTrue(land["ok"], land_text)
+        self.assertEqual(self.jj(self.canon, "file", "show", "-r", "main", "feature.txt"), "shell\n")
+        landed = [e for e in self.coord_json("audit")["events"] if e["event"].startswith("work.integrat")
+                  and e["runtime"] == shell_rt["id"]]
+        self.assertTrue(landed, "the integration lock was taken by the shell agent's runtime")
+        self.work("park", handle, "--reason", "landed", check=0)
+        proc = self.work("resume", handle)
+        self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
+        self.assertIn("shell agent, which has no conversation to resume", proc.stderr)
+        self.assertIn("work start %s --harness shell" % handle, proc.stderr)
+
+
 class MissingToolTest(TmuxWorkCase):
     """A tool missing from PATH is an environment error (exit 4) with a hint, never exit 1."""
 
