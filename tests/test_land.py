@@ -15,6 +15,7 @@ import support
 from support import CoordTestCase
 
 import store
+import land
 import workspace
 
 LAND_KILL_ENV = "COORD_TEST_LAND_KILL_AFTER"
@@ -867,7 +868,7 @@ class LandCheckProcessTest(LandCase):
         r, w = os.pipe()
         os.close(w)  # coord gone before its "go": the shell reads EOF
         try:
-            proc = subprocess.run(["/bin/sh", "-c", workspace._GATED % (r, r), "sh", "touch %s" % marker],
+            proc = subprocess.run(["/bin/sh", "-c", land._GATED % (r, r), "sh", "touch %s" % marker],
                                   pass_fds=(r,), timeout=30)
         finally:
             os.close(r)

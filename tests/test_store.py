@@ -1135,7 +1135,7 @@ class SqlOnlyInStoreTest(support.CoordTestCase):
 
     def test_no_other_module_queries_the_database(self):
         import ast
-        for name in ("hook.py", "coord", "workspace.py", "session.py", "trust.py", "install"):
+        for name in ("hook.py", "coord", "workspace.py", "land.py", "cleanup.py", "session.py", "trust.py", "install"):
             with open(os.path.join(support.ROOT, name), encoding="utf-8") as f:
                 tree = ast.parse(f.read(), name)
             found = []
