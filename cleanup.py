@@ -1,9 +1,10 @@
 """coord's cleanup: everything that deletes a clone, and the evidence it needs first.
 
 Invariants this module keeps:
-- Removal deletes a directory only when every rule in RULES holds; otherwise it says which
-  rule fails and the next command. Each rule is a small function of (context) returning named
-  blockers (dicts with `rule`, `message`, `hint`...), never mutating the record it reads.
+- Removal deletes a directory only when every rule holds (RECORD_RULES, PRESENCE_RULES,
+  CONTENT_RULES); otherwise it says which rule fails and the next command. Each rule is a small
+  function returning named blockers (workspace.blocker: code, message, next) that only reads:
+  the evidence it gathers (snapshot time, @) is returned by cleanup_check, not written into the record.
 - Nothing is ever found by scanning directories: only recorded works, at their recorded,
   verified paths (workspace.verified_path).
 - Nothing is deleted that is in no commit the shared repository has: every file on disk is in
@@ -12,7 +13,7 @@ Invariants this module keeps:
 - The clone is renamed aside, checked again, and put back on any change before it is deleted.
 
 Layout, top-down: the evidence (what is live, what is only in the clone), the rules and
-`cleanup_blockers`, delete-aside, `remove_work` and `gc_works`, their handlers and parsers.
+`cleanup_check`, delete-aside, `remove_work` and `gc_works`, their handlers and parsers.
 """
 
 import os
@@ -40,7 +41,7 @@ def uncaptured(w, environ=None):
     files, unreadable = workspace.disk_entries(w["path"])
     out = []
     if unreadable:
-        out.append(("unreadable", "cannot list %d director%s: %s" % (
+        out.append(workspace.blocker("unreadable", "cannot list %d director%s: %s" % (
             len(unreadable), "y" if len(unreadable) == 1 else "ies", workspace.named_paths(unreadable)),
             "fix the permissions (or move the contents out), then retry", {"paths": unreadable}))
     _, listed, _ = workspace.jj(["file", "list", "-r", "@", "-T", 'path ++ "\\0"'], w["path"], snapshot=False,
@@ -61,12 +62,12 @@ def uncaptured(w, environ=None):
         made = land.check_created(w, ignored)  # caches of coord's own landing check, unchanged since
         ignored = [f for f in ignored if f not in made]
     if untracked:
-        out.append(("untracked", "%d file(s) jj did not snapshot (too large, auto-track off, or in a nested "
+        out.append(workspace.blocker("untracked", "%d file(s) jj did not snapshot (too large, auto-track off, or in a nested "
                     "repository): %s" % (len(untracked), workspace.named_paths(untracked)),
                     "commit the untracked files (a large one: jj --config snapshot.max-new-file-size=100MiB "
                     "file track PATH) or move them out of the clone", {"paths": untracked}))
     if ignored:
-        out.append(("ignored", "%d ignored file(s) in no commit: %s" % (len(ignored), workspace.named_paths(ignored)),
+        out.append(workspace.blocker("ignored", "%d ignored file(s) in no commit: %s" % (len(ignored), workspace.named_paths(ignored)),
                     "move the ignored files out, or discard them with the clone: coord work remove %s --confirm %s "
                     "--discard-ignored" % (h, h), {"paths": ignored}))
     return out
@@ -114,7 +115,7 @@ def git_only(w, environ=None):
                 kept.append(name)
         if kept:
             quoted = shlex.quote(path)
-            out.append(("git-only-refs", "%d ref(s) only in the clone's git, where jj does not look: %s" % (
+            out.append(workspace.blocker("git-only-refs", "%d ref(s) only in the clone's git, where jj does not look: %s" % (
                 len(kept), workspace.named_paths(kept)),
                 "look (git -C %s stash list; git -C %s log REF), keep what matters (git -C %s stash pop, then jj "
                 "describe), delete each ref (git -C %s update-ref -d REF), then retry" % (quoted, quoted, quoted, quoted),
@@ -123,7 +124,7 @@ def git_only(w, environ=None):
     try:
         names = sorted(os.listdir(gitdir))
     except OSError as exc:
-        return out + [("unreadable", "cannot list %s: %s" % (gitdir, exc.strerror), "fix the permissions, then retry")]
+        return out + [workspace.blocker("unreadable", "cannot list %s: %s" % (gitdir, exc.strerror), "fix the permissions, then retry")]
     for name in names:
         if name not in GIT_OWN and name not in ("modules", "lfs") and not name.endswith(".lock"):
             files.append(".git/" + name)
@@ -131,7 +132,7 @@ def git_only(w, environ=None):
     out += _submodule_repos(w, gitdir, environ)
     files += _lfs_objects(w, gitdir)
     if files:
-        out.append(("git-only-files", "%d file(s) under .git/ that only the clone has: %s" % (len(files), workspace.named_paths(files)),
+        out.append(workspace.blocker("git-only-files", "%d file(s) under .git/ that only the clone has: %s" % (len(files), workspace.named_paths(files)),
                     "move them out of %s, then retry" % shlex.quote(path), {"paths": files}))
     return out
 
@@ -175,7 +176,7 @@ def _submodule_repos(w, gitdir, environ):
             kept.append(".git/" + rel)
     if not kept:
         return []
-    return [("git-only-submodules", "%d submodule repositor%s only the clone has (commits there may exist nowhere "
+    return [workspace.blocker("git-only-submodules", "%d submodule repositor%s only the clone has (commits there may exist nowhere "
              "else): %s" % (len(kept), "y" if len(kept) == 1 else "ies", workspace.named_paths(kept)),
              "push what matters from each (git -C %s/MODULE_PATH push), or move %s out of the clone, then retry"
              % (shlex.quote(w["path"]), workspace.named_paths(kept)), {"paths": kept})]
@@ -232,11 +233,8 @@ def _same_file(a, b):
 
 
 def reason_json(blocker):
-    code, message, hint = blocker[:3]
-    out = {"code": code, "message": message, "next": hint}
-    if len(blocker) > 3:
-        out.update(blocker[3])
-    return out
+    """The JSON form of a blocker (workspace.blocker): the dict itself, copied."""
+    return dict(blocker)
 
 
 def split_discardable(blockers, discard_ignored):
@@ -244,111 +242,190 @@ def split_discardable(blockers, discard_ignored):
     blocker no longer blocks, and its paths are what the removal will discard."""
     if not discard_ignored:
         return blockers, []
-    rest = [b for b in blockers if b[0] != "ignored"]
-    paths = [p for b in blockers if b[0] == "ignored" for p in b[3]["paths"]]
+    rest = [b for b in blockers if b["code"] != "ignored"]
+    paths = [p for b in blockers if b["code"] == "ignored" for p in b["paths"]]
     return rest, paths
 
 
-def cleanup_blockers(st, w, caller, environ=None, procs=False):
-    """Every reason the work's directory may not be deleted now: [(code, message, next command)].
+# The rules, in the order their blockers are listed. Each is rule(look) -> [blocker] and only
+# reads: `look` holds the Store, the record, the caller and what was gathered for it (see
+# cleanup_check). Three groups, because later ones need what earlier ones allow:
+# - RECORD_RULES read the record alone; then the directory must be provably the work's
+#   (workspace.directory_problems), or nothing else is looked at;
+# - PRESENCE_RULES read who and what is live in or around the clone; anything live inside
+#   (tmux-open, runtime-inside, process-inside) stops here: a snapshot would race it;
+# - CONTENT_RULES read the clone after one fresh snapshot; a jj or git failure stops with
+#   `jj-failed`.
 
-    Rules (all must hold): the real path is below the recorded scratch root; the on-disk
-    marker carries the registry token; no live runtime other than the caller owns the work and
-    no recorded tmux window still runs in it; the caller is not inside it; nothing live is
-    inside it (a live runtime by recorded cwd or harness process, or any process by its
-    working directory; then the clone is not snapshotted and its contents stay unexamined);
-    the gate passed or was waived; after a fresh snapshot every file on disk is in @ (an
-    untracked or ignored file blocks; `ignored` blockers carry their paths for
-    --discard-ignored); and the clone holds no non-empty change the canonical bookmarks lack
-    (@ included) unless those changes are all within the frozen candidate and that candidate
-    was proven integrated, or released with a waived gate. procs: process_cwds(), read once
-    by a caller that checks many records.
-    """
-    h = w["handle"]
-    if w["state"] == "removed":
-        return [("removed", "already removed", "coord work list")]
-    out = []
-    if w["state"] == "creating" and workspace.owner_of(st, w) is not None:
-        out.append(("creating", "its creation may still be running", "wait, then coord work inspect %s" % h))
-    problems = workspace.directory_problems(w)
-    if problems:
-        return out + problems
+def _rule_creating(look):
+    w = look["w"]
+    if w["state"] == "creating" and workspace.owner_of(look["st"], w) is not None:
+        return [workspace.blocker("creating", "its creation may still be running",
+                                  "wait, then coord work inspect %s" % w["handle"])]
+    return []
+
+
+def _rule_owner_alive(look):
+    st, w, caller = look["st"], look["w"], look["caller"]
     owner = workspace.owner_of(st, w)
     if owner is not None and (caller is None or owner["id"] != caller["id"]) and \
             workspace.authority(st, w, caller) not in ("successor", "person"):
-        out.append(("owner-alive", "owned by live runtime %s" % owner["handle"],
-                    "ask it: coord send \"done with %s?\" --to %s ; or wait until it ends" % (h, owner["handle"])))
-    tmux_problem = _tmux_alive(w)
-    if tmux_problem:
-        out.append(("tmux-open", tmux_problem, "coord work close %s" % h))
+        return [workspace.blocker("owner-alive", "owned by live runtime %s" % owner["handle"],
+                                  "ask it: coord send \"done with %s?\" --to %s ; or wait until it ends"
+                                  % (w["handle"], owner["handle"]))]
+    return []
+
+
+def _rule_tmux_open(look):
+    problem = _tmux_alive(look["w"])
+    return [workspace.blocker("tmux-open", problem, "coord work close %s" % look["w"]["handle"])] if problem else []
+
+
+def _rule_cwd_inside(look):
+    path = look["w"]["path"]
     cwd = os.path.realpath(os.getcwd())
-    if cwd == w["path"] or workspace.below(cwd, w["path"]):
-        out.append(("cwd-inside", "this command runs inside %s" % w["path"], "cd out of the clone, then retry"))
-    live = workspace.live_inside(st, w, workspace.process_cwds() if procs is False else procs)
-    out += live
-    gate = workspace.gate_of(w)
-    if gate["state"] not in workspace.GATE_DONE:
-        out.append(("ungated", "its gate has not passed and was not waived",
-                    "coord work gate %s --pass (or --waive --reason \"why\")" % h))
-    if live or tmux_problem:
-        # A snapshot would race whatever runs inside (and sweep its half-written files into @).
-        return out + [("unexamined", "its contents were not examined because it is in use",
-                       "retry when nothing runs inside it")]
-    try:
-        w["evidence_at"] = time.time()  # anything changed after this is not covered by the evidence
-        ids = workspace.head_ids(w["path"], environ=environ)  # the snapshot: edits on disk become visible
-        out += uncaptured(w, environ)
-        out += git_only(w, environ)
-        local = land.local_revset(w, environ)
-        rows = workspace.local_changes(w["path"], local, environ)
-    except store.CoordError as exc:
-        return out + [("jj-failed", "cannot read the clone: %s" % exc.message, "coord work inspect %s --verbose" % h)]
-    w["data"]["current"] = {"change": ids["change"], "commit": ids["commit"], "empty": ids["empty"], "at": workspace.now_time()}
+    if cwd == path or workspace.below(cwd, path):
+        return [workspace.blocker("cwd-inside", "this command runs inside %s" % path, "cd out of the clone, then retry")]
+    return []
+
+
+def _rule_nothing_live_inside(look):
+    procs = workspace.process_cwds() if look["procs"] is False else look["procs"]
+    return workspace.live_inside(look["st"], look["w"], procs)
+
+
+def _rule_gated(look):
+    if workspace.gate_of(look["w"])["state"] not in workspace.GATE_DONE:
+        return [workspace.blocker("ungated", "its gate has not passed and was not waived",
+                                  "coord work gate %s --pass (or --waive --reason \"why\")" % look["w"]["handle"])]
+    return []
+
+
+def _rule_on_disk_in_commit(look):
+    return uncaptured(look["w"], look["environ"])
+
+
+def _rule_nothing_only_in_git(look):
+    return git_only(look["w"], look["environ"])
+
+
+def _rule_local_changes_landed(look):
+    """The clone holds no non-empty change the canonical bookmarks lack (@ included), unless
+    those changes are all within the frozen candidate and that candidate was proven integrated,
+    or released with a waived gate."""
+    w, environ = look["w"], look["environ"]
+    local = land.local_revset(w, environ)
+    rows = workspace.local_changes(w["path"], local, environ)
     if not rows:
-        return out
+        return []
     integ = workspace.integration_of(w)
     cand = integ.get("candidate")
     proven = bool(integ.get("proof")) and cand and integ["proof"].get("candidate") == cand["commit"]
     released = bool(integ.get("released"))
     if proven or (released and cand):
-        try:
-            extra = workspace.local_changes(w["path"], "(%s) ~ ::%s" % (local, cand["commit"]), environ)
-        except store.CoordError:
-            extra = rows
-        if proven and cand.get("rebased_from"):
-            # Landed in rebased form (the clone was in use): the exact commit that was rebased,
-            # without conflict, into the proven candidate is captured by it; anything the clone
-            # changed since (an amended commit has another ID) still counts.
-            extra = [r for r in extra if r["commit"] != cand["rebased_from"]]
-        if extra:
-            if proven:
-                out.append(("changed-after-integration",
-                            "%d change(s) beyond the integrated candidate %s (first %s)" % (
-                                len(extra), cand["commit"][:12], extra[0]["commit"]),
-                            "integrate them again (coord work integrate acquire %s --into %s) or keep the clone"
-                            % (h, integ.get("into"))))
-            else:  # a landing that stopped on a conflict in the clone left the rebased changes here
-                out.append(_stopped_landing_rule(w, h) or (
-                    "changed-after-freeze", "%d change(s) beyond the candidate frozen before the release" % len(extra),
-                    "coord work integrate acquire %s --into %s" % (h, integ.get("into"))))
-        elif not proven and gate["state"] != "waived":
-            out.append(_stopped_landing_rule(w, h) or ("unintegrated", "its candidate %s was released without proof "
-                       "of integration" % cand["commit"][:12], workspace.SQUASH_NOTE % (h, h)))
-        return out
+        return _beyond_candidate(w, integ, cand, proven, rows, local, environ)
+    return _uncommitted_or_unintegrated(w, rows)
+
+
+def _beyond_candidate(w, integ, cand, proven, rows, local, environ):
+    h = w["handle"]
+    try:
+        extra = workspace.local_changes(w["path"], "(%s) ~ ::%s" % (local, cand["commit"]), environ)
+    except store.CoordError:
+        extra = rows
+    if proven and cand.get("rebased_from"):
+        # Landed in rebased form (the clone was in use): the exact commit that was rebased,
+        # without conflict, into the proven candidate is captured by it; anything the clone
+        # changed since (an amended commit has another ID) still counts.
+        extra = [r for r in extra if r["commit"] != cand["rebased_from"]]
+    if extra:
+        if proven:
+            return [workspace.blocker(
+                "changed-after-integration", "%d change(s) beyond the integrated candidate %s (first %s)" % (
+                    len(extra), cand["commit"][:12], extra[0]["commit"]),
+                "integrate them again (coord work integrate acquire %s --into %s) or keep the clone"
+                % (h, integ.get("into")))]
+        # a landing that stopped on a conflict in the clone left the rebased changes here
+        return [_stopped_landing_rule(w, h) or workspace.blocker(
+            "changed-after-freeze", "%d change(s) beyond the candidate frozen before the release" % len(extra),
+            "coord work integrate acquire %s --into %s" % (h, integ.get("into")))]
+    if not proven and workspace.gate_of(w)["state"] != "waived":
+        return [_stopped_landing_rule(w, h) or workspace.blocker(
+            "unintegrated", "its candidate %s was released without proof of integration" % cand["commit"][:12],
+            workspace.SQUASH_NOTE % (h, h))]
+    return []
+
+
+def _uncommitted_or_unintegrated(w, rows):
+    h = w["handle"]
+    out = []
     wc = [r for r in rows if r["wc"]]
     committed = [r for r in rows if not r["wc"]]
     if wc:
-        out.append(("dirty", "its working copy @ has changes (%s)" % wc[0]["commit"][:12],
-                    "describe them (jj describe -m MESSAGE, in %s) and land them: coord work integrate land %s "
-                    "--into BOOKMARK; or keep the clone" % (shlex.quote(w["path"]), h)))
+        out.append(workspace.blocker(
+            "dirty", "its working copy @ has changes (%s)" % wc[0]["commit"][:12],
+            "describe them (jj describe -m MESSAGE, in %s) and land them: coord work integrate land %s "
+            "--into BOOKMARK; or keep the clone" % (shlex.quote(w["path"]), h)))
     if committed:
-        out.append(("unintegrated", "%d committed change(s) are in no canonical bookmark and were not proven "
-                    "integrated" % len(committed),
-                    "land them: coord work integrate land %s --into BOOKMARK; if a squash or rebase merge already "
-                    "put them there (a new commit: never provable), discard them with coord work integrate acquire "
-                    "%s --into BOOKMARK, coord work gate %s --waive --reason R, coord work integrate release %s"
-                    % (h, h, h, h)))
+        out.append(workspace.blocker(
+            "unintegrated", "%d committed change(s) are in no canonical bookmark and were not proven "
+            "integrated" % len(committed),
+            "land them: coord work integrate land %s --into BOOKMARK; if a squash or rebase merge already "
+            "put them there (a new commit: never provable), discard them with coord work integrate acquire "
+            "%s --into BOOKMARK, coord work gate %s --waive --reason R, coord work integrate release %s"
+            % (h, h, h, h)))
     return out
+
+
+RECORD_RULES = (_rule_creating,)
+PRESENCE_RULES = (_rule_owner_alive, _rule_tmux_open, _rule_cwd_inside, _rule_nothing_live_inside, _rule_gated)
+LIVE_CODES = frozenset(("tmux-open", "runtime-inside", "process-inside"))  # these stop before the snapshot
+CONTENT_RULES = (_rule_on_disk_in_commit, _rule_nothing_only_in_git, _rule_local_changes_landed)
+
+
+def cleanup_check(st, w, caller, environ=None, procs=False):
+    """Every reason the work's directory may not be deleted now, and the evidence the rules
+    read: {"blockers": [blocker], "evidence_at": when the snapshot was taken (anything changed
+    after it is not covered), "current": the clone's @ at that snapshot}. The rules are
+    RECORD_RULES, PRESENCE_RULES and CONTENT_RULES (see above); `w` is not changed. procs:
+    process_cwds(), read once by a caller that checks many records."""
+    h = w["handle"]
+    out = {"blockers": [], "evidence_at": None, "current": None}
+    if w["state"] == "removed":
+        out["blockers"] = [workspace.blocker("removed", "already removed", "coord work list")]
+        return out
+    look = {"st": st, "w": w, "caller": caller, "environ": environ, "procs": procs}
+    blockers = out["blockers"]
+    for rule in RECORD_RULES:
+        blockers += rule(look)
+    problems = workspace.directory_problems(w)
+    if problems:
+        blockers += problems
+        return out
+    for rule in PRESENCE_RULES:
+        blockers += rule(look)
+    if any(b["code"] in LIVE_CODES for b in blockers):
+        # A snapshot would race whatever runs inside (and sweep its half-written files into @).
+        blockers.append(workspace.blocker("unexamined", "its contents were not examined because it is in use",
+                                          "retry when nothing runs inside it"))
+        return out
+    try:
+        out["evidence_at"] = time.time()
+        ids = workspace.head_ids(w["path"], environ=environ)  # the snapshot: edits on disk become visible
+        for rule in CONTENT_RULES:
+            blockers += rule(look)
+    except store.CoordError as exc:
+        blockers.append(workspace.blocker("jj-failed", "cannot read the clone: %s" % exc.message,
+                                          "coord work inspect %s --verbose" % h))
+        return out
+    out["current"] = {"change": ids["change"], "commit": ids["commit"], "empty": ids["empty"],
+                      "at": workspace.now_time()}
+    return out
+
+
+def cleanup_blockers(st, w, caller, environ=None, procs=False):
+    """The blockers of cleanup_check: [] when the clone may be deleted now."""
+    return cleanup_check(st, w, caller, environ, procs)["blockers"]
 
 
 LAND_STOPPED = frozenset(("conflict", "refused", "failed"))
@@ -368,7 +445,7 @@ def _stopped_landing_rule(w, h):
     else:
         why = store.clean_text(landing.get("reason") or landing["state"], 200)
         first = ""
-    return ("unintegrated", "its landing into %s stopped before anything moved (%s): none of it landed" % (into, why),
+    return workspace.blocker("unintegrated", "its landing into %s stopped before anything moved (%s): none of it landed" % (into, why),
             "%sre-run: %s; or keep the clone" % (first, land.rerun_command(w, into)))
 
 
@@ -420,9 +497,10 @@ def _delete_checkout(environ, w):
     workspace.rmtree(aside)
 
 
-def _mark_removed(st, w, caller, how, discarded=None):
+def _mark_removed(st, w, caller, how, discarded=None, current=None):
     """Record the removal; `discarded` lists the ignored files deleted with the clone (all of
-    them in the audit row, the first KEPT_PATHS and their count in the record)."""
+    them in the audit row, the first KEPT_PATHS and their count in the record); `current`: the
+    clone's @ at the evidence's snapshot (else the record's)."""
     removed = {"at": workspace.now_time(), "by": workspace.who_id(caller), "how": how}
     extra = {}
     if discarded:
@@ -436,7 +514,7 @@ def _mark_removed(st, w, caller, how, discarded=None):
         cur = st.work(w["id"])
         st.update_work(w["id"], state="removed", data={
             "removed": removed,
-            "current": w["data"].get("current"),
+            "current": current or w["data"].get("current"),
             "history": workspace.with_history(cur, "removed", caller, how=how)})
         st.audit("work.removed", workspace.who_id(caller), w["id"], how=how, path=w["path"], **extra)
 
@@ -456,7 +534,7 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
         # --forget drops the record and never touches the disk: allowed when the directory is
         # gone, or when its marker no longer carries this record's token (another database
         # adopted the clone; that one now holds it and its proofs). Either way nothing is lost.
-        problems = [p[0] for p in workspace.directory_problems(w)] if os.path.lexists(w["path"] or "") else ["missing"]
+        problems = [p["code"] for p in workspace.directory_problems(w)] if os.path.lexists(w["path"] or "") else ["missing"]
         if "missing" in problems:
             _mark_removed(st, w, caller, "forgotten (directory was already gone)")
             workspace.drop_trust(st, w, caller, environ)
@@ -472,13 +550,14 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
     if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
         _mark_removed(st, w, caller, "failed create, nothing on disk")
         return {"work": w["handle"], "removed": True}
-    blockers, discard = split_discardable(cleanup_blockers(st, w, caller, environ), discard_ignored)
+    evidence = cleanup_check(st, w, caller, environ)
+    blockers, discard = split_discardable(evidence["blockers"], discard_ignored)
     if blockers:
-        raise Refused("will not remove %s: %s" % (w["handle"], "; ".join(b[1] for b in blockers)),
-                      " ; ".join(store.unique(b[2] for b in blockers)),
+        raise Refused("will not remove %s: %s" % (w["handle"], "; ".join(b["message"] for b in blockers)),
+                      " ; ".join(store.unique(b["next"] for b in blockers)),
                       reasons=[reason_json(b) for b in blockers])
-    _delete_checkout(environ, w)
-    _mark_removed(st, w, caller, "remove", discard)
+    _delete_checkout(environ, dict(w, evidence_at=evidence["evidence_at"]))
+    _mark_removed(st, w, caller, "remove", discard, evidence["current"])
     workspace.end_parked(st, w, "work removed")
     out = {"work": w["handle"], "removed": True}
     if discard:
@@ -502,20 +581,21 @@ def gc_works(st, *, caller, environ=None, dry_run=False, discard_ignored=False):
             continue
         if procs is False:
             procs = workspace.process_cwds()
-        blockers, discard = split_discardable(cleanup_blockers(st, w, caller, environ, procs), discard_ignored)
+        evidence = cleanup_check(st, w, caller, environ, procs)
+        blockers, discard = split_discardable(evidence["blockers"], discard_ignored)
         if blockers:
             kept.append({"handle": w["handle"], "task": w["task"], "path": w["path"],
                          "reasons": [reason_json(b) for b in blockers]})
             continue
         if not dry_run:
             try:
-                _delete_checkout(environ, w)
+                _delete_checkout(environ, dict(w, evidence_at=evidence["evidence_at"]))
             except (OSError, store.CoordError) as exc:
                 kept.append({"handle": w["handle"], "task": w["task"], "path": w["path"], "reasons": [
                     {"code": "delete-failed", "message": str(getattr(exc, "message", exc)),
                      "next": "coord work inspect %s" % w["handle"]}]})
                 continue
-            _mark_removed(st, w, caller, "gc", discard)
+            _mark_removed(st, w, caller, "gc", discard, evidence["current"])
             workspace.drop_trust(st, w, caller, environ)
         r = {"handle": w["handle"], "task": w["task"]}
         if discard:

@@ -993,7 +993,7 @@ def _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, e
             st.audit("work.integration.rebased", caller["id"], w["id"], candidate_commit=new,
                      rebased_from=cand["rebased_from"], where="scratch")
     _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], rebased=rebased, where="scratch",
-                 live_inside=store.clean_text(live[0][1], 300))
+                 live_inside=store.clean_text(live[0]["message"], 300))
     if checks:
         for command in checks:
             result = _run_check(w, command, environ, cwd=scratch.path)
@@ -1614,7 +1614,7 @@ def conflict_report(st, *, into=None, environ=None):
             continue
         problems = workspace.directory_problems(w)
         if problems:
-            skipped.append({"handle": w["handle"], "reason": problems[0][1]})
+            skipped.append({"handle": w["handle"], "reason": problems[0]["message"]})
             continue
         try:
             tip = work_tip(w, environ)

@@ -345,28 +345,37 @@ def write_marker(path, work_id, token):
     store.atomic_write(marker_path(path), data.encode("utf-8"), 0o600)
 
 
+def blocker(code, message, next_command, details=None):
+    """A named reason coord will not act on a clone (delete it, run jj in it): {"code", "message",
+    "next": the command to run, then any `details` (e.g. "paths": every path it names)}. These
+    dicts are the `reasons` of a refusal's JSON as they are."""
+    out = {"code": code, "message": message, "next": next_command}
+    out.update(details or {})
+    return out
+
+
 def directory_problems(w):
     """Why the recorded directory is not provably this work's (path and marker), [] if it is.
 
-    Each problem is (code, message, next command). jj must not run when this is non-empty.
+    Each problem is a blocker(). jj must not run when this is non-empty.
     """
     h = w["handle"]
     path, root = w["path"], w["scratch_root"]
     if not path or not root:
-        return [("no-path", "the record has no directory", "coord work inspect %s" % h)]
+        return [blocker("no-path", "the record has no directory", "coord work inspect %s" % h)]
     if not os.path.lexists(path):
-        return [("missing", "directory %s is gone" % path,
+        return [blocker("missing", "directory %s is gone" % path,
                  "if it was deleted on purpose: coord work remove %s --confirm %s --forget" % (h, h))]
     real, real_root = os.path.realpath(path), os.path.realpath(root)
     if real != path or real_root != root or not below(real, real_root):
-        return [("outside-root", "%s resolves to %s, not below the recorded scratch root %s"
+        return [blocker("outside-root", "%s resolves to %s, not below the recorded scratch root %s"
                  % (path, real, root), "inspect it by hand; coord never deletes outside its scratch root")]
     if not os.path.isdir(os.path.join(path, ".jj")):
-        return [("not-jj", "%s has no .jj directory" % path, "inspect it by hand; coord work inspect %s" % h)]
+        return [blocker("not-jj", "%s has no .jj directory" % path, "inspect it by hand; coord work inspect %s" % h)]
     marker = read_marker(path)
     if marker is None or not _same_token(str(marker.get("token", "")), w["token"] or "") \
             or marker.get("work") != w["id"]:
-        return [("token-mismatch", "the ownership marker in %s does not match the registry" % path,
+        return [blocker("token-mismatch", "the ownership marker in %s does not match the registry" % path,
                  "if another database adopted the clone, drop this record (deletes nothing): coord work remove %s"
                  " --confirm %s --forget ; if no other database holds it, take it back: the same, then coord work"
                  " adopt %s" % (h, h, path))]
@@ -376,8 +385,8 @@ def directory_problems(w):
 def verified_path(w):
     problems = directory_problems(w)
     if problems:
-        code, message, hint = problems[0]
-        raise Refused("work %s: %s" % (w["handle"], message), hint, reason=code)
+        first = problems[0]
+        raise Refused("work %s: %s" % (w["handle"], first["message"]), first["next"], reason=first["code"])
     return w["path"]
 
 
@@ -1587,14 +1596,14 @@ def live_inside(st, w, procs):
         where = "its process %d works in %s" % (rt["pid"], actual) if is_inside(actual, path) else \
             "it was registered in %s" % recorded
         where = store.clean_text(where, 300)
-        out.append(("runtime-inside", "live runtime %s is inside it (%s)" % (rt["handle"], where),
+        out.append(blocker("runtime-inside", "live runtime %s is inside it (%s)" % (rt["handle"], where),
                     "ask it to finish: coord send \"done with %s?\" --to %s ; or wait until it ends"
                     % (h, rt["handle"])))
     for pid in sorted(procs or {}):
         if pid in named or not is_inside(procs[pid], path):
             continue
         _, comm = store.process_parent(pid)
-        out.append(("process-inside", "process %d (%s) has its working directory inside it"
+        out.append(blocker("process-inside", "process %d (%s) has its working directory inside it"
                     % (pid, store.clean_text(comm or "?", 40)),
                     "end process %d or move it out of the clone, then retry" % pid))
     return out
@@ -1675,7 +1684,7 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
     work_id = found_id
     existing = st.work(work_id)
     if existing is not None and existing["state"] != "removed":
-        if [p for p in directory_problems(existing) if p[0] == "token-mismatch"]:
+        if [p for p in directory_problems(existing) if p["code"] == "token-mismatch"]:
             h = existing["handle"]
             raise Refused("work %s is already registered here as %s, but the clone's marker names another "
                           "registration (another database adopted it)" % (work_id, h),
