@@ -364,16 +364,16 @@ def _uncommitted_or_unintegrated(w, rows):
     if wc:
         out.append(workspace.blocker(
             "dirty", "its working copy @ has changes (%s)" % wc[0]["commit"][:12],
-            "describe them (jj describe -m MESSAGE, in %s) and land them: coord work integrate land %s "
-            "--into BOOKMARK; or keep the clone" % (shlex.quote(w["path"]), h)))
+            "describe them (jj describe -m MESSAGE, in %s) and land them: %s; or keep the clone"
+            % (shlex.quote(w["path"]), land.land_command(h, "BOOKMARK"))))
     if committed:
         out.append(workspace.blocker(
             "unintegrated", "%d committed change(s) are in no canonical bookmark and were not proven "
             "integrated" % len(committed),
-            "land them: coord work integrate land %s --into BOOKMARK; if a squash or rebase merge already "
+            "land them: %s; if a squash or rebase merge already "
             "put them there (a new commit: never provable), discard them with coord work integrate acquire "
             "%s --into BOOKMARK, coord work gate %s --waive --reason R, coord work integrate release %s"
-            % (h, h, h, h)))
+            % (land.land_command(h, "BOOKMARK"), h, h, h)))
     return out
 
 

@@ -367,9 +367,8 @@ def _land_record(st, w, caller, step, environ, state="running", **facts):
         st.update_work(w["id"], data={"landing": landing})
         st.audit("work.landing." + (step or state), workspace.who_id(caller), w["id"], state=state,
                  **{k: v for k, v in facts.items() if v is not None and k not in ("runtime", "subject", "now", "event")})
-    if step and (environ or {}).get(LAND_KILL_ENV) == step:
-        import signal
-        os.kill(os.getpid(), signal.SIGKILL)
+    if step:
+        workspace.crash_point(environ, LAND_KILL_ENV, step)
     return landing
 
 
@@ -795,12 +794,12 @@ def _push(st, w, caller, into, remote, old, new, environ):
         raise Refused("remote %s %s moved to %s while landing (expected %s); nothing was forced, %s of the shared "
                       "checkout is at %s" % (remote, into, actual, old, into, new),
                       "reconcile %s with %s by hand; push/%s/%s and integration/%s stay held by you; then re-run: %s"
-                      % (into, remote, remote, into, into, land_command(w["handle"], into, push=remote)),
+                      % (into, remote, remote, into, into, rerun_command(w, into, push=remote)),
                       reason="publish-refused", remote_after=actual)
     raise Refused("the push of %s to %s %s has an unknown outcome (%s)" % (
         new, remote, into, store.clean_text(push_error or ("the re-read shows %s" % actual), 300)),
         "check: %s; then re-run %s (push/%s/%s stays held)"
-        % (check, land_command(w["handle"], into, push=remote), remote, into), reason="publish-ambiguous", remote_after=actual)
+        % (check, rerun_command(w, into, push=remote), remote, into), reason="publish-ambiguous", remote_after=actual)
 
 
 def _push_refusal(output, ref):
@@ -1068,7 +1067,7 @@ def _land_after_move(st, w, caller, into, push, environ):
                 _land_record(st, w, caller, None, environ, state="publish-refused", remote_after=now, remote=push)
                 raise Refused("remote %s %s is at %s, not the expected %s; nothing was pushed" % (
                     push, into, now, expect), "reconcile %s by hand (push/%s/%s stays held by you), then re-run: %s"
-                    % (push, push, into, land_command(w["handle"], into, push=push)),
+                    % (push, push, into, rerun_command(w, into, push=push)),
                     reason="publish-refused", remote_after=now)
             try:
                 _push(st, w, caller, into, push, expect, new, environ)
@@ -1216,7 +1215,7 @@ def _land_unpublished(st, w, caller, into, push, new, remote_at, exc, environ):
                  remote=push, remote_after=remote_at)
     raise Refused("%s; %s of the shared checkout is at %s (landed, proven, nothing held), %s %s is still at %s"
                   % (exc.message, into, new, push, into, remote_at),
-                  "once %s accepts it, publish: %s" % (push, land_command(w["handle"], into, push=push)),
+                  "once %s accepts it, publish: %s" % (push, rerun_command(w, into, push=push)),
                   reason="publish-refused", remote_after=remote_at, remote_unchanged=True, landed=new,
                   push_error=exc.details.get("push_error"))
 
@@ -1244,14 +1243,14 @@ def _publish_landed(st, w, caller, into, push, landing, environ):
                     and _is_ancestor(w["source"], now, new, environ)):
                 raise Refused("remote %s %s is at %s, which %s does not build on; nothing was pushed" % (
                     push, into, now, new), "reconcile %s %s with %s by hand (git -C %s fetch %s), then: %s" % (
-                    push, into, into, shlex.quote(w["source"]), push, land_command(w["handle"], into, push=push)),
+                    push, into, into, shlex.quote(w["source"]), push, rerun_command(w, into, push=push)),
                     reason="publish-refused", remote_after=now)
             try:
                 _push(st, w, caller, into, push, now, new, environ)
             except Refused as exc:
                 if exc.details.get("remote_unchanged"):
                     raise Refused("%s; %s %s is still at %s" % (exc.message, push, into, now),
-                                  "once %s accepts it: %s" % (push, land_command(w["handle"], into, push=push)),
+                                  "once %s accepts it: %s" % (push, rerun_command(w, into, push=push)),
                                   reason="publish-refused", remote_after=now, remote_unchanged=True)
                 raise
         landing = _land_record(st, w, caller, "pushed", environ, state="landed", remote=push, remote_after=new,
@@ -1271,11 +1270,12 @@ def land_command(handle, into, push=None, check=None):
     return " ".join(shlex.quote(b) if b != "coord" else b for b in bits)
 
 
-def rerun_command(w, into=None):
+def rerun_command(w, into=None, push=None):
     """The command that re-runs the work's recorded landing with the options it was given (its
-    --push and its own --check; a configured coord.landCheck applies by itself)."""
+    --push, unless `push` names the remote this run publishes to, and its own --check; a
+    configured coord.landCheck applies by itself). Every hint that repeats a landing uses this."""
     landing = landing_of(w)
-    return land_command(w["handle"], into or landing.get("into") or "BOOKMARK", push=landing.get("remote"),
+    return land_command(w["handle"], into or landing.get("into") or "BOOKMARK", push=push or landing.get("remote"),
                         check=landing.get("check_arg"))
 
 

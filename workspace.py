@@ -52,6 +52,15 @@ def rmtree(path, **kw):
     shutil.rmtree(path, **kw)
 
 
+def crash_point(environ, variable, point):
+    """Fault injection, for tests only: SIGKILL this process when the environment variable
+    `variable` (a COORD_TEST_* name, e.g. land.LAND_KILL_ENV) names `point`. Every kill switch
+    calls this, right after the state it proves a re-run recovers from is recorded."""
+    if (environ or {}).get(variable) == point:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 DEFAULT_SCRATCH_ROOT = "/var/tmp/fleet-audit"
 MARKER = "coord-owner"          # inside the checkout's .jj/
 TOOL_TIMEOUT = 120.0            # seconds for one ordinary jj/git call
@@ -1205,7 +1214,7 @@ def _run_hook_script(w, environ, timeout):
     tail = store.clean_text(tail[-SETUP_TAIL:], SETUP_TAIL) if "\n" not in tail else \
         "\n".join(store.clean_text(l, SETUP_TAIL) for l in tail[-SETUP_TAIL:].splitlines())
     if status == "timeout":
-        tail = (tail + "\n" if tail else "") + "coord: killed after %s s (COORD_SETUP_TIMEOUT)" % store._num(timeout)
+        tail = (tail + "\n" if tail else "") + "coord: killed after %s s (COORD_SETUP_TIMEOUT)" % store.number_text(timeout)
     return status, (None if status == "timeout" else code), tail
 
 
