@@ -435,7 +435,7 @@ def _stopped_landing_rule(w, h):
     """The cleanup rule for a candidate released because its landing stopped before the target
     moved (a conflict, a failed check, a refusal): it never landed, and the next step is the
     landing again, not the squash-merge discard. None when no stopped landing is recorded."""
-    landing = land.landing_of(w)
+    landing = workspace.landing_of(w)
     if landing.get("state") not in LAND_STOPPED or not landing.get("into"):
         return None
     into = landing["into"]

@@ -349,16 +349,12 @@ def _is_ancestor(source, older, newer, environ):
     return code == 0
 
 
-def landing_of(w):
-    return dict(w["data"].get("landing") or {})
-
-
 def _land_record(st, w, caller, step, environ, state="running", **facts):
     """Record one finished landing step in the work record and the audit log (one transaction),
     then, for tests only, die here when LAND_KILL_ENV names this step. -> the landing dict."""
     with st.transaction():
         cur = st.work(w["id"])
-        landing = landing_of(cur)
+        landing = workspace.landing_of(cur)
         landing.update({k: v for k, v in facts.items() if v is not None})
         landing["state"], landing["at"] = state, workspace.now_time()
         if step:
@@ -857,7 +853,7 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
     """land_work, holding the landing lock of `into`."""
     source = w["source"]
     ref = "refs/heads/" + into
-    landing = landing_of(w)
+    landing = workspace.landing_of(w)
     integ = workspace.integration_of(w)
     landed_before = landing.get("state") == "landed" and landing.get("into") == into and \
         integ.get("state") == "integrated" and landing.get("landed") and _rev(source, ref, environ) and \
@@ -1034,7 +1030,7 @@ def _drop_push(st, caller, remote, into):
 def _land_after_move(st, w, caller, into, push, environ):
     """The steps after the target moved: publish, prove, release. Each is skipped when done."""
     w = st.work(w["id"])
-    landing = landing_of(w)
+    landing = workspace.landing_of(w)
     new, old = landing["candidate"], landing["old_target"]
     if landing.get("step") != "moved" and "moved" not in [s["step"] for s in landing.get("steps") or []]:
         landing = _land_record(st, w, caller, "moved", environ, moved_by="found moved", landed=new)
@@ -1274,7 +1270,7 @@ def rerun_command(w, into=None, push=None):
     """The command that re-runs the work's recorded landing with the options it was given (its
     --push, unless `push` names the remote this run publishes to, and its own --check; a
     configured coord.landCheck applies by itself). Every hint that repeats a landing uses this."""
-    landing = landing_of(w)
+    landing = workspace.landing_of(w)
     return land_command(w["handle"], into or landing.get("into") or "BOOKMARK", push=push or landing.get("remote"),
                         check=landing.get("check_arg"))
 
@@ -1816,7 +1812,7 @@ def cmd_land(ctx, args):
 
 def landing_lines(w):
     """`work inspect` lines for a landing that is under way or stopped (none once landed)."""
-    landing = w["data"].get("landing") or {}
+    landing = workspace.landing_of(w)
     if not landing or landing.get("state") == "landed":
         return []
     state = "under way or interrupted" if landing.get("state") == "running" else landing.get("state")

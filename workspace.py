@@ -425,21 +425,12 @@ def owner_of(st, w):
     return rt if not rt.get("superseded_by") and st.runtime_live(rt) else None
 
 
-def _owns(st, w, caller):
-    """The caller created the work (or resumed its creator), or is the harness launched for it:
-    the recorded conversation of its tmux window, or the pid of that window's live pane."""
-    if not caller:
-        return False
-    owner = owner_of(st, w)
-    if caller["id"] == w.get("runtime") or (owner is not None and owner["id"] == caller["id"]):
-        return True
-    rec = w["data"].get("tmux") or {}
-    if caller.get("conversation") in store.work_conversations(w):
-        return True
-    if caller.get("pid") and caller["pid"] == rec.get("pane_pid"):
-        live, _ = live_tmux(w)
-        return live is not None
-    return False
+def owns(st, w, caller):
+    """The caller is the work's own agent: its owner, the owner's successor or the harness
+    launched for it (authority's OWN_REASONS). This is the one ownership rule: `COORD_WORK_ID`
+    defaults a handle only for such a caller, and agents_land lets only such a caller land.
+    A subagent (agent_id set) is not the harness: it names the work explicitly."""
+    return authority(st, w, caller) in OWN_REASONS
 
 
 # Who may change a work's state (DESIGN.md, "Authority"): gate, park, resume, close, start, integrate
@@ -516,7 +507,7 @@ AGENTS_LAND_CONFIG = "coord.agentsLand"  # git config key, read like coord.landC
 # The integration owner's steps (DESIGN.md, "Authority"): they move or prove a shared bookmark.
 # The person's by default; the work's own agent's only where the person opted in (agents_land).
 PERSON_ACTIONS = frozenset(("acquire", "land", "prove"))
-_OWN = frozenset(("owner", "successor", "harness"))
+OWN_REASONS = frozenset(("owner", "successor", "harness"))  # authority()s that are the work's own agent
 
 
 def agents_land(source, environ=None):
@@ -544,7 +535,7 @@ def refuse_agent_integration(st, w, caller, action, into=None, why=None, environ
     why = authority(st, w, caller) if why is None else why
     if is_person(caller):
         return why
-    if why in _OWN and agents_land(w["source"], environ):
+    if why in OWN_REASONS and agents_land(w["source"], environ):
         return why
     verb = AUTHORITY_VERBS.get(action, action)
     raise Refused("%s may not %s %s: the person integrates and lands work, agents queue it"
@@ -565,11 +556,11 @@ def authorize(st, w, caller, action, override=False, into=None):
         raise Refused("cannot %s %s without an identity" % (verb, w["handle"]),
                       "register first (coord hello), then retry")
     if override and not is_person(caller):
-        allowed = bool(why) and (action not in PERSON_ACTIONS or why in _OWN and agents_land(w["source"]))
+        allowed = bool(why) and (action not in PERSON_ACTIONS or why in OWN_REASONS and agents_land(w["source"]))
         owner = _owner_handle(st, w)
         raise Refused("an override is the person's: %s may not use one" % caller["handle"],
                       "retry without --override" if allowed else
-                      _enqueue_hint(w, into) if action in PERSON_ACTIONS and why in _OWN else
+                      _enqueue_hint(w, into) if action in PERSON_ACTIONS and why in OWN_REASONS else
                       "ask its owner: coord send \"...\" --to %s" % owner,
                       reason="override-is-the-person-s", action=action)
     if why:
@@ -610,6 +601,10 @@ def gate_of(w):
     return dict(w["data"].get("gate") or GATE_PENDING)
 
 
+def landing_of(w):
+    return dict(w["data"].get("landing") or {})
+
+
 def summary_line(w):
     bits = [w["handle"], store.clean_text(w["task"], 48), w["state"]]
     integ = integration_of(w)
@@ -630,6 +625,45 @@ def refuse_state(w, states):
     """Refuse work whose state is in `states` (one of the state sets above)."""
     if w["state"] in states:
         raise Refused("work %s is %s" % (w["handle"], w["state"]), "coord work list")
+
+
+# A work record's `data` (a JSON object in store.py's works table), every key listed once: what it
+# holds and which function writes it. Readers of a dict-valued key use its accessor
+# (integration_of, gate_of, landing_of: a copy, with the default when absent); nothing else
+# writes these keys.
+WORK_DATA = {
+    "kind": ("'clone' (its own jj clone) or 'native' (jj workspace add)", "_work_data"),
+    "agent_id": ("the creating caller's subagent ID, None for a top-level agent", "_work_data"),
+    "workspace_name": ("the jj workspace name (coord-<id>)", "_work_data"),
+    "bookmark": ("the agent bookmark coord/<task>-<id8>", "_work_data"),
+    "from": ("--from REV as given, None for the default bookmark", "create_work"),
+    "depends": ("work IDs this one builds on (land refuses until they are integrated)", "_work_data"),
+    "resources": ("{planned, actual}: resources the work meant to change and leased", "_work_data"),
+    "history": ("[{state, at, by, ...}] every state change, appended by with_history", "with_history callers"),
+    "port_base": ("COORD_PORT_BASE: the first of PORT_STRIDE ports the work may use", "create_work, adopt_work"),
+    "base": ("{change, commit, parent, parents}: @ when the clone was made", "create_work"),
+    "current": ("{change, commit, empty, at}: @ at the last snapshot coord took", "create_work, adopt_work, "
+                "inspect_work, cleanup._mark_removed"),
+    "git": ("what the shared checkout's git is (_git_kind)", "create_work"),
+    "unprotected": ("coord files missing from the starting revision (--allow-unprotected), or None", "create_work"),
+    "adopted": ("{at, by, bookmark_commit, bookmark_change}: registered again by adopt", "adopt_work"),
+    "failure": ("{step, reason, at, directory}: why creation failed", "_record_failed_create"),
+    "setup": ("{status, at, includes, output_tail, ...}: the clone's setup (run_setup)", "create_work, run_setup"),
+    "gate": ("{state: pending|passed|waived, reason, ...} (gate_of)", "gate_work, land._gate_from_check"),
+    "integration": ("{state, into, candidate, proof, released, ...} (integration_of)", "land.py: enqueue, "
+                    "acquire, prove, release_integration, land_work"),
+    "landing": ("{state, step, steps, into, remote, check_arg, ...}: the last landing (landing_of)",
+                "land._land_record, land_work"),
+    "check_created": ("{path: hash}: ignored files a landing check made (cleanup accepts them unchanged)",
+                      "land._check_in_clone"),
+    "tmux": ("{socket, session_id, window_id, pane_id, pane_pid, conversation, ...}: the launched window",
+             "_record_tmux"),
+    "direct": ("{harness, kind, conversation, pid, ...}: a session a resume wrapper recorded", "record_conversation"),
+    "parked": ("{reason, at} while parked, else None", "_record_tmux, record_conversation"),
+    "trust": ("{added, notes, ...}: harness trust entries coord carried for the clone", "carry_trust, drop_trust, "
+              "_adopt_trust"),
+    "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed", "cleanup._mark_removed"),
+}
 
 
 def _work_data(kind, caller, workspace, bookmark, history, depends=(), planned=(), **extra):
@@ -2320,7 +2354,7 @@ def target_work(ctx, handle, default_ok=False):
         raise UsageError("name the work handle", "coord work list shows work handles")
     w = st.resolve_work(wid)
     caller = ctx.caller()
-    if not _owns(st, w, caller):
+    if not owns(st, w, caller):
         raise Refused("COORD_WORK_ID names %s, which %s does not own" % (w["handle"], caller["handle"]),
                       "name the work handle explicitly")
     cwd = os.path.realpath(os.getcwd())
