@@ -850,7 +850,8 @@ def _lock_dir(st, w):
 
 
 def _land_serialised(st, w, caller, into, environ, push, check, override):
-    """land_work, holding the landing lock of `into`."""
+    """land_work, holding the landing lock of `into`: finish a landing that already moved the
+    target, refuse what is not ready, or run the steps (LAND_STEPS) one function each."""
     source = w["source"]
     ref = "refs/heads/" + into
     landing = workspace.landing_of(w)
@@ -863,24 +864,8 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
             _is_ancestor(source, landing["candidate"], _rev(source, ref, environ), environ):
         return _land_after_move(st, w, caller, into, push or landing.get("remote"), environ)
     check_arg = check
-    # --check adds to the repository's configured check, never replaces it: both run, that one first.
-    configured = land_check_command(source, environ)
-    checks = [configured] if configured else []
-    if check and check not in checks:
-        checks.append(check)
-    check = " && ".join(checks) or None  # what the landing records and shows as its check
-    if not checks and workspace.gate_of(w)["state"] not in workspace.GATE_DONE:
-        raise Refused("work %s has no passed or waived gate and no check command" % w["handle"],
-                      "coord work gate %s --pass, or land with --check CMD (or set git config %s in %s)"
-                      % (w["handle"], LAND_CHECK_CONFIG, source), reason="ungated")
-    waiting = []
-    for dep in w["data"].get("depends", []):
-        d = st.work(dep)
-        if d is None or workspace.integration_of(d)["state"] != "integrated":
-            waiting.append("%s (%s)" % (d["handle"] if d else dep, workspace.integration_of(d)["state"] if d else "unknown"))
-    if waiting:
-        raise Refused("work %s depends on %s, not integrated yet" % (w["handle"], ", ".join(waiting)),
-                      "land those first (coord work integrate queue)", reason="depends")
+    check, checks = _land_checks(w, check, environ)
+    _refuse_unready(st, w, checks)
     old = _rev(source, ref, environ)
     if old is None:
         raise Refused("the canonical repository %s has no bookmark %s" % (source, into),
@@ -892,14 +877,61 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
                              and "pushed" in [s["step"] for s in landing.get("steps") or []]):
                 return _publish_landed(st, w, caller, into, push, landing, environ)
             return _land_result(w, landing, already=True)
+    w, cand = _land_acquire(st, w, caller, into, push, old, check_arg, environ)
+    cand, how = _land_until_moved(st, w, caller, into, push, old, cand, check, checks, override, environ)
+    _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"],
+                 held_by_peers=_held_while_working(st, w, caller, old, cand["commit"], environ) or None)
+    return _land_after_move(st, w, caller, into, push, environ)
+
+
+def _land_checks(w, check, environ):
+    """(the check the landing records and shows, [each command to run]): --check adds to the
+    repository's configured check, never replaces it: both run, that one first."""
+    configured = land_check_command(w["source"], environ)
+    checks = [configured] if configured else []
+    if check and check not in checks:
+        checks.append(check)
+    return " && ".join(checks) or None, checks
+
+
+def _refuse_unready(st, w, checks):
+    """Refuse a landing with neither a check nor a passed or waived gate, or whose dependencies
+    are not integrated yet."""
+    if not checks and workspace.gate_of(w)["state"] not in workspace.GATE_DONE:
+        raise Refused("work %s has no passed or waived gate and no check command" % w["handle"],
+                      "coord work gate %s --pass, or land with --check CMD (or set git config %s in %s)"
+                      % (w["handle"], LAND_CHECK_CONFIG, w["source"]), reason="ungated")
+    waiting = []
+    for dep in w["data"].get("depends", []):
+        d = st.work(dep)
+        if d is None or workspace.integration_of(d)["state"] != "integrated":
+            waiting.append("%s (%s)" % (d["handle"] if d else dep,
+                                        workspace.integration_of(d)["state"] if d else "unknown"))
+    if waiting:
+        raise Refused("work %s depends on %s, not integrated yet" % (w["handle"], ", ".join(waiting)),
+                      "land those first (coord work integrate queue)", reason="depends")
+
+
+def _land_acquire(st, w, caller, into, push, old, check_arg, environ):
+    """Step `acquired`: freeze the candidate and start a new landing record; -> (the work with
+    that landing, so the re-run hints read its options, the candidate)."""
     got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ, authorized=True)
     cand = dict(got["candidate"])
     with st.transaction():
         st.update_work(w["id"], data={"landing": None})
     landing = _land_record(st, w, caller, "acquired", environ, into=into, remote=push, runtime=caller["id"],
-                           started_at=workspace.now_time(), old_target=old, candidate=cand["commit"], change=cand["change"],
-                           original=cand["commit"], check_arg=check_arg)
-    w = dict(w, data=dict(w["data"], landing=landing))  # the re-run hints read this landing's options
+                           started_at=workspace.now_time(), old_target=old, candidate=cand["commit"],
+                           change=cand["change"], original=cand["commit"], check_arg=check_arg)
+    return dict(w, data=dict(w["data"], landing=landing)), cand
+
+
+def _land_until_moved(st, w, caller, into, push, old, cand, check, checks, override, environ):
+    """Steps `fetched` to the move: fetch the candidate, rebase and check it (in the clone, or in
+    a scratch clone when something works in the clone), refuse peers' leases and LFS content,
+    take the push lease, move the target; -> (the candidate, how the target moved). On a
+    refusal or failure nothing has moved: the landing is recorded stopped and the push lease
+    dropped."""
+    source = w["source"]
     try:
         fetch_candidate(w, cand["commit"], environ)
         _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
@@ -922,9 +954,7 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
         if push:
             _drop_push(st, caller, push, into)
         raise
-    _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"],
-                 held_by_peers=_held_while_working(st, w, caller, old, cand["commit"], environ) or None)
-    return _land_after_move(st, w, caller, into, push, environ)
+    return cand, how
 
 
 def _prepare_in_clone(st, w, caller, into, old, cand, checks, environ):
