@@ -933,6 +933,15 @@ class LandPushRejectedTest(LandCase):
         self.assertEqual(self.remote_main(), landed)
         self.assertEqual(self.record(handle)["data"]["landing"]["published"], True)
 
+    def test_the_publish_hint_repeats_the_landing_s_own_check(self):
+        handle, path = self.make("rejected-check")
+        proc = self.land(handle, "--push", "origin", "--check", "test -d .", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual(reply["reason"], "publish-refused")
+        self.assertIn("coord work integrate land %s --into main --push origin --check 'test -d .'" % handle,
+                      reply["hint"])
+
     def test_a_re_run_without_push_pushes_nothing(self):
         handle, path = self.make("local-only")
         before_remote = self.remote_main()
