@@ -3,7 +3,7 @@
 Invariants this module keeps:
 - Removal deletes a directory only when every rule holds (RECORD_RULES, PRESENCE_RULES,
   CONTENT_RULES); otherwise it says which rule fails and the next command. Each rule is a small
-  function returning named blockers (workspace.blocker: code, message, next) that only reads:
+  function returning named blockers (blocker: code, message, next) that only reads:
   the evidence it gathers (snapshot time, @) is returned by cleanup_check, not written into the record.
 - Nothing is ever found by scanning directories: only recorded works, at their recorded,
   verified paths (workspace.verified_path).
@@ -22,6 +22,8 @@ import time
 
 import store
 import workspace
+from workspace import (CANONICAL_REFS, blocker, git, jj, git_dir_args, named_paths, now_time,
+                       who_id, integration_of, gate_of, landing_of)
 import land
 from store import Refused, UsageError
 
@@ -41,10 +43,10 @@ def uncaptured(w, environ=None):
     files, unreadable = workspace.disk_entries(w["path"])
     out = []
     if unreadable:
-        out.append(workspace.blocker("unreadable", "cannot list %d director%s: %s" % (
-            len(unreadable), "y" if len(unreadable) == 1 else "ies", workspace.named_paths(unreadable)),
+        out.append(blocker("unreadable", "cannot list %d director%s: %s" % (
+            len(unreadable), "y" if len(unreadable) == 1 else "ies", named_paths(unreadable)),
             "fix the permissions (or move the contents out), then retry", {"paths": unreadable}))
-    _, listed, _ = workspace.jj(["file", "list", "-r", "@", "-T", 'path ++ "\\0"'], w["path"], snapshot=False,
+    _, listed, _ = jj(["file", "list", "-r", "@", "-T", 'path ++ "\\0"'], w["path"], snapshot=False,
                       environ=environ)
     tracked = set(listed.split("\0"))
     # Compare names as jj prints them (a name that is not UTF-8 then never matches: it blocks).
@@ -62,12 +64,12 @@ def uncaptured(w, environ=None):
         made = land.check_created(w, ignored)  # caches of coord's own landing check, unchanged since
         ignored = [f for f in ignored if f not in made]
     if untracked:
-        out.append(workspace.blocker("untracked", "%d file(s) jj did not snapshot (too large, auto-track off, or in a nested "
-                    "repository): %s" % (len(untracked), workspace.named_paths(untracked)),
+        out.append(blocker("untracked", "%d file(s) jj did not snapshot (too large, auto-track off, or in a nested "
+                    "repository): %s" % (len(untracked), named_paths(untracked)),
                     "commit the untracked files (a large one: jj --config snapshot.max-new-file-size=100MiB "
                     "file track PATH) or move them out of the clone", {"paths": untracked}))
     if ignored:
-        out.append(workspace.blocker("ignored", "%d ignored file(s) in no commit: %s" % (len(ignored), workspace.named_paths(ignored)),
+        out.append(blocker("ignored", "%d ignored file(s) in no commit: %s" % (len(ignored), named_paths(ignored)),
                     "move the ignored files out, or discard them with the clone: coord work remove %s --confirm %s "
                     "--discard-ignored" % (h, h), {"paths": ignored}))
     return out
@@ -97,26 +99,26 @@ def git_only(w, environ=None):
     if w["data"].get("kind") == "native" or not os.path.isdir(gitdir):
         return []
     h, out = w["handle"], []
-    _, listed, _ = workspace.git(["-C", path, "for-each-ref", "--format=%(refname) %(objectname)"], path, environ)
+    _, listed, _ = git(["-C", path, "for-each-ref", "--format=%(refname) %(objectname)"], path, environ)
     refs = [line.split(" ", 1) for line in listed.splitlines() if " " in line]
     refs = [(name, sha) for name, sha in refs if not name.startswith(JJ_REFS)]
     if refs:
-        gargs = workspace.git_dir_args(w["source"])
-        _, heads, _ = workspace.git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(workspace.CANONICAL_REFS),
+        gargs = git_dir_args(w["source"])
+        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
                           w["source"], environ)
         current = set(heads.split())
         kept = []
         for name, sha in refs:
             if sha in current:
                 continue
-            code, found, _ = workspace.git(gargs + ["for-each-ref", "--count=1", "--contains", sha] + list(workspace.CANONICAL_REFS),
+            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", sha] + list(CANONICAL_REFS),
                                  w["source"], environ, check=False)
             if code != 0 or not found.strip():
                 kept.append(name)
         if kept:
             quoted = shlex.quote(path)
-            out.append(workspace.blocker("git-only-refs", "%d ref(s) only in the clone's git, where jj does not look: %s" % (
-                len(kept), workspace.named_paths(kept)),
+            out.append(blocker("git-only-refs", "%d ref(s) only in the clone's git, where jj does not look: %s" % (
+                len(kept), named_paths(kept)),
                 "look (git -C %s stash list; git -C %s log REF), keep what matters (git -C %s stash pop, then jj "
                 "describe), delete each ref (git -C %s update-ref -d REF), then retry" % (quoted, quoted, quoted, quoted),
                 {"paths": kept}))
@@ -124,7 +126,7 @@ def git_only(w, environ=None):
     try:
         names = sorted(os.listdir(gitdir))
     except OSError as exc:
-        return out + [workspace.blocker("unreadable", "cannot list %s: %s" % (gitdir, exc.strerror), "fix the permissions, then retry")]
+        return out + [blocker("unreadable", "cannot list %s: %s" % (gitdir, exc.strerror), "fix the permissions, then retry")]
     for name in names:
         if name not in GIT_OWN and name not in ("modules", "lfs") and not name.endswith(".lock"):
             files.append(".git/" + name)
@@ -132,7 +134,7 @@ def git_only(w, environ=None):
     out += _submodule_repos(w, gitdir, environ)
     files += _lfs_objects(w, gitdir)
     if files:
-        out.append(workspace.blocker("git-only-files", "%d file(s) under .git/ that only the clone has: %s" % (len(files), workspace.named_paths(files)),
+        out.append(blocker("git-only-files", "%d file(s) under .git/ that only the clone has: %s" % (len(files), named_paths(files)),
                     "move them out of %s, then retry" % shlex.quote(path), {"paths": files}))
     return out
 
@@ -166,20 +168,20 @@ def _submodule_repos(w, gitdir, environ):
     for repo in repos:
         rel = os.path.relpath(repo, gitdir)
         theirs = os.path.join(_source_gitdir(w), rel)
-        code, listed, _ = workspace.git(["--git-dir", repo, "for-each-ref", "--format=%(objectname)"], w["path"], environ,
+        code, listed, _ = git(["--git-dir", repo, "for-each-ref", "--format=%(objectname)"], w["path"], environ,
                               check=False)
-        _, head, _ = workspace.git(["--git-dir", repo, "rev-parse", "--verify", "-q", "HEAD"], w["path"], environ, check=False)
+        _, head, _ = git(["--git-dir", repo, "rev-parse", "--verify", "-q", "HEAD"], w["path"], environ, check=False)
         tips = set(listed.split()) | set(head.split()) if code == 0 else {None}
         if None in tips or not os.path.isdir(theirs) or any(
-                workspace.git(["--git-dir", theirs, "cat-file", "-e", t + "^{commit}"], w["path"], environ, check=False)[0] != 0
+                git(["--git-dir", theirs, "cat-file", "-e", t + "^{commit}"], w["path"], environ, check=False)[0] != 0
                 for t in tips):
             kept.append(".git/" + rel)
     if not kept:
         return []
-    return [workspace.blocker("git-only-submodules", "%d submodule repositor%s only the clone has (commits there may exist nowhere "
-             "else): %s" % (len(kept), "y" if len(kept) == 1 else "ies", workspace.named_paths(kept)),
+    return [blocker("git-only-submodules", "%d submodule repositor%s only the clone has (commits there may exist nowhere "
+             "else): %s" % (len(kept), "y" if len(kept) == 1 else "ies", named_paths(kept)),
              "push what matters from each (git -C %s/MODULE_PATH push), or move %s out of the clone, then retry"
-             % (shlex.quote(w["path"]), workspace.named_paths(kept)), {"paths": kept})]
+             % (shlex.quote(w["path"]), named_paths(kept)), {"paths": kept})]
 
 
 def _lfs_objects(w, gitdir):
@@ -232,9 +234,9 @@ def _same_file(a, b):
         return False
 
 
-def reason_json(blocker):
-    """The JSON form of a blocker (workspace.blocker): the dict itself, copied."""
-    return dict(blocker)
+def reason_json(b):
+    """The JSON form of a blocker (blocker): the dict itself, copied."""
+    return dict(b)
 
 
 def split_discardable(blockers, discard_ignored):
@@ -260,7 +262,7 @@ def split_discardable(blockers, discard_ignored):
 def _rule_creating(look):
     w = look["w"]
     if w["state"] == "creating" and workspace.owner_of(look["st"], w) is not None:
-        return [workspace.blocker("creating", "its creation may still be running",
+        return [blocker("creating", "its creation may still be running",
                                   "wait, then coord work inspect %s" % w["handle"])]
     return []
 
@@ -270,7 +272,7 @@ def _rule_owner_alive(look):
     owner = workspace.owner_of(st, w)
     if owner is not None and (caller is None or owner["id"] != caller["id"]) and \
             workspace.authority(st, w, caller) not in ("successor", "person"):
-        return [workspace.blocker("owner-alive", "owned by live runtime %s" % owner["handle"],
+        return [blocker("owner-alive", "owned by live runtime %s" % owner["handle"],
                                   "ask it: coord send \"done with %s?\" --to %s ; or wait until it ends"
                                   % (w["handle"], owner["handle"]))]
     return []
@@ -278,14 +280,14 @@ def _rule_owner_alive(look):
 
 def _rule_tmux_open(look):
     problem = _tmux_alive(look["w"])
-    return [workspace.blocker("tmux-open", problem, "coord work close %s" % look["w"]["handle"])] if problem else []
+    return [blocker("tmux-open", problem, "coord work close %s" % look["w"]["handle"])] if problem else []
 
 
 def _rule_cwd_inside(look):
     path = look["w"]["path"]
     cwd = os.path.realpath(os.getcwd())
     if cwd == path or workspace.below(cwd, path):
-        return [workspace.blocker("cwd-inside", "this command runs inside %s" % path, "cd out of the clone, then retry")]
+        return [blocker("cwd-inside", "this command runs inside %s" % path, "cd out of the clone, then retry")]
     return []
 
 
@@ -295,8 +297,8 @@ def _rule_nothing_live_inside(look):
 
 
 def _rule_gated(look):
-    if workspace.gate_of(look["w"])["state"] not in workspace.GATE_DONE:
-        return [workspace.blocker("ungated", "its gate has not passed and was not waived",
+    if gate_of(look["w"])["state"] not in workspace.GATE_DONE:
+        return [blocker("ungated", "its gate has not passed and was not waived",
                                   "coord work gate %s --pass (or --waive --reason \"why\")" % look["w"]["handle"])]
     return []
 
@@ -318,7 +320,7 @@ def _rule_local_changes_landed(look):
     rows = workspace.local_changes(w["path"], local, environ)
     if not rows:
         return []
-    integ = workspace.integration_of(w)
+    integ = integration_of(w)
     cand = integ.get("candidate")
     proven = bool(integ.get("proof")) and cand and integ["proof"].get("candidate") == cand["commit"]
     released = bool(integ.get("released"))
@@ -340,17 +342,17 @@ def _beyond_candidate(w, integ, cand, proven, rows, local, environ):
         extra = [r for r in extra if r["commit"] != cand["rebased_from"]]
     if extra:
         if proven:
-            return [workspace.blocker(
+            return [blocker(
                 "changed-after-integration", "%d change(s) beyond the integrated candidate %s (first %s)" % (
                     len(extra), cand["commit"][:12], extra[0]["commit"]),
                 "integrate them again (coord work integrate acquire %s --into %s) or keep the clone"
                 % (h, integ.get("into")))]
         # a landing that stopped on a conflict in the clone left the rebased changes here
-        return [_stopped_landing_rule(w, h) or workspace.blocker(
+        return [_stopped_landing_rule(w, h) or blocker(
             "changed-after-freeze", "%d change(s) beyond the candidate frozen before the release" % len(extra),
             "coord work integrate acquire %s --into %s" % (h, integ.get("into")))]
-    if not proven and workspace.gate_of(w)["state"] != "waived":
-        return [_stopped_landing_rule(w, h) or workspace.blocker(
+    if not proven and gate_of(w)["state"] != "waived":
+        return [_stopped_landing_rule(w, h) or blocker(
             "unintegrated", "its candidate %s was released without proof of integration" % cand["commit"][:12],
             workspace.SQUASH_NOTE % (h, h))]
     return []
@@ -362,12 +364,12 @@ def _uncommitted_or_unintegrated(w, rows):
     wc = [r for r in rows if r["wc"]]
     committed = [r for r in rows if not r["wc"]]
     if wc:
-        out.append(workspace.blocker(
+        out.append(blocker(
             "dirty", "its working copy @ has changes (%s)" % wc[0]["commit"][:12],
             "describe them (jj describe -m MESSAGE, in %s) and land them: %s; or keep the clone"
             % (shlex.quote(w["path"]), land.land_command(h, "BOOKMARK"))))
     if committed:
-        out.append(workspace.blocker(
+        out.append(blocker(
             "unintegrated", "%d committed change(s) are in no canonical bookmark and were not proven "
             "integrated" % len(committed),
             "land them: %s; if a squash or rebase merge already "
@@ -392,7 +394,7 @@ def cleanup_check(st, w, caller, environ=None, procs=False):
     h = w["handle"]
     out = {"blockers": [], "evidence_at": None, "current": None}
     if w["state"] == "removed":
-        out["blockers"] = [workspace.blocker("removed", "already removed", "coord work list")]
+        out["blockers"] = [blocker("removed", "already removed", "coord work list")]
         return out
     look = {"st": st, "w": w, "caller": caller, "environ": environ, "procs": procs}
     blockers = out["blockers"]
@@ -406,7 +408,7 @@ def cleanup_check(st, w, caller, environ=None, procs=False):
         blockers += rule(look)
     if any(b["code"] in LIVE_CODES for b in blockers):
         # A snapshot would race whatever runs inside (and sweep its half-written files into @).
-        blockers.append(workspace.blocker("unexamined", "its contents were not examined because it is in use",
+        blockers.append(blocker("unexamined", "its contents were not examined because it is in use",
                                           "retry when nothing runs inside it"))
         return out
     try:
@@ -415,11 +417,11 @@ def cleanup_check(st, w, caller, environ=None, procs=False):
         for rule in CONTENT_RULES:
             blockers += rule(look)
     except store.CoordError as exc:
-        blockers.append(workspace.blocker("jj-failed", "cannot read the clone: %s" % exc.message,
+        blockers.append(blocker("jj-failed", "cannot read the clone: %s" % exc.message,
                                           "coord work inspect %s --verbose" % h))
         return out
     out["current"] = {"change": ids["change"], "commit": ids["commit"], "empty": ids["empty"],
-                      "at": workspace.now_time()}
+                      "at": now_time()}
     return out
 
 
@@ -435,17 +437,17 @@ def _stopped_landing_rule(w, h):
     """The cleanup rule for a candidate released because its landing stopped before the target
     moved (a conflict, a failed check, a refusal): it never landed, and the next step is the
     landing again, not the squash-merge discard. None when no stopped landing is recorded."""
-    landing = workspace.landing_of(w)
+    landing = landing_of(w)
     if landing.get("state") not in LAND_STOPPED or not landing.get("into"):
         return None
     into = landing["into"]
     if landing.get("state") == "conflict":
-        why = "rebasing onto %s conflicts in %s" % (into, workspace.named_paths(landing.get("paths") or ["(unknown)"]))
+        why = "rebasing onto %s conflicts in %s" % (into, named_paths(landing.get("paths") or ["(unknown)"]))
         first = "resolve it in %s (jj resolve --list), then " % w["path"]
     else:
         why = store.clean_text(landing.get("reason") or landing["state"], 200)
         first = ""
-    return workspace.blocker("unintegrated", "its landing into %s stopped before anything moved (%s): none of it landed" % (into, why),
+    return blocker("unintegrated", "its landing into %s stopped before anything moved (%s): none of it landed" % (into, why),
             "%sre-run: %s; or keep the clone" % (first, land.rerun_command(w, into)))
 
 
@@ -480,7 +482,7 @@ def _delete_checkout(environ, w):
     refuse), then rmtree. The rename means no new process can enter it by its old path."""
     path = w["path"]
     if w["data"].get("kind") == "native":
-        workspace.jj(["workspace", "forget", workspace.workspace_name(w["id"])], path, environ=environ)
+        jj(["workspace", "forget", workspace.workspace_name(w["id"])], path, environ=environ)
     aside = "%s.removing-%s" % (path, os.urandom(4).hex())
     os.rename(path, aside)
     late = _late_changes(aside, w.get("evidence_at"))
@@ -491,7 +493,7 @@ def _delete_checkout(environ, w):
         except OSError:
             where = aside
         raise Refused("will not remove %s: it changed while being removed (%s); nothing was deleted, it is at %s"
-                      % (w["handle"], workspace.named_paths(late), where),
+                      % (w["handle"], named_paths(late), where),
                       "coord work remove %s --confirm %s (after whatever works in it has finished)"
                       % (w["handle"], w["handle"]))
     workspace.rmtree(aside)
@@ -501,7 +503,7 @@ def _mark_removed(st, w, caller, how, discarded=None, current=None):
     """Record the removal; `discarded` lists the ignored files deleted with the clone (all of
     them in the audit row, the first KEPT_PATHS and their count in the record); `current`: the
     clone's @ at the evidence's snapshot (else the record's)."""
-    removed = {"at": workspace.now_time(), "by": workspace.who_id(caller), "how": how}
+    removed = {"at": now_time(), "by": who_id(caller), "how": how}
     extra = {}
     if discarded:
         removed.update({"discarded_ignored": discarded[:workspace.KEPT_PATHS], "discarded_ignored_count": len(discarded)})
@@ -516,7 +518,7 @@ def _mark_removed(st, w, caller, how, discarded=None, current=None):
             "removed": removed,
             "current": current or w["data"].get("current"),
             "history": workspace.with_history(cur, "removed", caller, how=how)})
-        st.audit("work.removed", workspace.who_id(caller), w["id"], how=how, path=w["path"], **extra)
+        st.audit("work.removed", who_id(caller), w["id"], how=how, path=w["path"], **extra)
 
 
 
@@ -613,7 +615,7 @@ def cmd_remove(ctx, args):
         text = "forgot %s; its clone stays at %s (its marker names another registration)" % (r["work"],
                                                                                           r["kept_directory"])
     if r.get("discarded_ignored"):
-        text = "discarded %d ignored file(s): %s" % (len(r["discarded_ignored"]), workspace.named_paths(r["discarded_ignored"]))
+        text = "discarded %d ignored file(s): %s" % (len(r["discarded_ignored"]), named_paths(r["discarded_ignored"]))
     return 0, workspace.ok_data(r), text
 
 
@@ -627,7 +629,7 @@ def cmd_gc(ctx, args):
         if w.get("discarded_ignored"):
             lines[-1] += "  (%s %d ignored file(s): %s)" % ("discarding" if args.dry_run else "discarded",
                                                            len(w["discarded_ignored"]),
-                                                           workspace.named_paths(w["discarded_ignored"]))
+                                                           named_paths(w["discarded_ignored"]))
     if r["kept"]:
         lines.append("recovery candidates:")
     for k in r["kept"]:

@@ -30,6 +30,8 @@ import time
 
 import store
 import workspace
+from workspace import (CANONICAL_REFS, git, jj, git_dir_args, named_paths, now_time, who_id,
+                       integration_of, gate_of, landing_of)
 from store import EnvError, Refused, UsageError
 
 
@@ -48,11 +50,11 @@ def enqueue(st, *, caller, handle, into, override=False):
     workspace.authorize(st, w, caller, "enqueue", override)
     with st.transaction():
         cur = st.resolve_work(w["id"])
-        integ = workspace.integration_of(cur)
+        integ = integration_of(cur)
         if integ["state"] not in workspace.ENQUEUEABLE:
             raise Refused("work %s is already %s for %s" % (w["handle"], integ["state"], integ.get("into")),
                           "coord work integrate queue")
-        integ.update({"state": "queued", "into": into, "queued_at": workspace.now_time(), "queued_by": caller["id"]})
+        integ.update({"state": "queued", "into": into, "queued_at": now_time(), "queued_by": caller["id"]})
         st.update_work(w["id"], data={"integration": integ})
         st.audit("work.queued", caller["id"], w["id"], into=into)
     return {"work": w["handle"], "into": into}
@@ -63,14 +65,14 @@ def integration_queue(st, *, into=None):
     into = workspace.check_bookmark(into) if into else None
     rows = []
     for w in st.works():
-        integ = workspace.integration_of(w)
+        integ = integration_of(w)
         if integ["state"] not in workspace.QUEUED or (into and integ.get("into") != into):
             continue
         deps = []
         for dep in w["data"].get("depends", []):
             d = st.work(dep)
             deps.append({"handle": d["handle"] if d else dep,
-                         "integration": workspace.integration_of(d)["state"] if d else "unknown"})
+                         "integration": integration_of(d)["state"] if d else "unknown"})
         rows.append({"handle": w["handle"], "task": w["task"], "state": integ["state"], "into": integ.get("into"),
                      "queued_at": integ.get("queued_at") or integ.get("candidate", {}).get("at") or 0,
                      "depends": deps})
@@ -98,24 +100,24 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
     with st.transaction():
         st.claim(caller["id"], [resource], "exclusive", "integrate %s" % w["handle"])
         cur = st.resolve_work(w["id"])
-        integ = workspace.integration_of(cur)
+        integ = integration_of(cur)
         integ.update({"state": "integrating", "into": into,
-                      "queued_at": integ.get("queued_at") or workspace.now_time(),
-                      "candidate": {"change": cand_change, "commit": cand_commit, "at": workspace.now_time(),
+                      "queued_at": integ.get("queued_at") or now_time(),
+                      "candidate": {"change": cand_change, "commit": cand_commit, "at": now_time(),
                                     "runtime": caller["id"], "resource": resource}})
         integ.pop("proof", None)
         integ.pop("released", None)
         st.update_work(w["id"], data={"integration": integ,
                                       "current": {"change": ids["change"], "commit": ids["commit"],
-                                                  "empty": ids["empty"], "at": workspace.now_time()},
+                                                  "empty": ids["empty"], "at": now_time()},
                                       "resources": _resources(st, cur)})
         st.audit("work.integration.acquired", caller["id"], w["id"], resource=resource,
                  candidate_change=cand_change, candidate_commit=cand_commit)
     waiting = []
     for dep in w["data"].get("depends", []):
         d = st.work(dep)
-        if d is None or workspace.integration_of(d)["state"] != "integrated":
-            waiting.append("%s (%s)" % (d["handle"] if d else dep, workspace.integration_of(d)["state"] if d else "unknown"))
+        if d is None or integration_of(d)["state"] != "integrated":
+            waiting.append("%s (%s)" % (d["handle"] if d else dep, integration_of(d)["state"] if d else "unknown"))
     return {"work": w["handle"], "resource": resource, "candidate": {"change": cand_change, "commit": cand_commit},
             "waiting_on": waiting, "preview": _acquire_preview(w, cand_commit, into, environ)}
 
@@ -132,7 +134,7 @@ def _acquire_preview(w, commit, into, environ):
 def refuse_placeholder(w, change, commit, environ=None):
     """Refuse a candidate whose description is still the one `work create` wrote (or none):
     it would land on the target as "coord work <uuid>: <task>"."""
-    _, out, _ = workspace.jj(["log", "--no-graph", "-r", commit, "-T", "description"], w["path"], snapshot=False,
+    _, out, _ = jj(["log", "--no-graph", "-r", commit, "-T", "description"], w["path"], snapshot=False,
                    environ=environ)
     subject = (out.strip().splitlines() or [""])[0].strip()
     placeholder = workspace.description(w["task"], w["id"]).splitlines()[0]
@@ -181,25 +183,25 @@ def local_revset(w, environ=None):
     if w["data"].get("kind") == "native":
         parent = (w["data"].get("base") or {}).get("parent")
         return "(::@ ~ ::%s) ~ empty()" % (parent or "root()")
-    _, out, _ = workspace.jj(["bookmark", "list", "--all-remotes", "-T",
+    _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
                     'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
                    w["path"], snapshot=False, environ=environ)
     # Tags too (local and remote): a release tagged on a commit no branch contains is the shared
     # repository's history, not the work's, and must neither block cleanup nor become a candidate.
-    _, tags, _ = workspace.jj(["tag", "list", "--all-remotes", "-T", 'if(normal_target, normal_target.commit_id() ++ "\\n")'],
+    _, tags, _ = jj(["tag", "list", "--all-remotes", "-T", 'if(normal_target, normal_target.commit_id() ++ "\\n")'],
                     w["path"], snapshot=False, environ=environ)
     targets = sorted({t for t in (out + "\n" + tags).split() if workspace.FULL_COMMIT_RE.match(t)})
     safe = ["root()"]
     if targets:
-        gargs = workspace.git_dir_args(w["source"])
-        _, heads, _ = workspace.git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(workspace.CANONICAL_REFS),
+        gargs = git_dir_args(w["source"])
+        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
                           w["source"], environ)
         current = set(heads.split())
         for t in targets:
             if t in current:  # the common case: one call for every unmoved bookmark or tag
                 safe.append(t)
                 continue
-            code, found, _ = workspace.git(gargs + ["for-each-ref", "--count=1", "--contains", t] + list(workspace.CANONICAL_REFS),
+            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", t] + list(CANONICAL_REFS),
                                  w["source"], environ, check=False)
             if code == 0 and found.strip():
                 safe.append(t)
@@ -210,7 +212,7 @@ def _candidate_for(w, caller, st=None):
     """(integration, candidate) when the caller may prove or release the frozen candidate: the
     runtime that froze it, its resumed successor (which now holds its leases) or, from another
     terminal, the same person; else Refused naming it."""
-    integ = workspace.integration_of(w)
+    integ = integration_of(w)
     cand = integ.get("candidate")
     if not cand:
         raise Refused("work %s has no frozen candidate" % w["handle"],
@@ -247,7 +249,7 @@ def prove(st, *, caller, handle, target, environ=None):
     the bookmark in the canonical repository; -> {work, candidate, target}."""
     target = workspace.full_commit(target, "target")
     w = st.resolve_work(handle)
-    workspace.refuse_agent_integration(st, w, caller, "prove", workspace.integration_of(w).get("into"), environ=environ)
+    workspace.refuse_agent_integration(st, w, caller, "prove", integration_of(w).get("into"), environ=environ)
     integ, cand = _candidate_for(w, caller, st)
     holder = _freezer_holder(st, cand, caller) or caller["id"]
     if integ["state"] == "lock-released":
@@ -265,7 +267,7 @@ def prove(st, *, caller, handle, target, environ=None):
         if now_cand != cand:
             raise Refused("the candidate of %s changed while proving" % w["handle"], "retry")
         now_integ.update({"state": "integrated", "proof": {
-            "target": target, "into": integ["into"], "candidate": cand["commit"], "at": workspace.now_time(),
+            "target": target, "into": integ["into"], "candidate": cand["commit"], "at": now_time(),
             "runtime": caller["id"], "resource": cand["resource"]}})
         st.update_work(w["id"], data={"integration": now_integ,
                                       "history": workspace.with_history(cur, cur["state"], caller, event="integrated")})
@@ -278,22 +280,22 @@ def _check_ancestry(w, into, candidate, target, environ):
     """Refuse unless both commits are in the canonical repository, candidate is an ancestor of
     target, and target is on bookmark `into` there."""
     source = w["source"]
-    gargs = workspace.git_dir_args(source)
+    gargs = git_dir_args(source)
     for what, oid in (("target", target), ("candidate", candidate)):
-        code, _, _ = workspace.git(gargs + ["cat-file", "-e", oid + "^{commit}"], source, environ, check=False)
+        code, _, _ = git(gargs + ["cat-file", "-e", oid + "^{commit}"], source, environ, check=False)
         if code != 0:
             hint = ("push the candidate to %s first; %s" % (source, workspace.SQUASH_NOTE % (w["handle"], w["handle"]))
                     if what == "candidate" else
                     "name a commit that exists in %s" % source)
             raise Refused("%s commit %s is not in the canonical repository %s" % (what, oid, source), hint)
-    code, _, err = workspace.git(gargs + ["merge-base", "--is-ancestor", candidate, target], source, environ, check=False)
+    code, _, err = git(gargs + ["merge-base", "--is-ancestor", candidate, target], source, environ, check=False)
     if code == 1:
         raise Refused("candidate %s of %s is not an ancestor of %s" % (candidate, w["handle"], target),
                       workspace.SQUASH_NOTE % (w["handle"], w["handle"]))
     if code != 0:
         raise workspace.ToolError(["git", "merge-base", "--is-ancestor"], code, err)
     ref = "refs/heads/" + into
-    code, _, _ = workspace.git(gargs + ["merge-base", "--is-ancestor", target, ref], source, environ, check=False)
+    code, _, _ = git(gargs + ["merge-base", "--is-ancestor", target, ref], source, environ, check=False)
     if code != 0:
         raise Refused("target %s is not on bookmark %s in %s" % (target, into, source),
                       "name the commit %s points at: git %s rev-parse %s" % (into, " ".join(gargs), ref))
@@ -314,7 +316,7 @@ def release_integration(st, *, caller, handle):
             st.release(holder, [cand["resource"]])
         cur = st.resolve_work(w["id"])
         now_integ, _ = _candidate_for(cur, caller, st)
-        now_integ["released"] = {"at": workspace.now_time(), "runtime": caller["id"], "resource": cand["resource"],
+        now_integ["released"] = {"at": now_time(), "runtime": caller["id"], "resource": cand["resource"],
                                  "lease_was_held": cand["resource"] in held}
         if now_integ["state"] != "integrated":
             now_integ["state"] = "lock-released"
@@ -336,13 +338,13 @@ LAND_RESUMABLE = frozenset(("running", "publish-refused", "publish-ambiguous"))
 
 def _rev(source, ref, environ):
     """The full commit a ref names in the canonical repository, or None."""
-    code, out, _ = workspace.git(workspace.git_dir_args(source) + ["rev-parse", "--verify", "--quiet", ref + "^{commit}"], source,
+    code, out, _ = git(git_dir_args(source) + ["rev-parse", "--verify", "--quiet", ref + "^{commit}"], source,
                        environ, check=False)
     return out.strip() if code == 0 and workspace.FULL_COMMIT_RE.match(out.strip()) else None
 
 
 def _is_ancestor(source, older, newer, environ):
-    code, _, err = workspace.git(workspace.git_dir_args(source) + ["merge-base", "--is-ancestor", older, newer], source, environ,
+    code, _, err = git(git_dir_args(source) + ["merge-base", "--is-ancestor", older, newer], source, environ,
                        check=False)
     if code not in (0, 1):
         raise workspace.ToolError(["git", "merge-base", "--is-ancestor"], code, err)
@@ -354,14 +356,14 @@ def _land_record(st, w, caller, step, environ, state="running", **facts):
     then, for tests only, die here when LAND_KILL_ENV names this step. -> the landing dict."""
     with st.transaction():
         cur = st.work(w["id"])
-        landing = workspace.landing_of(cur)
+        landing = landing_of(cur)
         landing.update({k: v for k, v in facts.items() if v is not None})
-        landing["state"], landing["at"] = state, workspace.now_time()
+        landing["state"], landing["at"] = state, now_time()
         if step:
             landing["step"] = step
-            landing["steps"] = list(landing.get("steps") or []) + [{"step": step, "at": workspace.now_time()}]
+            landing["steps"] = list(landing.get("steps") or []) + [{"step": step, "at": now_time()}]
         st.update_work(w["id"], data={"landing": landing})
-        st.audit("work.landing." + (step or state), workspace.who_id(caller), w["id"], state=state,
+        st.audit("work.landing." + (step or state), who_id(caller), w["id"], state=state,
                  **{k: v for k, v in facts.items() if v is not None and k not in ("runtime", "subject", "now", "event")})
     if step:
         workspace.crash_point(environ, LAND_KILL_ENV, step)
@@ -371,13 +373,13 @@ def _land_record(st, w, caller, step, environ, state="running", **facts):
 def land_check_command(source, environ=None):
     """The repository's configured check command (git config coord.landCheck in the canonical
     repository's own config, which no clone can commit), or None."""
-    code, out, _ = workspace.git(workspace.git_dir_args(source) + ["config", "--local", "--get", LAND_CHECK_CONFIG], source, environ,
+    code, out, _ = git(git_dir_args(source) + ["config", "--local", "--get", LAND_CHECK_CONFIG], source, environ,
                        check=False)
     return out.strip() or None if code == 0 else None
 
 
 def _conflict_paths(path, change, environ):
-    _, out, _ = workspace.jj(["resolve", "--list", "-r", change], path, snapshot=False, environ=environ, check=False)
+    _, out, _ = jj(["resolve", "--list", "-r", change], path, snapshot=False, environ=environ, check=False)
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
@@ -385,9 +387,9 @@ def _rebase_in_clone(st, w, caller, into, target, cand, environ):
     """Rebase the candidate's branch in the clone onto `target` with jj; -> [] or the conflicted paths.
     Only when nothing live works inside the clone (see DESIGN.md, Landing)."""
     path = w["path"]
-    workspace.jj(["git", "fetch", "--remote", "origin"], path, environ=environ)
-    workspace.jj(["rebase", "-b", cand["change"], "-d", target], path, environ=environ)
-    _, out, _ = workspace.jj(["log", "--no-graph", "-r", "%s::@" % cand["change"], "-T",
+    jj(["git", "fetch", "--remote", "origin"], path, environ=environ)
+    jj(["rebase", "-b", cand["change"], "-d", target], path, environ=environ)
+    _, out, _ = jj(["log", "--no-graph", "-r", "%s::@" % cand["change"], "-T",
                     'if(conflict, change_id ++ "\\n")'], path, snapshot=False, environ=environ)
     bad = out.split()
     return sorted(set(p for c in bad for p in _conflict_paths(path, c, environ))) if bad else []
@@ -405,7 +407,7 @@ class _Scratch:
     def __enter__(self):
         import tempfile
         self.path = tempfile.mkdtemp(prefix=".land-%s-" % self.w["id"][:8], dir=self.w["scratch_root"])
-        workspace.git(["clone", "--quiet", "--no-checkout", "--shared", workspace.clone_source(self.w["source"]), self.path],
+        git(["clone", "--quiet", "--no-checkout", "--shared", workspace.clone_source(self.w["source"]), self.path],
             self.w["scratch_root"], self.environ)
         return self
 
@@ -415,7 +417,7 @@ class _Scratch:
         return False
 
     def git(self, args, check=True):
-        return workspace.git(args, self.path, self.environ, check=check)
+        return git(args, self.path, self.environ, check=check)
 
     def checkout(self, commit):
         self.git(["checkout", "--quiet", "--detach", commit])
@@ -628,11 +630,11 @@ def _set_aside(w, commit, written, gone, environ):
     gargs = workspace.git_store(w)
     restored = []
     if gargs is not None and touched:
-        _, out, _ = workspace.git(gargs + ["ls-tree", "-r", "-z", "--name-only", commit, "--"] +
+        _, out, _ = git(gargs + ["ls-tree", "-r", "-z", "--name-only", commit, "--"] +
                         [":(literal)" + p for p in touched], path, environ, check=False)
         restored = [p for p in out.split("\0") if p]
         if restored:
-            workspace.git(gargs + ["restore", "--source=%s" % commit, "--worktree", "--"] +
+            git(gargs + ["restore", "--source=%s" % commit, "--worktree", "--"] +
                 [":(literal)" + p for p in restored], path, environ)
     for rel in written:  # directories the check made and left empty
         d = os.path.dirname(rel)
@@ -655,7 +657,7 @@ def check_created(w, paths):
 
 def _worktrees_on(source, ref, environ):
     """Working trees of the canonical git repository that have `ref` checked out."""
-    _, out, _ = workspace.git(workspace.git_dir_args(source) + ["worktree", "list", "--porcelain"], source, environ)
+    _, out, _ = git(git_dir_args(source) + ["worktree", "list", "--porcelain"], source, environ)
     found, cur = [], None
     for line in out.splitlines():
         if line.startswith("worktree "):
@@ -668,13 +670,13 @@ def _worktrees_on(source, ref, environ):
 def _dirty_touched(tree, old, new, environ):
     """Paths with local changes (tracked, untracked or ignored) in the checkout `tree` that moving
     from `old` to `new` would write."""
-    _, out, _ = workspace.git(["diff", "--name-only", "-z", "--no-renames", old, new], tree, environ)
+    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames", old, new], tree, environ)
     touched = [p for p in out.split("\0") if p]
     if not touched:
         return []
     # Limited to the written paths (literal pathspecs) unless there are too many for one argv.
     spec = ["--"] + [":(literal)" + t for t in touched] if len(touched) <= 2000 else []
-    _, out, _ = workspace.git(["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all",
+    _, out, _ = git(["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all",
                      "--ignored=matching"] + spec, tree, environ)
     dirty, entries = [], out.split("\0")
     i = 0
@@ -699,7 +701,7 @@ def _update_ref(w, into, old, new, environ):
     """git update-ref of the canonical bookmark from exactly `old` to `new` (compare and swap)."""
     source, ref = w["source"], "refs/heads/" + into
     try:
-        workspace.git(workspace.git_dir_args(source) + ["update-ref", "-m", "coord land %s" % w["handle"], ref, new, old], source,
+        git(git_dir_args(source) + ["update-ref", "-m", "coord land %s" % w["handle"], ref, new, old], source,
             environ)
     except workspace.ToolError:
         now = _rev(source, ref, environ)
@@ -715,7 +717,7 @@ def _move_target(w, into, old, new, environ):
     source, ref = w["source"], "refs/heads/" + into
     if os.path.isdir(os.path.join(source, ".jj")):
         _update_ref(w, into, old, new, environ)
-        workspace.jj(["git", "import"], source, snapshot=False, environ=environ)
+        jj(["git", "import"], source, snapshot=False, environ=environ)
         return "jj"
     trees = _worktrees_on(source, ref, environ)
     if not trees:
@@ -725,13 +727,13 @@ def _move_target(w, into, old, new, environ):
     dirty = _dirty_touched(tree, old, new, environ)
     if dirty:
         raise Refused("the shared checkout %s has local changes the landing would overwrite: %s"
-                      % (tree, workspace.named_paths(dirty)),
+                      % (tree, named_paths(dirty)),
                       "commit, stash or move them (git -C %s status), then re-run: %s"
                       % (shlex.quote(tree), rerun_command(w, into)), reason="dirty-checkout", paths=dirty)
     if _rev(tree, "HEAD", environ) != old:
         raise Refused("%s moved in %s while landing" % (into, tree), "re-run: %s" % rerun_command(w, into), reason="target-moved")
     try:
-        workspace.git(["merge", "--ff-only", "--quiet", new], tree, environ)
+        git(["merge", "--ff-only", "--quiet", new], tree, environ)
     except workspace.ToolError as exc:
         if _rev(tree, ref, environ) != old:
             raise  # it moved after all, or elsewhere: git's own words say what happened
@@ -752,7 +754,7 @@ def _push(st, w, caller, into, remote, old, new, environ):
     source = w["source"]
     ref = "refs/heads/" + into
     try:
-        code, out, err = workspace.git(workspace.git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old),
+        code, out, err = git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old),
                                                      remote, "%s:%s" % (new, ref)], source, environ, check=False)
         # the porcelain status lines are on stdout, the remote's own words on stderr: keep both
         push_error = None if code == 0 else ((err or "") + "\n" + (out or "")).strip()[-CHECK_TAIL:]
@@ -773,7 +775,7 @@ def _push(st, w, caller, into, remote, old, new, environ):
         # rejection (a pre-receive hook, a protected branch), not an unknown outcome.
         # (recorded by the caller: a landing finishes unpublished, a later publish stays landed)
         with st.transaction():
-            st.audit("work.landing.publish-rejected", workspace.who_id(caller), w["id"], remote=remote, remote_after=actual,
+            st.audit("work.landing.publish-rejected", who_id(caller), w["id"], remote=remote, remote_after=actual,
                      push_error=store.clean_text(push_error, 2000))
         raise Refused("remote %s refused %s (%s); nothing was forced" % (remote, into, store.clean_text(refusal, 300)),
                       None, reason="publish-refused", remote_after=actual, remote_unchanged=True,
@@ -817,8 +819,8 @@ def _stop_before_move(st, w, caller, state, environ, exc, **facts):
     reason = exc.message if isinstance(exc, store.CoordError) else str(exc)
     _land_record(st, w, caller, None, environ, state=state, reason=store.clean_text(reason, 500), **facts)
     cur = st.work(w["id"])
-    cand = workspace.integration_of(cur).get("candidate") or {}
-    if cand.get("runtime") == caller["id"] and not workspace.integration_of(cur).get("released"):
+    cand = integration_of(cur).get("candidate") or {}
+    if cand.get("runtime") == caller["id"] and not integration_of(cur).get("released"):
         try:
             release_integration(st, caller=caller, handle=w["id"])
         except store.CoordError:
@@ -854,8 +856,8 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
     target, refuse what is not ready, or run the steps (LAND_STEPS) one function each."""
     source = w["source"]
     ref = "refs/heads/" + into
-    landing = workspace.landing_of(w)
-    integ = workspace.integration_of(w)
+    landing = landing_of(w)
+    integ = integration_of(w)
     landed_before = landing.get("state") == "landed" and landing.get("into") == into and \
         integ.get("state") == "integrated" and landing.get("landed") and _rev(source, ref, environ) and \
         _is_ancestor(source, landing["landed"], _rev(source, ref, environ), environ)
@@ -897,16 +899,16 @@ def _land_checks(w, check, environ):
 def _refuse_unready(st, w, checks):
     """Refuse a landing with neither a check nor a passed or waived gate, or whose dependencies
     are not integrated yet."""
-    if not checks and workspace.gate_of(w)["state"] not in workspace.GATE_DONE:
+    if not checks and gate_of(w)["state"] not in workspace.GATE_DONE:
         raise Refused("work %s has no passed or waived gate and no check command" % w["handle"],
                       "coord work gate %s --pass, or land with --check CMD (or set git config %s in %s)"
                       % (w["handle"], LAND_CHECK_CONFIG, w["source"]), reason="ungated")
     waiting = []
     for dep in w["data"].get("depends", []):
         d = st.work(dep)
-        if d is None or workspace.integration_of(d)["state"] != "integrated":
+        if d is None or integration_of(d)["state"] != "integrated":
             waiting.append("%s (%s)" % (d["handle"] if d else dep,
-                                        workspace.integration_of(d)["state"] if d else "unknown"))
+                                        integration_of(d)["state"] if d else "unknown"))
     if waiting:
         raise Refused("work %s depends on %s, not integrated yet" % (w["handle"], ", ".join(waiting)),
                       "land those first (coord work integrate queue)", reason="depends")
@@ -920,7 +922,7 @@ def _land_acquire(st, w, caller, into, push, old, check_arg, environ):
     with st.transaction():
         st.update_work(w["id"], data={"landing": None})
     landing = _land_record(st, w, caller, "acquired", environ, into=into, remote=push, runtime=caller["id"],
-                           started_at=workspace.now_time(), old_target=old, candidate=cand["commit"],
+                           started_at=now_time(), old_target=old, candidate=cand["commit"],
                            change=cand["change"], original=cand["commit"], check_arg=check_arg)
     return dict(w, data=dict(w["data"], landing=landing)), cand
 
@@ -1004,15 +1006,15 @@ def _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, e
         if paths:
             _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=True)
         ref = "refs/coord/work/%s" % w["id"]
-        workspace.git(workspace.git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
+        git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
                                     "+%s:%s" % (new, ref)], source, environ)
         cand = {"change": cand["change"], "commit": new, "rebased_from": cand["commit"]}
         rebased = True
         with st.transaction():
             cur = st.work(w["id"])
-            integ = workspace.integration_of(cur)
+            integ = integration_of(cur)
             frozen = dict(integ.get("candidate") or {})
-            frozen.update({"commit": new, "rebased_from": cand["rebased_from"], "at": workspace.now_time()})
+            frozen.update({"commit": new, "rebased_from": cand["rebased_from"], "at": now_time()})
             integ["candidate"] = frozen
             st.update_work(w["id"], data={"integration": integ})
             st.audit("work.integration.rebased", caller["id"], w["id"], candidate_commit=new,
@@ -1031,7 +1033,7 @@ def _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, e
 
 def _gate_from_check(st, w, caller, checks, cand):
     """Every check passed on the candidate: the gate records each command that ran."""
-    gate = {"state": "passed", "at": workspace.now_time(), "by": caller["id"], "by_handle": caller["handle"],
+    gate = {"state": "passed", "at": now_time(), "by": caller["id"], "by_handle": caller["handle"],
             "user": workspace.user_name(), "check": {"command": " && ".join(checks), "commands": list(checks), "exit": 0,
                                        "candidate": cand["commit"]}}
     with st.transaction():
@@ -1060,21 +1062,21 @@ def _drop_push(st, caller, remote, into):
 def _land_after_move(st, w, caller, into, push, environ):
     """The steps after the target moved: publish, prove, release. Each is skipped when done."""
     w = st.work(w["id"])
-    landing = workspace.landing_of(w)
+    landing = landing_of(w)
     new, old = landing["candidate"], landing["old_target"]
     if landing.get("step") != "moved" and "moved" not in [s["step"] for s in landing.get("steps") or []]:
         landing = _land_record(st, w, caller, "moved", environ, moved_by="found moved", landed=new)
     resource = _integration_resource(into)
     if not st.leases_of(caller["id"], [resource]):
         st.claim(caller["id"], [resource], "exclusive", "land %s" % w["handle"])
-    integ = workspace.integration_of(st.work(w["id"]))
+    integ = integration_of(st.work(w["id"]))
     cand = integ.get("candidate") or {}
     if cand.get("commit") != new or cand.get("runtime") != caller["id"] or integ.get("released"):
         with st.transaction():
             cur = st.work(w["id"])
-            integ = workspace.integration_of(cur)
+            integ = integration_of(cur)
             integ.update({"state": "integrating", "into": into, "candidate": {
-                "change": landing.get("change"), "commit": new, "at": workspace.now_time(), "runtime": caller["id"],
+                "change": landing.get("change"), "commit": new, "at": now_time(), "runtime": caller["id"],
                 "resource": resource}})
             integ.pop("released", None)
             integ.pop("proof", None)
@@ -1114,7 +1116,7 @@ def _land_after_move(st, w, caller, into, push, environ):
             "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
             "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
             "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
-    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=workspace.now_time(), owner_told=told)
+    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), owner_told=told)
     return _land_result(st.work(w["id"]), landing)
 
 
@@ -1127,7 +1129,7 @@ def _held_while_working(st, w, caller, old, new, environ):
     existed (the lease audit): shell writes are advisory, so this is where an overlap shows.
     -> [{path, holder}] (at most 50), for the landing's report; never blocks."""
     try:
-        _, out, _ = workspace.git(workspace.git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
+        _, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
                         w["source"], environ)
         paths = [p for p in out.split("\0") if p]
         claims = st.exclusive_claims_since(w["created_at"], paths) if paths else []
@@ -1153,17 +1155,17 @@ def _refuse_lfs_content(w, old, new, environ):
     """Refuse a candidate that writes raw content, not a Git LFS pointer, to a path whose
     attributes say `filter=lfs`: jj runs no git filters, so in a clone such a file is committed
     as is, and landing it would put the bytes themselves on the target (and the remote)."""
-    gargs = workspace.git_dir_args(w["source"])
-    _, out, _ = workspace.git(gargs + ["diff", "--name-only", "-z", "--no-renames", "--diff-filter=AM", old, new],
+    gargs = git_dir_args(w["source"])
+    _, out, _ = git(gargs + ["diff", "--name-only", "-z", "--no-renames", "--diff-filter=AM", old, new],
                     w["source"], environ)
     paths = [p for p in out.split("\0") if p]
     if not paths:
         return
     spec = ["--"] + paths
-    code, attrs, _ = workspace.git(gargs + ["check-attr", "-z", "--source=%s" % new, "filter"] + spec, w["source"], environ,
+    code, attrs, _ = git(gargs + ["check-attr", "-z", "--source=%s" % new, "filter"] + spec, w["source"], environ,
                          check=False)
     if code != 0:  # a git before 2.40 has no --source: the shared checkout's own attributes
-        code, attrs, _ = workspace.git(gargs + ["check-attr", "-z", "filter"] + spec, w["source"], environ, check=False)
+        code, attrs, _ = git(gargs + ["check-attr", "-z", "filter"] + spec, w["source"], environ, check=False)
         if code != 0:
             return
     fields = attrs.split("\0")
@@ -1171,16 +1173,16 @@ def _refuse_lfs_content(w, old, new, environ):
     raw = []
     for path in lfs:
         spec = "%s:%s" % (new, path)
-        _, size, _ = workspace.git(gargs + ["cat-file", "-s", spec], w["source"], environ)
+        _, size, _ = git(gargs + ["cat-file", "-s", spec], w["source"], environ)
         if int(size.strip() or 0) > LFS_POINTER_MAX:
             raw.append(path)
             continue
-        _, blob, _ = workspace.git(gargs + ["cat-file", "blob", spec], w["source"], environ)
+        _, blob, _ = git(gargs + ["cat-file", "blob", spec], w["source"], environ)
         if not blob.startswith(LFS_POINTER):
             raw.append(path)
     if raw:
         raise Refused("the candidate of %s puts raw content, not Git LFS pointers, in %s (filter=lfs): jj runs no git "
-                      "filters, so it would land the bytes themselves" % (w["handle"], workspace.named_paths(raw)),
+                      "filters, so it would land the bytes themselves" % (w["handle"], named_paths(raw)),
                       "commit those files with git lfs in a git checkout (git lfs track; git add; git commit), or "
                       "leave them out of the change", reason="lfs-content", paths=raw)
 
@@ -1190,7 +1192,7 @@ def _refuse_peer_leases(st, w, caller, old, new, override, environ):
     exclusively (a peer rewriting it in the shared checkout, or in its own clone), unless the
     caller overrides (audited). The work's own agents (owner, successor, its harness, a parked
     holder) and the caller are not peers."""
-    _, out, _ = workspace.git(workspace.git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
+    _, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
                     w["source"], environ)
     names = []
     for p in out.split("\0"):
@@ -1222,7 +1224,7 @@ def _refuse_peer_leases(st, w, caller, old, new, override, environ):
         return
     first = held[0]
     raise Refused("the landing of %s would change %s, held exclusively by %s%s" % (
-        w["handle"], workspace.named_paths(paths), ", ".join(holders),
+        w["handle"], named_paths(paths), ", ".join(holders),
         " (%s)" % store.clean_text(first["purpose"], 120) if first.get("purpose") else ""),
         "ask them first: coord send \"may %s land over %s?\" --to %s ; then re-run once they release"
         % (w["handle"], paths[0], holders[0]), reason="peer-leased", paths=paths, holders=holders)
@@ -1237,7 +1239,7 @@ def _land_unpublished(st, w, caller, into, push, new, remote_at, exc, environ):
     prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
     _land_record(st, w, caller, "proven", environ, proof_target=new)
     release_integration(st, caller=caller, handle=w["id"])
-    _land_record(st, w, caller, "released", environ, state="landed", finished_at=workspace.now_time(), published=False,
+    _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), published=False,
                  remote=push, remote_after=remote_at)
     raise Refused("%s; %s of the shared checkout is at %s (landed, proven, nothing held), %s %s is still at %s"
                   % (exc.message, into, new, push, into, remote_at),
@@ -1300,7 +1302,7 @@ def rerun_command(w, into=None, push=None):
     """The command that re-runs the work's recorded landing with the options it was given (its
     --push, unless `push` names the remote this run publishes to, and its own --check; a
     configured coord.landCheck applies by itself). Every hint that repeats a landing uses this."""
-    landing = workspace.landing_of(w)
+    landing = landing_of(w)
     return land_command(w["handle"], into or landing.get("into") or "BOOKMARK", push=push or landing.get("remote"),
                         check=landing.get("check_arg"))
 
@@ -1327,7 +1329,7 @@ def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False
                rerun_command(w, into)))
     told = _tell_owner(st, w, caller, body)
     exc = Refused("landing %s stopped: rebasing onto %s %s conflicts in %s; %s%s, nothing else changed" % (
-                  w["handle"], into, old, workspace.named_paths(paths), "the clone is in use and was not touched" if scratch
+                  w["handle"], into, old, named_paths(paths), "the clone is in use and was not touched" if scratch
                   else "the clone keeps the conflict for its owner", " (told %s)" % told if told else ""),
                   ("the work's agent rebases and resolves in its clone (%s: %s)%s, then re-run: %s"
                    % (w["path"], how, "; it was told" if told else "", rerun_command(w, into))) if scratch else
@@ -1340,7 +1342,7 @@ def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False
 
 def _land_check_failed(st, w, caller, into, cand, result, environ):
     """The check failed on the frozen candidate: record it as the gate result, stop (nothing moved)."""
-    gate = {"state": "failed", "at": workspace.now_time(), "by": caller["id"], "by_handle": caller["handle"], "user": workspace.user_name(),
+    gate = {"state": "failed", "at": now_time(), "by": caller["id"], "by_handle": caller["handle"], "user": workspace.user_name(),
             "check": {"command": result["command"], "exit": result["exit"], "tail": result["tail"],
                       "candidate": cand["commit"]}}
     with st.transaction():
@@ -1377,13 +1379,13 @@ def fetch_candidate(w, commit, environ=None):
     canonical working copy, index, HEAD or a branch (jj imports no refs/coord/ ref)."""
     commit = workspace.full_commit(commit, "candidate")
     source = w["source"]
-    gargs = workspace.git_dir_args(source)
+    gargs = git_dir_args(source)
     ref = candidate_ref(w["id"])
-    code, _, _ = workspace.git(gargs + ["cat-file", "-e", commit + "^{commit}"], source, environ, check=False)
+    code, _, _ = git(gargs + ["cat-file", "-e", commit + "^{commit}"], source, environ, check=False)
     if code == 0:  # already there (a native workspace shares the store, or fetched before)
-        workspace.git(gargs + ["update-ref", ref, commit], source, environ)
+        git(gargs + ["update-ref", ref, commit], source, environ)
     else:
-        workspace.git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
+        git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
                      "--no-write-fetch-head", "--no-recurse-submodules",
                      "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",  # served even if unadvertised
                      workspace.verified_path(w), "+%s:%s" % (commit, ref)], source, environ)
@@ -1396,17 +1398,17 @@ def drop_candidate_ref(w, environ=None, keep_unlanded=False):
     the ref may be the last copy) or None (no ref, or no repository to ask). Never raises."""
     source, ref = w.get("source"), candidate_ref(w["id"])
     try:
-        gargs = workspace.git_dir_args(source or "")
-        _, out, _ = workspace.git(gargs + ["for-each-ref", "--format=%(objectname)", ref], source, environ)
+        gargs = git_dir_args(source or "")
+        _, out, _ = git(gargs + ["for-each-ref", "--format=%(objectname)", ref], source, environ)
         oid = out.strip()
         if not oid:
             return None
         if keep_unlanded:
-            _, found, _ = workspace.git(gargs + ["for-each-ref", "--count=1", "--contains", oid, "refs/heads", "refs/tags"],
+            _, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", oid, "refs/heads", "refs/tags"],
                               source, environ)
             if not found.strip():
                 return "kept"
-        workspace.git(gargs + ["update-ref", "-d", ref, oid], source, environ)
+        git(gargs + ["update-ref", "-d", ref, oid], source, environ)
         return "deleted"
     except store.CoordError:
         return None
@@ -1417,7 +1419,7 @@ def _objects_dir(repo, environ=None):
     for d in (os.path.join(repo, ".git", "objects"), os.path.join(repo, ".jj", "repo", "store", "git", "objects")):
         if os.path.isdir(d):
             return d
-    _, out, _ = workspace.git(workspace.git_dir_args(repo) + ["rev-parse", "--git-path", "objects"], repo, environ)
+    _, out, _ = git(git_dir_args(repo) + ["rev-parse", "--git-path", "objects"], repo, environ)
     path = out.strip()
     return path if os.path.isabs(path) else os.path.join(repo, path)
 
@@ -1463,7 +1465,7 @@ class _Overlay:
 
     def git(self, args, check=True, input=None):
         self.calls += 1
-        return workspace.git(["--git-dir", self.dir] + list(args), self.dir, self.environ, check=check, input=input)
+        return git(["--git-dir", self.dir] + list(args), self.dir, self.environ, check=check, input=input)
 
 
 class _NoMergeTree(Exception):
@@ -1472,7 +1474,7 @@ class _NoMergeTree(Exception):
 
 def git_version(environ=None):
     """(major, minor) of the git on PATH, or None when it cannot say."""
-    _, out, _ = workspace.git(["version"], None, environ, check=False)
+    _, out, _ = git(["version"], None, environ, check=False)
     m = re.search(r"(\d+)\.(\d+)", out or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
 
@@ -1536,7 +1538,7 @@ def _changed_paths(ov, old, new):
 
 def branch_commits(source, environ=None):
     """{branch: full commit} of every refs/heads/ branch in the canonical repository (one git call)."""
-    _, out, _ = workspace.git(workspace.git_dir_args(source) + ["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"],
+    _, out, _ = git(git_dir_args(source) + ["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"],
                     source, environ)
     heads = {}
     for line in out.splitlines():
@@ -1597,7 +1599,7 @@ def preview_line(p):
     base = "base current" if not p["behind"] else "base %d behind" % p["behind"]
     text = "%d ahead of %s, %s" % (p["ahead"], p["into"], base)
     if p["conflicts"]:
-        text += ": would conflict in %s" % workspace.named_paths(p["conflicts"])
+        text += ": would conflict in %s" % named_paths(p["conflicts"])
     elif p["conflicts"] == [] and p["ahead"]:
         text += ", no conflicts"
     if p.get("error"):
@@ -1609,7 +1611,7 @@ def inspect_preview(w, environ=None):
     """The preview `work inspect` shows: the frozen candidate while integrating, else the
     clone's tip at its last snapshot, against the bookmark it integrates into (else the
     repository's main bookmark); None when there is nothing to preview."""
-    integ = workspace.integration_of(w)
+    integ = integration_of(w)
     if w["state"] in workspace.UNUSABLE or integ["state"] == "integrated":
         return None
     cand = integ.get("candidate") if integ["state"] == "integrating" else None
@@ -1636,7 +1638,7 @@ def conflict_report(st, *, into=None, environ=None):
     into = workspace.check_bookmark(into) if into else None
     works, skipped, groups = [], [], {}
     for w in st.works():
-        if w["state"] in workspace.UNUSABLE or workspace.integration_of(w)["state"] == "integrated":
+        if w["state"] in workspace.UNUSABLE or integration_of(w)["state"] == "integrated":
             continue
         problems = workspace.directory_problems(w)
         if problems:
@@ -1668,7 +1670,7 @@ def _report_group(ov, members, heads, into, default, report):
     """conflict_report for the works of one canonical repository, in its overlay."""
     rows, merges = [], []
     for w, tip in members:
-        bookmark = into or workspace.integration_of(w).get("into") or default
+        bookmark = into or integration_of(w).get("into") or default
         row = {"handle": w["handle"], "task": w["task"], "into": bookmark, "target": heads.get(bookmark),
                "tip": tip, "ahead": None, "behind": None, "changed": [], "target_overlap": [],
                "target_conflicts": []}
@@ -1722,7 +1724,7 @@ def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
         raise UsageError("remote %r is not a remote name or URL" % remote, "coord remote verify origin main --expect C")
     repo = workspace.canonical_root(root, work_of)
     ref = "refs/heads/" + bookmark
-    _, out, _ = workspace.git(workspace.git_dir_args(repo) + ["ls-remote", remote, ref], repo, environ)
+    _, out, _ = git(git_dir_args(repo) + ["ls-remote", remote, ref], repo, environ)
     found = [line.split("\t", 1)[0] for line in out.splitlines() if line.split("\t", 1)[-1] == ref]
     actual = found[0] if found else None
     data = {"ok": actual == expect, "remote": remote, "bookmark": bookmark, "expected": expect, "actual": actual}
@@ -1810,12 +1812,12 @@ def conflict_lines(r, verbose=False):
 
 def _pair_text(conflicts, overlap):
     if conflicts:
-        text = "conflict %s" % workspace.named_paths(conflicts)
+        text = "conflict %s" % named_paths(conflicts)
         rest = [p for p in overlap if p not in conflicts]
-        return text + ("; also both changed %s" % workspace.named_paths(rest) if rest else "")
+        return text + ("; also both changed %s" % named_paths(rest) if rest else "")
     if conflicts is None:
-        return "both changed %s (conflicts unknown)" % workspace.named_paths(overlap)
-    return "both changed %s, merges cleanly" % workspace.named_paths(overlap)
+        return "both changed %s (conflicts unknown)" % named_paths(overlap)
+    return "both changed %s, merges cleanly" % named_paths(overlap)
 
 
 def cmd_prove(ctx, args):
@@ -1842,13 +1844,13 @@ def cmd_land(ctx, args):
 
 def landing_lines(w):
     """`work inspect` lines for a landing that is under way or stopped (none once landed)."""
-    landing = workspace.landing_of(w)
+    landing = landing_of(w)
     if not landing or landing.get("state") == "landed":
         return []
     state = "under way or interrupted" if landing.get("state") == "running" else landing.get("state")
     line = "landing into %s: %s after step %s" % (landing.get("into"), state, landing.get("step"))
     if landing.get("paths"):
-        line += "; conflicts in %s" % workspace.named_paths(landing["paths"])
+        line += "; conflicts in %s" % named_paths(landing["paths"])
     elif landing.get("reason") and landing.get("state") not in ("running",):
         line += "; %s" % store.clean_text(landing["reason"].splitlines()[0], 200)
     lines = [line]
