@@ -995,7 +995,7 @@ def make_private_dirs(path):
                 raise
 
 
-def _fsync_dir(path):
+def fsync_dir(path):
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -1028,7 +1028,7 @@ def atomic_write(path, data, mode=0o600):
         except OSError:
             pass
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def _ensure_private_dir(directory):
@@ -2826,7 +2826,7 @@ def _shown(value):
     return json.dumps(clean_text(value, 40))
 
 
-def _num(x):
+def number_text(x):
     return ("%d" % x) if x == int(x) else ("%g" % x)
 
 
@@ -2839,7 +2839,7 @@ def check_float(value, what, low, high, unit="seconds", hint=None):
         number = None
     if number is None or not low <= number <= high:  # nan fails every comparison
         raise UsageError("%s must be a number of %s from %s to %s, not %s"
-                         % (what, unit, _num(low), _num(high), _shown(value)), hint)
+                         % (what, unit, number_text(low), number_text(high), _shown(value)), hint)
     return number
 
 

@@ -149,9 +149,9 @@ def codex_hooks(directory, config):
             if not isinstance(group, dict):
                 continue
             for hi, handler in enumerate(group.get("hooks") or []):
-                if not isinstance(handler, dict) or not inst._is_coord_handler(handler):
+                if not isinstance(handler, dict) or not inst.is_coord_handler(handler):
                     continue
-                suffix = ":%s:%d:%d" % (inst._camel_to_snake(event), gi, hi)
+                suffix = ":%s:%d:%d" % (inst.camel_to_snake(event), gi, hi)
                 trusted = None
                 for source in _variants(path):
                     trusted = config.get(("hooks", "state", source + suffix, "trusted_hash"))
@@ -289,7 +289,7 @@ def _raw_bytes(path):
         return None
 
 
-def _read_claude(path):
+def read_claude(path):
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -713,7 +713,7 @@ def _edit_target(path, change):
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         for _ in range(5):
-            raw, _doc = _read_claude(path)  # parsed once: coord never edits what does not parse
+            raw, _doc = read_claude(path)  # parsed once: coord never edits what does not parse
             text = raw.decode("utf-8") if raw is not None else "{}\n"
             new = change(text)
             if new is None:
@@ -876,7 +876,7 @@ def assess(source, clone, environ=None):
         out["codex"] = {"error": exc.message}
     path = claude_config_path(environ)
     try:
-        _, doc = _read_claude(path)
+        _, doc = read_claude(path)
         out["claude"] = {"config": path, "shared_trusted": claude_trusted(doc, source),
                          "clone_trusted": claude_trusted(doc, clone)}
     except EnvError as exc:
@@ -1019,7 +1019,7 @@ def entries_for(clone, environ=None):
         found["codex"] = {"config": codex_config_path(environ), "project": project, "hooks": hooks}
     path = claude_config_path(environ)
     try:
-        _raw, doc = _read_claude(path)
+        _raw, doc = read_claude(path)
     except (EnvError, OSError, ValueError):
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("projects"), dict) and clone in doc["projects"]:

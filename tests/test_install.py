@@ -19,7 +19,7 @@ import store
 
 ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
-RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "session.py", "install",
+RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "land.py", "cleanup.py", "session.py", "install",
            "VERSION")
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PermissionRequest",
           "SessionEnd", "SubagentStart", "SubagentStop")

@@ -15,6 +15,7 @@ import support
 from support import CoordTestCase
 
 import store
+import land
 import workspace
 
 LAND_KILL_ENV = "COORD_TEST_LAND_KILL_AFTER"
@@ -867,7 +868,7 @@ class LandCheckProcessTest(LandCase):
         r, w = os.pipe()
         os.close(w)  # coord gone before its "go": the shell reads EOF
         try:
-            proc = subprocess.run(["/bin/sh", "-c", workspace._GATED % (r, r), "sh", "touch %s" % marker],
+            proc = subprocess.run(["/bin/sh", "-c", land._GATED % (r, r), "sh", "touch %s" % marker],
                                   pass_fds=(r,), timeout=30)
         finally:
             os.close(r)
@@ -931,6 +932,15 @@ class LandPushRejectedTest(LandCase):
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertEqual(self.remote_main(), landed)
         self.assertEqual(self.record(handle)["data"]["landing"]["published"], True)
+
+    def test_the_publish_hint_repeats_the_landing_s_own_check(self):
+        handle, path = self.make("rejected-check")
+        proc = self.land(handle, "--push", "origin", "--check", "test -d .", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual(reply["reason"], "publish-refused")
+        self.assertIn("coord work integrate land %s --into main --push origin --check 'test -d .'" % handle,
+                      reply["hint"])
 
     def test_a_re_run_without_push_pushes_nothing(self):
         handle, path = self.make("local-only")

@@ -760,7 +760,7 @@ class TmuxRestraintTest(support.CoordTestCase):
 
     def test_no_product_file_asks_tmux_for_these(self):
         import ast
-        for name in ("coord", "store.py", "workspace.py", "session.py", "hook.py", "trust.py", "install"):
+        for name in ("coord", "store.py", "workspace.py", "land.py", "cleanup.py", "session.py", "hook.py", "trust.py", "install"):
             with open(os.path.join(support.ROOT, name), encoding="utf-8") as f:
                 tree = ast.parse(f.read(), name)
             found = ["line %d: %r" % (node.lineno, node.value[:60]) for node in ast.walk(tree)

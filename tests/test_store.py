@@ -1141,6 +1141,58 @@ class LivenessTest(support.CoordTestCase):
         self.assertIn("export COORD_RUNTIME_ID=%s" % new["id"], cm.exception.hint)
 
 
+class ModuleLadderTest(support.CoordTestCase):
+    """The product modules import one another as a ladder (no circle, nothing upward), none
+    uses another's private names, and the commands on every tool call load none of the work
+    modules."""
+
+    RANK = {"store": 0, "session": 1, "trust": 1, "workspace": 2, "land": 3, "cleanup": 4,
+            "hook": 5, "coord": 5, "install": 5}
+    FILES = {"store": "store.py", "session": "session.py", "trust": "trust.py", "workspace": "workspace.py",
+             "land": "land.py", "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord", "install": "install"}
+
+    def trees(self):
+        import ast
+        for name, path in self.FILES.items():
+            with open(os.path.join(support.ROOT, path), encoding="utf-8") as f:
+                yield name, ast.parse(f.read(), path)
+
+    def test_imports_only_go_down(self):
+        import ast
+        wrong = []
+        for name, tree in self.trees():
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    targets = [node.module]
+                else:
+                    continue
+                for target in targets:
+                    if target in self.RANK and target != name and self.RANK[target] >= self.RANK[name]:
+                        wrong.append("%s line %d imports %s" % (name, node.lineno, target))
+        self.assertEqual(wrong, [])
+
+    def test_no_module_uses_another_s_private_names(self):
+        import ast
+        wrong = []
+        for name, tree in self.trees():
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                        and node.value.id in self.RANK and node.value.id != name \
+                        and node.attr.startswith("_") and not node.attr.startswith("__"):
+                    wrong.append("%s line %d: %s.%s" % (name, node.lineno, node.value.id, node.attr))
+        self.assertEqual(wrong, [])
+
+    def test_claim_and_check_load_no_work_module(self):
+        for argv in (["claim", "a.txt"], ["check", "a.txt"]):
+            proc = subprocess.run([sys.executable, "-X", "importtime", support.COORD] + argv, env=self.env,
+                                  cwd=self.tmp, capture_output=True, text=True, timeout=60)
+            loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+            self.assertIn("store", loaded, proc.stderr[-2000:])
+            self.assertEqual(loaded & {"workspace", "land", "cleanup", "session", "trust"}, set(), argv)
+
+
 class SqlOnlyInStoreTest(support.CoordTestCase):
     """store.py is the one file that speaks SQL, so another storage backend means one file."""
 
@@ -1148,7 +1200,7 @@ class SqlOnlyInStoreTest(support.CoordTestCase):
 
     def test_no_other_module_queries_the_database(self):
         import ast
-        for name in ("hook.py", "coord", "workspace.py", "session.py", "trust.py", "install"):
+        for name in ("hook.py", "coord", "workspace.py", "land.py", "cleanup.py", "session.py", "trust.py", "install"):
             with open(os.path.join(support.ROOT, name), encoding="utf-8") as f:
                 tree = ast.parse(f.read(), name)
             found = []

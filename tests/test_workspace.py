@@ -19,6 +19,8 @@ import support
 from support import CoordTestCase
 
 import store
+import cleanup
+import land
 import workspace
 
 
@@ -605,7 +607,7 @@ class CleanupEvidenceTest(WorkTestCase):
         w = {"path": path, "handle": "late-handle", "data": {}, "evidence_at": time.time()}
         self.write(path, "src/late.py", "written after the evidence\n")
         with self.assertRaises(store.Refused) as caught:
-            workspace._delete_checkout(None, w)
+            cleanup._delete_checkout(None, w)
         self.assertIn("changed while being removed (src/late.py)", caught.exception.message)
         self.assertEqual(sorted(os.listdir(os.path.join(path, "src"))), ["kept.py", "late.py"])
         self.assertEqual(os.listdir(self.tmp).count("late"), 1)
@@ -615,13 +617,13 @@ class CleanupEvidenceTest(WorkTestCase):
         w["evidence_at"] = time.time()
         proc = self.spawn(os.path.join(path, "src"))
         with self.assertRaises(store.Refused) as caught:
-            workspace._delete_checkout(None, w)
+            cleanup._delete_checkout(None, w)
         self.assertIn("process %d" % proc.pid, caught.exception.message)
         self.assertTrue(os.path.isfile(os.path.join(path, "src", "late.py")))
         proc.kill()
         proc.wait()
         # Control: nothing changed after the evidence, so it is deleted.
-        workspace._delete_checkout(None, w)
+        cleanup._delete_checkout(None, w)
         self.assertFalse(os.path.lexists(path))
 
 
@@ -1744,7 +1746,7 @@ class OperationsTest(WorkTestCase):
         self.assertIn("observed @ change %s" % facts["observed"]["change"],
                       "\n".join(workspace.inspect_lines(facts, verbose=True)))
         with self.assertRaises(store.Refused) as caught:
-            workspace.remove_work(self.st, caller=self.caller, handle=w["handle"], confirm=w["handle"],
+            cleanup.remove_work(self.st, caller=self.caller, handle=w["handle"], confirm=w["handle"],
                                   environ=self.env)
         self.assertEqual([r["code"] for r in caught.exception.details["reasons"]], ["ungated"])
         self.assertTrue(os.path.isdir(w["path"]))
@@ -1752,37 +1754,37 @@ class OperationsTest(WorkTestCase):
             workspace.gate_work(self.st, caller=self.caller, work=w["handle"], passed=False)  # waiver needs a reason
         gate = workspace.gate_work(self.st, caller=self.caller, work=w["handle"], passed=True)
         self.assertEqual(gate["gate"]["state"], "passed")
-        self.assertEqual(workspace.remove_work(self.st, caller=self.caller, handle=w["handle"], confirm=w["handle"],
+        self.assertEqual(cleanup.remove_work(self.st, caller=self.caller, handle=w["handle"], confirm=w["handle"],
                                                environ=self.env), {"work": w["handle"], "removed": True})
         self.assertFalse(os.path.lexists(w["path"]))
         self.assertEqual(self.st.work(w["id"])["state"], "removed")
         with self.assertRaises(store.Refused) as caught:
-            workspace.enqueue(self.st, caller=self.caller, handle=w["handle"], into="main")
+            land.enqueue(self.st, caller=self.caller, handle=w["handle"], into="main")
         self.assertEqual(caught.exception.message, "work %s is removed" % w["handle"])
 
     def test_acquire_prove_release(self):
         w = self.new_work("feature")
         with self.assertRaises(store.Refused) as caught:
-            workspace.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
+            land.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
         self.assertIn("nothing to integrate", caught.exception.message)
         self.write(w["path"], "feature.txt", "feature\n")
         with self.assertRaises(store.Refused) as caught:
-            workspace.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
+            land.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
         self.assertEqual(caught.exception.details["reason"], "placeholder-description")
         self.jj(w["path"], "describe", "-m", "feature")
-        got = workspace.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
+        got = land.acquire(self.st, caller=self.caller, handle=w["handle"], into="main", environ=self.env)
         cand = got["candidate"]["commit"]
         self.assertEqual(cand, self.commit_of(w["path"], "@"))
         self.assertEqual(got["resource"], "integration/main")
         with self.assertRaises(store.Refused):  # not pushed yet: not in the canonical repository
-            workspace.prove(self.st, caller=self.caller, handle=w["handle"], target=cand, environ=self.env)
+            land.prove(self.st, caller=self.caller, handle=w["handle"], target=cand, environ=self.env)
         self.jj(w["path"], "bookmark", "set", "main", "-r", cand)
         self.jj(w["path"], "git", "push", "--bookmark", "main")
-        self.assertEqual(workspace.prove(self.st, caller=self.caller, handle=w["handle"], target=cand,
+        self.assertEqual(land.prove(self.st, caller=self.caller, handle=w["handle"], target=cand,
                                          environ=self.env), {"work": w["handle"], "candidate": cand, "target": cand})
-        self.assertEqual(workspace.release_integration(self.st, caller=self.caller, handle=w["handle"]),
+        self.assertEqual(land.release_integration(self.st, caller=self.caller, handle=w["handle"]),
                          {"work": w["handle"], "integration": "integrated"})
-        queue = workspace.integration_queue(self.st)
+        queue = land.integration_queue(self.st)
         self.assertEqual((queue["queue"], queue["holders"]), ([], {}))
 
     def test_failed_create_is_recorded_and_raised(self):
@@ -2551,20 +2553,20 @@ class LandingPreviewTest(LandingPreviewCase):
         w = workspace.create_work(st, caller=caller, root=self.canon, task="fetched", environ=self.env)
         self.write(w["path"], "x.txt", "x\n")
         first = workspace.head_ids(w["path"], environ=self.env)["commit"]
-        ref = workspace.fetch_candidate(w, first, self.env)
+        ref = land.fetch_candidate(w, first, self.env)
         self.assertEqual(ref, "refs/coord/work/" + w["id"])
         show = lambda: self.git(self.canon, "for-each-ref", "--format=%(objectname)", ref).stdout.strip()
         self.assertEqual(show(), first)
         self.write(w["path"], "x.txt", "x, revised\n")
         second = workspace.head_ids(w["path"], environ=self.env)["commit"]
-        self.assertEqual(workspace.fetch_candidate(w, second, self.env), ref)  # moves (the old one was rewritten)
+        self.assertEqual(land.fetch_candidate(w, second, self.env), ref)  # moves (the old one was rewritten)
         self.assertEqual(show(), second)
-        self.assertEqual(workspace.fetch_candidate(w, second, self.env), ref)  # already there: same ref
+        self.assertEqual(land.fetch_candidate(w, second, self.env), ref)  # already there: same ref
         with self.assertRaises(store.UsageError):
-            workspace.fetch_candidate(w, second[:12], self.env)
+            land.fetch_candidate(w, second[:12], self.env)
         # Forgotten (the clone deleted by hand): an unlanded candidate keeps its ref, the only copy left.
         shutil.rmtree(w["path"])
-        got = workspace.remove_work(st, caller=caller, handle=w["handle"], confirm=w["handle"], environ=self.env,
+        got = cleanup.remove_work(st, caller=caller, handle=w["handle"], confirm=w["handle"], environ=self.env,
                                     forget=True)
         self.assertTrue(got["forgotten"])
         self.assertEqual(show(), second)

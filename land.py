@@ -1,0 +1,1946 @@
+"""coord's landing: everything that moves a shared ref or pushes, and what it reads first.
+
+Invariants this module keeps:
+- One integration owner per bookmark: the lease `integration/BOOKMARK` is taken before a
+  candidate is frozen and released only by the runtime that froze it. Releasing it is not
+  integration evidence.
+- Proof means: the candidate frozen at acquisition is an ancestor of an exact full target
+  commit in the canonical repository, recorded by the runtime that holds the lease that froze it.
+  A squash or rebase merge makes a new commit, so its candidate is never proven.
+- `land_work` records each step (LAND_STEPS) in the work record before the next begins, so a
+  landing killed at any point is finished by running it again (`rerun_command`); nothing is
+  moved before the check passed, the ref moves only from the commit it was read at, and a
+  push that may have happened is never reported as refused.
+- The preview and `work conflicts` only read: they fetch a candidate into a private ref
+  (`refs/coord/work/`) and merge in an overlay object store, never in a checkout.
+- Acquire, land and prove are the person's unless the repository opts in (agents_land);
+  agents enqueue.
+
+Layout, top-down: integration (enqueue, queue, acquire, prove, release), landing (one
+function per step), the landing preview and `work conflicts`, `remote verify`, the
+`cmd_*` handlers and the parsers of `work integrate`, `work conflicts`, `work inspect` and
+`remote verify`.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import time
+
+import store
+import workspace
+from workspace import (CANONICAL_REFS, git, jj, git_dir_args, named_paths, now_time, who_id,
+                       integration_of, gate_of, landing_of)
+from store import EnvError, Refused, UsageError
+
+
+
+# --------------------------------------------------------------------------- integration
+
+def _integration_resource(bookmark):
+    return store.normalize_resource("integration/" + workspace.check_bookmark(bookmark))
+
+
+def enqueue(st, *, caller, handle, into, override=False):
+    """Put the work in the visible integration queue for `into` (grants nothing)."""
+    into = workspace.check_bookmark(into)
+    w = st.resolve_work(handle)
+    workspace.refuse_state(w, workspace.UNUSABLE)
+    workspace.authorize(st, w, caller, "enqueue", override)
+    with st.transaction():
+        cur = st.resolve_work(w["id"])
+        integ = integration_of(cur)
+        if integ["state"] not in workspace.ENQUEUEABLE:
+            raise Refused("work %s is already %s for %s" % (w["handle"], integ["state"], integ.get("into")),
+                          "coord work integrate queue")
+        integ.update({"state": "queued", "into": into, "queued_at": now_time(), "queued_by": caller["id"]})
+        st.update_work(w["id"], data={"integration": integ})
+        st.audit("work.queued", caller["id"], w["id"], into=into)
+    return {"work": w["handle"], "into": into}
+
+
+def integration_queue(st, *, into=None):
+    """{queue: queued and integrating work in order with dependencies, holders: {bookmark: handle}}."""
+    into = workspace.check_bookmark(into) if into else None
+    rows = []
+    for w in st.works():
+        integ = integration_of(w)
+        if integ["state"] not in workspace.QUEUED or (into and integ.get("into") != into):
+            continue
+        deps = []
+        for dep in w["data"].get("depends", []):
+            d = st.work(dep)
+            deps.append({"handle": d["handle"] if d else dep,
+                         "integration": integration_of(d)["state"] if d else "unknown"})
+        rows.append({"handle": w["handle"], "task": w["task"], "state": integ["state"], "into": integ.get("into"),
+                     "queued_at": integ.get("queued_at") or integ.get("candidate", {}).get("at") or 0,
+                     "depends": deps})
+    rows.sort(key=lambda r: (r["queued_at"], r["handle"]))
+    holders = {}
+    for lease in st.all_leases():
+        if lease["resource"].startswith("integration/"):
+            holders[lease["resource"][len("integration/"):]] = lease["handle"]
+    return {"queue": rows, "holders": holders, "into": into}
+
+
+def acquire(st, *, caller, handle, into, environ=None, override=False, authorized=False):
+    """Take integration/<bookmark>, snapshot the clone and freeze its exact candidate (authorized:
+    land_work already authorized the caller); -> {work, resource, candidate: {change, commit}, waiting_on}."""
+    into = workspace.check_bookmark(into)
+    resource = _integration_resource(into)
+    w = st.resolve_work(handle)
+    workspace.refuse_state(w, workspace.UNUSABLE)
+    if not authorized:
+        workspace.authorize(st, w, caller, "acquire", override, into=into)
+    path = workspace.verified_path(w)
+    ids = workspace.head_ids(path, environ=environ)  # snapshots the clone
+    cand_change, cand_commit = _candidate_of(w, ids, workspace.local_changes(path, local_revset(w, environ), environ))
+    refuse_placeholder(w, cand_change, cand_commit, environ)
+    with st.transaction():
+        st.claim(caller["id"], [resource], "exclusive", "integrate %s" % w["handle"])
+        cur = st.resolve_work(w["id"])
+        integ = integration_of(cur)
+        integ.update({"state": "integrating", "into": into,
+                      "queued_at": integ.get("queued_at") or now_time(),
+                      "candidate": {"change": cand_change, "commit": cand_commit, "at": now_time(),
+                                    "runtime": caller["id"], "resource": resource}})
+        integ.pop("proof", None)
+        integ.pop("released", None)
+        st.update_work(w["id"], data={"integration": integ,
+                                      "current": {"change": ids["change"], "commit": ids["commit"],
+                                                  "empty": ids["empty"], "at": now_time()},
+                                      "resources": _resources(st, cur)})
+        st.audit("work.integration.acquired", caller["id"], w["id"], resource=resource,
+                 candidate_change=cand_change, candidate_commit=cand_commit)
+    waiting = []
+    for dep in w["data"].get("depends", []):
+        d = st.work(dep)
+        if d is None or integration_of(d)["state"] != "integrated":
+            waiting.append("%s (%s)" % (d["handle"] if d else dep, integration_of(d)["state"] if d else "unknown"))
+    return {"work": w["handle"], "resource": resource, "candidate": {"change": cand_change, "commit": cand_commit},
+            "waiting_on": waiting, "preview": _acquire_preview(w, cand_commit, into, environ)}
+
+
+def _acquire_preview(w, commit, into, environ):
+    """Fetch the frozen candidate to its private ref, then preview it (never fails acquire)."""
+    try:
+        ref = fetch_candidate(w, commit, environ)
+    except store.CoordError as exc:
+        return dict(preview(w, commit, into, environ), ref=None, fetch_error=exc.message)
+    return dict(preview(w, commit, into, environ), ref=ref)
+
+
+def refuse_placeholder(w, change, commit, environ=None):
+    """Refuse a candidate whose description is still the one `work create` wrote (or none):
+    it would land on the target as "coord work <uuid>: <task>"."""
+    _, out, _ = jj(["log", "--no-graph", "-r", commit, "-T", "description"], w["path"], snapshot=False,
+                   environ=environ)
+    subject = (out.strip().splitlines() or [""])[0].strip()
+    placeholder = workspace.description(w["task"], w["id"]).splitlines()[0]
+    if not subject:
+        raise Refused("the candidate %s of %s has no description; it would land on the target with an empty "
+                      "subject" % (commit[:12], w["handle"]),
+                      "describe the change in the clone, then retry: jj -R %s describe -r %s -m \"what it does\""
+                      % (shlex.quote(w["path"]), change), reason="placeholder-description")
+    if subject == placeholder:
+        raise Refused("the candidate %s of %s still carries coord's placeholder description (%s)"
+                      % (commit[:12], w["handle"], store.clean_text(subject, 120)),
+                      "describe the change in the clone, then retry: jj -R %s describe -r %s -m \"what it does\""
+                      % (shlex.quote(w["path"]), change), reason="placeholder-description")
+
+
+def _candidate_of(w, ids, rows):
+    """(change, commit) of the local change to integrate: @ or its single parent, never a guess."""
+    commits = {r["commit"]: r for r in rows}
+    if ids["commit"] in commits:
+        return ids["change"], ids["commit"]
+    if len(ids["parents"]) == 1 and ids["parents"][0] in commits:
+        return commits[ids["parents"][0]]["change"], ids["parents"][0]
+    if not rows:
+        raise Refused("work %s has nothing to integrate: no change beyond the canonical bookmarks" % w["handle"],
+                      "make the change first, or gate and remove the work")
+    raise Refused("work %s: its local changes are neither @ nor @-; the candidate would be a guess"
+                  % w["handle"], "in %s move @ onto the change to integrate (jj new <change>), then retry" % w["path"])
+
+
+def _resources(st, w):
+    res = dict(w["data"].get("resources") or {"planned": []})
+    if w.get("runtime"):
+        res["actual"] = [l["resource"] for l in st.leases_of(w["runtime"])]
+    return res
+
+
+def local_revset(w, environ=None):
+    """The revset of commits that exist only in this checkout (see LOCAL_WORK).
+
+    A clone's remote-tracking bookmarks are a cache of the canonical repository: one that
+    was deleted or moved there since the last fetch must not make commits look safe. So only
+    targets that a current canonical branch or tag contains count, checked with git in the
+    canonical repository. A native workspace shares the canonical store: its own work is
+    what @ added above its recorded base.
+    """
+    if w["data"].get("kind") == "native":
+        parent = (w["data"].get("base") or {}).get("parent")
+        return "(::@ ~ ::%s) ~ empty()" % (parent or "root()")
+    _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
+                    'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
+                   w["path"], snapshot=False, environ=environ)
+    # Tags too (local and remote): a release tagged on a commit no branch contains is the shared
+    # repository's history, not the work's, and must neither block cleanup nor become a candidate.
+    _, tags, _ = jj(["tag", "list", "--all-remotes", "-T", 'if(normal_target, normal_target.commit_id() ++ "\\n")'],
+                    w["path"], snapshot=False, environ=environ)
+    targets = sorted({t for t in (out + "\n" + tags).split() if workspace.FULL_COMMIT_RE.match(t)})
+    safe = ["root()"]
+    if targets:
+        gargs = git_dir_args(w["source"])
+        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
+                          w["source"], environ)
+        current = set(heads.split())
+        for t in targets:
+            if t in current:  # the common case: one call for every unmoved bookmark or tag
+                safe.append(t)
+                continue
+            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", t] + list(CANONICAL_REFS),
+                                 w["source"], environ, check=False)
+            if code == 0 and found.strip():
+                safe.append(t)
+    return workspace.LOCAL_WORK % " | ".join(safe)
+
+
+def _candidate_for(w, caller, st=None):
+    """(integration, candidate) when the caller may prove or release the frozen candidate: the
+    runtime that froze it, its resumed successor (which now holds its leases) or, from another
+    terminal, the same person; else Refused naming it."""
+    integ = integration_of(w)
+    cand = integ.get("candidate")
+    if not cand:
+        raise Refused("work %s has no frozen candidate" % w["handle"],
+                      "coord work integrate acquire %s --into BOOKMARK" % w["handle"])
+    if cand["runtime"] != caller["id"] and st is not None and _freezer_holder(st, cand, caller) is not None:
+        return integ, cand
+    if cand["runtime"] != caller["id"]:
+        raise Refused("the candidate of %s was frozen by another runtime (%s), not %s"
+                      % (w["handle"], cand["runtime"], caller["handle"]),
+                      "only that runtime may prove or release it; to take over: "
+                      "coord work integrate acquire %s --into %s" % (w["handle"], integ.get("into"))
+                      if workspace.is_person(caller) else "only that runtime may prove or release it")
+    return integ, cand
+
+
+
+def _freezer_holder(st, cand, caller):
+    """The ID of the runtime holding the candidate's lease on behalf of `caller` (the freezer's
+    successor, or the freezer when it is the same person as the caller), else None."""
+    froze = st.runtime(cand["runtime"])
+    if froze is None:
+        return None
+    last = st.successor(froze)
+    if last["id"] == caller["id"]:
+        return last["id"]
+    uid = store.person_uid(caller)
+    if uid is not None and store.is_terminal_person(caller) and store.person_uid(froze) == uid:
+        return last["id"]
+    return None
+
+
+def prove(st, *, caller, handle, target, environ=None):
+    """Record proof that the frozen candidate is an ancestor of the full `target` commit on
+    the bookmark in the canonical repository; -> {work, candidate, target}."""
+    target = workspace.full_commit(target, "target")
+    w = st.resolve_work(handle)
+    workspace.refuse_agent_integration(st, w, caller, "prove", integration_of(w).get("into"), environ=environ)
+    integ, cand = _candidate_for(w, caller, st)
+    holder = _freezer_holder(st, cand, caller) or caller["id"]
+    if integ["state"] == "lock-released":
+        raise Refused("the integration lock of %s was released; a release is not evidence" % w["handle"],
+                      "re-acquire: coord work integrate acquire %s --into %s" % (w["handle"], integ["into"]))
+    held = [l["resource"] for l in st.leases_of(holder, [cand["resource"]])]
+    if cand["resource"] not in held:
+        raise Refused("%s does not hold %s (expired or released), so it cannot prove" % (
+            caller["handle"], cand["resource"]),
+            "coord work integrate acquire %s --into %s (re-freezes the candidate)" % (w["handle"], integ["into"]))
+    _check_ancestry(w, integ["into"], cand["commit"], target, environ)
+    with st.transaction():
+        cur = st.resolve_work(w["id"])
+        now_integ, now_cand = _candidate_for(cur, caller, st)
+        if now_cand != cand:
+            raise Refused("the candidate of %s changed while proving" % w["handle"], "retry")
+        now_integ.update({"state": "integrated", "proof": {
+            "target": target, "into": integ["into"], "candidate": cand["commit"], "at": now_time(),
+            "runtime": caller["id"], "resource": cand["resource"]}})
+        st.update_work(w["id"], data={"integration": now_integ,
+                                      "history": workspace.with_history(cur, cur["state"], caller, event="integrated")})
+        st.audit("work.integrated", caller["id"], w["id"], candidate=cand["commit"], target=target,
+                 into=integ["into"], resource=cand["resource"], **workspace.provenance(st, cur, caller))
+    return {"work": w["handle"], "candidate": cand["commit"], "target": target}
+
+
+def _check_ancestry(w, into, candidate, target, environ):
+    """Refuse unless both commits are in the canonical repository, candidate is an ancestor of
+    target, and target is on bookmark `into` there."""
+    source = w["source"]
+    gargs = git_dir_args(source)
+    for what, oid in (("target", target), ("candidate", candidate)):
+        code, _, _ = git(gargs + ["cat-file", "-e", oid + "^{commit}"], source, environ, check=False)
+        if code != 0:
+            hint = ("push the candidate to %s first; %s" % (source, workspace.SQUASH_NOTE % (w["handle"], w["handle"]))
+                    if what == "candidate" else
+                    "name a commit that exists in %s" % source)
+            raise Refused("%s commit %s is not in the canonical repository %s" % (what, oid, source), hint)
+    code, _, err = git(gargs + ["merge-base", "--is-ancestor", candidate, target], source, environ, check=False)
+    if code == 1:
+        raise Refused("candidate %s of %s is not an ancestor of %s" % (candidate, w["handle"], target),
+                      workspace.SQUASH_NOTE % (w["handle"], w["handle"]))
+    if code != 0:
+        raise workspace.ToolError(["git", "merge-base", "--is-ancestor"], code, err)
+    ref = "refs/heads/" + into
+    code, _, _ = git(gargs + ["merge-base", "--is-ancestor", target, ref], source, environ, check=False)
+    if code != 0:
+        raise Refused("target %s is not on bookmark %s in %s" % (target, into, source),
+                      "name the commit %s points at: git %s rev-parse %s" % (into, " ".join(gargs), ref))
+
+
+def release_integration(st, *, caller, handle):
+    """Release the integration lease the caller froze the candidate with (not evidence);
+    -> {work, integration: the integration state after it}."""
+    w = st.resolve_work(handle)
+    integ, cand = _candidate_for(w, caller, st)
+    holder = _freezer_holder(st, cand, caller) or caller["id"]
+    if integ.get("released"):
+        raise Refused("the integration lock of %s was already released" % w["handle"], "coord work inspect %s"
+                      % w["handle"])
+    with st.transaction():
+        held = [l["resource"] for l in st.leases_of(holder, [cand["resource"]])]
+        if cand["resource"] in held:
+            st.release(holder, [cand["resource"]])
+        cur = st.resolve_work(w["id"])
+        now_integ, _ = _candidate_for(cur, caller, st)
+        now_integ["released"] = {"at": now_time(), "runtime": caller["id"], "resource": cand["resource"],
+                                 "lease_was_held": cand["resource"] in held}
+        if now_integ["state"] != "integrated":
+            now_integ["state"] = "lock-released"
+        st.update_work(w["id"], data={"integration": now_integ})
+        st.audit("work.integration.released", caller["id"], w["id"], resource=cand["resource"],
+                 proven=now_integ["state"] == "integrated")
+    return {"work": w["handle"], "integration": now_integ["state"]}
+
+
+# --------------------------------------------------------------------------- landing
+
+LAND_STEPS = ("acquired", "fetched", "rebased", "checked", "push-read", "moved", "pushed", "proven", "released")
+LAND_KILL_ENV = "COORD_TEST_LAND_KILL_AFTER"   # test only: SIGKILL this process right after the named step
+LAND_CHECK_CONFIG = "coord.landCheck"          # git config key of the canonical repository's local config
+CHECK_TIMEOUT = 3600.0                         # seconds one --check command may run
+CHECK_TAIL = 4000                              # characters of a failed check's output kept and shown
+LAND_RESUMABLE = frozenset(("running", "publish-refused", "publish-ambiguous"))
+
+
+def _rev(source, ref, environ):
+    """The full commit a ref names in the canonical repository, or None."""
+    code, out, _ = git(git_dir_args(source) + ["rev-parse", "--verify", "--quiet", ref + "^{commit}"], source,
+                       environ, check=False)
+    return out.strip() if code == 0 and workspace.FULL_COMMIT_RE.match(out.strip()) else None
+
+
+def _is_ancestor(source, older, newer, environ):
+    code, _, err = git(git_dir_args(source) + ["merge-base", "--is-ancestor", older, newer], source, environ,
+                       check=False)
+    if code not in (0, 1):
+        raise workspace.ToolError(["git", "merge-base", "--is-ancestor"], code, err)
+    return code == 0
+
+
+def _land_record(st, w, caller, step, environ, state="running", **facts):
+    """Record one finished landing step in the work record and the audit log (one transaction),
+    then, for tests only, die here when LAND_KILL_ENV names this step. -> the landing dict."""
+    with st.transaction():
+        cur = st.work(w["id"])
+        landing = landing_of(cur)
+        landing.update({k: v for k, v in facts.items() if v is not None})
+        landing["state"], landing["at"] = state, now_time()
+        if step:
+            landing["step"] = step
+            landing["steps"] = list(landing.get("steps") or []) + [{"step": step, "at": now_time()}]
+        st.update_work(w["id"], data={"landing": landing})
+        st.audit("work.landing." + (step or state), who_id(caller), w["id"], state=state,
+                 **{k: v for k, v in facts.items() if v is not None and k not in ("runtime", "subject", "now", "event")})
+    if step:
+        workspace.crash_point(environ, LAND_KILL_ENV, step)
+    return landing
+
+
+def land_check_command(source, environ=None):
+    """The repository's configured check command (git config coord.landCheck in the canonical
+    repository's own config, which no clone can commit), or None."""
+    code, out, _ = git(git_dir_args(source) + ["config", "--local", "--get", LAND_CHECK_CONFIG], source, environ,
+                       check=False)
+    return out.strip() or None if code == 0 else None
+
+
+def _conflict_paths(path, change, environ):
+    _, out, _ = jj(["resolve", "--list", "-r", change], path, snapshot=False, environ=environ, check=False)
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _rebase_in_clone(st, w, caller, into, target, cand, environ):
+    """Rebase the candidate's branch in the clone onto `target` with jj; -> [] or the conflicted paths.
+    Only when nothing live works inside the clone (see DESIGN.md, Landing)."""
+    path = w["path"]
+    jj(["git", "fetch", "--remote", "origin"], path, environ=environ)
+    jj(["rebase", "-b", cand["change"], "-d", target], path, environ=environ)
+    _, out, _ = jj(["log", "--no-graph", "-r", "%s::@" % cand["change"], "-T",
+                    'if(conflict, change_id ++ "\\n")'], path, snapshot=False, environ=environ)
+    bad = out.split()
+    return sorted(set(p for c in bad for p in _conflict_paths(path, c, environ))) if bad else []
+
+
+class _Scratch:
+    """A private git checkout of the canonical repository (sharing its objects) below the scratch
+    root, for a landing whose clone something live works in: the candidate is rebased (by
+    cherry-picking its commits onto the target) and checked there, never in the clone. Removed
+    on exit; it holds nothing the canonical repository does not (the result is fetched first)."""
+
+    def __init__(self, w, environ):
+        self.w, self.environ, self.path = w, environ, None
+
+    def __enter__(self):
+        import tempfile
+        self.path = tempfile.mkdtemp(prefix=".land-%s-" % self.w["id"][:8], dir=self.w["scratch_root"])
+        git(["clone", "--quiet", "--no-checkout", "--shared", workspace.clone_source(self.w["source"]), self.path],
+            self.w["scratch_root"], self.environ)
+        return self
+
+    def __exit__(self, *exc):
+        if self.path and workspace.below(os.path.realpath(self.path), self.w["scratch_root"]):
+            workspace.rmtree(self.path, ignore_errors=True)
+        return False
+
+    def git(self, args, check=True):
+        return git(args, self.path, self.environ, check=check)
+
+    def checkout(self, commit):
+        self.git(["checkout", "--quiet", "--detach", commit])
+
+    def rebase(self, onto, cand):
+        """Cherry-pick onto..cand onto `onto`; -> (new commit, []) or (None, conflicted paths)."""
+        _, out, _ = self.git(["rev-list", "--reverse", "--topo-order", "%s..%s" % (onto, cand)])
+        commits = out.split()
+        _, merges, _ = self.git(["rev-list", "--merges", "%s..%s" % (onto, cand)])
+        if merges.strip():
+            raise Refused("work %s has merge commits since %s; coord rebases only linear work in a scratch copy"
+                          % (self.w["handle"], onto[:12]), "rebase it in the clone (jj rebase -b @ -d main@origin), "
+                          "then re-run", reason="merge-commits")
+        self.checkout(onto)
+        for c in commits:
+            _, who, _ = self.git(["log", "-1", "--format=%cn%n%ce", c])
+            name, email = (who.splitlines() + ["coord", "coord@localhost"])[:2]
+            code, _, _ = self.git(["-c", "user.name=" + name, "-c", "user.email=" + email, "cherry-pick",
+                                   "--allow-empty", "--keep-redundant-commits", c], check=False)
+            if code != 0:
+                _, out, _ = self.git(["diff", "--name-only", "--diff-filter=U"], check=False)
+                self.git(["cherry-pick", "--abort"], check=False)
+                return None, sorted(set(out.split("\n")) - {""}) or ["(unknown)"]
+        return _rev(self.path, "HEAD", self.environ), []
+
+
+def _tell_owner(st, w, caller, body):
+    """Send a coord message to whoever works on the work: the agent running it (as `send --to
+    WORK` finds it), else its live owner; never the caller itself (a person landing the work
+    they created still reaches the agent they launched for it). -> the handle told, or None."""
+    candidates = []
+    try:
+        candidates.append(st.work_recipient(w))
+    except Refused:
+        pass
+    candidates.append(workspace.owner_of(st, w))
+    for to in candidates:
+        if to is None or to["id"] == caller["id"]:
+            continue
+        try:
+            st.send(caller["id"], body, to["id"], kind="landing")
+        except Refused:
+            continue
+        return to["handle"]
+    return None
+
+
+def _run_check(w, command, environ, cwd=None):
+    """Run the check command in the clone (or `cwd`); -> {command, exit, tail, cwd}. The check
+    runs in its own process group and session; coord waits for its exit status (not for the end
+    of its output, which a background child may hold open), then ends the whole group, so a
+    check that starts a server neither holds the landing nor outlives it. A guard process ends
+    the group too if coord itself dies first (SIGKILL included). Exit None: timed out."""
+    import tempfile
+    env = dict(os.environ if environ is None else environ)
+    where = cwd or w["path"]
+    go_r, go_w = os.pipe()
+    with tempfile.TemporaryFile() as out:
+        try:
+            # The shell waits for "go" on fd 3 until the guard watches its group: a coord killed
+            # in between leaves a shell that reads EOF and runs nothing.
+            proc = subprocess.Popen(["/bin/sh", "-c", _GATED % (go_r, go_r), "sh", command], cwd=where, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, pass_fds=(go_r,))
+        finally:
+            os.close(go_r)
+        guard = _group_guard(proc.pid)
+        try:
+            os.write(go_w, b"go\n")
+        except OSError:
+            pass
+        finally:
+            os.close(go_w)
+        try:
+            code = proc.wait(timeout=CHECK_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            _end_group(proc.pid, proc)
+            proc.wait()
+            _release_guard(guard)
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - 4 * CHECK_TAIL))
+        text = out.read().decode("utf-8", "backslashreplace")
+    return {"command": command, "exit": code, "tail": text[-CHECK_TAIL:], "cwd": where}
+
+
+# The check's shell: wait for coord's "go" on fd 3 (EOF: coord died first, run nothing), then
+# run the command as `sh -c` would, $$ being the group leader either way.
+_GATED = 'read _ <&%d || exit 125; exec %d<&-; eval "$1"'
+# The guard: says it is ready, reads its stdin until coord writes "done" or dies (EOF), then, on
+# EOF alone, kills the check's process group. Runs isolated (-I -S), imports only os and signal.
+_GUARD = ("import os, signal, sys\n"
+          "sys.stdout.write('ready\\n')\n"
+          "sys.stdout.flush()\n"
+          "data = sys.stdin.buffer.read()\n"
+          "if not data.startswith(b'done'):\n"
+          "    try:\n"
+          "        os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
+          "    except OSError:\n"
+          "        pass\n")
+GROUP_GRACE = 2.0   # seconds between SIGTERM and SIGKILL when a check's group is ended
+
+
+def _group_guard(pgid):
+    import sys
+    try:
+        guard = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GUARD, str(pgid)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None  # no guard: coord still ends the group itself unless it is killed
+    guard.stdout.readline()  # "ready" (or EOF if it died): from here on it watches the group
+    guard.stdout.close()
+    return guard
+
+
+def _release_guard(guard):
+    if guard is None:
+        return
+    try:
+        guard.stdin.write(b"done")
+        guard.stdin.close()
+    except OSError:
+        pass
+    try:
+        guard.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        guard.kill()
+
+
+def _end_group(pgid, leader=None):
+    """SIGTERM every process left in the group, then SIGKILL what is still there after GROUP_GRACE
+    (the leader, a subprocess.Popen, is reaped on the way so that its zombie does not count)."""
+    import signal
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except OSError:
+        return  # nothing left in the group
+    deadline = time.monotonic() + GROUP_GRACE
+    while time.monotonic() < deadline:
+        if leader is not None:
+            leader.poll()
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return
+        time.sleep(0.02)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+CHECK_CREATED_MAX = 5000   # ignored files a check created that the work record remembers
+
+
+def _disk_state(path):
+    """{relative file: (inode, size, mtime_ns, ctime_ns, mode)} of everything on disk in a clone."""
+    files, _ = workspace.disk_entries(path)
+    out = {}
+    for rel in files:
+        try:
+            s = os.lstat(os.path.join(path, rel))
+        except OSError:
+            continue
+        out[rel] = (s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_mode)
+    return out
+
+
+def _check_in_clone(st, w, check, cand, environ):
+    """Run the check in the clone (nothing else works there) and keep what it wrote out of the
+    work: files it created or changed that are not ignored are moved aside below the scratch
+    root (kept, never deleted) and tracked ones are put back as the candidate has them; ignored
+    files it created stay, recorded with their hashes as coord's own (cleanup discards them while
+    unchanged). -> the check result, with `set_aside` (directory and paths) when it wrote any."""
+    path = w["path"]
+    before = _disk_state(path)
+    result = _run_check(w, check, environ)
+    after = _disk_state(path)
+    written = sorted(p for p in after if before.get(p) != after[p])
+    gone = sorted(p for p in before if p not in after)
+    if not written and not gone:
+        return result
+    ignored = workspace.ignored_paths(w, written, environ)
+    created_ignored = [p for p in written if p in ignored and p not in before]
+    aside = [p for p in written if p not in ignored]
+    if aside or gone:
+        result["set_aside"] = _set_aside(w, cand["commit"], aside, gone, environ)
+    if created_ignored:
+        digests = {p: workspace.entry_digest(os.path.join(path, p)) for p in created_ignored[:CHECK_CREATED_MAX]}
+        with st.transaction():
+            cur = st.work(w["id"])
+            known = dict(cur["data"].get("check_created") or {})
+            known.update({p: d for p, d in digests.items() if d})
+            st.update_work(w["id"], data={"check_created": dict(sorted(known.items())[:CHECK_CREATED_MAX])})
+    return result
+
+
+def _set_aside(w, commit, written, gone, environ):
+    """Move the check's writes out of the clone into a fresh directory below the scratch root,
+    then put every tracked path it touched back as `commit` has it. -> {dir, paths, restored}."""
+    import tempfile
+    path = w["path"]
+    dest = tempfile.mkdtemp(prefix=".check-%s-" % w["id"][:8], dir=w["scratch_root"])
+    for rel in written:
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(os.path.join(path, rel), target)
+    touched = sorted(set(written) | set(gone))
+    gargs = workspace.git_store(w)
+    restored = []
+    if gargs is not None and touched:
+        _, out, _ = git(gargs + ["ls-tree", "-r", "-z", "--name-only", commit, "--"] +
+                        [":(literal)" + p for p in touched], path, environ, check=False)
+        restored = [p for p in out.split("\0") if p]
+        if restored:
+            git(gargs + ["restore", "--source=%s" % commit, "--worktree", "--"] +
+                [":(literal)" + p for p in restored], path, environ)
+    for rel in written:  # directories the check made and left empty
+        d = os.path.dirname(rel)
+        while d:
+            try:
+                os.rmdir(os.path.join(path, d))
+            except OSError:
+                break
+            d = os.path.dirname(d)
+    return {"dir": dest, "paths": touched[:200], "count": len(touched), "restored": len(restored)}
+
+
+def check_created(w, paths):
+    """The subset of `paths` (ignored files) that coord's own landing check created and that are
+    unchanged since: coord's to clean, not the work's."""
+    rec = w["data"].get("check_created") or {}
+    return {p for p in paths if rec.get(p) and workspace.plain_parents(w["path"], p)
+            and workspace.entry_digest(os.path.join(w["path"], p)) == rec[p]}
+
+
+def _worktrees_on(source, ref, environ):
+    """Working trees of the canonical git repository that have `ref` checked out."""
+    _, out, _ = git(git_dir_args(source) + ["worktree", "list", "--porcelain"], source, environ)
+    found, cur = [], None
+    for line in out.splitlines():
+        if line.startswith("worktree "):
+            cur = line[len("worktree "):]
+        elif line == "branch " + ref and cur:
+            found.append(cur)
+    return found
+
+
+def _dirty_touched(tree, old, new, environ):
+    """Paths with local changes (tracked, untracked or ignored) in the checkout `tree` that moving
+    from `old` to `new` would write."""
+    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames", old, new], tree, environ)
+    touched = [p for p in out.split("\0") if p]
+    if not touched:
+        return []
+    # Limited to the written paths (literal pathspecs) unless there are too many for one argv.
+    spec = ["--"] + [":(literal)" + t for t in touched] if len(touched) <= 2000 else []
+    _, out, _ = git(["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all",
+                     "--ignored=matching"] + spec, tree, environ)
+    dirty, entries = [], out.split("\0")
+    i = 0
+    while i < len(entries):
+        e = entries[i]
+        i += 1
+        if len(e) < 4:
+            continue
+        dirty.append(e[3:])
+        if e[0] in "RC":  # the rename's source follows
+            dirty.append(entries[i])
+            i += 1
+    hit = set()
+    for d in dirty:
+        for t in touched:
+            if t == d or (d.endswith("/") and t.startswith(d)) or t.startswith(d + "/") or d.startswith(t + "/"):
+                hit.add(d)
+    return sorted(hit)
+
+
+def _update_ref(w, into, old, new, environ):
+    """git update-ref of the canonical bookmark from exactly `old` to `new` (compare and swap)."""
+    source, ref = w["source"], "refs/heads/" + into
+    try:
+        git(git_dir_args(source) + ["update-ref", "-m", "coord land %s" % w["handle"], ref, new, old], source,
+            environ)
+    except workspace.ToolError:
+        now = _rev(source, ref, environ)
+        if now == old:
+            raise
+        raise Refused("%s moved to %s while landing (expected %s); nothing was forced" % (into, now, old),
+                      "re-run: %s" % rerun_command(w, into), reason="target-moved")
+
+
+def _move_target(w, into, old, new, environ):
+    """Move bookmark `into` of the canonical repository from exactly `old` to its descendant `new`:
+    a fast-forward, never a force or a merge commit. -> how it was moved."""
+    source, ref = w["source"], "refs/heads/" + into
+    if os.path.isdir(os.path.join(source, ".jj")):
+        _update_ref(w, into, old, new, environ)
+        jj(["git", "import"], source, snapshot=False, environ=environ)
+        return "jj"
+    trees = _worktrees_on(source, ref, environ)
+    if not trees:
+        _update_ref(w, into, old, new, environ)
+        return "update-ref"
+    tree = trees[0]
+    dirty = _dirty_touched(tree, old, new, environ)
+    if dirty:
+        raise Refused("the shared checkout %s has local changes the landing would overwrite: %s"
+                      % (tree, named_paths(dirty)),
+                      "commit, stash or move them (git -C %s status), then re-run: %s"
+                      % (shlex.quote(tree), rerun_command(w, into)), reason="dirty-checkout", paths=dirty)
+    if _rev(tree, "HEAD", environ) != old:
+        raise Refused("%s moved in %s while landing" % (into, tree), "re-run: %s" % rerun_command(w, into), reason="target-moved")
+    try:
+        git(["merge", "--ff-only", "--quiet", new], tree, environ)
+    except workspace.ToolError as exc:
+        if _rev(tree, ref, environ) != old:
+            raise  # it moved after all, or elsewhere: git's own words say what happened
+        busy = "index.lock" in exc.output
+        raise Refused("%s was not moved: %s" % (
+            into, "another git process holds the index of %s (its index.lock)" % tree if busy
+            else "git merge --ff-only failed in %s" % tree),
+            "%sthen re-run: %s" % (
+                "let that git finish (remove the lock only if no git runs there), " if busy
+                else "fix what git reports (git -C %s status), " % shlex.quote(tree), rerun_command(w, into)),
+            reason="checkout-busy" if busy else "merge-failed", git=store.clean_text(exc.output[-2000:]))
+    return "fast-forward"
+
+
+def _push(st, w, caller, into, remote, old, new, environ):
+    """Publish `new` to REMOTE's bookmark, expecting exactly `old` there; -> the pushed facts.
+    Raises Refused (keeping push/<remote>/<bookmark>) when the outcome is not a clean success."""
+    source = w["source"]
+    ref = "refs/heads/" + into
+    try:
+        code, out, err = git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old),
+                                                     remote, "%s:%s" % (new, ref)], source, environ, check=False)
+        # the porcelain status lines are on stdout, the remote's own words on stderr: keep both
+        push_error = None if code == 0 else ((err or "") + "\n" + (out or "")).strip()[-CHECK_TAIL:]
+    except workspace.ToolError as exc:  # timed out
+        push_error = exc.output.strip()[-CHECK_TAIL:] or exc.message
+    try:
+        after = verify_remote(root=source, work_of=st.work, remote=remote, bookmark=into, expect=new, environ=environ)
+        actual = after["actual"]
+    except Refused as exc:
+        actual = exc.details.get("actual", "unknown")
+    except store.CoordError as exc:
+        actual = "unreadable: %s" % exc.message
+    if actual == new:
+        return {"remote_after": new}
+    refusal = _push_refusal(push_error, ref)
+    if refusal and actual == old:
+        # git said no for our ref, and the remote still has exactly what it had: a definite
+        # rejection (a pre-receive hook, a protected branch), not an unknown outcome.
+        # (recorded by the caller: a landing finishes unpublished, a later publish stays landed)
+        with st.transaction():
+            st.audit("work.landing.publish-rejected", who_id(caller), w["id"], remote=remote, remote_after=actual,
+                     push_error=store.clean_text(push_error, 2000))
+        raise Refused("remote %s refused %s (%s); nothing was forced" % (remote, into, store.clean_text(refusal, 300)),
+                      None, reason="publish-refused", remote_after=actual, remote_unchanged=True,
+                      push_error=store.clean_text(push_error, 2000))
+    check = "git ls-remote %s %s (expected %s)" % (remote, ref, new)
+    # Someone else's commit is there now: our push was definitely not applied (git push is
+    # synchronous). Anything else (unreadable remote, still the old value after an error) is
+    # ambiguous until a person looks.
+    rejected = bool(workspace.FULL_COMMIT_RE.match(actual or "")) and actual != old
+    state = "publish-refused" if rejected else "publish-ambiguous"
+    _land_record(st, w, caller, None, environ, state=state, remote_after=actual,
+                 push_error=store.clean_text(push_error or "", 2000) or None)
+    if rejected:
+        raise Refused("remote %s %s moved to %s while landing (expected %s); nothing was forced, %s of the shared "
+                      "checkout is at %s" % (remote, into, actual, old, into, new),
+                      "reconcile %s with %s by hand; push/%s/%s and integration/%s stay held by you; then re-run: %s"
+                      % (into, remote, remote, into, into, rerun_command(w, into, push=remote)),
+                      reason="publish-refused", remote_after=actual)
+    raise Refused("the push of %s to %s %s has an unknown outcome (%s)" % (
+        new, remote, into, store.clean_text(push_error or ("the re-read shows %s" % actual), 300)),
+        "check: %s; then re-run %s (push/%s/%s stays held)"
+        % (check, rerun_command(w, into, push=remote), remote, into), reason="publish-ambiguous", remote_after=actual)
+
+
+def _push_refusal(output, ref):
+    """Why git's porcelain push output says the remote refused `ref` (its `!` line plus the
+    remote's own words), or None when it does not say so."""
+    if not output:
+        return None
+    said = [l[len("remote: "):].strip() for l in output.splitlines() if l.startswith("remote: ")]
+    for line in output.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[0] == "!" and parts[1].split(":")[-1] == ref:
+            why = parts[2].strip()
+            return "; ".join([why] + [l for l in said if l][:3])
+    return None
+
+
+def _stop_before_move(st, w, caller, state, environ, exc, **facts):
+    """A landing stopped before the target moved: record why, release the integration lease."""
+    reason = exc.message if isinstance(exc, store.CoordError) else str(exc)
+    _land_record(st, w, caller, None, environ, state=state, reason=store.clean_text(reason, 500), **facts)
+    cur = st.work(w["id"])
+    cand = integration_of(cur).get("candidate") or {}
+    if cand.get("runtime") == caller["id"] and not integration_of(cur).get("released"):
+        try:
+            release_integration(st, caller=caller, handle=w["id"])
+        except store.CoordError:
+            pass
+
+
+def land_work(st, *, caller, handle, into, environ, push=None, check=None, override=False):
+    """Take the work's candidate all the way onto bookmark `into` of the canonical repository
+    (and REMOTE's `into` with push), leaving proof, or stop safely saying why. Each step is
+    recorded in data["landing"] and the audit log; re-running finishes an interrupted landing.
+    -> {work, landed, into, remote, old_target, rebased, check, moved_by, steps}."""
+    into = workspace.check_bookmark(into)
+    if push is not None and (not push or push.startswith("-")):
+        raise UsageError("--push %r is not a remote name" % push, "coord work integrate land WORK --into main "
+                         "--push origin")
+    w = st.resolve_work(handle)
+    workspace.authorize(st, w, caller, "land", override, into=into)
+    workspace.refuse_state(w, workspace.UNUSABLE)
+    # One landing into a target at a time, whoever lands: integration/B is re-entrant for one
+    # runtime, and two landings of the same person must not both move B. A second one waits
+    # here, then reads B afresh (and rebases onto the first one's result).
+    with workspace.repo_lock(w["source"], _lock_dir(st, w), "land-" + into):
+        return _land_serialised(st, st.work(w["id"]), caller, into, environ, push, check, override)
+
+
+def _lock_dir(st, w):
+    path = getattr(st, "path", None)
+    return os.path.dirname(path) if path and os.path.isabs(path) else w["scratch_root"]
+
+
+def _land_serialised(st, w, caller, into, environ, push, check, override):
+    """land_work, holding the landing lock of `into`: finish a landing that already moved the
+    target, refuse what is not ready, or run the steps (LAND_STEPS) one function each."""
+    source = w["source"]
+    ref = "refs/heads/" + into
+    landing = landing_of(w)
+    integ = integration_of(w)
+    landed_before = landing.get("state") == "landed" and landing.get("into") == into and \
+        integ.get("state") == "integrated" and landing.get("landed") and _rev(source, ref, environ) and \
+        _is_ancestor(source, landing["landed"], _rev(source, ref, environ), environ)
+    resume = landing.get("state") in LAND_RESUMABLE and landing.get("into") == into and landing.get("candidate")
+    if resume and _rev(source, landing["candidate"], environ) and _rev(source, ref, environ) and \
+            _is_ancestor(source, landing["candidate"], _rev(source, ref, environ), environ):
+        return _land_after_move(st, w, caller, into, push or landing.get("remote"), environ)
+    check_arg = check
+    check, checks = _land_checks(w, check, environ)
+    _refuse_unready(st, w, checks)
+    old = _rev(source, ref, environ)
+    if old is None:
+        raise Refused("the canonical repository %s has no bookmark %s" % (source, into),
+                      "name an existing bookmark: git -C %s branch --list" % source)
+    if landed_before:  # a re-run after a finished landing, unless the clone has moved on since
+        ids = workspace.head_ids(workspace.verified_path(w), environ=environ)
+        if ids["commit"] == landing["landed"] or (ids["empty"] and ids["parents"] == [landing["landed"]]):
+            if push and not (landing.get("remote") == push and landing.get("published", True)
+                             and "pushed" in [s["step"] for s in landing.get("steps") or []]):
+                return _publish_landed(st, w, caller, into, push, landing, environ)
+            return _land_result(w, landing, already=True)
+    w, cand = _land_acquire(st, w, caller, into, push, old, check_arg, environ)
+    cand, how = _land_until_moved(st, w, caller, into, push, old, cand, check, checks, override, environ)
+    _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"],
+                 held_by_peers=_held_while_working(st, w, caller, old, cand["commit"], environ) or None)
+    return _land_after_move(st, w, caller, into, push, environ)
+
+
+def _land_checks(w, check, environ):
+    """(the check the landing records and shows, [each command to run]): --check adds to the
+    repository's configured check, never replaces it: both run, that one first."""
+    configured = land_check_command(w["source"], environ)
+    checks = [configured] if configured else []
+    if check and check not in checks:
+        checks.append(check)
+    return " && ".join(checks) or None, checks
+
+
+def _refuse_unready(st, w, checks):
+    """Refuse a landing with neither a check nor a passed or waived gate, or whose dependencies
+    are not integrated yet."""
+    if not checks and gate_of(w)["state"] not in workspace.GATE_DONE:
+        raise Refused("work %s has no passed or waived gate and no check command" % w["handle"],
+                      "coord work gate %s --pass, or land with --check CMD (or set git config %s in %s)"
+                      % (w["handle"], LAND_CHECK_CONFIG, w["source"]), reason="ungated")
+    waiting = []
+    for dep in w["data"].get("depends", []):
+        d = st.work(dep)
+        if d is None or integration_of(d)["state"] != "integrated":
+            waiting.append("%s (%s)" % (d["handle"] if d else dep,
+                                        integration_of(d)["state"] if d else "unknown"))
+    if waiting:
+        raise Refused("work %s depends on %s, not integrated yet" % (w["handle"], ", ".join(waiting)),
+                      "land those first (coord work integrate queue)", reason="depends")
+
+
+def _land_acquire(st, w, caller, into, push, old, check_arg, environ):
+    """Step `acquired`: freeze the candidate and start a new landing record; -> (the work with
+    that landing, so the re-run hints read its options, the candidate)."""
+    got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ, authorized=True)
+    cand = dict(got["candidate"])
+    with st.transaction():
+        st.update_work(w["id"], data={"landing": None})
+    landing = _land_record(st, w, caller, "acquired", environ, into=into, remote=push, runtime=caller["id"],
+                           started_at=now_time(), old_target=old, candidate=cand["commit"],
+                           change=cand["change"], original=cand["commit"], check_arg=check_arg)
+    return dict(w, data=dict(w["data"], landing=landing)), cand
+
+
+def _land_until_moved(st, w, caller, into, push, old, cand, check, checks, override, environ):
+    """Steps `fetched` to the move: fetch the candidate, rebase and check it (in the clone, or in
+    a scratch clone when something works in the clone), refuse peers' leases and LFS content,
+    take the push lease, move the target; -> (the candidate, how the target moved). On a
+    refusal or failure nothing has moved: the landing is recorded stopped and the push lease
+    dropped."""
+    source = w["source"]
+    try:
+        fetch_candidate(w, cand["commit"], environ)
+        _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
+        live = workspace.live_inside(st, w, workspace.process_cwds() or {})
+        if live and (check or not _is_ancestor(source, old, cand["commit"], environ)):
+            with _Scratch(w, environ) as scratch:
+                cand = _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, environ)
+        else:
+            cand = _prepare_in_clone(st, w, caller, into, old, cand, checks, environ)
+        _land_record(st, w, caller, "checked", environ, check=check, checks=checks or None,
+                     check_cwd=cand.get("check_cwd"), check_set_aside=cand.get("set_aside"))
+        _refuse_peer_leases(st, w, caller, old, cand["commit"], override, environ)
+        _refuse_lfs_content(w, old, cand["commit"], environ)
+        if push:
+            _take_push(st, w, caller, into, push, old, environ)
+        how = _move_target(w, into, old, cand["commit"], environ)
+    except store.CoordError as exc:
+        if not getattr(exc, "landing_recorded", False):
+            _stop_before_move(st, w, caller, "refused" if isinstance(exc, Refused) else "failed", environ, exc)
+        if push:
+            _drop_push(st, caller, push, into)
+        raise
+    return cand, how
+
+
+def _prepare_in_clone(st, w, caller, into, old, cand, checks, environ):
+    """Rebase (when stale) and check in the clone itself, nothing live being inside; -> the candidate."""
+    source = w["source"]
+    rebased = False
+    if not _is_ancestor(source, old, cand["commit"], environ):
+        paths = _rebase_in_clone(st, w, caller, into, old, cand, environ)
+        if paths:
+            _land_conflict(st, w, caller, into, old, cand, paths, environ)
+        cand = dict(acquire(st, caller=caller, handle=w["id"], into=into, environ=environ,
+                            authorized=True)["candidate"])  # land_work authorized the caller
+        fetch_candidate(w, cand["commit"], environ)
+        rebased = True
+        if not _is_ancestor(source, old, cand["commit"], environ):
+            raise Refused("the rebased candidate %s of %s is still not based on %s" % (cand["commit"],
+                          w["handle"], old), "coord work inspect %s --verbose" % w["handle"])
+    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], change=cand["change"],
+                 rebased=rebased, where="clone")
+    if checks:
+        result = None
+        for command in checks:  # in order; the first failure stops the landing
+            result = _check_in_clone(st, w, command, cand, environ)
+            if result["exit"] != 0:
+                _land_check_failed(st, w, caller, into, cand, result, environ)
+            if result.get("set_aside"):
+                cand = dict(cand, set_aside=result["set_aside"])
+        cand = dict(cand, check_cwd=result["cwd"])
+        now_ids = workspace.head_ids(w["path"], environ=environ)
+        if cand["commit"] not in [now_ids["commit"]] + now_ids["parents"] or \
+                (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
+            raise Refused("the clone of %s changed while the check ran" % w["handle"],
+                          "re-run: %s" % rerun_command(w, into), reason="changed-during-check")
+        _gate_from_check(st, w, caller, checks, cand)
+    return cand
+
+
+def _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, environ):
+    """Rebase (when stale) and check in a private scratch checkout, because something live works
+    in the clone (`live`, cleanup's blockers); the clone is not touched. -> the candidate."""
+    source = w["source"]
+    rebased = False
+    if _is_ancestor(source, old, cand["commit"], environ):
+        scratch.checkout(cand["commit"])
+    else:
+        new, paths = scratch.rebase(old, cand["commit"])
+        if paths:
+            _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=True)
+        ref = "refs/coord/work/%s" % w["id"]
+        git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
+                                    "+%s:%s" % (new, ref)], source, environ)
+        cand = {"change": cand["change"], "commit": new, "rebased_from": cand["commit"]}
+        rebased = True
+        with st.transaction():
+            cur = st.work(w["id"])
+            integ = integration_of(cur)
+            frozen = dict(integ.get("candidate") or {})
+            frozen.update({"commit": new, "rebased_from": cand["rebased_from"], "at": now_time()})
+            integ["candidate"] = frozen
+            st.update_work(w["id"], data={"integration": integ})
+            st.audit("work.integration.rebased", caller["id"], w["id"], candidate_commit=new,
+                     rebased_from=cand["rebased_from"], where="scratch")
+    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], rebased=rebased, where="scratch",
+                 live_inside=store.clean_text(live[0]["message"], 300))
+    if checks:
+        for command in checks:
+            result = _run_check(w, command, environ, cwd=scratch.path)
+            if result["exit"] != 0:
+                _land_check_failed(st, w, caller, into, cand, result, environ)
+        cand = dict(cand, check_cwd="a scratch checkout of the candidate (the clone was in use)")
+        _gate_from_check(st, w, caller, checks, cand)
+    return cand
+
+
+def _gate_from_check(st, w, caller, checks, cand):
+    """Every check passed on the candidate: the gate records each command that ran."""
+    gate = {"state": "passed", "at": now_time(), "by": caller["id"], "by_handle": caller["handle"],
+            "user": workspace.user_name(), "check": {"command": " && ".join(checks), "commands": list(checks), "exit": 0,
+                                       "candidate": cand["commit"]}}
+    with st.transaction():
+        st.update_work(w["id"], data={"gate": gate})
+        st.audit("work.gate.passed", caller["id"], w["id"], check=gate["check"]["command"], checks=list(checks),
+                 candidate=cand["commit"])
+
+
+def _push_resource(remote, into):
+    return store.normalize_resource("push/%s/%s" % (remote, into))
+
+
+def _take_push(st, w, caller, into, remote, old, environ):
+    """Take push/<remote>/<bookmark> and require the remote to be at `old`, read over the wire."""
+    st.claim(caller["id"], [_push_resource(remote, into)], "exclusive", "land %s" % w["handle"])
+    verify_remote(root=w["source"], work_of=st.work, remote=remote, bookmark=into, expect=old, environ=environ)
+    _land_record(st, w, caller, "push-read", environ, remote=remote, remote_before=old)
+
+
+def _drop_push(st, caller, remote, into):
+    res = _push_resource(remote, into)
+    if any(l["resource"] == res for l in st.leases_of(caller["id"], [res])):
+        st.release(caller["id"], [res])
+
+
+def _land_after_move(st, w, caller, into, push, environ):
+    """The steps after the target moved: publish, prove, release. Each is skipped when done."""
+    w = st.work(w["id"])
+    landing = landing_of(w)
+    new, old = landing["candidate"], landing["old_target"]
+    if landing.get("step") != "moved" and "moved" not in [s["step"] for s in landing.get("steps") or []]:
+        landing = _land_record(st, w, caller, "moved", environ, moved_by="found moved", landed=new)
+    resource = _integration_resource(into)
+    if not st.leases_of(caller["id"], [resource]):
+        st.claim(caller["id"], [resource], "exclusive", "land %s" % w["handle"])
+    integ = integration_of(st.work(w["id"]))
+    cand = integ.get("candidate") or {}
+    if cand.get("commit") != new or cand.get("runtime") != caller["id"] or integ.get("released"):
+        with st.transaction():
+            cur = st.work(w["id"])
+            integ = integration_of(cur)
+            integ.update({"state": "integrating", "into": into, "candidate": {
+                "change": landing.get("change"), "commit": new, "at": now_time(), "runtime": caller["id"],
+                "resource": resource}})
+            integ.pop("released", None)
+            integ.pop("proof", None)
+            st.update_work(w["id"], data={"integration": integ})
+            st.audit("work.integration.acquired", caller["id"], w["id"], resource=resource, candidate_commit=new,
+                     resumed_landing=True)
+    done = [s["step"] for s in landing.get("steps") or []]
+    if push and "pushed" not in done:
+        res = _push_resource(push, into)
+        if not st.leases_of(caller["id"], [res]):
+            st.claim(caller["id"], [res], "exclusive", "land %s" % w["handle"])
+        now = _remote_at(st, w, push, into, new, environ)
+        if now != new:
+            expect = landing.get("remote_before") or old
+            if now != expect:
+                _land_record(st, w, caller, None, environ, state="publish-refused", remote_after=now, remote=push)
+                raise Refused("remote %s %s is at %s, not the expected %s; nothing was pushed" % (
+                    push, into, now, expect), "reconcile %s by hand (push/%s/%s stays held by you), then re-run: %s"
+                    % (push, push, into, rerun_command(w, into, push=push)),
+                    reason="publish-refused", remote_after=now)
+            try:
+                _push(st, w, caller, into, push, expect, new, environ)
+            except Refused as exc:
+                if not exc.details.get("remote_unchanged"):
+                    raise
+                return _land_unpublished(st, w, caller, into, push, new, expect, exc, environ)
+        landing = _land_record(st, w, caller, "pushed", environ, remote=push, remote_after=new, published=True)
+    if push:
+        _drop_push(st, caller, push, into)  # after the re-read, or on a re-run after a kill there
+    if "proven" not in done:
+        prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
+        landing = _land_record(st, w, caller, "proven", environ, proof_target=new)
+    release_integration(st, caller=caller, handle=w["id"])
+    told = None
+    if landing.get("rebased") and landing.get("where") == "scratch" and "released" not in done:
+        told = _tell_owner(st, w, caller, (
+            "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
+            "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
+            "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
+    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), owner_told=told)
+    return _land_result(st.work(w["id"]), landing)
+
+
+LFS_POINTER = "version https://git-lfs.github.com/spec/v1\n"
+LFS_POINTER_MAX = 1024   # bytes: a pointer file is far smaller
+
+
+def _held_while_working(st, w, caller, old, new, environ):
+    """The paths this landing changed that another runtime claimed exclusively while the work
+    existed (the lease audit): shell writes are advisory, so this is where an overlap shows.
+    -> [{path, holder}] (at most 50), for the landing's report; never blocks."""
+    try:
+        _, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
+                        w["source"], environ)
+        paths = [p for p in out.split("\0") if p]
+        claims = st.exclusive_claims_since(w["created_at"], paths) if paths else []
+    except store.CoordError:
+        return []
+    seen, found = {}, []
+    for c in claims:
+        rid = c["runtime"]
+        if rid not in seen:
+            rt = st.runtime(rid) if rid and rid != caller["id"] else None
+            seen[rid] = rt if rt is not None and workspace.authority(st, w, rt) not in ("owner", "successor", "harness") else None
+        rt = seen[rid]
+        if rt is None:
+            continue
+        for p in paths:
+            item = {"path": p, "holder": rt["handle"]}
+            if store.overlaps(c["resource"], p) and item not in found:
+                found.append(item)
+    return found[:50]
+
+
+def _refuse_lfs_content(w, old, new, environ):
+    """Refuse a candidate that writes raw content, not a Git LFS pointer, to a path whose
+    attributes say `filter=lfs`: jj runs no git filters, so in a clone such a file is committed
+    as is, and landing it would put the bytes themselves on the target (and the remote)."""
+    gargs = git_dir_args(w["source"])
+    _, out, _ = git(gargs + ["diff", "--name-only", "-z", "--no-renames", "--diff-filter=AM", old, new],
+                    w["source"], environ)
+    paths = [p for p in out.split("\0") if p]
+    if not paths:
+        return
+    spec = ["--"] + paths
+    code, attrs, _ = git(gargs + ["check-attr", "-z", "--source=%s" % new, "filter"] + spec, w["source"], environ,
+                         check=False)
+    if code != 0:  # a git before 2.40 has no --source: the shared checkout's own attributes
+        code, attrs, _ = git(gargs + ["check-attr", "-z", "filter"] + spec, w["source"], environ, check=False)
+        if code != 0:
+            return
+    fields = attrs.split("\0")
+    lfs = [fields[i] for i in range(0, len(fields) - 2, 3) if fields[i + 2] == "lfs"]
+    raw = []
+    for path in lfs:
+        spec = "%s:%s" % (new, path)
+        _, size, _ = git(gargs + ["cat-file", "-s", spec], w["source"], environ)
+        if int(size.strip() or 0) > LFS_POINTER_MAX:
+            raw.append(path)
+            continue
+        _, blob, _ = git(gargs + ["cat-file", "blob", spec], w["source"], environ)
+        if not blob.startswith(LFS_POINTER):
+            raw.append(path)
+    if raw:
+        raise Refused("the candidate of %s puts raw content, not Git LFS pointers, in %s (filter=lfs): jj runs no git "
+                      "filters, so it would land the bytes themselves" % (w["handle"], named_paths(raw)),
+                      "commit those files with git lfs in a git checkout (git lfs track; git add; git commit), or "
+                      "leave them out of the change", reason="lfs-content", paths=raw)
+
+
+def _refuse_peer_leases(st, w, caller, old, new, override, environ):
+    """Refuse to move the target over a path of the candidate that another runtime holds
+    exclusively (a peer rewriting it in the shared checkout, or in its own clone), unless the
+    caller overrides (audited). The work's own agents (owner, successor, its harness, a parked
+    holder) and the caller are not peers."""
+    _, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
+                    w["source"], environ)
+    names = []
+    for p in out.split("\0"):
+        try:
+            names.append(store.normalize_resource(p))
+        except store.CoordError:
+            continue
+    if not names:
+        return
+    held, seen = [], {}
+    for lease in st.conflicts(names, "exclusive", caller["id"]):
+        if lease["mode"] != "exclusive":
+            continue
+        rid = lease["runtime"]
+        if rid not in seen:
+            rt = st.runtime(rid)
+            seen[rid] = rt is not None and workspace.authority(st, w, rt) not in ("owner", "successor", "harness") and \
+                not (store.person_uid(rt) is not None and store.person_uid(rt) == store.person_uid(caller))
+        if seen[rid]:
+            held.append(lease)
+    if not held:
+        return
+    paths = sorted({l["resource"] for l in held})
+    holders = sorted({l["handle"] for l in held})
+    if override:
+        with st.transaction():
+            st.audit("work.landing.override", caller["id"], w["id"], over="peer-leases", paths=paths[:200],
+                     holders=holders)
+        return
+    first = held[0]
+    raise Refused("the landing of %s would change %s, held exclusively by %s%s" % (
+        w["handle"], named_paths(paths), ", ".join(holders),
+        " (%s)" % store.clean_text(first["purpose"], 120) if first.get("purpose") else ""),
+        "ask them first: coord send \"may %s land over %s?\" --to %s ; then re-run once they release"
+        % (w["handle"], paths[0], holders[0]), reason="peer-leased", paths=paths, holders=holders)
+
+
+def _land_unpublished(st, w, caller, into, push, new, remote_at, exc, environ):
+    """The remote definitely refused the push and kept `remote_at`: the shared checkout's target
+    already has the candidate, so finish the landing there (prove, release, nothing held for a
+    push that is not happening), record it unpublished, and say what moved, what did not, and
+    the one command that publishes once the remote accepts."""
+    _drop_push(st, caller, push, into)
+    prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
+    _land_record(st, w, caller, "proven", environ, proof_target=new)
+    release_integration(st, caller=caller, handle=w["id"])
+    _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), published=False,
+                 remote=push, remote_after=remote_at)
+    raise Refused("%s; %s of the shared checkout is at %s (landed, proven, nothing held), %s %s is still at %s"
+                  % (exc.message, into, new, push, into, remote_at),
+                  "once %s accepts it, publish: %s" % (push, rerun_command(w, into, push=push)),
+                  reason="publish-refused", remote_after=remote_at, remote_unchanged=True, landed=new,
+                  push_error=exc.details.get("push_error"))
+
+
+def _remote_at(st, w, remote, into, expect, environ):
+    """The commit REMOTE's bookmark `into` is at, read over the wire (None when unreadable)."""
+    try:
+        return verify_remote(root=w["source"], work_of=st.work, remote=remote, bookmark=into, expect=expect,
+                             environ=environ)["actual"]
+    except Refused as exc:
+        return exc.details.get("actual")
+
+
+def _publish_landed(st, w, caller, into, push, landing, environ):
+    """Publish a finished landing that was not published (the remote refused it, or it landed
+    without --push): a fast-forward of REMOTE's bookmark to the landed commit, under
+    push/<remote>/<bookmark>, expecting exactly what the remote has now."""
+    new = landing["landed"]
+    res = _push_resource(push, into)
+    st.claim(caller["id"], [res], "exclusive", "publish %s" % w["handle"])
+    try:
+        now = _remote_at(st, w, push, into, new, environ)
+        if now != new:
+            if not (now and workspace.FULL_COMMIT_RE.match(now) and _rev(w["source"], now, environ)
+                    and _is_ancestor(w["source"], now, new, environ)):
+                raise Refused("remote %s %s is at %s, which %s does not build on; nothing was pushed" % (
+                    push, into, now, new), "reconcile %s %s with %s by hand (git -C %s fetch %s), then: %s" % (
+                    push, into, into, shlex.quote(w["source"]), push, rerun_command(w, into, push=push)),
+                    reason="publish-refused", remote_after=now)
+            try:
+                _push(st, w, caller, into, push, now, new, environ)
+            except Refused as exc:
+                if exc.details.get("remote_unchanged"):
+                    raise Refused("%s; %s %s is still at %s" % (exc.message, push, into, now),
+                                  "once %s accepts it: %s" % (push, rerun_command(w, into, push=push)),
+                                  reason="publish-refused", remote_after=now, remote_unchanged=True)
+                raise
+        landing = _land_record(st, w, caller, "pushed", environ, state="landed", remote=push, remote_after=new,
+                               published=True)
+    finally:
+        _drop_push(st, caller, push, into)
+    return _land_result(st.work(w["id"]), landing)
+
+
+def land_command(handle, into, push=None, check=None):
+    """The landing command to type again, with the options that still apply."""
+    bits = ["coord", "work", "integrate", "land", handle, "--into", into]
+    if push:
+        bits += ["--push", push]
+    if check:
+        bits += ["--check", check]
+    return " ".join(shlex.quote(b) if b != "coord" else b for b in bits)
+
+
+def rerun_command(w, into=None, push=None):
+    """The command that re-runs the work's recorded landing with the options it was given (its
+    --push, unless `push` names the remote this run publishes to, and its own --check; a
+    configured coord.landCheck applies by itself). Every hint that repeats a landing uses this."""
+    landing = landing_of(w)
+    return land_command(w["handle"], into or landing.get("into") or "BOOKMARK", push=push or landing.get("remote"),
+                        check=landing.get("check_arg"))
+
+
+def _land_result(w, landing, already=False):
+    return {"work": w["handle"], "landed": landing.get("landed") or landing.get("candidate"),
+            "into": landing.get("into"), "remote": landing.get("remote"), "old_target": landing.get("old_target"),
+            "rebased": bool(landing.get("rebased")), "check": landing.get("check"),
+            "checks": landing.get("checks") or ([landing["check"]] if landing.get("check") else []),
+            "check_cwd": landing.get("check_cwd"), "check_set_aside": landing.get("check_set_aside"),
+            "held_by_peers": landing.get("held_by_peers") or [],
+            "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
+            "already": already}
+
+
+def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False):
+    """The rebase onto the current target conflicts: record it, tell the owner, stop (nothing moved).
+    scratch: the rebase was tried in a scratch copy, so the clone is unchanged and its owner rebases."""
+    how = ("jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list)" % into if scratch else
+           "jj status; edit; jj resolve --list")
+    body = ("coord: landing %s into %s stopped: rebasing onto %s conflicts in %s. Resolve it in %s "
+            "(%s), then tell the integration owner %s; they re-run: %s"
+            % (w["handle"], into, old[:12], ", ".join(paths[:20]), w["path"], how, caller["handle"],
+               rerun_command(w, into)))
+    told = _tell_owner(st, w, caller, body)
+    exc = Refused("landing %s stopped: rebasing onto %s %s conflicts in %s; %s%s, nothing else changed" % (
+                  w["handle"], into, old, named_paths(paths), "the clone is in use and was not touched" if scratch
+                  else "the clone keeps the conflict for its owner", " (told %s)" % told if told else ""),
+                  ("the work's agent rebases and resolves in its clone (%s: %s)%s, then re-run: %s"
+                   % (w["path"], how, "; it was told" if told else "", rerun_command(w, into))) if scratch else
+                  "resolve in %s (jj resolve --list), then re-run: %s" % (w["path"], rerun_command(w, into)),
+                  reason="conflict", paths=paths, owner_told=told)
+    _stop_before_move(st, w, caller, "conflict", environ, exc, paths=paths, owner_told=told)
+    exc.landing_recorded = True
+    raise exc
+
+
+def _land_check_failed(st, w, caller, into, cand, result, environ):
+    """The check failed on the frozen candidate: record it as the gate result, stop (nothing moved)."""
+    gate = {"state": "failed", "at": now_time(), "by": caller["id"], "by_handle": caller["handle"], "user": workspace.user_name(),
+            "check": {"command": result["command"], "exit": result["exit"], "tail": result["tail"],
+                      "candidate": cand["commit"]}}
+    with st.transaction():
+        st.update_work(w["id"], data={"gate": gate})
+        st.audit("work.gate.failed", caller["id"], w["id"], check=result["command"], exit=result["exit"],
+                 candidate=cand["commit"])
+    why = "timed out" if result["exit"] is None else "exit %d" % result["exit"]
+    exc = Refused("check %s failed on %s (%s); %s did not move:\n%s" % (
+        store.clean_text(result["command"], 200), cand["commit"], why, into,
+        store.clean_text(result["tail"], CHECK_TAIL + 100)),
+        "fix it in %s, then re-run: %s" % (w["path"], rerun_command(w, into)),
+        reason="check-failed", exit=result["exit"])
+    _stop_before_move(st, w, caller, "check-failed", environ, exc, check_exit=result["exit"])
+    exc.landing_recorded = True
+    raise exc
+# --------------------------------------------------------------------------- landing preview
+# What a landing would do, seen before it happens: commits ahead of the target, how far the
+# base is behind it, and the paths `git merge-tree --write-tree` says would conflict. It runs
+# in a throwaway bare repository that reads the canonical and clone object stores through
+# git alternates and keeps every object git writes to itself, so neither repository changes
+# (DESIGN.md, "Landing preview").
+
+CANDIDATE_REFS = "refs/coord/work/"   # private refs in the canonical repository: one per work
+MERGE_TREE_GIT = (2, 38)              # `git merge-tree --write-tree`
+
+
+def candidate_ref(work_id):
+    return CANDIDATE_REFS + work_id
+
+
+def fetch_candidate(w, commit, environ=None):
+    """Bring a clone's `commit` into the canonical repository's object store at the private ref
+    refs/coord/work/<work id>; -> that ref. Writes objects and that ref only: never the
+    canonical working copy, index, HEAD or a branch (jj imports no refs/coord/ ref)."""
+    commit = workspace.full_commit(commit, "candidate")
+    source = w["source"]
+    gargs = git_dir_args(source)
+    ref = candidate_ref(w["id"])
+    code, _, _ = git(gargs + ["cat-file", "-e", commit + "^{commit}"], source, environ, check=False)
+    if code == 0:  # already there (a native workspace shares the store, or fetched before)
+        git(gargs + ["update-ref", ref, commit], source, environ)
+    else:
+        git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
+                     "--no-write-fetch-head", "--no-recurse-submodules",
+                     "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",  # served even if unadvertised
+                     workspace.verified_path(w), "+%s:%s" % (commit, ref)], source, environ)
+    return ref
+
+
+def drop_candidate_ref(w, environ=None, keep_unlanded=False):
+    """Delete the work's private ref in the canonical repository; -> "deleted", "kept" (with
+    keep_unlanded, when no canonical branch or tag contains its commit: the clone is gone and
+    the ref may be the last copy) or None (no ref, or no repository to ask). Never raises."""
+    source, ref = w.get("source"), candidate_ref(w["id"])
+    try:
+        gargs = git_dir_args(source or "")
+        _, out, _ = git(gargs + ["for-each-ref", "--format=%(objectname)", ref], source, environ)
+        oid = out.strip()
+        if not oid:
+            return None
+        if keep_unlanded:
+            _, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", oid, "refs/heads", "refs/tags"],
+                              source, environ)
+            if not found.strip():
+                return "kept"
+        git(gargs + ["update-ref", "-d", ref, oid], source, environ)
+        return "deleted"
+    except store.CoordError:
+        return None
+
+
+def _objects_dir(repo, environ=None):
+    """The absolute object directory of a checkout (its .git, jj's own git store, or what git says)."""
+    for d in (os.path.join(repo, ".git", "objects"), os.path.join(repo, ".jj", "repo", "store", "git", "objects")):
+        if os.path.isdir(d):
+            return d
+    _, out, _ = git(git_dir_args(repo) + ["rev-parse", "--git-path", "objects"], repo, environ)
+    path = out.strip()
+    return path if os.path.isabs(path) else os.path.join(repo, path)
+
+
+def _alternate_line(path):
+    if any(c in path for c in '"\\\n') or path != path.strip():
+        return '"%s"' % path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return path
+
+
+class _Overlay:
+    """A throwaway bare repository whose object store reads `dirs` through alternates: git
+    commands run in it see every object there, and what they write (merge-tree's trees and
+    merged blobs) stays in the overlay, deleted on exit. It has no refs: name commits by ID."""
+
+    def __init__(self, dirs, environ=None, sha256=False):
+        import tempfile
+        self.environ, self.calls, self.dir = environ, 0, None
+        files = {"HEAD": "ref: refs/heads/coord-preview\n",
+                 "config": "[core]\n\trepositoryformatversion = %d\n\tbare = true\n%s" % (
+                     (1, "[extensions]\n\tobjectformat = sha256\n") if sha256 else (0, "")),
+                 os.path.join("objects", "info", "alternates"): "".join(
+                     _alternate_line(d) + "\n" for d in store.unique(dirs))}
+        try:
+            self.dir = tempfile.mkdtemp(prefix="coord-preview-")
+            os.makedirs(os.path.join(self.dir, "objects", "info"))
+            os.mkdir(os.path.join(self.dir, "refs"))
+            for name, text in files.items():
+                with open(os.path.join(self.dir, name), "w", encoding="utf-8") as f:
+                    f.write(text)
+        except OSError as exc:
+            self.__exit__()
+            raise EnvError("cannot make a temporary repository for the preview: %s" % exc,
+                           "set TMPDIR to a writable directory and retry")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.dir:
+            workspace.rmtree(self.dir, ignore_errors=True)
+        return False
+
+    def git(self, args, check=True, input=None):
+        self.calls += 1
+        return git(["--git-dir", self.dir] + list(args), self.dir, self.environ, check=check, input=input)
+
+
+class _NoMergeTree(Exception):
+    """git cannot compute would-conflict paths (too old for merge-tree --write-tree, or it failed)."""
+
+
+def git_version(environ=None):
+    """(major, minor) of the git on PATH, or None when it cannot say."""
+    _, out, _ = git(["version"], None, environ, check=False)
+    m = re.search(r"(\d+)\.(\d+)", out or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _merge_tree_failed(code, err, environ):
+    version = git_version(environ)
+    if version is not None and version < MERGE_TREE_GIT:
+        return _NoMergeTree("git %d.%d cannot compute them: it needs git merge-tree --write-tree (git %d.%d or "
+                            "newer)" % (version + MERGE_TREE_GIT))
+    lines = [l for l in (err or "").splitlines() if l.strip()]
+    return _NoMergeTree("git merge-tree failed (exit %s): %s" % (code, store.clean_text(lines[-1] if lines else
+                                                                                         "no output", 200)))
+
+
+def merge_conflicts(ov, pairs):
+    """{(a, b): [paths that merging commit b into commit a would leave conflicted]} for each pair
+    of full commit IDs, computed in the overlay: one `git merge-tree --stdin` for all of them
+    (per pair where git lacks --stdin). Raises _NoMergeTree when git cannot say."""
+    pairs = list(dict.fromkeys(pairs))
+    if not pairs:
+        return {}
+    code, out, err = ov.git(["merge-tree", "--write-tree", "--stdin", "-z", "--name-only", "--no-messages"],
+                            check=False, input="".join("%s %s\n" % p for p in pairs))
+    if code == 0:
+        toks, i, result = out.split("\0"), 0, {}
+        for p in pairs:
+            if i + 1 >= len(toks) or toks[i] not in ("0", "1"):
+                raise _NoMergeTree("git merge-tree --stdin answered in a shape coord does not know")
+            i += 2
+            names = []
+            while i < len(toks) and toks[i] != "":
+                names.append(toks[i])
+                i += 1
+            result[p] = sorted(set(names))
+            i += 1
+        return result
+    if code != 129:  # 129: usage (no --stdin); anything else is a real failure
+        raise _merge_tree_failed(code, err, ov.environ)
+    result = {}
+    for a, b in pairs:
+        code, out, err = ov.git(["merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", a, b],
+                                check=False)
+        if code not in (0, 1):
+            raise _merge_tree_failed(code, err, ov.environ)
+        result[(a, b)] = sorted(set(t for t in out.split("\0")[1:] if t))
+    return result
+
+
+def _ahead_behind(ov, target, tip):
+    """(commits of tip not on target, commits of target not in tip's history)."""
+    _, out, _ = ov.git(["rev-list", "--left-right", "--count", "%s...%s" % (target, tip)])
+    behind, ahead = out.split()
+    return int(ahead), int(behind)
+
+
+def _changed_paths(ov, old, new):
+    """Paths `new` changed since its merge base with `old` (renames as a delete and an add)."""
+    _, out, _ = ov.git(["diff", "--name-only", "-z", "--no-renames", "%s...%s" % (old, new)])
+    return set(p for p in out.split("\0") if p)
+
+
+def branch_commits(source, environ=None):
+    """{branch: full commit} of every refs/heads/ branch in the canonical repository (one git call)."""
+    _, out, _ = git(git_dir_args(source) + ["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/"],
+                    source, environ)
+    heads = {}
+    for line in out.splitlines():
+        oid, _, name = line.partition(" ")
+        if name.startswith("refs/heads/") and workspace.FULL_COMMIT_RE.match(oid):
+            heads[name[len("refs/heads/"):]] = oid
+    return heads
+
+
+def work_tip(w, environ=None):
+    """The commit the work would land now, read from its clone's last snapshot (never taking
+    one): @ when it has changes, else its single parent; None when neither is a single commit."""
+    ids = workspace.head_ids(workspace.verified_path(w), snapshot=False, environ=environ)
+    if not ids["empty"]:
+        return ids["commit"]
+    return ids["parents"][0] if len(ids["parents"]) == 1 else None
+
+
+def _store_dirs(w, environ=None):
+    """Object directories a preview of w reads: the canonical repository's, then the clone's."""
+    dirs = [_objects_dir(w["source"], environ)]
+    if w["data"].get("kind") != "native" and w["path"] and not workspace.directory_problems(w):
+        dirs.append(_objects_dir(w["path"], environ))
+    return dirs
+
+
+def preview(w, commit, into, environ=None):
+    """What landing `commit` of work w on bookmark `into` would do, read without changing the
+    canonical repository or the clone: {into, target, candidate, ahead, behind, conflicts,
+    error}. conflicts: the paths that would conflict with the current target ([] when none;
+    None with `error` saying why when they could not be computed). Never raises."""
+    out = {"into": into, "target": None, "candidate": commit, "ahead": None, "behind": None, "conflicts": None,
+           "error": None}
+    try:
+        heads = branch_commits(w["source"], environ)  # first: a missing git says so, not "no bookmark"
+        target = heads.get(into) if into else None
+        if not target:
+            out["error"] = "no bookmark %s in %s" % (into, w["source"]) if into else "no target bookmark known"
+            return out
+        out["target"] = target
+        with _Overlay(_store_dirs(w, environ), environ, sha256=len(target) == 64) as ov:
+            out["ahead"], out["behind"] = _ahead_behind(ov, target, commit)
+            if out["behind"] == 0:
+                out["conflicts"] = []  # the target is in the candidate's history: a fast-forward
+            else:
+                out["conflicts"] = merge_conflicts(ov, [(target, commit)])[(target, commit)]
+    except _NoMergeTree as exc:
+        out["error"] = "would-conflict paths not computed: %s" % exc
+    except store.CoordError as exc:
+        out["error"] = exc.message
+    return out
+
+
+def preview_line(p):
+    """One line for a preview: '2 ahead of main, base 3 behind: would conflict in a.py, b.py'."""
+    if p.get("ahead") is None:
+        return "preview: %s" % store.clean_text(p.get("error") or "unknown", 300)
+    base = "base current" if not p["behind"] else "base %d behind" % p["behind"]
+    text = "%d ahead of %s, %s" % (p["ahead"], p["into"], base)
+    if p["conflicts"]:
+        text += ": would conflict in %s" % named_paths(p["conflicts"])
+    elif p["conflicts"] == [] and p["ahead"]:
+        text += ", no conflicts"
+    if p.get("error"):
+        text += "; %s" % store.clean_text(p["error"], 300)
+    return text
+
+
+def inspect_preview(w, environ=None):
+    """The preview `work inspect` shows: the frozen candidate while integrating, else the
+    clone's tip at its last snapshot, against the bookmark it integrates into (else the
+    repository's main bookmark); None when there is nothing to preview."""
+    integ = integration_of(w)
+    if w["state"] in workspace.UNUSABLE or integ["state"] == "integrated":
+        return None
+    cand = integ.get("candidate") if integ["state"] == "integrating" else None
+    try:
+        if workspace.directory_problems(w) and not cand:
+            return None
+        commit = cand["commit"] if cand else work_tip(w, environ)
+        into = workspace.target_bookmark(w, environ)
+    except store.CoordError as exc:
+        return {"into": None, "target": None, "candidate": None, "ahead": None, "behind": None,
+                "conflicts": None, "error": exc.message}
+    if not commit:
+        return None
+    return preview(w, commit, into, environ)
+
+
+def conflict_report(st, *, into=None, environ=None):
+    """For every live managed work with changes: ahead/behind its target and the paths it and
+    the target both changed and would conflict on; for every pair of them, the paths both
+    changed and the paths merging the two would conflict on. Read-only: the clones' last
+    snapshots, the canonical refs, one overlay per canonical repository.
+    -> {works: [...], pairs: [{a, b, overlap, conflicts}] (pairs with either only),
+    pairs_checked, skipped: [{handle, reason}], error}."""
+    into = workspace.check_bookmark(into) if into else None
+    works, skipped, groups = [], [], {}
+    for w in st.works():
+        if w["state"] in workspace.UNUSABLE or integration_of(w)["state"] == "integrated":
+            continue
+        problems = workspace.directory_problems(w)
+        if problems:
+            skipped.append({"handle": w["handle"], "reason": problems[0]["message"]})
+            continue
+        try:
+            tip = work_tip(w, environ)
+        except store.CoordError as exc:
+            skipped.append({"handle": w["handle"], "reason": exc.message})
+            continue
+        if tip:
+            groups.setdefault(w["source"], []).append((w, tip))
+    report = {"works": works, "pairs": [], "pairs_checked": 0, "skipped": skipped, "error": None}
+    for source, members in groups.items():
+        try:
+            heads = branch_commits(source, environ)
+            default = into or workspace.target_bookmark({"data": {}, "source": source}, environ)
+            dirs = [_objects_dir(source, environ)] + [_objects_dir(w["path"], environ) for w, _ in members
+                                                      if w["data"].get("kind") != "native"]
+        except store.CoordError as exc:
+            skipped += [{"handle": w["handle"], "reason": exc.message} for w, _ in members]
+            continue
+        with _Overlay(dirs, environ, sha256=len(members[0][1]) == 64) as ov:
+            _report_group(ov, members, heads, into, default, report)
+    return report
+
+
+def _report_group(ov, members, heads, into, default, report):
+    """conflict_report for the works of one canonical repository, in its overlay."""
+    rows, merges = [], []
+    for w, tip in members:
+        bookmark = into or integration_of(w).get("into") or default
+        row = {"handle": w["handle"], "task": w["task"], "into": bookmark, "target": heads.get(bookmark),
+               "tip": tip, "ahead": None, "behind": None, "changed": [], "target_overlap": [],
+               "target_conflicts": []}
+        if not row["target"]:
+            report["skipped"].append({"handle": w["handle"], "reason": "no bookmark %s in %s" % (bookmark,
+                                                                                              w["source"])})
+            continue
+        try:
+            row["ahead"], row["behind"] = _ahead_behind(ov, row["target"], tip)
+            if row["ahead"]:
+                row["changed"] = sorted(_changed_paths(ov, row["target"], tip))
+            if row["ahead"] and row["behind"]:
+                row["target_overlap"] = sorted(set(row["changed"]) & _changed_paths(ov, tip, row["target"]))
+        except store.CoordError as exc:
+            report["skipped"].append({"handle": w["handle"], "reason": exc.message})
+            continue
+        if row["ahead"] and row["behind"]:
+            merges.append((row["target"], tip))
+        report["works"].append(row)
+        rows.append(row)
+    busy = [r for r in rows if r["changed"]]
+    pairs = [(a, b) for i, a in enumerate(busy) for b in busy[i + 1:] if a["tip"] != b["tip"]]
+    merges += [(a["tip"], b["tip"]) for a, b in pairs]
+    report["pairs_checked"] += len(pairs)
+    try:
+        found = merge_conflicts(ov, merges)
+    except (_NoMergeTree, store.CoordError) as exc:
+        report["error"] = "conflicts not computed: %s" % getattr(exc, "message", exc)
+        found = None
+    for r in rows:
+        if found is None:
+            r["target_conflicts"] = None
+        elif r["target"] and r["changed"] and r["behind"]:
+            r["target_conflicts"] = found[(r["target"], r["tip"])]
+    for a, b in pairs:
+        overlap = sorted(set(a["changed"]) & set(b["changed"]))
+        conflicts = None if found is None else found[(a["tip"], b["tip"])]
+        if overlap or conflicts:
+            report["pairs"].append({"a": a["handle"], "b": b["handle"], "overlap": overlap, "conflicts": conflicts})
+
+
+# --------------------------------------------------------------------------- remote
+
+def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
+    """Read REMOTE's bookmark over the wire (git ls-remote) and require the expected full commit;
+    -> {ok, remote, bookmark, expected, actual}, else Refused carrying the same fields.
+    work_of: id -> work record, consulted only when root is a managed clone."""
+    expect = workspace.full_commit(expect, "--expect")
+    bookmark = workspace.check_bookmark(bookmark)
+    if not remote or remote.startswith("-"):
+        raise UsageError("remote %r is not a remote name or URL" % remote, "coord remote verify origin main --expect C")
+    repo = workspace.canonical_root(root, work_of)
+    ref = "refs/heads/" + bookmark
+    _, out, _ = git(git_dir_args(repo) + ["ls-remote", remote, ref], repo, environ)
+    found = [line.split("\t", 1)[0] for line in out.splitlines() if line.split("\t", 1)[-1] == ref]
+    actual = found[0] if found else None
+    data = {"ok": actual == expect, "remote": remote, "bookmark": bookmark, "expected": expect, "actual": actual}
+    if actual is None:
+        raise Refused("remote %s has no bookmark %s" % (remote, bookmark),
+                      "git ls-remote %s shows what it has" % remote, **data)
+    if actual != expect:
+        raise Refused("remote %s %s is at %s, not the expected %s" % (remote, bookmark, actual, expect),
+                      "re-read the remote and rebase or re-plan; never force: git ls-remote %s %s" % (remote, ref),
+                      **data)
+    return data
+
+
+def cmd_inspect(ctx, args):
+    w = workspace.target_work(ctx, args.handle, default_ok=True)
+    facts = workspace.inspect_work(ctx.db, work=w, environ=ctx.environ, observe=ctx.verbose)
+    data = {"ok": True, "work": workspace.public_work(w, ctx.db)}
+    if "observed" in facts:
+        data["observed"] = facts["observed"]
+    lines = workspace.inspect_lines(facts, ctx.verbose, landing=landing_lines(w))
+    data["preview"] = inspect_preview(w, ctx.environ)
+    if data["preview"]:
+        lines.insert(1, preview_line(data["preview"]))
+    return 0, data, "\n".join(lines)
+
+
+def cmd_enqueue(ctx, args):
+    return 0, workspace.ok_data(enqueue(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into,
+                          override=args.override)), None
+
+
+def cmd_queue(ctx, args):
+    q = integration_queue(ctx.db, into=args.into)
+    lines = []
+    for b, h in sorted(q["holders"].items()):
+        if not q["into"] or b == q["into"]:
+            lines.append("integration/%s held by %s" % (b, h))
+    for i, r in enumerate(q["queue"], 1):
+        dep = ""
+        if r["depends"]:
+            dep = "  after " + ", ".join("%s (%s)" % (d["handle"], d["integration"]) for d in r["depends"])
+        lines.append("%d. %s  %s  %s->%s%s" % (i, r["handle"], store.clean_text(r["task"], 40), r["state"],
+                                               r["into"], dep))
+    if q["queue"]:
+        lines.append("the queue is an order, not a grant: the integration owner takes integration/<bookmark>")
+    return 0, {"ok": True, "queue": q["queue"], "holders": q["holders"]}, "\n".join(lines)
+
+
+def cmd_acquire(ctx, args):
+    r = acquire(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ,
+                override=args.override)
+    text = "candidate %s\n%s" % (r["candidate"]["commit"], preview_line(r["preview"]))
+    if r["waiting_on"]:
+        text += "\nnote: depends on %s, not integrated yet" % ", ".join(r["waiting_on"])
+    return 0, workspace.ok_data(r), text
+
+
+def cmd_conflicts(ctx, args):
+    r = conflict_report(ctx.db, into=args.into, environ=ctx.environ)
+    return 0, workspace.ok_data(r), "\n".join(conflict_lines(r, ctx.verbose))
+
+
+def conflict_lines(r, verbose=False):
+    """The text of `work conflicts`: one line when nothing conflicts, else one line per
+    conflicting pair; --verbose adds pairs that only overlap, and skipped works."""
+    rows = [(w["target_conflicts"], w["target_overlap"], "%s x %s" % (w["handle"], w["into"]))
+            for w in r["works"] if w["target_conflicts"] or w["target_overlap"]]
+    rows += [(p["conflicts"], p["overlap"], "%s x %s" % (p["a"], p["b"])) for p in r["pairs"]]
+    conflicting = [row for row in rows if row[0]]
+    known = r["error"] is None
+    lines = [] if known else [store.clean_text(r["error"], 300)]
+    lines += ["%s: %s" % (label, _pair_text(c, o)) for c, o, label in (rows if verbose or not known else conflicting)]
+    skipped = len(r["skipped"])
+    if known and not conflicting:
+        more = ["%d overlap%s without conflict" % (len(rows), "" if len(rows) == 1 else "s")] if rows else []
+        more += ["%d skipped" % skipped] if skipped and not verbose else []
+        lines.insert(0, "no conflicts among %d work%s and their targets%s" % (
+            len(r["works"]), "" if len(r["works"]) == 1 else "s", "; " + ", ".join(more) if more else ""))
+    if verbose:
+        lines += ["skipped %s: %s" % (x["handle"], store.clean_text(x["reason"], 200)) for x in r["skipped"]]
+    elif skipped and (conflicting or not known):
+        lines.append("%d work%s skipped (--verbose says why)" % (skipped, "" if skipped == 1 else "s"))
+    return lines
+
+
+def _pair_text(conflicts, overlap):
+    if conflicts:
+        text = "conflict %s" % named_paths(conflicts)
+        rest = [p for p in overlap if p not in conflicts]
+        return text + ("; also both changed %s" % named_paths(rest) if rest else "")
+    if conflicts is None:
+        return "both changed %s (conflicts unknown)" % named_paths(overlap)
+    return "both changed %s, merges cleanly" % named_paths(overlap)
+
+
+def cmd_prove(ctx, args):
+    return 0, workspace.ok_data(prove(ctx.db, caller=ctx.caller(), handle=args.handle, target=args.target,
+                        environ=ctx.environ)), None
+
+
+def cmd_land(ctx, args):
+    r = land_work(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ,
+                  push=args.push, check=args.check, override=args.override)
+    text = "%s landed %s on %s%s%s" % (r["work"], r["landed"], r["into"],
+                                       " and %s/%s" % (r["remote"], r["into"]) if r["remote"] else "",
+                                       " (already)" if r["already"] else "")
+    if r.get("check") and not r["already"]:
+        text += "\nchecked: %s (in %s)" % (store.clean_text(r["check"], 300), r.get("check_cwd") or "the clone")
+    for item in r.get("held_by_peers") or []:
+        text += "\nnote: %s changed %s, which %s held exclusively while the work ran" % (
+            r["work"], item["path"], item["holder"])
+    if r.get("check_set_aside"):
+        text += "\nthe check's %d written file(s) were moved out of the clone to %s" % (
+            r["check_set_aside"]["count"], r["check_set_aside"]["dir"])
+    return 0, workspace.ok_data(r), text
+
+
+def landing_lines(w):
+    """`work inspect` lines for a landing that is under way or stopped (none once landed)."""
+    landing = landing_of(w)
+    if not landing or landing.get("state") == "landed":
+        return []
+    state = "under way or interrupted" if landing.get("state") == "running" else landing.get("state")
+    line = "landing into %s: %s after step %s" % (landing.get("into"), state, landing.get("step"))
+    if landing.get("paths"):
+        line += "; conflicts in %s" % named_paths(landing["paths"])
+    elif landing.get("reason") and landing.get("state") not in ("running",):
+        line += "; %s" % store.clean_text(landing["reason"].splitlines()[0], 200)
+    lines = [line]
+    nxt = rerun_command(w)
+    if landing.get("state") not in LAND_RESUMABLE:
+        lines.append("nothing moved; when fixed, land again: %s" % store.hint(nxt))
+    else:
+        if landing.get("state") == "publish-ambiguous":
+            lines.append("check: git ls-remote %s refs/heads/%s (expected %s), then: %s" % (
+                landing.get("remote"), landing.get("into"), landing.get("candidate"), store.hint(nxt)))
+        else:
+            lines.append("finish with: %s (run by %s)" % (store.hint(nxt), landing.get("runtime")))
+    return lines
+
+
+def cmd_integrate_release(ctx, args):
+    r = release_integration(ctx.db, caller=ctx.caller(), handle=args.handle)
+    text = None
+    if r["integration"] != "integrated":
+        text = "released without proof: %s is not integrated" % r["work"]
+    return 0, workspace.ok_data(r), text
+
+
+def cmd_remote_verify(ctx, args):
+    return 0, verify_remote(root=ctx.root, work_of=lambda wid: ctx.db.work(wid), remote=args.remote,
+                            bookmark=args.bookmark, expect=args.expect, environ=ctx.environ), None
+
+
+# =========================================================================== parser registration
+
+def _parse_inspect(ws, both):
+    p = ws.add_parser("inspect", parents=both, help="one work record (--verbose adds exact IDs)")
+    p.add_argument("handle", nargs="?", metavar="HANDLE", help="default: $COORD_WORK_ID, when you own it")
+    p.set_defaults(func=cmd_inspect)
+
+
+def _parse_integrate(ws, both):
+    integ = ws.add_parser("integrate", parents=both[:1], help="one integration owner at a time: acquire, prove, "
+                          "release; queue")
+    isub = integ.add_subparsers(dest="integrate_command", metavar="STEP")
+    p = isub.add_parser("acquire", parents=both, help="take integration/BOOKMARK and freeze the candidate")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--into", required=True, metavar="BOOKMARK")
+    workspace.override_argument(p)
+    p.set_defaults(func=cmd_acquire)
+    p = isub.add_parser("prove", parents=both, help="record proof: candidate is an ancestor of the target commit")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--target", required=True, metavar="COMMIT", help="full commit ID on the bookmark")
+    p.set_defaults(func=cmd_prove)
+    p = isub.add_parser("release", parents=both, help="release the integration lock (not evidence)")
+    p.add_argument("handle", metavar="HANDLE")
+    p.set_defaults(func=cmd_integrate_release)
+    p = isub.add_parser("land", parents=both, help="land the work: freeze, rebase if stale, check, move the "
+                        "bookmark, push, prove, release")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--into", required=True, metavar="BOOKMARK")
+    p.add_argument("--push", metavar="REMOTE", help="also publish to this remote of the shared checkout")
+    p.add_argument("--check", metavar="CMD", help="also run this on the frozen candidate, after git config %s of "
+                   "the canonical repository (which always runs when set)" % LAND_CHECK_CONFIG)
+    workspace.override_argument(p)
+    p.set_defaults(func=cmd_land)
+    p = isub.add_parser("enqueue", parents=both, help="join the visible queue (grants nothing)")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--into", required=True, metavar="BOOKMARK")
+    workspace.override_argument(p)
+    p.set_defaults(func=cmd_enqueue)
+    p = isub.add_parser("queue", parents=both, help="show queued work in order, with dependencies")
+    p.add_argument("--into", metavar="BOOKMARK")
+    p.set_defaults(func=cmd_queue)
+
+
+def _parse_conflicts(ws, both):
+    p = ws.add_parser("conflicts", parents=both, help="which live works (and their targets) change the same "
+                      "paths, and which would conflict; reads only")
+    p.add_argument("--into", metavar="BOOKMARK", help="compare every work with this bookmark (default: the one "
+                   "each integrates into, else the repository's main bookmark)")
+    p.set_defaults(func=cmd_conflicts)
+
+
+# The `work` subcommands this module builds and handles (coord chooses the module; see workspace.register).
+PARSERS = {"inspect": _parse_inspect, "integrate": _parse_integrate, "conflicts": _parse_conflicts}
+
+
+def register_remote(sub, common, ident):
+    """Add `remote verify` to coord's top-level subparsers."""
+    both = [common, ident]
+    remote = sub.add_parser("remote", parents=[common], help="verify a remote bookmark authoritatively")
+    rs = remote.add_subparsers(dest="remote_command", metavar="SUBCOMMAND")
+    p = rs.add_parser("verify", parents=both, help="exit 0 only when REMOTE's BOOKMARK is exactly --expect")
+    p.add_argument("remote", metavar="REMOTE")
+    p.add_argument("bookmark", metavar="BOOKMARK")
+    p.add_argument("--expect", required=True, metavar="COMMIT", help="full commit ID")
+    p.set_defaults(func=cmd_remote_verify)
