@@ -208,6 +208,89 @@ def retry_until(predicate, timeout=10.0, interval=0.02):
         time.sleep(interval)
 
 
+# -- fixture trees built once per process and copied per test
+
+_TEMPLATES = {}       # key -> (directory, [relative paths of files that name it], values)
+_TEMPLATE_ROOT = []   # this process's private directory for them (suites of several interpreters run at once)
+
+
+def _template_root():
+    if not _TEMPLATE_ROOT:
+        import atexit
+        root = tempfile.mkdtemp(prefix="coord-templates-")
+        atexit.register(shutil.rmtree, root, True)
+        _TEMPLATE_ROOT.append(root)
+    return _TEMPLATE_ROOT[0]
+
+
+def _files_naming(directory):
+    """Relative paths of the files under `directory` whose bytes contain its path; None when one
+    of them is binary or a symbolic link points through it (then the tree is not copyable)."""
+    needle = os.fsencode(directory)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(directory):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                if needle in os.fsencode(os.readlink(path)):
+                    return None
+                continue
+            if name in dirnames:
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            if needle in data:
+                if b"\0" in data:
+                    return None
+                out.append(os.path.relpath(path, directory))
+    return out
+
+
+def copy_fixture(testcase, key, build):
+    """Put the fixture tree `key` into testcase.tmp; -> the values build returned (a dict).
+
+    build(directory) makes the tree's top-level entries (e.g. canon/, origin.git/) inside
+    `directory` with the test's tools and environment, and returns a dict of values the test
+    needs (commit ids, say). It runs once per process and key; every later test gets a copy
+    (modes, times and symbolic links kept), so it starts from the same state as if it had run
+    build itself: each text file that names the build directory (a remote's URL in .git/config)
+    is rewritten to name testcase.tmp. A tree that names its directory in a binary file is built
+    afresh for every test."""
+    entry = _TEMPLATES.get(key)
+    if entry is None:
+        directory = tempfile.mkdtemp(prefix="fixture-", dir=_template_root())
+        try:
+            values = build(directory) or {}
+        except BaseException:
+            shutil.rmtree(directory, True)
+            raise
+        named = _files_naming(directory)
+        if named is None:  # not copyable: build in place from now on
+            shutil.rmtree(directory, True)
+            entry = _TEMPLATES[key] = (None, None, None)
+        else:
+            entry = _TEMPLATES[key] = (directory, named, dict(values))
+    directory, named, values = entry
+    if directory is None:
+        return dict(build(testcase.tmp) or {})
+    for name in sorted(os.listdir(directory)):
+        src, dst = os.path.join(directory, name), os.path.join(testcase.tmp, name)
+        if os.path.isdir(src) and not os.path.islink(src):
+            shutil.copytree(src, dst, symlinks=True)
+        else:
+            shutil.copy2(src, dst, follow_symlinks=False)
+    old, new = os.fsencode(directory), os.fsencode(testcase.tmp)
+    for rel in named:
+        path = os.path.join(testcase.tmp, rel)
+        with open(path, "rb") as f:
+            data = f.read()
+        st = os.stat(path)
+        with open(path, "wb") as f:
+            f.write(data.replace(old, new))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return dict(values)
+
+
 class CoordTestCase(unittest.TestCase):
     """A test with private state directories and helpers to run the real CLI."""
 
