@@ -4,7 +4,18 @@
     python3 tests/runner.py                          # every tests/test_*.py
     python3 tests/runner.py --pattern 'e2e_*.py' --label e2e
     python3 tests/runner.py test_store tests/test_hook.py test_store.StoreTest.test_lease
-    python3 tests/runner.py --quick                  # leave out the tests marked support.slow
+    python3 tests/runner.py --quick                  # only the tests measured fast last time
+    python3 tests/runner.py --failed                 # only what failed last time
+    python3 tests/runner.py --changed                # only the modules changed against main
+
+Every run records each test's wall and CPU time, and what failed, under the test cache
+(COORD_TEST_CACHE, default ~/.cache/coord-tests, in runs/durations.json: each test's fastest
+recent wall time, which a run on a loaded machine raises at most twofold): --quick leaves out
+the tests whose recorded time reached COORD_TEST_QUICK_LIMIT seconds (default 1.0) and the tests
+marked support.slow or support.stress; --failed re-runs the failures recorded there. Tests
+marked support.stress (races, kill storms) run only with --stress (tests/run passes it with
+--all-pythons, --stress and under CI=true); --no-jj skips the tests that drive jj, for the
+other interpreters' suites of a default tests/run.
 
 Test files import their helpers as top-level modules (`import support`,
 `from support import CoordTestCase`): this runner puts tests/ first on sys.path, exactly
@@ -17,7 +28,10 @@ errored (an import error in a test file counts as a failure).
 
 import argparse
 import fnmatch
+import json
 import os
+import re
+import subprocess
 import sys
 import time
 import unittest
@@ -73,21 +87,168 @@ def _tests(suite):
             yield item
 
 
-def is_slow(test, listed=()):
-    """True for a test marked slow (support.slow) on its method or class, or listed by id or class."""
+def _marked(test, mark):
+    """True for a test whose method or class carries `mark` (coord_slow, coord_stress)."""
     method = getattr(test, getattr(test, "_testMethodName", ""), None)
-    if getattr(method, "coord_slow", False) or getattr(type(test), "coord_slow", False):
+    return bool(getattr(method, mark, False) or getattr(type(test), mark, False))
+
+
+def is_slow(test, durations=None, limit=None):
+    """True for a test marked slow (support.slow) or stress (support.stress) on its method or
+    class, or whose last measured wall time (durations: {test id: {"wall": s}}) reached limit."""
+    if _marked(test, "coord_slow"):
         return True
-    return test.id() in listed or test.id().rsplit(".", 1)[0] in listed
+    seen = (durations or {}).get(test.id())
+    return bool(seen and limit is not None and seen.get("wall", 0) >= limit)
 
 
-def _listed_slow():
-    """support.SLOW of the tests/ directory in use (empty when it has no support module)."""
+def is_stress(test, listed=()):
+    """True for a test marked support.stress on its method or class, or listed (support.STRESS)
+    by id or class."""
+    return _marked(test, "coord_stress") or test.id() in listed or test.id().rsplit(".", 1)[0] in listed
+
+
+def _listed_stress():
+    """support.STRESS of the tests/ directory in use (empty when it has no support module)."""
     try:
         import support
     except ImportError:
         return frozenset()
-    return frozenset(getattr(support, "SLOW", ()))
+    return frozenset(getattr(support, "STRESS", ()))
+
+
+# -- what a run remembers: durations and failures, under the test cache
+
+def runs_dir():
+    cache = os.environ.get("COORD_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "coord-tests")
+    return os.path.join(cache, "runs")
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def read_durations():
+    return _read_json(os.path.join(runs_dir(), "durations.json"))
+
+
+def read_failed():
+    """Ids of the tests that failed when last run (a module name for one that did not import)."""
+    return sorted(_read_json(os.path.join(runs_dir(), "failed.json")))
+
+
+def _update(name, change):
+    """Apply change(dict) to runs/NAME under a lock (suites of several interpreters run at once)
+    and replace the file whole; a cache that cannot be written costs the record, not the run."""
+    directory = runs_dir()
+    try:
+        import fcntl
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = os.path.join(directory, name)
+            value = _read_json(path)
+            change(value)
+            tmp = "%s.%d.tmp" % (path, os.getpid())
+            with open(tmp, "w") as f:
+                json.dump(value, f, indent=0, sort_keys=True)
+            os.replace(tmp, path)
+    except (OSError, ImportError) as exc:
+        sys.stderr.write("runner: could not record %s: %s\n" % (name, exc))
+
+
+def record(result, ran):
+    """Remember each test's durations and which of the tests that ran failed."""
+    python = "%d.%d" % sys.version_info[:2]
+
+    skipped = set(_owner(t).id() for t, _ in result.skipped)
+
+    def durations(value):  # a skipped test's time says nothing of what it costs to run
+        for wall, cpu, test_id in result.durations:
+            if test_id in skipped:
+                continue
+            # What the test costs on a quiet machine: the fastest recent run. A run on a loaded
+            # machine does not raise it past twice the last figure; a test that got slower for
+            # good reaches its new time within a few runs.
+            last = value.get(test_id) if isinstance(value.get(test_id), dict) else {}
+            if isinstance(last.get("wall"), (int, float)):
+                wall = min(wall, 2 * last["wall"])
+            if isinstance(last.get("cpu"), (int, float)):
+                cpu = min(cpu, 2 * last["cpu"])
+            value[test_id] = {"wall": round(wall, 3), "cpu": round(cpu, 3), "python": python}
+    _update("durations.json", durations)
+    failed = set(failed_ids(result))
+
+    def failures(value):
+        for test_id in ran:
+            value.pop(test_id, None)
+        for test_id in failed:
+            value[test_id] = python
+    _update("failed.json", failures)
+
+
+def failed_ids(result):
+    """Ids of the tests that failed or errored (an import failure: the module's name)."""
+    out = []
+    for test, _ in result.failures + result.errors + [(t, None) for t in result.unexpectedSuccesses]:
+        test = _owner(test)
+        test_id = test.id() if isinstance(test, unittest.TestCase) else str(test)
+        # unittest names a module that failed to import unittest.loader._FailedTest.MODULE
+        if test_id.startswith("unittest.loader._FailedTest."):
+            test_id = test_id[len("unittest.loader._FailedTest."):]
+        holder = re.match(r"^\w+ \(([\w.]+)\)$", test_id)  # setUpClass (test_x.Case): its class
+        out.append(holder.group(1) if holder else test_id)
+    return out
+
+
+# Product files whose tests live in a module of another name.
+_TESTS_OF = {"coord": ["test_cli", "test_compile"], "install": ["test_install", "test_upgrade"],
+             "hook.py": ["test_hook"], "workspace.py": ["test_workspace", "test_land"],
+             "land.py": ["test_land", "test_workspace"], "cleanup.py": ["test_cleanup", "test_workspace"]}
+
+
+def _git_names(root, *argv):
+    """File names a git listing prints, or None when git cannot run there."""
+    try:
+        out = subprocess.run(["git"] + list(argv), cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.split() if out.returncode == 0 else None
+
+
+def changed_modules(directory=TESTS):
+    """Test modules for the files changed against main (committed on this branch, staged,
+    unstaged or new; against HEAD alone when there is no main): test_X for X.py, the test module
+    itself, and every module for a change to the test scaffolding; None when git cannot tell."""
+    root = os.path.dirname(os.path.abspath(directory))
+    working = _git_names(root, "diff", "--name-only", "HEAD")
+    new = _git_names(root, "ls-files", "--others", "--exclude-standard")
+    if working is None or new is None:
+        return None
+    names = set(working + new + (_git_names(root, "diff", "--name-only", "main...HEAD") or []))
+    have = set(f[:-3] for f in os.listdir(directory) if f.endswith(".py"))
+    out = set()
+    for name in names:
+        head, base_name = os.path.split(name)
+        if head == "tests":
+            stem = base_name[:-3] if base_name.endswith(".py") else base_name
+            if stem in ("support", "runner", "harnesses", "modelserver") or base_name == "run":
+                return sorted(m for m in have if m.startswith(("test_", "e2e_")))
+            if stem in have and stem.startswith(("test_", "e2e_")):
+                out.add(stem)
+        elif not head or head == "bench":
+            stems = _TESTS_OF.get(base_name, ["test_" + base_name[:-3]] if base_name.endswith(".py") and not head else [])
+            product = head == "bench" or base_name.endswith(".py") or base_name in _TESTS_OF
+            for stem in stems + (["test_compile"] if product else []):
+                if stem in have:
+                    out.add(stem)
+    return sorted(out)
 
 
 def _owner(test):
@@ -126,6 +287,21 @@ def build_suite(pattern, names, directory=TESTS):
     return suite
 
 
+def precompile(root=ROOT):
+    """Write the bytecode of the product modules (ROOT/*.py) beside them, in __pycache__/ (git
+    ignores it). The tests run coord hundreds of times with PYTHONDONTWRITEBYTECODE=1, so that
+    no test leaves bytecode behind; without a cache each of those processes compiled store.py
+    and workspace.py again (about half of a `coord work` call's CPU time). Python checks each
+    file's size and time before it uses the cache, so an edited module is compiled afresh."""
+    import py_compile
+    for name in sorted(os.listdir(root)):
+        if name.endswith(".py"):
+            try:
+                py_compile.compile(os.path.join(root, name), doraise=True)
+            except (OSError, py_compile.PyCompileError):
+                pass  # a read-only checkout, or a syntax error test_compile reports
+
+
 def _shard(text):
     try:
         k, n = (int(x) for x in text.split("/"))
@@ -146,7 +322,16 @@ def main(argv=None):
     parser.add_argument("--durations", type=int, default=0, metavar="N",
                         help="also print the N slowest tests")
     parser.add_argument("--quick", action="store_true",
-                        help="leave out the tests marked slow (support.slow); tests/run runs them")
+                        help="leave out the tests measured slow last time (COORD_TEST_QUICK_LIMIT seconds, "
+                             "default 1.0) and those marked support.slow; tests/run runs them")
+    parser.add_argument("--stress", action="store_true",
+                        help="also run the stress tier (support.stress: races, kill storms)")
+    parser.add_argument("--no-jj", action="store_true",
+                        help="skip the tests that drive jj (support.use_jj): what cannot differ by interpreter")
+    parser.add_argument("--failed", action="store_true",
+                        help="run only the tests that failed when last run (recorded under the test cache)")
+    parser.add_argument("--changed", action="store_true",
+                        help="run only the test modules of the files changed against main (or HEAD)")
     parser.add_argument("--shard", type=_shard, metavar="K/N",
                         help="run only every N-th test, starting with the K-th (to run N at once)")
     parser.add_argument("--dir", default=TESTS, help=argparse.SUPPRESS)  # for test_runner.py
@@ -168,37 +353,76 @@ def main(argv=None):
             sys.path.remove(path)
         sys.path.insert(0, path)  # tests/ ends up first
 
+    if directory == TESTS:
+        precompile()
+    if args.no_jj:
+        os.environ["COORD_TEST_NO_JJ"] = "1"  # support.CoordTestCase.use_jj skips
     if args.keywords:
         unittest.TestLoader.testNamePatterns = ["*%s*" % k for k in args.keywords]
-    suite = build_suite(args.pattern, args.names, directory)
-    if args.quick or args.shard:
-        tests = list(_tests(suite))
-        if args.quick:
-            listed = _listed_slow()
-            kept = [t for t in tests if not is_slow(t, listed)]
-            print("quick: %d slow tests left out (tests/run runs them)" % (len(tests) - len(kept)))
-            if not args.names and not args.keywords:
-                ids = set(t.id() for t in tests)
-                classes = set(i.rsplit(".", 1)[0] for i in ids)
-                for name in sorted(listed - ids - classes):
-                    print("quick: support.SLOW names no test: %s" % name)
-            tests = kept
-        if args.shard:
-            tests = tests[args.shard[0] - 1::args.shard[1]]
-        suite = unittest.TestSuite(tests)
-        sys.stdout.flush()
+    names = list(args.names)
+    if args.failed:
+        failed = [n for n in read_failed() if fnmatch.fnmatch(n.split(".")[0] + ".py", args.pattern)]
+        if names:
+            failed = [n for n in failed if any(n == m or n.startswith(_module_name(m) + ".") for m in names)]
+        print("failed last time: %d tests%s" % (len(failed), "" if failed else "; nothing to run"))
+        if not failed:
+            return _finish(args, label, unittest.TestResult())
+        names = failed
+    if args.changed:
+        changed = changed_modules(directory)
+        if changed is None:
+            print("changed: git cannot tell what changed; running every module")
+        else:
+            changed = [m for m in changed if fnmatch.fnmatch(m + ".py", args.pattern)]
+            if names:
+                changed = [n for n in names if _module_name(n).split(".")[0] in changed]
+            print("changed: %s" % (" ".join(changed) or "no test module"))
+            if not changed:
+                return _finish(args, label, unittest.TestResult())
+            names = changed
+    suite = build_suite(args.pattern, names, directory)
+    tests = list(_tests(suite))
+    listed = _listed_stress()
+    if not names and not args.keywords:
+        ids = set(t.id() for t in tests)
+        classes = set(i.rsplit(".", 1)[0] for i in ids)
+        for name in sorted(n for n in listed - ids - classes if fnmatch.fnmatch(n.split(".")[0] + ".py", args.pattern)):
+            print("stress: support.STRESS names no test: %s" % name)
+    if not args.stress and not args.failed:
+        kept = [t for t in tests if not is_stress(t, listed)]
+        if len(kept) < len(tests):
+            print("stress: %d tests left out (--stress runs them)" % (len(tests) - len(kept)))
+        tests = kept
+    if args.quick:
+        limit = float(os.environ.get("COORD_TEST_QUICK_LIMIT") or 1.0)
+        durations = read_durations()
+        kept = [t for t in tests if not is_slow(t, durations, limit)]
+        unmeasured = sum(1 for t in kept if t.id() not in durations)
+        print("quick: %d slow tests left out (measured %.1f s or more, or marked slow; tests/run runs them)%s"
+              % (len(tests) - len(kept), limit,
+                 "; %d never measured (run them once without --quick)" % unmeasured if unmeasured else ""))
+        tests = kept
+    if args.shard:
+        tests = tests[args.shard[0] - 1::args.shard[1]]
+    suite = unittest.TestSuite(tests)
+    sys.stdout.flush()
 
     runner = unittest.TextTestRunner(
         stream=sys.stdout, verbosity=2 if args.verbose else 1, buffer=True,
         resultclass=_TimedResult,
     )
     result = runner.run(suite)
+    if not os.environ.get("COORD_TEST_NO_RECORD"):
+        record(result, [t.id() for t in tests] + [_module_name(n) for n in names])
 
     if args.durations and result.durations:
         print("slowest tests (wall, cpu):")
         for wall, cpu, test_id in sorted(result.durations, reverse=True)[:args.durations]:
             print("  %6.2fs %6.2fs %s" % (wall, cpu, test_id))
+    return _finish(args, label, result)
 
+
+def _finish(args, label, result):
     passed, failed, skipped = count(result)
     line = "%s: %d passed, %d failed, %d skipped" % (label, passed, failed, skipped)
     print(line)

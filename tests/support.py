@@ -78,73 +78,31 @@ def demote_to_nobody():
 def slow(test):
     """Mark a test method or class as slow: `tests/run --quick` leaves it out, `tests/run` runs it.
 
-    Mark by measured duration (`tests/run` prints the slowest tests), not by guess. Existing
-    tests are listed in SLOW instead, so that marking them touches no test module.
+    Rarely needed: --quick leaves out every test whose last measured wall time reached
+    COORD_TEST_QUICK_LIMIT (the runner records each test's durations under the test cache).
     """
     test.coord_slow = True
     return test
 
 
-# Tests `tests/run --quick` leaves out (dotted ids; a class name covers its tests): those that
-# took 3 s or more in a full run of the unit suite on a loaded 2-CPU machine (about 1.3 s
-# unloaded), chosen from the runner's durations list. The runner names any entry that matches
-# no test, so a renamed test cannot silently come back into the quick run.
-SLOW = frozenset([
-    "test_cli.CliRaceTest.test_eight_cli_processes_one_winner",
-    "test_cli.SymlinkNameTest.test_names_that_leave_the_repository_are_refused",
-    "test_faults.HostileNumberTest.test_numeric_environment_variables_are_checked_by_the_cli",
-    "test_faults.HostileNumberTest.test_ttl_flags_refuse_infinite_nan_and_out_of_range_values",
-    "test_faults.SmallFilesystemTest.test_full_disk_is_reported_and_data_survives",
-    "test_faults.StormTest.test_kill_9_during_a_storm_keeps_every_invariant",
-    "test_faults.StormTest.test_no_overlapping_exclusive_leases_between_live_runtimes_mid_storm",
-    "test_hook.DeliveryTest.test_sixty_maximal_messages_never_overflow_a_boundary_and_all_arrive",
-    "test_hook.GarbageTest.test_subprocess_garbage",
-    "test_hook.InstalledHookTest.test_hooks_under_a_hung_writer_finish_within_their_bound_and_fail_open",
-    "test_hook.SampleTest.test_every_sample_has_its_effect",
-    "test_install.DriftTest.test_check_clean_then_dirty_for_each_drift_and_repair_fixes_it",
+def stress(test):
+    """Mark a test method or class as the stress tier (races, kill storms): it runs under
+    `tests/run --stress`, `--all-pythons` and CI=true, not in the default run or --quick."""
+    test.coord_stress = True
+    return test
+
+
+# The stress tier among existing tests (dotted ids; a class name covers its tests), listed here
+# so that marking them touches no test module; the runner treats them as marked support.stress
+# and names any entry that matches no test.
+STRESS = frozenset([
+    "test_cli.CliRaceTest",
+    "test_faults.StormTest",
+    "test_land.LandKillTest",
+    "test_land.LandRaceTest",
+    "test_store.RaceTest.test_eight_processes_race_for_one_exclusive_lease_for_60_rounds",
     "test_store.RaceTest.test_thirty_two_simultaneous_senders_lose_nothing",
-    "test_workspace.AdoptTest.test_adopt_after_database_loss",
-    "test_workspace.AdoptTest.test_adopt_refuses_what_it_cannot_prove",
-    "test_workspace.CleanupEvidenceTest.test_bytecode_of_a_committed_module_is_not_evidence_of_loss",
-    "test_workspace.CleanupEvidenceTest.test_file_over_the_snapshot_size_limit_blocks_remove_and_gc",
-    "test_workspace.CleanupEvidenceTest.test_gc_discards_ignored_files_only_when_told",
-    "test_workspace.CleanupEvidenceTest.test_ignored_files_block_until_discarded_by_name",
-    "test_workspace.CleanupEvidenceTest.test_live_runtime_inside_blocks_without_a_snapshot",
-    "test_workspace.CleanupEvidenceTest.test_unregistered_process_inside_blocks",
-    "test_workspace.CleanupRefusalTest.test_advanced_but_unintegrated",
-    "test_workspace.CleanupRefusalTest.test_changed_after_integration",
-    "test_workspace.CleanupRefusalTest.test_dirty_working_copy",
-    "test_workspace.CleanupRefusalTest.test_gc_removes_only_what_passes_every_rule",
-    "test_workspace.CleanupRefusalTest.test_missing_directory_is_a_recovery_candidate",
-    "test_workspace.CleanupRefusalTest.test_owner_alive",
-    "test_workspace.CleanupRefusalTest.test_path_outside_root_via_symlink",
-    "test_workspace.CleanupRefusalTest.test_token_mismatch",
-    "test_workspace.CleanupRefusalTest.test_ungated",
-    "test_workspace.CreateTest.test_clones_are_independent",
-    "test_workspace.CreateTest.test_create_inspect_remove_real_clone",
-    "test_workspace.CreateTest.test_from_a_bookmark",
-    "test_workspace.CreateTest.test_native_workspace_states_its_limits",
-    "test_workspace.CreateTest.test_remove_needs_the_exact_handle_repeated",
-    "test_workspace.EscapeInWorkTest.test_escapes_in_reasons_resources_and_failures_never_reach_the_operator",
-    "test_workspace.HostileIdentityTest.test_near_miss_identities_are_refused_and_change_nothing",
-    "test_workspace.IntegrationTest.test_end_to_end",
-    "test_workspace.IntegrationTest.test_one_integration_owner_at_a_time",
-    "test_workspace.IntegrationTest.test_proof_needs_the_lease",
-    "test_workspace.IntegrationTest.test_proof_refusals",
-    "test_workspace.IntegrationTest.test_queue_is_visible_and_grants_nothing",
-    "test_workspace.IntegrationTest.test_release_is_not_evidence",
-    "test_workspace.IntegrationTest.test_squash_merged_candidate_is_never_proven",
-    "test_workspace.JjFaultTest.test_acquire_with_jj_failing_holds_no_lease_and_freezes_nothing",
-    "test_workspace.JjFaultTest.test_remove_with_jj_failing_keeps_directory_and_record",
-    "test_workspace.JjFaultTest.test_tool_failures_name_the_next_command",
-    "test_workspace.MissingToolTest.test_every_tmux_command_without_tmux_exits_4_with_a_hint",
-    "test_workspace.MissingToolTest.test_every_work_command_without_jj_or_git_exits_4_not_1",
-    "test_workspace.TmuxFaultTest.test_close_with_tmux_failing_at_kill_keeps_the_recorded_window",
-    "test_workspace.TmuxFaultTest.test_resume_with_tmux_failing_keeps_the_parked_record",
-    "test_workspace.TmuxFaultTest.test_server_killed_between_start_and_close_then_resume",
-    "test_workspace.TmuxFaultTest.test_start_with_tmux_failing_at_labelling_leaves_no_window_and_no_record",
-    "test_workspace.TmuxFaultTest.test_start_without_tmux_on_path_is_an_environment_error_and_changes_nothing",
-    "test_workspace.TmuxWorkTest.test_start_park_resume_close",
+    "test_workspace.CreateRaceTest",
 ])
 
 
@@ -250,6 +208,89 @@ def retry_until(predicate, timeout=10.0, interval=0.02):
         time.sleep(interval)
 
 
+# -- fixture trees built once per process and copied per test
+
+_TEMPLATES = {}       # key -> (directory, [relative paths of files that name it], values)
+_TEMPLATE_ROOT = []   # this process's private directory for them (suites of several interpreters run at once)
+
+
+def _template_root():
+    if not _TEMPLATE_ROOT:
+        import atexit
+        root = tempfile.mkdtemp(prefix="coord-templates-")
+        atexit.register(shutil.rmtree, root, True)
+        _TEMPLATE_ROOT.append(root)
+    return _TEMPLATE_ROOT[0]
+
+
+def _files_naming(directory):
+    """Relative paths of the files under `directory` whose bytes contain its path; None when one
+    of them is binary or a symbolic link points through it (then the tree is not copyable)."""
+    needle = os.fsencode(directory)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(directory):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                if needle in os.fsencode(os.readlink(path)):
+                    return None
+                continue
+            if name in dirnames:
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+            if needle in data:
+                if b"\0" in data:
+                    return None
+                out.append(os.path.relpath(path, directory))
+    return out
+
+
+def copy_fixture(testcase, key, build):
+    """Put the fixture tree `key` into testcase.tmp; -> the values build returned (a dict).
+
+    build(directory) makes the tree's top-level entries (e.g. canon/, origin.git/) inside
+    `directory` with the test's tools and environment, and returns a dict of values the test
+    needs (commit ids, say). It runs once per process and key; every later test gets a copy
+    (modes, times and symbolic links kept), so it starts from the same state as if it had run
+    build itself: each text file that names the build directory (a remote's URL in .git/config)
+    is rewritten to name testcase.tmp. A tree that names its directory in a binary file is built
+    afresh for every test."""
+    entry = _TEMPLATES.get(key)
+    if entry is None:
+        directory = tempfile.mkdtemp(prefix="fixture-", dir=_template_root())
+        try:
+            values = build(directory) or {}
+        except BaseException:
+            shutil.rmtree(directory, True)
+            raise
+        named = _files_naming(directory)
+        if named is None:  # not copyable: build in place from now on
+            shutil.rmtree(directory, True)
+            entry = _TEMPLATES[key] = (None, None, None)
+        else:
+            entry = _TEMPLATES[key] = (directory, named, dict(values))
+    directory, named, values = entry
+    if directory is None:
+        return dict(build(testcase.tmp) or {})
+    for name in sorted(os.listdir(directory)):
+        src, dst = os.path.join(directory, name), os.path.join(testcase.tmp, name)
+        if os.path.isdir(src) and not os.path.islink(src):
+            shutil.copytree(src, dst, symlinks=True)
+        else:
+            shutil.copy2(src, dst, follow_symlinks=False)
+    old, new = os.fsencode(directory), os.fsencode(testcase.tmp)
+    for rel in named:
+        path = os.path.join(testcase.tmp, rel)
+        with open(path, "rb") as f:
+            data = f.read()
+        st = os.stat(path)
+        with open(path, "wb") as f:
+            f.write(data.replace(old, new))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return dict(values)
+
+
 class CoordTestCase(unittest.TestCase):
     """A test with private state directories and helpers to run the real CLI."""
 
@@ -282,6 +323,8 @@ class CoordTestCase(unittest.TestCase):
         """Require jj and git, give them a private identity (jj config; with git_user a git
         user and `main` as the default branch too) and a private 0700 scratch root for clones,
         in self.env and os.environ; -> the scratch root (also self.scratch)."""
+        if os.environ.get("COORD_TEST_NO_JJ"):
+            self.skipTest("drives jj: runs on the default interpreter (tests/run --all-pythons runs it on every one)")
         require_tool(self, "jj")
         require_tool(self, "git")
         cfg = os.path.join(self.tmp, "jjconfig.toml")

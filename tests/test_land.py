@@ -33,26 +33,31 @@ class LandCase(CoordTestCase):
         self.use_jj(git_user=True)
         self.canon = os.path.join(self.tmp, "canon")
         self.origin = os.path.join(self.tmp, "origin.git")
-        if self.kind == "jj":
-            self.run_tool(self.tmp, "jj", "git", "init", "--colocate", self.canon)
-            self.write(self.canon, "README", "hello\n")
-            self.write(self.canon, "shared.txt", "one\ntwo\nthree\n")
-            self.run_tool(self.canon, "jj", "commit", "-m", "initial")
-            self.run_tool(self.canon, "jj", "bookmark", "create", "main", "-r", "@-")
-        else:
-            self.run_tool(self.tmp, "git", "init", "-q", "-b", "main", self.canon)
-            self.write(self.canon, "README", "hello\n")
-            self.write(self.canon, "shared.txt", "one\ntwo\nthree\n")
-            self.run_tool(self.canon, "git", "add", "-A")
-            self.run_tool(self.canon, "git", "commit", "-q", "-m", "initial")
-            if self.kind == "git-detached":
-                self.run_tool(self.canon, "git", "checkout", "-q", "-b", "dev")
-        self.run_tool(self.tmp, "git", "init", "-q", "--bare", self.origin)
-        self.run_tool(self.canon, "git", "remote", "add", "origin", self.origin)
-        self.run_tool(self.canon, "git", "push", "-q", "origin", "refs/heads/main:refs/heads/main")
-        if self.agents_land:
-            self.run_tool(self.canon, "git", "config", "coord.agentsLand", "true")
+        # Built once per process and copied (support.copy_fixture): the same starting state.
+        support.copy_fixture(self, ("land-canon", self.kind, self.agents_land), self._build_canon)
         self.rt = self.hello()["runtime"]
+
+    def _build_canon(self, where):
+        canon, origin = os.path.join(where, "canon"), os.path.join(where, "origin.git")
+        if self.kind == "jj":
+            self.run_tool(where, "jj", "git", "init", "--colocate", canon)
+            self.write(canon, "README", "hello\n")
+            self.write(canon, "shared.txt", "one\ntwo\nthree\n")
+            self.run_tool(canon, "jj", "commit", "-m", "initial")
+            self.run_tool(canon, "jj", "bookmark", "create", "main", "-r", "@-")
+        else:
+            self.run_tool(where, "git", "init", "-q", "-b", "main", canon)
+            self.write(canon, "README", "hello\n")
+            self.write(canon, "shared.txt", "one\ntwo\nthree\n")
+            self.run_tool(canon, "git", "add", "-A")
+            self.run_tool(canon, "git", "commit", "-q", "-m", "initial")
+            if self.kind == "git-detached":
+                self.run_tool(canon, "git", "checkout", "-q", "-b", "dev")
+        self.run_tool(where, "git", "init", "-q", "--bare", origin)
+        self.run_tool(canon, "git", "remote", "add", "origin", origin)
+        self.run_tool(canon, "git", "push", "-q", "origin", "refs/heads/main:refs/heads/main")
+        if self.agents_land:
+            self.run_tool(canon, "git", "config", "coord.agentsLand", "true")
 
     # -- helpers
 

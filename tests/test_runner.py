@@ -1,5 +1,6 @@
 """tests/runner.py counts, reports and exits the way tests/run and CI rely on."""
 
+import json
 import os
 import re
 import shutil
@@ -56,7 +57,8 @@ class RunnerTest(unittest.TestCase):
             f.write(textwrap.dedent(text))
 
     def run_runner(self, *args, **env_extra):
-        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **env_extra)
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", COORD_TEST_CACHE=os.path.join(self.dir, "cache"))
+        env.update(env_extra)
         proc = subprocess.run(
             [sys.executable, RUNNER, "--dir", self.dir] + list(args),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=120,
@@ -170,6 +172,159 @@ class RunnerTest(unittest.TestCase):
         rc, last, out = self.run_runner("--quick", PYTHONPATH=tests_dir)
         self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 0 skipped"), out)
         self.assertIn("4 slow tests left out", out)
+
+    def test_quick_leaves_out_the_tests_measured_slow_last_time(self):
+        self.write("test_timed.py", """
+            import unittest
+            class Timed(unittest.TestCase):
+                def test_fast(self):
+                    pass
+                def test_measured_slow(self):
+                    pass
+                def test_never_measured(self):
+                    pass
+        """)
+        rc, last, out = self.run_runner()  # records what each took
+        self.assertEqual((rc, last), (0, "unit: 3 passed, 0 failed, 0 skipped"), out)
+        path = os.path.join(self.dir, "cache", "runs", "durations.json")
+        with open(path) as f:
+            recorded = json.load(f)
+        self.assertEqual(sorted(recorded), ["test_timed.Timed.test_fast", "test_timed.Timed.test_measured_slow",
+                                            "test_timed.Timed.test_never_measured"])
+        self.assertEqual(set(recorded["test_timed.Timed.test_fast"]), {"wall", "cpu", "python"})
+        # As a test that took 4 s last time, and one recorded by no run yet.
+        recorded["test_timed.Timed.test_measured_slow"]["wall"] = 4.0
+        del recorded["test_timed.Timed.test_never_measured"]
+        with open(path, "w") as f:
+            json.dump(recorded, f)
+        rc, last, out = self.run_runner("--quick", "-v")
+        self.assertEqual((rc, last), (0, "unit: 2 passed, 0 failed, 0 skipped"), out)
+        self.assertNotIn("test_measured_slow", out.split("quick:")[1])
+        self.assertIn("1 slow tests left out", out)
+        self.assertIn("1 never measured", out)
+        rc, last, out = self.run_runner("--quick", COORD_TEST_QUICK_LIMIT="5")
+        self.assertEqual((rc, last), (0, "unit: 3 passed, 0 failed, 0 skipped"), out)
+
+    def test_failed_runs_what_failed_last_time_until_it_passes(self):
+        flag = os.path.join(self.dir, "fixed")
+        self.write("test_flaky.py", """
+            import os
+            import unittest
+            class Flaky(unittest.TestCase):
+                def test_ok(self):
+                    print("ran ok")
+                def test_broken(self):
+                    self.assertTrue(os.path.exists(%r), "not fixed yet")
+        """ % flag)
+        self.write("test_gone.py", "import module_that_does_not_exist\n")
+        rc, last, out = self.run_runner()
+        self.assertEqual((rc, last), (1, "unit: 1 passed, 2 failed, 0 skipped"), out)
+        rc, last, out = self.run_runner("--failed")
+        self.assertEqual((rc, last), (1, "unit: 0 passed, 2 failed, 0 skipped"), out)
+        self.assertNotIn("ran ok", out)
+        os.unlink(os.path.join(self.dir, "test_gone.py"))
+        self.write("test_gone.py", "")
+        with open(flag, "w"):
+            pass
+        rc, last, out = self.run_runner("--failed")
+        self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 0 skipped"), out)
+        rc, last, out = self.run_runner("--failed")
+        self.assertEqual((rc, last), (0, "unit: 0 passed, 0 failed, 0 skipped"), out)
+        self.assertIn("failed last time: 0 tests; nothing to run", out)
+
+    def test_changed_runs_the_modules_of_the_files_changed_against_main(self):
+        repo = os.path.join(self.dir, "repo")
+        tests = os.path.join(repo, "tests")
+        os.makedirs(tests)
+        for name in ("alpha", "beta"):
+            with open(os.path.join(repo, name + ".py"), "w") as f:
+                f.write("VALUE = 1\n")
+            with open(os.path.join(tests, "test_%s.py" % name), "w") as f:
+                f.write("import unittest\nclass T(unittest.TestCase):\n    def test_%s(self):\n"
+                        "        print('ran %s')\n" % (name, name))
+
+        def git(*argv):
+            subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@example.invalid",
+                            "-c", "init.defaultBranch=main"] + list(argv), cwd=repo, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        git("init", "-q")
+        git("add", "-A")
+        git("commit", "-q", "-m", "base")
+        git("checkout", "-q", "-b", "topic")
+
+        def changed():
+            proc = subprocess.run([sys.executable, RUNNER, "--dir", tests, "--changed", "-v"], cwd=repo,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+                                  env=dict(os.environ, COORD_TEST_CACHE=os.path.join(self.dir, "cache")))
+            return proc.stdout
+        out = changed()
+        self.assertIn("changed: no test module", out)
+        self.assertTrue(out.strip().endswith("unit: 0 passed, 0 failed, 0 skipped"), out)
+        with open(os.path.join(repo, "alpha.py"), "a") as f:
+            f.write("OTHER = 2\n")
+        out = changed()  # a change not committed yet
+        self.assertIn("changed: test_alpha\n", out)
+        self.assertTrue(out.strip().endswith("unit: 1 passed, 0 failed, 0 skipped"), out)
+        git("commit", "-q", "-am", "alpha on the branch")
+        with open(os.path.join(tests, "test_beta.py"), "a") as f:
+            f.write("# touched\n")
+        out = changed()  # committed on the branch, and a test module changed
+        self.assertIn("changed: test_alpha test_beta\n", out)
+        self.assertTrue(out.strip().endswith("unit: 2 passed, 0 failed, 0 skipped"), out)
+
+    def test_stress_tier_runs_only_when_asked(self):
+        self.write("test_tiers.py", """
+            import unittest
+            import support
+
+            class Plain(unittest.TestCase):
+                def test_plain(self):
+                    pass
+
+                @support.stress
+                def test_storm(self):
+                    pass
+
+            @support.stress
+            class RaceClass(unittest.TestCase):
+                def test_race(self):
+                    pass
+        """)
+        tests_dir = os.path.dirname(RUNNER)
+        rc, last, out = self.run_runner(PYTHONPATH=tests_dir)
+        self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 0 skipped"), out)
+        self.assertIn("stress: 2 tests left out (--stress runs them)", out)
+        rc, last, out = self.run_runner("--stress", PYTHONPATH=tests_dir)
+        self.assertEqual((rc, last), (0, "unit: 3 passed, 0 failed, 0 skipped"), out)
+
+    def test_support_stress_lists_real_tests(self):
+        import runner
+        loader = unittest.TestLoader()
+        ids = set()
+        for name in set(n.split(".")[0] for n in support.STRESS):
+            for test in runner._tests(loader.loadTestsFromName(name)):
+                ids.update((test.id(), test.id().rsplit(".", 1)[0]))
+        self.assertEqual(sorted(support.STRESS - ids), [], "support.STRESS names tests that do not exist")
+
+    def test_no_jj_skips_the_tests_that_drive_jj(self):
+        self.write("test_drives.py", """
+            import unittest
+            import support
+
+            class Drives(support.CoordTestCase):
+                def test_jj(self):
+                    self.use_jj()
+                    print("drove jj")
+
+                def test_store_only(self):
+                    pass
+        """)
+        tests_dir = os.path.dirname(RUNNER)
+        rc, last, out = self.run_runner("--no-jj", PYTHONPATH=tests_dir)
+        self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 1 skipped"), out)
+        with open(os.path.join(self.dir, "cache", "runs", "durations.json")) as f:
+            self.assertEqual(sorted(json.load(f)), ["test_drives.Drives.test_store_only"],
+                             "a skipped test's time is not recorded")
 
     def test_shards_split_the_tests_between_them(self):
         self.write("test_many.py", "import unittest\nclass Many(unittest.TestCase):\n" + "".join(

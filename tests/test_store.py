@@ -1133,12 +1133,31 @@ class LivenessTest(support.CoordTestCase):
         self.assertEqual(self.st.caller(environ={"COORD_RUNTIME_ID": old})["id"], new["id"])
 
     def test_runtime_variable_of_this_process_is_refused_with_the_successors_export_line(self):
-        old = self.st.register(conversation="conv-moved", pid=os.getppid())["id"]  # an ancestor of this caller
+        # The ended runtime's process is this test process and the caller is its child, so the
+        # caller has that ancestor however the runner was started (under setsid, or orphaned, the
+        # runner's own parent is pid 1, which no ancestry lists).
+        old = self.st.register(conversation="conv-moved", pid=os.getpid())["id"]
         self.st.bye(old)
         new = self.st.register(conversation="conv-moved", pid=self.process().pid)
-        with self.assertRaises(store.Refused) as cm:
-            self.st.caller(environ={"COORD_RUNTIME_ID": old})
-        self.assertIn("export COORD_RUNTIME_ID=%s" % new["id"], cm.exception.hint)
+        child = (
+            "import json, sys\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "import store\n"
+            "st = store.Store(sys.argv[2], environ=json.loads(sys.argv[3]))\n"
+            "try:\n"
+            "    st.caller(environ={'COORD_RUNTIME_ID': sys.argv[4]})\n"
+            "except store.Refused as exc:\n"
+            "    print(json.dumps({'refused': exc.message, 'hint': exc.hint}))\n"
+            "else:\n"
+            "    print(json.dumps({}))\n"
+        )
+        env = dict(self.env, COORD_RUNTIME_TTL="60", COORD_LEASE_TTL="60")
+        proc = subprocess.run([sys.executable, "-c", child, support.ROOT, self.db, json.dumps(env), old],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertIn("refused", reply, "a caller below the ended runtime's process was not refused")
+        self.assertIn("export COORD_RUNTIME_ID=%s" % new["id"], reply["hint"])
 
 
 class ModuleLadderTest(support.CoordTestCase):

@@ -36,14 +36,19 @@ class WorkTestCase(CoordTestCase):
         super().setUp()
         self.use_jj()
         self.canon = os.path.join(self.tmp, "canon")
-        self.jj(self.tmp, "git", "init", "--colocate", self.canon)
-        self.write(self.canon, "README", "hello\n")
-        self.jj(self.canon, "commit", "-m", "initial")
-        self.jj(self.canon, "bookmark", "create", "main", "-r", "@-")
-        self.main0 = self.commit_of(self.canon, "main")
-        if self.agents_land:
-            self.git(self.canon, "config", "coord.agentsLand", "true")
+        # Built once per process and copied (support.copy_fixture): the same starting state.
+        self.main0 = support.copy_fixture(self, ("work-canon", self.agents_land), self._build_canon)["main0"]
         self.rt = self.hello()["runtime"]
+
+    def _build_canon(self, where):
+        canon = os.path.join(where, "canon")
+        self.jj(where, "git", "init", "--colocate", canon)
+        self.write(canon, "README", "hello\n")
+        self.jj(canon, "commit", "-m", "initial")
+        self.jj(canon, "bookmark", "create", "main", "-r", "@-")
+        if self.agents_land:
+            self.git(canon, "config", "coord.agentsLand", "true")
+        return {"main0": self.commit_of(canon, "main")}
 
     # -- helpers
 
