@@ -64,6 +64,7 @@ QWEN_FILE_TOOLS = {"write_file": ("file_path",), "edit": ("file_path",),
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
 COPILOT = "copilot"     # the harness label of Copilot CLI's runtimes
+PARKED = "parked"       # store.PARKED: the runtime that holds a parked work's leases (no process)
 # OpenCode (1.18.33) through coord's plugin (.opencode/plugins/coord-hook.js), which sends only its
 # write tools at PreToolUse: write {filePath, content}, edit {filePath, oldString, newString} and,
 # for GPT models, apply_patch {patchText} (Codex's patch grammar; paths relative to the session's
@@ -337,6 +338,12 @@ class Hook:
         superseded (stale) process, which must neither renew nor receive the new attachment's
         state, no runtime and the one that superseded it."""
         rt = self.db.find_conversation_runtime(self.session, self.agent)
+        if rt is not None and not self.agent and rt["harness"] == PARKED:
+            # Its work is parked: the holder keeps the work's leases and messages until the work
+            # resumes (a SessionStart registers the resumed process) or closes. This process is
+            # the one parking closed, or runs the conversation outside its work: it never acts
+            # as the holder (its SessionEnd would end the holder and drop the work's leases).
+            return Attachment(None, rt)
         if rt is not None and not self.agent and not self.ours(rt) and self.superseded():
             return Attachment(None, rt)
         if rt is None:
@@ -456,6 +463,9 @@ def on_deliver(h):
     if rt is None:
         if h.event != "UserPromptSubmit":
             return ""
+        if attached.successor["harness"] == PARKED:
+            return reply(h, h.event, "coord: this conversation's work is parked; its leases and messages are held"
+                                  " for it until the person resumes it (coord work resume WORK): stop editing.")
         return reply(h, h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
                               " and messages; this session is stale: stop editing." % attached.successor["handle"])
     first = h.harness == GEMINI and h.event == "UserPromptSubmit" and not h.agent and gemini_first_prompt(db, rt)
@@ -726,8 +736,9 @@ def on_session_end(h):
         return on_subagent_stop(h)
     db = h.open()
     rt = db.find_conversation_runtime(h.session)
-    if rt is None or not h.ours(rt):
-        return ""  # nothing live, or a stale process: the resumed attachment keeps its state
+    if rt is None or rt["harness"] == PARKED or not h.ours(rt):
+        return ""  # nothing live, a parked work's holder, or a stale process: the holder or
+        #            the resumed attachment keeps its state
     db.bye(rt["id"], reason="session-end")
     pid = h.process()[0]
     if pid is not None:

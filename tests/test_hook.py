@@ -2260,3 +2260,32 @@ class QwenTest(HookCase):
         group = dict(installer.desired_groups("qwen"))["PreToolUse"]
         self.assertTrue(group["matcher"].startswith("^(") and group["matcher"].endswith(")$"), "anchored")
         self.assertEqual(set(group["matcher"][2:-2].split("|")), set(hook.QWEN_FILE_TOOLS))
+
+
+class ParkedWorkTest(HookCase):
+    """Parking a work moves its agent's leases and messages to a holder runtime (no process); the
+    closing harness's last hooks (Stop, SessionEnd, a stray prompt) must not act as that holder:
+    its SessionEnd used to end the holder and drop the work's leases at once (issue seen with
+    Claude Code 2.1.197 closing in the parked window). A resume (SessionStart) takes them over."""
+
+    def test_the_closing_harness_leaves_the_parked_holder_and_its_leases_alone(self):
+        self.assertEqual(hook.PARKED, store.PARKED)
+        agent = self.start()
+        self.st.claim(agent["id"], ["src/parked.py"], "exclusive", "the work's change")
+        holder = self.st.hold_parked(CLAUDE_MAIN, "work-1")
+        self.assertIsNotNone(holder)
+        for name in ("claude-Stop", "claude-PostToolUse-Edit", "claude-SessionEnd"):
+            self.run_hook(self.payload(name, session_id=CLAUDE_MAIN))
+        self.assertIsNone(self.st.runtime(holder["id"])["ended_at"], "the holder stays")
+        self.assertEqual([l["resource"] for l in self.st.leases_of(holder["id"])], ["src/parked.py"])
+        out, _ = self.run_hook(self.payload("claude-UserPromptSubmit", session_id=CLAUDE_MAIN))
+        self.assertIn("work is parked", context_of(out) or "")
+        self.assertIsNone(self.st.runtime(holder["id"])["ended_at"])
+        peer = self.peer()
+        with self.assertRaises(store.Refused):
+            self.st.claim(peer["id"], ["src/parked.py"], "exclusive", "peer")
+        # The resumed conversation registers anew and inherits what the holder kept.
+        self.run_hook(self.payload("claude-SessionStart", session_id=CLAUDE_MAIN))
+        resumed = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.assertNotEqual(resumed["id"], holder["id"])
+        self.assertEqual([l["resource"] for l in self.st.leases_of(resumed["id"])], ["src/parked.py"])
