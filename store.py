@@ -1601,7 +1601,7 @@ class Store:
                           (now, new, old))
         self.audit("runtime.superseded", new, old, now, moved_leases=moved)
 
-    def hold_parked(self, conversation, work_id, now=None):
+    def hold_parked(self, conversation, work_id, now=None, source="park"):
         """Parking a work: a runtime labelled `parked` (no process, so no clock and no pid can end
         it) supersedes the conversation's unended top-level runtimes, taking over their leases
         and open messages, until that conversation registers again (resume: register() moves
@@ -1623,7 +1623,7 @@ class Store:
                 " heartbeat_at) VALUES (?, ?, ?, NULL, ?, NULL, NULL, NULL, ?, ?)",
                 (rid, handle, conversation, PARKED, now, beat_value(now, None, PARKED)))
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id="", harness=PARKED,
-                       source="park", work=work_id)
+                       source=source, work=work_id)
             for old in olds:
                 self._supersede(old, rid, now)
             # Held for the work, not on a clock: they block peers until resume, close or remove
@@ -1815,7 +1815,14 @@ class Store:
             rt = self._row_runtime(row)
             if self.runtime_live(rt, now):
                 continue
+            if self.q("SELECT ended_at FROM runtimes WHERE id = ?", (rt["id"],)).fetchone()[0] is not None:
+                continue  # superseded meanwhile by a holder this loop made
             reason = "process-gone" if rt["pid"] else "expired"
+            held = self._hold_for_work(rt, now) if rt["pid"] else None
+            if held is not None:  # superseded by the work's holder, which took its leases
+                self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=[], held_by=held["id"],
+                           work=held["work"])
+                continue
             released = self._drop_leases(rt["id"], "lease.reaped", now)
             self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = ? WHERE id = ?", (now, reason, rt["id"]))
             self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=released)
@@ -1837,6 +1844,41 @@ class Store:
     def reap(self, now=None):
         with self.transaction():
             self._reap(_now(now))
+
+    _HOLDING_STATES = ("active", "resumed")
+
+    def _hold_for_work(self, rt, now):
+        """A runtime whose process died while it ran a managed work's conversation (a crash, a
+        kill -9, a reboot) leaves unlanded changes in the clone, which its leases protect: they
+        belong to the work, not to the process. So a holder runtime (labelled `parked`, as when
+        the work is parked) supersedes it and keeps them until the work resumes (the resumed
+        conversation's registration takes them), closes or is removed. -> {id, work} or None
+        when rt held no lease or runs no live work. Inside a transaction."""
+        w = self._work_holding(rt, now)
+        if w is None or not self.q("SELECT 1 FROM leases WHERE runtime = ? LIMIT 1", (rt["id"],)).fetchone():
+            return None
+        holder = self.hold_parked(rt["conversation"], w["id"], now=now, source="crash")
+        return {"id": holder["id"], "work": w["handle"]} if holder else None
+
+    def _work_holding(self, rt, now):
+        """The live work whose leases dead runtime `rt` holds (read only): rt is an unended
+        top-level runtime with a process, its conversation is the one a live work records, and
+        no other runtime of that conversation lives. Readers (conflicts, all_leases) count such a
+        lease as held, as the next reap makes it (_hold_for_work), so `check` and the write hook
+        never see a crashed agent's files free in between."""
+        if rt is None or rt["ended_at"] is not None or rt["agent_id"] or not rt["conversation"] \
+                or rt["pid"] is None or rt["harness"] in _UNCLOCKED:
+            return None
+        other = self.find_conversation_runtime(rt["conversation"], now=now)
+        if other is not None and other["id"] != rt["id"]:
+            return None  # the conversation runs on elsewhere: its live attachment is the agent
+        rows = self.q("SELECT id FROM work WHERE state IN (%s) ORDER BY created_at, id" % ", ".join(
+            "?" * len(self._HOLDING_STATES)), self._HOLDING_STATES).fetchall()
+        for (wid,) in rows:
+            w = self.work(wid)
+            if rt["conversation"] in work_conversations(w):
+                return w
+        return None
 
     def caller(self, explicit=None, environ=None, now=None, person=True):
         """Who is calling: --runtime, COORD_RUNTIME_ID, the harness session variable, then the
@@ -2025,7 +2067,8 @@ class Store:
                     continue
                 rid = lease["runtime"]
                 if rid not in alive:
-                    alive[rid] = self.runtime_live(lease, now)
+                    alive[rid] = self.runtime_live(lease, now) or \
+                        self._work_holding(self.runtime(rid), now) is not None
                 if alive[rid]:
                     lease["requested"] = resource
                     out.append(lease)
@@ -2183,7 +2226,8 @@ class Store:
             # reads without reaping, so it never waits for the write lock or writes audit rows.
             if r[1] not in alive:
                 alive[r[1]] = self.runtime_live(dict(zip(("pid", "pid_start", "heartbeat_at", "ended_at",
-                                                                 "harness"), r[7:])), now)
+                                                                 "harness"), r[7:])), now) or \
+                    self._work_holding(self.runtime(r[1]), now) is not None
             if alive[r[1]]:
                 out.append(dict(zip(keys, r)))
         return out

@@ -1395,6 +1395,42 @@ class PersonStoreTest(StoreCase):
         self.assertEqual([m["body"] for m in self.st.inbox(resumed["id"], peek=True)], ["before park"])
         self.assertEqual(self.st.runtime(holder["id"])["end_reason"], "superseded")
 
+    def test_a_crashed_agents_leases_stay_with_its_work_until_the_conversation_returns(self):
+        # a real process, killed with SIGKILL as a crash or a reboot would end it
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.addCleanup(proc.wait)
+        start = store.process_start(proc.pid)
+        agent = self.st.register(conversation="conv-crash", harness="claude", pid=proc.pid, pid_start=start)
+        plain = self.st.register(conversation="conv-plain", harness="claude", pid=proc.pid, pid_start=start)
+        peer = self.st.register(conversation="peer")
+        with self.st.transaction():
+            w = self.st.insert_work("crash-task", "active", "token", data={"tmux": {"conversation": "conv-crash"}})
+        self.st.claim(agent["id"], ["src/unlanded.py"])
+        self.st.claim(plain["id"], ["src/plain.py"])
+        proc.kill()
+        proc.wait()
+        # before any reap, readers already count it held for the work (check, the write hook, list)
+        self.assertEqual([l["resource"] for l in self.st.conflicts(["src/unlanded.py"], as_runtime=peer["id"])],
+                         ["src/unlanded.py"])
+        self.assertEqual([l["resource"] for l in self.st.all_leases()], ["src/unlanded.py"])
+        self.st.reap()
+        ended = self.st.runtime(agent["id"])
+        self.assertIsNotNone(ended["ended_at"])
+        holder = self.st.runtime(ended["superseded_by"])
+        self.assertEqual((holder["harness"], holder["ended_at"]), (store.PARKED, None))
+        self.assertEqual([l["resource"] for l in self.st.leases_of(holder["id"])], ["src/unlanded.py"])
+        with self.assertRaises(store.Refused):
+            self.st.claim(peer["id"], ["src/unlanded.py"])
+        # a runtime in no work still loses its leases with its process
+        self.assertEqual(self.st.runtime(plain["id"])["end_reason"], "process-gone")
+        self.st.claim(peer["id"], ["src/plain.py"])
+        self.st.reap(now=time.time() + 30 * 86400)  # no clock ends the holder
+        self.assertIsNone(self.st.runtime(holder["id"])["ended_at"])
+        resumed = self.st.register(conversation="conv-crash", harness="claude")
+        self.assertEqual([l["resource"] for l in self.st.leases_of(resumed["id"])], ["src/unlanded.py"])
+        self.assertEqual(self.st.end_parked("conv-crash"), [], "the resumed agent holds them now")
+        self.assertEqual(w["state"], "active")
+
     def test_a_failed_park_puts_everything_back_and_close_releases(self):
         agent = self.st.register(conversation="conv-x", harness="claude")
         self.st.claim(agent["id"], ["a.txt"])
