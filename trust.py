@@ -575,7 +575,7 @@ def qwen_folders_path(environ=None):
     return env.get("QWEN_CODE_TRUSTED_FOLDERS_PATH") or os.path.join(qwen_home(environ), "trustedFolders.json")
 
 
-def _read_jsonc(path):
+def read_jsonc(path):
     """A JSON object from a file that may carry `//` comment lines; ({} when absent, None) or
     (None, why)."""
     try:
@@ -598,7 +598,7 @@ def qwen_gate(environ=None):
     """Whether Qwen Code's folder-trust gate is on: `security.folderTrust.enabled` is true in
     the user's <qwen home>/settings.json (off by default; off, every folder counts as trusted).
     -> (True/False, None) or (None, why)."""
-    doc, error = _read_jsonc(os.path.join(qwen_home(environ), "settings.json"))
+    doc, error = read_jsonc(os.path.join(qwen_home(environ), "settings.json"))
     if doc is None:
         return None, error
     sec = doc.get("security")
@@ -634,7 +634,7 @@ def qwen_trusted(directory, environ=None):
         return None, error
     if not on:
         return True, None
-    doc, error = _read_jsonc(qwen_folders_path(environ))
+    doc, error = read_jsonc(qwen_folders_path(environ))
     if doc is None:
         return None, error
     return qwen_level(doc, directory) is True, None
@@ -882,7 +882,7 @@ def assess(source, clone, environ=None):
     except EnvError as exc:
         out["claude"] = {"error": exc.message}
     on, error = qwen_gate(environ)
-    doc, error = _read_jsonc(qwen_folders_path(environ)) if on else ({}, error)
+    doc, error = read_jsonc(qwen_folders_path(environ)) if on else ({}, error)
     if on is None or doc is None:
         out["qwen"] = {"error": error}
     else:
@@ -1024,7 +1024,7 @@ def entries_for(clone, environ=None):
         doc = None
     if isinstance(doc, dict) and isinstance(doc.get("projects"), dict) and clone in doc["projects"]:
         found["claude"] = {"config": path, "project": clone, "created_projects": False}
-    doc, _error = _read_jsonc(qwen_folders_path(environ))
+    doc, _error = read_jsonc(qwen_folders_path(environ))
     if isinstance(doc, dict) and doc.get(clone) == QWEN_TRUST:
         found["qwen"] = {"config": qwen_folders_path(environ), "project": clone}
     gemini = gemini_entry_for(clone, environ)
