@@ -690,6 +690,8 @@ INSTALLED_PATHS = (".coord", ".claude/settings.json", ".claude/skills/coord", ".
                    ".agents/skills/coord")
 HOOK_CONFIGS += (".opencode/plugins/coord-hook.js",)  # OpenCode: coord's plugin runs the hook command
 INSTALLED_PATHS += (".opencode/plugins/coord-hook.js", ".opencode/.gitignore")
+HOOK_CONFIGS += (".gemini/settings.json", ".qwen/settings.json")  # Gemini CLI's and Qwen Code's hook entries
+INSTALLED_PATHS += (".gemini/settings.json", ".qwen/settings.json")
 
 
 def _release(path):

@@ -239,5 +239,16 @@ class CopilotStartWithPrompt(StartWithPrompt, h.HarnessCase):
         self.assertIn("FIRST-TASK", resumed[-1].text(), "the resumed conversation carries the first task")
         self.run_coord("work", "close", work["handle"], env=env)
         self.run_coord("work", "gate", work["handle"], "--waive", "--reason", "e2e", env=env)
-        self.run_coord("work", "remove", work["handle"], "--confirm", work["handle"], env=env)
+
+        def removed():
+            # Closing kills the window; Copilot and the hook it was running may take a moment to
+            # exit, and until they do remove refuses (a live runtime inside), as it must.
+            proc = subprocess.run([sys.executable, COORD, "work", "remove", work["handle"], "--confirm",
+                                   work["handle"], "--json"], cwd=self.repo, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, timeout=120)
+            if proc.returncode == 3 and "inside it" in proc.stdout + proc.stderr:
+                return None
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+            return True
+        support.retry_until(removed, timeout=60, interval=1)
         self.assertEqual(self.copilot_trusted(), [self.repo])
