@@ -535,3 +535,152 @@ def person_terminal(testcase, cwd, env=None):
     if store.harness_ancestor(store.ancestor_processes())[0] is not None:
         testcase.skipTest("this test process runs under an agent harness, so no caller of it is a person")
     return Terminal(testcase, dict(testcase.env if env is None else env), cwd)
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+# A real PostgreSQL server for the tests of the PostgreSQL engine (docs/postgresql.md): one per
+# test process, started at first use (initdb about 2 s, start 0.2 s), stopped at exit. It listens
+# only on a Unix socket in its own private directory (listen_addresses='': no TCP at all), trusts
+# that socket, and runs without fsync (a test server). initdb and postgres refuse to run as
+# root, so as root the server runs as `nobody`, owning only its directory, which must then be
+# reachable by `nobody` (this machine's /tmp is 0700: /var/tmp or /dev/shm instead). Its default
+# collation is ICU en-US where available (mixed case sorts a, B, not B, a as bytes do), so a text
+# column that lacks COLLATE "C" gives a different order than SQLite and fails a test. psycopg 3
+# comes from tests/provision, per interpreter, in <test cache>/python/<major>.<minor>.
+
+PSYCOPG_PINS = {"3.9": "3.2.13"}  # psycopg 3.3 needs Python >= 3.10; the others get PSYCOPG_PIN
+PSYCOPG_PIN = "3.3.9"
+
+
+def postgres_bindir():
+    """The directory holding initdb and pg_ctl (COORD_TEST_PG_BIN, else Debian's newest
+    /usr/lib/postgresql/N/bin, else initdb on PATH), or None."""
+    import glob
+    explicit = os.environ.get("COORD_TEST_PG_BIN")
+    if explicit:
+        return explicit if os.path.exists(os.path.join(explicit, "initdb")) else None
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    if found:
+        return os.path.dirname(found[-1])
+    on_path = shutil.which("initdb")
+    return os.path.dirname(on_path) if on_path else None
+
+
+def psycopg_dir():
+    """Where tests/provision put psycopg for this interpreter."""
+    cache = os.environ.get("COORD_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "coord-tests")
+    return os.path.join(cache, "python", "%d.%d" % sys.version_info[:2])
+
+
+def import_psycopg():
+    """psycopg, from the test cache (tests/provision) or the interpreter's own; None when absent."""
+    where = psycopg_dir()
+    if os.path.isdir(where) and where not in sys.path:
+        sys.path.append(where)
+    try:
+        import psycopg
+        return psycopg
+    except ImportError:
+        return None
+
+
+def _reachable_base(uid):
+    """A temporary directory's parent that `uid` can traverse (every ancestor o+x), or None."""
+    if uid == os.getuid():
+        return tempfile.gettempdir()
+    for base in (tempfile.gettempdir(), "/var/tmp", "/dev/shm"):
+        path, ok = os.path.realpath(base), True
+        while True:
+            try:
+                if not os.stat(path).st_mode & 0o001:
+                    ok = False
+                    break
+            except OSError:
+                ok = False
+                break
+            if path == "/":
+                break
+            path = os.path.dirname(path)
+        if ok:
+            return base
+    return None
+
+
+class PostgresServer:
+    """One real PostgreSQL server in a private directory; `dsn(database)` connects to it over its
+    Unix socket as the superuser `coord`."""
+
+    def __init__(self, bindir):
+        import atexit
+        import random
+        self.bindir = bindir
+        self.demote = demote_to_nobody() if os.getuid() == 0 else None
+        uid = os.getuid()
+        if self.demote is not None:
+            import pwd
+            uid = pwd.getpwnam("nobody").pw_uid
+        base = _reachable_base(uid)
+        if base is None:
+            raise RuntimeError("no temporary directory that the unprivileged server user can reach")
+        self.dir = tempfile.mkdtemp(prefix="coord-pg-", dir=base)
+        if self.demote is not None:
+            os.chown(self.dir, uid, -1)
+        os.chmod(self.dir, 0o700)
+        self.data = os.path.join(self.dir, "data")
+        self.port = random.randint(20000, 60000)  # names the socket file only: no TCP listener
+        self.log = os.path.join(self.dir, "server.log")
+        initdb = [os.path.join(bindir, "initdb"), "-D", self.data, "-A", "trust", "-U", "coord",
+                  "--no-sync", "-E", "UTF8", "--locale=C.UTF-8"]
+        try:  # a default collation that does not sort by byte, so a text column without COLLATE "C" shows
+            self._run(initdb + ["--locale-provider=icu", "--icu-locale=en-US"])
+        except RuntimeError:  # built without ICU, or older than 15
+            shutil.rmtree(self.data, True)
+            self._run(initdb)
+        self._run([os.path.join(bindir, "pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o",
+                   "-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off"
+                   " -c full_page_writes=off -c max_connections=200" % (self.dir, self.port), "start"])
+        atexit.register(self.stop)
+
+    def _run(self, argv):
+        proc = subprocess.run(argv, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=self.demote, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError("%s failed (%d): %s" % (os.path.basename(argv[0]), proc.returncode, proc.stdout[-2000:]))
+
+    def dsn(self, database="postgres"):
+        return "host=%s port=%d user=coord dbname=%s" % (self.dir, self.port, database)
+
+    def stop(self):
+        if self.dir is None:
+            return
+        try:
+            subprocess.run([os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", "immediate", "-w", "stop"],
+                           cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=self.demote,
+                           timeout=60)
+        finally:
+            shutil.rmtree(self.dir, True)
+            self.dir = None
+
+
+_POSTGRES = []
+
+
+def require_postgres(testcase):
+    """(server, psycopg) for a test of the PostgreSQL engine: the server is started at first use
+    in this process. Missing PostgreSQL or psycopg fails the test under CI=true, skips elsewhere."""
+    psycopg = import_psycopg()
+    bindir = postgres_bindir()
+    missing = []
+    if bindir is None:
+        missing.append("PostgreSQL (initdb; Debian: apt-get install postgresql; .ci/run installs it)")
+    if psycopg is None:
+        missing.append("psycopg 3 in %s (tests/provision installs it)" % psycopg_dir())
+    if missing:
+        msg = "missing " + " and ".join(missing)
+        if IN_CI:
+            testcase.fail(msg)
+        testcase.skipTest(msg)
+    if not _POSTGRES:
+        _POSTGRES.append(PostgresServer(bindir))
+    return _POSTGRES[0], psycopg
