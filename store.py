@@ -1292,13 +1292,15 @@ def read_works(path):
 class Store:
     """One connection to the coordination database plus every operation on it."""
 
-    def __init__(self, path=None, timeout=None, environ=None, migrate=True, strict_env=True):
+    def __init__(self, path=None, timeout=None, environ=None, migrate=True, strict_env=True, pg=None):
         """strict_env=False (the hooks) ignores an out-of-range numeric variable and uses its
-        default; otherwise (the CLI) it is a UsageError naming the variable and its range."""
+        default; otherwise (the CLI) it is a UsageError naming the variable and its range.
+        pg={"dsn", "project"}: the PostgreSQL engine (the per-host process only; being built)."""
         env = os.environ if environ is None else environ
         if path:
             refuse_database_url(path, "the database")
-        self.path = path or resolve_db_path(env)
+        self.engine = "sqlite" if pg is None else "postgresql"
+        self.path = path or (resolve_db_path(env) if pg is None else None)
         if timeout is None:
             timeout = env_number(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT, BUSY_TIMEOUT_RANGE, strict_env)
         self.timeout = timeout = check_float(timeout, "busy timeout", *BUSY_TIMEOUT_RANGE)
@@ -1306,6 +1308,9 @@ class Store:
         self.runtime_ttl = env_number(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL, RUNTIME_TTL_RANGE, strict_env)
         self.reading = False  # inside an outermost snapshot()
         self._gate = None  # (turn, gate) file descriptors, opened on the first write: the write gate
+        if pg is not None:
+            self._open_pg(pg, migrate)
+            return
         _ensure_private_dir(os.path.dirname(self.path))
         try:
             if not os.path.exists(self.path):
@@ -1332,6 +1337,17 @@ class Store:
             os.close(fd)
         self._gate = None
 
+    def _open_pg(self, pg, migrate):
+        self.conn = _PgConnection(pg["dsn"], pg["project"])
+        self.path = self.conn.where
+        try:
+            if migrate:
+                self.conn.ensure_schema()
+                self._migrate()
+        except BaseException:
+            self.conn.close()
+            raise
+
     # -- schema
 
     def _migrate(self):
@@ -1339,6 +1355,8 @@ class Store:
         migration an older coord cannot ignore); meta SCHEMA_APPLIED_KEY the newest applied,
         when that is beyond it. A database whose reader level is newer than this coord is
         refused; one that is newer only by additive migrations is used as it is."""
+        if self.engine == "postgresql":
+            return self._pg_migrate()
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
             return
@@ -1365,6 +1383,38 @@ class Store:
                 self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                                   (SCHEMA_APPLIED_KEY, str(max(applied, SCHEMA_VERSION))))
             else:  # the newest migration is one every reader must know: user_version says it all
+                self.conn.execute("DELETE FROM meta WHERE key = ?", (SCHEMA_APPLIED_KEY,))
+
+    _PG_READER_KEY = "schema.user_version"  # PostgreSQL has no user_version: the reader level lives in meta
+
+    def _pg_version(self):
+        if self.conn.execute("SELECT to_regclass('meta')").fetchone()[0] is None:
+            return 0
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (self._PG_READER_KEY,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def _pg_migrate(self):
+        """_migrate's rules on PostgreSQL: the same migrations (pg_ddl), the reader level in meta;
+        all in one transaction under the project lock, so racing first users apply them once."""
+        with self.transaction():
+            version = self._pg_version()
+            if version > SCHEMA_VERSION:
+                raise EnvError("database %s has schema v%d, newer than this coord (v%d)"
+                               % (self.path, version, SCHEMA_VERSION), upgrade_hint())
+            applied = self._applied(version)
+            if applied >= SCHEMA_VERSION:
+                return
+            for target in range(applied + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[target]:
+                    self.conn.execute_ddl(pg_ddl(statement))
+                if target not in ADDITIVE_MIGRATIONS:
+                    version = target
+                    self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                                      (self._PG_READER_KEY, str(target)))
+            if version != SCHEMA_VERSION:
+                self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                                  (SCHEMA_APPLIED_KEY, str(max(applied, SCHEMA_VERSION))))
+            else:
                 self.conn.execute("DELETE FROM meta WHERE key = ?", (SCHEMA_APPLIED_KEY,))
 
     def _applied(self, version):
@@ -2578,6 +2628,11 @@ class _Transaction:
             if self.write and self.store.reading:
                 raise RuntimeError("transaction() inside snapshot(): a read snapshot cannot become a write")
             return self
+        if self.store.engine == "postgresql":
+            conn.begin(self.write)
+            self.outer = True
+            self.store.reading = not self.write
+            return self
         gated = self.write and _enter_gate(self.store)
         try:
             conn.execute("BEGIN IMMEDIATE" if self.write else "BEGIN DEFERRED")
@@ -2603,6 +2658,16 @@ class _Transaction:
 
     def _finish(self, exc_type, exc):
         conn = self.store.conn
+        if self.store.engine == "postgresql":
+            if exc_type is None:
+                try:
+                    conn.commit()
+                except BaseException:
+                    conn.rollback()
+                    raise
+            else:
+                conn.rollback()
+            return
         if exc_type is None:
             try:
                 conn.execute("COMMIT")
@@ -2942,8 +3007,253 @@ def _message_id(value):
 
 def now():
     """The current time as every stored timestamp records it (seconds since the epoch)."""
-    return time.time()
+    return _CLOCK[0]()
 
 
 def _now(now=None):
-    return time.time() if now is None else float(now)
+    return _CLOCK[0]() if now is None else float(now)
+
+
+# --------------------------------------------------------------------------- PostgreSQL engine
+# Issue 25, being built (docs/postgresql.md); nothing reaches it from a user's configuration yet
+# (refuse_database_url). Only the per-host coord process will construct Store(pg=...); it is the
+# one process that imports psycopg 3, lazily, in _PgConnection. The statements are the same
+# ones the SQLite engine runs, translated by pg_sql; the migrations' DDL by pg_ddl.
+
+_CLOCK = [time.time]  # the clock _now() and now() read: the server's, in a PostgreSQL engine's process
+
+
+def set_clock(clock):
+    """Make `clock` (a function -> seconds since the epoch) the time every stored timestamp
+    records in this process; None: this host's clock again."""
+    _CLOCK[0] = clock or time.time
+
+
+def pg_schema(project_id):
+    """The PostgreSQL schema of a project: "coord_<project-id>" (case and punctuation kept: it is
+    always quoted), shortened with a digest past PostgreSQL's 63-byte identifiers."""
+    name = "coord_" + project_id
+    if len(name.encode()) > 63:
+        name = "coord_%s_%s" % (project_id[:40], hashes().sha256(project_id.encode()).hexdigest()[:16])
+    return name
+
+
+def pg_lock_key(project_id):
+    """The project's advisory lock key: every write transaction of the project takes it, so its
+    writers are serialised as SQLite's one writer is; two projects never wait for each other."""
+    digest = hashes().sha256(b"coord-project\0" + project_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+_PG_DDL = (  # SQLite DDL word -> PostgreSQL, in this order
+    (Pattern(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"), "bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY"),
+    (Pattern(r"\bTEXT\b"), 'text COLLATE "C"'),  # byte order, as SQLite's BINARY: `src` vs `src/a.py`
+    (Pattern(r"\bREAL\b"), "double precision"),  # PostgreSQL's real is 4 bytes: a timestamp lost 55 s
+    (Pattern(r"\bINTEGER\b"), "bigint"),
+)
+
+
+def pg_ddl(statement):
+    """A migration statement of _MIGRATIONS in PostgreSQL's dialect."""
+    for pattern, replacement in _PG_DDL:
+        statement = pattern.sub(replacement, statement)
+    return statement
+
+
+# Statements written in SQLite's dialect whose PostgreSQL form is more than the mechanical rules.
+_PG_REWRITES = (
+    ("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+     "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
+    ("CASE WHEN pid OR harness IN", "CASE WHEN coalesce(pid, 0) <> 0 OR harness IN"),
+    ("length(CAST(m.body AS BLOB))", "octet_length(m.body)"),
+    (" IS ?", " IS NOT DISTINCT FROM ?"),
+    # In an upsert's DO UPDATE a bare column is ambiguous in PostgreSQL (the row or excluded).
+    ("expires_at = max(expires_at, excluded.expires_at)", "expires_at = max(leases.expires_at, excluded.expires_at)"),
+)
+_PG_RETURNING = Pattern(r"^\s*INSERT INTO messages\b")  # callers read lastrowid
+_PG_SQL = {}
+
+
+def _pg_scalar_extrema(sql):
+    """Two-argument max(a, b)/min(a, b) (SQLite's scalar forms) -> GREATEST/LEAST; the
+    one-argument aggregates stay."""
+    out, i = [], 0
+    while True:
+        m = _PG_EXTREMA.search(sql, i)
+        if not m:
+            out.append(sql[i:])
+            return "".join(out)
+        depth, j, comma = 0, m.end(), False
+        while j < len(sql):
+            c = sql[j]
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif c == "," and depth == 0:
+                comma = True
+            j += 1
+        out.append(sql[i:m.start()])
+        out.append(("GREATEST(" if m.group(1) == "max" else "LEAST(") if comma else m.group(0))
+        i = m.end()
+
+
+_PG_EXTREMA = Pattern(r"\b(max|min)\(")
+
+
+def pg_sql(sql):
+    """A statement of this module in PostgreSQL's dialect (cached)."""
+    done = _PG_SQL.get(sql)
+    if done is None:
+        done = sql
+        for old, new in _PG_REWRITES:
+            done = done.replace(old, new)
+        done = _pg_scalar_extrema(done).replace("%", "%%").replace("?", "%s")
+        if _PG_RETURNING.match(done):
+            done += " RETURNING id"
+        _PG_SQL[sql] = done
+    return done
+
+
+class _PgCursor:
+    __slots__ = ("rows", "rowcount", "lastrowid")
+
+    def __init__(self, rows, rowcount, lastrowid=None):
+        self.rows, self.rowcount, self.lastrowid = rows, rowcount, lastrowid
+
+    def fetchone(self):
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self):
+        return list(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+class _PgConnection:
+    """The PostgreSQL engine's connection, with the surface Store uses of sqlite3's (execute,
+    in_transaction, close) and the transaction steps _Transaction calls (begin, commit,
+    rollback). Driver errors become EnvError here; a text parameter holding NUL (which
+    PostgreSQL text cannot store) is a UsageError."""
+
+    def __init__(self, dsn, project_id, connect_timeout=10):
+        import sys
+        try:
+            import psycopg
+        except ImportError:
+            raise EnvError("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable,
+                           "%s -m pip install --user 'psycopg[binary]%s'" % (
+                               sys.executable, "==3.2.13" if sys.version_info < (3, 10) else "==3.3.9"))
+        self.psycopg = psycopg
+        self.schema = pg_schema(project_id)
+        self.lock_key = pg_lock_key(project_id)
+        self.where = "PostgreSQL schema %s" % self.schema
+        try:
+            self.raw = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
+        except psycopg.Error as exc:
+            raise EnvError("cannot connect to the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
+                           "check the server and the connection settings; run .coord/install . --doctor")
+        import threading
+        self.thread = threading.get_ident
+        self.owner = threading.get_ident()  # one connection, one thread: as a sqlite3 connection
+        self._quoted = '"%s"' % self.schema.replace('"', '""')
+        self.raw.execute("SET search_path TO %s" % self._quoted)
+
+    def ensure_schema(self):
+        """Create the project's schema (one transaction under the project lock, so racing first
+        users do not collide)."""
+        self.begin(True)
+        try:
+            self.raw.execute("CREATE SCHEMA IF NOT EXISTS %s" % self._quoted)
+            self.commit()
+        except BaseException:
+            self.rollback()
+            raise
+
+    trace = None  # set_trace_callback's function: called with each statement (sqlite3's, for tests)
+
+    def set_trace_callback(self, trace):
+        self.trace = trace
+
+    @property
+    def in_transaction(self):
+        return self.raw.info.transaction_status != self.psycopg.pq.TransactionStatus.IDLE
+
+    def _error(self, exc):
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if isinstance(exc, self.psycopg.OperationalError):
+            return EnvError("the PostgreSQL server cannot be reached (%s): %s" % (self.where, first),
+                            "check the server; the command can be retried")
+        return EnvError("database error on %s: %s" % (self.where, first), "run .coord/install . --doctor")
+
+    def execute(self, sql, params=()):
+        if self.thread() != self.owner:
+            raise EnvError("a store is used only in the thread that opened it (%s)" % self.where,
+                           "open a Store in each thread")
+        for p in params:
+            if isinstance(p, str) and "\0" in p:
+                raise UsageError("text holding a NUL character cannot be stored (PostgreSQL text)",
+                                 "leave the NUL character out")
+        statement = pg_sql(sql)
+        if self.trace is not None:
+            self.trace(sql)
+        try:
+            cur = self.raw.execute(statement, tuple(params))
+            rows = cur.fetchall() if cur.description is not None else []
+        except self.psycopg.Error as exc:
+            raise self._error(exc) from exc
+        lastrowid = rows[0][0] if rows and statement.endswith(" RETURNING id") else None
+        return _PgCursor(rows, cur.rowcount, lastrowid)
+
+    def executemany(self, sql, seq):
+        rowcount = 0
+        for params in seq:
+            rowcount += self.execute(sql, params).rowcount
+        return _PgCursor([], rowcount)
+
+    def execute_ddl(self, statement):
+        try:
+            self.raw.execute(statement)
+        except self.psycopg.Error as exc:
+            raise self._error(exc) from exc
+
+    def begin(self, write):
+        """One round trip: BEGIN and, for a write, the project's advisory lock (READ COMMITTED:
+        each statement after it sees every commit before it); a read is one snapshot."""
+        try:
+            if write:
+                self.raw.execute("BEGIN; SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
+            else:
+                self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        except self.psycopg.Error as exc:
+            raise self._error(exc) from exc
+
+    def commit(self):
+        try:
+            self.raw.execute("COMMIT")
+        except self.psycopg.Error as exc:
+            raise self._error(exc) from exc
+
+    def rollback(self):
+        try:
+            self.raw.execute("ROLLBACK")
+        except self.psycopg.Error:
+            pass
+
+    def server_time(self):
+        """The server's clock (seconds since the epoch), one round trip."""
+        return float(self.raw.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
+
+    def close(self):
+        self.raw.close()
+
+
+def pg_clock(conn):
+    """A clock that reads the server's time without a round trip: this process's monotonic clock
+    plus the offset measured now (a host whose wall clock is set ahead still writes the
+    server's time)."""
+    offset = conn.server_time() - time.monotonic()
+    return lambda: time.monotonic() + offset
