@@ -102,6 +102,8 @@ STRESS = frozenset([
     "test_land.LandRaceTest",
     "test_store.RaceTest.test_eight_processes_race_for_one_exclusive_lease_for_60_rounds",
     "test_store.RaceTest.test_thirty_two_simultaneous_senders_lose_nothing",
+    "test_store.PgRaceTest.test_eight_processes_race_for_one_exclusive_lease_for_60_rounds",
+    "test_store.PgRaceTest.test_thirty_two_simultaneous_senders_lose_nothing",
     "test_workspace.CreateRaceTest",
 ])
 

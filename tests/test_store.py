@@ -20,9 +20,18 @@ import store
 from store import Refused, UsageError
 
 
+def _open(db, **kw):
+    """A store on `db`: a SQLite path, or a PostgreSQL engine's {"dsn", "project"} (PostgresEngine)."""
+    if isinstance(db, dict):
+        support.import_psycopg()
+        return store.Store(pg=db, **kw)
+    return store.Store(db, **kw)
+
+
 def _claim_worker(db, rounds, barrier, results, index):
-    os.environ["COORD_DB"] = db
-    st = store.Store(db, timeout=30)
+    if not isinstance(db, dict):
+        os.environ["COORD_DB"] = db
+    st = _open(db, timeout=30)
     rt = st.register(harness="race")
     for r in range(rounds):
         # Even workers claim the directory, odd ones a file below it: all overlap.
@@ -39,7 +48,7 @@ def _claim_worker(db, rounds, barrier, results, index):
 def _multi_claim_worker(db, rounds, barrier, results, index):
     """Each round, claim two of four overlapping names at once (a directory and files below it
     among them): the claim is all or nothing."""
-    st = store.Store(db, timeout=30)
+    st = _open(db, timeout=30)
     rt = st.register(harness="race")
     names = ["r%d", "r%d/a", "r%d/b", "r%d/c"]
     for r in range(rounds):
@@ -56,20 +65,12 @@ def _multi_claim_worker(db, rounds, barrier, results, index):
 
 
 def _send_worker(db, recipient, count, barrier, results):
-    st = store.Store(db, timeout=60)
+    st = _open(db, timeout=60)
     rt = st.register(harness="sender")
     barrier.wait()
     ids = [st.send(rt["id"], "message %d from %s" % (i, rt["id"]), recipient)["id"] for i in range(count)]
     results.put((rt["id"], ids))
     st.close()
-
-
-def _open(db, **kw):
-    """A store on `db`: a SQLite path, or a PostgreSQL engine's {"dsn", "project"} (PostgresEngine)."""
-    if isinstance(db, dict):
-        support.import_psycopg()
-        return store.Store(pg=db, **kw)
-    return store.Store(db, **kw)
 
 
 def _register_worker(db, pid, barrier, results):
@@ -807,22 +808,22 @@ class MigrationTest(support.CoordTestCase):
         self.assertIn("damaged", cm.exception.message)
 
 
-class RaceTest(support.CoordTestCase):
+class RaceTest(StoreCase):
     def race(self, worker, rounds, workers=8):
         """Run `workers` real processes of worker(db, rounds, barrier, results, index), each round
         released by one barrier; -> (every result put, the live leases afterwards)."""
         ctx = multiprocessing.get_context("spawn")
-        store.Store(self.db).close()
+        self.open_store().close()
         barrier = ctx.Barrier(workers)
         results = ctx.Queue()
-        procs = [ctx.Process(target=worker, args=(self.db, rounds, barrier, results, i)) for i in range(workers)]
+        procs = [ctx.Process(target=worker, args=(self.db_spec(), rounds, barrier, results, i)) for i in range(workers)]
         for p in procs:
             p.start()
         got = [results.get(timeout=120) for _ in range(rounds * workers)]
         for p in procs:
             p.join(30)
             self.assertEqual(p.exitcode, 0)
-        st = store.Store(self.db)
+        st = self.open_store()
         leases = st.all_leases()
         st.close()
         return got, leases
@@ -857,11 +858,11 @@ class RaceTest(support.CoordTestCase):
 
     def _senders(self, senders, per_sender):
         ctx = multiprocessing.get_context("spawn")
-        st = store.Store(self.db)
+        st = self.open_store()
         recipient = st.register(harness="sink")
         barrier = ctx.Barrier(senders)
         results = ctx.Queue()
-        procs = [ctx.Process(target=_send_worker, args=(self.db, recipient["handle"], per_sender, barrier, results))
+        procs = [ctx.Process(target=_send_worker, args=(self.db_spec(), recipient["handle"], per_sender, barrier, results))
                  for _ in range(senders)]
         for p in procs:
             p.start()
@@ -1632,3 +1633,8 @@ class PgLivenessTest(PostgresEngine, LivenessTest):
 
 class PgPersonStoreTest(PostgresEngine, PersonStoreTest):
     pass
+
+
+class PgRaceTest(PostgresEngine, RaceTest):
+    """Real processes racing, each with its own server connection: the project lock makes a
+    directory-against-file race have one winner, as SQLite's one writer does."""
