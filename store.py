@@ -1348,6 +1348,39 @@ class Store:
             self.conn.close()
             raise
 
+    # -- the host process (host.py): a Store handed between its threads, and a transaction that a
+    #    client holds open across requests (begin ... commit)
+
+    def adopt_thread(self):
+        """Make the calling thread this Store's owner (the PostgreSQL engine's pool hands a Store
+        to one thread at a time)."""
+        import threading
+        self.conn.owner = threading.get_ident()
+
+    def in_transaction(self):
+        return self.conn.in_transaction
+
+    def server_clock(self):
+        """A clock (function -> seconds since the epoch) on the database server's time: the
+        PostgreSQL engine's (pg_clock); this host's for SQLite."""
+        return pg_clock(self.conn) if self.engine == "postgresql" else time.time
+
+    def open_transaction(self, write=True):
+        """transaction() (or, write=False, snapshot()) entered and left open: end_transaction ends it."""
+        self._held = _Transaction(self, write)
+        self._held.__enter__()
+
+    def end_transaction(self, commit):
+        """Commit (or roll back) what open_transaction began; a no-op with none open."""
+        held, self._held = getattr(self, "_held", None), None
+        if held is not None:
+            if commit:
+                held.__exit__(None, None, None)
+            else:
+                held.__exit__(Refused, Refused("rolled back"), None)
+        elif self.conn.in_transaction:
+            self.conn.rollback() if self.engine == "postgresql" else self.conn.execute("ROLLBACK")
+
     # -- schema
 
     def _migrate(self):
@@ -3257,3 +3290,121 @@ def pg_clock(conn):
     server's time)."""
     offset = conn.server_time() - time.monotonic()
     return lambda: time.monotonic() + offset
+
+
+# --------------------------------------------------------------------------- the host process's client
+# Hooks and commands of a PostgreSQL project reach the database only through the per-host coord
+# process (host.py) over a private Unix socket; this side is stdlib only (socket and struct
+# imported at first use). Framing: a 4-byte big-endian length, then UTF-8 JSON, both ways.
+
+HOST_PROTOCOL = 1
+HOST_MAX_FRAME = 16 << 20
+_HOST_ERRORS = {"UsageError": UsageError, "Refused": Refused, "EnvError": EnvError, "CoordError": CoordError}
+
+
+def host_socket_path(environ=None):
+    """<state_dir>/host.sock: the host process's socket (the state directory is 0700)."""
+    return os.path.join(state_dir(environ), "host.sock")
+
+
+class HostClient:
+    """One connection to the host process; call(op, *args, **kwargs) -> the Store method's result,
+    or its CoordError raised again here (same class, message, hint, details: exit codes hold)."""
+
+    def __init__(self, project, path=None, timeout=30.0, environ=None):
+        import socket
+        self.project = project
+        self.path = path or host_socket_path(environ)
+        self.next_id = 0
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(self.path)
+        except OSError as exc:
+            sock.close()
+            raise EnvError("coord's host process is not running for this project (%s: %s)"
+                           % (self.path, exc.strerror or exc),
+                           "start it: python3 .coord/host.py serve --dsn DSN --project %s" % project)
+        self.sock = sock
+
+    def call(self, op, *args, **kwargs):
+        import struct
+        self.next_id += 1
+        req = {"v": HOST_PROTOCOL, "id": self.next_id, "project": self.project, "op": op,
+               "args": list(args), "kwargs": kwargs}
+        data = json.dumps(req, separators=(",", ":")).encode("utf-8")
+        try:
+            self.sock.sendall(struct.pack(">I", len(data)) + data)
+            head = self._read(4)
+            (size,) = struct.unpack(">I", head)
+            if size > HOST_MAX_FRAME:
+                raise EnvError("the host process sent a reply of %d bytes" % size)
+            reply = json.loads(self._read(size).decode("utf-8"))
+        except OSError as exc:
+            raise EnvError("lost the connection to coord's host process (%s: %s)" % (self.path, exc),
+                           "retry; if it keeps failing: .coord/install . --doctor")
+        if reply.get("ok"):
+            return reply.get("result")
+        err = reply.get("error") or {}
+        cls = _HOST_ERRORS.get(err.get("class"), CoordError)
+        raise cls(err.get("message") or "the host process failed", err.get("hint"), **(err.get("details") or {}))
+
+    def _read(self, n):
+        parts = []
+        while n:
+            chunk = self.sock.recv(n)
+            if not chunk:
+                raise OSError("connection closed")
+            parts.append(chunk)
+            n -= len(chunk)
+        return b"".join(parts)
+
+    def close(self):
+        self.sock.close()
+
+
+class RemoteStore:
+    """A Store whose operations run in the host process: st.claim(...) is one request. Only the
+    operations the host process lists (host.HOST_OPS) answer; transaction()/snapshot() bind
+    the operations inside them to one server transaction (begin ... commit)."""
+
+    def __init__(self, project, path=None, timeout=30.0, environ=None):
+        self.client = HostClient(project, path, timeout, environ)
+        self.depth = 0
+
+    def __getattr__(self, op):
+        if op.startswith("_"):
+            raise AttributeError(op)
+        client = self.client
+
+        def call(*args, **kwargs):
+            return client.call(op, *args, **kwargs)
+        call.__name__ = op
+        return call
+
+    def transaction(self):
+        return _RemoteTransaction(self, True)
+
+    def snapshot(self):
+        return _RemoteTransaction(self, False)
+
+    def close(self):
+        self.client.close()
+
+
+class _RemoteTransaction:
+    def __init__(self, remote, write):
+        self.remote, self.write, self.outer = remote, write, False
+
+    def __enter__(self):
+        if self.remote.depth == 0:
+            self.remote.client.call("begin", write=self.write)
+            self.outer = True
+        self.remote.depth += 1
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.remote.depth -= 1
+        if self.outer:
+            self.remote.client.call("commit" if exc_type is None else "rollback")
+        return False

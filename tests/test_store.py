@@ -1191,9 +1191,10 @@ class ModuleLadderTest(support.CoordTestCase):
     modules."""
 
     RANK = {"store": 0, "session": 1, "trust": 1, "workspace": 2, "land": 3, "cleanup": 4,
-            "hook": 5, "coord": 5, "install": 5}
+            "hook": 5, "coord": 5, "install": 5, "host": 5}
     FILES = {"store": "store.py", "session": "session.py", "trust": "trust.py", "workspace": "workspace.py",
-             "land": "land.py", "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord", "install": "install"}
+             "land": "land.py", "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord", "install": "install",
+             "host": "host.py"}
 
     def trees(self):
         import ast
@@ -1244,7 +1245,8 @@ class SqlOnlyInStoreTest(support.CoordTestCase):
 
     def test_no_other_module_queries_the_database(self):
         import ast
-        for name in ("hook.py", "coord", "workspace.py", "land.py", "cleanup.py", "session.py", "trust.py", "install"):
+        for name in ("hook.py", "coord", "workspace.py", "land.py", "cleanup.py", "session.py", "trust.py", "install",
+                     "host.py"):
             with open(os.path.join(support.ROOT, name), encoding="utf-8") as f:
                 tree = ast.parse(f.read(), name)
             found = []

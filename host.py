@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""The per-host coord process for a PostgreSQL project (issue 25; being built, see
+docs/postgresql.md; nothing starts it yet but its tests and a person running it by hand).
+
+It is the only process that imports the PostgreSQL driver (psycopg 3, through store's
+PostgreSQL engine) and holds the server connections; hooks and commands stay stdlib and reach
+it over a private Unix socket in the state directory (store.HostClient). One request is one
+store operation, run in one transaction here, so a claim is one round trip for its caller.
+`begin` binds one server connection to the client's socket until `commit` or `rollback` (a
+socket that closes first rolls back), for the callers that make several operations one
+read-check-write (`with st.transaction():`).
+
+A module of its own because it is a new outside thing: a long-lived process with a socket,
+threads and a driver, none of which a hook or command may load (the ladder: host -> store).
+
+    python3 host.py serve --dsn DSN --project PROJECT [--socket PATH] [--pool N]
+"""
+
+import argparse
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+
+import store
+
+# The Store methods a client may call by name; anything else is refused. Methods that read the
+# *caller's* environment, terminal or process ancestry (caller, person_runtime, confirm_named,
+# conversation_successor, confirm_attachment) are not here: the caller computes those facts in
+# its own process and sends them as data (docs/postgresql.md, "A request over the socket").
+HOST_OPS = frozenset("""
+    register runtime resolve_runtime usable_runtime runtime_live successor last_runtime_of
+    find_conversation_runtime unended_subagents superseded_attachment hold_parked unhold_parked
+    end_parked turn set_turn claim_nudge heartbeat take_lost bye reap live_runtimes
+    overlapping conflicts write_conflicts peer_exclusive_leases claim leases_of renew release
+    all_leases exclusive_claims_since send work_recipient open_messages unacked_counts inbox ack
+    pending_context insert_work work resolve_work update_work works works_of_runtimes
+    audit_lines audit_story runtimes_of
+""".split())
+TRANSACTION_OPS = frozenset(["begin", "commit", "rollback", "ping"])
+
+
+class _Pool:
+    """Stores (one server connection each) for one project; a Store belongs to the thread that
+    checked it out, as a sqlite3 connection belongs to its thread."""
+
+    def __init__(self, dsn, project, size):
+        self.dsn, self.project = dsn, project
+        self.free = []
+        self.lock = threading.Lock()
+        self.sem = threading.BoundedSemaphore(size)
+
+    def take(self):
+        self.sem.acquire()
+        with self.lock:
+            st = self.free.pop() if self.free else None
+        try:
+            if st is None:
+                st = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
+            st.adopt_thread()
+        except BaseException:
+            self.sem.release()
+            raise
+        return st
+
+    def give(self, st, broken=False):
+        try:
+            st.end_transaction(commit=False)  # what a client left open is rolled back
+        except store.CoordError:
+            broken = True
+        if broken:
+            try:
+                st.close()
+            except Exception:
+                pass
+            st = None
+        if st is not None:
+            with self.lock:
+                self.free.append(st)
+        self.sem.release()
+
+
+def _read_frame(sock):
+    head = _read_exact(sock, 4)
+    if head is None:
+        return None
+    (size,) = struct.unpack(">I", head)
+    if size > store.HOST_MAX_FRAME:
+        raise ValueError("frame of %d bytes" % size)
+    body = _read_exact(sock, size)
+    if body is None:
+        return None
+    return json.loads(body.decode("utf-8"))
+
+
+def _read_exact(sock, n):
+    parts = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            return None
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _error_reply(rid, exc):
+    return {"id": rid, "ok": False, "error": {"class": type(exc).__name__ if isinstance(exc, store.CoordError)
+                                              else "CoordError",
+                                              "message": getattr(exc, "message", str(exc)),
+                                              "hint": getattr(exc, "hint", None),
+                                              "details": getattr(exc, "details", {})}}
+
+
+class _Unbound(Exception):
+    def __init__(self):
+        super().__init__()
+        self.error = sys.exc_info()[1]
+
+
+class Server:
+    def __init__(self, path, dsn, project, pool=8):
+        self.path, self.project = path, project
+        self.pool = _Pool(dsn, project, pool)
+        first = store.Store(pg={"dsn": dsn, "project": project})  # migrates, once, under the project lock
+        store.set_clock(first.server_clock())  # every timestamp in this process: the server's time
+        self.pool.free.append(first)
+        self.sock = None
+
+    def listen(self):
+        store.make_private_dirs(os.path.dirname(self.path))
+        try:
+            os.unlink(self.path)  # a stale socket of a dead server (the caller holds the host lock)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(self.path)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        sock.listen(64)
+        self.sock = sock
+
+    def serve_forever(self):
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def handle(self, conn):
+        bound = None  # the Store of an open begin ... commit
+        try:
+            if not self._same_user(conn):
+                return
+            while True:
+                try:
+                    req = _read_frame(conn)
+                except (ValueError, UnicodeDecodeError):
+                    return
+                if req is None:
+                    return
+                reply, bound = self.answer(req, bound)
+                data = json.dumps(reply, separators=(",", ":")).encode("utf-8")
+                conn.sendall(struct.pack(">I", len(data)) + data)
+        except OSError:
+            pass
+        finally:
+            if bound is not None:
+                self.pool.give(bound)  # rolls back what was not committed
+            conn.close()
+
+    def _same_user(self, conn):
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+        except (OSError, AttributeError):
+            return False
+        return uid == os.getuid()
+
+    def answer(self, req, bound):
+        rid = req.get("id") if isinstance(req, dict) else None
+        try:
+            if not isinstance(req, dict) or req.get("v") != store.HOST_PROTOCOL:
+                raise store.UsageError("unknown request (protocol %r, this host process speaks %d)"
+                                       % (req.get("v") if isinstance(req, dict) else None, store.HOST_PROTOCOL))
+            if req.get("project") != self.project:
+                raise store.EnvError("this host process serves project %s, not %s" % (self.project, req.get("project")))
+            op, args, kwargs = req.get("op"), req.get("args") or [], req.get("kwargs") or {}
+            if op in TRANSACTION_OPS:
+                return self._transaction_op(rid, op, req, bound)
+            if op not in HOST_OPS or not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise store.UsageError("the host process does not run %r" % (op,))
+            if bound is not None:
+                return {"id": rid, "ok": True, "result": getattr(bound, op)(*args, **kwargs)}, bound
+            st = self.pool.take()
+            broken = False
+            try:
+                return {"id": rid, "ok": True, "result": getattr(st, op)(*args, **kwargs)}, None
+            except store.EnvError:
+                broken = True
+                raise
+            finally:
+                self.pool.give(st, broken)
+        except _Unbound as unbound:  # the commit failed: its Store is gone, the connection unbound
+            return _error_reply(rid, unbound.error), None
+        except store.CoordError as exc:
+            return _error_reply(rid, exc), bound
+        except (TypeError, ValueError) as exc:  # wrong arguments from a client
+            return _error_reply(rid, store.UsageError("bad request: %s" % exc)), bound
+        except Exception as exc:
+            store.log_traceback("host process: %s" % req.get("op") if isinstance(req, dict) else "host process")
+            return _error_reply(rid, store.CoordError("internal error in the host process: %s" % exc)), bound
+
+    def _transaction_op(self, rid, op, req, bound):
+        if op == "ping":
+            return {"id": rid, "ok": True, "result": {"pid": os.getpid(), "project": self.project,
+                                                     "now": store.now()}}, bound
+        if op == "begin":
+            if bound is not None:
+                raise store.UsageError("a transaction is already open on this connection")
+            st = self.pool.take()
+            try:
+                st.open_transaction(bool((req.get("kwargs") or {}).get("write", True)))
+            except BaseException:
+                self.pool.give(st, True)
+                raise
+            return {"id": rid, "ok": True, "result": None}, st
+        if bound is None:
+            raise store.UsageError("no transaction is open on this connection")
+        try:
+            bound.end_transaction(commit=op == "commit")
+        except store.CoordError:
+            self.pool.give(bound, True)
+            raise _Unbound()
+        self.pool.give(bound)
+        return {"id": rid, "ok": True, "result": None}, None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="host.py", allow_abbrev=False,
+                                     description="the per-host coord process of a PostgreSQL project")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", allow_abbrev=False)
+    serve.add_argument("--dsn", required=True)
+    serve.add_argument("--project", required=True)
+    serve.add_argument("--socket")
+    serve.add_argument("--pool", type=int, default=8)
+    args = parser.parse_args(argv)
+    try:
+        if not store.valid_project_id(args.project):
+            raise store.UsageError("project ID %r must be letters, digits, '.', '_' or '-'" % args.project)
+        server = Server(args.socket or store.host_socket_path(), args.dsn, args.project,
+                        store.check_int(args.pool, "--pool", 1, 200))
+        server.listen()
+        print("host process %d serving %s on %s" % (os.getpid(), args.project, server.path), flush=True)
+        server.serve_forever()
+    except store.CoordError as exc:
+        print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
