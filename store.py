@@ -3408,3 +3408,75 @@ class _RemoteTransaction:
         if self.outer:
             self.remote.client.call("commit" if exc_type is None else "rollback")
         return False
+
+
+# --------------------------------------------------------------------------- moving a project between engines
+# copy_project copies every record of one Store into an empty one, SQLite -> PostgreSQL or back
+# (issue 25: "a project moves ... with a command that loses no record"; the command itself is not
+# built yet). Every table at SCHEMA_VERSION, in key order, in one destination transaction; the
+# engines' own schema bookkeeping in meta (schema.*) is not copied, each destination migrated
+# itself. IDs are kept and the destination's ID sequences are set past the source's, so message
+# and audit IDs only grow; a row PostgreSQL cannot hold (NUL in text) refuses the whole copy.
+
+COPY_TABLES = (  # (table, key columns for the order, every column)
+    ("meta", "key", ("key", "value")),
+    ("runtimes", "id", ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start", "cwd",
+                        "started_at", "heartbeat_at", "ended_at", "end_reason", "superseded_by")),
+    ("leases", "resource, runtime", ("resource", "runtime", "mode", "purpose", "acquired_at", "expires_at", "ttl")),
+    ("messages", "id", ("id", "sender", "kind", "body", "digest", "broadcast", "created_at")),
+    ("deliveries", "message, recipient", ("message", "recipient", "state", "delivered_at", "acked_at", "shown")),
+    ("work", "id", ("id", "handle", "task", "state", "path", "scratch_root", "source", "conversation", "runtime",
+                    "token", "created_at", "updated_at", "data")),
+    ("audit", "id", ("id", "at", "event", "runtime", "subject", "data")),
+    ("turns", "runtime", ("runtime", "state", "at", "began")),
+)
+_ID_TABLES = ("messages", "audit")  # AUTOINCREMENT / identity: their next ID is copied too
+
+
+def _next_ids(st):
+    """{table: the highest ID the table ever handed out} (SQLite's sqlite_sequence, PostgreSQL's
+    identity sequence), at least its highest row."""
+    out = {}
+    for table in _ID_TABLES:
+        top = st.conn.execute("SELECT max(id) FROM %s" % table).fetchone()[0] or 0
+        if st.engine == "postgresql":
+            row = st.conn.execute("SELECT last_value, is_called FROM %s" % st.conn.execute(
+                "SELECT pg_get_serial_sequence(?, 'id')", (table,)).fetchone()[0]).fetchone()
+            seq = row[0] if row[1] else 0
+        else:
+            row = st.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).fetchone()
+            seq = row[0] if row else 0
+        out[table] = max(top, seq or 0)
+    return out
+
+
+def _set_next_ids(st, ids):
+    for table, value in ids.items():
+        if not value:
+            continue
+        if st.engine == "postgresql":
+            st.conn.execute("SELECT setval(pg_get_serial_sequence(?, 'id'), ?)", (table, value))
+        elif not st.conn.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (value, table)).rowcount:
+            st.conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, value))
+
+
+def copy_project(src, dst):
+    """Copy every record of Store `src` into the empty Store `dst` (either engine); -> {table:
+    rows copied}. Refused (nothing written) when `dst` holds any record."""
+    counts = {}
+    with src.snapshot():
+        with dst.transaction():
+            for table, _key, _cols in COPY_TABLES:
+                if dst.conn.execute("SELECT 1 FROM %s%s LIMIT 1" % (
+                        table, " WHERE key NOT LIKE 'schema.%'" if table == "meta" else "")).fetchone():
+                    raise Refused("the destination %s already holds records (table %s): a project is copied only"
+                                  " into an empty database" % (dst.path, table))
+            for table, key, cols in COPY_TABLES:
+                where = " WHERE key NOT LIKE 'schema.%'" if table == "meta" else ""
+                rows = src.conn.execute("SELECT %s FROM %s%s ORDER BY %s" % (", ".join(cols), table, where, key)).fetchall()
+                if rows:
+                    dst.conn.executemany("INSERT INTO %s (%s) VALUES (%s)" % (
+                        table, ", ".join(cols), ", ".join("?" * len(cols))), rows)
+                counts[table] = len(rows)
+            _set_next_ids(dst, _next_ids(src))
+    return counts
