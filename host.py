@@ -13,16 +13,27 @@ read-check-write (`with st.transaction():`).
 A module of its own because it is a new outside thing: a long-lived process with a socket,
 threads and a driver, none of which a hook or command may load (the ladder: host -> store).
 
-    python3 host.py serve --dsn DSN --project PROJECT [--socket PATH] [--pool N]
+    python3 host.py serve --dsn DSN --project PROJECT [--socket PATH] [--pool N] [--idle S]
+    python3 host.py supervise ...same options...   (what store.start_host runs, detached)
+
+`serve` is the process itself, in the foreground. `supervise` runs `serve` as its child and
+starts it again after a crash (after 0.1 s, doubling to 5 s; back to 0.1 s once a child lived a
+minute), and ends when its child ends cleanly (idle for --idle seconds) or on SIGTERM. Either
+holds an flock on <socket>.lock, so a state directory has one at a time: a second one exits 0
+at once ("already running"); the one holding it may replace a stale socket file.
 """
 
 import argparse
+import fcntl
 import json
 import os
+import signal
 import socket
 import struct
+import subprocess
 import sys
 import threading
+import time
 
 import store
 
@@ -145,13 +156,33 @@ class Server:
         sock.listen(64)
         self.sock = sock
 
-    def serve_forever(self):
+    def serve_forever(self, idle=0.0):
+        """Accept until idle for `idle` seconds with no client connected (0: forever)."""
+        self.last = time.monotonic()
+        self.clients = 0
+        self.sock.settimeout(1.0 if idle else None)
         while True:
-            conn, _ = self.sock.accept()
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                if self.clients == 0 and time.monotonic() - self.last >= idle:
+                    self.close()
+                    return
+                continue
+            conn.settimeout(None)
+            self.last = time.monotonic()
             threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def close(self):
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        self.sock.close()
 
     def handle(self, conn):
         bound = None  # the Store of an open begin ... commit
+        self.clients += 1
         try:
             if not self._same_user(conn):
                 return
@@ -171,6 +202,8 @@ class Server:
             if bound is not None:
                 self.pool.give(bound)  # rolls back what was not committed
             conn.close()
+            self.clients -= 1
+            self.last = time.monotonic()
 
     def _same_user(self, conn):
         try:
@@ -239,24 +272,82 @@ class Server:
         return {"id": rid, "ok": True, "result": None}, None
 
 
+def _take_lock(path):
+    """The flock on <socket>.lock (kept open for the life of the process), or None when another
+    process holds it. The lock file records the holder's pid."""
+    store.make_private_dirs(os.path.dirname(path))
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    os.ftruncate(fd, 0)
+    os.write(fd, b"%d\n" % os.getpid())
+    return fd
+
+
+RESTART_FIRST, RESTART_MAX, RESTART_RESET = 0.1, 5.0, 60.0
+
+
+def supervise(argv_serve):
+    """Run `serve` as a child, again after each crash; -> 0 when it ends cleanly or on SIGTERM."""
+    child = [None]
+    stopping = [False]
+
+    def stop(signum, frame):
+        stopping[0] = True
+        if child[0] is not None and child[0].poll() is None:
+            child[0].terminate()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    pause = RESTART_FIRST
+    restarts = 0
+    while not stopping[0]:
+        started = time.monotonic()
+        child[0] = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", "--supervised"] + argv_serve)
+        code = child[0].wait()
+        if stopping[0] or code == 0:
+            return 0
+        restarts += 1
+        print("host.py supervise: the host process exited with %s; starting it again (%d)" % (code, restarts),
+              file=sys.stderr, flush=True)
+        pause = RESTART_FIRST if time.monotonic() - started >= RESTART_RESET else min(pause * 2, RESTART_MAX)
+        time.sleep(pause)
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="host.py", allow_abbrev=False,
                                      description="the per-host coord process of a PostgreSQL project")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", allow_abbrev=False)
-    serve.add_argument("--dsn", required=True)
-    serve.add_argument("--project", required=True)
-    serve.add_argument("--socket")
-    serve.add_argument("--pool", type=int, default=8)
+    for name in ("serve", "supervise"):
+        cmd = sub.add_parser(name, allow_abbrev=False)
+        cmd.add_argument("--dsn", required=True)
+        cmd.add_argument("--project", required=True)
+        cmd.add_argument("--socket")
+        cmd.add_argument("--pool", type=int, default=8)
+        cmd.add_argument("--idle", type=float, default=0.0, help="end after this many idle seconds (0: never)")
+        if name == "serve":
+            cmd.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         if not store.valid_project_id(args.project):
             raise store.UsageError("project ID %r must be letters, digits, '.', '_' or '-'" % args.project)
-        server = Server(args.socket or store.host_socket_path(), args.dsn, args.project,
-                        store.check_int(args.pool, "--pool", 1, 200))
+        path = args.socket or store.host_socket_path()
+        pool = store.check_int(args.pool, "--pool", 1, 200)
+        idle = store.check_float(args.idle, "--idle", 0, 86400)
+        if args.command == "supervise" or not args.supervised:
+            if _take_lock(path) is None:
+                print("host process already running for %s" % path, flush=True)
+                return 0
+        if args.command == "supervise":
+            return supervise(["--dsn", args.dsn, "--project", args.project, "--socket", path,
+                              "--pool", str(pool), "--idle", repr(idle)])
+        server = Server(path, args.dsn, args.project, pool)
         server.listen()
         print("host process %d serving %s on %s" % (os.getpid(), args.project, server.path), flush=True)
-        server.serve_forever()
+        server.serve_forever(idle)
     except store.CoordError as exc:
         print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
         return exc.exit_code

@@ -3363,6 +3363,59 @@ class HostClient:
         self.sock.close()
 
 
+def host_status(project, path=None, timeout=2.0, environ=None):
+    """For --doctor: {"running": True, "pid", "project", "now", "round_trip_ms"} from a ping, or
+    {"running": False, "reason"}."""
+    try:
+        t0 = time.perf_counter()
+        client = HostClient(project, path, timeout, environ)
+        try:
+            out = dict(client.call("ping"), running=True)
+        finally:
+            client.close()
+        out["round_trip_ms"] = round((time.perf_counter() - t0) * 1000, 2)
+        return out
+    except CoordError as exc:
+        return {"running": False, "reason": exc.message}
+
+
+def start_host(project, dsn, path=None, timeout=30.0, environ=None, python=None):
+    """Start the host process (host.py supervise) detached, in a session of its own, its output
+    appended to <socket>.log, unless one answers already; wait until it answers (or raise
+    EnvError after `timeout` seconds). A second start racing this one finds the lock held and
+    exits; both then find the one that serves."""
+    import subprocess
+    path = path or host_socket_path(environ)
+    if host_status(project, path, environ=environ)["running"]:
+        return
+    make_private_dirs(os.path.dirname(path))
+    argv = [python or sys_executable(), os.path.join(os.path.dirname(os.path.abspath(__file__)), "host.py"),
+            "supervise", "--dsn", dsn, "--project", project, "--socket", path]
+    log = os.open(path + ".log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        middle = os.fork()  # the supervisor is the child of a process that exits at once: no zombie here
+        if middle == 0:
+            try:
+                subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                 env=environ, cwd="/")
+            finally:
+                os._exit(0)
+        os.waitpid(middle, 0)
+    finally:
+        os.close(log)
+    deadline = time.monotonic() + timeout
+    while not host_status(project, path, environ=environ)["running"]:
+        if time.monotonic() > deadline:
+            raise EnvError("coord's host process did not start within %s s (%s)" % (number_text(timeout), path),
+                           "see %s.log" % path)
+        time.sleep(0.05)
+
+
+def sys_executable():
+    import sys
+    return sys.executable
+
+
 class RemoteStore:
     """A Store whose operations run in the host process: st.claim(...) is one request. Only the
     operations the host process lists (host.HOST_OPS) answer; transaction()/snapshot() bind

@@ -16,6 +16,8 @@ HOST = os.path.join(support.ROOT, "host.py")
 
 
 class HostCase(support.CoordTestCase):
+    AUTO_START = True
+
     def setUp(self):
         super().setUp()
         server, self.psycopg = support.require_postgres(self)
@@ -23,7 +25,9 @@ class HostCase(support.CoordTestCase):
         self.project = "hosttest-%s" % uuid.uuid4().hex[:12]
         self.addCleanup(self._drop_schema)
         self.sock = os.path.join(self.state, "fleet-agent-coord", "host.sock")
-        self.proc = self.start_host()
+        self.host_env = dict(self.env, PYTHONPATH=support.psycopg_dir())
+        if self.AUTO_START:
+            self.proc = self.start_host()
 
     def _drop_schema(self):
         with self.psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -134,3 +138,72 @@ class HostDownTest(HostCase):
         self.addCleanup(other.close)
         with self.assertRaises(store.EnvError):
             other.register(harness="x")
+
+
+class HostLifecycleTest(HostCase):
+    """store.start_host starts `host.py supervise` detached; one per state directory (flock); the
+    supervisor starts the process again after a crash; SIGTERM ends both; --idle ends them."""
+
+    AUTO_START = False
+
+    def supervisor_pid(self):
+        with open(self.sock + ".lock") as f:
+            return int(f.read().strip())
+
+    def stop_all(self):
+        try:
+            pid = self.supervisor_pid()
+        except (OSError, ValueError):
+            return
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            return
+        support.retry_until(lambda: not store.process_alive(pid), timeout=30)
+
+    def start(self):
+        store.start_host(self.project, self.dsn, self.sock, environ=self.host_env)
+        self.addCleanup(self.stop_all)
+        return store.host_status(self.project, self.sock)
+
+    def test_started_on_demand_once_restarted_after_a_crash_and_ended_by_sigterm(self):
+        first = self.start()
+        self.assertTrue(first["running"], first)
+        store.start_host(self.project, self.dsn, self.sock, environ=self.host_env)  # answers already: nothing new
+        again = subprocess.run([sys.executable, HOST, "supervise", "--dsn", self.dsn, "--project", self.project,
+                                "--socket", self.sock], env=self.host_env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertIn("already running", again.stdout)
+        self.assertEqual(store.host_status(self.project, self.sock)["pid"], first["pid"])
+        rt = store.RemoteStore(self.project, self.sock)
+        me = rt.register(harness="x")
+        rt.claim(me["id"], ["kept.txt"])
+        rt.close()
+        os.kill(first["pid"], 9)  # the host process crashes
+        now = support.retry_until(lambda: (lambda s: s if s["running"] and s["pid"] != first["pid"] else None)(
+            store.host_status(self.project, self.sock)), timeout=60)
+        self.assertNotEqual(now["pid"], first["pid"])
+        rt = store.RemoteStore(self.project, self.sock)
+        self.addCleanup(rt.close)
+        self.assertEqual([l["resource"] for l in rt.leases_of(me["id"])], ["kept.txt"])
+        with open(self.sock + ".log") as f:
+            self.assertIn("starting it again", f.read())
+        supervisor = self.supervisor_pid()
+        os.kill(supervisor, 15)
+        support.retry_until(lambda: not store.process_alive(supervisor) and not store.process_alive(now["pid"]),
+                            timeout=60)
+        down = store.host_status(self.project, self.sock)
+        self.assertFalse(down["running"])
+        with self.assertRaises(store.EnvError) as caught:
+            store.RemoteStore(self.project, self.sock)
+        self.assertEqual(caught.exception.exit_code, 4)
+
+    def test_an_idle_host_process_ends_and_starts_again_on_demand(self):
+        proc = subprocess.Popen([sys.executable, HOST, "supervise", "--dsn", self.dsn, "--project", self.project,
+                                 "--socket", self.sock, "--idle", "1"], env=self.host_env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        support.retry_until(lambda: store.host_status(self.project, self.sock)["running"], timeout=60)
+        self.assertEqual(proc.wait(60), 0)  # idle: the child ended cleanly, the supervisor with it
+        self.assertFalse(os.path.exists(self.sock))
+        self.assertTrue(self.start()["running"])
