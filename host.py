@@ -156,16 +156,21 @@ class Server:
         sock.listen(64)
         self.sock = sock
 
-    def serve_forever(self, idle=0.0):
-        """Accept until idle for `idle` seconds with no client connected (0: forever)."""
+    def serve_forever(self, idle=0.0, parent=None):
+        """Accept until idle for `idle` seconds with no client connected (0: forever), or, with
+        `parent` (the supervisor's pid), until the supervisor is gone: a supervisor killed
+        outright released the lock, and the next one must not find this process serving."""
         self.last = time.monotonic()
         self.clients = 0
-        self.sock.settimeout(1.0 if idle else None)
+        self.sock.settimeout(1.0 if idle or parent else None)
         while True:
             try:
                 conn, _ = self.sock.accept()
             except socket.timeout:
-                if self.clients == 0 and time.monotonic() - self.last >= idle:
+                if parent is not None and os.getppid() != parent:
+                    self.close()
+                    return
+                if idle and self.clients == 0 and time.monotonic() - self.last >= idle:
                     self.close()
                     return
                 continue
@@ -347,7 +352,7 @@ def main(argv=None):
         server = Server(path, args.dsn, args.project, pool)
         server.listen()
         print("host process %d serving %s on %s" % (os.getpid(), args.project, server.path), flush=True)
-        server.serve_forever(idle)
+        server.serve_forever(idle, os.getppid() if args.supervised else None)
     except store.CoordError as exc:
         print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
         return exc.exit_code

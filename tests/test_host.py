@@ -207,3 +207,13 @@ class HostLifecycleTest(HostCase):
         self.assertEqual(proc.wait(60), 0)  # idle: the child ended cleanly, the supervisor with it
         self.assertFalse(os.path.exists(self.sock))
         self.assertTrue(self.start()["running"])
+
+    def test_a_supervisor_killed_outright_takes_its_host_process_with_it(self):
+        first = self.start()
+        supervisor = self.supervisor_pid()
+        os.kill(supervisor, 9)
+        support.retry_until(lambda: not store.process_alive(first["pid"]), timeout=60)
+        again = self.start()  # the lock was the dead supervisor's: a new one starts
+        self.assertTrue(again["running"])
+        self.assertNotEqual(again["pid"], first["pid"])
+        self.assertNotEqual(self.supervisor_pid(), supervisor)
