@@ -3166,6 +3166,36 @@ class _PgCursor:
         return iter(self.rows)
 
 
+class _PgPendingWrite:
+    """A write sent in pipeline mode inside a write transaction: nothing waits for it until its
+    rowcount is read (or the next read, or COMMIT, brings its result)."""
+    __slots__ = ("conn", "cur")
+    lastrowid = None
+
+    def __init__(self, conn, cur):
+        self.conn, self.cur = conn, cur
+
+    @property
+    def rowcount(self):
+        try:
+            self.conn.pipe.sync()
+        except self.conn.psycopg.Error as exc:
+            raise self.conn._error(exc) from exc
+        return self.cur.rowcount
+
+    def fetchone(self):
+        return None
+
+    def fetchall(self):
+        return []
+
+    def __iter__(self):
+        return iter(())
+
+
+_PG_READS = Pattern(r"^\s*(SELECT|WITH)\b|\bRETURNING\b")
+
+
 class _PgConnection:
     """The PostgreSQL engine's connection, with the surface Store uses of sqlite3's (execute,
     in_transaction, close) and the transaction steps _Transaction calls (begin, commit,
@@ -3207,13 +3237,15 @@ class _PgConnection:
             raise
 
     trace = None  # set_trace_callback's function: called with each statement (sqlite3's, for tests)
+    pipe = None  # psycopg's pipeline while a write transaction is open: writes do not wait
+    _pipe_cm = None
 
     def set_trace_callback(self, trace):
         self.trace = trace
 
     @property
     def in_transaction(self):
-        return self.raw.info.transaction_status != self.psycopg.pq.TransactionStatus.IDLE
+        return self.pipe is not None or self.raw.info.transaction_status != self.psycopg.pq.TransactionStatus.IDLE
 
     def _error(self, exc):
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -3235,7 +3267,9 @@ class _PgConnection:
             self.trace(sql)
         try:
             cur = self.raw.execute(statement, tuple(params))
-            rows = cur.fetchall() if cur.description is not None else []
+            if self.pipe is not None and not _PG_READS.search(statement):
+                return _PgPendingWrite(self, cur)
+            rows = cur.fetchall() if self.pipe is not None or cur.description is not None else []
         except self.psycopg.Error as exc:
             raise self._error(exc) from exc
         lastrowid = rows[0][0] if rows and statement.endswith(" RETURNING id") else None
@@ -3257,22 +3291,51 @@ class _PgConnection:
         """One round trip: BEGIN and, for a write, the project's advisory lock (READ COMMITTED:
         each statement after it sees every commit before it); a read is one snapshot."""
         try:
-            if write:
-                self.raw.execute("BEGIN; SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
+            if write:  # pipelined: BEGIN and the lock travel with the first read
+                self._pipe_cm = self.raw.pipeline()
+                self.pipe = self._pipe_cm.__enter__()
+                self.raw.execute("BEGIN")
+                self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
             else:
                 self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         except self.psycopg.Error as exc:
+            self._end_pipe()
             raise self._error(exc) from exc
+
+    def _end_pipe(self):
+        cm, self.pipe, self._pipe_cm = self._pipe_cm, None, None
+        if cm is not None:
+            try:
+                cm.__exit__(None, None, None)
+            except self.psycopg.Error:
+                pass
 
     def commit(self):
         try:
             self.raw.execute("COMMIT")
+            if self.pipe is not None:
+                self.pipe.sync()
+                cm, self.pipe, self._pipe_cm = self._pipe_cm, None, None
+                cm.__exit__(None, None, None)
         except self.psycopg.Error as exc:
+            self.rollback()
             raise self._error(exc) from exc
 
     def rollback(self):
+        if self.pipe is not None:
+            try:
+                self.pipe.sync()  # what was sent, and its errors, are done with
+            except self.psycopg.Error:
+                pass
+            try:
+                self.raw.execute("ROLLBACK")
+                self.pipe.sync()
+            except self.psycopg.Error:
+                pass
+            self._end_pipe()
         try:
-            self.raw.execute("ROLLBACK")
+            if self.raw.info.transaction_status != self.psycopg.pq.TransactionStatus.IDLE:
+                self.raw.execute("ROLLBACK")
         except self.psycopg.Error:
             pass
 
