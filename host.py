@@ -51,6 +51,7 @@ HOST_OPS = frozenset("""
     audit_lines audit_story runtimes_of
 """.split())
 TRANSACTION_OPS = frozenset(["begin", "commit", "rollback", "ping"])
+CLOCK_EVERY = 300.0  # seconds between two measurements of the server's clock
 
 
 class _Pool:
@@ -132,13 +133,32 @@ class _Unbound(Exception):
 
 
 class Server:
-    def __init__(self, path, dsn, project, pool=8):
+    def __init__(self, path, dsn, project, pool=8, clock_every=CLOCK_EVERY):
         self.path, self.project = path, project
         self.pool = _Pool(dsn, project, pool)
         first = store.Store(pg={"dsn": dsn, "project": project})  # migrates, once, under the project lock
-        store.set_clock(first.server_clock())  # every timestamp in this process: the server's time
+        self.clock = first.server_clock()
+        store.set_clock(self.clock)  # every timestamp in this process: the server's time
         self.pool.free.append(first)
         self.sock = None
+        threading.Thread(target=self.keep_clock, args=(clock_every,), daemon=True).start()
+
+    def keep_clock(self, every):
+        """Measure the server's clock again every `every` seconds (a failed measurement keeps
+        the last offset; the next request reports the server's trouble itself)."""
+        while True:
+            time.sleep(every)
+            try:
+                st = self.pool.take()
+            except store.CoordError:
+                continue
+            broken = False
+            try:
+                self.clock.measure(st.conn)
+            except Exception:
+                broken = True
+            finally:
+                self.pool.give(st, broken)
 
     def listen(self):
         store.make_private_dirs(os.path.dirname(self.path))
@@ -255,7 +275,8 @@ class Server:
     def _transaction_op(self, rid, op, req, bound):
         if op == "ping":
             return {"id": rid, "ok": True, "result": {"pid": os.getpid(), "project": self.project,
-                                                     "now": store.now()}}, bound
+                                                     "now": store.now(), "clock_measurements":
+                                                     self.clock.measurements}}, bound
         if op == "begin":
             if bound is not None:
                 raise store.UsageError("a transaction is already open on this connection")
@@ -333,6 +354,7 @@ def main(argv=None):
         cmd.add_argument("--socket")
         cmd.add_argument("--pool", type=int, default=8)
         cmd.add_argument("--idle", type=float, default=0.0, help="end after this many idle seconds (0: never)")
+        cmd.add_argument("--clock-every", type=float, default=CLOCK_EVERY, help=argparse.SUPPRESS)
         if name == "serve":
             cmd.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -342,14 +364,15 @@ def main(argv=None):
         path = args.socket or store.host_socket_path()
         pool = store.check_int(args.pool, "--pool", 1, 200)
         idle = store.check_float(args.idle, "--idle", 0, 86400)
+        clock_every = store.check_float(args.clock_every, "--clock-every", 0.05, 86400)
         if args.command == "supervise" or not args.supervised:
             if _take_lock(path) is None:
                 print("host process already running for %s" % path, flush=True)
                 return 0
         if args.command == "supervise":
             return supervise(["--dsn", args.dsn, "--project", args.project, "--socket", path,
-                              "--pool", str(pool), "--idle", repr(idle)])
-        server = Server(path, args.dsn, args.project, pool)
+                              "--pool", str(pool), "--idle", repr(idle), "--clock-every", repr(clock_every)])
+        server = Server(path, args.dsn, args.project, pool, clock_every)
         server.listen()
         print("host process %d serving %s on %s" % (os.getpid(), args.project, server.path), flush=True)
         server.serve_forever(idle, os.getppid() if args.supervised else None)

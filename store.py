@@ -3347,12 +3347,30 @@ class _PgConnection:
         self.raw.close()
 
 
-def pg_clock(conn):
+class ServerClock:
     """A clock that reads the server's time without a round trip: this process's monotonic clock
-    plus the offset measured now (a host whose wall clock is set ahead still writes the
-    server's time)."""
-    offset = conn.server_time() - time.monotonic()
-    return lambda: time.monotonic() + offset
+    plus an offset to the server's (a host whose wall clock is set ahead still writes the
+    server's time). measure() takes the offset again (the monotonic clock drifts some parts per
+    million from the server's: seconds a day), at the middle of the round trip."""
+
+    def __init__(self, conn):
+        self.measurements = 0
+        self.offset = 0.0
+        self.measure(conn)
+
+    def measure(self, conn):
+        t0 = time.monotonic()
+        server = conn.server_time()
+        self.offset = server - (t0 + time.monotonic()) / 2
+        self.measurements += 1
+
+    def __call__(self):
+        return time.monotonic() + self.offset
+
+
+def pg_clock(conn):
+    """ServerClock(conn): the server's time in this process."""
+    return ServerClock(conn)
 
 
 # --------------------------------------------------------------------------- the host process's client

@@ -33,10 +33,10 @@ class HostCase(support.CoordTestCase):
         with self.psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
 
-    def start_host(self):
+    def start_host(self, *extra):
         env = dict(self.env, PYTHONPATH=support.psycopg_dir())
         proc = subprocess.Popen([sys.executable, HOST, "serve", "--dsn", self.dsn, "--project", self.project,
-                                 "--socket", self.sock], env=env, stdout=subprocess.PIPE,
+                                 "--socket", self.sock] + list(extra), env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         self.addCleanup(self.stop_host, proc)
         line = proc.stdout.readline()  # printed once the socket listens
@@ -70,6 +70,12 @@ class HostProtocolTest(HostCase):
         self.assertTrue(caught.exception.details.get("conflicts"))
         with self.assertRaises(store.UsageError):
             a.claim(ra["id"], ["x"], mode="shared")
+
+    def test_the_server_s_clock_is_measured_again(self):
+        self.stop_host(self.proc)
+        self.proc = self.start_host("--clock-every", "0.05")
+        ping = lambda: self.remote().client.call("ping")
+        support.retry_until(lambda: ping()["clock_measurements"] >= 3, timeout=60)
 
     def test_timestamps_are_the_server_s(self):
         a = self.remote()
