@@ -154,7 +154,7 @@ class Server:
                 continue
             broken = False
             try:
-                self.clock.measure(st.conn)
+                st.measure_clock(self.clock)
             except Exception:
                 broken = True
             finally:

@@ -1365,6 +1365,10 @@ class Store:
         PostgreSQL engine's (pg_clock); this host's for SQLite."""
         return pg_clock(self.conn) if self.engine == "postgresql" else time.time
 
+    def measure_clock(self, clock):
+        """Measure the server's clock again for `clock` (a ServerClock) on this Store's connection."""
+        clock.measure(self.conn)
+
     def open_transaction(self, write=True):
         """transaction() (or, write=False, snapshot()) entered and left open: end_transaction ends it."""
         self._held = _Transaction(self, write)
