@@ -641,7 +641,7 @@ class PostgresServer:
             self._run(initdb)
         self._run([os.path.join(bindir, "pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o",
                    "-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off"
-                   " -c full_page_writes=off -c max_connections=200" % (self.dir, self.port), "start"])
+                   " -c full_page_writes=off -c max_connections=200 -c shared_buffers=16MB" % (self.dir, self.port), "start"])
         atexit.register(self.stop)
 
     def _run(self, argv):
