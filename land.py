@@ -216,14 +216,14 @@ def _candidate_for(w, caller, st=None):
     cand = integ.get("candidate")
     if not cand:
         raise Refused("work %s has no frozen candidate" % w["handle"],
-                      "coord work integrate acquire %s --into BOOKMARK" % w["handle"])
+                      acquire_command(w["handle"]))
     if cand["runtime"] != caller["id"] and st is not None and _freezer_holder(st, cand, caller) is not None:
         return integ, cand
     if cand["runtime"] != caller["id"]:
         raise Refused("the candidate of %s was frozen by another runtime (%s), not %s"
                       % (w["handle"], cand["runtime"], caller["handle"]),
                       "only that runtime may prove or release it; to take over: "
-                      "coord work integrate acquire %s --into %s" % (w["handle"], integ.get("into"))
+                      + acquire_command(w["handle"], integ.get("into"))
                       if workspace.is_person(caller) else "only that runtime may prove or release it")
     return integ, cand
 
@@ -254,12 +254,12 @@ def prove(st, *, caller, handle, target, environ=None):
     holder = _freezer_holder(st, cand, caller) or caller["id"]
     if integ["state"] == "lock-released":
         raise Refused("the integration lock of %s was released; a release is not evidence" % w["handle"],
-                      "re-acquire: coord work integrate acquire %s --into %s" % (w["handle"], integ["into"]))
+                      "re-acquire: " + acquire_command(w["handle"], integ["into"]))
     held = [l["resource"] for l in st.leases_of(holder, [cand["resource"]])]
     if cand["resource"] not in held:
         raise Refused("%s does not hold %s (expired or released), so it cannot prove" % (
             caller["handle"], cand["resource"]),
-            "coord work integrate acquire %s --into %s (re-freezes the candidate)" % (w["handle"], integ["into"]))
+            acquire_command(w["handle"], integ["into"]) + " (re-freezes the candidate)")
     _check_ancestry(w, integ["into"], cand["commit"], target, environ)
     with st.transaction():
         cur = st.resolve_work(w["id"])
@@ -1286,6 +1286,11 @@ def _publish_landed(st, w, caller, into, push, landing, environ):
     finally:
         _drop_push(st, caller, push, into)
     return _land_result(st.work(w["id"]), landing)
+
+
+def acquire_command(handle, into=None):
+    """The command that takes the integration lock of a work again (re-freezing its candidate)."""
+    return "coord work integrate acquire %s --into %s" % (handle, shlex.quote(into) if into else "BOOKMARK")
 
 
 def land_command(handle, into, push=None, check=None):
