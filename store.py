@@ -1540,37 +1540,20 @@ class Store:
                 rid = subagent_uuid(conversation, agent_id)
                 existing = self.runtime(rid)
                 if existing is not None:
-                    beat = beat_value(max(existing["heartbeat_at"], now), pid, existing["harness"])
-                    self.conn.execute(
-                        "UPDATE runtimes SET heartbeat_at = ?, ended_at = NULL, end_reason = NULL,"
-                        " pid = ?, pid_start = ? WHERE id = ?", (beat, pid, pid_start, rid))
-                    if existing["ended_at"] is not None:
-                        self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id,
-                                   harness=harness, source=source or "")
-                    return self.runtime(rid)
+                    return self._rehello_subagent(existing, conversation, agent_id, harness, pid, pid_start,
+                                                  source, now)
                 handle = handle_for(rid, DOMAIN_RUNTIME)
                 clash = self.q("SELECT id FROM runtimes WHERE handle = ?", (handle,)).fetchone()
                 if clash:
                     raise Refused("handle %s of subagent runtime %s collides with runtime %s" % (handle, rid, clash[0]),
                                   "this is a 1-in-34-billion event; report it")
             else:
-                if pid:
-                    # The same harness process is the same attachment: parallel first hooks after
-                    # a reap (or a repeated hello) must not supersede each other.
-                    row = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND"
-                                 " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)",
-                                 (conversation, pid, pid_start, pid_start)).fetchone()
-                    if row:
-                        self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT,
-                                          (now, row[0]))
-                        return self.runtime(row[0])
-                for _ in range(16):
-                    rid = new_uuid()
-                    handle = handle_for(rid, DOMAIN_RUNTIME)
-                    if not self.q("SELECT 1 FROM runtimes WHERE handle = ?", (handle,)).fetchone():
-                        break
-                else:  # pragma: no cover - 16 collisions in a row cannot happen by chance
-                    raise Refused("could not draw a runtime ID with a free handle")
+                # The same harness process is the same attachment: parallel first hooks after
+                # a reap (or a repeated hello) must not supersede each other.
+                same = self._same_process(conversation, pid, pid_start, now) if pid else None
+                if same is not None:
+                    return same
+                rid, handle = self._draw_runtime_id()
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
                 " heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1579,19 +1562,55 @@ class Store:
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id or "",
                        harness=harness or "", source=source or "")
             if not agent_id:
-                olds = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
-                              " AND id != ?", (conversation, rid)).fetchall()
-                for (old,) in olds:
-                    self._supersede(old, rid, now)
-                # Messages to an earlier attachment that ended without a successor (its harness
-                # died, or it said bye) are still the conversation's: they follow it here.
-                moved = self.conn.execute(
-                    "UPDATE deliveries SET recipient = ? WHERE state != 'acked' AND recipient IN (SELECT id FROM"
-                    " runtimes WHERE conversation = ? AND agent_id IS NULL AND id != ? AND superseded_by IS NULL)",
-                    (rid, conversation, rid)).rowcount
-                if moved:
-                    self.audit("message.inherited", rid, rid, now, deliveries=moved)
+                self._take_over_conversation(conversation, rid, now)
             return self.runtime(rid)
+
+    def _rehello_subagent(self, existing, conversation, agent_id, harness, pid, pid_start, source, now):
+        """A subagent's runtime is deterministic: a second hello revives and renews the same one."""
+        rid = existing["id"]
+        beat = beat_value(max(existing["heartbeat_at"], now), pid, existing["harness"])
+        self.conn.execute(
+            "UPDATE runtimes SET heartbeat_at = ?, ended_at = NULL, end_reason = NULL,"
+            " pid = ?, pid_start = ? WHERE id = ?", (beat, pid, pid_start, rid))
+        if existing["ended_at"] is not None:
+            self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id,
+                       harness=harness, source=source or "")
+        return self.runtime(rid)
+
+    def _same_process(self, conversation, pid, pid_start, now):
+        """The live top-level runtime of `conversation` that is this very process, renewed; else None."""
+        row = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND"
+                     " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)",
+                     (conversation, pid, pid_start, pid_start)).fetchone()
+        if not row:
+            return None
+        self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, row[0]))
+        return self.runtime(row[0])
+
+    def _draw_runtime_id(self):
+        """A new random runtime ID whose five-word handle no runtime has; -> (id, handle)."""
+        for _ in range(16):
+            rid = new_uuid()
+            handle = handle_for(rid, DOMAIN_RUNTIME)
+            if not self.q("SELECT 1 FROM runtimes WHERE handle = ?", (handle,)).fetchone():
+                return rid, handle
+        raise Refused("could not draw a runtime ID with a free handle")  # pragma: no cover
+
+    def _take_over_conversation(self, conversation, rid, now):
+        """The new top-level runtime `rid` supersedes the conversation's live ones and inherits
+        the open deliveries of its ended attachments."""
+        olds = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
+                      " AND id != ?", (conversation, rid)).fetchall()
+        for (old,) in olds:
+            self._supersede(old, rid, now)
+        # Messages to an earlier attachment that ended without a successor (its harness
+        # died, or it said bye) are still the conversation's: they follow it here.
+        moved = self.conn.execute(
+            "UPDATE deliveries SET recipient = ? WHERE state != 'acked' AND recipient IN (SELECT id FROM"
+            " runtimes WHERE conversation = ? AND agent_id IS NULL AND id != ? AND superseded_by IS NULL)",
+            (rid, conversation, rid)).rowcount
+        if moved:
+            self.audit("message.inherited", rid, rid, now, deliveries=moved)
 
     def _supersede(self, old, new, now):
         moved = [r[0] for r in self.q("SELECT resource FROM leases WHERE runtime = ? ORDER BY resource", (old,))]
