@@ -97,6 +97,7 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
     ids = workspace.head_ids(path, environ=environ)  # snapshots the clone
     cand_change, cand_commit = _candidate_of(w, ids, workspace.local_changes(path, local_revset(w, environ), environ))
     refuse_placeholder(w, cand_change, cand_commit, environ)
+    refuse_undescribed_below(w, cand_commit, local_revset(w, environ, keep_empty=True), environ)
     with st.transaction():
         st.claim(caller["id"], [resource], "exclusive", "integrate %s" % w["handle"])
         cur = st.resolve_work(w["id"])
@@ -150,6 +151,27 @@ def refuse_placeholder(w, change, commit, environ=None):
                       % (shlex.quote(w["path"]), change), reason="placeholder-description")
 
 
+def refuse_undescribed_below(w, commit, local, environ=None):
+    """Refuse a candidate with a commit under it, among the work's own changes, that has no
+    description or still coord's placeholder: it would land on the target with that subject.
+    The usual one is empty: a `jj new` run on the new @ that a landing leaves in an idle clone."""
+    _, out, _ = jj(["log", "--no-graph", "-r", "(::%s) & (%s) & ~%s" % (commit, local, commit), "-T",
+                    'change_id ++ " " ++ if(empty, "empty", "changes") ++ " " ++ description.first_line() ++ "\\n"'],
+                   w["path"], snapshot=False, environ=environ)
+    placeholder = workspace.description(w["task"], w["id"]).splitlines()[0]
+    rows = [line.split(" ", 2) for line in out.splitlines() if line.strip()]
+    rows = [r for r in rows if len(r) < 3 or r[2].strip() in ("", placeholder)]
+    if not rows:
+        return
+    change, what = rows[0][0], rows[0][1]
+    how = ("drop it (it changes nothing): jj -R %s abandon %s" if what == "empty" else
+           "describe it: jj -R %s describe -r %s -m \"what it does\"") % (shlex.quote(w["path"]), change)
+    raise Refused("the candidate of %s has %d undescribed commit(s) under it (first %s, %s); they would land "
+                  "with an empty or placeholder subject" % (w["handle"], len(rows), change[:12],
+                                                           "empty" if what == "empty" else "with changes"),
+                  "%s, then retry" % how, reason="placeholder-description")
+
+
 def _candidate_of(w, ids, rows):
     """(change, commit) of the local change to integrate: @ or its single parent, never a guess."""
     commits = {r["commit"]: r for r in rows}
@@ -171,7 +193,7 @@ def _resources(st, w):
     return res
 
 
-def local_revset(w, environ=None):
+def local_revset(w, environ=None, keep_empty=False):
     """The revset of commits that exist only in this checkout (see LOCAL_WORK).
 
     A clone's remote-tracking bookmarks are a cache of the canonical repository: one that
@@ -182,7 +204,7 @@ def local_revset(w, environ=None):
     """
     if w["data"].get("kind") == "native":
         parent = (w["data"].get("base") or {}).get("parent")
-        return "(::@ ~ ::%s) ~ empty()" % (parent or "root()")
+        return ("(::@ ~ ::%s)" if keep_empty else "(::@ ~ ::%s) ~ empty()") % (parent or "root()")
     _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
                     'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
                    w["path"], snapshot=False, environ=environ)
@@ -205,6 +227,8 @@ def local_revset(w, environ=None):
                                  w["source"], environ, check=False)
             if code == 0 and found.strip():
                 safe.append(t)
+    if keep_empty:
+        return "~::(%s)" % " | ".join(safe)
     return workspace.LOCAL_WORK % " | ".join(safe)
 
 
@@ -1116,8 +1140,32 @@ def _land_after_move(st, w, caller, into, push, environ):
             "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
             "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
             "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
-    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), owner_told=told)
+    settled = _settle_clone(st, w, new, environ)  # None after a rebase in scratch: @ is not `new`
+    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), owner_told=told,
+                           clone_settled=settled)
     return _land_result(st.work(w["id"]), landing)
+
+
+def _settle_clone(st, w, landed, environ):
+    """After the landing, let the clone know its @ landed, so that the next edit there starts a
+    new change instead of amending the landed one (one change ID on two commits: divergent, and
+    the next landing fails). In an idle clone whose @ is the landed commit, `jj git fetch`: the commit is then on origin's bookmark, immutable, and jj puts a
+    new empty @ on it by itself. A clone something works in is left alone: its agent is told
+    (the landing's output). -> "fetched", "in use" or None (nothing to do, or it failed)."""
+    path = w.get("path")
+    if not path or not os.path.isdir(path):
+        return None
+    try:
+        ids = workspace.head_ids(path, environ=environ)
+        if ids["commit"] != landed:
+            return None  # edited since the freeze, or already a new change on it: nothing to settle
+        if workspace.live_inside(st, w, workspace.process_cwds() or {}):
+            return "in use"
+        jj(["git", "fetch", "--remote", "origin"], path, environ=environ)
+    except store.CoordError:
+        store.log_traceback("settle clone %s" % w["id"])  # the landing is done; this is a courtesy
+        return None
+    return "fetched"
 
 
 LFS_POINTER = "version https://git-lfs.github.com/spec/v1\n"
@@ -1320,7 +1368,7 @@ def _land_result(w, landing, already=False):
             "check_cwd": landing.get("check_cwd"), "check_set_aside": landing.get("check_set_aside"),
             "held_by_peers": landing.get("held_by_peers") or [],
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
-            "already": already}
+            "clone_settled": landing.get("clone_settled"), "already": already}
 
 
 def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False):
@@ -1844,6 +1892,8 @@ def cmd_land(ctx, args):
     if r.get("check_set_aside"):
         text += "\nthe check's %d written file(s) were moved out of the clone to %s" % (
             r["check_set_aside"]["count"], r["check_set_aside"]["dir"])
+    if r.get("clone_settled") == "in use" and not r["already"]:
+        text += "\nbefore the next edit in the clone: jj git fetch (else the edit amends the landed change)"
     return 0, workspace.ok_data(r), text
 
 

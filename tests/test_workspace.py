@@ -691,8 +691,11 @@ class IntegrationTest(WorkTestCase):
 
     def test_proof_refusals(self):
         handle, path, _ = self.create()
+        # The create-time commit stays, described (undescribed, acquire would refuse it: it
+        # would land with coord's placeholder subject).
+        self.jj(path, "describe", "-m", "prepare")
         create_commit = self.commit_of(path, "@")
-        self.jj(path, "new")  # the create-time commit stays as it is
+        self.jj(path, "new")
         self.write(path, "feature.txt", "feature\n")
         self.jj(path, "describe", "-m", "feature")
         cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
