@@ -2953,6 +2953,7 @@ class WorkNameTest(TmuxWorkCase):
         self.assertIn(self.sock, self.work("attach", "encoding-errors", check=0).stdout)
         sent = self.coord_json("send", "hi", "--to", "encoding-errors", runtime=self.rt["id"])
         self.assertEqual(sent["recipients"], [self.rt["handle"]])  # no harness conversation yet: its owner
+        self.assertIn("work.created", self.coord("audit", "--work", "encoding-errors", check=0).stdout)
         for args in (["close", "encoding-errors"], ["park", "encoding-errors", "--reason", "r"],
                      ["remove", "encoding-errors", "--confirm", "encoding-errors"],
                      ["integrate", "acquire", "encoding-errors", "--into", "main"]):
