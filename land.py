@@ -1791,6 +1791,7 @@ def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
     return data
 
 
+@workspace.by_task
 def cmd_inspect(ctx, args):
     w = workspace.target_work(ctx, args.handle, default_ok=True)
     facts = workspace.inspect_work(ctx.db, work=w, environ=ctx.environ, observe=ctx.verbose)
@@ -1938,7 +1939,8 @@ def cmd_remote_verify(ctx, args):
 
 def _parse_inspect(ws, both):
     p = ws.add_parser("inspect", parents=both, help="one work record (--verbose adds exact IDs)")
-    p.add_argument("handle", nargs="?", metavar="HANDLE", help="default: $COORD_WORK_ID, when you own it")
+    p.add_argument("handle", nargs="?", metavar="HANDLE", help="%s; default: $COORD_WORK_ID, when you own it"
+                   % workspace.BY_TASK_HELP)
     p.set_defaults(func=cmd_inspect)
 
 

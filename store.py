@@ -88,6 +88,27 @@ class Refused(CoordError):
     kind = "refused"
 
 
+WORK_LIST_HINT = "coord work list shows work handles and their tasks"
+
+
+class TaskName(Refused):
+    """A work named by its task: ambiguous (several live works have it), or where only the exact
+    handle may name it (closing, landing, deleting). `token` is the name as given and `handles`
+    the handles it stands for, so coord's main() can write the command to type with the handle."""
+
+    def __init__(self, token, works, by_task):
+        self.token = (token or "").strip()
+        self.handles = [w["handle"] for w in works]
+        which = ", ".join("%s (%s)" % (w["handle"], w["state"]) for w in works)
+        if len(works) > 1:
+            message = "task %r names %d live works: %s; name one by its handle" % (self.token, len(works), which)
+        else:
+            message = "%r is the task of work %s; this command needs the exact work handle, which is what " \
+                      "carries authority (a task name only reads or launches)" % (self.token, which)
+        super().__init__(message, WORK_LIST_HINT, handles=self.handles)
+        self.by_task = by_task
+
+
 class EnvError(CoordError):
     """The environment is not usable: database busy/corrupt/unreadable, no project ID, a missing tool."""
     exit_code = EXIT_ENV
@@ -2376,6 +2397,24 @@ class Store:
                     states[mid] = "acked"
             return acked
 
+    def ack_shown(self, runtime_id, now=None):
+        """`ack --all`: acknowledge every message addressed to this runtime whose body it was
+        shown (state delivered: a hook injected it or `inbox` printed it), read and acked in one
+        transaction, so a message that arrives after that read, or one still queued (never shown),
+        stays open. -> (acked IDs, number of queued messages left open)."""
+        now = _now(now)
+        with self.transaction():
+            self.usable_runtime(runtime_id, now)
+            ids = [r[0] for r in self.q("SELECT message FROM deliveries WHERE recipient = ? AND state = 'delivered'"
+                                        " ORDER BY message", (runtime_id,)).fetchall()]
+            for mid in ids:
+                self.conn.execute("UPDATE deliveries SET state = 'acked', acked_at = ? WHERE message = ?"
+                                  " AND recipient = ?", (now, mid, runtime_id))
+                self.audit("message.acked", runtime_id, str(mid), now, all=True)
+            unseen = self.q("SELECT COUNT(*) FROM deliveries WHERE recipient = ? AND state = 'queued'",
+                            (runtime_id,)).fetchone()[0]
+        return ids, unseen
+
     _OPEN_SQL = ("SELECT m.id, m.kind, length(CAST(m.body AS BLOB)), m.digest, s.handle, d.state"
                  " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"
                  " WHERE d.recipient = ? AND d.state != 'acked' ORDER BY m.id")
@@ -2441,15 +2480,41 @@ class Store:
         return self._row_work(self.q("SELECT %s FROM work WHERE id = ?" % ", ".join(self._WORK_COLS),
                                      (work_id,)).fetchone())
 
-    def resolve_work(self, token):
-        """A work record by exact handle or full UUID."""
-        kind, value = _identity_kind(token, "work")
+    def resolve_work(self, token, by_task=False):
+        """A work record by exact handle or full UUID; with `by_task` (commands that only read or
+        launch: inspect, attach, start, resume, `send --to`) also by the task of exactly one
+        live work. A task name where the exact handle is needed (what closes, lands or deletes)
+        is a TaskName refusal naming the handles it stands for; see docs/workspace.md, Names."""
+        try:
+            kind, value = _identity_kind(token, "work")
+        except UsageError:
+            named = self.works_by_task(token)
+            if by_task and len(named) == 1:
+                return named[0]
+            if named:
+                raise TaskName(token, named, by_task)
+            raise UsageError("%r is not an exact five-word work handle, a full UUID or the task of a live work"
+                             " (prefixes never resolve)" % (token or "").strip(), WORK_LIST_HINT)
         col = "id" if kind == "id" else "handle"
         w = self._row_work(self.q("SELECT %s FROM work WHERE %s = ?" % (", ".join(self._WORK_COLS), col),
                                   (value,)).fetchone())
         if w is None:
             raise Refused("no work record %s" % value, "coord work list shows work handles")
         return w
+
+    # Works that a task name may stand for: not failed, removed or archived (finished).
+    TASK_NAMED_EXCLUDED = ("failed", "removed", "archived")
+
+    def works_by_task(self, task):
+        """The live works (state not in TASK_NAMED_EXCLUDED) whose task is exactly `task`
+        (surrounding blanks ignored), oldest first."""
+        task = (task or "").strip()
+        if not task:
+            return []
+        rows = self.q("SELECT %s FROM work WHERE task = ? AND state NOT IN (%s) ORDER BY created_at, id" % (
+            ", ".join(self._WORK_COLS), ",".join("?" * len(self.TASK_NAMED_EXCLUDED))),
+            (task,) + self.TASK_NAMED_EXCLUDED).fetchall()
+        return [self._row_work(r) for r in rows]
 
     def update_work(self, work_id, now=None, data=None, **fields):
         """Update columns and merge `data` keys (None deletes a key); call inside a transaction."""
@@ -2480,25 +2545,22 @@ class Store:
         return [self._row_work(r) for r in rows]
 
     def works_of_runtimes(self, runtimes):
-        """{runtime id: the work record it is in}, for each of `runtimes` in a work: the work whose
-        recorded runtime is it or resumed into it, or whose recorded tmux harness has its
-        conversation. A read of the records only (no jj, no tmux)."""
-        works = [w for w in self.works() if w["state"] not in ("failed", "removed")]
+        """{runtime id: the work record it is in}, for each of `runtimes` that works inside one: its
+        recorded cwd is in the work's clone (the deepest clone holding it); a runtime with no
+        recorded cwd (a parked work's holder) is in the live work that records its conversation.
+        Never for having created or adopted a work: the creator is its owner, not an occupant.
+        A read of the records only (no jj, no tmux)."""
+        works = [w for w in self.works() if w["state"] not in ("failed", "removed") and w["path"]]
+        clones = sorted(((os.path.realpath(w["path"]), w) for w in works), key=lambda pw: -len(pw[0]))
         out = {}
         for rt in runtimes:
-            for w in works:
-                convs = work_conversations(w)
-                if rt["id"] == w["runtime"] or (rt["conversation"] in convs and not rt["agent_id"]):
-                    out[rt["id"]] = w
-                    break
-        pending = [rt for rt in runtimes if rt["id"] not in out]
-        if pending:
-            for w in works:
-                start = self.runtime(w["runtime"]) if w["runtime"] else None
-                last = self.successor(start) if start else None
-                for rt in pending:
-                    if last is not None and last["id"] == rt["id"] and rt["id"] not in out:
-                        out[rt["id"]] = w
+            if rt["cwd"]:
+                cwd = os.path.realpath(rt["cwd"])
+                w = next((w for path, w in clones if within(cwd, path)), None)
+            else:
+                w = next((w for w in works if rt["conversation"] in work_conversations(w)), None)
+            if w is not None:
+                out[rt["id"]] = w
         return out
 
     # -- audit export

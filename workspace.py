@@ -2381,6 +2381,24 @@ def optional_caller(ctx):
         return None
 
 
+# --------------------------------------------------------------------------- naming a work by its task
+
+BY_TASK_HELP = "the work handle, or the task of exactly one live work"
+
+
+def by_task(handler):
+    """`handler` (a command that only reads or launches: inspect, attach, start, resume) with its
+    HANDLE argument also accepted as the task of exactly one live work (store resolve_work
+    by_task), replaced by that work's exact handle before the handler runs. What closes, lands
+    or deletes is never wrapped: the exact handle is what carries authority."""
+    def wrapped(ctx, args):
+        if getattr(args, "handle", None):
+            args.handle = ctx.db.resolve_work(args.handle, by_task=True)["handle"]
+        return handler(ctx, args)
+    wrapped.__name__, wrapped.__doc__ = handler.__name__, handler.__doc__
+    return wrapped
+
+
 def target_work(ctx, handle, default_ok=False):
     """The named work record; with default_ok, COORD_WORK_ID after proving ownership and cwd."""
     st = ctx.db
@@ -2556,6 +2574,7 @@ def cmd_adopt(ctx, args):
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, w["handle"]
 
 
+@by_task
 def cmd_start(ctx, args):
     prompt = read_prompt(args.prompt, args.prompt_file)
     r = start_work(ctx.db, caller=optional_caller(ctx), handle=args.handle, harness=args.harness,
@@ -2579,12 +2598,14 @@ def start_text(r):
     return "\n".join(lines)
 
 
+@by_task
 def cmd_resume(ctx, args):
     r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
                     conversation=args.conversation, harness=args.harness, override=args.override)
     return 0, ok_data(r), start_text(r)
 
 
+@by_task
 def cmd_attach(ctx, args):
     import session
     w = ctx.db.resolve_work(args.handle)
@@ -2749,7 +2770,7 @@ LAUNCHABLE = ("claude", "codex", "copilot", "gemini", "qwen", "opencode", "shell
 def _register_session(ws, both):
     """tmux subcommands (session.py)."""
     p = ws.add_parser("start", parents=both, help="run a harness for the work in a new tmux window")
-    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("handle", metavar="HANDLE", help=BY_TASK_HELP)
     p.add_argument("--harness", choices=LAUNCHABLE, default="claude",
                    help="shell: an agent with no hooks (COORD_SHELL_CMD, default $SHELL)")
     p.add_argument("--prompt", metavar="TEXT", help="the agent's first message (its task)")
@@ -2758,7 +2779,7 @@ def _register_session(ws, both):
     override_argument(p)
     p.set_defaults(func=cmd_start)
     p = ws.add_parser("attach", parents=both, help="print (or --execute) the command that shows the window")
-    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("handle", metavar="HANDLE", help=BY_TASK_HELP)
     p.add_argument("--execute", action="store_true")
     p.set_defaults(func=cmd_attach)
     p = ws.add_parser("park", parents=both, help="close the window but keep the clone, with a reason")
@@ -2767,7 +2788,7 @@ def _register_session(ws, both):
     override_argument(p)
     p.set_defaults(func=cmd_park)
     p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
-    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("handle", metavar="HANDLE", help=BY_TASK_HELP)
     p.add_argument("--conversation", metavar="ID", help="default: the recorded conversation")
     p.add_argument("--harness", choices=LAUNCHABLE[:-1])
     override_argument(p)

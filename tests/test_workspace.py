@@ -1690,7 +1690,8 @@ class StatusTest(TmuxWorkCase):
         self.assertEqual(row["leases"], ["src/a.py"])
         self.assertEqual(row["unacked"], 1)
         me = next(a for a in reply["agents"] if a["handle"] == self.rt["handle"])
-        self.assertEqual((me["work"], me["task"], me["unacked"]), (handle, "viewed", 1))
+        # The creator owns the work but does not work inside it; its unacked count is its own row's.
+        self.assertEqual((me["work"], me["task"], me["unacked"]), (None, None, 1))
 
         # An edit no snapshot has seen yet is dirty, and status takes no snapshot to say so.
         self.write(path, "wip.txt", "not yet committed\n")
@@ -1700,8 +1701,9 @@ class StatusTest(TmuxWorkCase):
         self.assertEqual(self.op_heads(path), heads, "status must not snapshot the clone")
         text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
         line = next(l for l in text.splitlines() if l.strip().startswith(handle))
-        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main", "1 lease", "1 unacked"):
+        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main", "1 lease"):
             self.assertIn(part, line)
+        self.assertEqual(text.count("1 unacked"), 1, text)
         self.assertNotIn(row["id"], text)
         self.assertIn(row["id"], self.coord("status", "--verbose", runtime=self.rt["id"], cwd=self.canon,
                                             check=0).stdout)
@@ -1722,11 +1724,12 @@ class StatusTest(TmuxWorkCase):
 
     def test_list_says_which_work_an_agent_is_in(self):
         handle, path, _ = self.create("listed")
+        inside = self.hello(cwd=path)["runtime"]
         reply = self.coord_json("list", runtime=self.rt["id"], cwd=self.canon)
-        me = next(r for r in reply["runtimes"] if r["id"] == self.rt["id"])
-        self.assertEqual(me["work"], handle)
+        them = next(r for r in reply["runtimes"] if r["id"] == inside["id"])
+        self.assertEqual((them["work"], them["task"]), (handle, "listed"))
         text = self.coord("list", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
-        self.assertIn("in " + handle, text)
+        self.assertIn("in %s (listed)" % handle, text)
 
 
 class OperationsTest(WorkTestCase):
@@ -2935,3 +2938,84 @@ class StartEnqueueAuthorityTest(WorkTestCase):
         events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         over = [e for e in events if e["event"] == "work.authority.override"]
         self.assertEqual([(e["runtime"], e["data"]["action"]) for e in over], [(me["id"], "enqueue")])
+
+
+class WorkNameTest(TmuxWorkCase):
+    """A work named by its task: accepted where exactly one live work has it by the commands that
+    only read or launch (inspect, attach, start, resume, send --to), refused with the exact
+    handle command by those that close, land or delete, refused with the candidates when
+    ambiguous; `list` and `status` show the task beside every work handle, an agent is `in` a
+    work only when it works inside the clone, and an unacked count shows once."""
+
+    def test_a_task_name_reads_and_launches_but_never_closes_lands_or_deletes(self):
+        handle, path, _ = self.create("encoding-errors")
+        proc = self.work("inspect", "encoding-errors", check=0)
+        self.assertTrue(proc.stdout.startswith(handle + "  encoding-errors"), proc.stdout)
+        self.work("start", "encoding-errors", check=0)
+        self.assertEqual(len(self.windows()), 1)
+        self.assertIn(self.sock, self.work("attach", "encoding-errors", check=0).stdout)
+        sent = self.coord_json("send", "hi", "--to", "encoding-errors", runtime=self.rt["id"])
+        self.assertEqual(sent["recipients"], [self.rt["handle"]])  # no harness conversation yet: its owner
+        self.assertIn("work.created", self.coord("audit", "--work", "encoding-errors", check=0).stdout)
+        for args in (["close", "encoding-errors"], ["park", "encoding-errors", "--reason", "r"],
+                     ["remove", "encoding-errors", "--confirm", "encoding-errors"],
+                     ["integrate", "acquire", "encoding-errors", "--into", "main"]):
+            with self.subTest(args=args):
+                proc = self.work(*args)
+                self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+                self.assertIn("is the task of work %s" % handle, proc.stderr)
+                typed = " ".join(shlex.quote(handle if a == "encoding-errors" else a) for a in args)
+                self.assertIn("next: ", proc.stderr)
+                self.assertIn("work " + typed, proc.stderr.split("next: ", 1)[1])
+        self.assertEqual(self.record(handle)["state"], "active")
+        self.assertEqual(len(self.windows()), 1, "nothing was closed")
+        self.work("park", handle, "--reason", "lunch", check=0)
+        self.work("resume", "encoding-errors", "--conversation", "conv-e", check=0)
+        self.assertEqual(self.record(handle)["state"], "resumed")
+
+    def test_an_ambiguous_or_unknown_name_lists_the_candidates_or_points_at_work_list(self):
+        first, _p1, _ = self.create("twice")
+        second, _p2, _ = self.create("twice")
+        proc = self.work("start", "twice", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        for h in (first, second):
+            self.assertIn(h, proc.stderr)
+            self.assertIn("work start %s" % h, proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["handles"], [first, second])
+        self.assertEqual(self.windows(), [], "nothing was started")
+        for args in (["inspect", "no-such-task"], ["start", "no-such-task"]):
+            proc = self.work(*args)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn("work list", proc.stderr.split("next: ", 1)[1])
+        proc = self.coord("send", "x", "--to", "no-such-task", runtime=self.rt["id"])
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("work list", proc.stderr)
+
+    def test_list_and_status_show_the_task_and_who_works_inside_never_the_creator(self):
+        one, _p1, _ = self.create("first-task")
+        two, path, _ = self.create("second-task")
+        inside = self.hello(cwd=os.path.join(path))["runtime"]
+        reply = self.coord_json("list", runtime=self.rt["id"], cwd=self.canon)
+        mine = next(r for r in reply["runtimes"] if r["id"] == self.rt["id"])
+        self.assertIsNone(mine["work"], "the creator is the owner, not an occupant")
+        work_of = {r["handle"]: (r["work"], r["task"]) for r in reply["runtimes"]}
+        self.assertEqual(work_of[inside["handle"]], (two, "second-task"))
+        for args in (["list"], ["list", "--verbose"], ["status"]):
+            text = self.coord(*args, runtime=self.rt["id"], cwd=self.canon, check=0).stdout
+            mine = next(l for l in text.splitlines() if l.strip().startswith(self.rt["handle"]))
+            self.assertNotIn(" in ", mine, args)
+            theirs = next(l for l in text.splitlines() if l.strip().startswith(inside["handle"]))
+            self.assertIn("in %s (second-task)" % two, theirs, args)
+        agents = {a["handle"]: a for a in self.coord_json("status", runtime=self.rt["id"], cwd=self.canon)["agents"]}
+        self.assertEqual(agents[self.rt["handle"]]["work"], None)
+        self.assertEqual((agents[inside["handle"]]["work"], agents[inside["handle"]]["task"]), (two, "second-task"))
+
+    def test_status_shows_an_unacked_count_once_on_its_recipients_row(self):
+        self.create("first-task")
+        self.create("second-task")
+        peer = self.hello()["runtime"]
+        self.coord("send", "hi", "--to", self.rt["handle"], runtime=peer["id"], check=0)
+        text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
+        self.assertEqual(text.count("1 unacked"), 1, text)
+        mine = next(l for l in text.splitlines() if l.strip().startswith(self.rt["handle"]))
+        self.assertIn("1 unacked", mine)
