@@ -2291,6 +2291,40 @@ def wrapped_session(harness, argv):
     return {"kind": "start", "conversation": None}
 
 
+CODEX_CD = ("-C", "--cd")
+NEW_WORKTREE = {"claude": ("-w", "--worktree"), "codex": ("--worktree",)}
+
+
+def session_directory(harness, argv, cwd):
+    """The directory an interactive session's command line works in: Codex's `-C/--cd DIR`
+    (relative to cwd), else cwd; None when the session runs in a new worktree (Claude's
+    `-w/--worktree [NAME]`, Codex's `--worktree`) or DIR is no directory. Claude has no option
+    that changes its working directory (`--add-dir` only allows access to more directories)."""
+    argv = list(argv)
+    args = argv[:argv.index("--")] if "--" in argv else argv
+    for a in args:
+        if a in NEW_WORKTREE.get(harness, ()) or any(a.startswith(n + "=") for n in NEW_WORKTREE.get(harness, ())
+                                                     if n.startswith("--")):
+            return None
+    target, i = None, 0
+    while harness == "codex" and i < len(args):  # the last one given wins, as for any repeated option
+        a = args[i]
+        if a in CODEX_CD:
+            target = args[i + 1] if i + 1 < len(args) else ""
+            i += 1
+        elif a.startswith("--cd="):
+            target = a[len("--cd="):]
+        elif a.startswith("-C"):  # -CDIR, -C=DIR
+            target = a[3:] if a.startswith("-C=") else a[2:]
+        elif a in CODEX_VALUE_OPTIONS:
+            i += 1
+        i += 1
+    if target is None:
+        return os.path.realpath(cwd)
+    d = os.path.realpath(os.path.join(cwd, os.path.expanduser(target)))
+    return d if target and os.path.isdir(d) else None
+
+
 def clone_of(st, cwd):
     """The live work whose managed clone holds `cwd` (by the ownership marker at or above it,
     read without following a symlink, matching the record's path and token), else None."""
@@ -2344,13 +2378,17 @@ def record_conversation(st, *, harness, argv, pid, cwd):
     w = clone_of(st, cwd)
     if w is None:
         return None
+    target = session_directory(harness, argv, cwd)  # `codex -C OTHER` works elsewhere: not this clone's session
+    there = clone_of(st, target) if target is not None else None
+    if there is None or there["id"] != w["id"]:
+        return None
     caller, pid_start = wrapper_person(st, pid)
     authorize(st, w, caller, "resume")
     with st.transaction():
         cur = st.work(w["id"])
         state = "resumed" if cur["state"] in ("parked", "closed", "archived") else cur["state"]
         direct = {"harness": harness, "kind": session["kind"], "conversation": session["conversation"], "pid": pid,
-                  "pid_start": pid_start, "at": now_time(), "by": caller["id"], "cwd": os.path.realpath(cwd)}
+                  "pid_start": pid_start, "at": now_time(), "by": caller["id"], "cwd": target}
         unarchived = True if cur["state"] == "archived" else None
         data = {"direct": direct, "history": with_history(cur, state, caller, step="direct", harness=harness,
                                                        kind=session["kind"], conversation=session["conversation"],
