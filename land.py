@@ -1745,7 +1745,9 @@ def cmd_inspect(ctx, args):
     if "observed" in facts:
         data["observed"] = facts["observed"]
     lines = workspace.inspect_lines(facts, ctx.verbose, landing=landing_lines(w))
-    data["preview"] = inspect_preview(w, ctx.environ)
+    data["space"] = facts.get("space")
+    # On a full disk the clone's last snapshot is stale (jj cannot write a new one): no preview from it.
+    data["preview"] = None if data["space"] else inspect_preview(w, ctx.environ)
     if data["preview"]:
         lines.insert(1, preview_line(data["preview"]))
     return 0, data, "\n".join(lines)

@@ -1875,8 +1875,8 @@ class UnprotectedCloneTest(WorkTestCase):
         proc = self.work("create", task)
         self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
         self.assertEqual(os.listdir(self.scratch), [], "a refused create leaves nothing in the scratch root")
-        failed = [w for w in self.work_json("list")["work"] if w["task"] == task]
-        self.assertEqual(failed[-1]["state"], "failed")
+        self.assertEqual([w for w in self.work_json("list")["work"] if w["task"] == task], [],
+                         "nothing on disk, no record")
         return proc.stderr
 
     def commit_command(self, stderr):
@@ -2932,3 +2932,90 @@ class StartEnqueueAuthorityTest(WorkTestCase):
         events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         over = [e for e in events if e["event"] == "work.authority.override"]
         self.assertEqual([(e["runtime"], e["data"]["action"]) for e in over], [(me["id"], "enqueue")])
+
+
+class RefusedCreateRecordTest(WorkTestCase):
+    """A create refused with nothing left on disk leaves no record: not in `work list`, nothing
+    for `gc`; the audit keeps what happened."""
+
+    def test_an_unprotected_refusal_is_not_listed_and_leaves_gc_nothing(self):
+        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.canon, "--project-id",
+                               "protected"], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.work("create", "guarded")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("nothing kept", proc.stderr)
+        self.assertNotIn("recorded as failed", proc.stderr)
+        self.assertEqual(os.listdir(self.scratch), [])
+        self.assertEqual([w["task"] for w in self.work_json("list")["work"]], [])
+        self.assertNotIn("guarded", self.work("list", check=0).stdout)
+        self.assertEqual(self.work_json("gc")["removed"], [], "nothing left for gc to clear")
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual([e["data"]["step"] for e in events if e["event"] == "work.failed"], ["protection check"])
+
+
+def mount_tmpfs(testcase, size):
+    """A private tmpfs of `size` (e.g. "12m") mounted under the test's directory, mode 0700,
+    unmounted at cleanup; fails under CI=true, skips elsewhere, when it cannot be mounted."""
+    path = os.path.join(testcase.tmp, "small-disk")
+    os.mkdir(path, 0o700)
+    mount = shutil.which("mount")
+    proc = subprocess.run([mount, "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "tmpfs", path],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30) if mount else None
+    if proc is None or proc.returncode != 0:
+        msg = "cannot mount a tmpfs (needs root): %s" % (proc.stderr.strip() if proc else "no mount command")
+        if support.IN_CI:
+            testcase.fail(msg)
+        testcase.skipTest(msg)
+    testcase.addCleanup(subprocess.run, ["umount", "-l", path], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=30)
+    return path
+
+
+def fill(path):
+    """Write zeros into a file under path until the filesystem is full."""
+    with open(os.path.join(path, "filler"), "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
+class ScratchSpaceTest(WorkTestCase):
+    """A 12 MiB scratch root on a real tmpfs: a create that does not fit is refused before anything
+    is made; a clone whose filesystem is full is reported as such by status and inspect."""
+
+    def test_a_create_too_big_for_the_scratch_root_is_refused_with_the_figures(self):
+        small = mount_tmpfs(self, "12m")
+        for i in range(9):  # 5.4 MB that does not compress, in files jj tracks (each under 1 MiB)
+            with open(os.path.join(self.canon, "blob%d.bin" % i), "wb") as f:
+                f.write(os.urandom(600000))
+        self.jj(self.canon, "commit", "-m", "blobs")
+        self.jj(self.canon, "bookmark", "set", "main", "-r", "@-")
+        proc = self.work("create", "big", "--scratch-root", small)
+        self.assertEqual(proc.returncode, 4, proc.stdout + proc.stderr)
+        self.assertRegex(proc.stderr, r"needs about \d+\.\d MiB, \d+\.\d MiB is free in %s" % small)
+        self.assertIn("--scratch-root", proc.stderr)
+        self.assertEqual(os.listdir(small), [], "nothing made")
+        self.assertEqual(self.work_json("list")["work"], [], "no record")
+
+    def test_status_and_inspect_say_the_clone_has_no_space_instead_of_a_stale_snapshot(self):
+        small = mount_tmpfs(self, "12m")
+        handle, path, _ = self.create("tight", "--scratch-root", small)
+        self.write(path, "edit.txt", "an edit jj has not snapshotted\n")
+        fill(small)
+        jj = subprocess.run(["jj", "describe", "-m", "x"], cwd=path, env=self.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertNotEqual(jj.returncode, 0, "the premise: jj cannot snapshot on a full disk")
+        self.assertIn("No space left on device", jj.stderr)
+        row = [l for l in self.coord("status", check=0).stdout.splitlines() if l.strip().startswith(handle)][0]
+        self.assertIn("no space left on device", row)
+        self.assertNotRegex(row, r"\+\d+/-")
+        self.assertNotIn("clean", row)
+        text = self.work("inspect", handle, check=0).stdout
+        self.assertIn("jj and git fail here: no space left on device", text)
+        self.assertNotIn("ahead of", text)
+        self.assertTrue(self.work_json("inspect", handle)["space"])
