@@ -2717,12 +2717,25 @@ def cmd_start(ctx, args):
     prompt = read_prompt(args.prompt, args.prompt_file)
     r = start_work(ctx.db, caller=optional_caller(ctx), handle=args.handle, harness=args.harness,
                    extra=args.extra, environ=ctx.environ, prompt=prompt, override=args.override)
-    return 0, ok_data(r), start_text(r)
+    import session
+    r["attach"] = session.attach_command(r["tmux"], None, ctx.environ)
+    return 0, ok_data(r), started_text(r, args.harness)
+
+
+def started_text(r, harness):
+    """What `work start` says on success: the window and the exact command that shows it, then
+    start_text's approvals or shell-agent lines when there are any."""
+    attach = " ".join(shlex.quote(a) for a in r["attach"])
+    more = start_text(r)
+    if more:
+        return "%s\nattach: %s" % (more, attach)
+    return "%s runs %s in tmux window %s; attach: %s" % (r["work"], harness, r["tmux"].get("window_id"), attach)
 
 
 def start_text(r):
-    """What `work start` says: nothing when the harness will run coord's hooks; otherwise what a
-    person must approve in the window, and how; for a shell agent its runtime and what is not enforced."""
+    """What `work start` (after started_text's window line) and `work resume` say: nothing when the
+    harness will run coord's hooks; otherwise what a person must approve in the window, and how;
+    for a shell agent its runtime and what is not enforced."""
     if r.get("not_enforced"):
         return "\n".join(["%s runs a shell agent in tmux window %s as %s (coord commands there act as it)"
                           % (r["work"], r["tmux"].get("window_id"), r["runtime"]), "not enforced there:"]

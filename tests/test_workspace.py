@@ -3019,3 +3019,32 @@ class ScratchSpaceTest(WorkTestCase):
         self.assertIn("jj and git fail here: no space left on device", text)
         self.assertNotIn("ahead of", text)
         self.assertTrue(self.work_json("inspect", handle)["space"])
+
+
+class StartOutputTest(TmuxWorkCase):
+    """`work start` says where the agent runs and the exact command that shows it."""
+
+    def test_start_prints_the_window_and_an_attach_command_that_works(self):
+        handle, path, _ = self.create("shown")
+        with open(os.path.join(self.home, ".claude.json"), "w") as f:  # Claude trusts it: no approval to ask for
+            json.dump({"projects": {path: {"hasTrustDialogAccepted": True}}}, f)
+        out = self.work("start", handle, check=0).stdout
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertEqual(out, "%s runs claude in tmux window %s; attach: tmux -S %s attach-session -t %s\n" % (
+            handle, tmux["window_id"], shlex.quote(self.sock), tmux["pane_id"]))
+        self.assertEqual(self.work_json("attach", handle)["command"], shlex.split(out.split("attach: ", 1)[1]),
+                         "the same command as work attach")
+        argv = shlex.split(out.split("attach: ", 1)[1])
+        # The printed command names the live pane: with attach-session swapped for a read, tmux finds it.
+        probe = subprocess.run([self.tmux_bin if argv[0] == "tmux" else argv[0]] + argv[1:3]
+                               + ["display-message", "-p", "-t", argv[-1], "#{pane_id} #{window_id}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=10)
+        self.assertEqual(probe.stdout.split(), [tmux["pane_id"], tmux["window_id"]], probe.stderr)
+
+    def test_a_start_with_approvals_to_give_ends_with_the_attach_command(self):
+        handle, path, _ = self.create("untrusted")
+        out = self.work("start", handle, check=0).stdout
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertIn("coord's hooks stay off there until you approve them", out)
+        self.assertTrue(out.endswith("\nattach: tmux -S %s attach-session -t %s\n" % (shlex.quote(self.sock),
+                                                                                      tmux["pane_id"])), out)
