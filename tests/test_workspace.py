@@ -2621,8 +2621,9 @@ class WorkConflictsTest(LandingPreviewCase):
         self.jj(path, "commit", "-m", task)
         return handle, path
 
-    def conflicts(self, *args):
-        proc = self.work("conflicts", *args, check=0)
+    def conflicts(self, *args, code=0):
+        """The text of `work conflicts`, which exits 0 when nothing would conflict, 5 when some pair would."""
+        proc = self.work("conflicts", *args, check=code)
         return proc.stdout.splitlines()
 
     def test_three_works_two_overlap_one_conflicts(self):
@@ -2632,28 +2633,28 @@ class WorkConflictsTest(LandingPreviewCase):
                                             "conflict"])
         w2, p2 = self.changed("second", {"f.txt": "uno\n2\n3\n4\n5\n"})
         before, heads = self.canon_state(), [self.op_heads(p) for p in (p1, p2, p3)]
-        reply = self.work_json("conflicts")
+        reply = self.work_json("conflicts", check=5)
         pairs = {(p["a"], p["b"]): (p["overlap"], p["conflicts"]) for p in reply["pairs"]}
         self.assertEqual(pairs, {(w1, w3): (["h.txt"], []), (w1, w2): (["f.txt"], ["f.txt"])})
         self.assertEqual(reply["pairs_checked"], 3)
         rows = {w["handle"]: w for w in reply["works"]}
         self.assertEqual({h: (r["ahead"], r["behind"], r["changed"]) for h, r in rows.items()},
                          {w1: (1, 0, ["f.txt", "h.txt"]), w2: (1, 0, ["f.txt"]), w3: (1, 0, ["h.txt", "own.txt"])})
-        self.assertEqual(self.conflicts(), ["%s x %s: conflict f.txt" % (w1, w2)])
-        verbose = self.conflicts("--verbose")
+        self.assertEqual(self.conflicts(code=5), ["%s x %s: conflict f.txt" % (w1, w2)])
+        verbose = self.conflicts("--verbose", code=5)
         self.assertIn("%s x %s: both changed h.txt, merges cleanly" % (w1, w3), verbose)
         self.assertEqual(self.canon_state(), before, "work conflicts changed the canonical repository")
         self.assertEqual([self.op_heads(p) for p in (p1, p2, p3)], heads, "work conflicts snapshotted a clone")
 
         # main moves: the last line of h.txt conflicts with the third work, the first merges with the first.
         self.move_main(self.canon, "h.txt", "a\nb\nc\nd\nmain\n")
-        reply = self.work_json("conflicts")
+        reply = self.work_json("conflicts", check=5)
         rows = {w["handle"]: w for w in reply["works"]}
         self.assertEqual((rows[w3]["behind"], rows[w3]["target_overlap"], rows[w3]["target_conflicts"]),
                          (1, ["h.txt"], ["h.txt"]))
         self.assertEqual((rows[w1]["target_overlap"], rows[w1]["target_conflicts"]), (["h.txt"], []))
         self.assertEqual((rows[w2]["target_overlap"], rows[w2]["target_conflicts"]), ([], []))
-        self.assertEqual(sorted(self.conflicts()), sorted(["%s x %s: conflict f.txt" % (w1, w2),
+        self.assertEqual(sorted(self.conflicts(code=5)), sorted(["%s x %s: conflict f.txt" % (w1, w2),
                                                            "%s x main: conflict h.txt" % w3]))
 
     def test_nothing_to_compare_is_one_line_and_a_missing_clone_is_skipped(self):
@@ -3048,3 +3049,25 @@ class StartOutputTest(TmuxWorkCase):
         self.assertIn("coord's hooks stay off there until you approve them", out)
         self.assertTrue(out.endswith("\nattach: tmux -S %s attach-session -t %s\n" % (shlex.quote(self.sock),
                                                                                       tmux["pane_id"])), out)
+
+
+class ConflictsExitTest(LandingPreviewCase):
+    """`work conflicts` exits 5 when it finds a pair that would conflict (with another work or with
+    the target), 0 when it finds none, overlaps without conflict included."""
+
+    def test_exit_status_says_whether_anything_would_conflict(self):
+        self.write(self.canon, "f.txt", "1\n2\n3\n")
+        self.move_main(self.canon, "g.txt", "a\nb\nc\n", "base files")
+        for task, text in (("left", "L\n2\n3\n"), ("right", "R\n2\n3\n")):
+            handle, path, _ = self.create(task)
+            self.write(path, "f.txt", text)
+            self.jj(path, "commit", "-m", task)
+        proc = self.work("conflicts")
+        self.assertEqual(proc.returncode, 5, proc.stdout + proc.stderr)
+        self.assertIn("conflict f.txt", proc.stdout)
+        self.assertEqual(self.work("conflicts", "--json").returncode, 5)
+        shutil.rmtree(path)  # the right-hand clone is gone: it is skipped, nothing left to conflict
+        proc = self.work("conflicts")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("no conflicts among 1 work", proc.stdout)
+        self.assertIn("5 when some would", " ".join(self.work("conflicts", "--help").stdout.split()))
