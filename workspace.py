@@ -662,7 +662,8 @@ WORK_DATA = {
     "parked": ("{reason, at} while parked, else None", "_record_tmux, record_conversation"),
     "trust": ("{added, notes, ...}: harness trust entries coord carried for the clone", "carry_trust, drop_trust, "
               "_adopt_trust"),
-    "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed", "cleanup._mark_removed; _record_failed_create (a refused create, nothing on disk)"),
+    "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed (also a refused create "
+                "that left nothing on disk)", "cleanup._mark_removed, _record_failed_create"),
 }
 
 
