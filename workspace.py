@@ -880,6 +880,9 @@ def _record_created(st, w, caller, ids, gaps):
 
 LOW_SPACE = 1 << 20  # bytes: below this much free space jj cannot be relied on to snapshot
 CREATE_MARGIN = (2 << 20, 0.05)  # added to the estimate: jj's own store, op log and index
+# Free space at least 50 times the git objects plus 1 GiB: enough for any plausible checkout,
+# so the create runs no `git ls-tree` to size it (the common case costs no process).
+OBVIOUSLY_ENOUGH = (50, 1 << 30)
 
 
 def free_space(path):
@@ -895,34 +898,62 @@ def mib(n):
     return "%.1f MiB" % (n / float(1 << 20))
 
 
-def create_space_needed(source, native, environ=None):
-    """An estimate of what a create writes in the scratch root, in bytes, or None when git cannot
-    tell: the files of HEAD's tree (the checkout), plus for a clone the source's git objects
-    (`count-objects`: what `jj git clone` fetches), plus CREATE_MARGIN."""
+def _objects_bytes(source):
+    """Bytes in the source's git object store (packs and loose objects: what `jj git clone`
+    fetches, about), walked without a process; None when the store is not a plain directory."""
+    for objects in (os.path.join(source, ".git", "objects"), os.path.join(source, ".jj", "repo", "store", "git",
+                                                                        "objects")):
+        if os.path.isdir(objects) and not os.path.islink(objects):
+            total = 0
+            for dirpath, _dirs, files in os.walk(objects):
+                for name in files:
+                    try:
+                        total += os.lstat(os.path.join(dirpath, name)).st_size
+                    except OSError:
+                        pass
+            return total
+    return None
+
+
+def _tree_bytes(source, environ=None):
+    """The size of the files of HEAD's tree (what a checkout writes): one `git ls-tree`; None unknown."""
+    code, out, _ = git(git_dir_args(source) + ["ls-tree", "-r", "-l", "--full-tree", "HEAD"], source, environ,
+                       check=False)
+    if code != 0:
+        return None
+    total = 0
+    for line in out.splitlines():
+        fields = line.split(None, 4)
+        if len(fields) >= 4 and fields[1] == "blob" and fields[3].isdigit():
+            total += int(fields[3])
+    return total
+
+
+def create_space_needed(source, native, environ=None, free=None):
+    """An estimate of what a create writes in the scratch root, in bytes, or None when unknown:
+    the files of HEAD's tree (the checkout), plus for a clone the source's git objects, plus
+    CREATE_MARGIN. When `free` is far above what any checkout of these objects plausibly needs
+    (OBVIOUSLY_ENOUGH), the objects' size alone is returned and no process runs."""
     try:
-        gargs = git_dir_args(source)
-        tree = 0
-        code, out, _ = git(gargs + ["ls-tree", "-r", "-l", "--full-tree", "HEAD"], source, environ, check=False)
-        if code == 0:
-            for line in out.splitlines():
-                fields = line.split(None, 4)
-                if len(fields) >= 4 and fields[1] == "blob" and fields[3].isdigit():
-                    tree += int(fields[3])
-        objects = 0
-        if not native:
-            _, out, _ = git(gargs + ["count-objects", "-v"], source, environ)
-            counts = dict(l.split(": ", 1) for l in out.splitlines() if ": " in l)
-            objects = 1024 * sum(int(counts.get(k, "0")) for k in ("size", "size-pack") if counts.get(k, "0").isdigit())
+        objects = _objects_bytes(source)
+        if objects is not None and free is not None and free >= OBVIOUSLY_ENOUGH[0] * objects + OBVIOUSLY_ENOUGH[1]:
+            return objects
+        if objects is None and not native:
+            return None
+        tree = _tree_bytes(source, environ)
     except store.CoordError:
         return None
-    return int((tree + objects) * (1 + CREATE_MARGIN[1])) + CREATE_MARGIN[0]
+    if tree is None:
+        return None
+    return int((tree + (0 if native else objects)) * (1 + CREATE_MARGIN[1])) + CREATE_MARGIN[0]
 
 
 def check_create_space(task, source, scratch, native, environ=None):
     """Refuse a create (EnvError, before anything is made) whose estimated size exceeds the scratch
     root's free space; unknown either way, nothing is refused."""
-    needed, free = create_space_needed(source, native, environ), free_space(scratch)
-    if needed is None or free is None or needed <= free:
+    free = free_space(scratch)
+    needed = create_space_needed(source, native, environ, free) if free is not None else None
+    if needed is None or needed <= free:
         return
     raise EnvError("work create %s refused: not enough space: a clone of %s needs about %s, %s is free in %s" % (
         task, source, mib(needed), mib(free), scratch),
