@@ -1566,7 +1566,7 @@ class CommitLineTest(InstallTestCase):
         status = subprocess.run(["git", "-C", self.target, "status", "--porcelain"], env=self.env,
                                 stdout=subprocess.PIPE, text=True, timeout=60).stdout
         self.assertEqual(status, "", "the printed command committed everything installed")
-        self.assertIsNone(self.commit_line(self.install(check=0)), "nothing to commit: nothing said")
+        self.assertIsNone(self.commit_line(self.install(check=0)), "nothing to commit, nothing changed: nothing said")
         self.assertEqual(self.coord("work", "create", "later", runtime=me["id"], cwd=self.target).returncode, 0)
         # An upgrade that changes a committed file says it again.
         with open(self.t(".coord", "VERSION"), "w") as f:
