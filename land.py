@@ -1799,7 +1799,9 @@ def cmd_inspect(ctx, args):
     if "observed" in facts:
         data["observed"] = facts["observed"]
     lines = workspace.inspect_lines(facts, ctx.verbose, landing=landing_lines(w))
-    data["preview"] = inspect_preview(w, ctx.environ)
+    data["space"] = facts.get("space")
+    # On a full disk the clone's last snapshot is stale (jj cannot write a new one): no preview from it.
+    data["preview"] = None if data["space"] else inspect_preview(w, ctx.environ)
     if data["preview"]:
         lines.insert(1, preview_line(data["preview"]))
     return 0, data, "\n".join(lines)
@@ -1837,8 +1839,11 @@ def cmd_acquire(ctx, args):
 
 
 def cmd_conflicts(ctx, args):
+    """Exit 0 when nothing would conflict (or it could not be computed: the text says why),
+    store.EXIT_CONFLICTS (5) when some pair would."""
     r = conflict_report(ctx.db, into=args.into, environ=ctx.environ)
-    return 0, workspace.ok_data(r), "\n".join(conflict_lines(r, ctx.verbose))
+    found = any(w["target_conflicts"] for w in r["works"]) or any(p["conflicts"] for p in r["pairs"])
+    return store.EXIT_CONFLICTS if found else 0, workspace.ok_data(r), "\n".join(conflict_lines(r, ctx.verbose))
 
 
 def conflict_lines(r, verbose=False):
@@ -1981,7 +1986,9 @@ def _parse_integrate(ws, both):
 
 def _parse_conflicts(ws, both):
     p = ws.add_parser("conflicts", parents=both, help="which live works (and their targets) change the same "
-                      "paths, and which would conflict; reads only")
+                      "paths, and which would conflict; reads only; exit 0 none, 5 some would conflict",
+                      description="Exit status: 0 when no pair would conflict, 5 when some would (as `check` "
+                      "exits 3 when blocked), 2-4 for coord's usual errors.")
     p.add_argument("--into", metavar="BOOKMARK", help="compare every work with this bookmark (default: the one "
                    "each integrates into, else the repository's main bookmark)")
     p.set_defaults(func=cmd_conflicts)

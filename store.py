@@ -46,6 +46,7 @@ ID_RANGE = (1, (1 << 63) - 1)              # message IDs (SQLite INTEGER); audit
 PID_RANGE = (1, (1 << 31) - 1)             # hello --pid (pid_t)
 
 EXIT_INTERNAL, EXIT_USAGE, EXIT_REFUSED, EXIT_ENV = 1, 2, 3, 4
+EXIT_CONFLICTS = 5  # `work conflicts` found works that would conflict (a finding, not a failure)
 
 # The next step for a superseded (stale) attachment, given the handle that replaced it.
 STALE_HINT = ("this session is stale: stop acting for the conversation here; %s carries it on"

@@ -662,7 +662,8 @@ WORK_DATA = {
     "parked": ("{reason, at} while parked, else None", "_record_tmux, record_conversation"),
     "trust": ("{added, notes, ...}: harness trust entries coord carried for the clone", "carry_trust, drop_trust, "
               "_adopt_trust"),
-    "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed", "cleanup._mark_removed"),
+    "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed (also a refused create "
+                "that left nothing on disk)", "cleanup._mark_removed, _record_failed_create"),
 }
 
 
@@ -760,15 +761,37 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
                 native=False, allow_unprotected=False, no_setup=False):
     """Clone the canonical repository of `root` for one task and record it; -> the work record.
 
-    The record is written (`creating`) before the disk is touched; a failure marks it
-    `failed` with the step and reason, removes what this create made, and raises EnvError.
-    When the shared checkout has coord installed and the clone's starting revision does not
-    carry it (or carries an older release), the clone's agents would run without hooks: that
-    is refused (Refused, recorded the same way, with the commit command) unless
-    allow_unprotected, which records the gaps in the work's `unprotected`.
+    Everything that can be refused before the disk is touched is (the plan, the free space in
+    the scratch root): such a refusal leaves no record. Then the record is written (`creating`);
+    a failure marks it `failed` with the step and reason, removes what this create made, and
+    raises EnvError. When the shared checkout has coord installed and the clone's starting
+    revision does not carry it (or carries an older release), the clone's agents would run
+    without hooks: that is refused (Refused, with the commit command; the clone is removed and,
+    nothing being left on disk, the record too) unless allow_unprotected, which records the
+    gaps in the work's `unprotected`.
     Unless no_setup, the clone is then set up (run_setup): a failed setup keeps the clone,
     records the result and raises Refused naming the next command.
     """
+    plan = _create_plan(st, root=root, task=task, environ=environ, scratch_root=scratch_root, from_rev=from_rev,
+                        depends=depends, resources=resources, native=native, no_setup=no_setup)
+    check_create_space(plan["task"], plan["source"], plan["scratch"], plan["native"], environ)
+    w, token = _insert_creating(st, caller, plan, from_rev)
+    ids, gaps = _checkout_or_fail(st, w, caller, token, from_rev, environ, allow_unprotected)
+    w = _record_created(st, w, caller, ids, gaps)
+    w = carry_trust(st, w, caller, environ)
+    if no_setup:
+        with st.transaction():
+            w = st.update_work(w["id"], data={"setup": {"status": "skipped", "at": now_time()}})
+        return w
+    w, result = run_setup(st, caller=caller, work=w, environ=environ)
+    if result["status"] not in SETUP_OK:
+        raise setup_refusal(w, result, created=True)
+    return w
+
+
+def _create_plan(st, *, root, task, environ, scratch_root, from_rev, depends, resources, native, no_setup):
+    """Check a create's arguments before anything is made; -> {task, source, scratch, dep_ids,
+    planned, native}."""
     task = check_task(task)
     if not no_setup:  # a bad COORD_SETUP_TIMEOUT is refused before anything is made
         store.env_number(os.environ if environ is None else environ, "COORD_SETUP_TIMEOUT", SETUP_TIMEOUT,
@@ -786,19 +809,34 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
         raise UsageError("--from %r is not a revision" % from_rev, "coord work create TASK --from main")
     if not native:
         clone_source(source)
+    return {"task": task, "source": source, "scratch": scratch, "dep_ids": dep_ids, "planned": planned,
+            "native": native}
+
+
+def _insert_creating(st, caller, plan, from_rev):
+    """Write the `creating` record (path, token, port base) before the disk is touched; -> (record, token)."""
+    task, scratch, source = plan["task"], plan["scratch"], plan["source"]
     work_id = store.new_uuid()
     path = os.path.join(scratch, "%s.%s" % (task, work_id[:8]))
     if os.path.lexists(path):
         path = os.path.join(scratch, "%s.%s" % (task, work_id))
     token = os.urandom(32).hex()
-    data = _work_data("native" if native else "clone", caller, workspace_name(work_id), bookmark_name(task, work_id),
-                      {"state": "creating", "at": now_time(), "by": caller["id"]}, dep_ids, planned, **{"from": from_rev})
+    data = _work_data("native" if plan["native"] else "clone", caller, workspace_name(work_id),
+                      bookmark_name(task, work_id), {"state": "creating", "at": now_time(), "by": caller["id"]},
+                      plan["dep_ids"], plan["planned"], **{"from": from_rev})
     with st.transaction():
         data["port_base"] = port_base(st, work_id)
         w = st.insert_work(task, "creating", token, path=path, scratch_root=scratch, source=source,
                            conversation=caller["conversation"], runtime=caller["id"], data=data, work_id=work_id)
         st.audit("work.creating", caller["id"], work_id, task=task, path=path, source=source,
-                 kind=data["kind"], depends=dep_ids, planned=planned)
+                 kind=data["kind"], depends=plan["dep_ids"], planned=plan["planned"])
+    return w, token
+
+
+def _checkout_or_fail(st, w, caller, token, from_rev, environ, allow_unprotected):
+    """Make the checkout (with the protection check when the shared checkout has coord); -> (head
+    ids, protection gaps). A failure or refusal is recorded (_record_failed_create) and raised."""
+    source, task = w["source"], w["task"]
     shared, gaps = shared_installation(source), []
 
     def check(checkout):
@@ -816,24 +854,121 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
             % (task, unprotected),
             "commit coord's installation in the shared checkout, then retry (or pass --allow-unprotected): %s"
             % commit_command(source, from_rev, environ)))  # the command ends the line: pasted whole, it runs
+    return ids, gaps
+
+
+def _record_created(st, w, caller, ids, gaps):
+    """The checkout exists: record its base and make the work `active`; -> the record."""
+    work_id = w["id"]
     base = {"change": ids["change"], "commit": ids["commit"],
             "parent": ids["parents"][0] if len(ids["parents"]) == 1 else None, "parents": ids["parents"]}
     with st.transaction():
         cur = st.work(work_id)
         w = st.update_work(work_id, state="active", data={
-            "base": base, "current": dict(base, empty=ids["empty"], at=now_time()), "git": _git_kind(path),
+            "base": base, "current": dict(base, empty=ids["empty"], at=now_time()), "git": _git_kind(w["path"]),
             "history": with_history(cur, "active", caller), "unprotected": gaps or None})
-        st.audit("work.created", caller["id"], work_id, task=task, path=path, base_change=ids["change"],
-                 base_commit=ids["commit"], kind=data["kind"], unprotected=gaps or None)
-    w = carry_trust(st, w, caller, environ)
-    if no_setup:
-        with st.transaction():
-            w = st.update_work(work_id, data={"setup": {"status": "skipped", "at": now_time()}})
-        return w
-    w, result = run_setup(st, caller=caller, work=w, environ=environ)
-    if result["status"] not in SETUP_OK:
-        raise setup_refusal(w, result, created=True)
+        st.audit("work.created", caller["id"], work_id, task=w["task"], path=w["path"], base_change=ids["change"],
+                 base_commit=ids["commit"], kind=w["data"]["kind"], unprotected=gaps or None)
     return w
+
+
+# --------------------------------------------------------------------------- free space
+# A create on a full disk fails half-way, or worse succeeds at 100% and leaves jj unable to
+# snapshot (seen: `jj describe` "No space left on device" while status read the old snapshot).
+# So a create first checks the scratch root's free space against an estimate, and status and
+# inspect say when a clone's filesystem is (nearly) full.
+
+LOW_SPACE = 1 << 20  # bytes: below this much free space jj cannot be relied on to snapshot
+CREATE_MARGIN = (2 << 20, 0.05)  # added to the estimate: jj's own store, op log and index
+# Free space at least 50 times the git objects plus 1 GiB: enough for any plausible checkout,
+# so the create runs no `git ls-tree` to size it (the common case costs no process).
+OBVIOUSLY_ENOUGH = (50, 1 << 30)
+
+
+def free_space(path):
+    """Bytes available to this user on the filesystem holding path, or None when unknown."""
+    try:
+        v = os.statvfs(path)
+    except OSError:
+        return None
+    return v.f_bavail * v.f_frsize
+
+
+def mib(n):
+    return "%.1f MiB" % (n / float(1 << 20))
+
+
+def _objects_bytes(source):
+    """Bytes in the source's git object store (packs and loose objects: what `jj git clone`
+    fetches, about), walked without a process; None when the store is not a plain directory."""
+    for objects in (os.path.join(source, ".git", "objects"), os.path.join(source, ".jj", "repo", "store", "git",
+                                                                        "objects")):
+        if os.path.isdir(objects) and not os.path.islink(objects):
+            total = 0
+            for dirpath, _dirs, files in os.walk(objects):
+                for name in files:
+                    try:
+                        total += os.lstat(os.path.join(dirpath, name)).st_size
+                    except OSError:
+                        pass
+            return total
+    return None
+
+
+def _tree_bytes(source, environ=None):
+    """The size of the files of HEAD's tree (what a checkout writes): one `git ls-tree`; None unknown."""
+    code, out, _ = git(git_dir_args(source) + ["ls-tree", "-r", "-l", "--full-tree", "HEAD"], source, environ,
+                       check=False)
+    if code != 0:
+        return None
+    total = 0
+    for line in out.splitlines():
+        fields = line.split(None, 4)
+        if len(fields) >= 4 and fields[1] == "blob" and fields[3].isdigit():
+            total += int(fields[3])
+    return total
+
+
+def create_space_needed(source, native, environ=None, free=None):
+    """An estimate of what a create writes in the scratch root, in bytes, or None when unknown:
+    the files of HEAD's tree (the checkout), plus for a clone the source's git objects, plus
+    CREATE_MARGIN. When `free` is far above what any checkout of these objects plausibly needs
+    (OBVIOUSLY_ENOUGH), the objects' size alone is returned and no process runs."""
+    try:
+        objects = _objects_bytes(source)
+        if objects is not None and free is not None and free >= OBVIOUSLY_ENOUGH[0] * objects + OBVIOUSLY_ENOUGH[1]:
+            return objects
+        if objects is None and not native:
+            return None
+        tree = _tree_bytes(source, environ)
+    except store.CoordError:
+        return None
+    if tree is None:
+        return None
+    return int((tree + (0 if native else objects)) * (1 + CREATE_MARGIN[1])) + CREATE_MARGIN[0]
+
+
+def check_create_space(task, source, scratch, native, environ=None):
+    """Refuse a create (EnvError, before anything is made) whose estimated size exceeds the scratch
+    root's free space; unknown either way, nothing is refused."""
+    free = free_space(scratch)
+    needed = create_space_needed(source, native, environ, free) if free is not None else None
+    if needed is None or needed <= free:
+        return
+    raise EnvError("work create %s refused: not enough space: a clone of %s needs about %s, %s is free in %s" % (
+        task, source, mib(needed), mib(free), scratch),
+        "free space in %s, or create it on a bigger disk: coord work create %s --scratch-root /a/private/dir"
+        % (scratch, shlex.quote(task)))
+
+
+def space_problem(path):
+    """One sentence when the filesystem of a clone at path has less than LOW_SPACE free (jj and git
+    there fail for lack of space), else None."""
+    free = free_space(path)
+    if free is None or free >= LOW_SPACE:
+        return None
+    return "jj and git fail here: no space left on device (%d KiB free on the filesystem of %s)" % (
+        free // 1024, path)
 
 
 class repo_lock:
@@ -945,8 +1080,9 @@ def _checkout_steps(w, token, from_rev, environ, check):
         step = "jj log"
         return head_ids(path, snapshot=False, environ=environ)
     except (store.CoordError, OSError) as exc:
-        raise _CreateFailed(step, exc.message if isinstance(exc, store.CoordError)
-                            else "%s: %s" % (type(exc).__name__, exc))
+        reason = exc.message if isinstance(exc, store.CoordError) else "%s: %s" % (type(exc).__name__, exc)
+        full = space_problem(w["scratch_root"])  # jj's own message for a full disk can be a bare "git failed"
+        raise _CreateFailed(step, "%s; %s" % (reason, full) if full else reason)
 
 
 # jj prints the commit a command leaves with its `templates.commit_summary`; this one carries
@@ -970,16 +1106,23 @@ def _record_failed_create(st, w, caller, step, reason, environ, refusal=None):
     refusal=(message, hint), Refused)."""
     work_id, path = w["id"], w["path"]
     removed, left = _discard_half_created(w, w["data"]["kind"] == "native", environ)
+    # A refusal that leaves nothing on disk leaves no record either (it is `removed` at once, so
+    # neither `work list` nor `gc` sees it); a directory left behind keeps its `failed` record.
+    forget = refusal is not None and not left
     with st.transaction():
         cur = st.work(work_id)
-        st.update_work(work_id, state="failed", data={
-            "failure": {"step": step, "reason": reason, "at": now_time(),
-                        "directory": "removed" if removed else ("left at %s" % path if left else "never created")},
-            "history": with_history(cur, "failed", caller, reason=reason)})
-        st.audit("work.failed", caller["id"], work_id, step=step, reason=reason, removed=removed)
+        failure = {"step": step, "reason": reason, "at": now_time(),
+                   "directory": "removed" if removed else ("left at %s" % path if left else "never created")}
+        extra = {"removed": {"at": now_time(), "by": caller["id"], "how": "refused create, nothing on disk"}} \
+            if forget else {}
+        st.update_work(work_id, state="removed" if forget else "failed", data=dict(extra, failure=failure, history=(
+            with_history(cur, "removed" if forget else "failed", caller, reason=reason))))
+        st.audit("work.failed", caller["id"], work_id, step=step, reason=reason, removed=removed,
+                 forgotten=forget or None)
     if refusal is not None:
-        raise Refused("%s; recorded as failed (%s)" % (refusal[0], "directory removed" if removed else (
-            "directory left at %s" % path if left else "nothing on disk")), refusal[1], reason="unprotected")
+        raise Refused("%s; %s" % (refusal[0], "nothing kept (directory removed)" if removed else (
+            "recorded as failed (directory left at %s)" % path if left else "nothing kept")),
+            refusal[1], reason="unprotected")
     raise EnvError("work create %s failed at %s: %s; recorded as failed (%s)" % (
         w["task"], step, reason, "directory removed" if removed else ("directory left at %s" % path if left
                                                                       else "nothing on disk")),
@@ -1365,6 +1508,8 @@ def inspect_work(st, *, work, environ=None, observe=False):
     for dep in w["data"].get("depends", []):
         d = st.work(dep)
         facts["depends"].append((d["handle"] if d else dep, d["state"] if d else "unknown"))
+    if w["state"] not in UNUSABLE and not directory_problems(w):
+        facts["space"] = space_problem(w["path"])
     if observe and not directory_problems(w) and w["state"] not in ENDED:
         try:
             facts["observed"] = head_ids(w["path"], snapshot=False, environ=environ)
@@ -1427,6 +1572,10 @@ def status_facts(w, environ=None, into=None):
     if w["state"] in UNUSABLE or directory_problems(w):
         return facts
     path = w["path"]
+    full = space_problem(path)
+    if full:  # dirty/ahead read from a snapshot jj cannot update would mislead: say why instead
+        facts["errors"].append(full)
+        return facts
     try:
         if os.path.exists(os.path.join(path, ".git")):
             _, out, _ = git(["--no-optional-locks", "status", "--porcelain", "--untracked-files=normal"], path, environ)
@@ -2291,6 +2440,40 @@ def wrapped_session(harness, argv):
     return {"kind": "start", "conversation": None}
 
 
+CODEX_CD = ("-C", "--cd")
+NEW_WORKTREE = {"claude": ("-w", "--worktree"), "codex": ("--worktree",)}
+
+
+def session_directory(harness, argv, cwd):
+    """The directory an interactive session's command line works in: Codex's `-C/--cd DIR`
+    (relative to cwd), else cwd; None when the session runs in a new worktree (Claude's
+    `-w/--worktree [NAME]`, Codex's `--worktree`) or DIR is no directory. Claude has no option
+    that changes its working directory (`--add-dir` only allows access to more directories)."""
+    argv = list(argv)
+    args = argv[:argv.index("--")] if "--" in argv else argv
+    for a in args:
+        if a in NEW_WORKTREE.get(harness, ()) or any(a.startswith(n + "=") for n in NEW_WORKTREE.get(harness, ())
+                                                     if n.startswith("--")):
+            return None
+    target, i = None, 0
+    while harness == "codex" and i < len(args):  # the last one given wins, as for any repeated option
+        a = args[i]
+        if a in CODEX_CD:
+            target = args[i + 1] if i + 1 < len(args) else ""
+            i += 1
+        elif a.startswith("--cd="):
+            target = a[len("--cd="):]
+        elif a.startswith("-C"):  # -CDIR, -C=DIR
+            target = a[3:] if a.startswith("-C=") else a[2:]
+        elif a in CODEX_VALUE_OPTIONS:
+            i += 1
+        i += 1
+    if target is None:
+        return os.path.realpath(cwd)
+    d = os.path.realpath(os.path.join(cwd, os.path.expanduser(target)))
+    return d if target and os.path.isdir(d) else None
+
+
 def clone_of(st, cwd):
     """The live work whose managed clone holds `cwd` (by the ownership marker at or above it,
     read without following a symlink, matching the record's path and token), else None."""
@@ -2344,13 +2527,17 @@ def record_conversation(st, *, harness, argv, pid, cwd):
     w = clone_of(st, cwd)
     if w is None:
         return None
+    target = session_directory(harness, argv, cwd)  # `codex -C OTHER` works elsewhere: not this clone's session
+    there = clone_of(st, target) if target is not None else None
+    if there is None or there["id"] != w["id"]:
+        return None
     caller, pid_start = wrapper_person(st, pid)
     authorize(st, w, caller, "resume")
     with st.transaction():
         cur = st.work(w["id"])
         state = "resumed" if cur["state"] in ("parked", "closed", "archived") else cur["state"]
         direct = {"harness": harness, "kind": session["kind"], "conversation": session["conversation"], "pid": pid,
-                  "pid_start": pid_start, "at": now_time(), "by": caller["id"], "cwd": os.path.realpath(cwd)}
+                  "pid_start": pid_start, "at": now_time(), "by": caller["id"], "cwd": target}
         unarchived = True if cur["state"] == "archived" else None
         data = {"direct": direct, "history": with_history(cur, state, caller, step="direct", harness=harness,
                                                        kind=session["kind"], conversation=session["conversation"],
@@ -2490,6 +2677,8 @@ def inspect_lines(facts, verbose=False, landing=()):
     w, d = facts["work"], facts["work"]["data"]
     lines = [summary_line(w)]
     lines.append("path %s%s" % (w["path"], "" if w["path"] and os.path.isdir(w["path"]) else " (missing)"))
+    if facts.get("space"):
+        lines.append(facts["space"])
     if facts["owner"]:
         lines.append("owner %s%s" % (facts["owner"]["handle"], "" if facts["owner_live"] else " (not live)"))
     failure = d.get("failure")
@@ -2579,12 +2768,25 @@ def cmd_start(ctx, args):
     prompt = read_prompt(args.prompt, args.prompt_file)
     r = start_work(ctx.db, caller=optional_caller(ctx), handle=args.handle, harness=args.harness,
                    extra=args.extra, environ=ctx.environ, prompt=prompt, override=args.override)
-    return 0, ok_data(r), start_text(r)
+    import session
+    r["attach"] = session.attach_command(r["tmux"], None, ctx.environ)
+    return 0, ok_data(r), started_text(r, args.harness)
+
+
+def started_text(r, harness):
+    """What `work start` says on success: the window and the exact command that shows it, then
+    start_text's approvals or shell-agent lines when there are any."""
+    attach = " ".join(shlex.quote(a) for a in r["attach"])
+    more = start_text(r)
+    if more:
+        return "%s\nattach: %s" % (more, attach)
+    return "%s runs %s in tmux window %s; attach: %s" % (r["work"], harness, r["tmux"].get("window_id"), attach)
 
 
 def start_text(r):
-    """What `work start` says: nothing when the harness will run coord's hooks; otherwise what a
-    person must approve in the window, and how; for a shell agent its runtime and what is not enforced."""
+    """What `work start` (after started_text's window line) and `work resume` say: nothing when the
+    harness will run coord's hooks; otherwise what a person must approve in the window, and how;
+    for a shell agent its runtime and what is not enforced."""
     if r.get("not_enforced"):
         return "\n".join(["%s runs a shell agent in tmux window %s as %s (coord commands there act as it)"
                           % (r["work"], r["tmux"].get("window_id"), r["runtime"]), "not enforced there:"]

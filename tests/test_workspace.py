@@ -1881,8 +1881,8 @@ class UnprotectedCloneTest(WorkTestCase):
         proc = self.work("create", task)
         self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
         self.assertEqual(os.listdir(self.scratch), [], "a refused create leaves nothing in the scratch root")
-        failed = [w for w in self.work_json("list")["work"] if w["task"] == task]
-        self.assertEqual(failed[-1]["state"], "failed")
+        self.assertEqual([w for w in self.work_json("list")["work"] if w["task"] == task], [],
+                         "nothing on disk, no record")
         return proc.stderr
 
     def commit_command(self, stderr):
@@ -2627,8 +2627,9 @@ class WorkConflictsTest(LandingPreviewCase):
         self.jj(path, "commit", "-m", task)
         return handle, path
 
-    def conflicts(self, *args):
-        proc = self.work("conflicts", *args, check=0)
+    def conflicts(self, *args, code=0):
+        """The text of `work conflicts`, which exits 0 when nothing would conflict, 5 when some pair would."""
+        proc = self.work("conflicts", *args, check=code)
         return proc.stdout.splitlines()
 
     def test_three_works_two_overlap_one_conflicts(self):
@@ -2638,28 +2639,28 @@ class WorkConflictsTest(LandingPreviewCase):
                                             "conflict"])
         w2, p2 = self.changed("second", {"f.txt": "uno\n2\n3\n4\n5\n"})
         before, heads = self.canon_state(), [self.op_heads(p) for p in (p1, p2, p3)]
-        reply = self.work_json("conflicts")
+        reply = self.work_json("conflicts", check=5)
         pairs = {(p["a"], p["b"]): (p["overlap"], p["conflicts"]) for p in reply["pairs"]}
         self.assertEqual(pairs, {(w1, w3): (["h.txt"], []), (w1, w2): (["f.txt"], ["f.txt"])})
         self.assertEqual(reply["pairs_checked"], 3)
         rows = {w["handle"]: w for w in reply["works"]}
         self.assertEqual({h: (r["ahead"], r["behind"], r["changed"]) for h, r in rows.items()},
                          {w1: (1, 0, ["f.txt", "h.txt"]), w2: (1, 0, ["f.txt"]), w3: (1, 0, ["h.txt", "own.txt"])})
-        self.assertEqual(self.conflicts(), ["%s x %s: conflict f.txt" % (w1, w2)])
-        verbose = self.conflicts("--verbose")
+        self.assertEqual(self.conflicts(code=5), ["%s x %s: conflict f.txt" % (w1, w2)])
+        verbose = self.conflicts("--verbose", code=5)
         self.assertIn("%s x %s: both changed h.txt, merges cleanly" % (w1, w3), verbose)
         self.assertEqual(self.canon_state(), before, "work conflicts changed the canonical repository")
         self.assertEqual([self.op_heads(p) for p in (p1, p2, p3)], heads, "work conflicts snapshotted a clone")
 
         # main moves: the last line of h.txt conflicts with the third work, the first merges with the first.
         self.move_main(self.canon, "h.txt", "a\nb\nc\nd\nmain\n")
-        reply = self.work_json("conflicts")
+        reply = self.work_json("conflicts", check=5)
         rows = {w["handle"]: w for w in reply["works"]}
         self.assertEqual((rows[w3]["behind"], rows[w3]["target_overlap"], rows[w3]["target_conflicts"]),
                          (1, ["h.txt"], ["h.txt"]))
         self.assertEqual((rows[w1]["target_overlap"], rows[w1]["target_conflicts"]), (["h.txt"], []))
         self.assertEqual((rows[w2]["target_overlap"], rows[w2]["target_conflicts"]), ([], []))
-        self.assertEqual(sorted(self.conflicts()), sorted(["%s x %s: conflict f.txt" % (w1, w2),
+        self.assertEqual(sorted(self.conflicts(code=5)), sorted(["%s x %s: conflict f.txt" % (w1, w2),
                                                            "%s x main: conflict h.txt" % w3]))
 
     def test_nothing_to_compare_is_one_line_and_a_missing_clone_is_skipped(self):
@@ -3019,3 +3020,141 @@ class WorkNameTest(TmuxWorkCase):
         self.assertEqual(text.count("1 unacked"), 1, text)
         mine = next(l for l in text.splitlines() if l.strip().startswith(self.rt["handle"]))
         self.assertIn("1 unacked", mine)
+
+
+class RefusedCreateRecordTest(WorkTestCase):
+    """A create refused with nothing left on disk leaves no record: not in `work list`, nothing
+    for `gc`; the audit keeps what happened."""
+
+    def test_an_unprotected_refusal_is_not_listed_and_leaves_gc_nothing(self):
+        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.canon, "--project-id",
+                               "protected"], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.work("create", "guarded")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("nothing kept", proc.stderr)
+        self.assertNotIn("recorded as failed", proc.stderr)
+        self.assertEqual(os.listdir(self.scratch), [])
+        self.assertEqual([w["task"] for w in self.work_json("list")["work"]], [])
+        self.assertNotIn("guarded", self.work("list", check=0).stdout)
+        self.assertEqual(self.work_json("gc")["removed"], [], "nothing left for gc to clear")
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual([e["data"]["step"] for e in events if e["event"] == "work.failed"], ["protection check"])
+
+
+def mount_tmpfs(testcase, size):
+    """A private tmpfs of `size` (e.g. "12m") mounted under the test's directory, mode 0700,
+    unmounted at cleanup; fails under CI=true, skips elsewhere, when it cannot be mounted."""
+    path = os.path.join(testcase.tmp, "small-disk")
+    os.mkdir(path, 0o700)
+    mount = shutil.which("mount")
+    proc = subprocess.run([mount, "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "tmpfs", path],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30) if mount else None
+    if proc is None or proc.returncode != 0:
+        msg = "cannot mount a tmpfs (needs root): %s" % (proc.stderr.strip() if proc else "no mount command")
+        if support.IN_CI:
+            testcase.fail(msg)
+        testcase.skipTest(msg)
+    testcase.addCleanup(subprocess.run, ["umount", "-l", path], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=30)
+    return path
+
+
+def fill(path):
+    """Write zeros into a file under path until the filesystem is full."""
+    with open(os.path.join(path, "filler"), "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
+class ScratchSpaceTest(WorkTestCase):
+    """A 12 MiB scratch root on a real tmpfs: a create that does not fit is refused before anything
+    is made; a clone whose filesystem is full is reported as such by status and inspect."""
+
+    def test_a_create_too_big_for_the_scratch_root_is_refused_with_the_figures(self):
+        small = mount_tmpfs(self, "12m")
+        for i in range(9):  # 5.4 MB that does not compress, in files jj tracks (each under 1 MiB)
+            with open(os.path.join(self.canon, "blob%d.bin" % i), "wb") as f:
+                f.write(os.urandom(600000))
+        self.jj(self.canon, "commit", "-m", "blobs")
+        self.jj(self.canon, "bookmark", "set", "main", "-r", "@-")
+        proc = self.work("create", "big", "--scratch-root", small)
+        self.assertEqual(proc.returncode, 4, proc.stdout + proc.stderr)
+        self.assertRegex(proc.stderr, r"needs about \d+\.\d MiB, \d+\.\d MiB is free in %s" % small)
+        self.assertIn("--scratch-root", proc.stderr)
+        self.assertEqual(os.listdir(small), [], "nothing made")
+        self.assertEqual(self.work_json("list")["work"], [], "no record")
+
+    def test_status_and_inspect_say_the_clone_has_no_space_instead_of_a_stale_snapshot(self):
+        small = mount_tmpfs(self, "12m")
+        handle, path, _ = self.create("tight", "--scratch-root", small)
+        self.write(path, "edit.txt", "an edit jj has not snapshotted\n")
+        fill(small)
+        jj = subprocess.run(["jj", "describe", "-m", "x"], cwd=path, env=self.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertNotEqual(jj.returncode, 0, "the premise: jj cannot snapshot on a full disk")
+        self.assertIn("No space left on device", jj.stderr)
+        row = [l for l in self.coord("status", check=0).stdout.splitlines() if l.strip().startswith(handle)][0]
+        self.assertIn("no space left on device", row)
+        self.assertNotRegex(row, r"\+\d+/-")
+        self.assertNotIn("clean", row)
+        text = self.work("inspect", handle, check=0).stdout
+        self.assertIn("jj and git fail here: no space left on device", text)
+        self.assertNotIn("ahead of", text)
+        self.assertTrue(self.work_json("inspect", handle)["space"])
+
+
+class StartOutputTest(TmuxWorkCase):
+    """`work start` says where the agent runs and the exact command that shows it."""
+
+    def test_start_prints_the_window_and_an_attach_command_that_works(self):
+        handle, path, _ = self.create("shown")
+        with open(os.path.join(self.home, ".claude.json"), "w") as f:  # Claude trusts it: no approval to ask for
+            json.dump({"projects": {path: {"hasTrustDialogAccepted": True}}}, f)
+        out = self.work("start", handle, check=0).stdout
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertEqual(out, "%s runs claude in tmux window %s; attach: tmux -S %s attach-session -t %s\n" % (
+            handle, tmux["window_id"], shlex.quote(self.sock), tmux["pane_id"]))
+        self.assertEqual(self.work_json("attach", handle)["command"], shlex.split(out.split("attach: ", 1)[1]),
+                         "the same command as work attach")
+        argv = shlex.split(out.split("attach: ", 1)[1])
+        # The printed command names the live pane: with attach-session swapped for a read, tmux finds it.
+        probe = subprocess.run([self.tmux_bin if argv[0] == "tmux" else argv[0]] + argv[1:3]
+                               + ["display-message", "-p", "-t", argv[-1], "#{pane_id} #{window_id}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=10)
+        self.assertEqual(probe.stdout.split(), [tmux["pane_id"], tmux["window_id"]], probe.stderr)
+
+    def test_a_start_with_approvals_to_give_ends_with_the_attach_command(self):
+        handle, path, _ = self.create("untrusted")
+        out = self.work("start", handle, check=0).stdout
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertIn("coord's hooks stay off there until you approve them", out)
+        self.assertTrue(out.endswith("\nattach: tmux -S %s attach-session -t %s\n" % (shlex.quote(self.sock),
+                                                                                      tmux["pane_id"])), out)
+
+
+class ConflictsExitTest(LandingPreviewCase):
+    """`work conflicts` exits 5 when it finds a pair that would conflict (with another work or with
+    the target), 0 when it finds none, overlaps without conflict included."""
+
+    def test_exit_status_says_whether_anything_would_conflict(self):
+        self.write(self.canon, "f.txt", "1\n2\n3\n")
+        self.move_main(self.canon, "g.txt", "a\nb\nc\n", "base files")
+        for task, text in (("left", "L\n2\n3\n"), ("right", "R\n2\n3\n")):
+            handle, path, _ = self.create(task)
+            self.write(path, "f.txt", text)
+            self.jj(path, "commit", "-m", task)
+        proc = self.work("conflicts")
+        self.assertEqual(proc.returncode, 5, proc.stdout + proc.stderr)
+        self.assertIn("conflict f.txt", proc.stdout)
+        self.assertEqual(self.work("conflicts", "--json").returncode, 5)
+        shutil.rmtree(path)  # the right-hand clone is gone: it is skipped, nothing left to conflict
+        proc = self.work("conflicts")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("no conflicts among 1 work", proc.stdout)
+        self.assertIn("5 when some would", " ".join(self.work("conflicts", "--help").stdout.split()))
