@@ -1633,19 +1633,10 @@ def live_inside(st, w, procs):
     process is inside it, then any other process whose working directory is inside it."""
     path, h = w["path"], w["handle"]
     out, named = [], set()
-    for rt in st.live_runtimes():
-        recorded = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
-        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") else None
-        if not (is_inside(recorded, path) or is_inside(actual, path)):
-            continue
+    for rt, where in runtimes_inside(st, w, procs):
         if rt.get("pid"):
             named.add(rt["pid"])
-        where = "its process %d works in %s" % (rt["pid"], actual) if is_inside(actual, path) else \
-            "it was registered in %s" % recorded
-        where = store.clean_text(where, 300)
-        out.append(blocker("runtime-inside", "live runtime %s is inside it (%s)" % (rt["handle"], where),
-                    "ask it to finish: coord send \"done with %s?\" --to %s ; or wait until it ends"
-                    % (h, rt["handle"])))
+        out.append(runtime_inside_blocker(w, rt, where))
     for pid in sorted(procs or {}):
         if pid in named or not is_inside(procs[pid], path):
             continue
@@ -1654,6 +1645,27 @@ def live_inside(st, w, procs):
                     % (pid, store.clean_text(comm or "?", 40)),
                     "end process %d or move it out of the clone, then retry" % pid))
     return out
+
+
+def runtimes_inside(st, w, procs):
+    """[(runtime, where)] of the live runtimes whose recorded cwd or harness process (its
+    working directory in `procs`, {pid: cwd} or None) is inside the work's clone."""
+    path, out = w["path"], []
+    for rt in st.live_runtimes():
+        recorded = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
+        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") else None
+        if not (is_inside(recorded, path) or is_inside(actual, path)):
+            continue
+        where = "its process %d works in %s" % (rt["pid"], actual) if is_inside(actual, path) else \
+            "it was registered in %s" % recorded
+        out.append((rt, store.clean_text(where, 300)))
+    return out
+
+
+def runtime_inside_blocker(w, rt, where):
+    return blocker("runtime-inside", "live runtime %s is inside it (%s)" % (rt["handle"], where),
+                   "ask it to finish: coord send \"done with %s?\" --to %s ; or wait until it ends"
+                   % (w["handle"], rt["handle"]))
 
 
 def disk_entries(path):
@@ -1760,7 +1772,9 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
                            data=data, work_id=work_id)
         st.audit("work.adopted", who_id(caller), work_id, path=path, bookmark=bookmark, commit=commit)
     write_marker(path, work_id, token)
-    return _adopt_trust(st, w, caller, environ)
+    w = _adopt_trust(st, w, caller, environ)
+    w = adopt_landed(st, w, caller, environ)
+    return adopt_window(st, w, caller, environ)
 
 
 def _adopt_trust(st, w, caller, environ):
@@ -1778,6 +1792,116 @@ def _adopt_trust(st, w, caller, environ):
         cur = st.update_work(w["id"], data={"trust": {"added": found, "notes": [], "adopted": True}})
         st.audit("work.trust-carried", who_id(caller), w["id"], added=found, adopted=True)
     return cur
+
+
+# --------------------------------------------------------------------------- adopt: what the clone proves
+
+def adopt_landed(st, w, caller, environ):
+    """An adopted clone whose changes are on the target bookmark of the canonical repository
+    landed before the database was lost: @ (or, when @ is empty, its one parent) is an ancestor
+    of that bookmark's commit there, and so is the work's own first commit (its agent bookmark,
+    made on @ at create and moved with it: an untouched clone's @ is off the bookmark). Recorded as integrated into it with that proof (the gate as
+    waived, naming the proof: nothing is left to check), so `work remove` needs no --force;
+    cleanup still refuses anything beyond that commit. -> the record (unchanged when unproven)."""
+    cur = w["data"].get("current") or {}
+    cand = cur.get("commit")
+    if cur.get("empty"):
+        head = head_ids(w["path"], snapshot=False, environ=environ)
+        cand = head["parents"][0] if len(head["parents"]) == 1 else None
+    into = target_bookmark(w, environ)
+    if not cand or not FULL_COMMIT_RE.match(cand) or not into or not _BOOKMARK_RE.match(into):
+        return w
+    try:
+        gargs = git_dir_args(w["source"])
+        code, out, _ = git(gargs + ["rev-parse", "--verify", "--quiet", "refs/heads/%s^{commit}" % into],
+                           w["source"], environ, check=False)
+        target = out.strip()
+        first = (w["data"].get("adopted") or {}).get("bookmark_commit")
+        if code != 0 or not FULL_COMMIT_RE.match(target) or not first:
+            return w
+        for commit in (first, cand):
+            code, _, _ = git(gargs + ["merge-base", "--is-ancestor", commit, target], w["source"], environ,
+                             check=False)
+            if code != 0:
+                return w
+    except store.CoordError:
+        return w
+    _, out, _ = jj(["log", "--no-graph", "-r", cand, "-T", "change_id"], w["path"], snapshot=False,
+                   environ=environ, check=False)
+    proof = {"target": target, "into": into, "candidate": cand, "at": now_time(), "runtime": who_id(caller),
+             "derived": "adopt"}
+    integ = {"state": "integrated", "into": into, "proof": proof,
+             "candidate": {"commit": cand, "change": out.strip() or None, "at": now_time(), "runtime": who_id(caller),
+                           "resource": None, "derived": "adopt"}}
+    gate = {"state": "waived", "at": now_time(), "by": who_id(caller), "derived": "adopt",
+            "reason": "adopted: %s is on %s (%s) in the shared repository" % (cand[:12], into, target[:12])}
+    with st.transaction():
+        now = st.work(w["id"])
+        w = st.update_work(w["id"], data={"integration": integ, "gate": gate, "history": with_history(
+            now, now["state"], caller, event="integrated", derived="adopt")})
+        st.audit("work.integrated", who_id(caller), w["id"], candidate=cand, target=target, into=into,
+                 derived="adopt")
+    return w
+
+
+def process_environ(pid):
+    """{name: value} of a process's environment (this user's processes only), {} when unreadable."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            out[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
+def adopt_window(st, w, caller, environ):
+    """Re-link the agent that still runs in the work's tmux window after the database was lost:
+    the window coord launched keeps its labels (@coord-work, the work ID; @coord-project), so
+    the window is found by them on the caller's tmux server and on every server named by $TMUX
+    of a process working inside the clone with this COORD_WORK_ID. Its conversation is the live
+    runtime registered from that pane (else the pane's @coord-conversation label), so messages,
+    `send --nudge`, `work resume` and the one-agent-per-clone refusal know it again.
+    -> the record (unchanged when no such window runs)."""
+    import session
+    environ = os.environ if environ is None else environ
+    project = store.resolve_project_id(environ, w["source"])
+    sockets = [session.resolve_socket(None, environ)]
+    procs = process_cwds() or {}
+    for pid in sorted(procs):
+        if is_inside(procs[pid], w["path"]):
+            env = process_environ(pid)
+            sock = session.socket_from_tmux_env(env.get("TMUX")) if env.get("COORD_WORK_ID") == w["id"] else None
+            if sock and not any(session.same_socket(sock, s) for s in sockets):
+                sockets.append(sock)
+    rec = None
+    for sock in sockets:
+        try:
+            rec = session.find_work_window(sock, project, w["id"])
+        except store.CoordError:
+            continue
+        if rec:
+            break
+    if not rec:
+        return w
+    for rt, _ in runtimes_inside(st, w, procs):
+        if rt.get("pid") and not rt.get("agent_id") and rt.get("harness") not in (store.PERSON, store.PARKED) \
+                and session.descends_from(rt["pid"], [rec["pane_pid"]]):
+            rec.update(conversation=rt["conversation"], runtime_id=rt["id"], harness=rt.get("harness") or None)
+            break
+    if not rec.get("harness"):
+        rec["harness"] = session.harness_of_command(rec.get("pane_command"))
+    with st.transaction():
+        now = st.work(w["id"])
+        w = st.update_work(w["id"], data={"tmux": rec, "history": with_history(
+            now, now["state"], caller, event="relinked", window=rec["window_id"])})
+        st.audit("work.relinked", who_id(caller), w["id"], window=rec["window_id"], pane=rec["pane_id"],
+                 conversation=rec.get("conversation"), agent=rec.get("runtime_id"))
+    return w
 
 
 def _adoptable_path(raw, scratch, canonical, environ):
@@ -2005,8 +2129,9 @@ def _record_launch(st, w, state, rec, caller, **extra):
         raise
 
 
-def _launchable(st, handle):
-    """The work record, refused unless it may get a new harness window (and has none running)."""
+def _launchable(st, handle, caller=None):
+    """The work record, refused unless it may get a new harness window (and has none running,
+    and no agent works inside its clone: two harnesses would share one jj working copy)."""
     w = st.resolve_work(handle)
     refuse_state(w, UNUSABLE)
     verified_path(w)
@@ -2014,7 +2139,36 @@ def _launchable(st, handle):
     if live:
         raise Refused("work %s already runs in tmux window %s" % (w["handle"], live["window_id"]),
                       "coord work attach %s" % w["handle"])
+    inside = agents_inside(st, w, caller)
+    if inside:
+        rt, where = inside[0]
+        raise Refused("work %s has a live agent inside its clone: runtime %s (%s); a second agent there would "
+                      "share its jj working copy" % (w["handle"], rt["handle"], where),
+                      runtime_inside_blocker(w, rt, where)["next"])
     return w
+
+
+# --------------------------------------------------------------------------- one agent per clone
+
+CLOSED_EXIT_WAIT = 5.0  # seconds a launch waits for the harness of the work's closed window to exit
+
+
+def agents_inside(st, w, caller=None):
+    """[(runtime, where)] of the agents working inside the clone now (live_inside's runtimes:
+    neither the person, nor a parked work's holder, nor a subagent, nor the caller). The harness
+    of the work's own window, which was just closed (park, close, a killed window), gets
+    CLOSED_EXIT_WAIT seconds to exit first: tmux hangs it up, but it exits in its own time."""
+    def found():
+        return [(rt, where) for rt, where in runtimes_inside(st, w, process_cwds())
+                if rt.get("harness") not in (store.PERSON, store.PARKED) and not rt.get("superseded_by")
+                and not rt.get("agent_id") and not (caller and rt["id"] == caller.get("id"))]
+    out = found()
+    pane = (w["data"].get("tmux") or {}).get("pane_pid")
+    deadline = time.monotonic() + CLOSED_EXIT_WAIT
+    while pane and any(rt.get("pid") == pane for rt, _ in out) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        out = found()
+    return out
 
 
 def _close_window(w):
@@ -2076,7 +2230,7 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     first message when given; -> {work, tmux: the window record}."""
     if prompt is not None:
         check_prompt(prompt)
-    w = _launchable(st, handle)
+    w = _launchable(st, handle, caller)
     authorize(st, w, caller, "start", override)
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
@@ -2095,7 +2249,7 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
 
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}."""
-    w = _launchable(st, handle)
+    w = _launchable(st, handle, caller)
     authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
     recorded, recorded_harness = store.work_conversation(w)  # a wrapper's record first, else the window's

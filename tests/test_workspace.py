@@ -2932,3 +2932,94 @@ class StartEnqueueAuthorityTest(WorkTestCase):
         events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         over = [e for e in events if e["event"] == "work.authority.override"]
         self.assertEqual([(e["runtime"], e["data"]["action"]) for e in over], [(me["id"], "enqueue")])
+
+
+class RecoveryAfterDatabaseLossTest(TmuxWorkCase):
+    """Issue 24, 3: the database is deleted while agents work; `work adopt` re-links the agent still
+    running in the work's window (and what the repository proves), and no second agent is started
+    into a clone where one works."""
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+
+    def lose_database(self):
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+
+    def stand_in(self, path):
+        """An agent working in the clone outside tmux (a resume wrapper's session in a terminal)."""
+        env = {k: v for k, v in self.env.items() if k != "FAKE_HOOK"}
+        proc = subprocess.Popen([sys.executable, FAKE, "--record", self.rec], cwd=path, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(proc.wait, 30)
+        self.addCleanup(proc.kill)
+        support.retry_until(lambda: os.path.exists(os.path.join(self.rec, "%d.json" % proc.pid)))
+        return proc
+
+    def test_adopt_relinks_the_agent_in_its_window_and_start_refuses_a_second_one(self):
+        handle, path, _ = self.create("alive")
+        wid = self.record(handle)["id"]
+        self.work("start", handle, check=0)
+        support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        window = self.record(handle)["data"]["tmux"]
+        self.lose_database()
+        # The agent's next prompt registers it again, as a runtime in no work (its conversation is unknown).
+        agent = self.coord_json("hello", "--conversation", "conv-" + wid, "--harness", "claude",
+                                "--pid", window["pane_pid"], cwd=path)["runtime"]
+        self.assertEqual(self.work("adopt", path, check=0).stdout.strip(), handle)
+        rec = self.record(handle)["data"]["tmux"]
+        self.assertEqual((rec["window_id"], rec["pane_id"], rec["pane_pid"]),
+                         (window["window_id"], window["pane_id"], window["pane_pid"]))
+        self.assertEqual((rec["conversation"], rec["runtime_id"]), ("conv-" + wid, agent["id"]))
+        proc = self.work("start", handle)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertIn("already runs in tmux window %s" % window["window_id"], proc.stderr)
+        proc = self.work("resume", handle)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        proc = self.coord("send", "still there?", "--to", handle, "--nudge", runtime=self.rt["id"], check=0)
+        self.assertNotIn("no recorded tmux window", proc.stdout)
+        self.assertEqual(self.coord_json("inbox", runtime=agent["id"])["messages"][0]["body"], "still there?")
+        self.assertEqual(len(self.windows()), 1, "no second window was opened")
+
+    def test_start_and_resume_refuse_while_an_agent_works_inside_the_clone(self):
+        handle, path, _ = self.create("occupied")
+        self.lose_database()
+        self.work("adopt", path, check=0)
+        other = self.stand_in(path)
+        agent = self.coord_json("hello", "--conversation", "conv-outside", "--harness", "codex",
+                                "--pid", other.pid, cwd=path)["runtime"]
+        for args in (("start", handle), ("resume", handle, "--conversation", "conv-outside")):
+            proc = self.work(*args)
+            self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+            self.assertIn("live agent inside its clone: runtime %s" % agent["handle"], proc.stderr)
+            self.assertIn("coord send \"done with %s?\" --to %s" % (handle, agent["handle"]), proc.stderr)
+        self.assertEqual(self.windows(), [], "no agent was started beside it")
+        other.kill()
+        other.wait(30)
+        self.work("start", handle, check=0)
+        self.assertEqual(len(self.windows()), 1)
+
+    def test_a_landed_clone_adopts_as_integrated_and_removes_without_force(self):
+        handle, path, _ = self.create("landed")
+        self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "describe", "-m", "add feature.txt")
+        landed = self.commit_of(path, "@")
+        # Landed elsewhere (a scratch rebase, another clone's push): the clone's own view of main is stale.
+        self.git(self.canon, "fetch", "-q", path, landed)
+        self.git(self.canon, "update-ref", "refs/heads/main", landed)
+        fresh, fresh_path, _ = self.create("untouched")
+        self.lose_database()
+        self.work("adopt", path, check=0)
+        self.work("adopt", fresh_path, check=0)
+        rec = self.record(handle)
+        self.assertEqual(rec["data"]["integration"]["state"], "integrated")
+        self.assertEqual(rec["data"]["integration"]["proof"]["candidate"], landed)
+        self.assertIn("integrated->main", self.work("list", check=0).stdout)
+        self.assertEqual(self.record(fresh)["data"]["integration"]["state"], "none", "an untouched clone landed nothing")
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+        self.assertIn("ungated", self.refused(fresh))
