@@ -2043,6 +2043,25 @@ def trust_lines(w):
     return lines + [store.clean_text(n, 300) for n in rec.get("notes") or []]
 
 
+INTERRUPTED = "interrupted"  # shown, never stored: a work whose agent is gone without park, close or archive
+
+
+def interrupted(st, w):
+    """True for a work whose agent is gone without park, close or archive (a reboot, a killed
+    tmux server or window): recorded active or resumed, a conversation recorded for it, the
+    window coord recorded for it gone (or none), and no live runtime running that conversation.
+    `work resume --interrupted` resumes these."""
+    if w["state"] not in ("active", "resumed") or not store.work_conversations(w):
+        return False
+    if tmux_state(w) not in ("gone", None):
+        return False
+    for conv in store.work_conversations(w):
+        rt = st.find_conversation_runtime(conv)
+        if rt is not None and rt.get("harness") != store.PARKED:
+            return False
+    return True
+
+
 def not_registered(w, grace, now=None):
     """True when the work's harness was started (or resumed) over `grace` seconds ago in a window
     that still runs and no harness has registered from it: typically a trust prompt waits."""
@@ -2157,18 +2176,20 @@ def agents_inside(st, w, caller=None):
     """[(runtime, where)] of the agents working inside the clone now (live_inside's runtimes:
     neither the person, nor a parked work's holder, nor a subagent, nor the caller). The harness
     of the work's own window, which was just closed (park, close, a killed window), gets
-    CLOSED_EXIT_WAIT seconds to exit first: tmux hangs it up, but it exits in its own time."""
-    def found():
-        return [(rt, where) for rt, where in runtimes_inside(st, w, process_cwds())
-                if rt.get("harness") not in (store.PERSON, store.PARKED) and not rt.get("superseded_by")
-                and not rt.get("agent_id") and not (caller and rt["id"] == caller.get("id"))]
-    out = found()
+    CLOSED_EXIT_WAIT seconds to exit first: tmux hangs it up, but it exits in its own time (and a
+    harness resumed while its previous process still runs may fail: seen with Claude Code 2.1.197)."""
     pane = (w["data"].get("tmux") or {}).get("pane_pid")
     deadline = time.monotonic() + CLOSED_EXIT_WAIT
-    while pane and any(rt.get("pid") == pane for rt, _ in out) and time.monotonic() < deadline:
+    while True:
+        procs = process_cwds()
+        out = [(rt, where) for rt, where in runtimes_inside(st, w, procs)
+               if rt.get("harness") not in (store.PERSON, store.PARKED) and not rt.get("superseded_by")
+               and not rt.get("agent_id") and not (caller and rt["id"] == caller.get("id"))]
+        # the closed window's harness still exiting (its SessionEnd may have ended its runtime already)
+        closing = pane and (is_inside((procs or {}).get(pane), w["path"]) or any(rt.get("pid") == pane for rt, _ in out))
+        if not closing or time.monotonic() >= deadline:
+            return out
         time.sleep(0.05)
-        out = found()
-    return out
 
 
 def _close_window(w):
@@ -2247,8 +2268,18 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     return out
 
 
+# Harnesses that run no hook when an interactive session is resumed until its first prompt is
+# submitted (measured: Codex 0.171.0, docs/harness-codex.md; Claude Code 2.1.197 runs SessionStart
+# at once, docs/harness-claude.md): their resume gets RESUME_PROMPT as its first message, on the
+# command line (nothing is typed into a pane), so the agent reaches its first boundary, registers
+# and is shown its messages.
+NO_HOOK_UNTIL_PROMPT = frozenset(("codex",))
+RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coord inbox), then carry on"
+
+
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
-    """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}."""
+    """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
+    NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message."""
     w = _launchable(st, handle, caller)
     authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
@@ -2264,9 +2295,11 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
                          % (w["handle"], w["handle"]))
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
-    rec = _launch(environ, w, conversation, harness, [], previous)
+    prompt = RESUME_PROMPT if harness in NO_HOOK_UNTIL_PROMPT else None
+    rec = _launch(environ, w, conversation, harness, [], previous, prompt=prompt)
     _record_launch(st, w, "resumed", rec, caller, conversation=conversation,
-                   unarchived=True if w["state"] == "archived" else None)
+                   unarchived=True if w["state"] == "archived" else None,
+                   first_prompt=True if prompt else None)
     out = {"work": w["handle"], "tmux": rec}
     if approvals is not None:
         out["approvals"] = approvals
@@ -2602,14 +2635,19 @@ def cmd_work_list(ctx, args):
     out = []
     grace = store.env_number(ctx.environ, "COORD_REGISTER_GRACE", REGISTER_GRACE, (0.0, 86400.0))
     for w in works:
-        line = summary_line(w)
-        unregistered = not_registered(w, grace)
+        cut = interrupted(st, w)
+        line = summary_line(dict(w, state=INTERRUPTED) if cut else w)
+        if cut:
+            line += "  " + store.hint("(agent gone: coord work resume --interrupted)")
+        unregistered = not cut and not_registered(w, grace)
         if unregistered:
             line += "  " + UNREGISTERED
         if ctx.verbose:
             line += "  id=%s path=%s" % (w["id"], w["path"])
         lines.append(line)
         rec = public_work(w, st)
+        if cut:
+            rec["interrupted"] = True
         if unregistered:
             rec["attention"] = UNREGISTERED
         out.append(rec)
@@ -2734,9 +2772,38 @@ def start_text(r):
 
 
 def cmd_resume(ctx, args):
+    if args.interrupted:
+        return cmd_resume_interrupted(ctx, args)
+    if not args.handle:
+        raise UsageError("work resume needs a work handle, or --interrupted", "coord work resume HANDLE")
     r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
                     conversation=args.conversation, harness=args.harness, override=args.override)
     return 0, ok_data(r), start_text(r)
+
+
+def cmd_resume_interrupted(ctx, args):
+    """`work resume --interrupted`: resume every interrupted work the caller may resume (after a
+    reboot or a dead tmux server), each as `work resume HANDLE` would; one line per work."""
+    if args.handle or args.conversation or args.harness:
+        raise UsageError("--interrupted resumes each work's own recorded conversation; give no handle, "
+                         "--conversation or --harness with it", "coord work resume --interrupted")
+    st, caller = ctx.db, ctx.caller()
+    done, skipped, lines = [], [], []
+    for w in st.works():
+        if not interrupted(st, w):
+            continue
+        try:
+            r = resume_work(st, caller=caller, handle=w["id"], environ=ctx.environ, override=args.override)
+        except store.CoordError as exc:
+            skipped.append({"work": w["handle"], "error": exc.message, "hint": exc.hint})
+            lines.append("%s not resumed: %s" % (w["handle"], store.clean_text(exc.message, 300)))
+            continue
+        done.append(r)
+        lines.append("%s resumed in tmux window %s" % (r["work"], r["tmux"].get("window_id")))
+    if not done and not skipped:
+        lines.append("no interrupted work")
+    return (3 if skipped and not done else 0), {"ok": not skipped, "resumed": done, "skipped": skipped}, \
+        "\n".join(lines)
 
 
 def cmd_attach(ctx, args):
@@ -2921,7 +2988,9 @@ def _register_session(ws, both):
     override_argument(p)
     p.set_defaults(func=cmd_park)
     p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
-    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("handle", metavar="HANDLE", nargs="?")
+    p.add_argument("--interrupted", action="store_true",
+                   help="resume every interrupted work you may resume (its agent gone without park or close)")
     p.add_argument("--conversation", metavar="ID", help="default: the recorded conversation")
     p.add_argument("--harness", choices=LAUNCHABLE[:-1])
     override_argument(p)
