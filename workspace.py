@@ -1904,6 +1904,32 @@ def adopt_window(st, w, caller, environ):
     return w
 
 
+def adoptable_clones(st, root, environ=None, scratch_root=None):
+    """[{path, work}] of the directories right under the scratch root that adopt would take: a
+    colocated clone of this repository with one agent-<work id> workspace that no live record
+    names. Only lists: adoption stays one explicit `work adopt PATH` per clone."""
+    canonical = canonical_root(root, st.work)
+    scratch = resolve_scratch_root(scratch_root, environ, canonical)
+    try:
+        names = sorted(os.listdir(scratch))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(scratch, name)
+        if os.path.islink(path) or not os.path.isdir(os.path.join(path, ".jj")):
+            continue
+        try:
+            path = _adoptable_path(path, scratch, canonical, environ)
+            work_id, _ = _adopted_workspace(path, environ)
+        except store.CoordError:
+            continue
+        known = st.work(work_id)
+        if known is None or known["state"] == "removed":
+            out.append({"path": path, "work": work_id})
+    return out
+
+
 def _adoptable_path(raw, scratch, canonical, environ):
     """The real path of a directory that may be adopted: an independent colocated clone of the
     canonical repository below the scratch root; refused otherwise."""
@@ -2743,6 +2769,13 @@ def cmd_gate(ctx, args):
 
 
 def cmd_adopt(ctx, args):
+    if args.list:
+        if args.path or args.work_id or args.expect_commit:
+            raise UsageError("--list takes no clone", "coord work adopt --list")
+        found = adoptable_clones(ctx.db, ctx.root, ctx.environ, args.scratch_root)
+        return 0, {"ok": True, "clones": found}, "\n".join(c["path"] for c in found)
+    if not args.path:
+        raise UsageError("work adopt needs the clone's path, or --list", "coord work adopt --list")
     w = adopt_work(ctx.db, caller=optional_caller(ctx), root=ctx.root, path=args.path, environ=ctx.environ,
                    scratch_root=args.scratch_root, work_id=args.work_id, expect_commit=args.expect_commit)
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, w["handle"]
@@ -2934,7 +2967,9 @@ def _parse_gate(ws, both):
 
 def _parse_adopt(ws, both):
     p = ws.add_parser("adopt", parents=both, help="register a known clone again after database loss")
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", nargs="?")
+    p.add_argument("--list", action="store_true", help="list the clones under the scratch root no record names "
+                   "(adopts nothing)")
     p.add_argument("--scratch-root", metavar="DIR")
     p.add_argument("--work-id", metavar="UUID", help="refuse unless the clone holds this work ID")
     p.add_argument("--expect-commit", metavar="COMMIT", help="refuse unless its agent bookmark is at this commit")

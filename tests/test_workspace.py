@@ -3023,3 +3023,106 @@ class RecoveryAfterDatabaseLossTest(TmuxWorkCase):
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
         self.assertIn("ungated", self.refused(fresh))
+
+
+class InterruptedWorkTest(TmuxWorkCase):
+    """Issue 24, 4: after a reboot (every window and agent gone) `work list` says which works were
+    interrupted, and one command resumes each of them in its own conversation."""
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+
+    def test_list_shows_interrupted_works_and_resume_interrupted_resumes_each(self):
+        works = {}
+        for task in ("cut-short", "parked-on-purpose"):
+            handle, path, _ = self.create(task)
+            works[task] = (handle, self.record(handle)["id"])
+            self.work("start", handle, check=0)
+            support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        cut, cut_id = works["cut-short"]
+        parked, _ = works["parked-on-purpose"]
+        self.work("park", parked, "--reason", "waiting for review", check=0)
+        self.assertNotIn("interrupted", self.work("list", check=0).stdout)
+        self.kill_server()  # a reboot: the windows and the agents in them are gone
+        support.retry_until(lambda: not self.windows())
+        # (its agent exits in its own time once tmux hung it up)
+        listing = support.retry_until(lambda: (lambda out: out if "%s  cut-short  interrupted" % cut in out else None)(
+            self.work("list", check=0).stdout), timeout=30)
+        self.assertIn("coord work resume --interrupted", listing)
+        self.assertIn("%s  parked-on-purpose  parked" % parked, listing)
+        rows = {w["handle"]: w for w in self.work_json("list")["work"]}
+        self.assertEqual((rows[cut].get("interrupted"), rows[parked].get("interrupted")), (True, None))
+        reply = self.work_json("resume", "--interrupted")
+        self.assertEqual([r["work"] for r in reply["resumed"]], [cut])
+        rec = self.record(cut)
+        self.assertEqual(rec["state"], "resumed")
+        self.assertIn("--resume conv-%s" % cut_id, rec["data"]["tmux"]["pane_command"])
+        self.assertNotIn("interrupted", self.work("list", check=0).stdout)
+        self.assertEqual(self.work("resume", "--interrupted", check=0).stdout.strip(), "no interrupted work")
+        self.assertEqual(len(self.windows()), 1)
+        self.assertEqual(self.work("resume").returncode, 2, "a handle or --interrupted")
+
+
+class ReadmeRecoveryTest(TmuxWorkCase):
+    """README's "After a reboot / after losing the database": its commands, run as written (from
+    the shared checkout, `.coord/coord` being this checkout's coord), in usage order."""
+
+    SECTION = "## After a reboot / after losing the database"
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+
+    def blocks(self):
+        with open(os.path.join(support.ROOT, "README.md")) as f:
+            text = f.read()
+        self.assertIn(self.SECTION, text)
+        section = text.split(self.SECTION, 1)[1].split("\n## ", 1)[0]
+        return [b.split("\n", 1)[1].strip().splitlines() for b in section.split("```sh")[1:]
+                for b in [b.split("```", 1)[0]]]
+
+    def run_line(self, line):
+        typed = line.replace(".coord/coord", "%s %s" % (shlex.quote(sys.executable), shlex.quote(support.COORD)))
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"])
+        proc = subprocess.run(["/bin/sh", "-c", typed], cwd=self.canon, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, "%s\n%s%s" % (line, proc.stdout, proc.stderr))
+        return proc.stdout
+
+    def test_readme_recovery_commands_as_written(self):
+        reboot, lost = self.blocks()
+        self.assertEqual(len(reboot), 2)
+        handle, path, _ = self.create("long-task")
+        wid = self.record(handle)["id"]
+        self.work("start", handle, check=0)
+        support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        self.kill_server()  # the reboot
+        support.retry_until(lambda: "interrupted" in self.run_line(reboot[0]), timeout=30)
+        self.assertIn("%s resumed" % handle, self.run_line(reboot[1]))
+        window = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
+            self.record(handle)["data"]["tmux"]), timeout=30)
+        # Another work landed, then the database is lost while the first agent still runs.
+        done, done_path, _ = self.create("finished")
+        self.write(done_path, "feature.txt", "feature\n")
+        self.jj(done_path, "describe", "-m", "add feature.txt")
+        self.git(self.canon, "fetch", "-q", done_path, self.commit_of(done_path, "@"))
+        self.git(self.canon, "update-ref", "refs/heads/main", self.commit_of(done_path, "@"))
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+        self.coord_json("hello", "--conversation", "conv-" + wid, "--harness", "claude", "--pid",
+                        window["pane_pid"], cwd=path)  # the agent's next prompt registers it again
+        self.assertEqual(sorted(self.run_line(lost[0]).split()), sorted([path, done_path]))
+        self.run_line(lost[1])
+        listing = self.run_line(lost[2])
+        self.assertIn("%s  long-task  active" % handle, listing)
+        self.assertIn("%s  finished  active  integrated->main" % done, listing)
+        self.assertEqual(self.run_line(lost[0]), "")
+        self.assertEqual(self.record(handle)["data"]["tmux"]["pane_pid"], window["pane_pid"])
+        proc = self.work("start", handle)
+        self.assertEqual(proc.returncode, 3, "no second agent in a clone where one works")
+        self.work("remove", done, "--confirm", done, check=0)
