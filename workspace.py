@@ -1773,8 +1773,12 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
         st.audit("work.adopted", who_id(caller), work_id, path=path, bookmark=bookmark, commit=commit)
     write_marker(path, work_id, token)
     w = _adopt_trust(st, w, caller, environ)
-    w = adopt_landed(st, w, caller, environ)
-    return adopt_window(st, w, caller, environ)
+    for derive in (adopt_landed, adopt_window):  # what the repository and tmux prove; the record stands without
+        try:
+            w = derive(st, w, caller, environ)
+        except store.CoordError:
+            store.log_traceback("%s %s" % (derive.__name__, w["id"]))
+    return w
 
 
 def _adopt_trust(st, w, caller, environ):
@@ -1800,9 +1804,10 @@ def adopt_landed(st, w, caller, environ):
     """An adopted clone whose changes are on the target bookmark of the canonical repository
     landed before the database was lost: @ (or, when @ is empty, its one parent) is an ancestor
     of that bookmark's commit there, and so is the work's own first commit (its agent bookmark,
-    made on @ at create and moved with it: an untouched clone's @ is off the bookmark). Recorded as integrated into it with that proof (the gate as
-    waived, naming the proof: nothing is left to check), so `work remove` needs no --force;
-    cleanup still refuses anything beyond that commit. -> the record (unchanged when unproven)."""
+    made on @ at create and moved with it: an untouched clone's @ is off the bookmark). Recorded
+    as integrated into it with that proof (the gate as waived, naming the proof: nothing is left
+    to check), so `work remove` needs no --force; cleanup still refuses anything beyond that
+    commit. -> the record (unchanged when unproven)."""
     cur = w["data"].get("current") or {}
     cand = cur.get("commit")
     if cur.get("empty"):
