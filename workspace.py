@@ -2207,8 +2207,8 @@ def agents_inside(st, w, caller=None):
     """[(runtime, where)] of the agents working inside the clone now (live_inside's runtimes:
     neither the person, nor a parked work's holder, nor a subagent, nor the caller). The harness
     of the work's own window, which was just closed (park, close, a killed window), gets
-    CLOSED_EXIT_WAIT seconds to exit first: tmux hangs it up, but it exits in its own time (and a
-    harness resumed while its previous process still runs may fail: seen with Claude Code 2.1.197)."""
+    CLOSED_EXIT_WAIT seconds to exit first: tmux hangs it up, but it exits in its own time (its
+    SessionEnd may have ended its runtime already, so its process is waited for too)."""
     pane = (w["data"].get("tmux") or {}).get("pane_pid")
     deadline = time.monotonic() + CLOSED_EXIT_WAIT
     while True:

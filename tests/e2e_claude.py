@@ -634,12 +634,23 @@ class ResumedFirstBoundary(h.CoordCase):
     def tmux_record(self, handle):
         return self.rcoord("work", "inspect", handle, env=self.launch_env)["work"]["data"].get("tmux") or {}
 
+    def turn(self, rec):
+        import store
+        st = store.Store(self.env["COORD_DB"])
+        try:
+            return (st.turn(rec["runtime_id"]) or {}).get("state")
+        finally:
+            st.close()
+
     def test_resumed_claude_registers_without_a_prompt(self):
         self.server.load([say("ok")] * 50)
         work = self.rcoord("work", "create", "resumed-claude", env=self.as_owner)["work"]
         self.rcoord("work", "start", work["handle"], "--harness", "claude", "--prompt", "Say ok.", env=self.as_owner)
         first = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(self.tmux_record(
             work["handle"])), timeout=60, interval=0.5)
+        # Its first turn ended (Stop): the conversation is in its transcript. Killed before that,
+        # `claude --resume ID` exits 1 with "No conversation found with session ID".
+        support.retry_until(lambda: self.turn(first) == "idle", timeout=60, interval=0.25)
         subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", first["window_id"]], check=True,
                        timeout=10)
         support.retry_until(lambda: [w for w in self.rcoord("work", "list", env=self.as_owner)["work"]

@@ -841,7 +841,16 @@ class ResumedFirstBoundary(h.CoordCase):
         self.rcoord("work", "start", work["handle"], "--harness", "codex", "--prompt", "Say ok.", env=self.as_owner)
         rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(self.tmux_record(
             work["handle"])), timeout=90, interval=0.5)
+        support.retry_until(lambda: self.turn(rec) == "idle", timeout=90, interval=0.25)  # its first turn is saved
         return work, rec
+
+    def turn(self, rec):
+        import store
+        st = store.Store(self.env["COORD_DB"])
+        try:
+            return (st.turn(rec["runtime_id"]) or {}).get("state")
+        finally:
+            st.close()
 
     def test_resume_interrupted_brings_codex_to_its_first_boundary(self):
         self.server.load([say("ok")] * 50)
