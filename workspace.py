@@ -1782,19 +1782,10 @@ def live_inside(st, w, procs):
     process is inside it, then any other process whose working directory is inside it."""
     path, h = w["path"], w["handle"]
     out, named = [], set()
-    for rt in st.live_runtimes():
-        recorded = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
-        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") else None
-        if not (is_inside(recorded, path) or is_inside(actual, path)):
-            continue
+    for rt, where in runtimes_inside(st, w, procs):
         if rt.get("pid"):
             named.add(rt["pid"])
-        where = "its process %d works in %s" % (rt["pid"], actual) if is_inside(actual, path) else \
-            "it was registered in %s" % recorded
-        where = store.clean_text(where, 300)
-        out.append(blocker("runtime-inside", "live runtime %s is inside it (%s)" % (rt["handle"], where),
-                    "ask it to finish: coord send \"done with %s?\" --to %s ; or wait until it ends"
-                    % (h, rt["handle"])))
+        out.append(runtime_inside_blocker(w, rt, where))
     for pid in sorted(procs or {}):
         if pid in named or not is_inside(procs[pid], path):
             continue
@@ -1803,6 +1794,27 @@ def live_inside(st, w, procs):
                     % (pid, store.clean_text(comm or "?", 40)),
                     "end process %d or move it out of the clone, then retry" % pid))
     return out
+
+
+def runtimes_inside(st, w, procs):
+    """[(runtime, where)] of the live runtimes whose recorded cwd or harness process (its
+    working directory in `procs`, {pid: cwd} or None) is inside the work's clone."""
+    path, out = w["path"], []
+    for rt in st.live_runtimes():
+        recorded = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
+        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") else None
+        if not (is_inside(recorded, path) or is_inside(actual, path)):
+            continue
+        where = "its process %d works in %s" % (rt["pid"], actual) if is_inside(actual, path) else \
+            "it was registered in %s" % recorded
+        out.append((rt, store.clean_text(where, 300)))
+    return out
+
+
+def runtime_inside_blocker(w, rt, where):
+    return blocker("runtime-inside", "live runtime %s is inside it (%s)" % (rt["handle"], where),
+                   "ask it to finish: coord send \"done with %s?\" --to %s ; or wait until it ends"
+                   % (w["handle"], rt["handle"]))
 
 
 def disk_entries(path):
@@ -1909,7 +1921,13 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
                            data=data, work_id=work_id)
         st.audit("work.adopted", who_id(caller), work_id, path=path, bookmark=bookmark, commit=commit)
     write_marker(path, work_id, token)
-    return _adopt_trust(st, w, caller, environ)
+    w = _adopt_trust(st, w, caller, environ)
+    for derive in (adopt_landed, adopt_window):  # what the repository and tmux prove; the record stands without
+        try:
+            w = derive(st, w, caller, environ)
+        except store.CoordError:
+            store.log_traceback("%s %s" % (derive.__name__, w["id"]))
+    return w
 
 
 def _adopt_trust(st, w, caller, environ):
@@ -1927,6 +1945,143 @@ def _adopt_trust(st, w, caller, environ):
         cur = st.update_work(w["id"], data={"trust": {"added": found, "notes": [], "adopted": True}})
         st.audit("work.trust-carried", who_id(caller), w["id"], added=found, adopted=True)
     return cur
+
+
+# --------------------------------------------------------------------------- adopt: what the clone proves
+
+def adopt_landed(st, w, caller, environ):
+    """An adopted clone whose changes are on the target bookmark of the canonical repository
+    landed before the database was lost: @ (or, when @ is empty, its one parent) is an ancestor
+    of that bookmark's commit there, and so is the work's own first commit (its agent bookmark,
+    made on @ at create and moved with it: an untouched clone's @ is off the bookmark). Recorded
+    as integrated into it with that proof (the gate as waived, naming the proof: nothing is left
+    to check), so `work remove` needs no --force; cleanup still refuses anything beyond that
+    commit. -> the record (unchanged when unproven)."""
+    cur = w["data"].get("current") or {}
+    cand = cur.get("commit")
+    if cur.get("empty"):
+        head = head_ids(w["path"], snapshot=False, environ=environ)
+        cand = head["parents"][0] if len(head["parents"]) == 1 else None
+    into = target_bookmark(w, environ)
+    if not cand or not FULL_COMMIT_RE.match(cand) or not into or not _BOOKMARK_RE.match(into):
+        return w
+    try:
+        gargs = git_dir_args(w["source"])
+        code, out, _ = git(gargs + ["rev-parse", "--verify", "--quiet", "refs/heads/%s^{commit}" % into],
+                           w["source"], environ, check=False)
+        target = out.strip()
+        first = (w["data"].get("adopted") or {}).get("bookmark_commit")
+        if code != 0 or not FULL_COMMIT_RE.match(target) or not first:
+            return w
+        for commit in (first, cand):
+            code, _, _ = git(gargs + ["merge-base", "--is-ancestor", commit, target], w["source"], environ,
+                             check=False)
+            if code != 0:
+                return w
+    except store.CoordError:
+        return w
+    _, out, _ = jj(["log", "--no-graph", "-r", cand, "-T", "change_id"], w["path"], snapshot=False,
+                   environ=environ, check=False)
+    proof = {"target": target, "into": into, "candidate": cand, "at": now_time(), "runtime": who_id(caller),
+             "derived": "adopt"}
+    integ = {"state": "integrated", "into": into, "proof": proof,
+             "candidate": {"commit": cand, "change": out.strip() or None, "at": now_time(), "runtime": who_id(caller),
+                           "resource": None, "derived": "adopt"}}
+    gate = {"state": "waived", "at": now_time(), "by": who_id(caller), "derived": "adopt",
+            "reason": "adopted: %s is on %s (%s) in the shared repository" % (cand[:12], into, target[:12])}
+    with st.transaction():
+        now = st.work(w["id"])
+        w = st.update_work(w["id"], data={"integration": integ, "gate": gate, "history": with_history(
+            now, now["state"], caller, event="integrated", derived="adopt")})
+        st.audit("work.integrated", who_id(caller), w["id"], candidate=cand, target=target, into=into,
+                 derived="adopt")
+    return w
+
+
+def process_environ(pid):
+    """{name: value} of a process's environment (this user's processes only), {} when unreadable."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            out[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
+def adopt_window(st, w, caller, environ):
+    """Re-link the agent that still runs in the work's tmux window after the database was lost:
+    the window coord launched keeps its labels (@coord-work, the work ID; @coord-project), so
+    the window is found by them on the caller's tmux server and on every server named by $TMUX
+    of a process working inside the clone with this COORD_WORK_ID. Its conversation is the live
+    runtime registered from that pane (else the pane's @coord-conversation label), so messages,
+    `send --nudge`, `work resume` and the one-agent-per-clone refusal know it again.
+    -> the record (unchanged when no such window runs)."""
+    import session
+    environ = os.environ if environ is None else environ
+    project = store.resolve_project_id(environ, w["source"])
+    sockets = [session.resolve_socket(None, environ)]
+    procs = process_cwds() or {}
+    for pid in sorted(procs):
+        if is_inside(procs[pid], w["path"]):
+            env = process_environ(pid)
+            sock = session.socket_from_tmux_env(env.get("TMUX")) if env.get("COORD_WORK_ID") == w["id"] else None
+            if sock and not any(session.same_socket(sock, s) for s in sockets):
+                sockets.append(sock)
+    rec = None
+    for sock in sockets:
+        try:
+            rec = session.find_work_window(sock, project, w["id"])
+        except store.CoordError:
+            continue
+        if rec:
+            break
+    if not rec:
+        return w
+    for rt, _ in runtimes_inside(st, w, procs):
+        if rt.get("pid") and not rt.get("agent_id") and rt.get("harness") not in (store.PERSON, store.PARKED) \
+                and session.descends_from(rt["pid"], [rec["pane_pid"]]):
+            rec.update(conversation=rt["conversation"], runtime_id=rt["id"], harness=rt.get("harness") or None)
+            break
+    if not rec.get("harness"):
+        rec["harness"] = session.harness_of_command(rec.get("pane_command"))
+    with st.transaction():
+        now = st.work(w["id"])
+        w = st.update_work(w["id"], data={"tmux": rec, "history": with_history(
+            now, now["state"], caller, event="relinked", window=rec["window_id"])})
+        st.audit("work.relinked", who_id(caller), w["id"], window=rec["window_id"], pane=rec["pane_id"],
+                 conversation=rec.get("conversation"), agent=rec.get("runtime_id"))
+    return w
+
+
+def adoptable_clones(st, root, environ=None, scratch_root=None):
+    """[{path, work}] of the directories right under the scratch root that adopt would take: a
+    colocated clone of this repository with one agent-<work id> workspace that no live record
+    names. Only lists: adoption stays one explicit `work adopt PATH` per clone."""
+    canonical = canonical_root(root, st.work)
+    scratch = resolve_scratch_root(scratch_root, environ, canonical)
+    try:
+        names = sorted(os.listdir(scratch))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(scratch, name)
+        if os.path.islink(path) or not os.path.isdir(os.path.join(path, ".jj")):
+            continue
+        try:
+            path = _adoptable_path(path, scratch, canonical, environ)
+            work_id, _ = _adopted_workspace(path, environ)
+        except store.CoordError:
+            continue
+        known = st.work(work_id)
+        if known is None or known["state"] == "removed":
+            out.append({"path": path, "work": work_id})
+    return out
 
 
 def _adoptable_path(raw, scratch, canonical, environ):
@@ -2068,6 +2223,25 @@ def trust_lines(w):
     return lines + [store.clean_text(n, 300) for n in rec.get("notes") or []]
 
 
+INTERRUPTED = "interrupted"  # shown, never stored: a work whose agent is gone without park, close or archive
+
+
+def interrupted(st, w):
+    """True for a work whose agent is gone without park, close or archive (a reboot, a killed
+    tmux server or window): recorded active or resumed, a conversation recorded for it, the
+    window coord recorded for it gone (or none), and no live runtime running that conversation.
+    `work resume --interrupted` resumes these."""
+    if w["state"] not in ("active", "resumed") or not store.work_conversations(w):
+        return False
+    if tmux_state(w) not in ("gone", None):
+        return False
+    for conv in store.work_conversations(w):
+        rt = st.find_conversation_runtime(conv)
+        if rt is not None and rt.get("harness") != store.PARKED:
+            return False
+    return True
+
+
 def not_registered(w, grace, now=None):
     """True when the work's harness was started (or resumed) over `grace` seconds ago in a window
     that still runs and no harness has registered from it: typically a trust prompt waits."""
@@ -2154,8 +2328,9 @@ def _record_launch(st, w, state, rec, caller, **extra):
         raise
 
 
-def _launchable(st, handle):
-    """The work record, refused unless it may get a new harness window (and has none running)."""
+def _launchable(st, handle, caller=None):
+    """The work record, refused unless it may get a new harness window (and has none running,
+    and no agent works inside its clone: two harnesses would share one jj working copy)."""
     w = st.resolve_work(handle)
     refuse_state(w, UNUSABLE)
     verified_path(w)
@@ -2163,7 +2338,38 @@ def _launchable(st, handle):
     if live:
         raise Refused("work %s already runs in tmux window %s" % (w["handle"], live["window_id"]),
                       "coord work attach %s" % w["handle"])
+    inside = agents_inside(st, w, caller)
+    if inside:
+        rt, where = inside[0]
+        raise Refused("work %s has a live agent inside its clone: runtime %s (%s); a second agent there would "
+                      "share its jj working copy" % (w["handle"], rt["handle"], where),
+                      runtime_inside_blocker(w, rt, where)["next"])
     return w
+
+
+# --------------------------------------------------------------------------- one agent per clone
+
+CLOSED_EXIT_WAIT = 5.0  # seconds a launch waits for the harness of the work's closed window to exit
+
+
+def agents_inside(st, w, caller=None):
+    """[(runtime, where)] of the agents working inside the clone now (live_inside's runtimes:
+    neither the person, nor a parked work's holder, nor a subagent, nor the caller). The harness
+    of the work's own window, which was just closed (park, close, a killed window), gets
+    CLOSED_EXIT_WAIT seconds to exit first: tmux hangs it up, but it exits in its own time (its
+    SessionEnd may have ended its runtime already, so its process is waited for too)."""
+    pane = (w["data"].get("tmux") or {}).get("pane_pid")
+    deadline = time.monotonic() + CLOSED_EXIT_WAIT
+    while True:
+        procs = process_cwds()
+        out = [(rt, where) for rt, where in runtimes_inside(st, w, procs)
+               if rt.get("harness") not in (store.PERSON, store.PARKED) and not rt.get("superseded_by")
+               and not rt.get("agent_id") and not (caller and rt["id"] == caller.get("id"))]
+        # the closed window's harness still exiting (its SessionEnd may have ended its runtime already)
+        closing = pane and (is_inside((procs or {}).get(pane), w["path"]) or any(rt.get("pid") == pane for rt, _ in out))
+        if not closing or time.monotonic() >= deadline:
+            return out
+        time.sleep(0.05)
 
 
 def _close_window(w):
@@ -2225,7 +2431,7 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     first message when given; -> {work, tmux: the window record}."""
     if prompt is not None:
         check_prompt(prompt)
-    w = _launchable(st, handle)
+    w = _launchable(st, handle, caller)
     authorize(st, w, caller, "start", override)
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
@@ -2242,9 +2448,19 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     return out
 
 
+# Harnesses that run no hook when an interactive session is resumed until its first prompt is
+# submitted (measured: Codex 0.171.0, docs/harness-codex.md; Claude Code 2.1.197 runs SessionStart
+# at once, docs/harness-claude.md): their resume gets RESUME_PROMPT as its first message, on the
+# command line (nothing is typed into a pane), so the agent reaches its first boundary, registers
+# and is shown its messages.
+NO_HOOK_UNTIL_PROMPT = frozenset(("codex",))
+RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coord inbox), then carry on"
+
+
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
-    """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}."""
-    w = _launchable(st, handle)
+    """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
+    NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message."""
+    w = _launchable(st, handle, caller)
     authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
     recorded, recorded_harness = store.work_conversation(w)  # a wrapper's record first, else the window's
@@ -2259,9 +2475,11 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
                          % (w["handle"], w["handle"]))
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
-    rec = _launch(environ, w, conversation, harness, [], previous)
+    prompt = RESUME_PROMPT if harness in NO_HOOK_UNTIL_PROMPT else None
+    rec = _launch(environ, w, conversation, harness, [], previous, prompt=prompt)
     _record_launch(st, w, "resumed", rec, caller, conversation=conversation,
-                   unarchived=True if w["state"] == "archived" else None)
+                   unarchived=True if w["state"] == "archived" else None,
+                   first_prompt=True if prompt else None)
     out = {"work": w["handle"], "tmux": rec}
     if approvals is not None:
         out["approvals"] = approvals
@@ -2653,14 +2871,19 @@ def cmd_work_list(ctx, args):
     out = []
     grace = store.env_number(ctx.environ, "COORD_REGISTER_GRACE", REGISTER_GRACE, (0.0, 86400.0))
     for w in works:
-        line = summary_line(w)
-        unregistered = not_registered(w, grace)
+        cut = interrupted(st, w)
+        line = summary_line(dict(w, state=INTERRUPTED) if cut else w)
+        if cut:
+            line += "  " + store.hint("(agent gone: coord work resume --interrupted)")
+        unregistered = not cut and not_registered(w, grace)
         if unregistered:
             line += "  " + UNREGISTERED
         if ctx.verbose:
             line += "  id=%s path=%s" % (w["id"], w["path"])
         lines.append(line)
         rec = public_work(w, st)
+        if cut:
+            rec["interrupted"] = True
         if unregistered:
             rec["attention"] = UNREGISTERED
         out.append(rec)
@@ -2758,6 +2981,13 @@ def cmd_gate(ctx, args):
 
 
 def cmd_adopt(ctx, args):
+    if args.list:
+        if args.path or args.work_id or args.expect_commit:
+            raise UsageError("--list takes no clone", "coord work adopt --list")
+        found = adoptable_clones(ctx.db, ctx.root, ctx.environ, args.scratch_root)
+        return 0, {"ok": True, "clones": found}, "\n".join(c["path"] for c in found)
+    if not args.path:
+        raise UsageError("work adopt needs the clone's path, or --list", "coord work adopt --list")
     w = adopt_work(ctx.db, caller=optional_caller(ctx), root=ctx.root, path=args.path, environ=ctx.environ,
                    scratch_root=args.scratch_root, work_id=args.work_id, expect_commit=args.expect_commit)
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, w["handle"]
@@ -2802,9 +3032,38 @@ def start_text(r):
 
 @by_task
 def cmd_resume(ctx, args):
+    if args.interrupted:
+        return cmd_resume_interrupted(ctx, args)
+    if not args.handle:
+        raise UsageError("work resume needs a work handle, or --interrupted", "coord work resume HANDLE")
     r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
                     conversation=args.conversation, harness=args.harness, override=args.override)
     return 0, ok_data(r), start_text(r)
+
+
+def cmd_resume_interrupted(ctx, args):
+    """`work resume --interrupted`: resume every interrupted work the caller may resume (after a
+    reboot or a dead tmux server), each as `work resume HANDLE` would; one line per work."""
+    if args.handle or args.conversation or args.harness:
+        raise UsageError("--interrupted resumes each work's own recorded conversation; give no handle, "
+                         "--conversation or --harness with it", "coord work resume --interrupted")
+    st, caller = ctx.db, ctx.caller()
+    done, skipped, lines = [], [], []
+    for w in st.works():
+        if not interrupted(st, w):
+            continue
+        try:
+            r = resume_work(st, caller=caller, handle=w["id"], environ=ctx.environ, override=args.override)
+        except store.CoordError as exc:
+            skipped.append({"work": w["handle"], "error": exc.message, "hint": exc.hint})
+            lines.append("%s not resumed: %s" % (w["handle"], store.clean_text(exc.message, 300)))
+            continue
+        done.append(r)
+        lines.append("%s resumed in tmux window %s" % (r["work"], r["tmux"].get("window_id")))
+    if not done and not skipped:
+        lines.append("no interrupted work")
+    return (3 if skipped and not done else 0), {"ok": not skipped, "resumed": done, "skipped": skipped}, \
+        "\n".join(lines)
 
 
 @by_task
@@ -2936,7 +3195,9 @@ def _parse_gate(ws, both):
 
 def _parse_adopt(ws, both):
     p = ws.add_parser("adopt", parents=both, help="register a known clone again after database loss")
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", nargs="?")
+    p.add_argument("--list", action="store_true", help="list the clones under the scratch root no record names "
+                   "(adopts nothing)")
     p.add_argument("--scratch-root", metavar="DIR")
     p.add_argument("--work-id", metavar="UUID", help="refuse unless the clone holds this work ID")
     p.add_argument("--expect-commit", metavar="COMMIT", help="refuse unless its agent bookmark is at this commit")
@@ -2990,7 +3251,9 @@ def _register_session(ws, both):
     override_argument(p)
     p.set_defaults(func=cmd_park)
     p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
-    p.add_argument("handle", metavar="HANDLE", help=BY_TASK_HELP)
+    p.add_argument("handle", metavar="HANDLE", nargs="?", help=BY_TASK_HELP)
+    p.add_argument("--interrupted", action="store_true",
+                   help="resume every interrupted work you may resume (its agent gone without park or close)")
     p.add_argument("--conversation", metavar="ID", help="default: the recorded conversation")
     p.add_argument("--harness", choices=LAUNCHABLE[:-1])
     override_argument(p)

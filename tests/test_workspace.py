@@ -3158,3 +3158,197 @@ class ConflictsExitTest(LandingPreviewCase):
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertIn("no conflicts among 1 work", proc.stdout)
         self.assertIn("5 when some would", " ".join(self.work("conflicts", "--help").stdout.split()))
+
+
+class RecoveryAfterDatabaseLossTest(TmuxWorkCase):
+    """Issue 24, 3: the database is deleted while agents work; `work adopt` re-links the agent still
+    running in the work's window (and what the repository proves), and no second agent is started
+    into a clone where one works."""
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+
+    def lose_database(self):
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+
+    def stand_in(self, path):
+        """An agent working in the clone outside tmux (a resume wrapper's session in a terminal)."""
+        env = {k: v for k, v in self.env.items() if k != "FAKE_HOOK"}
+        proc = subprocess.Popen([sys.executable, FAKE, "--record", self.rec], cwd=path, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(proc.wait, 30)
+        self.addCleanup(proc.kill)
+        support.retry_until(lambda: os.path.exists(os.path.join(self.rec, "%d.json" % proc.pid)))
+        return proc
+
+    def test_adopt_relinks_the_agent_in_its_window_and_start_refuses_a_second_one(self):
+        handle, path, _ = self.create("alive")
+        wid = self.record(handle)["id"]
+        self.work("start", handle, check=0)
+        support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        window = self.record(handle)["data"]["tmux"]
+        self.lose_database()
+        # The agent's next prompt registers it again, as a runtime in no work (its conversation is unknown).
+        agent = self.coord_json("hello", "--conversation", "conv-" + wid, "--harness", "claude",
+                                "--pid", window["pane_pid"], cwd=path)["runtime"]
+        self.assertEqual(self.work("adopt", path, check=0).stdout.strip(), handle)
+        rec = self.record(handle)["data"]["tmux"]
+        self.assertEqual((rec["window_id"], rec["pane_id"], rec["pane_pid"]),
+                         (window["window_id"], window["pane_id"], window["pane_pid"]))
+        self.assertEqual((rec["conversation"], rec["runtime_id"]), ("conv-" + wid, agent["id"]))
+        proc = self.work("start", handle)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertIn("already runs in tmux window %s" % window["window_id"], proc.stderr)
+        proc = self.work("resume", handle)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        proc = self.coord("send", "still there?", "--to", handle, "--nudge", runtime=self.rt["id"], check=0)
+        self.assertNotIn("no recorded tmux window", proc.stdout)
+        self.assertEqual(self.coord_json("inbox", runtime=agent["id"])["messages"][0]["body"], "still there?")
+        self.assertEqual(len(self.windows()), 1, "no second window was opened")
+
+    def test_start_and_resume_refuse_while_an_agent_works_inside_the_clone(self):
+        handle, path, _ = self.create("occupied")
+        self.lose_database()
+        self.work("adopt", path, check=0)
+        other = self.stand_in(path)
+        agent = self.coord_json("hello", "--conversation", "conv-outside", "--harness", "codex",
+                                "--pid", other.pid, cwd=path)["runtime"]
+        for args in (("start", handle), ("resume", handle, "--conversation", "conv-outside")):
+            proc = self.work(*args)
+            self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+            self.assertIn("live agent inside its clone: runtime %s" % agent["handle"], proc.stderr)
+            self.assertIn("coord send \"done with %s?\" --to %s" % (handle, agent["handle"]), proc.stderr)
+        self.assertEqual(self.windows(), [], "no agent was started beside it")
+        other.kill()
+        other.wait(30)
+        self.work("start", handle, check=0)
+        self.assertEqual(len(self.windows()), 1)
+
+    def test_a_landed_clone_adopts_as_integrated_and_removes_without_force(self):
+        handle, path, _ = self.create("landed")
+        self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "describe", "-m", "add feature.txt")
+        landed = self.commit_of(path, "@")
+        # Landed elsewhere (a scratch rebase, another clone's push): the clone's own view of main is stale.
+        self.git(self.canon, "fetch", "-q", path, landed)
+        self.git(self.canon, "update-ref", "refs/heads/main", landed)
+        fresh, fresh_path, _ = self.create("untouched")
+        self.lose_database()
+        self.work("adopt", path, check=0)
+        self.work("adopt", fresh_path, check=0)
+        rec = self.record(handle)
+        self.assertEqual(rec["data"]["integration"]["state"], "integrated")
+        self.assertEqual(rec["data"]["integration"]["proof"]["candidate"], landed)
+        self.assertIn("integrated->main", self.work("list", check=0).stdout)
+        self.assertEqual(self.record(fresh)["data"]["integration"]["state"], "none", "an untouched clone landed nothing")
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+        self.assertIn("ungated", self.refused(fresh))
+
+
+class InterruptedWorkTest(TmuxWorkCase):
+    """Issue 24, 4: after a reboot (every window and agent gone) `work list` says which works were
+    interrupted, and one command resumes each of them in its own conversation."""
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+
+    def test_list_shows_interrupted_works_and_resume_interrupted_resumes_each(self):
+        works = {}
+        for task in ("cut-short", "parked-on-purpose"):
+            handle, path, _ = self.create(task)
+            works[task] = (handle, self.record(handle)["id"])
+            self.work("start", handle, check=0)
+            support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        cut, cut_id = works["cut-short"]
+        parked, _ = works["parked-on-purpose"]
+        self.work("park", parked, "--reason", "waiting for review", check=0)
+        self.assertNotIn("interrupted", self.work("list", check=0).stdout)
+        self.kill_server()  # a reboot: the windows and the agents in them are gone
+        support.retry_until(lambda: not self.windows())
+        # (its agent exits in its own time once tmux hung it up)
+        listing = support.retry_until(lambda: (lambda out: out if "%s  cut-short  interrupted" % cut in out else None)(
+            self.work("list", check=0).stdout), timeout=30)
+        self.assertIn("coord work resume --interrupted", listing)
+        self.assertIn("%s  parked-on-purpose  parked" % parked, listing)
+        rows = {w["handle"]: w for w in self.work_json("list")["work"]}
+        self.assertEqual((rows[cut].get("interrupted"), rows[parked].get("interrupted")), (True, None))
+        reply = self.work_json("resume", "--interrupted")
+        self.assertEqual([r["work"] for r in reply["resumed"]], [cut])
+        rec = self.record(cut)
+        self.assertEqual(rec["state"], "resumed")
+        self.assertIn("--resume conv-%s" % cut_id, rec["data"]["tmux"]["pane_command"])
+        self.assertNotIn("interrupted", self.work("list", check=0).stdout)
+        self.assertEqual(self.work("resume", "--interrupted", check=0).stdout.strip(), "no interrupted work")
+        self.assertEqual(len(self.windows()), 1)
+        self.assertEqual(self.work("resume").returncode, 2, "a handle or --interrupted")
+
+
+class ReadmeRecoveryTest(TmuxWorkCase):
+    """README's "After a reboot / after losing the database": its commands, run as written (from
+    the shared checkout, `.coord/coord` being this checkout's coord), in usage order."""
+
+    SECTION = "## After a reboot / after losing the database"
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+
+    def blocks(self):
+        with open(os.path.join(support.ROOT, "README.md")) as f:
+            text = f.read()
+        self.assertIn(self.SECTION, text)
+        section = text.split(self.SECTION, 1)[1].split("\n## ", 1)[0]
+        return [b.split("\n", 1)[1].strip().splitlines() for b in section.split("```sh")[1:]
+                for b in [b.split("```", 1)[0]]]
+
+    def run_line(self, line):
+        typed = line.replace(".coord/coord", "%s %s" % (shlex.quote(sys.executable), shlex.quote(support.COORD)))
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"])
+        proc = subprocess.run(["/bin/sh", "-c", typed], cwd=self.canon, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, "%s\n%s%s" % (line, proc.stdout, proc.stderr))
+        return proc.stdout
+
+    def test_readme_recovery_commands_as_written(self):
+        reboot, lost = self.blocks()
+        self.assertEqual(len(reboot), 2)
+        handle, path, _ = self.create("long-task")
+        wid = self.record(handle)["id"]
+        self.work("start", handle, check=0)
+        support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        self.kill_server()  # the reboot
+        support.retry_until(lambda: "interrupted" in self.run_line(reboot[0]), timeout=30)
+        self.assertIn("%s resumed" % handle, self.run_line(reboot[1]))
+        window = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
+            self.record(handle)["data"]["tmux"]), timeout=30)
+        # Another work landed, then the database is lost while the first agent still runs.
+        done, done_path, _ = self.create("finished")
+        self.write(done_path, "feature.txt", "feature\n")
+        self.jj(done_path, "describe", "-m", "add feature.txt")
+        self.git(self.canon, "fetch", "-q", done_path, self.commit_of(done_path, "@"))
+        self.git(self.canon, "update-ref", "refs/heads/main", self.commit_of(done_path, "@"))
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+        self.coord_json("hello", "--conversation", "conv-" + wid, "--harness", "claude", "--pid",
+                        window["pane_pid"], cwd=path)  # the agent's next prompt registers it again
+        self.assertEqual(sorted(self.run_line(lost[0]).split()), sorted([path, done_path]))
+        self.run_line(lost[1])
+        listing = self.run_line(lost[2])
+        self.assertIn("%s  long-task  active" % handle, listing)
+        self.assertIn("%s  finished  active  integrated->main" % done, listing)
+        self.assertEqual(self.run_line(lost[0]), "")
+        self.assertEqual(self.record(handle)["data"]["tmux"]["pane_pid"], window["pane_pid"])
+        proc = self.work("start", handle)
+        self.assertEqual(proc.returncode, 3, "no second agent in a clone where one works")
+        self.work("remove", done, "--confirm", done, check=0)
