@@ -18,6 +18,7 @@ import support
 from support import CoordTestCase
 
 import store
+import workspace
 
 BIN = os.path.join(support.ROOT, "bin")
 HOOK = os.path.join(support.ROOT, "hook.py")
@@ -157,7 +158,8 @@ class InteractiveTest(WrapperCase):
             runs = [r for r in self.runs() if r["argv"] != ["--help"]]
             return runs if len(runs) >= 2 else None
         runs = support.retry_until(sessions)
-        self.assertEqual(runs[1]["argv"], ["resume", conv])
+        # (a resumed Codex runs no hook until its first prompt, so work resume gives it one)
+        self.assertEqual(runs[1]["argv"], ["resume", conv, "--", workspace.RESUME_PROMPT])
         w = self.record(handle)
         self.assertEqual((w["state"], w["data"]["tmux"]["conversation"]), ("resumed", conv))
         self.assertNotIn("direct", w["data"], "the window coord launched is now the newest record")
