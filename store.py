@@ -270,10 +270,28 @@ def resolve_db_path(environ=None, start=None, project_id=None):
     env = os.environ if environ is None else environ
     explicit = env.get("COORD_DB", "")
     if explicit:
+        refuse_database_url(explicit, "COORD_DB")
         return os.path.abspath(os.path.expanduser(explicit))
     if not project_id or env.get("COORD_PROJECT_ID", "").strip():
         project_id = resolve_project_id(env, start)
     return os.path.join(state_dir(env), project_id + ".sqlite3")
+
+
+_URL_RE = Pattern(r"^\s*([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def refuse_database_url(value, source="COORD_DB"):
+    """A database named by a URL (scheme://...) is refused, never taken for a file: made
+    absolute, `postgresql://coord@host/db` would be a SQLite file in a directory `postgresql:`
+    wherever coord ran, often inside the repository where agents write. Only the scheme is
+    named (the rest of a URL may hold a password)."""
+    m = _URL_RE.match(value or "")
+    if m:
+        raise EnvError("%s is a URL (%s://...), not a file: this version of coord keeps a project in "
+                       "a SQLite file only; PostgreSQL projects are not supported by this version yet"
+                       % (source, m.group(1)),
+                       "unset %s to use the project's database in the state directory, "
+                       "or set it to a file path" % source)
 
 
 def log_traceback(what, environ=None):
@@ -1300,6 +1318,8 @@ class Store:
         """strict_env=False (the hooks) ignores an out-of-range numeric variable and uses its
         default; otherwise (the CLI) it is a UsageError naming the variable and its range."""
         env = os.environ if environ is None else environ
+        if path:
+            refuse_database_url(path, "the database")
         self.path = path or resolve_db_path(env)
         if timeout is None:
             timeout = env_number(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT, BUSY_TIMEOUT_RANGE, strict_env)

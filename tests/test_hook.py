@@ -2304,3 +2304,17 @@ class ParkedWorkTest(HookCase):
         resumed = self.st.find_conversation_runtime(CLAUDE_MAIN)
         self.assertNotEqual(resumed["id"], holder["id"])
         self.assertEqual([l["resource"] for l in self.st.leases_of(resumed["id"])], ["src/parked.py"])
+
+
+class DatabaseUrlHookTest(HookCase):
+    """A COORD_DB that is a URL: the hook fails open (exit 0, nothing denied) and creates no
+    directory `postgresql:` in the repository, as it once did."""
+
+    def test_fails_open_and_writes_nothing_in_the_repository(self):
+        env = {"COORD_DB": "postgresql://coord@db.example.invalid/coord"}
+        for name in ("claude-SessionStart", "claude-PreToolUse-Write", "claude-PostToolUse-Write"):
+            with self.subTest(sample=name):
+                out, err = self.run_hook(self.payload(name), env=env)
+                self.assertEqual(out, "")
+                self.assertIn("not supported by this version yet", err)
+        self.assertFalse(os.path.exists(os.path.join(self.repo, "postgresql:")))

@@ -1442,3 +1442,37 @@ class PersonStoreTest(StoreCase):
         self.assertEqual(self.st.end_parked("conv-x"), ["a.txt"])
         self.assertEqual(self.st.all_leases(), [])
         self.assertIsNone(self.st.hold_parked("conv-none", "work-3"))
+
+
+class DatabaseUrlTest(support.CoordTestCase):
+    """A database named by a URL is refused, never made a file: `COORD_DB=postgresql://...` used
+    to create a SQLite database in a directory `postgresql:` below wherever coord ran (inside the
+    repository, where agents write)."""
+
+    URLS = ("postgresql://coord:s3cret@db.example.invalid/coord", "postgres://coord@host/db",
+            "sqlite:///tmp/x.sqlite3", " postgresql://coord@host/db")
+
+    def test_resolve_and_open_refuse_a_url(self):
+        for url in self.URLS:
+            with self.subTest(url=url):
+                with self.assertRaises(store.EnvError) as caught:
+                    store.resolve_db_path({"COORD_DB": url})
+                self.assertIn("not supported by this version yet", caught.exception.message)
+                self.assertNotIn("s3cret", caught.exception.message + caught.exception.hint)
+                with self.assertRaises(store.EnvError):
+                    store.Store(url)
+        self.assertEqual(os.listdir(self.tmp), ["home"], "nothing was created")
+        # A path that merely contains "://" further on, or a colon, is still a file path.
+        odd = os.path.join(self.tmp, "a:b", "x://y.sqlite3")
+        self.assertEqual(store.resolve_db_path({"COORD_DB": odd}), os.path.abspath(odd))
+
+    def test_the_cli_exits_4_and_creates_nothing(self):
+        url = self.URLS[0]
+        proc = self.coord("hello", env={"COORD_DB": url})
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("PostgreSQL projects are not supported by this version yet", proc.stderr)
+        self.assertNotIn("s3cret", proc.stderr + proc.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "postgresql:")))
+        reply = json.loads(self.coord("status", "--json", env={"COORD_DB": url}).stdout)
+        self.assertEqual((reply["ok"], reply["exit"]), (False, 4))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "postgresql:")))

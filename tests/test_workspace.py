@@ -3278,6 +3278,13 @@ class InterruptedWorkTest(TmuxWorkCase):
             self.work("list", check=0).stdout), timeout=30)
         self.assertIn("coord work resume --interrupted", listing)
         self.assertIn("%s  parked-on-purpose  parked" % parked, listing)
+        status = self.coord("status", cwd=self.canon, check=0).stdout
+        line = next(l for l in status.splitlines() if cut in l)
+        self.assertIn("cut-short  interrupted", line)
+        self.assertIn("coord work resume --interrupted", line)
+        self.assertIn("parked-on-purpose  parked", status)
+        srows = {w["handle"]: w for w in json.loads(self.coord("status", "--json", cwd=self.canon, check=0).stdout)["work"]}
+        self.assertEqual((srows[cut].get("interrupted"), srows[parked].get("interrupted")), (True, None))
         rows = {w["handle"]: w for w in self.work_json("list")["work"]}
         self.assertEqual((rows[cut].get("interrupted"), rows[parked].get("interrupted")), (True, None))
         reply = self.work_json("resume", "--interrupted")
