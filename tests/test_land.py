@@ -111,8 +111,7 @@ class LandCase(CoordTestCase):
         return rc, json.loads(out)
 
     def record(self, handle):
-        proc = self.work("inspect", handle, "--json")
-        return json.loads(proc.stdout)["work"]
+        return support.work_record(self.env, handle)  # `work inspect --json`'s record, read in process
 
     def advance_main(self, name, text, message="upstream change"):
         """Move main in the canonical repository the way a person would (a new commit on it)."""

@@ -89,7 +89,7 @@ class WorkTestCase(CoordTestCase):
         return lines[0], lines[1], proc
 
     def record(self, handle):
-        return self.work_json("inspect", handle, "--verbose")["work"]
+        return support.work_record(self.env, handle)  # `work inspect --json`'s record, read in process
 
     def refused(self, handle, *extra, runtime=None):
         """Run `work remove`, require a refusal, return its reason codes; the directory must survive."""
@@ -104,7 +104,7 @@ class WorkTestCase(CoordTestCase):
         return [r["code"] for r in json.loads(proc.stdout)["reasons"]]
 
     def gate(self, handle, runtime=None):
-        self.work("gate", handle, "--pass", runtime=runtime, check=0)
+        support.pass_gate(self.env, handle, runtime or self.rt["id"])  # `work gate --pass`, in process
 
 
     def integrate(self, task="feature"):

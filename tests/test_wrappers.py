@@ -107,7 +107,7 @@ class WrapperCase(CoordTestCase):
         return out
 
     def record(self, handle):
-        return self.coord_json("work", "inspect", handle, "--verbose")["work"]
+        return support.work_record(self.env, handle)  # `work inspect --json`'s record, read in process
 
     def events(self, handle, event):
         wid = self.record(handle)["id"]
