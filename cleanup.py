@@ -345,12 +345,11 @@ def _beyond_candidate(w, integ, cand, proven, rows, local, environ):
             return [blocker(
                 "changed-after-integration", "%d change(s) beyond the integrated candidate %s (first %s)" % (
                     len(extra), cand["commit"][:12], extra[0]["commit"]),
-                "integrate them again (coord work integrate acquire %s --into %s) or keep the clone"
-                % (h, integ.get("into")))]
+                "integrate them again (%s) or keep the clone" % land.acquire_command(h, integ.get("into")))]
         # a landing that stopped on a conflict in the clone left the rebased changes here
         return [_stopped_landing_rule(w, h) or blocker(
             "changed-after-freeze", "%d change(s) beyond the candidate frozen before the release" % len(extra),
-            "coord work integrate acquire %s --into %s" % (h, integ.get("into")))]
+            land.acquire_command(h, integ.get("into")))]
     if not proven and gate_of(w)["state"] != "waived":
         return [_stopped_landing_rule(w, h) or blocker(
             "unintegrated", "its candidate %s was released without proof of integration" % cand["commit"][:12],
@@ -373,9 +372,9 @@ def _uncommitted_or_unintegrated(w, rows):
             "unintegrated", "%d committed change(s) are in no canonical bookmark and were not proven "
             "integrated" % len(committed),
             "land them: %s; if a squash or rebase merge already "
-            "put them there (a new commit: never provable), discard them with coord work integrate acquire "
-            "%s --into BOOKMARK, coord work gate %s --waive --reason R, coord work integrate release %s"
-            % (land.land_command(h, "BOOKMARK"), h, h, h)))
+            "put them there (a new commit: never provable), discard them with %s, "
+            "coord work gate %s --waive --reason R, coord work integrate release %s"
+            % (land.land_command(h, "BOOKMARK"), land.acquire_command(h), h, h)))
     return out
 
 

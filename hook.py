@@ -694,6 +694,8 @@ def session_context(h, rt, work=()):
                 break
             listed += 1
         peers = rendered() + (["  +%d more: %s list" % (total - listed, cmd)] if total > listed else [])
+        if not listed:  # a header over no entry tells nothing: the count in one short line, if it fits
+            peers = ["Peers hold %d exclusively (ask before editing): %s list" % (total, cmd)]
     for shown in range(len(mine), 0, -1):
         rest = len(mine) - shown
         line = "Your leases: %s" % ", ".join(mine[:shown]) + (" (+%d more)" % rest if rest else "")

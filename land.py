@@ -97,6 +97,7 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
     ids = workspace.head_ids(path, environ=environ)  # snapshots the clone
     cand_change, cand_commit = _candidate_of(w, ids, workspace.local_changes(path, local_revset(w, environ), environ))
     refuse_placeholder(w, cand_change, cand_commit, environ)
+    refuse_undescribed_below(w, cand_commit, local_revset(w, environ, keep_empty=True), environ)
     with st.transaction():
         st.claim(caller["id"], [resource], "exclusive", "integrate %s" % w["handle"])
         cur = st.resolve_work(w["id"])
@@ -150,6 +151,27 @@ def refuse_placeholder(w, change, commit, environ=None):
                       % (shlex.quote(w["path"]), change), reason="placeholder-description")
 
 
+def refuse_undescribed_below(w, commit, local, environ=None):
+    """Refuse a candidate with a commit under it, among the work's own changes, that has no
+    description or still coord's placeholder: it would land on the target with that subject.
+    The usual one is empty: a `jj new` run on the new @ that a landing leaves in an idle clone."""
+    _, out, _ = jj(["log", "--no-graph", "-r", "(::%s) & (%s) & ~%s" % (commit, local, commit), "-T",
+                    'change_id ++ " " ++ if(empty, "empty", "changes") ++ " " ++ description.first_line() ++ "\\n"'],
+                   w["path"], snapshot=False, environ=environ)
+    placeholder = workspace.description(w["task"], w["id"]).splitlines()[0]
+    rows = [line.split(" ", 2) for line in out.splitlines() if line.strip()]
+    rows = [r for r in rows if len(r) < 3 or r[2].strip() in ("", placeholder)]
+    if not rows:
+        return
+    change, what = rows[0][0], rows[0][1]
+    how = ("drop it (it changes nothing): jj -R %s abandon %s" if what == "empty" else
+           "describe it: jj -R %s describe -r %s -m \"what it does\"") % (shlex.quote(w["path"]), change)
+    raise Refused("the candidate of %s has %d undescribed commit(s) under it (first %s, %s); they would land "
+                  "with an empty or placeholder subject" % (w["handle"], len(rows), change[:12],
+                                                           "empty" if what == "empty" else "with changes"),
+                  "%s, then retry" % how, reason="placeholder-description")
+
+
 def _candidate_of(w, ids, rows):
     """(change, commit) of the local change to integrate: @ or its single parent, never a guess."""
     commits = {r["commit"]: r for r in rows}
@@ -171,7 +193,7 @@ def _resources(st, w):
     return res
 
 
-def local_revset(w, environ=None):
+def local_revset(w, environ=None, keep_empty=False):
     """The revset of commits that exist only in this checkout (see LOCAL_WORK).
 
     A clone's remote-tracking bookmarks are a cache of the canonical repository: one that
@@ -182,7 +204,7 @@ def local_revset(w, environ=None):
     """
     if w["data"].get("kind") == "native":
         parent = (w["data"].get("base") or {}).get("parent")
-        return "(::@ ~ ::%s) ~ empty()" % (parent or "root()")
+        return ("(::@ ~ ::%s)" if keep_empty else "(::@ ~ ::%s) ~ empty()") % (parent or "root()")
     _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
                     'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
                    w["path"], snapshot=False, environ=environ)
@@ -205,6 +227,8 @@ def local_revset(w, environ=None):
                                  w["source"], environ, check=False)
             if code == 0 and found.strip():
                 safe.append(t)
+    if keep_empty:
+        return "~::(%s)" % " | ".join(safe)
     return workspace.LOCAL_WORK % " | ".join(safe)
 
 
@@ -216,14 +240,14 @@ def _candidate_for(w, caller, st=None):
     cand = integ.get("candidate")
     if not cand:
         raise Refused("work %s has no frozen candidate" % w["handle"],
-                      "coord work integrate acquire %s --into BOOKMARK" % w["handle"])
+                      acquire_command(w["handle"]))
     if cand["runtime"] != caller["id"] and st is not None and _freezer_holder(st, cand, caller) is not None:
         return integ, cand
     if cand["runtime"] != caller["id"]:
         raise Refused("the candidate of %s was frozen by another runtime (%s), not %s"
                       % (w["handle"], cand["runtime"], caller["handle"]),
                       "only that runtime may prove or release it; to take over: "
-                      "coord work integrate acquire %s --into %s" % (w["handle"], integ.get("into"))
+                      + acquire_command(w["handle"], integ.get("into"))
                       if workspace.is_person(caller) else "only that runtime may prove or release it")
     return integ, cand
 
@@ -254,12 +278,12 @@ def prove(st, *, caller, handle, target, environ=None):
     holder = _freezer_holder(st, cand, caller) or caller["id"]
     if integ["state"] == "lock-released":
         raise Refused("the integration lock of %s was released; a release is not evidence" % w["handle"],
-                      "re-acquire: coord work integrate acquire %s --into %s" % (w["handle"], integ["into"]))
+                      "re-acquire: " + acquire_command(w["handle"], integ["into"]))
     held = [l["resource"] for l in st.leases_of(holder, [cand["resource"]])]
     if cand["resource"] not in held:
         raise Refused("%s does not hold %s (expired or released), so it cannot prove" % (
             caller["handle"], cand["resource"]),
-            "coord work integrate acquire %s --into %s (re-freezes the candidate)" % (w["handle"], integ["into"]))
+            acquire_command(w["handle"], integ["into"]) + " (re-freezes the candidate)")
     _check_ancestry(w, integ["into"], cand["commit"], target, environ)
     with st.transaction():
         cur = st.resolve_work(w["id"])
@@ -1116,8 +1140,32 @@ def _land_after_move(st, w, caller, into, push, environ):
             "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
             "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
             "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
-    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), owner_told=told)
+    settled = _settle_clone(st, w, new, environ)  # None after a rebase in scratch: @ is not `new`
+    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), owner_told=told,
+                           clone_settled=settled)
     return _land_result(st.work(w["id"]), landing)
+
+
+def _settle_clone(st, w, landed, environ):
+    """After the landing, let the clone know its @ landed, so that the next edit there starts a
+    new change instead of amending the landed one (one change ID on two commits: divergent, and
+    the next landing fails). In an idle clone whose @ is the landed commit, `jj git fetch`: the commit is then on origin's bookmark, immutable, and jj puts a
+    new empty @ on it by itself. A clone something works in is left alone: its agent is told
+    (the landing's output). -> "fetched", "in use" or None (nothing to do, or it failed)."""
+    path = w.get("path")
+    if not path or not os.path.isdir(path):
+        return None
+    try:
+        ids = workspace.head_ids(path, environ=environ)
+        if ids["commit"] != landed:
+            return None  # edited since the freeze, or already a new change on it: nothing to settle
+        if workspace.live_inside(st, w, workspace.process_cwds() or {}):
+            return "in use"
+        jj(["git", "fetch", "--remote", "origin"], path, environ=environ)
+    except store.CoordError:
+        store.log_traceback("settle clone %s" % w["id"])  # the landing is done; this is a courtesy
+        return None
+    return "fetched"
 
 
 LFS_POINTER = "version https://git-lfs.github.com/spec/v1\n"
@@ -1288,6 +1336,11 @@ def _publish_landed(st, w, caller, into, push, landing, environ):
     return _land_result(st.work(w["id"]), landing)
 
 
+def acquire_command(handle, into=None):
+    """The command that takes the integration lock of a work again (re-freezing its candidate)."""
+    return "coord work integrate acquire %s --into %s" % (handle, shlex.quote(into) if into else "BOOKMARK")
+
+
 def land_command(handle, into, push=None, check=None):
     """The landing command to type again, with the options that still apply."""
     bits = ["coord", "work", "integrate", "land", handle, "--into", into]
@@ -1315,7 +1368,7 @@ def _land_result(w, landing, already=False):
             "check_cwd": landing.get("check_cwd"), "check_set_aside": landing.get("check_set_aside"),
             "held_by_peers": landing.get("held_by_peers") or [],
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
-            "already": already}
+            "clone_settled": landing.get("clone_settled"), "already": already}
 
 
 def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False):
@@ -1738,6 +1791,7 @@ def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
     return data
 
 
+@workspace.by_task
 def cmd_inspect(ctx, args):
     w = workspace.target_work(ctx, args.handle, default_ok=True)
     facts = workspace.inspect_work(ctx.db, work=w, environ=ctx.environ, observe=ctx.verbose)
@@ -1745,7 +1799,9 @@ def cmd_inspect(ctx, args):
     if "observed" in facts:
         data["observed"] = facts["observed"]
     lines = workspace.inspect_lines(facts, ctx.verbose, landing=landing_lines(w))
-    data["preview"] = inspect_preview(w, ctx.environ)
+    data["space"] = facts.get("space")
+    # On a full disk the clone's last snapshot is stale (jj cannot write a new one): no preview from it.
+    data["preview"] = None if data["space"] else inspect_preview(w, ctx.environ)
     if data["preview"]:
         lines.insert(1, preview_line(data["preview"]))
     return 0, data, "\n".join(lines)
@@ -1783,8 +1839,11 @@ def cmd_acquire(ctx, args):
 
 
 def cmd_conflicts(ctx, args):
+    """Exit 0 when nothing would conflict (or it could not be computed: the text says why),
+    store.EXIT_CONFLICTS (5) when some pair would."""
     r = conflict_report(ctx.db, into=args.into, environ=ctx.environ)
-    return 0, workspace.ok_data(r), "\n".join(conflict_lines(r, ctx.verbose))
+    found = any(w["target_conflicts"] for w in r["works"]) or any(p["conflicts"] for p in r["pairs"])
+    return store.EXIT_CONFLICTS if found else 0, workspace.ok_data(r), "\n".join(conflict_lines(r, ctx.verbose))
 
 
 def conflict_lines(r, verbose=False):
@@ -1839,6 +1898,8 @@ def cmd_land(ctx, args):
     if r.get("check_set_aside"):
         text += "\nthe check's %d written file(s) were moved out of the clone to %s" % (
             r["check_set_aside"]["count"], r["check_set_aside"]["dir"])
+    if r.get("clone_settled") == "in use" and not r["already"]:
+        text += "\nbefore the next edit in the clone: jj git fetch (else the edit amends the landed change)"
     return 0, workspace.ok_data(r), text
 
 
@@ -1883,7 +1944,8 @@ def cmd_remote_verify(ctx, args):
 
 def _parse_inspect(ws, both):
     p = ws.add_parser("inspect", parents=both, help="one work record (--verbose adds exact IDs)")
-    p.add_argument("handle", nargs="?", metavar="HANDLE", help="default: $COORD_WORK_ID, when you own it")
+    p.add_argument("handle", nargs="?", metavar="HANDLE", help="%s; default: $COORD_WORK_ID, when you own it"
+                   % workspace.BY_TASK_HELP)
     p.set_defaults(func=cmd_inspect)
 
 
@@ -1924,7 +1986,9 @@ def _parse_integrate(ws, both):
 
 def _parse_conflicts(ws, both):
     p = ws.add_parser("conflicts", parents=both, help="which live works (and their targets) change the same "
-                      "paths, and which would conflict; reads only")
+                      "paths, and which would conflict; reads only; exit 0 none, 5 some would conflict",
+                      description="Exit status: 0 when no pair would conflict, 5 when some would (as `check` "
+                      "exits 3 when blocked), 2-4 for coord's usual errors.")
     p.add_argument("--into", metavar="BOOKMARK", help="compare every work with this bookmark (default: the one "
                    "each integrates into, else the repository's main bookmark)")
     p.set_defaults(func=cmd_conflicts)

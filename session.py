@@ -572,6 +572,53 @@ def _inspect(record, tmux):
 
 
 # ---------------------------------------------------------------------------------------
+# Finding a work's window again (adopt after the database was lost)
+
+
+def find_work_window(socket, project, work_id, tmux=None):
+    """The record of the live window coord launched for `work_id` of `project` on this server,
+    found by the labels launch put on it (@coord-work on the window, @coord-project on the window
+    and its pane): the same dict launch returns, with the pane's @coord-conversation as the
+    conversation. None when no such window runs (or more than one does: nothing to choose by)."""
+    tmux = tmux or Tmux(socket)
+    panes = tmux.panes()
+    found = []
+    for wid in sorted({p["window_id"] for p in panes}):
+        if tmux.option("window", wid, OPT_WORK) != work_id or tmux.option("window", wid, OPT_PROJECT) != project:
+            continue
+        found += [p for p in panes if p["window_id"] == wid and not p["pane_dead"]
+                  and tmux.option("pane", p["pane_id"], OPT_WORK) == work_id]
+    if len({p["pane_id"] for p in found}) != 1:
+        return None
+    p = found[0]
+    name = tmux.run("display-message", "-p", "-t", p["pane_id"], "#{window_id}" + SEP + "#{window_name}")
+    wid_, _, name = name.rstrip("\n").partition(SEP)
+    return {"socket": tmux.socket, "server_pid": p["pid"], "session_id": p["session_id"],
+            "window_id": p["window_id"], "pane_id": p["pane_id"], "pane_pid": p["pane_pid"],
+            "pane_command": p["pane_start_command"],
+            "window_name": name if wid_ == p["window_id"] else None, "project": project, "work_id": work_id,
+            "conversation": tmux.option("pane", p["pane_id"], OPT_CONVERSATION), "harness": None}
+
+
+def harness_of_command(command):
+    """The harness a pane's start command runs (the first word naming one of HARNESSES), else None."""
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return None
+    for word in words:
+        name = os.path.basename(word)
+        if name in HARNESSES and name != "shell":
+            return name
+    return None
+
+
+def descends_from(pid, ancestors):
+    """True when process `pid` is one of `ancestors` or below one (False when unknown)."""
+    return _descends_from(pid, ancestors)
+
+
+# ---------------------------------------------------------------------------------------
 # Attach
 
 

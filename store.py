@@ -46,6 +46,7 @@ ID_RANGE = (1, (1 << 63) - 1)              # message IDs (SQLite INTEGER); audit
 PID_RANGE = (1, (1 << 31) - 1)             # hello --pid (pid_t)
 
 EXIT_INTERNAL, EXIT_USAGE, EXIT_REFUSED, EXIT_ENV = 1, 2, 3, 4
+EXIT_CONFLICTS = 5  # `work conflicts` found works that would conflict (a finding, not a failure)
 
 # The next step for a superseded (stale) attachment, given the handle that replaced it.
 STALE_HINT = ("this session is stale: stop acting for the conversation here; %s carries it on"
@@ -86,6 +87,27 @@ class Refused(CoordError):
     """Refused by coordination state: a conflict, not the owner, a superseded runtime."""
     exit_code = EXIT_REFUSED
     kind = "refused"
+
+
+WORK_LIST_HINT = "coord work list shows work handles and their tasks"
+
+
+class TaskName(Refused):
+    """A work named by its task: ambiguous (several live works have it), or where only the exact
+    handle may name it (closing, landing, deleting). `token` is the name as given and `handles`
+    the handles it stands for, so coord's main() can write the command to type with the handle."""
+
+    def __init__(self, token, works, by_task):
+        self.token = (token or "").strip()
+        self.handles = [w["handle"] for w in works]
+        which = ", ".join("%s (%s)" % (w["handle"], w["state"]) for w in works)
+        if len(works) > 1:
+            message = "task %r names %d live works: %s; name one by its handle" % (self.token, len(works), which)
+        else:
+            message = "%r is the task of work %s; this command needs the exact work handle, which is what " \
+                      "carries authority (a task name only reads or launches)" % (self.token, which)
+        super().__init__(message, WORK_LIST_HINT, handles=self.handles)
+        self.by_task = by_task
 
 
 class EnvError(CoordError):
@@ -1647,37 +1669,20 @@ class Store:
                 rid = subagent_uuid(conversation, agent_id)
                 existing = self.runtime(rid)
                 if existing is not None:
-                    beat = beat_value(max(existing["heartbeat_at"], now), pid, existing["harness"])
-                    self.conn.execute(
-                        "UPDATE runtimes SET heartbeat_at = ?, ended_at = NULL, end_reason = NULL,"
-                        " pid = ?, pid_start = ? WHERE id = ?", (beat, pid, pid_start, rid))
-                    if existing["ended_at"] is not None:
-                        self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id,
-                                   harness=harness, source=source or "")
-                    return self.runtime(rid)
+                    return self._rehello_subagent(existing, conversation, agent_id, harness, pid, pid_start,
+                                                  source, now)
                 handle = handle_for(rid, DOMAIN_RUNTIME)
                 clash = self.q("SELECT id FROM runtimes WHERE handle = ?", (handle,)).fetchone()
                 if clash:
                     raise Refused("handle %s of subagent runtime %s collides with runtime %s" % (handle, rid, clash[0]),
                                   "this is a 1-in-34-billion event; report it")
             else:
-                if pid:
-                    # The same harness process is the same attachment: parallel first hooks after
-                    # a reap (or a repeated hello) must not supersede each other.
-                    row = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND"
-                                 " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)",
-                                 (conversation, pid, pid_start, pid_start)).fetchone()
-                    if row:
-                        self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT,
-                                          (now, row[0]))
-                        return self.runtime(row[0])
-                for _ in range(16):
-                    rid = new_uuid()
-                    handle = handle_for(rid, DOMAIN_RUNTIME)
-                    if not self.q("SELECT 1 FROM runtimes WHERE handle = ?", (handle,)).fetchone():
-                        break
-                else:  # pragma: no cover - 16 collisions in a row cannot happen by chance
-                    raise Refused("could not draw a runtime ID with a free handle")
+                # The same harness process is the same attachment: parallel first hooks after
+                # a reap (or a repeated hello) must not supersede each other.
+                same = self._same_process(conversation, pid, pid_start, now) if pid else None
+                if same is not None:
+                    return same
+                rid, handle = self._draw_runtime_id()
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
                 " heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1686,19 +1691,55 @@ class Store:
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id or "",
                        harness=harness or "", source=source or "")
             if not agent_id:
-                olds = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
-                              " AND id != ?", (conversation, rid)).fetchall()
-                for (old,) in olds:
-                    self._supersede(old, rid, now)
-                # Messages to an earlier attachment that ended without a successor (its harness
-                # died, or it said bye) are still the conversation's: they follow it here.
-                moved = self.conn.execute(
-                    "UPDATE deliveries SET recipient = ? WHERE state != 'acked' AND recipient IN (SELECT id FROM"
-                    " runtimes WHERE conversation = ? AND agent_id IS NULL AND id != ? AND superseded_by IS NULL)",
-                    (rid, conversation, rid)).rowcount
-                if moved:
-                    self.audit("message.inherited", rid, rid, now, deliveries=moved)
+                self._take_over_conversation(conversation, rid, now)
             return self.runtime(rid)
+
+    def _rehello_subagent(self, existing, conversation, agent_id, harness, pid, pid_start, source, now):
+        """A subagent's runtime is deterministic: a second hello revives and renews the same one."""
+        rid = existing["id"]
+        beat = beat_value(max(existing["heartbeat_at"], now), pid, existing["harness"])
+        self.conn.execute(
+            "UPDATE runtimes SET heartbeat_at = ?, ended_at = NULL, end_reason = NULL,"
+            " pid = ?, pid_start = ? WHERE id = ?", (beat, pid, pid_start, rid))
+        if existing["ended_at"] is not None:
+            self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id,
+                       harness=harness, source=source or "")
+        return self.runtime(rid)
+
+    def _same_process(self, conversation, pid, pid_start, now):
+        """The live top-level runtime of `conversation` that is this very process, renewed; else None."""
+        row = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND"
+                     " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)",
+                     (conversation, pid, pid_start, pid_start)).fetchone()
+        if not row:
+            return None
+        self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, row[0]))
+        return self.runtime(row[0])
+
+    def _draw_runtime_id(self):
+        """A new random runtime ID whose five-word handle no runtime has; -> (id, handle)."""
+        for _ in range(16):
+            rid = new_uuid()
+            handle = handle_for(rid, DOMAIN_RUNTIME)
+            if not self.q("SELECT 1 FROM runtimes WHERE handle = ?", (handle,)).fetchone():
+                return rid, handle
+        raise Refused("could not draw a runtime ID with a free handle")  # pragma: no cover
+
+    def _take_over_conversation(self, conversation, rid, now):
+        """The new top-level runtime `rid` supersedes the conversation's live ones and inherits
+        the open deliveries of its ended attachments."""
+        olds = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
+                      " AND id != ?", (conversation, rid)).fetchall()
+        for (old,) in olds:
+            self._supersede(old, rid, now)
+        # Messages to an earlier attachment that ended without a successor (its harness
+        # died, or it said bye) are still the conversation's: they follow it here.
+        moved = self.conn.execute(
+            "UPDATE deliveries SET recipient = ? WHERE state != 'acked' AND recipient IN (SELECT id FROM"
+            " runtimes WHERE conversation = ? AND agent_id IS NULL AND id != ? AND superseded_by IS NULL)",
+            (rid, conversation, rid)).rowcount
+        if moved:
+            self.audit("message.inherited", rid, rid, now, deliveries=moved)
 
     def _supersede(self, old, new, now):
         moved = [r[0] for r in self.q("SELECT resource FROM leases WHERE runtime = ? ORDER BY resource", (old,))]
@@ -2464,6 +2505,24 @@ class Store:
                     states[mid] = "acked"
             return acked
 
+    def ack_shown(self, runtime_id, now=None):
+        """`ack --all`: acknowledge every message addressed to this runtime whose body it was
+        shown (state delivered: a hook injected it or `inbox` printed it), read and acked in one
+        transaction, so a message that arrives after that read, or one still queued (never shown),
+        stays open. -> (acked IDs, number of queued messages left open)."""
+        now = _now(now)
+        with self.transaction():
+            self.usable_runtime(runtime_id, now)
+            ids = [r[0] for r in self.q("SELECT message FROM deliveries WHERE recipient = ? AND state = 'delivered'"
+                                        " ORDER BY message", (runtime_id,)).fetchall()]
+            for mid in ids:
+                self.conn.execute("UPDATE deliveries SET state = 'acked', acked_at = ? WHERE message = ?"
+                                  " AND recipient = ?", (now, mid, runtime_id))
+                self.audit("message.acked", runtime_id, str(mid), now, all=True)
+            unseen = self.q("SELECT COUNT(*) FROM deliveries WHERE recipient = ? AND state = 'queued'",
+                            (runtime_id,)).fetchone()[0]
+        return ids, unseen
+
     _OPEN_SQL = ("SELECT m.id, m.kind, length(CAST(m.body AS BLOB)), m.digest, s.handle, d.state"
                  " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"
                  " WHERE d.recipient = ? AND d.state != 'acked' ORDER BY m.id")
@@ -2529,15 +2588,41 @@ class Store:
         return self._row_work(self.q("SELECT %s FROM work WHERE id = ?" % ", ".join(self._WORK_COLS),
                                      (work_id,)).fetchone())
 
-    def resolve_work(self, token):
-        """A work record by exact handle or full UUID."""
-        kind, value = _identity_kind(token, "work")
+    def resolve_work(self, token, by_task=False):
+        """A work record by exact handle or full UUID; with `by_task` (commands that only read or
+        launch: inspect, attach, start, resume, `send --to`) also by the task of exactly one
+        live work. A task name where the exact handle is needed (what closes, lands or deletes)
+        is a TaskName refusal naming the handles it stands for; see docs/workspace.md, Names."""
+        try:
+            kind, value = _identity_kind(token, "work")
+        except UsageError:
+            named = self.works_by_task(token)
+            if by_task and len(named) == 1:
+                return named[0]
+            if named:
+                raise TaskName(token, named, by_task)
+            raise UsageError("%r is not an exact five-word work handle, a full UUID or the task of a live work"
+                             " (prefixes never resolve)" % (token or "").strip(), WORK_LIST_HINT)
         col = "id" if kind == "id" else "handle"
         w = self._row_work(self.q("SELECT %s FROM work WHERE %s = ?" % (", ".join(self._WORK_COLS), col),
                                   (value,)).fetchone())
         if w is None:
             raise Refused("no work record %s" % value, "coord work list shows work handles")
         return w
+
+    # Works that a task name may stand for: not failed, removed or archived (finished).
+    TASK_NAMED_EXCLUDED = ("failed", "removed", "archived")
+
+    def works_by_task(self, task):
+        """The live works (state not in TASK_NAMED_EXCLUDED) whose task is exactly `task`
+        (surrounding blanks ignored), oldest first."""
+        task = (task or "").strip()
+        if not task:
+            return []
+        rows = self.q("SELECT %s FROM work WHERE task = ? AND state NOT IN (%s) ORDER BY created_at, id" % (
+            ", ".join(self._WORK_COLS), ",".join("?" * len(self.TASK_NAMED_EXCLUDED))),
+            (task,) + self.TASK_NAMED_EXCLUDED).fetchall()
+        return [self._row_work(r) for r in rows]
 
     def update_work(self, work_id, now=None, data=None, **fields):
         """Update columns and merge `data` keys (None deletes a key); call inside a transaction."""
@@ -2568,25 +2653,22 @@ class Store:
         return [self._row_work(r) for r in rows]
 
     def works_of_runtimes(self, runtimes):
-        """{runtime id: the work record it is in}, for each of `runtimes` in a work: the work whose
-        recorded runtime is it or resumed into it, or whose recorded tmux harness has its
-        conversation. A read of the records only (no jj, no tmux)."""
-        works = [w for w in self.works() if w["state"] not in ("failed", "removed")]
+        """{runtime id: the work record it is in}, for each of `runtimes` that works inside one: its
+        recorded cwd is in the work's clone (the deepest clone holding it); a runtime with no
+        recorded cwd (a parked work's holder) is in the live work that records its conversation.
+        Never for having created or adopted a work: the creator is its owner, not an occupant.
+        A read of the records only (no jj, no tmux)."""
+        works = [w for w in self.works() if w["state"] not in ("failed", "removed") and w["path"]]
+        clones = sorted(((os.path.realpath(w["path"]), w) for w in works), key=lambda pw: -len(pw[0]))
         out = {}
         for rt in runtimes:
-            for w in works:
-                convs = work_conversations(w)
-                if rt["id"] == w["runtime"] or (rt["conversation"] in convs and not rt["agent_id"]):
-                    out[rt["id"]] = w
-                    break
-        pending = [rt for rt in runtimes if rt["id"] not in out]
-        if pending:
-            for w in works:
-                start = self.runtime(w["runtime"]) if w["runtime"] else None
-                last = self.successor(start) if start else None
-                for rt in pending:
-                    if last is not None and last["id"] == rt["id"] and rt["id"] not in out:
-                        out[rt["id"]] = w
+            if rt["cwd"]:
+                cwd = os.path.realpath(rt["cwd"])
+                w = next((w for path, w in clones if within(cwd, path)), None)
+            else:
+                w = next((w for w in works if rt["conversation"] in work_conversations(w)), None)
+            if w is not None:
+                out[rt["id"]] = w
         return out
 
     # -- audit export

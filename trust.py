@@ -220,55 +220,63 @@ def codex_batch_write(edits, environ=None):
         proc.stdin.write((json.dumps(obj) + "\n").encode("utf-8"))
         proc.stdin.flush()
 
-    def reply(req_id):
-        import select
-        buf = b""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                break
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                try:
-                    msg = json.loads(line.decode("utf-8"))
-                except ValueError:
-                    continue
-                if isinstance(msg, dict) and msg.get("id") == req_id:
-                    return msg
-        raise EnvError("codex app-server gave no reply within %ds" % APP_SERVER_TIMEOUT,
-                       "check that `codex app-server` runs")
     try:
         send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
               "params": {"clientInfo": {"name": "coord", "version": "0"}}})
-        reply(1)
+        _app_server_reply(proc, 1, deadline)
         send({"jsonrpc": "2.0", "method": "initialized"})
         send({"jsonrpc": "2.0", "id": 2, "method": "config/batchWrite",
               "params": {"edits": payload, "filePath": None, "expectedVersion": None}})
-        msg = reply(2)
+        msg = _app_server_reply(proc, 2, deadline)
     except (OSError, ValueError) as exc:
         raise EnvError("codex app-server failed: %s" % exc, "check that `codex app-server` runs")
     finally:
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, 9)
-            except OSError:
-                pass
-            proc.wait()
-        proc.stdout.close()
+        _end_app_server(proc)
     if "error" in msg:
         raise EnvError("Codex refused the config edit: %s" % (msg["error"].get("message") or msg["error"]),
                        "check %s" % codex_config_path(env))
     return msg.get("result")
+
+
+def _app_server_reply(proc, req_id, deadline):
+    """The app-server's JSON-RPC reply to `req_id` (other lines skipped), or EnvError at `deadline`."""
+    import select
+    buf = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line.decode("utf-8"))
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and msg.get("id") == req_id:
+                return msg
+    raise EnvError("codex app-server gave no reply within %ds" % APP_SERVER_TIMEOUT,
+                   "check that `codex app-server` runs")
+
+
+def _end_app_server(proc):
+    """Close the app-server's stdin and wait for it; kill its group if it lingers past 5 s."""
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            pass
+        proc.wait()
+    proc.stdout.close()
 
 
 # --------------------------------------------------------------------------- Claude Code
@@ -915,74 +923,92 @@ def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen"
     added so that remove_carried() can take exactly that away."""
     facts = assess(source, clone, environ)
     added, notes = {}, []
-    c = facts.get("codex") or {}
-    if "codex" in harnesses and "error" in c:
-        notes.append("codex: " + c["error"])
-    elif "codex" in harnesses:
-        edits, rec = [], {"config": c["config"], "project": None, "hooks": {}}
-        project_ok = c["clone_trusted"]
-        if not c["clone_trusted"] and c["shared_trusted"]:
-            edits.append((["projects", clone, "trust_level"], "trusted"))
-            rec["project"] = clone
-            project_ok = True
-        if project_ok:
-            for h in c["hooks"]:
-                # Only a command that names its content-addressed runtime copy pins what runs;
-                # an older one runs the clone's own .coord/hook.py, which its agent can edit.
-                if h["trusted_hash"] is None and h["approved_in_shared"] and h["pinned"]:
-                    edits.append((["hooks", "state", h["key"], "trusted_hash"], h["hash"]))
-                    rec["hooks"][h["key"]] = h["hash"]
-        if edits:
-            try:
-                codex_batch_write(edits, environ)
-                added["codex"] = rec
-            except (EnvError, UsageError) as exc:
-                notes.append("codex: not carried over: " + exc.message)
-    cl = facts.get("claude") or {}
-    if "claude" in harnesses and "error" in cl:
-        notes.append("claude: " + cl["error"])
-    elif "claude" in harnesses and cl["shared_trusted"] and not cl["clone_trusted"]:
-        created = []
-
-        def add(text):
-            new, made = _claude_insert(text, clone)
-            created.append(made)
-            return new
-        try:
-            _locked_edit(cl["config"], add)
-            added["claude"] = {"config": cl["config"], "project": clone, "created_projects": created[-1]}
-        except (EnvError, OSError, ValueError) as exc:
-            notes.append("claude: not carried over: %s" % getattr(exc, "message", exc))
-    q = facts.get("qwen") or {}
-    if "qwen" in harnesses and "error" in q:
-        notes.append("qwen: " + q["error"])
-    elif "qwen" in harnesses and q["gate"] and q["shared_trusted"] and not q["clone_trusted"]:
-        def trust_clone(doc):
-            if doc.get(clone) == QWEN_TRUST:
-                return None
-            return dict(doc, **{clone: QWEN_TRUST})
-        try:
-            _qwen_edit(q["config"], trust_clone)
-            added["qwen"] = {"config": q["config"], "project": clone}
-        except (EnvError, OSError, ValueError) as exc:
-            notes.append("qwen: not carried over: %s" % getattr(exc, "message", exc))
-    if "gemini" in harnesses:
-        rec, more = gemini_carry(source, clone, environ)
+    for name in harnesses:
+        if name != "gemini" and name not in _CARRY:
+            continue  # a harness with no trust gate (opencode) or no harness at all (shell)
+        if name == "gemini":
+            rec, more = gemini_carry(source, clone, environ)
+        else:
+            f = facts.get(name) or {}
+            if "error" in f:
+                rec, more = None, ["%s: %s" % (name, f["error"])]
+            else:
+                rec, more = _CARRY[name](f, clone, environ)
         notes += more
         if rec:
-            added["gemini"] = rec
-    cp = facts.get("copilot") or {}
-    if "copilot" in harnesses and "error" in cp:
-        notes.append("copilot: " + cp["error"])
-    elif "copilot" in harnesses and cp["shared_trusted"] and not cp["clone_trusted"]:
-        # Copilot CLI does the same itself for a worktree it creates of a trusted repository.
-        try:
-            created = copilot_add(cp["config"], clone)
-            if created is not None:
-                added["copilot"] = {"config": cp["config"], "folder": clone, "created_key": created}
-        except (EnvError, OSError) as exc:
-            notes.append("copilot: not carried over: %s" % getattr(exc, "message", exc))
+            added[name] = rec
     return {"added": added, "notes": notes}
+
+
+def _carry_codex(c, clone, environ):
+    """Trust the clone as a Codex project, and its pinned hooks, where the shared checkout is."""
+    edits, rec = [], {"config": c["config"], "project": None, "hooks": {}}
+    project_ok = c["clone_trusted"]
+    if not c["clone_trusted"] and c["shared_trusted"]:
+        edits.append((["projects", clone, "trust_level"], "trusted"))
+        rec["project"] = clone
+        project_ok = True
+    if project_ok:
+        for h in c["hooks"]:
+            # Only a command that names its content-addressed runtime copy pins what runs;
+            # an older one runs the clone's own .coord/hook.py, which its agent can edit.
+            if h["trusted_hash"] is None and h["approved_in_shared"] and h["pinned"]:
+                edits.append((["hooks", "state", h["key"], "trusted_hash"], h["hash"]))
+                rec["hooks"][h["key"]] = h["hash"]
+    if not edits:
+        return None, []
+    try:
+        codex_batch_write(edits, environ)
+        return rec, []
+    except (EnvError, UsageError) as exc:
+        return None, ["codex: not carried over: " + exc.message]
+
+
+def _carry_claude(cl, clone, environ):
+    if not (cl["shared_trusted"] and not cl["clone_trusted"]):
+        return None, []
+    created = []
+
+    def add(text):
+        new, made = _claude_insert(text, clone)
+        created.append(made)
+        return new
+    try:
+        _locked_edit(cl["config"], add)
+        return {"config": cl["config"], "project": clone, "created_projects": created[-1]}, []
+    except (EnvError, OSError, ValueError) as exc:
+        return None, ["claude: not carried over: %s" % getattr(exc, "message", exc)]
+
+
+def _carry_qwen(q, clone, environ):
+    if not (q["gate"] and q["shared_trusted"] and not q["clone_trusted"]):
+        return None, []
+
+    def trust_clone(doc):
+        if doc.get(clone) == QWEN_TRUST:
+            return None
+        return dict(doc, **{clone: QWEN_TRUST})
+    try:
+        _qwen_edit(q["config"], trust_clone)
+        return {"config": q["config"], "project": clone}, []
+    except (EnvError, OSError, ValueError) as exc:
+        return None, ["qwen: not carried over: %s" % getattr(exc, "message", exc)]
+
+
+def _carry_copilot(cp, clone, environ):
+    if not (cp["shared_trusted"] and not cp["clone_trusted"]):
+        return None, []
+    # Copilot CLI does the same itself for a worktree it creates of a trusted repository.
+    try:
+        created = copilot_add(cp["config"], clone)
+    except (EnvError, OSError) as exc:
+        return None, ["copilot: not carried over: %s" % getattr(exc, "message", exc)]
+    if created is None:
+        return None, []
+    return {"config": cp["config"], "folder": clone, "created_key": created}, []
+
+
+_CARRY = {"codex": _carry_codex, "claude": _carry_claude, "qwen": _carry_qwen, "copilot": _carry_copilot}
 
 
 def merge_added(old, new):

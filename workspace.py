@@ -662,7 +662,8 @@ WORK_DATA = {
     "parked": ("{reason, at} while parked, else None", "_record_tmux, record_conversation"),
     "trust": ("{added, notes, ...}: harness trust entries coord carried for the clone", "carry_trust, drop_trust, "
               "_adopt_trust"),
-    "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed", "cleanup._mark_removed"),
+    "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed (also a refused create "
+                "that left nothing on disk)", "cleanup._mark_removed, _record_failed_create"),
 }
 
 
@@ -760,15 +761,37 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
                 native=False, allow_unprotected=False, no_setup=False):
     """Clone the canonical repository of `root` for one task and record it; -> the work record.
 
-    The record is written (`creating`) before the disk is touched; a failure marks it
-    `failed` with the step and reason, removes what this create made, and raises EnvError.
-    When the shared checkout has coord installed and the clone's starting revision does not
-    carry it (or carries an older release), the clone's agents would run without hooks: that
-    is refused (Refused, recorded the same way, with the commit command) unless
-    allow_unprotected, which records the gaps in the work's `unprotected`.
+    Everything that can be refused before the disk is touched is (the plan, the free space in
+    the scratch root): such a refusal leaves no record. Then the record is written (`creating`);
+    a failure marks it `failed` with the step and reason, removes what this create made, and
+    raises EnvError. When the shared checkout has coord installed and the clone's starting
+    revision does not carry it (or carries an older release), the clone's agents would run
+    without hooks: that is refused (Refused, with the commit command; the clone is removed and,
+    nothing being left on disk, the record too) unless allow_unprotected, which records the
+    gaps in the work's `unprotected`.
     Unless no_setup, the clone is then set up (run_setup): a failed setup keeps the clone,
     records the result and raises Refused naming the next command.
     """
+    plan = _create_plan(st, root=root, task=task, environ=environ, scratch_root=scratch_root, from_rev=from_rev,
+                        depends=depends, resources=resources, native=native, no_setup=no_setup)
+    check_create_space(plan["task"], plan["source"], plan["scratch"], plan["native"], environ)
+    w, token = _insert_creating(st, caller, plan, from_rev)
+    ids, gaps = _checkout_or_fail(st, w, caller, token, from_rev, environ, allow_unprotected)
+    w = _record_created(st, w, caller, ids, gaps)
+    w = carry_trust(st, w, caller, environ)
+    if no_setup:
+        with st.transaction():
+            w = st.update_work(w["id"], data={"setup": {"status": "skipped", "at": now_time()}})
+        return w
+    w, result = run_setup(st, caller=caller, work=w, environ=environ)
+    if result["status"] not in SETUP_OK:
+        raise setup_refusal(w, result, created=True)
+    return w
+
+
+def _create_plan(st, *, root, task, environ, scratch_root, from_rev, depends, resources, native, no_setup):
+    """Check a create's arguments before anything is made; -> {task, source, scratch, dep_ids,
+    planned, native}."""
     task = check_task(task)
     if not no_setup:  # a bad COORD_SETUP_TIMEOUT is refused before anything is made
         store.env_number(os.environ if environ is None else environ, "COORD_SETUP_TIMEOUT", SETUP_TIMEOUT,
@@ -786,19 +809,34 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
         raise UsageError("--from %r is not a revision" % from_rev, "coord work create TASK --from main")
     if not native:
         clone_source(source)
+    return {"task": task, "source": source, "scratch": scratch, "dep_ids": dep_ids, "planned": planned,
+            "native": native}
+
+
+def _insert_creating(st, caller, plan, from_rev):
+    """Write the `creating` record (path, token, port base) before the disk is touched; -> (record, token)."""
+    task, scratch, source = plan["task"], plan["scratch"], plan["source"]
     work_id = store.new_uuid()
     path = os.path.join(scratch, "%s.%s" % (task, work_id[:8]))
     if os.path.lexists(path):
         path = os.path.join(scratch, "%s.%s" % (task, work_id))
     token = os.urandom(32).hex()
-    data = _work_data("native" if native else "clone", caller, workspace_name(work_id), bookmark_name(task, work_id),
-                      {"state": "creating", "at": now_time(), "by": caller["id"]}, dep_ids, planned, **{"from": from_rev})
+    data = _work_data("native" if plan["native"] else "clone", caller, workspace_name(work_id),
+                      bookmark_name(task, work_id), {"state": "creating", "at": now_time(), "by": caller["id"]},
+                      plan["dep_ids"], plan["planned"], **{"from": from_rev})
     with st.transaction():
         data["port_base"] = port_base(st, work_id)
         w = st.insert_work(task, "creating", token, path=path, scratch_root=scratch, source=source,
                            conversation=caller["conversation"], runtime=caller["id"], data=data, work_id=work_id)
         st.audit("work.creating", caller["id"], work_id, task=task, path=path, source=source,
-                 kind=data["kind"], depends=dep_ids, planned=planned)
+                 kind=data["kind"], depends=plan["dep_ids"], planned=plan["planned"])
+    return w, token
+
+
+def _checkout_or_fail(st, w, caller, token, from_rev, environ, allow_unprotected):
+    """Make the checkout (with the protection check when the shared checkout has coord); -> (head
+    ids, protection gaps). A failure or refusal is recorded (_record_failed_create) and raised."""
+    source, task = w["source"], w["task"]
     shared, gaps = shared_installation(source), []
 
     def check(checkout):
@@ -816,24 +854,121 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
             % (task, unprotected),
             "commit coord's installation in the shared checkout, then retry (or pass --allow-unprotected): %s"
             % commit_command(source, from_rev, environ)))  # the command ends the line: pasted whole, it runs
+    return ids, gaps
+
+
+def _record_created(st, w, caller, ids, gaps):
+    """The checkout exists: record its base and make the work `active`; -> the record."""
+    work_id = w["id"]
     base = {"change": ids["change"], "commit": ids["commit"],
             "parent": ids["parents"][0] if len(ids["parents"]) == 1 else None, "parents": ids["parents"]}
     with st.transaction():
         cur = st.work(work_id)
         w = st.update_work(work_id, state="active", data={
-            "base": base, "current": dict(base, empty=ids["empty"], at=now_time()), "git": _git_kind(path),
+            "base": base, "current": dict(base, empty=ids["empty"], at=now_time()), "git": _git_kind(w["path"]),
             "history": with_history(cur, "active", caller), "unprotected": gaps or None})
-        st.audit("work.created", caller["id"], work_id, task=task, path=path, base_change=ids["change"],
-                 base_commit=ids["commit"], kind=data["kind"], unprotected=gaps or None)
-    w = carry_trust(st, w, caller, environ)
-    if no_setup:
-        with st.transaction():
-            w = st.update_work(work_id, data={"setup": {"status": "skipped", "at": now_time()}})
-        return w
-    w, result = run_setup(st, caller=caller, work=w, environ=environ)
-    if result["status"] not in SETUP_OK:
-        raise setup_refusal(w, result, created=True)
+        st.audit("work.created", caller["id"], work_id, task=w["task"], path=w["path"], base_change=ids["change"],
+                 base_commit=ids["commit"], kind=w["data"]["kind"], unprotected=gaps or None)
     return w
+
+
+# --------------------------------------------------------------------------- free space
+# A create on a full disk fails half-way, or worse succeeds at 100% and leaves jj unable to
+# snapshot (seen: `jj describe` "No space left on device" while status read the old snapshot).
+# So a create first checks the scratch root's free space against an estimate, and status and
+# inspect say when a clone's filesystem is (nearly) full.
+
+LOW_SPACE = 1 << 20  # bytes: below this much free space jj cannot be relied on to snapshot
+CREATE_MARGIN = (2 << 20, 0.05)  # added to the estimate: jj's own store, op log and index
+# Free space at least 50 times the git objects plus 1 GiB: enough for any plausible checkout,
+# so the create runs no `git ls-tree` to size it (the common case costs no process).
+OBVIOUSLY_ENOUGH = (50, 1 << 30)
+
+
+def free_space(path):
+    """Bytes available to this user on the filesystem holding path, or None when unknown."""
+    try:
+        v = os.statvfs(path)
+    except OSError:
+        return None
+    return v.f_bavail * v.f_frsize
+
+
+def mib(n):
+    return "%.1f MiB" % (n / float(1 << 20))
+
+
+def _objects_bytes(source):
+    """Bytes in the source's git object store (packs and loose objects: what `jj git clone`
+    fetches, about), walked without a process; None when the store is not a plain directory."""
+    for objects in (os.path.join(source, ".git", "objects"), os.path.join(source, ".jj", "repo", "store", "git",
+                                                                        "objects")):
+        if os.path.isdir(objects) and not os.path.islink(objects):
+            total = 0
+            for dirpath, _dirs, files in os.walk(objects):
+                for name in files:
+                    try:
+                        total += os.lstat(os.path.join(dirpath, name)).st_size
+                    except OSError:
+                        pass
+            return total
+    return None
+
+
+def _tree_bytes(source, environ=None):
+    """The size of the files of HEAD's tree (what a checkout writes): one `git ls-tree`; None unknown."""
+    code, out, _ = git(git_dir_args(source) + ["ls-tree", "-r", "-l", "--full-tree", "HEAD"], source, environ,
+                       check=False)
+    if code != 0:
+        return None
+    total = 0
+    for line in out.splitlines():
+        fields = line.split(None, 4)
+        if len(fields) >= 4 and fields[1] == "blob" and fields[3].isdigit():
+            total += int(fields[3])
+    return total
+
+
+def create_space_needed(source, native, environ=None, free=None):
+    """An estimate of what a create writes in the scratch root, in bytes, or None when unknown:
+    the files of HEAD's tree (the checkout), plus for a clone the source's git objects, plus
+    CREATE_MARGIN. When `free` is far above what any checkout of these objects plausibly needs
+    (OBVIOUSLY_ENOUGH), the objects' size alone is returned and no process runs."""
+    try:
+        objects = _objects_bytes(source)
+        if objects is not None and free is not None and free >= OBVIOUSLY_ENOUGH[0] * objects + OBVIOUSLY_ENOUGH[1]:
+            return objects
+        if objects is None and not native:
+            return None
+        tree = _tree_bytes(source, environ)
+    except store.CoordError:
+        return None
+    if tree is None:
+        return None
+    return int((tree + (0 if native else objects)) * (1 + CREATE_MARGIN[1])) + CREATE_MARGIN[0]
+
+
+def check_create_space(task, source, scratch, native, environ=None):
+    """Refuse a create (EnvError, before anything is made) whose estimated size exceeds the scratch
+    root's free space; unknown either way, nothing is refused."""
+    free = free_space(scratch)
+    needed = create_space_needed(source, native, environ, free) if free is not None else None
+    if needed is None or needed <= free:
+        return
+    raise EnvError("work create %s refused: not enough space: a clone of %s needs about %s, %s is free in %s" % (
+        task, source, mib(needed), mib(free), scratch),
+        "free space in %s, or create it on a bigger disk: coord work create %s --scratch-root /a/private/dir"
+        % (scratch, shlex.quote(task)))
+
+
+def space_problem(path):
+    """One sentence when the filesystem of a clone at path has less than LOW_SPACE free (jj and git
+    there fail for lack of space), else None."""
+    free = free_space(path)
+    if free is None or free >= LOW_SPACE:
+        return None
+    return "jj and git fail here: no space left on device (%d KiB free on the filesystem of %s)" % (
+        free // 1024, path)
 
 
 class repo_lock:
@@ -945,8 +1080,9 @@ def _checkout_steps(w, token, from_rev, environ, check):
         step = "jj log"
         return head_ids(path, snapshot=False, environ=environ)
     except (store.CoordError, OSError) as exc:
-        raise _CreateFailed(step, exc.message if isinstance(exc, store.CoordError)
-                            else "%s: %s" % (type(exc).__name__, exc))
+        reason = exc.message if isinstance(exc, store.CoordError) else "%s: %s" % (type(exc).__name__, exc)
+        full = space_problem(w["scratch_root"])  # jj's own message for a full disk can be a bare "git failed"
+        raise _CreateFailed(step, "%s; %s" % (reason, full) if full else reason)
 
 
 # jj prints the commit a command leaves with its `templates.commit_summary`; this one carries
@@ -970,16 +1106,23 @@ def _record_failed_create(st, w, caller, step, reason, environ, refusal=None):
     refusal=(message, hint), Refused)."""
     work_id, path = w["id"], w["path"]
     removed, left = _discard_half_created(w, w["data"]["kind"] == "native", environ)
+    # A refusal that leaves nothing on disk leaves no record either (it is `removed` at once, so
+    # neither `work list` nor `gc` sees it); a directory left behind keeps its `failed` record.
+    forget = refusal is not None and not left
     with st.transaction():
         cur = st.work(work_id)
-        st.update_work(work_id, state="failed", data={
-            "failure": {"step": step, "reason": reason, "at": now_time(),
-                        "directory": "removed" if removed else ("left at %s" % path if left else "never created")},
-            "history": with_history(cur, "failed", caller, reason=reason)})
-        st.audit("work.failed", caller["id"], work_id, step=step, reason=reason, removed=removed)
+        failure = {"step": step, "reason": reason, "at": now_time(),
+                   "directory": "removed" if removed else ("left at %s" % path if left else "never created")}
+        extra = {"removed": {"at": now_time(), "by": caller["id"], "how": "refused create, nothing on disk"}} \
+            if forget else {}
+        st.update_work(work_id, state="removed" if forget else "failed", data=dict(extra, failure=failure, history=(
+            with_history(cur, "removed" if forget else "failed", caller, reason=reason))))
+        st.audit("work.failed", caller["id"], work_id, step=step, reason=reason, removed=removed,
+                 forgotten=forget or None)
     if refusal is not None:
-        raise Refused("%s; recorded as failed (%s)" % (refusal[0], "directory removed" if removed else (
-            "directory left at %s" % path if left else "nothing on disk")), refusal[1], reason="unprotected")
+        raise Refused("%s; %s" % (refusal[0], "nothing kept (directory removed)" if removed else (
+            "recorded as failed (directory left at %s)" % path if left else "nothing kept")),
+            refusal[1], reason="unprotected")
     raise EnvError("work create %s failed at %s: %s; recorded as failed (%s)" % (
         w["task"], step, reason, "directory removed" if removed else ("directory left at %s" % path if left
                                                                       else "nothing on disk")),
@@ -1365,6 +1508,8 @@ def inspect_work(st, *, work, environ=None, observe=False):
     for dep in w["data"].get("depends", []):
         d = st.work(dep)
         facts["depends"].append((d["handle"] if d else dep, d["state"] if d else "unknown"))
+    if w["state"] not in UNUSABLE and not directory_problems(w):
+        facts["space"] = space_problem(w["path"])
     if observe and not directory_problems(w) and w["state"] not in ENDED:
         try:
             facts["observed"] = head_ids(w["path"], snapshot=False, environ=environ)
@@ -1427,6 +1572,10 @@ def status_facts(w, environ=None, into=None):
     if w["state"] in UNUSABLE or directory_problems(w):
         return facts
     path = w["path"]
+    full = space_problem(path)
+    if full:  # dirty/ahead read from a snapshot jj cannot update would mislead: say why instead
+        facts["errors"].append(full)
+        return facts
     try:
         if os.path.exists(os.path.join(path, ".git")):
             _, out, _ = git(["--no-optional-locks", "status", "--porcelain", "--untracked-files=normal"], path, environ)
@@ -1633,19 +1782,10 @@ def live_inside(st, w, procs):
     process is inside it, then any other process whose working directory is inside it."""
     path, h = w["path"], w["handle"]
     out, named = [], set()
-    for rt in st.live_runtimes():
-        recorded = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
-        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") else None
-        if not (is_inside(recorded, path) or is_inside(actual, path)):
-            continue
+    for rt, where in runtimes_inside(st, w, procs):
         if rt.get("pid"):
             named.add(rt["pid"])
-        where = "its process %d works in %s" % (rt["pid"], actual) if is_inside(actual, path) else \
-            "it was registered in %s" % recorded
-        where = store.clean_text(where, 300)
-        out.append(blocker("runtime-inside", "live runtime %s is inside it (%s)" % (rt["handle"], where),
-                    "ask it to finish: coord send \"done with %s?\" --to %s ; or wait until it ends"
-                    % (h, rt["handle"])))
+        out.append(runtime_inside_blocker(w, rt, where))
     for pid in sorted(procs or {}):
         if pid in named or not is_inside(procs[pid], path):
             continue
@@ -1654,6 +1794,27 @@ def live_inside(st, w, procs):
                     % (pid, store.clean_text(comm or "?", 40)),
                     "end process %d or move it out of the clone, then retry" % pid))
     return out
+
+
+def runtimes_inside(st, w, procs):
+    """[(runtime, where)] of the live runtimes whose recorded cwd or harness process (its
+    working directory in `procs`, {pid: cwd} or None) is inside the work's clone."""
+    path, out = w["path"], []
+    for rt in st.live_runtimes():
+        recorded = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
+        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") else None
+        if not (is_inside(recorded, path) or is_inside(actual, path)):
+            continue
+        where = "its process %d works in %s" % (rt["pid"], actual) if is_inside(actual, path) else \
+            "it was registered in %s" % recorded
+        out.append((rt, store.clean_text(where, 300)))
+    return out
+
+
+def runtime_inside_blocker(w, rt, where):
+    return blocker("runtime-inside", "live runtime %s is inside it (%s)" % (rt["handle"], where),
+                   "ask it to finish: coord send \"done with %s?\" --to %s ; or wait until it ends"
+                   % (w["handle"], rt["handle"]))
 
 
 def disk_entries(path):
@@ -1760,7 +1921,13 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
                            data=data, work_id=work_id)
         st.audit("work.adopted", who_id(caller), work_id, path=path, bookmark=bookmark, commit=commit)
     write_marker(path, work_id, token)
-    return _adopt_trust(st, w, caller, environ)
+    w = _adopt_trust(st, w, caller, environ)
+    for derive in (adopt_landed, adopt_window):  # what the repository and tmux prove; the record stands without
+        try:
+            w = derive(st, w, caller, environ)
+        except store.CoordError:
+            store.log_traceback("%s %s" % (derive.__name__, w["id"]))
+    return w
 
 
 def _adopt_trust(st, w, caller, environ):
@@ -1778,6 +1945,143 @@ def _adopt_trust(st, w, caller, environ):
         cur = st.update_work(w["id"], data={"trust": {"added": found, "notes": [], "adopted": True}})
         st.audit("work.trust-carried", who_id(caller), w["id"], added=found, adopted=True)
     return cur
+
+
+# --------------------------------------------------------------------------- adopt: what the clone proves
+
+def adopt_landed(st, w, caller, environ):
+    """An adopted clone whose changes are on the target bookmark of the canonical repository
+    landed before the database was lost: @ (or, when @ is empty, its one parent) is an ancestor
+    of that bookmark's commit there, and so is the work's own first commit (its agent bookmark,
+    made on @ at create and moved with it: an untouched clone's @ is off the bookmark). Recorded
+    as integrated into it with that proof (the gate as waived, naming the proof: nothing is left
+    to check), so `work remove` needs no --force; cleanup still refuses anything beyond that
+    commit. -> the record (unchanged when unproven)."""
+    cur = w["data"].get("current") or {}
+    cand = cur.get("commit")
+    if cur.get("empty"):
+        head = head_ids(w["path"], snapshot=False, environ=environ)
+        cand = head["parents"][0] if len(head["parents"]) == 1 else None
+    into = target_bookmark(w, environ)
+    if not cand or not FULL_COMMIT_RE.match(cand) or not into or not _BOOKMARK_RE.match(into):
+        return w
+    try:
+        gargs = git_dir_args(w["source"])
+        code, out, _ = git(gargs + ["rev-parse", "--verify", "--quiet", "refs/heads/%s^{commit}" % into],
+                           w["source"], environ, check=False)
+        target = out.strip()
+        first = (w["data"].get("adopted") or {}).get("bookmark_commit")
+        if code != 0 or not FULL_COMMIT_RE.match(target) or not first:
+            return w
+        for commit in (first, cand):
+            code, _, _ = git(gargs + ["merge-base", "--is-ancestor", commit, target], w["source"], environ,
+                             check=False)
+            if code != 0:
+                return w
+    except store.CoordError:
+        return w
+    _, out, _ = jj(["log", "--no-graph", "-r", cand, "-T", "change_id"], w["path"], snapshot=False,
+                   environ=environ, check=False)
+    proof = {"target": target, "into": into, "candidate": cand, "at": now_time(), "runtime": who_id(caller),
+             "derived": "adopt"}
+    integ = {"state": "integrated", "into": into, "proof": proof,
+             "candidate": {"commit": cand, "change": out.strip() or None, "at": now_time(), "runtime": who_id(caller),
+                           "resource": None, "derived": "adopt"}}
+    gate = {"state": "waived", "at": now_time(), "by": who_id(caller), "derived": "adopt",
+            "reason": "adopted: %s is on %s (%s) in the shared repository" % (cand[:12], into, target[:12])}
+    with st.transaction():
+        now = st.work(w["id"])
+        w = st.update_work(w["id"], data={"integration": integ, "gate": gate, "history": with_history(
+            now, now["state"], caller, event="integrated", derived="adopt")})
+        st.audit("work.integrated", who_id(caller), w["id"], candidate=cand, target=target, into=into,
+                 derived="adopt")
+    return w
+
+
+def process_environ(pid):
+    """{name: value} of a process's environment (this user's processes only), {} when unreadable."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            out[name.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
+def adopt_window(st, w, caller, environ):
+    """Re-link the agent that still runs in the work's tmux window after the database was lost:
+    the window coord launched keeps its labels (@coord-work, the work ID; @coord-project), so
+    the window is found by them on the caller's tmux server and on every server named by $TMUX
+    of a process working inside the clone with this COORD_WORK_ID. Its conversation is the live
+    runtime registered from that pane (else the pane's @coord-conversation label), so messages,
+    `send --nudge`, `work resume` and the one-agent-per-clone refusal know it again.
+    -> the record (unchanged when no such window runs)."""
+    import session
+    environ = os.environ if environ is None else environ
+    project = store.resolve_project_id(environ, w["source"])
+    sockets = [session.resolve_socket(None, environ)]
+    procs = process_cwds() or {}
+    for pid in sorted(procs):
+        if is_inside(procs[pid], w["path"]):
+            env = process_environ(pid)
+            sock = session.socket_from_tmux_env(env.get("TMUX")) if env.get("COORD_WORK_ID") == w["id"] else None
+            if sock and not any(session.same_socket(sock, s) for s in sockets):
+                sockets.append(sock)
+    rec = None
+    for sock in sockets:
+        try:
+            rec = session.find_work_window(sock, project, w["id"])
+        except store.CoordError:
+            continue
+        if rec:
+            break
+    if not rec:
+        return w
+    for rt, _ in runtimes_inside(st, w, procs):
+        if rt.get("pid") and not rt.get("agent_id") and rt.get("harness") not in (store.PERSON, store.PARKED) \
+                and session.descends_from(rt["pid"], [rec["pane_pid"]]):
+            rec.update(conversation=rt["conversation"], runtime_id=rt["id"], harness=rt.get("harness") or None)
+            break
+    if not rec.get("harness"):
+        rec["harness"] = session.harness_of_command(rec.get("pane_command"))
+    with st.transaction():
+        now = st.work(w["id"])
+        w = st.update_work(w["id"], data={"tmux": rec, "history": with_history(
+            now, now["state"], caller, event="relinked", window=rec["window_id"])})
+        st.audit("work.relinked", who_id(caller), w["id"], window=rec["window_id"], pane=rec["pane_id"],
+                 conversation=rec.get("conversation"), agent=rec.get("runtime_id"))
+    return w
+
+
+def adoptable_clones(st, root, environ=None, scratch_root=None):
+    """[{path, work}] of the directories right under the scratch root that adopt would take: a
+    colocated clone of this repository with one agent-<work id> workspace that no live record
+    names. Only lists: adoption stays one explicit `work adopt PATH` per clone."""
+    canonical = canonical_root(root, st.work)
+    scratch = resolve_scratch_root(scratch_root, environ, canonical)
+    try:
+        names = sorted(os.listdir(scratch))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        path = os.path.join(scratch, name)
+        if os.path.islink(path) or not os.path.isdir(os.path.join(path, ".jj")):
+            continue
+        try:
+            path = _adoptable_path(path, scratch, canonical, environ)
+            work_id, _ = _adopted_workspace(path, environ)
+        except store.CoordError:
+            continue
+        known = st.work(work_id)
+        if known is None or known["state"] == "removed":
+            out.append({"path": path, "work": work_id})
+    return out
 
 
 def _adoptable_path(raw, scratch, canonical, environ):
@@ -1919,6 +2223,25 @@ def trust_lines(w):
     return lines + [store.clean_text(n, 300) for n in rec.get("notes") or []]
 
 
+INTERRUPTED = "interrupted"  # shown, never stored: a work whose agent is gone without park, close or archive
+
+
+def interrupted(st, w):
+    """True for a work whose agent is gone without park, close or archive (a reboot, a killed
+    tmux server or window): recorded active or resumed, a conversation recorded for it, the
+    window coord recorded for it gone (or none), and no live runtime running that conversation.
+    `work resume --interrupted` resumes these."""
+    if w["state"] not in ("active", "resumed") or not store.work_conversations(w):
+        return False
+    if tmux_state(w) not in ("gone", None):
+        return False
+    for conv in store.work_conversations(w):
+        rt = st.find_conversation_runtime(conv)
+        if rt is not None and rt.get("harness") != store.PARKED:
+            return False
+    return True
+
+
 def not_registered(w, grace, now=None):
     """True when the work's harness was started (or resumed) over `grace` seconds ago in a window
     that still runs and no harness has registered from it: typically a trust prompt waits."""
@@ -2005,8 +2328,9 @@ def _record_launch(st, w, state, rec, caller, **extra):
         raise
 
 
-def _launchable(st, handle):
-    """The work record, refused unless it may get a new harness window (and has none running)."""
+def _launchable(st, handle, caller=None):
+    """The work record, refused unless it may get a new harness window (and has none running,
+    and no agent works inside its clone: two harnesses would share one jj working copy)."""
     w = st.resolve_work(handle)
     refuse_state(w, UNUSABLE)
     verified_path(w)
@@ -2014,7 +2338,38 @@ def _launchable(st, handle):
     if live:
         raise Refused("work %s already runs in tmux window %s" % (w["handle"], live["window_id"]),
                       "coord work attach %s" % w["handle"])
+    inside = agents_inside(st, w, caller)
+    if inside:
+        rt, where = inside[0]
+        raise Refused("work %s has a live agent inside its clone: runtime %s (%s); a second agent there would "
+                      "share its jj working copy" % (w["handle"], rt["handle"], where),
+                      runtime_inside_blocker(w, rt, where)["next"])
     return w
+
+
+# --------------------------------------------------------------------------- one agent per clone
+
+CLOSED_EXIT_WAIT = 5.0  # seconds a launch waits for the harness of the work's closed window to exit
+
+
+def agents_inside(st, w, caller=None):
+    """[(runtime, where)] of the agents working inside the clone now (live_inside's runtimes:
+    neither the person, nor a parked work's holder, nor a subagent, nor the caller). The harness
+    of the work's own window, which was just closed (park, close, a killed window), gets
+    CLOSED_EXIT_WAIT seconds to exit first: tmux hangs it up, but it exits in its own time (its
+    SessionEnd may have ended its runtime already, so its process is waited for too)."""
+    pane = (w["data"].get("tmux") or {}).get("pane_pid")
+    deadline = time.monotonic() + CLOSED_EXIT_WAIT
+    while True:
+        procs = process_cwds()
+        out = [(rt, where) for rt, where in runtimes_inside(st, w, procs)
+               if rt.get("harness") not in (store.PERSON, store.PARKED) and not rt.get("superseded_by")
+               and not rt.get("agent_id") and not (caller and rt["id"] == caller.get("id"))]
+        # the closed window's harness still exiting (its SessionEnd may have ended its runtime already)
+        closing = pane and (is_inside((procs or {}).get(pane), w["path"]) or any(rt.get("pid") == pane for rt, _ in out))
+        if not closing or time.monotonic() >= deadline:
+            return out
+        time.sleep(0.05)
 
 
 def _close_window(w):
@@ -2076,7 +2431,7 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     first message when given; -> {work, tmux: the window record}."""
     if prompt is not None:
         check_prompt(prompt)
-    w = _launchable(st, handle)
+    w = _launchable(st, handle, caller)
     authorize(st, w, caller, "start", override)
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
@@ -2093,9 +2448,19 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     return out
 
 
+# Harnesses that run no hook when an interactive session is resumed until its first prompt is
+# submitted (measured: Codex 0.171.0, docs/harness-codex.md; Claude Code 2.1.197 runs SessionStart
+# at once, docs/harness-claude.md): their resume gets RESUME_PROMPT as its first message, on the
+# command line (nothing is typed into a pane), so the agent reaches its first boundary, registers
+# and is shown its messages.
+NO_HOOK_UNTIL_PROMPT = frozenset(("codex",))
+RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coord inbox), then carry on"
+
+
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
-    """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}."""
-    w = _launchable(st, handle)
+    """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
+    NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message."""
+    w = _launchable(st, handle, caller)
     authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
     recorded, recorded_harness = store.work_conversation(w)  # a wrapper's record first, else the window's
@@ -2110,9 +2475,11 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
                          % (w["handle"], w["handle"]))
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
-    rec = _launch(environ, w, conversation, harness, [], previous)
+    prompt = RESUME_PROMPT if harness in NO_HOOK_UNTIL_PROMPT else None
+    rec = _launch(environ, w, conversation, harness, [], previous, prompt=prompt)
     _record_launch(st, w, "resumed", rec, caller, conversation=conversation,
-                   unarchived=True if w["state"] == "archived" else None)
+                   unarchived=True if w["state"] == "archived" else None,
+                   first_prompt=True if prompt else None)
     out = {"work": w["handle"], "tmux": rec}
     if approvals is not None:
         out["approvals"] = approvals
@@ -2291,6 +2658,40 @@ def wrapped_session(harness, argv):
     return {"kind": "start", "conversation": None}
 
 
+CODEX_CD = ("-C", "--cd")
+NEW_WORKTREE = {"claude": ("-w", "--worktree"), "codex": ("--worktree",)}
+
+
+def session_directory(harness, argv, cwd):
+    """The directory an interactive session's command line works in: Codex's `-C/--cd DIR`
+    (relative to cwd), else cwd; None when the session runs in a new worktree (Claude's
+    `-w/--worktree [NAME]`, Codex's `--worktree`) or DIR is no directory. Claude has no option
+    that changes its working directory (`--add-dir` only allows access to more directories)."""
+    argv = list(argv)
+    args = argv[:argv.index("--")] if "--" in argv else argv
+    for a in args:
+        if a in NEW_WORKTREE.get(harness, ()) or any(a.startswith(n + "=") for n in NEW_WORKTREE.get(harness, ())
+                                                     if n.startswith("--")):
+            return None
+    target, i = None, 0
+    while harness == "codex" and i < len(args):  # the last one given wins, as for any repeated option
+        a = args[i]
+        if a in CODEX_CD:
+            target = args[i + 1] if i + 1 < len(args) else ""
+            i += 1
+        elif a.startswith("--cd="):
+            target = a[len("--cd="):]
+        elif a.startswith("-C"):  # -CDIR, -C=DIR
+            target = a[3:] if a.startswith("-C=") else a[2:]
+        elif a in CODEX_VALUE_OPTIONS:
+            i += 1
+        i += 1
+    if target is None:
+        return os.path.realpath(cwd)
+    d = os.path.realpath(os.path.join(cwd, os.path.expanduser(target)))
+    return d if target and os.path.isdir(d) else None
+
+
 def clone_of(st, cwd):
     """The live work whose managed clone holds `cwd` (by the ownership marker at or above it,
     read without following a symlink, matching the record's path and token), else None."""
@@ -2344,13 +2745,17 @@ def record_conversation(st, *, harness, argv, pid, cwd):
     w = clone_of(st, cwd)
     if w is None:
         return None
+    target = session_directory(harness, argv, cwd)  # `codex -C OTHER` works elsewhere: not this clone's session
+    there = clone_of(st, target) if target is not None else None
+    if there is None or there["id"] != w["id"]:
+        return None
     caller, pid_start = wrapper_person(st, pid)
     authorize(st, w, caller, "resume")
     with st.transaction():
         cur = st.work(w["id"])
         state = "resumed" if cur["state"] in ("parked", "closed", "archived") else cur["state"]
         direct = {"harness": harness, "kind": session["kind"], "conversation": session["conversation"], "pid": pid,
-                  "pid_start": pid_start, "at": now_time(), "by": caller["id"], "cwd": os.path.realpath(cwd)}
+                  "pid_start": pid_start, "at": now_time(), "by": caller["id"], "cwd": target}
         unarchived = True if cur["state"] == "archived" else None
         data = {"direct": direct, "history": with_history(cur, state, caller, step="direct", harness=harness,
                                                        kind=session["kind"], conversation=session["conversation"],
@@ -2379,6 +2784,24 @@ def optional_caller(ctx):
         return ctx.caller()
     except Refused:
         return None
+
+
+# --------------------------------------------------------------------------- naming a work by its task
+
+BY_TASK_HELP = "the work handle, or the task of exactly one live work"
+
+
+def by_task(handler):
+    """`handler` (a command that only reads or launches: inspect, attach, start, resume) with its
+    HANDLE argument also accepted as the task of exactly one live work (store resolve_work
+    by_task), replaced by that work's exact handle before the handler runs. What closes, lands
+    or deletes is never wrapped: the exact handle is what carries authority."""
+    def wrapped(ctx, args):
+        if getattr(args, "handle", None):
+            args.handle = ctx.db.resolve_work(args.handle, by_task=True)["handle"]
+        return handler(ctx, args)
+    wrapped.__name__, wrapped.__doc__ = handler.__name__, handler.__doc__
+    return wrapped
 
 
 def target_work(ctx, handle, default_ok=False):
@@ -2448,14 +2871,19 @@ def cmd_work_list(ctx, args):
     out = []
     grace = store.env_number(ctx.environ, "COORD_REGISTER_GRACE", REGISTER_GRACE, (0.0, 86400.0))
     for w in works:
-        line = summary_line(w)
-        unregistered = not_registered(w, grace)
+        cut = interrupted(st, w)
+        line = summary_line(dict(w, state=INTERRUPTED) if cut else w)
+        if cut:
+            line += "  " + store.hint("(agent gone: coord work resume --interrupted)")
+        unregistered = not cut and not_registered(w, grace)
         if unregistered:
             line += "  " + UNREGISTERED
         if ctx.verbose:
             line += "  id=%s path=%s" % (w["id"], w["path"])
         lines.append(line)
         rec = public_work(w, st)
+        if cut:
+            rec["interrupted"] = True
         if unregistered:
             rec["attention"] = UNREGISTERED
         out.append(rec)
@@ -2472,6 +2900,8 @@ def inspect_lines(facts, verbose=False, landing=()):
     w, d = facts["work"], facts["work"]["data"]
     lines = [summary_line(w)]
     lines.append("path %s%s" % (w["path"], "" if w["path"] and os.path.isdir(w["path"]) else " (missing)"))
+    if facts.get("space"):
+        lines.append(facts["space"])
     if facts["owner"]:
         lines.append("owner %s%s" % (facts["owner"]["handle"], "" if facts["owner_live"] else " (not live)"))
     failure = d.get("failure")
@@ -2551,21 +2981,42 @@ def cmd_gate(ctx, args):
 
 
 def cmd_adopt(ctx, args):
+    if args.list:
+        if args.path or args.work_id or args.expect_commit:
+            raise UsageError("--list takes no clone", "coord work adopt --list")
+        found = adoptable_clones(ctx.db, ctx.root, ctx.environ, args.scratch_root)
+        return 0, {"ok": True, "clones": found}, "\n".join(c["path"] for c in found)
+    if not args.path:
+        raise UsageError("work adopt needs the clone's path, or --list", "coord work adopt --list")
     w = adopt_work(ctx.db, caller=optional_caller(ctx), root=ctx.root, path=args.path, environ=ctx.environ,
                    scratch_root=args.scratch_root, work_id=args.work_id, expect_commit=args.expect_commit)
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, w["handle"]
 
 
+@by_task
 def cmd_start(ctx, args):
     prompt = read_prompt(args.prompt, args.prompt_file)
     r = start_work(ctx.db, caller=optional_caller(ctx), handle=args.handle, harness=args.harness,
                    extra=args.extra, environ=ctx.environ, prompt=prompt, override=args.override)
-    return 0, ok_data(r), start_text(r)
+    import session
+    r["attach"] = session.attach_command(r["tmux"], None, ctx.environ)
+    return 0, ok_data(r), started_text(r, args.harness)
+
+
+def started_text(r, harness):
+    """What `work start` says on success: the window and the exact command that shows it, then
+    start_text's approvals or shell-agent lines when there are any."""
+    attach = " ".join(shlex.quote(a) for a in r["attach"])
+    more = start_text(r)
+    if more:
+        return "%s\nattach: %s" % (more, attach)
+    return "%s runs %s in tmux window %s; attach: %s" % (r["work"], harness, r["tmux"].get("window_id"), attach)
 
 
 def start_text(r):
-    """What `work start` says: nothing when the harness will run coord's hooks; otherwise what a
-    person must approve in the window, and how; for a shell agent its runtime and what is not enforced."""
+    """What `work start` (after started_text's window line) and `work resume` say: nothing when the
+    harness will run coord's hooks; otherwise what a person must approve in the window, and how;
+    for a shell agent its runtime and what is not enforced."""
     if r.get("not_enforced"):
         return "\n".join(["%s runs a shell agent in tmux window %s as %s (coord commands there act as it)"
                           % (r["work"], r["tmux"].get("window_id"), r["runtime"]), "not enforced there:"]
@@ -2579,12 +3030,43 @@ def start_text(r):
     return "\n".join(lines)
 
 
+@by_task
 def cmd_resume(ctx, args):
+    if args.interrupted:
+        return cmd_resume_interrupted(ctx, args)
+    if not args.handle:
+        raise UsageError("work resume needs a work handle, or --interrupted", "coord work resume HANDLE")
     r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
                     conversation=args.conversation, harness=args.harness, override=args.override)
     return 0, ok_data(r), start_text(r)
 
 
+def cmd_resume_interrupted(ctx, args):
+    """`work resume --interrupted`: resume every interrupted work the caller may resume (after a
+    reboot or a dead tmux server), each as `work resume HANDLE` would; one line per work."""
+    if args.handle or args.conversation or args.harness:
+        raise UsageError("--interrupted resumes each work's own recorded conversation; give no handle, "
+                         "--conversation or --harness with it", "coord work resume --interrupted")
+    st, caller = ctx.db, ctx.caller()
+    done, skipped, lines = [], [], []
+    for w in st.works():
+        if not interrupted(st, w):
+            continue
+        try:
+            r = resume_work(st, caller=caller, handle=w["id"], environ=ctx.environ, override=args.override)
+        except store.CoordError as exc:
+            skipped.append({"work": w["handle"], "error": exc.message, "hint": exc.hint})
+            lines.append("%s not resumed: %s" % (w["handle"], store.clean_text(exc.message, 300)))
+            continue
+        done.append(r)
+        lines.append("%s resumed in tmux window %s" % (r["work"], r["tmux"].get("window_id")))
+    if not done and not skipped:
+        lines.append("no interrupted work")
+    return (3 if skipped and not done else 0), {"ok": not skipped, "resumed": done, "skipped": skipped}, \
+        "\n".join(lines)
+
+
+@by_task
 def cmd_attach(ctx, args):
     import session
     w = ctx.db.resolve_work(args.handle)
@@ -2713,7 +3195,9 @@ def _parse_gate(ws, both):
 
 def _parse_adopt(ws, both):
     p = ws.add_parser("adopt", parents=both, help="register a known clone again after database loss")
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", nargs="?")
+    p.add_argument("--list", action="store_true", help="list the clones under the scratch root no record names "
+                   "(adopts nothing)")
     p.add_argument("--scratch-root", metavar="DIR")
     p.add_argument("--work-id", metavar="UUID", help="refuse unless the clone holds this work ID")
     p.add_argument("--expect-commit", metavar="COMMIT", help="refuse unless its agent bookmark is at this commit")
@@ -2749,7 +3233,7 @@ LAUNCHABLE = ("claude", "codex", "copilot", "gemini", "qwen", "opencode", "shell
 def _register_session(ws, both):
     """tmux subcommands (session.py)."""
     p = ws.add_parser("start", parents=both, help="run a harness for the work in a new tmux window")
-    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("handle", metavar="HANDLE", help=BY_TASK_HELP)
     p.add_argument("--harness", choices=LAUNCHABLE, default="claude",
                    help="shell: an agent with no hooks (COORD_SHELL_CMD, default $SHELL)")
     p.add_argument("--prompt", metavar="TEXT", help="the agent's first message (its task)")
@@ -2758,7 +3242,7 @@ def _register_session(ws, both):
     override_argument(p)
     p.set_defaults(func=cmd_start)
     p = ws.add_parser("attach", parents=both, help="print (or --execute) the command that shows the window")
-    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("handle", metavar="HANDLE", help=BY_TASK_HELP)
     p.add_argument("--execute", action="store_true")
     p.set_defaults(func=cmd_attach)
     p = ws.add_parser("park", parents=both, help="close the window but keep the clone, with a reason")
@@ -2767,7 +3251,9 @@ def _register_session(ws, both):
     override_argument(p)
     p.set_defaults(func=cmd_park)
     p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
-    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("handle", metavar="HANDLE", nargs="?", help=BY_TASK_HELP)
+    p.add_argument("--interrupted", action="store_true",
+                   help="resume every interrupted work you may resume (its agent gone without park or close)")
     p.add_argument("--conversation", metavar="ID", help="default: the recorded conversation")
     p.add_argument("--harness", choices=LAUNCHABLE[:-1])
     override_argument(p)

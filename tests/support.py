@@ -198,6 +198,36 @@ def install_hook_runtime(contents=None, installer=None):
     return digest, path
 
 
+def work_record(env, handle):
+    """The work record `coord work inspect HANDLE --json` prints under "work", read in this process
+    (store.resolve_work, workspace.public_work, the same JSON round trip): no coord start-up and
+    none of inspect's jj/git reads (the observed head, the landing preview) that a test reading a
+    record's state throws away. `work inspect` itself keeps its CLI tests (its text, --json,
+    --verbose, the preview, COORD_WORK_ID defaulting). env: the test's environment (COORD_DB)."""
+    import store
+    import workspace
+    st = store.Store(environ=env)
+    try:
+        return json.loads(json.dumps(workspace.public_work(st.resolve_work(handle), st), default=str))
+    finally:
+        st.close()
+
+
+def pass_gate(env, handle, runtime):
+    """Record the work's gate as passed for runtime `runtime` (its id), as `coord work gate HANDLE
+    --pass` run with COORD_RUNTIME_ID does, in this process (workspace.gate_work, the caller found
+    by Store.caller from that environment); -> the gate. For tests that only need a gated work;
+    `work gate` itself keeps its CLI tests (test_workspace.AuthorityTest and others)."""
+    import store
+    import workspace
+    e = dict(env, COORD_RUNTIME_ID=runtime)
+    st = store.Store(environ=e)
+    try:
+        return workspace.gate_work(st, caller=st.caller(None, e), work=handle, passed=True)["gate"]
+    finally:
+        st.close()
+
+
 def retry_until(predicate, timeout=10.0, interval=0.02):
     """Poll predicate() until it returns a truthy value; return it, or raise on timeout."""
     deadline = time.monotonic() + timeout
@@ -351,7 +381,7 @@ class CoordTestCase(unittest.TestCase):
         if env:
             e.update(env)
         proc = subprocess.run(
-            [sys.executable, COORD] + [str(a) for a in args],
+            [sys.executable, "-S", COORD] + [str(a) for a in args],
             env=e, cwd=cwd or self.tmp, input=input,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
         )

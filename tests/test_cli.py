@@ -1113,5 +1113,36 @@ class NormalOutputHintTest(InstalledRepoCase):
         self.assertEqual(self.run_coord("inbox", "--peek").stdout, "", "the pasted ack acknowledged the message")
 
 
+
+class AckAllTest(support.CoordTestCase):
+    """`ack --all` acknowledges what the caller was shown (delivered: a hook injected it or
+    `inbox` printed it) in one transaction; a message not shown yet (queued, arrived after the
+    read) stays open, so reminders keep coming for it only."""
+
+    def test_ack_all_acks_what_was_shown_and_leaves_what_arrived_since(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        first = self.coord_json("send", "first", "--to", b["handle"], runtime=a["id"])
+        shown = self.coord("inbox", runtime=b["id"], check=0).stdout
+        self.assertIn("ack with: ", shown)
+        self.assertIn(" ack --all", shown)
+        later = self.coord_json("send", "arrived after the read", "--to", b["handle"], runtime=a["id"])
+        reply = self.coord_json("ack", "--all", runtime=b["id"])
+        self.assertEqual((reply["acked"], reply["unseen"]), ([first["id"]], 1))
+        peek = self.coord_json("inbox", "--peek", runtime=b["id"])
+        self.assertEqual([(m["id"], m["state"]) for m in peek["messages"]], [(later["id"], "queued")])
+        import store
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        context = st.pending_context(b["id"])
+        self.assertIn("arrived after the read", context)  # its body, once
+        self.assertNotIn("#%d " % first["id"], context)
+        self.assertIn("unacked #%d" % later["id"], st.pending_context(b["id"]))  # then its reminder
+        self.assertEqual(self.coord_json("ack", "--all", runtime=b["id"])["acked"], [later["id"]])
+        self.assertIsNone(st.pending_context(b["id"]), "no reminder after ack --all")
+        self.assertEqual(self.coord("ack", runtime=b["id"]).returncode, 2, "IDs or --all")
+        self.assertEqual(self.coord("ack", "--all", "1", runtime=b["id"]).returncode, 2, "not both")
+
+
 if __name__ == "__main__":
     unittest.main()

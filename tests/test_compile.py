@@ -30,9 +30,11 @@ def product_files():
     bench = os.path.join(support.ROOT, "bench")
     for name in sorted(os.listdir(bench)) if os.path.isdir(bench) else ():
         path = os.path.join(bench, name)
+        if not os.path.isfile(path):
+            continue  # bench/__pycache__ after a bench script imported a sibling
         with open(path, "rb") as f:
             head = f.readline()
-        if os.path.isfile(path) and b"python" in head:
+        if b"python" in head:
             out.append((path, "bench"))
     return out
 

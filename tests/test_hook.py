@@ -2099,6 +2099,21 @@ class WorkContextTest(HookCase):
             json.dump(dict(data, token="0" * 64), f)
         self.assertNotIn("Your work", self.start_in(path, session=CODEX_MAIN))
 
+    def test_no_peer_header_without_an_entry(self):
+        # In a clone the work lines leave room for the header and a count line, not for one
+        # peer entry with a long name: the peers' leases are counted in one line, no header.
+        self.task = "encoding-errors-here"  # 20 characters: with any handles the header fits, the entry does not
+        handle, path = self.create()
+        peer = self.hello()["runtime"]
+        name = "src/%s.py" % ("n" * 53)  # 60 characters, the most an entry shows
+        self.coord("claim", name, runtime=peer["id"], check=0)
+        me = self.hello()["runtime"]
+        ctx = self.start_in(path, session=me["conversation"])
+        self.assertIn("Your work: %s" % handle, ctx)
+        self.assertLessEqual(len(ctx.encode()), hook.CLONE_START_BYTES, ctx)
+        self.assertNotIn("Held exclusively by peers", ctx, "a header over no entry")
+        self.assertTrue(ctx.endswith("\nPeers hold 1 exclusively (ask before editing): .coord/coord list"), ctx)
+
 
 if __name__ == "__main__":
     import unittest

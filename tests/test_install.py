@@ -1544,6 +1544,74 @@ class GeminiInstallTest(InstallTestCase):
         text = self.install("--doctor", env=env, check=0).stdout
         self.assertIn("gemini: hooks in .gemini/settings.json; hooks OFF: hooksConfig.disabled names coord", text)
 
+
+class CommitLineTest(InstallTestCase):
+    """An install or upgrade whose files are not committed prints the exact command that commits
+    them, as `work create`'s refusal does (clones start from a commit)."""
+
+    def commit_line(self, proc):
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("commit the installation before `work create`")]
+        return lines[0].split(": ", 1)[1] if lines else None
+
+    def test_install_then_upgrade_print_the_commit_command_until_it_is_run(self):
+        self.use_jj(git_user=True)
+        proc = self.install("--project-id", "demo", check=0)
+        command = self.commit_line(proc)
+        self.assertIsNotNone(command, proc.stdout)
+        me = self.hello()["runtime"]
+        refused = self.coord("work", "create", "early", runtime=me["id"], cwd=self.target)
+        self.assertEqual(refused.returncode, 3, refused.stderr)
+        self.assertIn(command, refused.stderr, "the same command as work create's refusal")
+        subprocess.run(["/bin/sh", "-c", command], check=True, env=self.env, stdout=subprocess.DEVNULL, timeout=60)
+        status = subprocess.run(["git", "-C", self.target, "status", "--porcelain"], env=self.env,
+                                stdout=subprocess.PIPE, text=True, timeout=60).stdout
+        self.assertEqual(status, "", "the printed command committed everything installed")
+        self.assertIsNone(self.commit_line(self.install(check=0)), "nothing to commit, nothing changed: nothing said")
+        self.assertEqual(self.coord("work", "create", "later", runtime=me["id"], cwd=self.target).returncode, 0)
+        # An upgrade that changes a committed file says it again.
+        with open(self.t(".coord", "VERSION"), "w") as f:
+            f.write("0.0.1\n")
+        subprocess.run(["git", "-C", self.target, "commit", "-qam", "older"], check=True, env=self.env, timeout=60)
+        again = self.commit_line(self.install(check=0))
+        self.assertEqual(again, command)
+
+
+class FinishedClonesTest(InstallTestCase):
+    """Install and --doctor list the live clones whose .coord/ needs an update; a finished work
+    (landed, integrated, closed, archived) is listed apart, as needing none."""
+
+    def clone(self, st, task, state="active", data=None):
+        path = os.path.realpath(os.path.join(self.tmp, "%s.clone" % task))
+        os.makedirs(os.path.join(path, ".jj"))
+        os.makedirs(os.path.join(path, ".coord"))
+        with open(os.path.join(path, ".coord", "VERSION"), "w") as f:
+            f.write("0.0.1\n")
+        with st.transaction():
+            w = st.insert_work(task, state, "t" * 64, path=path, source=os.path.realpath(self.target), data=data)
+        with open(os.path.join(path, ".jj", "coord-owner"), "w") as f:
+            json.dump({"work": w["id"], "token": "t" * 64}, f)
+        return w["handle"]
+
+    def test_landed_integrated_closed_and_archived_works_are_not_to_update(self):
+        self.fresh()
+        st = store.Store(self.db, environ=self.env)
+        self.addCleanup(st.close)
+        live = self.clone(st, "live")
+        done = [self.clone(st, "landed", data={"landing": {"state": "landed"}}),
+                self.clone(st, "integrated", data={"integration": {"state": "integrated"}}),
+                self.clone(st, "closed", state="closed"), self.clone(st, "archived", state="archived")]
+        r = json.loads(self.install("--doctor", "--json", check=None).stdout)
+        self.assertEqual([c["handle"] for c in r["clone_upgrades"]], [live])
+        self.assertEqual([c["handle"] for c in r["clone_upgrades_finished"]], done)
+        for proc in (self.install(check=0), self.install("--doctor", check=None)):
+            listed = [l for l in proc.stdout.splitlines() if l.startswith("  ") and "jj rebase" in l]
+            self.assertEqual([l.split()[0] for l in listed], [live], proc.stdout)
+            apart = [l for l in proc.stdout.splitlines() if "finished work(s) need no update" in l]
+            self.assertEqual(len(apart), 1, proc.stdout)
+            for handle in done:
+                self.assertIn(handle, apart[0])
+
+
 if __name__ == "__main__":
     import unittest
     unittest.main()

@@ -111,8 +111,7 @@ class LandCase(CoordTestCase):
         return rc, json.loads(out)
 
     def record(self, handle):
-        proc = self.work("inspect", handle, "--json")
-        return json.loads(proc.stdout)["work"]
+        return support.work_record(self.env, handle)  # `work inspect --json`'s record, read in process
 
     def advance_main(self, name, text, message="upstream change"):
         """Move main in the canonical repository the way a person would (a new commit on it)."""
@@ -223,6 +222,42 @@ class LandGitCheckedOutTest(_LandKinds, LandCase):
         self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [])
         self.assertIn("conflicts in shared.txt", self.work("inspect", handle).stdout)
 
+    def test_a_follow_up_edit_after_landing_lands_as_a_new_change(self):
+        # An idle clone learns at once that its landed commit is on main, so the agent's next
+        # edit starts a new change instead of amending the landed one (which made the change
+        # divergent and the next landing fail with jj's "is divergent").
+        handle, path = self.make("follow-up")
+        first = json.loads(self.land(handle, "--check", "true", "--json").stdout)["landed"]
+        status = json.loads(self.coord("status", "--json", cwd=self.canon, check=0).stdout)
+        row = [r for r in status["work"] if r["handle"] == handle][0]
+        self.assertFalse(row["dirty"], row)
+        with open(os.path.join(path, "feature.txt"), "a") as f:
+            f.write("more\n")
+        self.run_tool(path, "jj", "describe", "-m", "follow up")
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        second = json.loads(proc.stdout)["landed"]
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", second + "^").strip(), first)
+        self.assertEqual(self.run_tool(self.canon, "git", "show", "-s", "--format=%s", first).strip(), "add a feature")
+        log = self.run_tool(path, "jj", "log", "-r", "all()", "--no-graph", "-T", 'if(divergent, "DIVERGENT\n")')
+        self.assertEqual(log.strip(), "")
+
+    def test_the_empty_create_time_commit_under_the_candidate_is_refused_not_landed(self):
+        # `jj new` before the first edit leaves the commit `work create` made, empty and with
+        # coord's placeholder description, under the candidate: it would land on main as is.
+        proc = self.work("create", "new-first")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        handle, path = proc.stdout.splitlines()[:2]
+        self.run_tool(path, "jj", "new")
+        self.write(path, "feature.txt", "feature\n")
+        self.run_tool(path, "jj", "describe", "-m", "add a feature")
+        before = self.main()
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("undescribed commit(s) under it (first", proc.stderr)
+        self.assertIn("abandon", proc.stderr)
+        self.assertEqual(self.main(), before)
+
     def test_dirty_checkout_touching_the_landing_is_refused(self):
         handle, path = self.make("dirty", name="shared.txt", text="one\ntwo\nthree\nfour\n")
         self.write(self.canon, "shared.txt", "local edit\n")
@@ -323,15 +358,24 @@ class LandGitNotCheckedOutTest(_LandKinds, LandCase):
         proc = self.land(handle, "--check", "true")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn("(already)", proc.stdout)
+        # No `jj new` is needed: the landing gave the idle clone a new empty @ on the landed
+        # commit. An agent that runs it by habit gets that empty commit refused, not landed.
         self.run_tool(path, "jj", "new")
         self.write(path, "more.txt", "more\n")
         self.run_tool(path, "jj", "describe", "-m", "more")
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("undescribed commit(s) under it", proc.stderr)
+        empty = self.run_tool(path, "jj", "log", "--no-graph", "-r", "@-", "-T", "change_id")
+        self.assertIn("jj -R %s abandon %s" % (path, empty), proc.stderr)
+        self.run_tool(path, "jj", "abandon", empty)
         proc = self.land(handle, "--check", "true", "--json")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         second = json.loads(proc.stdout)
         self.assertFalse(second["already"])
         self.assertEqual(self.main(), second["landed"])
         self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", second["landed"] + "^").strip(), first)
+        self.assertEqual(self.run_tool(self.canon, "git", "show", "-s", "--format=%s", second["landed"]).strip(), "more")
 
 
     def test_failed_push_is_ambiguous_keeps_the_lease_and_a_rerun_finishes(self):
@@ -494,6 +538,16 @@ class LandCloneInUseTest(LandCase):
                          "the scratch copy is gone")
         self.assertIn("skip-emptied", json.dumps(self.coord_json("inbox", runtime=owner["id"])))
         return handle, path, owner
+
+    def test_a_clone_in_use_is_not_fetched_after_landing_and_its_agent_is_told(self):
+        handle, path = self.make("busy-fresh")
+        self.run_tool(path, "jj", "status")
+        head = self.clone_head(path)
+        self.inside(path)
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("before the next edit in the clone: jj git fetch", proc.stdout)
+        self.assertEqual(self.clone_head(path), head, "the clone in use is not touched")
 
     def test_a_clone_landed_in_rebased_form_is_removable_once_nothing_works_in_it(self):
         handle, path, owner = self.test_stale_base_rebased_in_scratch()

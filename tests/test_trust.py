@@ -379,6 +379,15 @@ class CopilotCarryTest(TrustCase):
         self.assertEqual(self.read(self.copilot_json), before)
 
 
+class NoGateCarryTest(TrustCase):
+
+    def test_a_harness_with_no_trust_gate_carries_nothing_and_says_nothing(self):
+        # `work start --harness opencode|shell` carries for that harness alone: nothing to carry.
+        for name in ("opencode", "shell"):
+            self.assertEqual(trust.carry_over(self.shared, self.clone, self.env, (name,)),
+                             {"added": {}, "notes": []}, name)
+
+
 class OptInTest(TrustCase):
 
     def test_opt_in_lives_in_the_users_config_and_an_agent_cannot_set_it(self):

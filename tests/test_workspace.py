@@ -89,7 +89,7 @@ class WorkTestCase(CoordTestCase):
         return lines[0], lines[1], proc
 
     def record(self, handle):
-        return self.work_json("inspect", handle, "--verbose")["work"]
+        return support.work_record(self.env, handle)  # `work inspect --json`'s record, read in process
 
     def refused(self, handle, *extra, runtime=None):
         """Run `work remove`, require a refusal, return its reason codes; the directory must survive."""
@@ -104,7 +104,7 @@ class WorkTestCase(CoordTestCase):
         return [r["code"] for r in json.loads(proc.stdout)["reasons"]]
 
     def gate(self, handle, runtime=None):
-        self.work("gate", handle, "--pass", runtime=runtime, check=0)
+        support.pass_gate(self.env, handle, runtime or self.rt["id"])  # `work gate --pass`, in process
 
 
     def integrate(self, task="feature"):
@@ -691,8 +691,11 @@ class IntegrationTest(WorkTestCase):
 
     def test_proof_refusals(self):
         handle, path, _ = self.create()
+        # The create-time commit stays, described (undescribed, acquire would refuse it: it
+        # would land with coord's placeholder subject).
+        self.jj(path, "describe", "-m", "prepare")
         create_commit = self.commit_of(path, "@")
-        self.jj(path, "new")  # the create-time commit stays as it is
+        self.jj(path, "new")
         self.write(path, "feature.txt", "feature\n")
         self.jj(path, "describe", "-m", "feature")
         cand = self.work_json("integrate", "acquire", handle, "--into", "main")["candidate"]["commit"]
@@ -1687,7 +1690,8 @@ class StatusTest(TmuxWorkCase):
         self.assertEqual(row["leases"], ["src/a.py"])
         self.assertEqual(row["unacked"], 1)
         me = next(a for a in reply["agents"] if a["handle"] == self.rt["handle"])
-        self.assertEqual((me["work"], me["task"], me["unacked"]), (handle, "viewed", 1))
+        # The creator owns the work but does not work inside it; its unacked count is its own row's.
+        self.assertEqual((me["work"], me["task"], me["unacked"]), (None, None, 1))
 
         # An edit no snapshot has seen yet is dirty, and status takes no snapshot to say so.
         self.write(path, "wip.txt", "not yet committed\n")
@@ -1697,8 +1701,9 @@ class StatusTest(TmuxWorkCase):
         self.assertEqual(self.op_heads(path), heads, "status must not snapshot the clone")
         text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
         line = next(l for l in text.splitlines() if l.strip().startswith(handle))
-        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main", "1 lease", "1 unacked"):
+        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main", "1 lease"):
             self.assertIn(part, line)
+        self.assertEqual(text.count("1 unacked"), 1, text)
         self.assertNotIn(row["id"], text)
         self.assertIn(row["id"], self.coord("status", "--verbose", runtime=self.rt["id"], cwd=self.canon,
                                             check=0).stdout)
@@ -1719,11 +1724,12 @@ class StatusTest(TmuxWorkCase):
 
     def test_list_says_which_work_an_agent_is_in(self):
         handle, path, _ = self.create("listed")
+        inside = self.hello(cwd=path)["runtime"]
         reply = self.coord_json("list", runtime=self.rt["id"], cwd=self.canon)
-        me = next(r for r in reply["runtimes"] if r["id"] == self.rt["id"])
-        self.assertEqual(me["work"], handle)
+        them = next(r for r in reply["runtimes"] if r["id"] == inside["id"])
+        self.assertEqual((them["work"], them["task"]), (handle, "listed"))
         text = self.coord("list", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
-        self.assertIn("in " + handle, text)
+        self.assertIn("in %s (listed)" % handle, text)
 
 
 class OperationsTest(WorkTestCase):
@@ -1875,8 +1881,8 @@ class UnprotectedCloneTest(WorkTestCase):
         proc = self.work("create", task)
         self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
         self.assertEqual(os.listdir(self.scratch), [], "a refused create leaves nothing in the scratch root")
-        failed = [w for w in self.work_json("list")["work"] if w["task"] == task]
-        self.assertEqual(failed[-1]["state"], "failed")
+        self.assertEqual([w for w in self.work_json("list")["work"] if w["task"] == task], [],
+                         "nothing on disk, no record")
         return proc.stderr
 
     def commit_command(self, stderr):
@@ -2621,8 +2627,9 @@ class WorkConflictsTest(LandingPreviewCase):
         self.jj(path, "commit", "-m", task)
         return handle, path
 
-    def conflicts(self, *args):
-        proc = self.work("conflicts", *args, check=0)
+    def conflicts(self, *args, code=0):
+        """The text of `work conflicts`, which exits 0 when nothing would conflict, 5 when some pair would."""
+        proc = self.work("conflicts", *args, check=code)
         return proc.stdout.splitlines()
 
     def test_three_works_two_overlap_one_conflicts(self):
@@ -2632,28 +2639,28 @@ class WorkConflictsTest(LandingPreviewCase):
                                             "conflict"])
         w2, p2 = self.changed("second", {"f.txt": "uno\n2\n3\n4\n5\n"})
         before, heads = self.canon_state(), [self.op_heads(p) for p in (p1, p2, p3)]
-        reply = self.work_json("conflicts")
+        reply = self.work_json("conflicts", check=5)
         pairs = {(p["a"], p["b"]): (p["overlap"], p["conflicts"]) for p in reply["pairs"]}
         self.assertEqual(pairs, {(w1, w3): (["h.txt"], []), (w1, w2): (["f.txt"], ["f.txt"])})
         self.assertEqual(reply["pairs_checked"], 3)
         rows = {w["handle"]: w for w in reply["works"]}
         self.assertEqual({h: (r["ahead"], r["behind"], r["changed"]) for h, r in rows.items()},
                          {w1: (1, 0, ["f.txt", "h.txt"]), w2: (1, 0, ["f.txt"]), w3: (1, 0, ["h.txt", "own.txt"])})
-        self.assertEqual(self.conflicts(), ["%s x %s: conflict f.txt" % (w1, w2)])
-        verbose = self.conflicts("--verbose")
+        self.assertEqual(self.conflicts(code=5), ["%s x %s: conflict f.txt" % (w1, w2)])
+        verbose = self.conflicts("--verbose", code=5)
         self.assertIn("%s x %s: both changed h.txt, merges cleanly" % (w1, w3), verbose)
         self.assertEqual(self.canon_state(), before, "work conflicts changed the canonical repository")
         self.assertEqual([self.op_heads(p) for p in (p1, p2, p3)], heads, "work conflicts snapshotted a clone")
 
         # main moves: the last line of h.txt conflicts with the third work, the first merges with the first.
         self.move_main(self.canon, "h.txt", "a\nb\nc\nd\nmain\n")
-        reply = self.work_json("conflicts")
+        reply = self.work_json("conflicts", check=5)
         rows = {w["handle"]: w for w in reply["works"]}
         self.assertEqual((rows[w3]["behind"], rows[w3]["target_overlap"], rows[w3]["target_conflicts"]),
                          (1, ["h.txt"], ["h.txt"]))
         self.assertEqual((rows[w1]["target_overlap"], rows[w1]["target_conflicts"]), (["h.txt"], []))
         self.assertEqual((rows[w2]["target_overlap"], rows[w2]["target_conflicts"]), ([], []))
-        self.assertEqual(sorted(self.conflicts()), sorted(["%s x %s: conflict f.txt" % (w1, w2),
+        self.assertEqual(sorted(self.conflicts(code=5)), sorted(["%s x %s: conflict f.txt" % (w1, w2),
                                                            "%s x main: conflict h.txt" % w3]))
 
     def test_nothing_to_compare_is_one_line_and_a_missing_clone_is_skipped(self):
@@ -2932,3 +2939,423 @@ class StartEnqueueAuthorityTest(WorkTestCase):
         events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         over = [e for e in events if e["event"] == "work.authority.override"]
         self.assertEqual([(e["runtime"], e["data"]["action"]) for e in over], [(me["id"], "enqueue")])
+
+
+class WorkNameTest(TmuxWorkCase):
+    """A work named by its task: accepted where exactly one live work has it by the commands that
+    only read or launch (inspect, attach, start, resume, send --to), refused with the exact
+    handle command by those that close, land or delete, refused with the candidates when
+    ambiguous; `list` and `status` show the task beside every work handle, an agent is `in` a
+    work only when it works inside the clone, and an unacked count shows once."""
+
+    def test_a_task_name_reads_and_launches_but_never_closes_lands_or_deletes(self):
+        handle, path, _ = self.create("encoding-errors")
+        proc = self.work("inspect", "encoding-errors", check=0)
+        self.assertTrue(proc.stdout.startswith(handle + "  encoding-errors"), proc.stdout)
+        self.work("start", "encoding-errors", check=0)
+        self.assertEqual(len(self.windows()), 1)
+        self.assertIn(self.sock, self.work("attach", "encoding-errors", check=0).stdout)
+        sent = self.coord_json("send", "hi", "--to", "encoding-errors", runtime=self.rt["id"])
+        self.assertEqual(sent["recipients"], [self.rt["handle"]])  # no harness conversation yet: its owner
+        self.assertIn("work.created", self.coord("audit", "--work", "encoding-errors", check=0).stdout)
+        for args in (["close", "encoding-errors"], ["park", "encoding-errors", "--reason", "r"],
+                     ["remove", "encoding-errors", "--confirm", "encoding-errors"],
+                     ["integrate", "acquire", "encoding-errors", "--into", "main"]):
+            with self.subTest(args=args):
+                proc = self.work(*args)
+                self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+                self.assertIn("is the task of work %s" % handle, proc.stderr)
+                typed = " ".join(shlex.quote(handle if a == "encoding-errors" else a) for a in args)
+                self.assertIn("next: ", proc.stderr)
+                self.assertIn("work " + typed, proc.stderr.split("next: ", 1)[1])
+        self.assertEqual(self.record(handle)["state"], "active")
+        self.assertEqual(len(self.windows()), 1, "nothing was closed")
+        self.work("park", handle, "--reason", "lunch", check=0)
+        self.work("resume", "encoding-errors", "--conversation", "conv-e", check=0)
+        self.assertEqual(self.record(handle)["state"], "resumed")
+
+    def test_an_ambiguous_or_unknown_name_lists_the_candidates_or_points_at_work_list(self):
+        first, _p1, _ = self.create("twice")
+        second, _p2, _ = self.create("twice")
+        proc = self.work("start", "twice", "--json")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        for h in (first, second):
+            self.assertIn(h, proc.stderr)
+            self.assertIn("work start %s" % h, proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["handles"], [first, second])
+        self.assertEqual(self.windows(), [], "nothing was started")
+        for args in (["inspect", "no-such-task"], ["start", "no-such-task"]):
+            proc = self.work(*args)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn("work list", proc.stderr.split("next: ", 1)[1])
+        proc = self.coord("send", "x", "--to", "no-such-task", runtime=self.rt["id"])
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("work list", proc.stderr)
+
+    def test_list_and_status_show_the_task_and_who_works_inside_never_the_creator(self):
+        one, _p1, _ = self.create("first-task")
+        two, path, _ = self.create("second-task")
+        inside = self.hello(cwd=os.path.join(path))["runtime"]
+        reply = self.coord_json("list", runtime=self.rt["id"], cwd=self.canon)
+        mine = next(r for r in reply["runtimes"] if r["id"] == self.rt["id"])
+        self.assertIsNone(mine["work"], "the creator is the owner, not an occupant")
+        work_of = {r["handle"]: (r["work"], r["task"]) for r in reply["runtimes"]}
+        self.assertEqual(work_of[inside["handle"]], (two, "second-task"))
+        for args in (["list"], ["list", "--verbose"], ["status"]):
+            text = self.coord(*args, runtime=self.rt["id"], cwd=self.canon, check=0).stdout
+            mine = next(l for l in text.splitlines() if l.strip().startswith(self.rt["handle"]))
+            self.assertNotIn(" in ", mine, args)
+            theirs = next(l for l in text.splitlines() if l.strip().startswith(inside["handle"]))
+            self.assertIn("in %s (second-task)" % two, theirs, args)
+        agents = {a["handle"]: a for a in self.coord_json("status", runtime=self.rt["id"], cwd=self.canon)["agents"]}
+        self.assertEqual(agents[self.rt["handle"]]["work"], None)
+        self.assertEqual((agents[inside["handle"]]["work"], agents[inside["handle"]]["task"]), (two, "second-task"))
+
+    def test_status_shows_an_unacked_count_once_on_its_recipients_row(self):
+        self.create("first-task")
+        self.create("second-task")
+        peer = self.hello()["runtime"]
+        self.coord("send", "hi", "--to", self.rt["handle"], runtime=peer["id"], check=0)
+        text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
+        self.assertEqual(text.count("1 unacked"), 1, text)
+        mine = next(l for l in text.splitlines() if l.strip().startswith(self.rt["handle"]))
+        self.assertIn("1 unacked", mine)
+
+
+class RefusedCreateRecordTest(WorkTestCase):
+    """A create refused with nothing left on disk leaves no record: not in `work list`, nothing
+    for `gc`; the audit keeps what happened."""
+
+    def test_an_unprotected_refusal_is_not_listed_and_leaves_gc_nothing(self):
+        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.canon, "--project-id",
+                               "protected"], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        proc = self.work("create", "guarded")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("nothing kept", proc.stderr)
+        self.assertNotIn("recorded as failed", proc.stderr)
+        self.assertEqual(os.listdir(self.scratch), [])
+        self.assertEqual([w["task"] for w in self.work_json("list")["work"]], [])
+        self.assertNotIn("guarded", self.work("list", check=0).stdout)
+        self.assertEqual(self.work_json("gc")["removed"], [], "nothing left for gc to clear")
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual([e["data"]["step"] for e in events if e["event"] == "work.failed"], ["protection check"])
+
+
+def mount_tmpfs(testcase, size):
+    """A private tmpfs of `size` (e.g. "12m") mounted under the test's directory, mode 0700,
+    unmounted at cleanup; fails under CI=true, skips elsewhere, when it cannot be mounted."""
+    path = os.path.join(testcase.tmp, "small-disk")
+    os.mkdir(path, 0o700)
+    mount = shutil.which("mount")
+    proc = subprocess.run([mount, "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "tmpfs", path],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30) if mount else None
+    if proc is None or proc.returncode != 0:
+        msg = "cannot mount a tmpfs (needs root): %s" % (proc.stderr.strip() if proc else "no mount command")
+        if support.IN_CI:
+            testcase.fail(msg)
+        testcase.skipTest(msg)
+    testcase.addCleanup(subprocess.run, ["umount", "-l", path], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=30)
+    return path
+
+
+def fill(path):
+    """Write zeros into a file under path until the filesystem is full."""
+    with open(os.path.join(path, "filler"), "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
+class ScratchSpaceTest(WorkTestCase):
+    """A 12 MiB scratch root on a real tmpfs: a create that does not fit is refused before anything
+    is made; a clone whose filesystem is full is reported as such by status and inspect."""
+
+    def test_a_create_too_big_for_the_scratch_root_is_refused_with_the_figures(self):
+        small = mount_tmpfs(self, "12m")
+        for i in range(9):  # 5.4 MB that does not compress, in files jj tracks (each under 1 MiB)
+            with open(os.path.join(self.canon, "blob%d.bin" % i), "wb") as f:
+                f.write(os.urandom(600000))
+        self.jj(self.canon, "commit", "-m", "blobs")
+        self.jj(self.canon, "bookmark", "set", "main", "-r", "@-")
+        proc = self.work("create", "big", "--scratch-root", small)
+        self.assertEqual(proc.returncode, 4, proc.stdout + proc.stderr)
+        self.assertRegex(proc.stderr, r"needs about \d+\.\d MiB, \d+\.\d MiB is free in %s" % small)
+        self.assertIn("--scratch-root", proc.stderr)
+        self.assertEqual(os.listdir(small), [], "nothing made")
+        self.assertEqual(self.work_json("list")["work"], [], "no record")
+
+    def test_status_and_inspect_say_the_clone_has_no_space_instead_of_a_stale_snapshot(self):
+        small = mount_tmpfs(self, "12m")
+        handle, path, _ = self.create("tight", "--scratch-root", small)
+        self.write(path, "edit.txt", "an edit jj has not snapshotted\n")
+        fill(small)
+        jj = subprocess.run(["jj", "describe", "-m", "x"], cwd=path, env=self.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertNotEqual(jj.returncode, 0, "the premise: jj cannot snapshot on a full disk")
+        self.assertIn("No space left on device", jj.stderr)
+        row = [l for l in self.coord("status", check=0).stdout.splitlines() if l.strip().startswith(handle)][0]
+        self.assertIn("no space left on device", row)
+        self.assertNotRegex(row, r"\+\d+/-")
+        self.assertNotIn("clean", row)
+        text = self.work("inspect", handle, check=0).stdout
+        self.assertIn("jj and git fail here: no space left on device", text)
+        self.assertNotIn("ahead of", text)
+        self.assertTrue(self.work_json("inspect", handle)["space"])
+
+
+class StartOutputTest(TmuxWorkCase):
+    """`work start` says where the agent runs and the exact command that shows it."""
+
+    def test_start_prints_the_window_and_an_attach_command_that_works(self):
+        handle, path, _ = self.create("shown")
+        with open(os.path.join(self.home, ".claude.json"), "w") as f:  # Claude trusts it: no approval to ask for
+            json.dump({"projects": {path: {"hasTrustDialogAccepted": True}}}, f)
+        out = self.work("start", handle, check=0).stdout
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertEqual(out, "%s runs claude in tmux window %s; attach: tmux -S %s attach-session -t %s\n" % (
+            handle, tmux["window_id"], shlex.quote(self.sock), tmux["pane_id"]))
+        self.assertEqual(self.work_json("attach", handle)["command"], shlex.split(out.split("attach: ", 1)[1]),
+                         "the same command as work attach")
+        argv = shlex.split(out.split("attach: ", 1)[1])
+        # The printed command names the live pane: with attach-session swapped for a read, tmux finds it.
+        probe = subprocess.run([self.tmux_bin if argv[0] == "tmux" else argv[0]] + argv[1:3]
+                               + ["display-message", "-p", "-t", argv[-1], "#{pane_id} #{window_id}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=10)
+        self.assertEqual(probe.stdout.split(), [tmux["pane_id"], tmux["window_id"]], probe.stderr)
+
+    def test_a_start_with_approvals_to_give_ends_with_the_attach_command(self):
+        handle, path, _ = self.create("untrusted")
+        out = self.work("start", handle, check=0).stdout
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertIn("coord's hooks stay off there until you approve them", out)
+        self.assertTrue(out.endswith("\nattach: tmux -S %s attach-session -t %s\n" % (shlex.quote(self.sock),
+                                                                                      tmux["pane_id"])), out)
+
+
+class ConflictsExitTest(LandingPreviewCase):
+    """`work conflicts` exits 5 when it finds a pair that would conflict (with another work or with
+    the target), 0 when it finds none, overlaps without conflict included."""
+
+    def test_exit_status_says_whether_anything_would_conflict(self):
+        self.write(self.canon, "f.txt", "1\n2\n3\n")
+        self.move_main(self.canon, "g.txt", "a\nb\nc\n", "base files")
+        for task, text in (("left", "L\n2\n3\n"), ("right", "R\n2\n3\n")):
+            handle, path, _ = self.create(task)
+            self.write(path, "f.txt", text)
+            self.jj(path, "commit", "-m", task)
+        proc = self.work("conflicts")
+        self.assertEqual(proc.returncode, 5, proc.stdout + proc.stderr)
+        self.assertIn("conflict f.txt", proc.stdout)
+        self.assertEqual(self.work("conflicts", "--json").returncode, 5)
+        shutil.rmtree(path)  # the right-hand clone is gone: it is skipped, nothing left to conflict
+        proc = self.work("conflicts")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("no conflicts among 1 work", proc.stdout)
+        self.assertIn("5 when some would", " ".join(self.work("conflicts", "--help").stdout.split()))
+
+
+class RecoveryAfterDatabaseLossTest(TmuxWorkCase):
+    """Issue 24, 3: the database is deleted while agents work; `work adopt` re-links the agent still
+    running in the work's window (and what the repository proves), and no second agent is started
+    into a clone where one works."""
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+
+    def lose_database(self):
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+
+    def stand_in(self, path):
+        """An agent working in the clone outside tmux (a resume wrapper's session in a terminal)."""
+        env = {k: v for k, v in self.env.items() if k != "FAKE_HOOK"}
+        proc = subprocess.Popen([sys.executable, FAKE, "--record", self.rec], cwd=path, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(proc.wait, 30)
+        self.addCleanup(proc.kill)
+        support.retry_until(lambda: os.path.exists(os.path.join(self.rec, "%d.json" % proc.pid)))
+        return proc
+
+    def test_adopt_relinks_the_agent_in_its_window_and_start_refuses_a_second_one(self):
+        handle, path, _ = self.create("alive")
+        wid = self.record(handle)["id"]
+        self.work("start", handle, check=0)
+        support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        window = self.record(handle)["data"]["tmux"]
+        self.lose_database()
+        # The agent's next prompt registers it again, as a runtime in no work (its conversation is unknown).
+        agent = self.coord_json("hello", "--conversation", "conv-" + wid, "--harness", "claude",
+                                "--pid", window["pane_pid"], cwd=path)["runtime"]
+        self.assertEqual(self.work("adopt", path, check=0).stdout.strip(), handle)
+        rec = self.record(handle)["data"]["tmux"]
+        self.assertEqual((rec["window_id"], rec["pane_id"], rec["pane_pid"]),
+                         (window["window_id"], window["pane_id"], window["pane_pid"]))
+        self.assertEqual((rec["conversation"], rec["runtime_id"]), ("conv-" + wid, agent["id"]))
+        proc = self.work("start", handle)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertIn("already runs in tmux window %s" % window["window_id"], proc.stderr)
+        proc = self.work("resume", handle)
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        proc = self.coord("send", "still there?", "--to", handle, "--nudge", runtime=self.rt["id"], check=0)
+        self.assertNotIn("no recorded tmux window", proc.stdout)
+        self.assertEqual(self.coord_json("inbox", runtime=agent["id"])["messages"][0]["body"], "still there?")
+        self.assertEqual(len(self.windows()), 1, "no second window was opened")
+
+    def test_start_and_resume_refuse_while_an_agent_works_inside_the_clone(self):
+        handle, path, _ = self.create("occupied")
+        self.lose_database()
+        self.work("adopt", path, check=0)
+        other = self.stand_in(path)
+        agent = self.coord_json("hello", "--conversation", "conv-outside", "--harness", "codex",
+                                "--pid", other.pid, cwd=path)["runtime"]
+        for args in (("start", handle), ("resume", handle, "--conversation", "conv-outside")):
+            proc = self.work(*args)
+            self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+            self.assertIn("live agent inside its clone: runtime %s" % agent["handle"], proc.stderr)
+            self.assertIn("coord send \"done with %s?\" --to %s" % (handle, agent["handle"]), proc.stderr)
+        self.assertEqual(self.windows(), [], "no agent was started beside it")
+        other.kill()
+        other.wait(30)
+        self.work("start", handle, check=0)
+        self.assertEqual(len(self.windows()), 1)
+
+    def test_a_landed_clone_adopts_as_integrated_and_removes_without_force(self):
+        handle, path, _ = self.create("landed")
+        self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "describe", "-m", "add feature.txt")
+        landed = self.commit_of(path, "@")
+        # Landed elsewhere (a scratch rebase, another clone's push): the clone's own view of main is stale.
+        self.git(self.canon, "fetch", "-q", path, landed)
+        self.git(self.canon, "update-ref", "refs/heads/main", landed)
+        fresh, fresh_path, _ = self.create("untouched")
+        self.lose_database()
+        self.work("adopt", path, check=0)
+        self.work("adopt", fresh_path, check=0)
+        rec = self.record(handle)
+        self.assertEqual(rec["data"]["integration"]["state"], "integrated")
+        self.assertEqual(rec["data"]["integration"]["proof"]["candidate"], landed)
+        self.assertIn("integrated->main", self.work("list", check=0).stdout)
+        self.assertEqual(self.record(fresh)["data"]["integration"]["state"], "none", "an untouched clone landed nothing")
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+        self.assertIn("ungated", self.refused(fresh))
+
+
+class InterruptedWorkTest(TmuxWorkCase):
+    """Issue 24, 4: after a reboot (every window and agent gone) `work list` says which works were
+    interrupted, and one command resumes each of them in its own conversation."""
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+
+    def test_list_shows_interrupted_works_and_resume_interrupted_resumes_each(self):
+        works = {}
+        for task in ("cut-short", "parked-on-purpose"):
+            handle, path, _ = self.create(task)
+            works[task] = (handle, self.record(handle)["id"])
+            self.work("start", handle, check=0)
+            support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        cut, cut_id = works["cut-short"]
+        parked, _ = works["parked-on-purpose"]
+        self.work("park", parked, "--reason", "waiting for review", check=0)
+        self.assertNotIn("interrupted", self.work("list", check=0).stdout)
+        self.kill_server()  # a reboot: the windows and the agents in them are gone
+        support.retry_until(lambda: not self.windows())
+        # (its agent exits in its own time once tmux hung it up)
+        listing = support.retry_until(lambda: (lambda out: out if "%s  cut-short  interrupted" % cut in out else None)(
+            self.work("list", check=0).stdout), timeout=30)
+        self.assertIn("coord work resume --interrupted", listing)
+        self.assertIn("%s  parked-on-purpose  parked" % parked, listing)
+        status = self.coord("status", cwd=self.canon, check=0).stdout
+        line = next(l for l in status.splitlines() if cut in l)
+        self.assertIn("cut-short  interrupted", line)
+        self.assertIn("coord work resume --interrupted", line)
+        self.assertIn("parked-on-purpose  parked", status)
+        srows = {w["handle"]: w for w in json.loads(self.coord("status", "--json", cwd=self.canon, check=0).stdout)["work"]}
+        self.assertEqual((srows[cut].get("interrupted"), srows[parked].get("interrupted")), (True, None))
+        rows = {w["handle"]: w for w in self.work_json("list")["work"]}
+        self.assertEqual((rows[cut].get("interrupted"), rows[parked].get("interrupted")), (True, None))
+        reply = self.work_json("resume", "--interrupted")
+        self.assertEqual([r["work"] for r in reply["resumed"]], [cut])
+        rec = self.record(cut)
+        self.assertEqual(rec["state"], "resumed")
+        self.assertIn("--resume conv-%s" % cut_id, rec["data"]["tmux"]["pane_command"])
+        self.assertNotIn("interrupted", self.work("list", check=0).stdout)
+        self.assertEqual(self.work("resume", "--interrupted", check=0).stdout.strip(), "no interrupted work")
+        self.assertEqual(len(self.windows()), 1)
+        self.assertEqual(self.work("resume").returncode, 2, "a handle or --interrupted")
+
+
+class ReadmeRecoveryTest(TmuxWorkCase):
+    """README's "After a reboot / after losing the database": its commands, run as written (from
+    the shared checkout, `.coord/coord` being this checkout's coord), in usage order."""
+
+    SECTION = "## After a reboot / after losing the database"
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+
+    def blocks(self):
+        with open(os.path.join(support.ROOT, "README.md")) as f:
+            text = f.read()
+        self.assertIn(self.SECTION, text)
+        section = text.split(self.SECTION, 1)[1].split("\n## ", 1)[0]
+        return [b.split("\n", 1)[1].strip().splitlines() for b in section.split("```sh")[1:]
+                for b in [b.split("```", 1)[0]]]
+
+    def run_line(self, line):
+        typed = line.replace(".coord/coord", "%s %s" % (shlex.quote(sys.executable), shlex.quote(support.COORD)))
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"])
+        proc = subprocess.run(["/bin/sh", "-c", typed], cwd=self.canon, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, "%s\n%s%s" % (line, proc.stdout, proc.stderr))
+        return proc.stdout
+
+    def test_readme_recovery_commands_as_written(self):
+        reboot, lost = self.blocks()
+        self.assertEqual(len(reboot), 2)
+        handle, path, _ = self.create("long-task")
+        wid = self.record(handle)["id"]
+        self.work("start", handle, check=0)
+        support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        self.kill_server()  # the reboot
+        support.retry_until(lambda: "interrupted" in self.run_line(reboot[0]), timeout=30)
+        self.assertIn("%s resumed" % handle, self.run_line(reboot[1]))
+        window = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
+            self.record(handle)["data"]["tmux"]), timeout=30)
+        # Another work landed, then the database is lost while the first agent still runs.
+        done, done_path, _ = self.create("finished")
+        self.write(done_path, "feature.txt", "feature\n")
+        self.jj(done_path, "describe", "-m", "add feature.txt")
+        self.git(self.canon, "fetch", "-q", done_path, self.commit_of(done_path, "@"))
+        self.git(self.canon, "update-ref", "refs/heads/main", self.commit_of(done_path, "@"))
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+        self.coord_json("hello", "--conversation", "conv-" + wid, "--harness", "claude", "--pid",
+                        window["pane_pid"], cwd=path)  # the agent's next prompt registers it again
+        self.assertEqual(sorted(self.run_line(lost[0]).split()), sorted([path, done_path]))
+        self.run_line(lost[1])
+        listing = self.run_line(lost[2])
+        self.assertIn("%s  long-task  active" % handle, listing)
+        self.assertIn("%s  finished  active  integrated->main" % done, listing)
+        self.assertEqual(self.run_line(lost[0]), "")
+        self.assertEqual(self.record(handle)["data"]["tmux"]["pane_pid"], window["pane_pid"])
+        proc = self.work("start", handle)
+        self.assertEqual(proc.returncode, 3, "no second agent in a clone where one works")
+        self.work("remove", done, "--confirm", done, check=0)

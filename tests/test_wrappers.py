@@ -18,6 +18,7 @@ import support
 from support import CoordTestCase
 
 import store
+import workspace
 
 BIN = os.path.join(support.ROOT, "bin")
 HOOK = os.path.join(support.ROOT, "hook.py")
@@ -106,7 +107,7 @@ class WrapperCase(CoordTestCase):
         return out
 
     def record(self, handle):
-        return self.coord_json("work", "inspect", handle, "--verbose")["work"]
+        return support.work_record(self.env, handle)  # `work inspect --json`'s record, read in process
 
     def events(self, handle, event):
         wid = self.record(handle)["id"]
@@ -157,7 +158,8 @@ class InteractiveTest(WrapperCase):
             runs = [r for r in self.runs() if r["argv"] != ["--help"]]
             return runs if len(runs) >= 2 else None
         runs = support.retry_until(sessions)
-        self.assertEqual(runs[1]["argv"], ["resume", conv])
+        # (a resumed Codex runs no hook until its first prompt, so work resume gives it one)
+        self.assertEqual(runs[1]["argv"], ["resume", conv, "--", workspace.RESUME_PROMPT])
         w = self.record(handle)
         self.assertEqual((w["state"], w["data"]["tmux"]["conversation"]), ("resumed", conv))
         self.assertNotIn("direct", w["data"], "the window coord launched is now the newest record")
@@ -301,6 +303,67 @@ class FindingTheRealCliTest(WrapperCase):
             self.assertTrue(os.access(os.path.join(BIN, name), os.X_OK))
             proc = subprocess.run(["sh", "-n", os.path.join(BIN, name)], stderr=subprocess.PIPE, timeout=10)
             self.assertEqual(proc.returncode, 0, proc.stderr)
+
+
+class OtherDirectoryTest(WrapperCase):
+    """The wrapper as ./install installs it (.coord/bin first on PATH, the installation committed):
+    a session whose command line works somewhere else than the clone it was typed in (`codex -C
+    OTHER`, a new worktree) is not that clone's session: nothing recorded, nothing exported."""
+
+    def setUp(self):
+        super().setUp()
+        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.canon,
+                               "--project-id", "test-project"], env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        import workspace
+        proc = subprocess.run(workspace.commit_command(self.canon, environ=self.env), shell=True, env=self.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.env["PATH"] = os.pathsep.join([os.path.join(self.canon, ".coord", "bin"), self.real_bin,
+                                            os.environ.get("PATH", "").split(os.pathsep, 1)[-1]])
+        os.environ.update(self.env)
+
+    def create_in(self, term, task="wrapped"):
+        code, out = term.run(".coord/coord work create %s" % task)
+        self.assertEqual(code, 0, out)
+        return [l for l in out.splitlines() if l.strip()][:2]
+
+    def test_codex_cd_into_another_clone_is_not_recorded_in_either(self):
+        term = self.terminal()
+        a, a_path = self.create_in(term, "alpha")
+        b, b_path = self.create_in(term, "beta")
+        lines = ["cd %s && codex -C %s 'fix it'" % (a_path, b_path),
+                 "cd %s && codex --cd=%s resume --last" % (a_path, b_path),
+                 "cd %s && codex -C%s" % (a_path, self.canon),
+                 "cd %s && codex --worktree" % a_path,
+                 "cd %s && claude --worktree" % a_path,
+                 "cd %s && claude -w topic" % a_path]
+        for line in lines:
+            code, out = term.run(line)
+            self.assertEqual(code, 0, (line, out))
+        runs = self.runs()
+        self.assertEqual([os.path.basename(r["name"]) for r in runs], ["codex"] * 4 + ["claude"] * 2)
+        for line, run in zip(lines, runs):
+            self.assertNotIn("COORD_WORK_ID", run["env"], line)
+            self.assertNotIn("COORD_PORT_BASE", run["env"], line)
+        for handle in (a, b):
+            self.assertNotIn("direct", self.record(handle)["data"])
+            self.assertEqual(self.events(handle, "work.direct"), [])
+
+    def test_codex_cd_within_the_same_clone_and_claude_add_dir_are_recorded(self):
+        term = self.terminal()
+        a, a_path = self.create_in(term, "alpha")
+        os.mkdir(os.path.join(a_path, "sub"))
+        code, out = term.run("cd %s && codex -C sub" % a_path)
+        self.assertEqual(code, 0, out)
+        w = self.record(a)
+        self.assertEqual(self.runs()[0]["env"]["COORD_WORK_ID"], w["id"])
+        self.assertEqual(w["data"]["direct"]["cwd"], os.path.join(os.path.realpath(a_path), "sub"))
+        code, out = term.run("cd %s && claude --add-dir %s" % (a_path, self.canon))  # more access, same cwd
+        self.assertEqual(code, 0, out)
+        self.assertEqual(self.runs()[1]["env"]["COORD_WORK_ID"], w["id"])
+        self.assertEqual(len(self.events(a, "work.direct")), 2)
 
 
 class SessionArgvTest(CoordTestCase):
