@@ -3264,6 +3264,7 @@ class _PgPendingWrite:
     @property
     def rowcount(self):
         try:
+            self.conn.round_trips += 1
             self.conn.pipe.sync()
         except self.conn.psycopg.Error as exc:
             raise self.conn._error(exc) from exc
@@ -3323,6 +3324,7 @@ class _PgConnection:
             raise
 
     trace = None  # set_trace_callback's function: called with each statement (sqlite3's, for tests)
+    round_trips = 0  # times this connection waited for the server (bench/pg, PgRoundTripTest)
     pipe = None  # psycopg's pipeline while a write transaction is open: writes do not wait
     _pipe_cm = None
 
@@ -3355,6 +3357,7 @@ class _PgConnection:
             cur = self.raw.execute(statement, tuple(params))
             if self.pipe is not None and not _PG_READS.search(statement):
                 return _PgPendingWrite(self, cur)
+            self.round_trips += 1
             rows = cur.fetchall() if self.pipe is not None or cur.description is not None else []
         except self.psycopg.Error as exc:
             raise self._error(exc) from exc
@@ -3383,6 +3386,7 @@ class _PgConnection:
                 self.raw.execute("BEGIN")
                 self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
             else:
+                self.round_trips += 1
                 self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         except self.psycopg.Error as exc:
             self._end_pipe()
@@ -3398,6 +3402,7 @@ class _PgConnection:
 
     def commit(self):
         try:
+            self.round_trips += 1
             self.raw.execute("COMMIT")
             if self.pipe is not None:
                 self.pipe.sync()

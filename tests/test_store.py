@@ -1717,3 +1717,34 @@ class CopyProjectTest(PostgresEngine, StoreCase):
         for table, _key, cols in store.COPY_TABLES:
             have = tuple(r[1] for r in lite.conn.execute("PRAGMA table_info(%s)" % table).fetchall())
             self.assertEqual(set(have), set(cols), table)
+
+
+# --------------------------------------------------------------------------- PostgreSQL round trips
+class PgRoundTripTest(PostgresEngine, StoreCase):
+    """How many times each hot operation waits for the server (docs/postgresql.md, "Round
+    trips"): the figures that "one or two round trips per hot operation" must bring down. Each
+    is pinned, so a change that adds a wait fails here and one that removes a wait updates it."""
+
+    # Measured on the pipelined engine (BEGIN and the lock travel with the first read; a write
+    # waits only for a rowcount or a RETURNING; COMMIT is one): each read in the middle is one.
+    BASELINE = {"claim": 7, "claim again": 7, "refused claim": 4, "renew": 8, "release": 3,
+                "heartbeat": 3, "send": 8}
+
+    def trips(self, fn, *args, **kw):
+        before = self.st.conn.round_trips
+        try:
+            fn(*args, **kw)
+        except Refused:
+            pass
+        return self.st.conn.round_trips - before
+
+    def test_round_trips_of_the_hot_operations(self):
+        a, b = self.rt(), self.rt()
+        got = {"claim": self.trips(self.st.claim, a, ["src/x.py"]),
+               "claim again": self.trips(self.st.claim, a, ["src/x.py"]),
+               "refused claim": self.trips(self.st.claim, b, ["src/x.py"]),
+               "renew": self.trips(self.st.renew, a),
+               "release": self.trips(self.st.release, a, ["src/x.py"]),
+               "heartbeat": self.trips(self.st.heartbeat, a),
+               "send": self.trips(self.st.send, a, "hello", b)}
+        self.assertEqual(got, self.BASELINE)
