@@ -3377,16 +3377,16 @@ class _PgConnection:
             raise self._error(exc) from exc
 
     def begin(self, write):
-        """One round trip: BEGIN and, for a write, the project's advisory lock (READ COMMITTED:
-        each statement after it sees every commit before it); a read is one snapshot."""
+        """No round trip of its own: BEGIN and, for a write, the project's advisory lock (READ
+        COMMITTED: each statement after it sees every commit before it) are pipelined and travel
+        with the first read; a read is one snapshot, its BEGIN pipelined the same way."""
         try:
-            if write:  # pipelined: BEGIN and the lock travel with the first read
-                self._pipe_cm = self.raw.pipeline()
-                self.pipe = self._pipe_cm.__enter__()
+            self._pipe_cm = self.raw.pipeline()
+            self.pipe = self._pipe_cm.__enter__()
+            if write:
                 self.raw.execute("BEGIN")
                 self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
             else:
-                self.round_trips += 1
                 self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         except self.psycopg.Error as exc:
             self._end_pipe()

@@ -1725,10 +1725,10 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
     trips"): the figures that "one or two round trips per hot operation" must bring down. Each
     is pinned, so a change that adds a wait fails here and one that removes a wait updates it."""
 
-    # Measured on the pipelined engine (BEGIN and the lock travel with the first read; a write
-    # waits only for a rowcount or a RETURNING; COMMIT is one): each read in the middle is one.
+    # Measured on the pipelined engine (BEGIN, and a write's lock, travel with the first read; a
+    # write waits only for a rowcount or a RETURNING; COMMIT is one): each read in the middle is one.
     BASELINE = {"claim": 7, "claim again": 7, "refused claim": 4, "renew": 8, "release": 3,
-                "heartbeat": 3, "send": 8}
+                "heartbeat": 3, "send": 8, "write decision": 2}
 
     def trips(self, fn, *args, **kw):
         before = self.st.conn.round_trips
@@ -1746,5 +1746,6 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
                "renew": self.trips(self.st.renew, a),
                "release": self.trips(self.st.release, a, ["src/x.py"]),
                "heartbeat": self.trips(self.st.heartbeat, a),
-               "send": self.trips(self.st.send, a, "hello", b)}
+               "send": self.trips(self.st.send, a, "hello", b),
+               "write decision": self.trips(self.st.write_conflicts, b, ["src/x.py"])}
         self.assertEqual(got, self.BASELINE)
