@@ -1728,7 +1728,7 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
     # Measured on the pipelined engine (BEGIN, and a write's lock, travel with the first read; a
     # write waits only for a rowcount or a RETURNING; COMMIT is one): each read in the middle is one.
     BASELINE = {"claim": 7, "claim again": 7, "refused claim": 4, "renew": 8, "release": 3,
-                "heartbeat": 3, "send": 8, "write decision": 2}
+                "heartbeat": 2, "send": 8, "write decision": 2}
 
     def trips(self, fn, *args, **kw):
         before = self.st.conn.round_trips
