@@ -110,7 +110,10 @@ class StartWithPrompt(object):
         def option(flag, target, name):
             return subprocess.run([self.tmux_bin, "-S", self.sock, "show-options", flag, "-v", "-t", target, name],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=10).stdout.strip()
+        # The hook labels the window after it committed the record, so a reader can see the
+        # record first (a CI run did, with Gemini): wait for the label, never accept a wrong one.
         for flag, target in (("-w", rec["window_id"]), ("-p", rec["pane_id"])):
+            support.retry_until(lambda: option(flag, target, "@coord-runtime"), timeout=15, interval=0.2)
             self.assertEqual(option(flag, target, "@coord-runtime"), rec["runtime_id"])
             self.assertEqual(option(flag, target, "@coord-conversation"), rec["conversation"])
         seen = support.retry_until(lambda: [r for r in list(self.server.requests)
