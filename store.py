@@ -3625,7 +3625,9 @@ class ServerClock:
     def measure(self, conn):
         t0 = time.monotonic()
         server = conn.server_time()
-        self.offset = server - (t0 + time.monotonic()) / 2
+        t1 = time.monotonic()
+        self.offset = server - (t0 + t1) / 2
+        self.rtt = t1 - t0  # hosts: the offset is within half of it (safe mode's margin)
         self.measurements += 1
 
     def __call__(self):
@@ -3879,3 +3881,81 @@ def copy_project(src, dst):
                 counts[table] = len(rows)
             _set_next_ids(dst, _next_ids(src))
     return counts
+
+
+# --------------------------------------------------------------------------- safe mode (issue 25, item 3)
+# A host that cannot reach the database (its host process is down, paused or cut off from the
+# server) cannot know whether its exclusive leases still hold: after the lease's own expiry, or
+# after its host's heartbeat has been missed for the host TTL, another host may take them. So its
+# hooks deny writes to paths it holds exclusively once those leases may have lapsed, and say why:
+# the only fail-closed case (everything else fails open, as for an unreadable database). The
+# hook cannot ask the server, so the host process keeps a small local file beside its socket,
+# rewritten after every heartbeat it got through (and soon after every claim or renewal it
+# served): this host's unexpired exclusive leases, each with the server time it may lapse at,
+# and the offset from this machine's monotonic clock to the server's. The hook's check reads only
+# that file (stdlib, no subprocess): a write is refused when the server's time, estimated from
+# the monotonic clock, is within the margin of a lease's lapse. Reading it costs a hook only when
+# the database is out of reach.
+
+SAFE_STATE_VERSION = 1
+
+
+def safe_state_path(socket_path=None, environ=None):
+    """<state>/host.safe: the host process's safe-mode file, beside its socket."""
+    return os.path.join(os.path.dirname(socket_path or host_socket_path(environ)), "host.safe")
+
+
+def safe_state(beat, clock_offset, clock_rtt=0.0, host=None):
+    """The safe-mode file's content from a host_beat() result (server times) and the host
+    process's ServerClock (server time = time.monotonic() + clock_offset, within clock_rtt / 2).
+    Each lease may lapse at the earlier of its expiry and the moment other hosts stop taking this
+    host for live (its last confirmed beat plus its TTL); the lease delay after that is kept for
+    writes already allowed, never spent by the hooks."""
+    host = host or host_identity()
+    gone_at = beat["heartbeat_at"] + beat["ttl"]
+    return {"v": SAFE_STATE_VERSION, "host": host["id"], "boot_id": host["boot_id"],
+            "offset": clock_offset, "margin": SAFE_MARGIN + clock_rtt / 2, "confirmed_at": beat["now"],
+            "leases": [{"resource": l["resource"], "handle": l["handle"], "conversation": l["conversation"],
+                        "lapse_at": min(l["expires_at"], gone_at)} for l in beat["leases"]]}
+
+
+def write_safe_state(path, state):
+    atomic_write(path, json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+
+
+def safe_mode_refusals(names, path=None, mono=None):
+    """For a hook that could not reach the database: [{name, resource, handle, lapse_at}] for each
+    of `names` (resource names) under or above an exclusive lease of this host that may have
+    lapsed by now (server time estimated from the monotonic clock, minus the file's margin).
+    [] when nothing is refused, and when the file is missing, unreadable, from another boot (its
+    monotonic clock means nothing now) or from another version: fail open."""
+    try:
+        with open(path or safe_state_path(), "rb") as f:
+            state = json.loads(f.read().decode("utf-8"))
+        if state.get("v") != SAFE_STATE_VERSION or state.get("boot_id") != host_identity()["boot_id"]:
+            return []
+        server_now = (time.monotonic() if mono is None else mono) + float(state["offset"])
+        margin = float(state["margin"])
+        out = []
+        for lease in state["leases"]:
+            if server_now + margin < float(lease["lapse_at"]):
+                continue
+            for name in names:
+                if overlaps(name, lease["resource"]):
+                    out.append({"name": name, "resource": lease["resource"], "handle": lease["handle"],
+                                "lapse_at": float(lease["lapse_at"])})
+        return out
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def safe_mode_reason(refusals):
+    """The hook's deny reason for safe_mode_refusals(...) (non-empty)."""
+    first = refusals[0]
+    return ("coord cannot reach its database, and this host's exclusive lease on %s (held by %s) may have lapsed"
+            " since %s (server time): another host may hold it now, so writes to %s are refused until this host"
+            " reaches the database again (start the host process: python3 .coord/host.py supervise ...; then"
+            " the lease is renewed, or you are told who took it)" % (
+                first["resource"], first["handle"],
+                time.strftime("%H:%M:%S", time.gmtime(first["lapse_at"])) + " UTC",
+                ", ".join(sorted(set(r["name"] for r in refusals)))))

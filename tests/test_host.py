@@ -2,7 +2,9 @@
 stdlib client in store.py (HostClient, RemoteStore): a real host process on a real PostgreSQL
 server (support.require_postgres), spoken to over its real Unix socket."""
 
+import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -223,3 +225,51 @@ class HostLifecycleTest(HostCase):
         self.assertTrue(again["running"])
         self.assertNotEqual(again["pid"], first["pid"])
         self.assertNotEqual(self.supervisor_pid(), supervisor)
+
+
+class HostBeatTest(HostCase):
+    """The host heartbeat (issue 25, item 3): the host process beats on the server's clock and
+    keeps the safe-mode file its hooks read when the database is out of reach."""
+    AUTO_START = False
+
+    def setUp(self):
+        super().setUp()
+        self.env = dict(self.env, COORD_HOST_TTL="1.2", COORD_HOST_LEASE_DELAY="1")
+        self.proc = self.start_host()
+        self.safe = os.path.join(os.path.dirname(self.sock), "host.safe")
+
+    def safe_leases(self):
+        try:
+            with open(self.safe) as f:
+                return json.load(f)["leases"]
+        except (OSError, ValueError):
+            return None
+
+    def test_the_host_beats_and_keeps_the_safe_mode_file(self):
+        st = self.remote()
+        first = [h for h in st.hosts() if h["id"] == store.host_identity()["id"]]
+        self.assertEqual(len(first), 1)
+        self.assertEqual((first[0]["ttl"], first[0]["lease_delay"], first[0]["state"]), (1.2, 1.0, "live"))
+        support.retry_until(lambda: st.hosts()[0]["heartbeat_at"] > first[0]["heartbeat_at"], timeout=30)
+        rt = st.register(conversation="c-beat", harness="x", pid=os.getpid())
+        st.claim(rt["id"], ["src/a.py"], ttl=600)
+        st.claim(rt["id"], ["log"], mode="append", ttl=600)
+        leases = support.retry_until(lambda: self.safe_leases(), timeout=30)
+        self.assertEqual([(l["resource"], l["handle"]) for l in leases], [("src/a.py", rt["handle"])])
+        self.assertEqual(oct(os.stat(self.safe).st_mode & 0o777), "0o600")
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], self.safe), [])  # beating: nothing lapses
+
+    def test_a_paused_host_process_s_hooks_refuse_once_its_leases_may_have_lapsed(self):
+        st = self.remote()
+        rt = st.register(conversation="c-pause", harness="x", pid=os.getpid())
+        st.claim(rt["id"], ["src/a.py"], ttl=600)
+        support.retry_until(lambda: self.safe_leases(), timeout=30)
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            got = support.retry_until(lambda: store.safe_mode_refusals(["src/a.py", "README"], self.safe),
+                                      timeout=30)
+            self.assertEqual([r["name"] for r in got], ["src/a.py"])
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
+        # Beating again: the file is confirmed afresh and the write is allowed again.
+        support.retry_until(lambda: store.safe_mode_refusals(["src/a.py"], self.safe) == [], timeout=30)

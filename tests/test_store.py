@@ -1874,3 +1874,63 @@ class PgHostJudgementTest(PostgresEngine, HostRecordTest):
         self.assertEqual([(l["resource"], l["handle"]) for l in beat["leases"]], [("src/m.py", mine["handle"])])
         self.assertEqual(beat["leases"][0]["expires_at"], t0 + 60)
         self.assertEqual((beat["ttl"], beat["heartbeat_at"]), (self.st.host_ttl, t0 + 1))
+
+
+class SafeModeTest(support.CoordTestCase):
+    """The safe-mode decision a hook makes when it cannot reach the database (issue 25, item 3):
+    only from the host process's local file, failing open on anything but positive evidence."""
+
+    def write(self, leases, offset=0.0, boot=None, **extra):
+        path = os.path.join(self.state, "safe", "host.safe")
+        beat = {"now": 1000.0, "heartbeat_at": 1000.0, "ttl": 30.0, "lease_delay": 30.0, "leases": leases}
+        state = store.safe_state(beat, offset, 0.2)
+        if boot is not None:
+            state["boot_id"] = boot
+        state.update(extra)
+        store.write_safe_state(path, state)
+        return path
+
+    def lease(self, resource, expires_at):
+        return {"resource": resource, "runtime": "r", "handle": "ant-bee-cat-dog-elk", "conversation": "c",
+                "expires_at": expires_at}
+
+    def test_a_write_is_refused_once_the_lease_may_have_lapsed(self):
+        path = self.write([self.lease("src/a.py", 1020.0), self.lease("src/b", 5000.0)])
+        margin = store.SAFE_MARGIN + 0.1
+        # offset 0: monotonic time is server time. src/a.py lapses at its expiry (1020); src/b at
+        # the host's last beat + TTL (1030), when other hosts stop taking this host for live.
+        self.assertEqual(store.safe_mode_refusals(["src/a.py", "src/b/x.py"], path, mono=1020 - margin - 0.01), [])
+        got = store.safe_mode_refusals(["src/a.py", "src/b/x.py", "README"], path, mono=1020 - margin)
+        self.assertEqual([(r["name"], r["lapse_at"]) for r in got], [("src/a.py", 1020.0)])
+        got = store.safe_mode_refusals(["src/a.py", "src/b/x.py", "src", "README"], path, mono=1030 - margin)
+        self.assertEqual(sorted((r["name"], r["resource"]) for r in got),
+                         [("src", "src/a.py"), ("src", "src/b"), ("src/a.py", "src/a.py"), ("src/b/x.py", "src/b")])
+        reason = store.safe_mode_reason(got)
+        self.assertIn("may have lapsed", reason)
+        self.assertIn("ant-bee-cat-dog-elk", reason)
+
+    def test_the_offset_is_the_server_s_clock(self):
+        path = self.write([self.lease("src/a.py", 1020.0)], offset=500.0)
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=518.0), [])
+        self.assertTrue(store.safe_mode_refusals(["src/a.py"], path, mono=520.0))
+
+    def test_anything_but_a_readable_file_of_this_boot_fails_open(self):
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], os.path.join(self.state, "none"), mono=1e9), [])
+        path = self.write([self.lease("src/a.py", 1020.0)], boot="another-boot")
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
+        path = self.write([self.lease("src/a.py", 1020.0)], v=99)
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
+        with open(path, "wb") as f:
+            f.write(b"{garbled")
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
+
+    def test_the_check_imports_nothing_a_hook_must_not(self):
+        path = self.write([self.lease("src/a.py", 1020.0)])
+        code = ("import sys; sys.path.insert(0, %r); import store; before = set(sys.modules);"
+                " r = store.safe_mode_refusals(['src/a.py'], %r, mono=1e9); assert r, r;"
+                " new = set(sys.modules) - before; assert 'subprocess' not in sys.modules, new; print(sorted(new))"
+                % (support.ROOT, path))
+        out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "[]")
