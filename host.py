@@ -340,6 +340,8 @@ class Server:
             self.pool.give(bound, True)
             raise _Unbound()
         self.pool.give(bound)
+        if op == "commit":
+            self.beat_soon.set()  # hosts: what it committed may be a claim (the safe-mode file)
         return {"id": rid, "ok": True, "result": None}, None
 
 

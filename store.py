@@ -529,7 +529,8 @@ def host_identity(environ=None):
             ns = None
         node = os.uname().nodename if hasattr(os, "uname") else "localhost"
         hid = "%s/%s" % (boot, ns) if boot and ns else "node:%s" % node
-        _host.append({"id": hid, "name": clean_text(env.get("COORD_HOST_NAME") or node, 80) or hid,
+        name = "".join(c for c in (env.get("COORD_HOST_NAME") or node) if c.isprintable())[:80]
+        _host.append({"id": hid, "name": name or hid,
                       "boot_id": boot, "pid_ns": ns})
     return _host[0]
 
@@ -1405,7 +1406,7 @@ class Store:
         self.timeout = timeout = check_float(timeout, "busy timeout", *BUSY_TIMEOUT_RANGE)
         self.lease_ttl = env_number(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL, LEASE_TTL_RANGE, strict_env)
         self.runtime_ttl = env_number(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL, RUNTIME_TTL_RANGE, strict_env)
-        self.host = host_identity(env)  # hosts: the host this Store's pids belong to (see pid_judged_here)
+        self._host_env = env  # hosts: self.host, read at first use (a hook that registers nothing pays nothing)
         self.host_ttl = env_number(env, "COORD_HOST_TTL", DEFAULT_HOST_TTL, HOST_TTL_RANGE, strict_env)
         self.host_lease_delay = env_number(env, "COORD_HOST_LEASE_DELAY", DEFAULT_HOST_LEASE_DELAY,
                                            HOST_LEASE_DELAY_RANGE, strict_env)
@@ -1652,6 +1653,17 @@ class Store:
         return beat_time(rt["heartbeat_at"]) + self.runtime_ttl > _now(now)
 
     # -- hosts: the one rule for what a recorded pid means (issue 25, item 3)
+
+    @property
+    def host(self):
+        """The host this Store's pids belong to (host_identity), read at first use."""
+        if getattr(self, "_host_id", None) is None:
+            self._host_id = host_identity(self._host_env)
+        return self._host_id
+
+    @host.setter
+    def host(self, value):
+        self._host_id = value
 
     def pid_judged_here(self, rt):
         """True when rt's recorded pid (if any) names a process this process may judge and match
