@@ -42,7 +42,7 @@ import store
 # conversation_successor, confirm_attachment) are not here: the caller computes those facts in
 # its own process and sends them as data (docs/postgresql.md, "A request over the socket").
 HOST_OPS = frozenset("""
-    register runtime resolve_runtime usable_runtime runtime_live successor last_runtime_of
+    hosts register runtime resolve_runtime usable_runtime runtime_live successor last_runtime_of
     find_conversation_runtime unended_subagents superseded_attachment hold_parked unhold_parked
     end_parked turn set_turn claim_nudge heartbeat take_lost bye reap live_runtimes
     overlapping conflicts write_conflicts peer_exclusive_leases claim leases_of renew release
@@ -52,6 +52,9 @@ HOST_OPS = frozenset("""
 """.split())
 TRANSACTION_OPS = frozenset(["begin", "commit", "rollback", "ping"])
 CLOCK_EVERY = 300.0  # seconds between two measurements of the server's clock
+# hosts (issue 25, item 3): operations after which this host's exclusive leases may be new or
+# longer, so the safe-mode file is rewritten soon (the timer rewrites it every beat anyway).
+SAFE_REFRESH_OPS = frozenset(["claim", "renew", "heartbeat", "register", "hold_parked"])
 
 
 class _Pool:
@@ -142,6 +145,42 @@ class Server:
         self.pool.free.append(first)
         self.sock = None
         threading.Thread(target=self.keep_clock, args=(clock_every,), daemon=True).start()
+        # hosts: this host's heartbeat, before the first client (its runtimes' host must have a row)
+        self.safe_path = store.safe_state_path(path)
+        self.beat_every = min(store.HOST_BEAT_EVERY, first.host_ttl / 6)
+        self.beat_soon = threading.Event()
+        self.beats = 0
+        self.beat_once(first)
+        threading.Thread(target=self.keep_host, daemon=True).start()
+
+    # -- hosts (issue 25, item 3): the host heartbeat, on the server's clock, and the safe-mode file
+
+    def beat_once(self, st):
+        """One host heartbeat (which reaps too) and the safe-mode file it confirms."""
+        beat = st.host_beat()
+        store.write_safe_state(self.safe_path, store.safe_state(beat, self.clock.offset,
+                                                                 getattr(self.clock, "rtt", 0.0), st.host))
+        self.beats += 1
+
+    def keep_host(self):
+        """Beat every beat_every seconds, or soon after a claim or renewal (beat_soon). A beat that
+        fails (the server out of reach) leaves the file as it was: its leases lapse on their own."""
+        while True:
+            self.beat_soon.wait(self.beat_every)
+            self.beat_soon.clear()
+            try:
+                st = self.pool.take()
+            except store.CoordError:
+                time.sleep(min(self.beat_every, 1.0))
+                continue
+            broken = False
+            try:
+                self.beat_once(st)
+            except Exception:
+                broken = True
+                time.sleep(min(self.beat_every, 1.0))
+            finally:
+                self.pool.give(st, broken)
 
     def keep_clock(self, every):
         """Measure the server's clock again every `every` seconds (a failed measurement keeps
@@ -252,11 +291,17 @@ class Server:
             if op not in HOST_OPS or not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise store.UsageError("the host process does not run %r" % (op,))
             if bound is not None:
-                return {"id": rid, "ok": True, "result": getattr(bound, op)(*args, **kwargs)}, bound
+                result = getattr(bound, op)(*args, **kwargs)
+                if op in SAFE_REFRESH_OPS:
+                    self.beat_soon.set()  # hosts: the safe-mode file (after the commit, as the next beat)
+                return {"id": rid, "ok": True, "result": result}, bound
             st = self.pool.take()
             broken = False
             try:
-                return {"id": rid, "ok": True, "result": getattr(st, op)(*args, **kwargs)}, None
+                result = getattr(st, op)(*args, **kwargs)
+                if op in SAFE_REFRESH_OPS:
+                    self.beat_soon.set()  # hosts: rewrite the safe-mode file soon
+                return {"id": rid, "ok": True, "result": result}, None
             except store.EnvError:
                 broken = True
                 raise
@@ -276,7 +321,7 @@ class Server:
         if op == "ping":
             return {"id": rid, "ok": True, "result": {"pid": os.getpid(), "project": self.project,
                                                      "now": store.now(), "clock_measurements":
-                                                     self.clock.measurements}}, bound
+                                                     self.clock.measurements, "host_beats": self.beats}}, bound
         if op == "begin":
             if bound is not None:
                 raise store.UsageError("a transaction is already open on this connection")
@@ -295,6 +340,8 @@ class Server:
             self.pool.give(bound, True)
             raise _Unbound()
         self.pool.give(bound)
+        if op == "commit":
+            self.beat_soon.set()  # hosts: what it committed may be a claim (the safe-mode file)
         return {"id": rid, "ok": True, "result": None}, None
 
 

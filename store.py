@@ -25,7 +25,7 @@ import re
 import sqlite3
 import time
 
-SCHEMA_VERSION = 2  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
+SCHEMA_VERSION = 3  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
 DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
 DEFAULT_RUNTIME_TTL = 4 * 3600.0  # seconds a runtime stays live without a heartbeat
 BUSY_TIMEOUT = 30.0              # CLI wait for a locked database (writers queue at the gate)
@@ -36,6 +36,32 @@ REMINDER_BYTES = 160             # bytes of one reminder line at most (see remin
 MAX_PURPOSE = 500                # characters of a lease purpose
 MAX_RESOURCE = 1024              # characters of a resource name
 HEARTBEAT_EVERY = 30.0           # hooks skip a heartbeat younger than this
+
+# -- hosts (issue 25, item 3; PostgreSQL projects: a SQLite project is one host by definition).
+# A runtime's pid is judged only by its own host; another host judges it by its host's heartbeat
+# on the server's clock. The host process beats every HOST_BEAT_EVERY seconds (at most a sixth
+# of the host's TTL). DEFAULT_HOST_TTL is six beats: a host is given up only after five missed
+# beats in a row, which rides out a managed server's failover or a pooler restart (tens of
+# seconds) and a host process's restart by its supervisor (0.1-5 s) without ending every agent of
+# a healthy host. After the TTL its runtimes are no longer live (not offered as recipients, not
+# shown live), but their exclusive leases stay held for DEFAULT_HOST_LEASE_DELAY more: a host
+# that stopped beating may be paused, not dead (a SIGSTOP, a suspended VM, a hook that decided
+# "allowed" just before the pause and writes after it), and its own hooks keep writing until
+# their safe-mode deadline (SAFE_MARGIN before the lease may lapse in server time). The delay is
+# what separates that deadline from the moment another host may claim: it must exceed the
+# longest time between a hook's decision and the write it allows, plus both hosts' clock
+# uncertainty. Each host records its own TTL and delay in its row, so every other host judges
+# it by the values its own hooks use (COORD_HOST_TTL, COORD_HOST_LEASE_DELAY override them).
+HOST_BEAT_EVERY = 5.0
+DEFAULT_HOST_TTL = 30.0
+DEFAULT_HOST_LEASE_DELAY = 30.0
+HOST_TTL_RANGE = (0.5, 86400.0)
+HOST_LEASE_DELAY_RANGE = (0.0, 86400.0)
+# Safe mode: a hook that cannot reach the database denies a write to a path its host holds
+# exclusively once (its estimate of) the server's time is within SAFE_MARGIN of the moment the
+# lease may lapse: the margin covers the offset error of both hosts' server clocks (each within
+# half a round trip when measured, plus drift of some parts per million between measurements).
+SAFE_MARGIN = 1.0
 
 # Every number read from a flag or the environment is checked against one of these closed
 # ranges (check_float / check_int); anything else, including inf and nan, is a usage error.
@@ -473,6 +499,40 @@ def in_nested_pid_namespace():
         except OSError:  # no /proc (macOS) or no namespaces: pids are global
             _nested.append(False)
     return _nested[0]
+
+
+# --------------------------------------------------------------------------- hosts: who may judge a pid
+# (issue 25, item 3) A pid means something only on the host that recorded it: two hosts (two
+# machines, or two containers with their own PID namespace on one kernel) both record pid 1, and
+# two namespaces on one kernel share the boot id. So a host is its boot id plus its PID
+# namespace's inode; measured: two test hosts in network + PID namespaces recorded the same pid
+# and boot id, and only the PID-namespace inode told them apart.
+
+_host = []
+
+
+def host_identity(environ=None):
+    """{"id", "name", "boot_id", "pid_ns"} of the host this process runs on: id is
+    "<boot id>/<PID namespace inode>" (without /proc: the node name), name is COORD_HOST_NAME or
+    the node name (for display only). Two file reads, cached: cheap enough for a hook."""
+    if not _host:
+        env = os.environ if environ is None else environ
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                boot = f.read().strip() or None
+        except OSError:
+            boot = None
+        try:
+            ns = os.readlink("/proc/self/ns/pid")
+            ns = ns[ns.index("[") + 1:ns.rindex("]")]
+        except (OSError, ValueError):
+            ns = None
+        node = os.uname().nodename if hasattr(os, "uname") else "localhost"
+        hid = "%s/%s" % (boot, ns) if boot and ns else "node:%s" % node
+        name = "".join(c for c in (env.get("COORD_HOST_NAME") or node) if c.isprintable())[:80]
+        _host.append({"id": hid, "name": name or hid,
+                      "boot_id": boot, "pid_ns": ns})
+    return _host[0]
 
 
 def process_alive(pid, start=None):
@@ -969,6 +1029,24 @@ _MIGRATIONS = {
             began REAL
         )""",
     ],
+    # Hosts (issue 25, item 3): each runtime records the host that registered it (boot id and
+    # PID namespace: hosts.id), whose pid only that host judges; a PostgreSQL project's host
+    # process beats its row on the server's clock, and other hosts judge its runtimes by it,
+    # with the TTL and lease delay the host recorded. A SQLite project is one host: it records
+    # the host and judges every pid as before.
+    3: [
+        """ALTER TABLE runtimes ADD COLUMN host TEXT""",
+        """CREATE TABLE hosts (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            boot_id TEXT,
+            pid_ns TEXT,
+            started_at REAL NOT NULL,
+            heartbeat_at REAL NOT NULL,
+            ttl REAL NOT NULL,
+            lease_delay REAL NOT NULL
+        )""",
+    ],
 }
 
 
@@ -979,7 +1057,7 @@ _MIGRATIONS = {
 # know); the newest migration applied is kept in meta under SCHEMA_APPLIED_KEY. So an agent in
 # a clone still running the previous release keeps working after the shared checkout installs
 # a release whose migrations are all additive (DESIGN.md, "Upgrades").
-ADDITIVE_MIGRATIONS = frozenset({2})
+ADDITIVE_MIGRATIONS = frozenset({2, 3})
 SCHEMA_APPLIED_KEY = "schema.applied"
 
 
@@ -1328,6 +1406,10 @@ class Store:
         self.timeout = timeout = check_float(timeout, "busy timeout", *BUSY_TIMEOUT_RANGE)
         self.lease_ttl = env_number(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL, LEASE_TTL_RANGE, strict_env)
         self.runtime_ttl = env_number(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL, RUNTIME_TTL_RANGE, strict_env)
+        self._host_env = env  # hosts: self.host, read at first use (a hook that registers nothing pays nothing)
+        self.host_ttl = env_number(env, "COORD_HOST_TTL", DEFAULT_HOST_TTL, HOST_TTL_RANGE, strict_env)
+        self.host_lease_delay = env_number(env, "COORD_HOST_LEASE_DELAY", DEFAULT_HOST_LEASE_DELAY,
+                                           HOST_LEASE_DELAY_RANGE, strict_env)
         self.reading = False  # inside an outermost snapshot()
         self._gate = None  # (turn, gate) file descriptors, opened on the first write: the write gate
         if pg is not None:
@@ -1542,7 +1624,7 @@ class Store:
         if row is None:
             return None
         keys = ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start", "cwd",
-                "started_at", "heartbeat_at", "ended_at", "end_reason", "superseded_by")
+                "started_at", "heartbeat_at", "ended_at", "end_reason", "superseded_by", "host")
         rt = dict(zip(keys, row))
         rt["heartbeat_at"] = beat_time(rt["heartbeat_at"])
         return rt
@@ -1552,7 +1634,7 @@ class Store:
         PERSON, PARKED, BEAT_AHEAD)
 
     _RUNTIME_COLS = ("id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at, "
-                     "heartbeat_at, ended_at, end_reason, superseded_by")
+                     "heartbeat_at, ended_at, end_reason, superseded_by, host")
 
     def runtime(self, runtime_id):
         return self._row_runtime(self.q("SELECT %s FROM runtimes WHERE id = ?" % self._RUNTIME_COLS,
@@ -1567,8 +1649,102 @@ class Store:
         if not rt["pid"] and rt.get("harness") in _UNCLOCKED:
             return True  # the user outside any terminal, or a parked work: ended explicitly, never by the clock
         if rt["pid"]:
-            return process_alive(rt["pid"], rt["pid_start"])
+            return self.pid_live(rt, now)
         return beat_time(rt["heartbeat_at"]) + self.runtime_ttl > _now(now)
+
+    # -- hosts: the one rule for what a recorded pid means (issue 25, item 3)
+
+    @property
+    def host(self):
+        """The host this Store's pids belong to (host_identity), read at first use."""
+        if getattr(self, "_host_id", None) is None:
+            self._host_id = host_identity(self._host_env)
+        return self._host_id
+
+    @host.setter
+    def host(self, value):
+        self._host_id = value
+
+    def pid_judged_here(self, rt):
+        """True when rt's recorded pid (if any) names a process this process may judge and match
+        against its own ancestry: on SQLite every runtime (a SQLite project is one host by
+        definition, and nothing changes for it); on PostgreSQL only a runtime this host recorded
+        (same boot id and PID namespace: hosts.id)."""
+        return self.engine == "sqlite" or rt.get("host") == self.host["id"]
+
+    def _here(self, column="host"):
+        """(" AND <column> = ?", [this host]) on PostgreSQL, ("", []) on SQLite: a query that finds
+        runtimes by pid finds only this host's (another host's pid 4242 is not this host's)."""
+        if self.engine == "sqlite":
+            return "", []
+        return " AND %s = ?" % column, [self.host["id"]]
+
+    def pid_live(self, rt, now=None):
+        """Whether the runtime with a recorded pid lives: judged by its pid on its own host (on
+        PostgreSQL the host process runs in its host's PID namespace, so a pid it cannot see is
+        gone); by its host's heartbeat on the server's clock everywhere else."""
+        if self.pid_judged_here(rt):
+            if self.engine == "sqlite":
+                return process_alive(rt["pid"], rt["pid_start"])
+            return _process_matches(rt["pid"], rt["pid_start"])
+        return self.host_state(rt.get("host"), now, rt) == "live"
+
+    def host_state(self, host_id, now=None, rt=None):
+        """"live" while the host beat within its TTL; "dying" for its lease delay after that (its
+        runtimes are not live, but their exclusive leases still hold); then "dead". A runtime
+        whose host never beat (no row: recorded before hosts existed, or copied from SQLite) is
+        judged by its own heartbeat and the presence limit, as a runtime without a pid."""
+        now = _now(now)
+        row = self.q("SELECT heartbeat_at, ttl, lease_delay FROM hosts WHERE id = ?", (host_id,)).fetchone() \
+            if host_id else None
+        if row is None:
+            live = rt is not None and beat_time(rt["heartbeat_at"]) + self.runtime_ttl > now
+            return "live" if live else "dead"
+        beat, ttl, delay = row
+        if beat + ttl > now:
+            return "live"
+        return "dying" if beat + ttl + delay > now else "dead"
+
+    def _dying_holder(self, rt, now):
+        """True when rt is another host's runtime whose host stopped beating less than its lease
+        delay past its TTL: its exclusive leases still hold (a paused host is not a dead one)."""
+        return bool(rt.get("pid")) and rt.get("ended_at") is None and not self.pid_judged_here(rt) \
+            and self.host_state(rt.get("host"), now, rt) == "dying"
+
+    def host_beat(self, now=None, reap=True):
+        """The host process's timer (host.py): record this host's heartbeat on the server's clock
+        (its runtimes stay live for every other host while it beats, idle agents included: an idle
+        agent runs no coord process), reap (this host's dead pids among the rest), and return what
+        safe mode needs: {"now", "heartbeat_at", "ttl", "lease_delay", "leases": this host's
+        unexpired exclusive leases [{resource, runtime, handle, conversation, expires_at}]}."""
+        now = _now(now)
+        h = self.host
+        with self.transaction():
+            self.conn.execute(
+                "INSERT INTO hosts (id, name, boot_id, pid_ns, started_at, heartbeat_at, ttl, lease_delay)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET name = excluded.name,"
+                " heartbeat_at = max(hosts.heartbeat_at, excluded.heartbeat_at), ttl = excluded.ttl,"
+                " lease_delay = excluded.lease_delay",
+                (h["id"], h["name"], h["boot_id"], h["pid_ns"], now, now, self.host_ttl, self.host_lease_delay))
+            if reap:
+                self._reap(now)
+            rows = self.q("SELECT l.resource, l.runtime, r.handle, r.conversation, l.expires_at FROM leases l"
+                          " JOIN runtimes r ON r.id = l.runtime WHERE r.host = ? AND r.ended_at IS NULL"
+                          " AND l.mode = 'exclusive' AND l.expires_at > ? ORDER BY l.resource, l.runtime",
+                          (h["id"], now)).fetchall()
+        keys = ("resource", "runtime", "handle", "conversation", "expires_at")
+        return {"now": now, "heartbeat_at": now, "ttl": self.host_ttl, "lease_delay": self.host_lease_delay,
+                "host": h["id"], "leases": [dict(zip(keys, r)) for r in rows]}
+
+    def hosts(self, now=None):
+        """Every host that ever beat: [{id, name, boot_id, pid_ns, started_at, heartbeat_at, ttl,
+        lease_delay, state}]."""
+        now = _now(now)
+        keys = ("id", "name", "boot_id", "pid_ns", "started_at", "heartbeat_at", "ttl", "lease_delay")
+        out = [dict(zip(keys, r)) for r in self.q("SELECT %s FROM hosts ORDER BY name, id" % ", ".join(keys))]
+        for h in out:
+            h["state"] = self.host_state(h["id"], now)
+        return out
 
     def resolve_runtime(self, token):
         """A runtime by exact handle or full UUID; prefixes never match."""
@@ -1615,15 +1791,17 @@ class Store:
     def superseded_attachment(self, conversation, pid, pid_start):
         """The ID of the newest top-level attachment of `conversation` that the harness process
         (pid, pid_start) registered and that has been superseded since, or None."""
+        here, hp = self._here()
         row = self.q("SELECT id, pid_start FROM runtimes WHERE conversation = ? AND agent_id IS NULL"
-                     " AND pid = ? AND superseded_by IS NOT NULL ORDER BY started_at DESC LIMIT 1",
-                     (conversation, pid)).fetchone()
+                     " AND pid = ?%s AND superseded_by IS NOT NULL ORDER BY started_at DESC LIMIT 1" % here,
+                     [conversation, pid] + hp).fetchone()
         return row[0] if row and row[1] in (None, pid_start) else None
 
     def unended_subagents(self, conversation, pid):
         """IDs of the conversation's subagent runtimes, not ended, recorded with harness process pid."""
+        here, hp = self._here()
         return [r[0] for r in self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NOT NULL"
-                                     " AND ended_at IS NULL AND pid = ?", (conversation, pid)).fetchall()]
+                                     " AND ended_at IS NULL AND pid = ?" + here, [conversation, pid] + hp).fetchall()]
 
     def confirm_attachment(self, rt, chain=None):
         """Refuse a caller found through its conversation when it descends from the harness
@@ -1632,7 +1810,7 @@ class Store:
         Only positive evidence refuses: without a recorded harness pid, or with an ancestry that
         shows neither process (unreadable, or a sandbox's own PID namespace), the conversation
         alone identifies the caller."""
-        if not rt["pid"]:
+        if not rt["pid"] or not self.pid_judged_here(rt):
             return
         chain = ancestor_processes() if chain is None else chain
         for pid, start in chain:
@@ -1641,9 +1819,10 @@ class Store:
         mine = set((pid, start) for pid, start in chain if start is not None)
         if not mine:
             return
+        here, hp = self._here()
         rows = self.q("SELECT %s FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND superseded_by IS NOT"
-                      " NULL AND pid IS NOT NULL ORDER BY started_at DESC" % self._RUNTIME_COLS,
-                      (rt["conversation"],)).fetchall()
+                      " NULL AND pid IS NOT NULL%s ORDER BY started_at DESC" % (self._RUNTIME_COLS, here),
+                      [rt["conversation"]] + hp).fetchall()
         for old in map(self._row_runtime, rows):
             if (old["pid"], old["pid_start"]) in mine:
                 raise Refused("this process's attachment %s was superseded by %s: the conversation was resumed in"
@@ -1685,9 +1864,9 @@ class Store:
                 rid, handle = self._draw_runtime_id()
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
-                " heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " heartbeat_at, host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (rid, handle, conversation, agent_id, harness or "", pid, pid_start, cwd, now,
-                 beat_value(now, pid, harness)))
+                 beat_value(now, pid, harness), self.host["id"]))
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id or "",
                        harness=harness or "", source=source or "")
             if not agent_id:
@@ -1700,7 +1879,7 @@ class Store:
         beat = beat_value(max(existing["heartbeat_at"], now), pid, existing["harness"])
         self.conn.execute(
             "UPDATE runtimes SET heartbeat_at = ?, ended_at = NULL, end_reason = NULL,"
-            " pid = ?, pid_start = ? WHERE id = ?", (beat, pid, pid_start, rid))
+            " pid = ?, pid_start = ?, host = ? WHERE id = ?", (beat, pid, pid_start, self.host["id"], rid))
         if existing["ended_at"] is not None:
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id,
                        harness=harness, source=source or "")
@@ -1708,9 +1887,10 @@ class Store:
 
     def _same_process(self, conversation, pid, pid_start, now):
         """The live top-level runtime of `conversation` that is this very process, renewed; else None."""
+        here, hp = self._here()
         row = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND"
-                     " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)",
-                     (conversation, pid, pid_start, pid_start)).fetchone()
+                     " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)" + here,
+                     [conversation, pid, pid_start, pid_start] + hp).fetchone()
         if not row:
             return None
         self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, row[0]))
@@ -1768,8 +1948,8 @@ class Store:
                     break
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
-                " heartbeat_at) VALUES (?, ?, ?, NULL, ?, NULL, NULL, NULL, ?, ?)",
-                (rid, handle, conversation, PARKED, now, beat_value(now, None, PARKED)))
+                " heartbeat_at, host) VALUES (?, ?, ?, NULL, ?, NULL, NULL, NULL, ?, ?, ?)",
+                (rid, handle, conversation, PARKED, now, beat_value(now, None, PARKED), self.host["id"]))
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id="", harness=PARKED,
                        source=source, work=work_id)
             for old in olds:
@@ -1964,11 +2144,11 @@ class Store:
         rows = self.q("SELECT %s FROM runtimes WHERE ended_at IS NULL" % self._RUNTIME_COLS).fetchall()
         for row in rows:
             rt = self._row_runtime(row)
-            if self.runtime_live(rt, now):
-                continue
+            if self.runtime_live(rt, now) or self._dying_holder(rt, now):
+                continue  # hosts: a host past its TTL but within its lease delay may be paused, not dead
             if self.q("SELECT ended_at FROM runtimes WHERE id = ?", (rt["id"],)).fetchone()[0] is not None:
                 continue  # superseded meanwhile by a holder this loop made
-            reason = "process-gone" if rt["pid"] else "expired"
+            reason = ("process-gone" if self.pid_judged_here(rt) else "host-gone") if rt["pid"] else "expired"
             held = self._hold_for_work(rt, now) if rt["pid"] else None
             if held is not None:  # superseded by the work's holder, which took its leases
                 self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=[], held_by=held["id"],
@@ -2068,9 +2248,10 @@ class Store:
                 self.confirm_attachment(rt)
                 return rt
         chain = ancestor_processes()
+        here, hp = self._here()
         for pid, start in chain:
-            rows = self.q("SELECT %s FROM runtimes WHERE pid = ? AND ended_at IS NULL AND agent_id IS NULL"
-                          % self._RUNTIME_COLS, (pid,)).fetchall()
+            rows = self.q("SELECT %s FROM runtimes WHERE pid = ? AND ended_at IS NULL AND agent_id IS NULL%s"
+                          % (self._RUNTIME_COLS, here), [pid] + hp).fetchall()
             found = [rt for rt in map(self._row_runtime, rows)
                      if (rt["pid_start"] is None or start is None or rt["pid_start"] == start)
                      and self.runtime_live(rt, now)]
@@ -2120,12 +2301,13 @@ class Store:
           by a caller that shows no agent)."""
         chain = ancestor_processes() if chain is None else chain
         own = [pid for pid, _ in chain]
-        if named["pid"] and any(pid == named["pid"] and (named["pid_start"] is None or start is None
+        if named["pid"] and self.pid_judged_here(named) and any(pid == named["pid"] and (named["pid_start"] is None or start is None
                                                          or start == named["pid_start"]) for pid, start in chain):
             own = own[:own.index(named["pid"])]  # below the named runtime's own harness process: it decides
         if own:
-            rows = self.q("SELECT %s FROM runtimes WHERE agent_id IS NULL AND pid IN (%s) ORDER BY started_at DESC"
-                          % (self._RUNTIME_COLS, ",".join("?" * len(own))), own).fetchall()
+            here, hp = self._here()
+            rows = self.q("SELECT %s FROM runtimes WHERE agent_id IS NULL AND pid IN (%s)%s ORDER BY started_at DESC"
+                          % (self._RUNTIME_COLS, ",".join("?" * len(own)), here), list(own) + hp).fetchall()
             starts = dict(chain)
             newest = {}
             for rt in map(self._row_runtime, rows):
@@ -2161,7 +2343,7 @@ class Store:
         if later is None or later["id"] == named["id"]:
             return None
         chain = ancestor_processes() if chain is None else chain
-        if later["pid"] and named["pid"] and later["pid"] != named["pid"] and \
+        if later["pid"] and named["pid"] and later["pid"] != named["pid"] and self.pid_judged_here(named) and \
                 any(pid == named["pid"] for pid, _ in chain):
             # The caller descends from the ended attachment's own process, not the successor's.
             raise Refused("runtime %s has ended (%s); its conversation now runs as %s in another process" % (
@@ -2195,16 +2377,16 @@ class Store:
         names = ancestors(resource)
         op = "<=" if lapsed else ">"
         sql = ("SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
-               " r.heartbeat_at, r.ended_at, r.harness FROM leases l JOIN runtimes r ON r.id = l.runtime"
+               " r.heartbeat_at, r.ended_at, r.harness, r.host FROM leases l JOIN runtimes r ON r.id = l.runtime"
                " WHERE l.resource IN (%s) AND l.expires_at " + op + " ?"
                " UNION ALL "
                "SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
-               " r.heartbeat_at, r.ended_at, r.harness FROM leases l JOIN runtimes r ON r.id = l.runtime"
+               " r.heartbeat_at, r.ended_at, r.harness, r.host FROM leases l JOIN runtimes r ON r.id = l.runtime"
                " WHERE l.resource > ? AND l.resource < ? AND l.expires_at " + op + " ?") % ",".join("?" * len(names))
         now = _now(now)
         rows = self.q(sql, names + [now, resource + "/", resource + "0", now]).fetchall()
         keys = ("resource", "runtime", "mode", "purpose", "expires_at", "handle", "pid", "pid_start",
-                "heartbeat_at", "ended_at", "harness")
+                "heartbeat_at", "ended_at", "harness", "host")
         return [dict(zip(keys, r)) for r in rows]
 
     def conflicts(self, resources, mode="exclusive", as_runtime=None, now=None):
@@ -2220,7 +2402,7 @@ class Store:
                 if rid not in alive:
                     alive[rid] = self.runtime_live(lease, now) or \
                         self._work_holding(self.runtime(rid), now) is not None
-                if alive[rid]:
+                if alive[rid] or (lease["mode"] == "exclusive" and self._dying_holder(lease, now)):
                     lease["requested"] = resource
                     out.append(lease)
         return out
@@ -2367,7 +2549,7 @@ class Store:
     def all_leases(self, now=None):
         now = _now(now)
         rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at,"
-                      " r.pid, r.pid_start, r.heartbeat_at, r.ended_at, r.harness"
+                      " r.pid, r.pid_start, r.heartbeat_at, r.ended_at, r.harness, r.host"
                       " FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.expires_at > ?"
                       " AND r.ended_at IS NULL ORDER BY l.resource, r.handle", (now,)).fetchall()
         keys = ("resource", "runtime", "handle", "mode", "purpose", "acquired_at", "expires_at")
@@ -2375,11 +2557,11 @@ class Store:
         for r in rows:
             # Held means what conflicts() would enforce: unexpired, and its runtime live. This
             # reads without reaping, so it never waits for the write lock or writes audit rows.
+            holder = dict(zip(("pid", "pid_start", "heartbeat_at", "ended_at", "harness", "host"), r[7:]))
             if r[1] not in alive:
-                alive[r[1]] = self.runtime_live(dict(zip(("pid", "pid_start", "heartbeat_at", "ended_at",
-                                                                 "harness"), r[7:])), now) or \
+                alive[r[1]] = self.runtime_live(holder, now) or \
                     self._work_holding(self.runtime(r[1]), now) is not None
-            if alive[r[1]]:
+            if alive[r[1]] or (r[3] == "exclusive" and self._dying_holder(holder, now)):
                 out.append(dict(zip(keys, r)))
         return out
 
@@ -3455,7 +3637,9 @@ class ServerClock:
     def measure(self, conn):
         t0 = time.monotonic()
         server = conn.server_time()
-        self.offset = server - (t0 + time.monotonic()) / 2
+        t1 = time.monotonic()
+        self.offset = server - (t0 + t1) / 2
+        self.rtt = t1 - t0  # hosts: the offset is within half of it (safe mode's margin)
         self.measurements += 1
 
     def __call__(self):
@@ -3649,7 +3833,8 @@ class _RemoteTransaction:
 COPY_TABLES = (  # (table, key columns for the order, every column)
     ("meta", "key", ("key", "value")),
     ("runtimes", "id", ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start", "cwd",
-                        "started_at", "heartbeat_at", "ended_at", "end_reason", "superseded_by")),
+                        "started_at", "heartbeat_at", "ended_at", "end_reason", "superseded_by", "host")),
+    ("hosts", "id", ("id", "name", "boot_id", "pid_ns", "started_at", "heartbeat_at", "ttl", "lease_delay")),
     ("leases", "resource, runtime", ("resource", "runtime", "mode", "purpose", "acquired_at", "expires_at", "ttl")),
     ("messages", "id", ("id", "sender", "kind", "body", "digest", "broadcast", "created_at")),
     ("deliveries", "message, recipient", ("message", "recipient", "state", "delivered_at", "acked_at", "shown")),
@@ -3708,3 +3893,81 @@ def copy_project(src, dst):
                 counts[table] = len(rows)
             _set_next_ids(dst, _next_ids(src))
     return counts
+
+
+# --------------------------------------------------------------------------- safe mode (issue 25, item 3)
+# A host that cannot reach the database (its host process is down, paused or cut off from the
+# server) cannot know whether its exclusive leases still hold: after the lease's own expiry, or
+# after its host's heartbeat has been missed for the host TTL, another host may take them. So its
+# hooks deny writes to paths it holds exclusively once those leases may have lapsed, and say why:
+# the only fail-closed case (everything else fails open, as for an unreadable database). The
+# hook cannot ask the server, so the host process keeps a small local file beside its socket,
+# rewritten after every heartbeat it got through (and soon after every claim or renewal it
+# served): this host's unexpired exclusive leases, each with the server time it may lapse at,
+# and the offset from this machine's monotonic clock to the server's. The hook's check reads only
+# that file (stdlib, no subprocess): a write is refused when the server's time, estimated from
+# the monotonic clock, is within the margin of a lease's lapse. Reading it costs a hook only when
+# the database is out of reach.
+
+SAFE_STATE_VERSION = 1
+
+
+def safe_state_path(socket_path=None, environ=None):
+    """<state>/host.safe: the host process's safe-mode file, beside its socket."""
+    return os.path.join(os.path.dirname(socket_path or host_socket_path(environ)), "host.safe")
+
+
+def safe_state(beat, clock_offset, clock_rtt=0.0, host=None):
+    """The safe-mode file's content from a host_beat() result (server times) and the host
+    process's ServerClock (server time = time.monotonic() + clock_offset, within clock_rtt / 2).
+    Each lease may lapse at the earlier of its expiry and the moment other hosts stop taking this
+    host for live (its last confirmed beat plus its TTL); the lease delay after that is kept for
+    writes already allowed, never spent by the hooks."""
+    host = host or host_identity()
+    gone_at = beat["heartbeat_at"] + beat["ttl"]
+    return {"v": SAFE_STATE_VERSION, "host": host["id"], "boot_id": host["boot_id"],
+            "offset": clock_offset, "margin": SAFE_MARGIN + clock_rtt / 2, "confirmed_at": beat["now"],
+            "leases": [{"resource": l["resource"], "handle": l["handle"], "conversation": l["conversation"],
+                        "lapse_at": min(l["expires_at"], gone_at)} for l in beat["leases"]]}
+
+
+def write_safe_state(path, state):
+    atomic_write(path, json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+
+
+def safe_mode_refusals(names, path=None, mono=None):
+    """For a hook that could not reach the database: [{name, resource, handle, lapse_at}] for each
+    of `names` (resource names) under or above an exclusive lease of this host that may have
+    lapsed by now (server time estimated from the monotonic clock, minus the file's margin).
+    [] when nothing is refused, and when the file is missing, unreadable, from another boot (its
+    monotonic clock means nothing now) or from another version: fail open."""
+    try:
+        with open(path or safe_state_path(), "rb") as f:
+            state = json.loads(f.read().decode("utf-8"))
+        if state.get("v") != SAFE_STATE_VERSION or state.get("boot_id") != host_identity()["boot_id"]:
+            return []
+        server_now = (time.monotonic() if mono is None else mono) + float(state["offset"])
+        margin = float(state["margin"])
+        out = []
+        for lease in state["leases"]:
+            if server_now + margin < float(lease["lapse_at"]):
+                continue
+            for name in names:
+                if overlaps(name, lease["resource"]):
+                    out.append({"name": name, "resource": lease["resource"], "handle": lease["handle"],
+                                "lapse_at": float(lease["lapse_at"])})
+        return out
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def safe_mode_reason(refusals):
+    """The hook's deny reason for safe_mode_refusals(...) (non-empty)."""
+    first = refusals[0]
+    return ("coord cannot reach its database, and this host's exclusive lease on %s (held by %s) may have lapsed"
+            " since %s (server time): another host may hold it now, so writes to %s are refused until this host"
+            " reaches the database again (start the host process: python3 .coord/host.py supervise ...; then"
+            " the lease is renewed, or you are told who took it)" % (
+                first["resource"], first["handle"],
+                time.strftime("%H:%M:%S", time.gmtime(first["lapse_at"])) + " UTC",
+                ", ".join(sorted(set(r["name"] for r in refusals)))))

@@ -2,11 +2,14 @@
 stdlib client in store.py (HostClient, RemoteStore): a real host process on a real PostgreSQL
 server (support.require_postgres), spoken to over its real Unix socket."""
 
+import json
 import os
+import signal
 import socket
 import struct
 import subprocess
 import sys
+import time
 import uuid
 
 import support
@@ -223,3 +226,435 @@ class HostLifecycleTest(HostCase):
         self.assertTrue(again["running"])
         self.assertNotEqual(again["pid"], first["pid"])
         self.assertNotEqual(self.supervisor_pid(), supervisor)
+
+
+class HostBeatTest(HostCase):
+    """The host heartbeat (issue 25, item 3): the host process beats on the server's clock and
+    keeps the safe-mode file its hooks read when the database is out of reach."""
+    AUTO_START = False
+
+    def setUp(self):
+        super().setUp()
+        self.env = dict(self.env, COORD_HOST_TTL="1.2", COORD_HOST_LEASE_DELAY="1")
+        self.proc = self.start_host()
+        self.safe = os.path.join(os.path.dirname(self.sock), "host.safe")
+
+    def safe_leases(self):
+        try:
+            with open(self.safe) as f:
+                return json.load(f)["leases"]
+        except (OSError, ValueError):
+            return None
+
+    def test_the_host_beats_and_keeps_the_safe_mode_file(self):
+        st = self.remote()
+        first = [h for h in st.hosts() if h["id"] == store.host_identity()["id"]]
+        self.assertEqual(len(first), 1)
+        self.assertEqual((first[0]["ttl"], first[0]["lease_delay"], first[0]["state"]), (1.2, 1.0, "live"))
+        support.retry_until(lambda: st.hosts()[0]["heartbeat_at"] > first[0]["heartbeat_at"], timeout=30)
+        rt = st.register(conversation="c-beat", harness="x", pid=os.getpid())
+        st.claim(rt["id"], ["src/a.py"], ttl=600)
+        st.claim(rt["id"], ["log"], mode="append", ttl=600)
+        leases = support.retry_until(lambda: self.safe_leases(), timeout=30)
+        self.assertEqual([(l["resource"], l["handle"]) for l in leases], [("src/a.py", rt["handle"])])
+        self.assertEqual(oct(os.stat(self.safe).st_mode & 0o777), "0o600")
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], self.safe), [])  # beating: nothing lapses
+
+    def test_a_paused_host_process_s_hooks_refuse_once_its_leases_may_have_lapsed(self):
+        st = self.remote()
+        rt = st.register(conversation="c-pause", harness="x", pid=os.getpid())
+        st.claim(rt["id"], ["src/a.py"], ttl=600)
+        support.retry_until(lambda: self.safe_leases(), timeout=30)
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            got = support.retry_until(lambda: store.safe_mode_refusals(["src/a.py", "README"], self.safe),
+                                      timeout=30)
+            self.assertEqual([r["name"] for r in got], ["src/a.py"])
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
+        # Beating again: the file is confirmed afresh and the write is allowed again.
+        support.retry_until(lambda: store.safe_mode_refusals(["src/a.py"], self.safe) == [], timeout=30)
+
+
+# --------------------------------------------------------------------------- several hosts on one machine
+# (issue 25, item 3) Each "host" is its own network + PID namespace (unshare, as root) with its own
+# host process; all reach one real PostgreSQL server over a Unix socket (a path, which no
+# network namespace hides). A host's link to the server can go through a proxy in this test
+# process, and cutting the proxy is the partition: bytes stop flowing, connections stay open,
+# as when a link goes down. No traffic leaves the machine; no TCP at all.
+
+# The first process of a host's namespaces (pid 1 there): starts the host process's supervisor and
+# N idle "agents" (sleep), prints their pids in the namespace's numbering, then obeys one command a
+# line on stdin: "kill PID" (an agent), "stop"/"cont" (SIGSTOP/SIGCONT the host processes), EOF: end.
+NS_DRIVER = r"""
+import json, os, signal, subprocess, sys
+host, dsn, project, sock, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+sup = subprocess.Popen([sys.executable, host, "supervise", "--dsn", dsn, "--project", project, "--socket", sock],
+                       stdout=subprocess.DEVNULL)
+agents = [subprocess.Popen(["sleep", "3600"]) for _ in range(n)]
+print(json.dumps({"supervisor": sup.pid, "agents": [a.pid for a in agents], "me": os.getpid(),
+                  "pid_ns": os.readlink("/proc/self/ns/pid")}), flush=True)
+def host_pids():
+    out = [sup.pid]
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open("/proc/%s/stat" % p) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == sup.pid:
+                        out.append(int(p))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+for line in sys.stdin:
+    cmd = line.split()
+    if cmd[0] == "kill":
+        a = [a for a in agents if a.pid == int(cmd[1])][0]
+        a.kill(); a.wait()
+    elif cmd[0] in ("stop", "cont"):
+        for p in host_pids():
+            os.kill(p, signal.SIGSTOP if cmd[0] == "stop" else signal.SIGCONT)
+    print("ok", flush=True)
+for a in agents:
+    a.kill()
+for p in host_pids():
+    os.kill(p, signal.SIGCONT)
+sup.terminate()
+sup.wait(30)
+"""
+
+
+class PgProxy:
+    """A byte pump from a Unix socket `<dir>/.s.PGSQL.<port>` to the real server's; cut() stops every
+    byte both ways (connections stay open, new ones are accepted and get nothing), heal() closes
+    what was open during the cut (as a link that comes back finds its TCP connections dead)."""
+
+    def __init__(self, directory, server):
+        import threading
+        self.dir, self.port, self.server = directory, server.port, server
+        os.makedirs(directory, exist_ok=True)
+        self.target = os.path.join(server.dir, ".s.PGSQL.%d" % server.port)
+        self.path = os.path.join(directory, ".s.PGSQL.%d" % server.port)
+        self.cut_now = threading.Event()
+        self.conns = []
+        self.lock = threading.Lock()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(64)
+        self.closed = False
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def dsn(self):
+        return "host=%s port=%d user=coord dbname=postgres" % (self.dir, self.port)
+
+    def accept(self):
+        import threading
+        while not self.closed:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    def pump(self, a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                if not self.cut_now.is_set():
+                    b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        self.cut_now.set()
+
+    def heal(self):
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        self.cut_now.clear()
+
+    def close(self):
+        self.closed = True
+        self.heal()
+        self.sock.close()
+
+
+class NsHost:
+    """One host: its own network + PID (+ mount, for its own /proc) namespace, its host process and
+    its idle agents, spoken to over its socket from this test process."""
+
+    def __init__(self, case, name, dsn, agents=2):
+        self.name = name
+        self.state = os.path.join(case.tmp, "host-" + name)
+        os.makedirs(self.state, mode=0o700)
+        self.sock = os.path.join(self.state, "host.sock")
+        self.safe = os.path.join(self.state, "host.safe")
+        env = dict(case.host_env, COORD_HOST_NAME=name)
+        self.proc = subprocess.Popen(
+            ["unshare", "--net", "--pid", "--mount", "--fork", "--mount-proc", sys.executable, "-c", NS_DRIVER,
+             HOST, dsn, case.project, self.sock, str(agents)],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        case.addCleanup(self.end)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError("host %s did not start (unshare exited %s)" % (name, self.proc.wait(30)))
+        self.info = json.loads(line)
+        self.agents = self.info["agents"]
+        self.st = support.retry_until(lambda: self._connect(case.project), timeout=60)
+        case.addCleanup(self.st.close)
+
+    def _connect(self, project):
+        try:
+            return store.RemoteStore(project, self.sock)
+        except store.EnvError:  # not listening yet
+            return None
+
+    def command(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def end(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+        self.proc.stdout.close()
+
+
+def exclusive_overlaps(lines):
+    """The audit checker: every pair of exclusive holders of overlapping names whose holding
+    intervals (server time, from lease.claimed to the event that ended it: released, reaped,
+    expired, lost, or moved by a supersession) overlap. Assumes no lease lapsed in between (the
+    tests hold them with a long TTL), so a lease's end is always an audit row."""
+    open_, done = {}, []
+    for row in map(json.loads, lines):
+        ev, rt, subject, at, data = row["event"], row["runtime"], row["subject"], row["at"], row["data"]
+        if ev == "lease.claimed" and data.get("mode") == "exclusive":
+            open_.setdefault((subject, rt), at)
+        elif ev in ("lease.released", "lease.reaped", "lease.expired", "lease.lost"):
+            start = open_.pop((subject, rt), None)
+            if start is not None:
+                done.append((subject, rt, start, at))
+        elif ev == "runtime.superseded":
+            for name in data.get("moved_leases", []):
+                start = open_.pop((name, subject), None)
+                if start is not None:
+                    done.append((name, subject, start, at))
+                    open_[(name, rt)] = at
+    done += [(name, rt, start, float("inf")) for (name, rt), start in open_.items()]
+    bad = []
+    for i, (n1, r1, s1, e1) in enumerate(done):
+        for n2, r2, s2, e2 in done[i + 1:]:
+            if r1 != r2 and store.overlaps(n1, n2) and s1 < e2 and s2 < e1:
+                bad.append(((n1, r1, s1, e1), (n2, r2, s2, e2)))
+    return bad
+
+
+class MultiHostCase(support.CoordTestCase):
+    HOST_TTL, LEASE_DELAY = "2", "1.5"
+
+    def setUp(self):
+        super().setUp()
+        self.server, self.psycopg = support.require_postgres(self)
+        support.require_tool(self, "unshare")
+        probe = subprocess.run(["unshare", "--net", "--pid", "--mount", "--fork", "--mount-proc", "true"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        if probe.returncode != 0:
+            msg = "unshare cannot make network + PID namespaces here: %s" % probe.stdout.strip()
+            if support.IN_CI:
+                self.fail(msg)
+            self.skipTest(msg)
+        self.project = "hosts-%s" % uuid.uuid4().hex[:12]
+        self.addCleanup(self._drop_schema)
+        self.host_env = dict(self.env, PYTHONPATH=support.psycopg_dir(), COORD_HOST_TTL=self.HOST_TTL,
+                             COORD_HOST_LEASE_DELAY=self.LEASE_DELAY)
+        # The schema once, before the hosts race to migrate it.
+        store.Store(pg={"dsn": self.server.dsn(), "project": self.project}).close()
+
+    def _drop_schema(self):
+        with self.psycopg.connect(self.server.dsn(), autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+
+    def host(self, name, proxy=False, agents=2):
+        dsn = self.server.dsn()
+        if proxy:
+            p = PgProxy(os.path.join(self.tmp, "link-" + name), self.server)
+            self.addCleanup(p.close)
+            dsn = p.dsn()
+        h = NsHost(self, name, dsn, agents)
+        h.proxy = p if proxy else None
+        return h
+
+    def agent(self, h, i=0, conversation=None):
+        return h.st.register(conversation=conversation or "%s-agent-%d" % (h.name, i), harness="x", pid=h.agents[i])
+
+    def audit_ok(self):
+        st = store.Store(pg={"dsn": self.server.dsn(), "project": self.project}, migrate=False)
+        try:
+            lines = list(st.audit_lines())
+        finally:
+            st.close()
+        self.assertTrue(any('"lease.claimed"' in line for line in lines))
+        self.assertEqual(exclusive_overlaps(lines), [])
+
+
+class MultiHostTest(MultiHostCase):
+    def test_three_hosts_record_the_same_pids_and_each_judges_only_its_own(self):
+        hosts = [self.host(n) for n in ("a", "b", "c")]
+        rts = [self.agent(h) for h in hosts]
+        # The measured fact: same pid numbers and boot id; only the PID namespace tells them apart.
+        self.assertEqual(len(set(rt["pid"] for rt in rts)), 1, rts)
+        self.assertEqual(len(set(rt["host"] for rt in rts)), 3)
+        self.assertEqual(len(set(rt["host"].split("/")[0] for rt in rts)), 1)
+        rows = {h["name"]: h for h in hosts[0].st.hosts()}
+        self.assertEqual(sorted(rows), ["a", "b", "c"])
+        self.assertTrue(all(h["state"] == "live" for h in rows.values()))
+        # Host a's agent dies: a's own host process (its beat reaps) ends it; b's and c's runtimes,
+        # with the very same pid, stay live for everyone.
+        hosts[0].command("kill %d" % hosts[0].agents[0])
+        ended = support.retry_until(lambda: hosts[1].st.runtime(rts[0]["id"])["ended_at"] is not None
+                                    and hosts[1].st.runtime(rts[0]["id"]), timeout=60)
+        self.assertEqual(ended["end_reason"], "process-gone")
+        for h in hosts:
+            for rt in rts[1:]:
+                self.assertTrue(h.st.runtime_live(h.st.runtime(rt["id"])))
+                self.assertIsNone(h.st.runtime(rt["id"])["ended_at"])
+
+    def test_a_directory_against_files_below_it_from_three_hosts_has_one_winner(self):
+        import threading
+        hosts = [self.host(n, agents=1) for n in ("a", "b", "c")]
+        rts = [self.agent(h) for h in hosts]
+        rounds, results = 15, []
+        for r in range(rounds):
+            claims = [("r%d" % r,), ("r%d/x.py" % r,), ("r%d/y/z.py" % r,)]
+            barrier = threading.Barrier(3)
+            won = [None] * 3
+
+            def go(i):
+                st = store.RemoteStore(self.project, hosts[i].sock)
+                try:
+                    barrier.wait(30)
+                    try:
+                        st.claim(rts[i]["id"], list(claims[i]), ttl=600)
+                        won[i] = True
+                    except store.Refused:
+                        won[i] = False
+                finally:
+                    st.close()
+            threads = [threading.Thread(target=go, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            results.append(tuple(won))
+        for won in results:
+            self.assertNotIn(None, won)
+            # The directory's holder excludes both files' holders; the two files do not overlap.
+            self.assertTrue(won[0] != (won[1] or won[2]) or not any(won), results)
+            self.assertTrue(any(won), results)
+        self.audit_ok()
+
+
+class HostPartitionTest(MultiHostCase):
+    """Host a is cut off (or its host process paused) while holding a file: b gets it only after
+    a's TTL plus its lease delay, and never while a's hooks may still allow a write to it."""
+
+    def run_cut_off(self, cut, restore):
+        a, b = self.host("a", proxy=True), self.host("b")
+        ra, rb = self.agent(a), self.agent(b)
+        a.st.claim(ra["id"], ["src/x.py"], ttl=600)
+        support.retry_until(lambda: [l["resource"] for l in json.load(open(a.safe))["leases"]] == ["src/x.py"],
+                            timeout=60)
+        cut(a)
+        last_allowed = time.time()
+        got = None
+        deadline = time.monotonic() + 60  # bounded: TTL 2 s + delay 1.5 s, with room for a loaded machine
+        while time.monotonic() < deadline:
+            now = time.time()
+            if not store.safe_mode_refusals(["src/x.py"], a.safe):
+                last_allowed = now  # a's hook would still allow its agent's write
+            if got is None:
+                try:
+                    got = b.st.claim(rb["id"], ["src"], ttl=600)
+                except store.Refused:
+                    pass
+            if got is not None and store.safe_mode_refusals(["src/x.py"], a.safe):
+                break
+            time.sleep(0.02)
+        self.assertIsNotNone(got, "b never got the directory")
+        taken = got[0]["acquired_at"]
+        beat = [h for h in b.st.hosts() if h["name"] == "a"][0]
+        gap = taken - last_allowed
+        print("\n%s: a's hooks stopped allowing %.2f s before b got the lease (host TTL %s + delay %s after a's"
+              " last beat; b took it %.2f s after that beat)" % (self.id().rsplit(".", 1)[1], gap, self.HOST_TTL,
+                                                                self.LEASE_DELAY, taken - beat["heartbeat_at"]),
+              file=sys.stderr)
+        # In server time (one machine, one clock): b's lease starts after a's last allowed write ...
+        self.assertGreater(gap, 0)
+        # ... and only after a's TTL and lease delay past a's last beat (a paused host is not a dead one).
+        self.assertGreaterEqual(taken, beat["heartbeat_at"] + beat["ttl"] + beat["lease_delay"])
+        self.assertEqual(b.st.runtime(ra["id"])["end_reason"], "host-gone")
+        restore(a)
+        # Back: a's agent is told its runtime ended; the audit shows no two holders at once.
+        def refused():
+            try:
+                a.st.usable_runtime(ra["id"])
+            except store.Refused as exc:
+                return exc
+            except store.EnvError:
+                return None
+        self.assertIn("has ended", support.retry_until(refused, timeout=60).message)
+        self.audit_ok()
+
+    def test_a_partition(self):
+        self.run_cut_off(lambda h: h.proxy.cut(), lambda h: h.proxy.heal())
+
+    def test_a_paused_host_process(self):
+        self.run_cut_off(lambda h: h.command("stop"), lambda h: h.command("cont"))
+
+
+class AuditCheckerTest(support.CoordTestCase):
+    """The checker the multi-host tests run over the audit history finds what it must."""
+
+    def line(self, i, at, event, runtime, subject, **data):
+        return json.dumps({"id": i, "at": at, "event": event, "runtime": runtime, "subject": subject, "data": data})
+
+    def test_it_finds_two_exclusive_holders_of_overlapping_names_at_once(self):
+        ok = [self.line(1, 1.0, "lease.claimed", "a", "src/x.py", mode="exclusive"),
+              self.line(2, 2.0, "lease.reaped", "a", "src/x.py", mode="exclusive"),
+              self.line(3, 2.0, "lease.claimed", "b", "src", mode="exclusive"),
+              self.line(4, 2.5, "lease.claimed", "c", "src/y", mode="append"),
+              self.line(5, 3.0, "runtime.superseded", "d", "b", moved_leases=["src"])]
+        self.assertEqual(exclusive_overlaps(ok), [])
+        bad = ok + [self.line(6, 3.5, "lease.claimed", "e", "src/z/w.py", mode="exclusive")]
+        self.assertEqual([(x[1], y[1]) for x, y in exclusive_overlaps(bad)], [("d", "e")])
+        early = ok[:1] + [self.line(2, 1.5, "lease.claimed", "b", "src", mode="exclusive")]
+        self.assertEqual(len(exclusive_overlaps(early)), 1)

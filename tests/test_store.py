@@ -1749,3 +1749,188 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
                "send": self.trips(self.st.send, a, "hello", b),
                "write decision": self.trips(self.st.write_conflicts, b, ["src/x.py"])}
         self.assertEqual(got, self.BASELINE)
+
+
+# --------------------------------------------------------------------------- hosts (issue 25, item 3)
+class HostRecordTest(StoreCase):
+    """Every runtime records its host (boot id + PID namespace); a SQLite project is one host by
+    definition, so every pid there is judged as before, whatever host recorded it."""
+
+    def other_host(self, st, name="other"):
+        st.host = {"id": "boot-%s/4026599999" % name, "name": name, "boot_id": "boot-" + name,
+                   "pid_ns": "4026599999"}
+        return st
+
+    def dead_pid(self):
+        p = subprocess.Popen(["true"])
+        p.wait()
+        return p.pid
+
+    def test_the_host_is_this_boot_and_pid_namespace(self):
+        h = store.host_identity()
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        ns = os.readlink("/proc/self/ns/pid")
+        self.assertEqual(h["id"], "%s/%s" % (boot, ns[ns.index("[") + 1:-1]))
+        self.assertEqual((h["boot_id"], h["pid_ns"]), (boot, ns[ns.index("[") + 1:-1]))
+        rt = self.st.register(conversation="c-rec", harness="x", pid=os.getpid())
+        self.assertEqual(rt["host"], h["id"])
+        sub = self.st.register(conversation="c-rec", agent_id="sub", harness="x", pid=os.getpid())
+        self.assertEqual(sub["host"], h["id"])
+
+    def test_on_sqlite_every_pid_is_judged_by_its_process(self):
+        if self.st.engine != "sqlite":
+            self.skipTest("SQLite only")
+        other = self.other_host(self.open_store())
+        self.addCleanup(other.close)
+        rt = other.register(conversation="c-gone", harness="x", pid=self.dead_pid(), pid_start="1")
+        self.assertEqual(rt["host"], "boot-other/4026599999")
+        self.assertFalse(self.st.runtime_live(rt))
+        self.st.reap()
+        self.assertEqual(self.st.runtime(rt["id"])["end_reason"], "process-gone")
+
+
+class PgHostJudgementTest(PostgresEngine, HostRecordTest):
+    """PostgreSQL: only a runtime's own host judges its pid; another host's runtimes live while
+    their host beats (server clock), stop being live after its TTL, and their exclusive leases
+    hold for its lease delay more."""
+
+    def setUp(self):
+        super().setUp()
+        self.other = self.other_host(self.open_store())
+        self.addCleanup(self.other.close)
+        self.other.host_ttl, self.other.host_lease_delay = 10.0, 5.0
+
+    def sleeper(self):
+        p = subprocess.Popen(["sleep", "600"])
+        self.addCleanup(p.wait)
+        self.addCleanup(p.kill)
+        return p
+
+    def test_another_host_s_pid_is_judged_by_its_heartbeat(self):
+        t0 = time.time()
+        self.other.host_beat(now=t0)
+        gone = self.other.register(conversation="c-b", harness="x", pid=self.dead_pid(), pid_start="1", now=t0)
+        # Here that pid names no process, but it is not this host's pid: its host beats.
+        self.assertTrue(self.st.runtime_live(self.st.runtime(gone["id"]), t0 + 9))
+        self.st.reap(now=t0 + 9)
+        self.assertIsNone(self.st.runtime(gone["id"])["ended_at"])
+        live = self.sleeper()
+        a = self.other.register(conversation="c-a", harness="x", pid=live.pid, now=t0)
+        self.other.claim(a["id"], ["src/a.py"], ttl=600, now=t0)
+        self.other.claim(a["id"], ["docs"], mode="append", ttl=600, now=t0)
+        c = self.st.register(conversation="c-c", harness="x", pid=live.pid, now=t0)
+        # Past the host's TTL: not live (its pid lives here, but that is no evidence) ...
+        self.assertFalse(self.st.runtime_live(self.st.runtime(a["id"]), t0 + 11))
+        self.assertEqual(self.st.host_state(a["host"], t0 + 11), "dying")
+        # ... but within its lease delay its exclusive leases hold (a paused host is not a dead one).
+        with self.assertRaises(Refused):
+            self.st.claim(c["id"], ["src"], now=t0 + 11)
+        self.assertEqual([l["resource"] for l in self.st.all_leases(now=t0 + 11)], ["src/a.py"])
+        self.assertIsNone(self.st.runtime(a["id"])["ended_at"])
+        # After the delay the host is dead: its runtimes are reaped and the lease is claimable.
+        self.assertEqual([l["resource"] for l in self.st.claim(c["id"], ["src"], now=t0 + 16)], ["src"])
+        self.assertEqual(self.st.runtime(a["id"])["end_reason"], "host-gone")
+        self.assertEqual(self.st.runtime(c["id"])["ended_at"], None)  # this host's own pid lives
+
+    def test_a_host_that_beats_again_keeps_its_runtimes(self):
+        t0 = time.time()
+        self.other.host_beat(now=t0)
+        a = self.other.register(conversation="c-a", harness="x", pid=self.sleeper().pid, now=t0)
+        self.other.host_beat(now=t0 + 9)
+        self.assertTrue(self.st.runtime_live(self.st.runtime(a["id"]), t0 + 18))
+        self.st.reap(now=t0 + 18)
+        self.assertIsNone(self.st.runtime(a["id"])["ended_at"])
+        self.assertEqual([h["state"] for h in self.st.hosts(now=t0 + 18) if h["name"] == "other"], ["live"])
+
+    def test_this_host_s_pid_in_a_nested_namespace_is_still_judged(self):
+        # The host process of a host that is a PID namespace judges its own pids definitively
+        # (process_alive alone answers "alive" for every pid there).
+        rt = self.st.register(conversation="c-own", harness="x", pid=self.dead_pid(), pid_start="1")
+        self.assertFalse(self.st.runtime_live(rt))
+
+    def test_a_pid_of_another_host_is_never_this_caller_s_ancestor(self):
+        t0 = time.time()
+        self.other.host_beat(now=t0)
+        parent = os.getppid()
+        theirs = self.other.register(conversation="c-theirs", harness="x", pid=parent,
+                                     pid_start=store.process_start(parent), now=t0)
+        try:
+            got = self.st.caller(environ={}, person=False)
+        except Refused:
+            got = None
+        self.assertNotEqual(got and got["id"], theirs["id"])
+        self.assertIsNone(self.st.superseded_attachment("c-theirs", parent, store.process_start(parent)))
+        self.assertEqual(self.st.unended_subagents("c-theirs", parent), [])
+
+    def test_the_host_beat_returns_this_host_s_exclusive_leases(self):
+        t0 = time.time()
+        mine = self.st.register(conversation="c-m", harness="x", pid=self.sleeper().pid, now=t0)
+        theirs = self.other.register(conversation="c-t", harness="x", pid=self.sleeper().pid, now=t0)
+        self.st.claim(mine["id"], ["src/m.py"], ttl=60, now=t0)
+        self.st.claim(mine["id"], ["log"], mode="append", ttl=60, now=t0)
+        self.other.claim(theirs["id"], ["src/t.py"], ttl=60, now=t0)
+        beat = self.st.host_beat(now=t0 + 1)
+        self.assertEqual([(l["resource"], l["handle"]) for l in beat["leases"]], [("src/m.py", mine["handle"])])
+        self.assertEqual(beat["leases"][0]["expires_at"], t0 + 60)
+        self.assertEqual((beat["ttl"], beat["heartbeat_at"]), (self.st.host_ttl, t0 + 1))
+
+
+class SafeModeTest(support.CoordTestCase):
+    """The safe-mode decision a hook makes when it cannot reach the database (issue 25, item 3):
+    only from the host process's local file, failing open on anything but positive evidence."""
+
+    def write(self, leases, offset=0.0, boot=None, **extra):
+        path = os.path.join(self.state, "safe", "host.safe")
+        beat = {"now": 1000.0, "heartbeat_at": 1000.0, "ttl": 30.0, "lease_delay": 30.0, "leases": leases}
+        state = store.safe_state(beat, offset, 0.2)
+        if boot is not None:
+            state["boot_id"] = boot
+        state.update(extra)
+        store.write_safe_state(path, state)
+        return path
+
+    def lease(self, resource, expires_at):
+        return {"resource": resource, "runtime": "r", "handle": "ant-bee-cat-dog-elk", "conversation": "c",
+                "expires_at": expires_at}
+
+    def test_a_write_is_refused_once_the_lease_may_have_lapsed(self):
+        path = self.write([self.lease("src/a.py", 1020.0), self.lease("src/b", 5000.0)])
+        margin = store.SAFE_MARGIN + 0.1
+        # offset 0: monotonic time is server time. src/a.py lapses at its expiry (1020); src/b at
+        # the host's last beat + TTL (1030), when other hosts stop taking this host for live.
+        self.assertEqual(store.safe_mode_refusals(["src/a.py", "src/b/x.py"], path, mono=1020 - margin - 0.01), [])
+        got = store.safe_mode_refusals(["src/a.py", "src/b/x.py", "README"], path, mono=1020 - margin)
+        self.assertEqual([(r["name"], r["lapse_at"]) for r in got], [("src/a.py", 1020.0)])
+        got = store.safe_mode_refusals(["src/a.py", "src/b/x.py", "src", "README"], path, mono=1030 - margin)
+        self.assertEqual(sorted((r["name"], r["resource"]) for r in got),
+                         [("src", "src/a.py"), ("src", "src/b"), ("src/a.py", "src/a.py"), ("src/b/x.py", "src/b")])
+        reason = store.safe_mode_reason(got)
+        self.assertIn("may have lapsed", reason)
+        self.assertIn("ant-bee-cat-dog-elk", reason)
+
+    def test_the_offset_is_the_server_s_clock(self):
+        path = self.write([self.lease("src/a.py", 1020.0)], offset=500.0)
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=518.0), [])
+        self.assertTrue(store.safe_mode_refusals(["src/a.py"], path, mono=520.0))
+
+    def test_anything_but_a_readable_file_of_this_boot_fails_open(self):
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], os.path.join(self.state, "none"), mono=1e9), [])
+        path = self.write([self.lease("src/a.py", 1020.0)], boot="another-boot")
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
+        path = self.write([self.lease("src/a.py", 1020.0)], v=99)
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
+        with open(path, "wb") as f:
+            f.write(b"{garbled")
+        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
+
+    def test_the_check_imports_nothing_a_hook_must_not(self):
+        path = self.write([self.lease("src/a.py", 1020.0)])
+        code = ("import sys; sys.path.insert(0, %r); import store; before = set(sys.modules);"
+                " r = store.safe_mode_refusals(['src/a.py'], %r, mono=1e9); assert r, r;"
+                " new = set(sys.modules) - before; assert 'subprocess' not in sys.modules, new; print(sorted(new))"
+                % (support.ROOT, path))
+        out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), "[]")
