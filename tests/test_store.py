@@ -2086,3 +2086,28 @@ class PgTlsTest(support.CoordTestCase):
         with self.assertRaises(store.EnvError) as cm:
             store.Store(pg={"dsn": self.dsn("verify-full", ca="other"), "project": "tls-x"}, environ={})
         self.assertIn("cannot connect", cm.exception.message)
+
+
+class PgPooledTest(PgSecurityCase):
+    def test_a_pooled_connection_prepares_nothing_and_sets_its_schema_per_transaction(self):
+        # A transaction pooler may hand any transaction another server session: no server-side
+        # prepared statements (psycopg prepares a statement after 5 runs), the schema set with
+        # SET LOCAL in every transaction. A socket directory named like a pooler's stands in.
+        link = os.path.join(os.path.dirname(self.server.dir), "pgbouncer-%s" % uuid.uuid4().hex[:8])
+        os.symlink(self.server.dir, link)
+        self.addCleanup(os.unlink, link)
+        dsn = _pg_as(self.admin, self.la).replace("host=%s " % self.server.dir, "host=%s " % link)
+        self.assertTrue(store.pg_pooled(dsn, {}))
+        st = store.Store(pg={"dsn": dsn, "project": self.a}, environ={})
+        self.addCleanup(st.close)
+        rt = st.register(harness="test")["id"]
+        for i in range(8):
+            st.claim(rt, ["f%d" % i])
+            st.release(rt, ["f%d" % i])
+        self.assertEqual(st.conn.raw.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0], 0)
+        # A session whose search_path is not the project's (as the pooler's next session may be):
+        # every transaction still finds the project's tables.
+        st.conn.raw.execute("SET search_path TO public")
+        self.assertEqual([l["resource"] for l in st.claim(rt, ["g"])], ["g"])
+        with st.snapshot():
+            self.assertEqual(st.conn.execute("SELECT count(*) FROM leases").fetchone()[0], 1)
