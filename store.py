@@ -3731,6 +3731,10 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
                 if raw.execute("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = %s::regclass",
                                ("%s.%s" % (pg_ident(schema), pg_ident(table)),)).fetchone()[0] != owner:
                     run("ALTER TABLE %s.%s OWNER TO %s" % (pg_ident(schema), pg_ident(table), pg_ident(owner)))
+            for (fn,) in raw.execute(  # functions made before setup (e.g. by a superuser's migration)
+                    "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                    " WHERE n.nspname = %s AND pg_get_userbyid(p.proowner) <> %s ORDER BY 1", (schema, owner)).fetchall():
+                run("ALTER ROUTINE %s OWNER TO %s" % (fn, pg_ident(owner)))
             run("REVOKE ALL ON SCHEMA %s FROM PUBLIC" % pg_ident(schema))
             run("GRANT USAGE ON SCHEMA %s TO %s" % (pg_ident(schema), pg_ident(group)))
         st = Store(pg={"dsn": admin_dsn, "project": project_id, "role": owner}, environ=environ)

@@ -1774,6 +1774,14 @@ class PgSecurityCase(support.CoordTestCase):
         self.setup_a = store.pg_setup(self.admin, self.a, [self.la])
         store.pg_setup(self.admin, self.b, [self.lb])
 
+    def _drop_project(self, project):
+        with self.psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % store.pg_ident(store.pg_schema(project)))
+            for role in store.pg_role_names(project).values():
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+
     def _drop(self):
         with self.psycopg.connect(self.admin, autocommit=True) as conn:
             for project in (self.a, self.b):
@@ -1865,6 +1873,29 @@ class PgRoleTest(PgSecurityCase):
             self.login_store(self.la, self.a)
         self.assertIn("only its owner", cm.exception.message)
         self.assertIn("coord db setup", cm.exception.hint)
+
+    def test_setup_takes_over_a_project_made_before_it(self):
+        # A project whose schema, tables and a function were made by the superuser (as before
+        # setup existed): setup hands them to the owner, and the login role then works.
+        c = "secc-%s" % uuid.uuid4().hex[:10]
+        self.addCleanup(self._drop_project, c)
+        store.Store(pg={"dsn": self.admin, "project": c}).close()
+        schema = store.pg_ident(store.pg_schema(c))
+        self.raw("coord").execute("CREATE FUNCTION %s.f() RETURNS int LANGUAGE sql AS 'SELECT 1'" % schema)
+        ran = store.pg_setup(self.admin, c, [self.la])
+        self.assertIn("ALTER SCHEMA %s OWNER TO %s" % (schema, store.pg_ident(store.pg_role_names(c)["owner"])), ran)
+        st = self.login_store(self.la, c)
+        self.addCleanup(st.close)
+        st.register(harness="test")
+        self.assertEqual(self.raw(self.la).execute("SELECT %s.f()" % schema).fetchone()[0], 1)
+        self.assertEqual([ok for ok, _ in store.pg_doctor_checks(st, _pg_as(self.admin, self.la))], [True] * 4)
+        self.assertEqual(self.raw("coord").execute(
+            "SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE oid = %s::regprocedure", ("%s.f()" % schema,)).fetchone()[0],
+            store.pg_role_names(c)["owner"])
+        self.assertFalse(self.raw("coord").execute(  # and PUBLIC may not run it
+            "SELECT has_function_privilege('public', %s, 'EXECUTE')", ("%s.f()" % schema,)).fetchone()[0])
+        with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):  # the owner's now, not the login's
+            self.raw(self.la).execute("DROP FUNCTION %s.f()" % schema)
 
     def test_a_superuser_login_is_refused_by_setup(self):
         with self.assertRaises(UsageError) as cm:
