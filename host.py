@@ -365,7 +365,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "setup":  # the pg-security block of store.py does the work; print what it runs
         try:
-            done = store.pg_setup(args.admin_dsn, args.project, args.login, out=lambda sql: print(sql + ";", flush=True))
+            done = store.pg_setup(args.admin_dsn, args.project, args.login,
+                                  out=lambda sql: print(sql if sql.startswith("--") else sql + ";", flush=True))
             print("-- %d statements; project %s: owner %s (NOLOGIN), group %s" % (
                 len(done), args.project, store.pg_role_names(args.project)["owner"], store.pg_schema(args.project)))
             return 0

@@ -3394,7 +3394,7 @@ class _PgConnection:
         except self.psycopg.errors.InsufficientPrivilege as exc:
             raise EnvError("the project's schema %s needs migrating, which only its owner may do (%s)"
                            % (self.schema, str(exc).strip().splitlines()[0]),
-                           "a person with admin rights runs: .coord/coord db setup (docs/postgresql.md)") from exc
+                           "a person with admin rights runs: " + pg_setup_command(self.project)) from exc
         except self.psycopg.Error as exc:
             raise self._error(exc) from exc
 
@@ -3499,6 +3499,13 @@ def pg_clock(conn):
 # pg_check_url is the TLS rule every connection passes; pg_pooled the pooler rule.
 
 _PG_LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
+# The command a person with admin rights types to set a project up (one place: the user-facing
+# `coord db setup` replaces it when the CLI wiring lands).
+PG_SETUP_COMMAND = "python3 .coord/host.py setup --admin-dsn ADMIN-URL --project %s"
+
+
+def pg_setup_command(project_id, login=None):
+    return PG_SETUP_COMMAND % project_id + (" --login %s" % login if login else "")
 
 
 def pg_role_names(project_id):
@@ -3671,7 +3678,7 @@ def pg_require_owner(conn):
     if not conn.execute("SELECT has_schema_privilege(?, 'CREATE')", (conn.schema,)).fetchone()[0]:
         raise EnvError("the project's schema %s needs migrating, which only its owner may do (this role: no"
                        " CREATE on it)" % conn.schema,
-                       "a person with admin rights runs: .coord/coord db setup (docs/postgresql.md)")
+                       "a person with admin rights runs: " + pg_setup_command(conn.project))
 
 
 def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
@@ -3696,7 +3703,7 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
         try:
             raw.execute(sql, params)
         except conn.psycopg.Error as exc:
-            raise EnvError("coord db setup: %s failed: %s" % (sql.split(" ON ")[0][:60],
+            raise EnvError("setup: %s failed: %s" % (sql.split(" ON ")[0][:60],
                                                               str(exc).strip().splitlines()[0]),
                            "run it connected as a superuser or the service's admin role") from exc
 
@@ -3718,7 +3725,7 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
                     run("CREATE ROLE %s LOGIN" % pg_ident(login))
                 elif row[0]:
                     raise UsageError("login role %s is a superuser: it would bypass every grant and policy" % login,
-                                     "give this host its own role: coord db setup ... --login ROLE-FOR-THIS-HOST")
+                                     "give this host its own role: " + pg_setup_command(project_id, "ROLE-FOR-THIS-HOST"))
                 if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (login, group)).fetchone()[0]:
                     run("GRANT %s TO %s" % (pg_ident(group), pg_ident(login)))
             nsp = raw.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
@@ -3738,7 +3745,11 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
             run("REVOKE ALL ON SCHEMA %s FROM PUBLIC" % pg_ident(schema))
             run("GRANT USAGE ON SCHEMA %s TO %s" % (pg_ident(schema), pg_ident(group)))
         st = Store(pg={"dsn": admin_dsn, "project": project_id, "role": owner}, environ=environ)
-        try:  # the migrations, then every grant and policy, as the owner
+        try:  # the migrations (run as the owner by Store above), then every grant and policy
+            migrated = "-- schema %s at v%d, migrated as %s" % (schema, st._pg_version(), owner)
+            done.append(migrated)
+            if out is not None:
+                out(migrated)
             raw2 = st.conn.raw
             conn2 = st.conn
 
@@ -3749,7 +3760,7 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
                 try:
                     raw2.execute(sql)
                 except conn2.psycopg.Error as exc:
-                    raise EnvError("coord db setup: %s failed: %s" % (sql[:60], str(exc).strip().splitlines()[0]),
+                    raise EnvError("setup: %s failed: %s" % (sql[:60], str(exc).strip().splitlines()[0]),
                                    "run it connected as a superuser or the service's admin role") from exc
             s, g = pg_ident(schema), pg_ident(group)
             with raw2.transaction():
@@ -3798,7 +3809,7 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
     (or the server is local); the LISTEN connection is a session connection."""
     raw = st.conn.raw
     schema = st.conn.schema
-    names = pg_role_names(st.project_id if hasattr(st, "project_id") else st.conn.project)
+    names = pg_role_names(st.conn.project)
     lines = []
     me, sup, bypass = raw.execute("SELECT current_user, rolsuper, rolbypassrls FROM pg_roles"
                                   " WHERE rolname = current_user").fetchone()
@@ -3810,7 +3821,7 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
     if sup or bypass or owns or owns_table:
         what = "a superuser" if sup else "allowed to bypass row-level security" if bypass else "the owner of the project's schema or tables"
         lines.append((False, "database role %s is %s: give this host its own login role (a person with"
-                             " admin rights runs: .coord/coord db setup --login ROLE, see docs/postgresql.md)" % (me, what)))
+                             " admin rights runs: %s)" % (me, what, pg_setup_command(st.conn.project, "ROLE"))))
     else:
         lines.append((True, "database role %s: not a superuser, not the owner (%s)" % (me, names["owner"])))
     bad = []
@@ -3822,8 +3833,8 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
         if not (enabled and forced and policy):
             bad.append("%s (%s)" % (table, "no RLS" if not enabled else "RLS not forced" if not forced else "no coord_members policy"))
     if bad:
-        lines.append((False, "row-level security missing on %s: a person with admin rights runs"
-                             " .coord/coord db setup" % ", ".join(bad)))
+        lines.append((False, "row-level security missing on %s: a person with admin rights runs %s"
+                             % (", ".join(bad), pg_setup_command(st.conn.project))))
     else:
         lines.append((True, "row-level security forced on every table of %s" % schema))
     try:

@@ -1872,7 +1872,7 @@ class PgRoleTest(PgSecurityCase):
         with self.assertRaises(store.EnvError) as cm:
             self.login_store(self.la, self.a)
         self.assertIn("only its owner", cm.exception.message)
-        self.assertIn("coord db setup", cm.exception.hint)
+        self.assertIn("python3 .coord/host.py setup --admin-dsn ADMIN-URL --project %s" % self.a, cm.exception.hint)
 
     def test_setup_takes_over_a_project_made_before_it(self):
         # A project whose schema, tables and a function were made by the superuser (as before
@@ -1934,7 +1934,7 @@ class PgDoctorTest(PgSecurityCase):
         self.assertFalse(ok)
         self.assertIn("leases (RLS not forced)", line)
         self.assertIn("messages (no RLS)", line)
-        self.assertIn("coord db setup", line)
+        self.assertIn(store.pg_setup_command(self.a), line)
         store.pg_setup(self.admin, self.a, [])  # setup puts it back
         self.assertTrue(self.lines(st, _pg_as(self.admin, self.la))[1][0])
 
