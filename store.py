@@ -3746,7 +3746,7 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
             run("GRANT USAGE ON SCHEMA %s TO %s" % (pg_ident(schema), pg_ident(group)))
         st = Store(pg={"dsn": admin_dsn, "project": project_id, "role": owner}, environ=environ)
         try:  # the migrations (run as the owner by Store above), then every grant and policy
-            migrated = "-- schema %s at v%d, migrated as %s" % (schema, st._pg_version(), owner)
+            migrated = "-- schema %s at v%d, migrated as %s" % (schema, st._applied(st._pg_version()), owner)
             done.append(migrated)
             if out is not None:
                 out(migrated)
