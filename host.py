@@ -404,7 +404,22 @@ def main(argv=None):
         cmd.add_argument("--clock-every", type=float, default=CLOCK_EVERY, help=argparse.SUPPRESS)
         if name == "serve":
             cmd.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    setup = sub.add_parser("setup", allow_abbrev=False,
+                           help="create a project's roles, schema, grants and row-level security (admin, once)")
+    setup.add_argument("--admin-dsn", required=True, help="a connection as a superuser or the service's admin role")
+    setup.add_argument("--project", required=True)
+    setup.add_argument("--login", action="append", default=[], help="a host's or person's login role (repeatable)")
     args = parser.parse_args(argv)
+    if args.command == "setup":  # the pg-security block of store.py does the work; print what it runs
+        try:
+            done = store.pg_setup(args.admin_dsn, args.project, args.login,
+                                  out=lambda sql: print(sql if sql.startswith("--") else sql + ";", flush=True))
+            print("-- %d statements; project %s: owner %s (NOLOGIN), group %s" % (
+                len(done), args.project, store.pg_role_names(args.project)["owner"], store.pg_schema(args.project)))
+            return 0
+        except store.CoordError as exc:
+            print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
+            return exc.exit_code
     try:
         if not store.valid_project_id(args.project):
             raise store.UsageError("project ID %r must be letters, digits, '.', '_' or '-'" % args.project)

@@ -1413,7 +1413,7 @@ class Store:
         self.reading = False  # inside an outermost snapshot()
         self._gate = None  # (turn, gate) file descriptors, opened on the first write: the write gate
         if pg is not None:
-            self._open_pg(pg, migrate)
+            self._open_pg(pg, migrate, env)
             return
         _ensure_private_dir(os.path.dirname(self.path))
         try:
@@ -1441,8 +1441,8 @@ class Store:
             os.close(fd)
         self._gate = None
 
-    def _open_pg(self, pg, migrate):
-        self.conn = _PgConnection(pg["dsn"], pg["project"])
+    def _open_pg(self, pg, migrate, env=None):
+        self.conn = _PgConnection(pg["dsn"], pg["project"], role=pg.get("role"), environ=env)
         self.path = self.conn.where
         try:
             if migrate:
@@ -1545,6 +1545,7 @@ class Store:
             applied = self._applied(version)
             if applied >= SCHEMA_VERSION:
                 return
+            pg_require_owner(self.conn)  # pg-security block: a login role never migrates
             for target in range(applied + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[target]:
                     self.conn.execute_ddl(pg_ddl(statement))
@@ -3474,8 +3475,10 @@ class _PgConnection:
     rollback). Driver errors become EnvError here; a text parameter holding NUL (which
     PostgreSQL text cannot store) is a UsageError."""
 
-    def __init__(self, dsn, project_id, connect_timeout=10):
+    def __init__(self, dsn, project_id, connect_timeout=10, role=None, environ=None):
         import sys
+        self.tls = pg_check_url(dsn, environ)  # before anything else: no connection that TLS does not verify
+        self.pooled = pg_pooled(dsn, environ)
         try:
             import psycopg
         except ImportError:
@@ -3483,11 +3486,14 @@ class _PgConnection:
                            "%s -m pip install --user 'psycopg[binary]%s'" % (
                                sys.executable, "==3.2.13" if sys.version_info < (3, 10) else "==3.3.9"))
         self.psycopg = psycopg
+        self.project = project_id
         self.schema = pg_schema(project_id)
         self.lock_key = pg_lock_key(project_id)
         self.where = "PostgreSQL schema %s" % self.schema
         try:
             self.raw = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
+            if self.pooled:  # a transaction pooler: no server-side prepared statements (pg-security block)
+                self.raw.prepare_threshold = None
         except psycopg.Error as exc:
             raise EnvError("cannot connect to the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
                            "check the server and the connection settings; run .coord/install . --doctor")
@@ -3495,11 +3501,20 @@ class _PgConnection:
         self.thread = threading.get_ident
         self.owner = threading.get_ident()  # one connection, one thread: as a sqlite3 connection
         self._quoted = '"%s"' % self.schema.replace('"', '""')
-        self.raw.execute("SET search_path TO %s" % self._quoted)
+        try:
+            if role is not None:  # pg_setup: migrations and grants run as the project's owner
+                self.raw.execute("SET ROLE %s" % pg_ident(role))
+            self.raw.execute("SET search_path TO %s" % self._quoted)
+        except psycopg.Error as exc:
+            self.raw.close()
+            raise EnvError("cannot use the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
+                           "run it connected as a superuser or the service's admin role")
 
     def ensure_schema(self):
         """Create the project's schema (one transaction under the project lock, so racing first
-        users do not collide)."""
+        users do not collide). A schema that exists is left alone: a login role may not create."""
+        if self.raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone():
+            return
         self.begin(True)
         try:
             self.raw.execute("CREATE SCHEMA IF NOT EXISTS %s" % self._quoted)
@@ -3558,6 +3573,10 @@ class _PgConnection:
     def execute_ddl(self, statement):
         try:
             self.raw.execute(statement)
+        except self.psycopg.errors.InsufficientPrivilege as exc:
+            raise EnvError("the project's schema %s needs migrating, which only its owner may do (%s)"
+                           % (self.schema, str(exc).strip().splitlines()[0]),
+                           "a person with admin rights runs: " + pg_setup_command(self.project)) from exc
         except self.psycopg.Error as exc:
             raise self._error(exc) from exc
 
@@ -3573,6 +3592,8 @@ class _PgConnection:
                 self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
             else:
                 self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if self.pooled:  # a transaction pooler may hand this transaction another server session
+                self.raw.execute("SET LOCAL search_path TO %s" % self._quoted)
         except self.psycopg.Error as exc:
             self._end_pipe()
             raise self._error(exc) from exc
@@ -3649,6 +3670,376 @@ class ServerClock:
 def pg_clock(conn):
     """ServerClock(conn): the server's time in this process."""
     return ServerClock(conn)
+
+
+# --------------------------------------------------------------------------- PostgreSQL security: roles, RLS, TLS, poolers, wake-ups
+# Issue 25 item 5 (docs/postgresql.md, "Who may do what"). One schema per project, owned by a role
+# that cannot log in (coord_owner_<project>); a group role per project (coord_<project>) holding
+# only DML on its tables, USAGE on its sequences and EXECUTE on its functions; one login role per
+# host or person, a member of the group. Every table has row-level security enabled and FORCED
+# with one policy admitting only members of the group. pg_setup (run once by a person with admin
+# rights, and again after a coord upgrade adds migrations) creates all of it and says what it did;
+# the host process connects as a login role. pg_doctor_checks are the `--doctor` lines.
+# pg_check_url is the TLS rule every connection passes; pg_pooled the pooler rule.
+
+_PG_LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
+# The command a person with admin rights types to set a project up (one place: the user-facing
+# `coord db setup` replaces it when the CLI wiring lands).
+PG_SETUP_COMMAND = "python3 .coord/host.py setup --admin-dsn ADMIN-URL --project %s"
+
+
+def pg_setup_command(project_id, login=None):
+    return PG_SETUP_COMMAND % project_id + (" --login %s" % login if login else "")
+
+
+def pg_role_names(project_id):
+    """{"owner", "group"}: the project's NOLOGIN roles (schema and tables owner; members' group).
+    The group has the schema's name (roles and schemas are separate namespaces)."""
+    owner = "coord_owner_" + project_id
+    if len(owner.encode()) > 63:
+        owner = "coord_owner_%s_%s" % (project_id[:34], hashes().sha256(project_id.encode()).hexdigest()[:16])
+    return {"owner": owner, "group": pg_schema(project_id)}
+
+
+def pg_ident(name):
+    """A quoted SQL identifier."""
+    return '"%s"' % name.replace('"', '""')
+
+
+def pg_literal(text):
+    return "'%s'" % text.replace("'", "''")
+
+
+def pg_policy_sql(group):
+    """The membership test of every table's policy: a scalar subquery, so PostgreSQL evaluates it
+    once per statement (an InitPlan), not once per row."""
+    return "(SELECT pg_has_role(current_user, %s, 'MEMBER'))" % pg_literal(group)
+
+
+_PG_KV = Pattern(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']+)")
+
+
+def pg_conninfo(dsn):
+    """A libpq connection string (URL or key=value) as a dict of its keywords, stdlib only; None
+    when it cannot be read with certainty (the caller then treats it as the strictest case)."""
+    dsn = (dsn or "").strip()
+    out = {}
+    if dsn.startswith(("postgresql://", "postgres://")):
+        from urllib.parse import parse_qsl, unquote, urlsplit
+        try:
+            parts = urlsplit(dsn)
+            netloc = parts.netloc.rpartition("@")[2]
+            hosts, ports = [], []
+            for item in netloc.split(","):
+                if item.startswith("["):
+                    host, _, rest = item[1:].partition("]")
+                    port = rest[1:] if rest.startswith(":") else ""
+                else:
+                    host, _, port = item.partition(":")
+                hosts.append(unquote(host))
+                ports.append(port)
+            if any(hosts):
+                out["host"] = ",".join(hosts)
+            if any(ports):
+                out["port"] = ",".join(ports)
+            if parts.path.strip("/"):
+                out["dbname"] = unquote(parts.path.lstrip("/"))
+            for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)):
+                out[key] = value
+        except ValueError:
+            return None
+        return out
+    i = 0
+    while i < len(dsn):
+        m = _PG_KV.match(dsn, i)
+        if not m:
+            if dsn[i:].strip():
+                return None
+            break
+        value = m.group(2)
+        if value.startswith("'"):
+            value = value[1:-1].replace("\\'", "'").replace("\\\\", "\\")
+        out[m.group(1)] = value
+        i = m.end()
+    return out
+
+
+def pg_target(dsn, environ=None):
+    """(hosts, sslmode) the connection would use, libpq's environment fallbacks included; hosts
+    empty for the default Unix socket. None when the string cannot be read."""
+    env = os.environ if environ is None else environ
+    info = pg_conninfo(dsn)
+    if info is None:
+        return None
+    host = info.get("host", env.get("PGHOST", ""))
+    addr = info.get("hostaddr", env.get("PGHOSTADDR", ""))
+    hosts = [h for h in (host.split(",") if host else [])] + [a for a in (addr.split(",") if addr else [])]
+    if "service" in info or env.get("PGSERVICE"):
+        hosts.append("(service file)")  # settings from a service file are not read here: not local
+    sslmode = info.get("sslmode", env.get("PGSSLMODE", "prefer"))
+    return hosts, sslmode
+
+
+def pg_local_host(host):
+    """A Unix socket directory (or an abstract one) or a loopback address: TLS is not required."""
+    host = host.strip()
+    return host == "" or host.startswith(("/", "@")) or host in _PG_LOCAL_HOSTS or host.startswith("127.")
+
+
+def pg_check_url(dsn, environ=None):
+    """Refuse (EnvError, exit 4) a connection to a host that is not this machine's unless it
+    verifies the server's certificate and name (sslmode=verify-full). Returns "local" or
+    "verify-full". The URL is never echoed (it may hold a password)."""
+    target = pg_target(dsn, environ)
+    if target is None:
+        raise EnvError("the PostgreSQL connection string cannot be read",
+                       "write it as postgresql://ROLE@HOST/DATABASE?sslmode=verify-full&sslrootcert=CA.crt")
+    hosts, sslmode = target
+    if all(pg_local_host(h) for h in hosts):
+        return "local"
+    if sslmode == "verify-full":
+        return "verify-full"
+    raise EnvError("the PostgreSQL server is on another host and the connection does not verify its"
+                   " certificate (sslmode=%s): coord requires sslmode=verify-full for any host but a"
+                   " Unix socket or 127.0.0.1" % (clean_text(sslmode, 40) or "prefer"),
+                   "add sslmode=verify-full&sslrootcert=PATH-OF-THE-SERVER-CA.crt to the URL"
+                   " (key=value form: sslmode=verify-full sslrootcert=PATH)")
+
+
+# Managed offerings' pooled endpoints (a transaction pooler in front of the server): PgBouncer's
+# default port, Supabase's pooler port and host, Neon's "-pooler" host name, names with "pgbouncer".
+_PG_POOLED_PORTS = ("6432", "6543")
+_PG_POOLED_HOST = Pattern(r"(-pooler\b|pooler\.|pgbouncer)", re.I)
+
+
+def pg_pooled(dsn, environ=None):
+    """A reason (text) when the connection string looks like a pooled endpoint, else None. A
+    transaction pooler gives each transaction any server connection: LISTEN, SET and prepared
+    statements do not survive it; pg_advisory_xact_lock and SET LOCAL do."""
+    env = os.environ if environ is None else environ
+    info = pg_conninfo(dsn) or {}
+    host = info.get("host", env.get("PGHOST", ""))
+    port = info.get("port", env.get("PGPORT", ""))
+    if _PG_POOLED_HOST.search(host):
+        return "its host name looks like a pooler's (%s)" % clean_text(host, 80)
+    if any(p in _PG_POOLED_PORTS for p in port.split(",")):
+        return "its port is a pooler's (%s: PgBouncer 6432, Supabase's transaction pooler 6543)" % clean_text(port, 20)
+    return None
+
+
+def pg_check_listen_url(dsn, environ=None):
+    """The host process's LISTEN connection must be a session (direct) connection: refuse one
+    that looks pooled, with the fix."""
+    why = pg_pooled(dsn, environ)
+    if why:
+        raise EnvError("the LISTEN connection must be a direct (session) connection, and this one looks"
+                       " pooled: %s" % why,
+                       "give the server's direct endpoint for LISTEN (the managed service's"
+                       " \"direct connection\" host and port, usually 5432)")
+
+
+def pg_wake_channel(project_id):
+    """The project's wake-up channel: a digest, so not even the project's name travels (any role on
+    the server may LISTEN on any channel)."""
+    return "coord_wake_" + hashes().sha256(b"coord-wake\0" + project_id.encode()).hexdigest()[:24]
+
+
+def pg_wake_sql(project_id):
+    """The only NOTIFY coord sends: a channel and no payload (wake up and read; the reader's own
+    privileges decide what it sees)."""
+    return "NOTIFY %s" % pg_wake_channel(project_id)
+
+
+def _pg_tables(conn, schema):
+    return [r[0] for r in conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname", (schema,)).fetchall()]
+
+
+def pg_require_owner(conn):
+    """Refuse migrating a project's schema as a role that may not create in it (a host's login
+    role): the owner does it, through pg_setup."""
+    if not conn.execute("SELECT has_schema_privilege(?, 'CREATE')", (conn.schema,)).fetchone()[0]:
+        raise EnvError("the project's schema %s needs migrating, which only its owner may do (this role: no"
+                       " CREATE on it)" % conn.schema,
+                       "a person with admin rights runs: " + pg_setup_command(conn.project))
+
+
+def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
+    """Create (or bring up to date) a project's roles, schema, migrations, grants and row-level
+    security, connected as a person with admin rights (a superuser or the managed service's admin
+    role, which must be able to SET ROLE to the owner). Idempotent. Login roles are created
+    without a password (the person sets one: ALTER ROLE ... PASSWORD, or the service's IAM) or
+    granted the group when they exist; a superuser login is refused. Returns the statements that
+    ran; `out` (a function) gets each as it runs."""
+    if not valid_project_id(project_id):
+        raise UsageError("project ID %r must be letters, digits, '.', '_' or '-'" % project_id)
+    names = pg_role_names(project_id)
+    owner, group, schema = names["owner"], names["group"], pg_schema(project_id)
+    done = []
+    conn = _PgConnection(admin_dsn, project_id, environ=environ)
+    raw = conn.raw
+
+    def run(sql, params=None):
+        done.append(sql)
+        if out is not None:
+            out(sql)
+        try:
+            raw.execute(sql, params)
+        except conn.psycopg.Error as exc:
+            raise EnvError("setup: %s failed: %s" % (sql.split(" ON ")[0][:60],
+                                                              str(exc).strip().splitlines()[0]),
+                           "run it connected as a superuser or the service's admin role") from exc
+
+    def role_exists(name):
+        return raw.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
+
+    try:
+        with raw.transaction():
+            for name in (owner, group):
+                if role_exists(name) is None:
+                    run("CREATE ROLE %s NOLOGIN" % pg_ident(name))
+            if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (owner, group)).fetchone()[0]:
+                run("GRANT %s TO %s" % (pg_ident(group), pg_ident(owner)))  # the policy admits migrations
+            for login in logins:
+                if not valid_pg_role(login):
+                    raise UsageError("login role %r: letters, digits, '_', '.', '-', at most 63 bytes" % login)
+                row = role_exists(login)
+                if row is None:
+                    run("CREATE ROLE %s LOGIN" % pg_ident(login))
+                elif row[0]:
+                    raise UsageError("login role %s is a superuser: it would bypass every grant and policy" % login,
+                                     "give this host its own role: " + pg_setup_command(project_id, "ROLE-FOR-THIS-HOST"))
+                if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (login, group)).fetchone()[0]:
+                    run("GRANT %s TO %s" % (pg_ident(group), pg_ident(login)))
+            nsp = raw.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
+                              (schema,)).fetchone()
+            if nsp is None:
+                run("CREATE SCHEMA %s AUTHORIZATION %s" % (pg_ident(schema), pg_ident(owner)))
+            elif nsp[0] != owner:
+                run("ALTER SCHEMA %s OWNER TO %s" % (pg_ident(schema), pg_ident(owner)))
+            for table in _pg_tables(raw, schema):
+                if raw.execute("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = %s::regclass",
+                               ("%s.%s" % (pg_ident(schema), pg_ident(table)),)).fetchone()[0] != owner:
+                    run("ALTER TABLE %s.%s OWNER TO %s" % (pg_ident(schema), pg_ident(table), pg_ident(owner)))
+            for (fn,) in raw.execute(  # functions made before setup (e.g. by a superuser's migration)
+                    "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                    " WHERE n.nspname = %s AND pg_get_userbyid(p.proowner) <> %s ORDER BY 1", (schema, owner)).fetchall():
+                run("ALTER ROUTINE %s OWNER TO %s" % (fn, pg_ident(owner)))
+            run("REVOKE ALL ON SCHEMA %s FROM PUBLIC" % pg_ident(schema))
+            run("GRANT USAGE ON SCHEMA %s TO %s" % (pg_ident(schema), pg_ident(group)))
+        st = Store(pg={"dsn": admin_dsn, "project": project_id, "role": owner}, environ=environ)
+        try:  # the migrations (run as the owner by Store above), then every grant and policy
+            migrated = "-- schema %s at v%d, migrated as %s" % (schema, st._applied(st._pg_version()), owner)
+            done.append(migrated)
+            if out is not None:
+                out(migrated)
+            raw2 = st.conn.raw
+            conn2 = st.conn
+
+            def run2(sql):
+                done.append(sql)
+                if out is not None:
+                    out(sql)
+                try:
+                    raw2.execute(sql)
+                except conn2.psycopg.Error as exc:
+                    raise EnvError("setup: %s failed: %s" % (sql[:60], str(exc).strip().splitlines()[0]),
+                                   "run it connected as a superuser or the service's admin role") from exc
+            s, g = pg_ident(schema), pg_ident(group)
+            with raw2.transaction():
+                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT SELECT, INSERT, UPDATE, DELETE"
+                     " ON TABLES TO %s" % (pg_ident(owner), s, g))
+                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT USAGE, SELECT, UPDATE"
+                     " ON SEQUENCES TO %s" % (pg_ident(owner), s, g))
+                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC" % pg_ident(owner))
+                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT EXECUTE ON FUNCTIONS TO %s"
+                     % (pg_ident(owner), s, g))
+                run2("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s" % (s, g))
+                run2("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %s TO %s" % (s, g))
+                run2("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %s FROM PUBLIC" % s)
+                run2("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s" % (s, g))
+                policy = pg_policy_sql(group)
+                for table in _pg_tables(raw2, schema):
+                    t = "%s.%s" % (s, pg_ident(table))
+                    flags = raw2.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = %s::regclass",
+                                         (t,)).fetchone()
+                    if not flags[0]:
+                        run2("ALTER TABLE %s ENABLE ROW LEVEL SECURITY" % t)
+                    if not flags[1]:
+                        run2("ALTER TABLE %s FORCE ROW LEVEL SECURITY" % t)
+                    if not raw2.execute("SELECT 1 FROM pg_policies WHERE schemaname = %s AND tablename = %s"
+                                        " AND policyname = 'coord_members'", (schema, table)).fetchone():
+                        run2("CREATE POLICY coord_members ON %s USING (%s) WITH CHECK (%s)" % (t, policy, policy))
+        finally:
+            st.close()
+    finally:
+        conn.close()
+    return done
+
+
+_PG_ROLE_RE = Pattern(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def valid_pg_role(name):
+    return isinstance(name, str) and bool(_PG_ROLE_RE.match(name)) and len(name.encode()) <= 63
+
+
+def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
+    """The `--doctor` lines of a PostgreSQL project's security, on the host process's Store `st`
+    (connected as this host's role): [(ok, line)]. ok False is a problem to fix; each line says
+    how. The checks: the role is not a superuser, cannot bypass RLS and is not (a member of) the
+    owner; every table has RLS enabled and forced with coord's policy; TLS verifies the server
+    (or the server is local); the LISTEN connection is a session connection."""
+    raw = st.conn.raw
+    schema = st.conn.schema
+    names = pg_role_names(st.conn.project)
+    lines = []
+    me, sup, bypass = raw.execute("SELECT current_user, rolsuper, rolbypassrls FROM pg_roles"
+                                  " WHERE rolname = current_user").fetchone()
+    owner = raw.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    owns = owner is not None and raw.execute("SELECT pg_has_role(current_user, %s, 'USAGE')", (owner[0],)).fetchone()[0]
+    owns_table = raw.execute(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s"
+        " AND c.relkind IN ('r', 'p') AND pg_has_role(current_user, c.relowner, 'USAGE')", (schema,)).fetchone()[0]
+    if sup or bypass or owns or owns_table:
+        what = "a superuser" if sup else "allowed to bypass row-level security" if bypass else "the owner of the project's schema or tables"
+        lines.append((False, "database role %s is %s: give this host its own login role (a person with"
+                             " admin rights runs: %s)" % (me, what, pg_setup_command(st.conn.project, "ROLE"))))
+    else:
+        lines.append((True, "database role %s: not a superuser, not the owner (%s)" % (me, names["owner"])))
+    bad = []
+    for table in _pg_tables(raw, schema):
+        enabled, forced = raw.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = %s::regclass",
+                                      ("%s.%s" % (pg_ident(schema), pg_ident(table)),)).fetchone()
+        policy = raw.execute("SELECT 1 FROM pg_policies WHERE schemaname = %s AND tablename = %s"
+                             " AND policyname = 'coord_members'", (schema, table)).fetchone()
+        if not (enabled and forced and policy):
+            bad.append("%s (%s)" % (table, "no RLS" if not enabled else "RLS not forced" if not forced else "no coord_members policy"))
+    if bad:
+        lines.append((False, "row-level security missing on %s: a person with admin rights runs %s"
+                             % (", ".join(bad), pg_setup_command(st.conn.project))))
+    else:
+        lines.append((True, "row-level security forced on every table of %s" % schema))
+    try:
+        mode = pg_check_url(dsn, environ)
+    except EnvError as exc:
+        lines.append((False, "TLS: %s; %s" % (exc.message, exc.hint)))
+    else:
+        ssl = raw.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+        if mode == "local":
+            lines.append((True, "TLS: not required (the server is on this host%s)" % (", TLS on" if ssl and ssl[0] else "")))
+        elif ssl and ssl[0]:
+            lines.append((True, "TLS: on, server certificate and name verified (sslmode=verify-full)"))
+        else:
+            lines.append((False, "TLS: off on this connection although sslmode=verify-full: check the server"))
+    listen = listen_dsn or dsn
+    why = pg_pooled(listen, environ)
+    if why is None:
+        lines.append((True, "LISTEN connection: a session connection (not a pooled endpoint)"))
+    else:
+        lines.append((False, "LISTEN connection looks pooled (%s): give the direct endpoint for LISTEN" % why))
+    return lines
 
 
 # --------------------------------------------------------------------------- the host process's client

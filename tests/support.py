@@ -643,7 +643,8 @@ class PostgresServer:
     """One real PostgreSQL server in a private directory; `dsn(database)` connects to it over its
     Unix socket as the superuser `coord`."""
 
-    def __init__(self, bindir):
+    def __init__(self, bindir, options=""):
+        """options: more server settings ("-c name=value ..."), e.g. TLS on a TCP listener."""
         import atexit
         import random
         self.bindir = bindir
@@ -671,7 +672,8 @@ class PostgresServer:
             self._run(initdb)
         self._run([os.path.join(bindir, "pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o",
                    "-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off"
-                   " -c full_page_writes=off -c max_connections=200 -c shared_buffers=16MB" % (self.dir, self.port), "start"])
+                   " -c full_page_writes=off -c max_connections=200 -c shared_buffers=16MB %s" % (self.dir, self.port, options),
+                   "start"])
         atexit.register(self.stop)
 
     def _run(self, argv):

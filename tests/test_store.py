@@ -1934,3 +1934,396 @@ class SafeModeTest(support.CoordTestCase):
                              text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(out.stdout.strip(), "[]")
+
+
+# --------------------------------------------------------------------------- PostgreSQL security (issue 25 item 5)
+
+def _pg_as(dsn, role):
+    """The test server's connection string `dsn` as another role (the test server trusts local
+    connections: these tests are about what a role may do, not how it proves who it is)."""
+    return dsn.replace("user=coord", "user=%s" % role)
+
+
+class PgSecurityCase(support.CoordTestCase):
+    """Two projects, A and B, each set up by store.pg_setup as the admin (the test server's
+    superuser), each with one login role."""
+
+    def setUp(self):
+        super().setUp()
+        self.server, self.psycopg = support.require_postgres(self)
+        self.admin = self.server.dsn()
+        tag = uuid.uuid4().hex[:10]
+        self.a, self.b = "seca-%s" % tag, "secb-%s" % tag
+        self.la, self.lb = "host_a_%s" % tag, "host_b_%s" % tag
+        self.addCleanup(self._drop)
+        self.setup_a = store.pg_setup(self.admin, self.a, [self.la])
+        store.pg_setup(self.admin, self.b, [self.lb])
+
+    def _drop_project(self, project):
+        with self.psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % store.pg_ident(store.pg_schema(project)))
+            for role in store.pg_role_names(project).values():
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+
+    def _drop(self):
+        with self.psycopg.connect(self.admin, autocommit=True) as conn:
+            for project in (self.a, self.b):
+                conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % store.pg_ident(store.pg_schema(project)))
+            roles = [self.la, self.lb] + [n for p in (self.a, self.b) for n in store.pg_role_names(p).values()]
+            for role in roles:
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+
+    def login_store(self, login, project):
+        return store.Store(pg={"dsn": _pg_as(self.admin, login), "project": project})
+
+    def raw(self, role):
+        conn = self.psycopg.connect(_pg_as(self.admin, role), autocommit=True)
+        self.addCleanup(conn.close)
+        return conn
+
+
+class PgRoleTest(PgSecurityCase):
+    def test_setup_creates_nologin_owner_group_and_member_login(self):
+        owner, group = store.pg_role_names(self.a)["owner"], store.pg_schema(self.a)
+        conn = self.raw("coord")
+        rows = dict((r[0], r[1:]) for r in conn.execute(
+            "SELECT rolname, rolcanlogin, rolsuper FROM pg_roles WHERE rolname IN (%s, %s, %s)", (owner, group, self.la)))
+        self.assertEqual(rows, {owner: (False, False), group: (False, False), self.la: (True, False)})
+        self.assertEqual(conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
+                                      (group,)).fetchone()[0], owner)
+        self.assertTrue(conn.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (self.la, group)).fetchone()[0])
+        self.assertFalse(conn.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (self.la, owner)).fetchone()[0])
+        self.assertIn('CREATE ROLE "%s" NOLOGIN' % owner, self.setup_a)  # what it prints is what it ran
+        # Run again: nothing to create, nothing changes.
+        again = store.pg_setup(self.admin, self.a, [self.la])
+        self.assertFalse([s for s in again if s.startswith(("CREATE ROLE", "CREATE POLICY", "GRANT \""))], again)
+
+    def test_a_login_role_works_its_own_project(self):
+        st = self.login_store(self.la, self.a)
+        self.addCleanup(st.close)
+        rt = st.register(harness="test")["id"]
+        self.assertEqual([l["resource"] for l in st.claim(rt, ["src/a.py"])], ["src/a.py"])
+        peer = st.register(harness="test")
+        st.send(rt, "hello", peer["handle"])
+        self.assertEqual(len(st.inbox(peer["id"])), 1)
+
+    def test_a_role_of_project_b_cannot_read_or_write_project_a(self):
+        st = self.login_store(self.la, self.a)
+        self.addCleanup(st.close)
+        rt = st.register(harness="test")["id"]
+        st.claim(rt, ["src/a.py"])
+        schema = store.pg_ident(store.pg_schema(self.a))
+        b = self.raw(self.lb)
+        with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+            b.execute("SELECT * FROM %s.leases" % schema)
+        with self.assertRaises(store.EnvError):
+            self.login_store(self.lb, self.a)
+        # A mistaken grant (schema and table privileges handed to B's role): row-level security
+        # still admits only members of A's group. Zero rows read; a write refused.
+        admin = self.raw("coord")
+        admin.execute("GRANT USAGE ON SCHEMA %s TO %s" % (schema, store.pg_ident(self.lb)))
+        admin.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s"
+                      % (schema, store.pg_ident(self.lb)))
+        self.assertEqual(self.raw(self.la).execute("SELECT count(*) FROM %s.leases" % schema).fetchone()[0], 1)
+        self.assertEqual(b.execute("SELECT count(*) FROM %s.leases" % schema).fetchone()[0], 0)
+        self.assertEqual(b.execute("SELECT count(*) FROM %s.runtimes" % schema).fetchone()[0], 0)
+        self.assertEqual(b.execute("DELETE FROM %s.leases" % schema).rowcount, 0)
+        with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):  # new row violates row-level security
+            b.execute("INSERT INTO %s.meta (key, value) VALUES ('x', 'y')" % schema)
+
+    def test_a_login_role_cannot_alter_drop_or_create(self):
+        self.login_store(self.la, self.a).close()
+        schema = store.pg_ident(store.pg_schema(self.a))
+        a = self.raw(self.la)
+        for sql in ("ALTER TABLE %s.leases ADD COLUMN x integer" % schema,
+                    "ALTER TABLE %s.leases NO FORCE ROW LEVEL SECURITY" % schema,
+                    "DROP POLICY coord_members ON %s.leases" % schema,
+                    "DROP TABLE %s.leases" % schema,
+                    "CREATE TABLE %s.mine (x integer)" % schema,
+                    "DROP SCHEMA %s CASCADE" % schema):
+            with self.subTest(sql=sql):
+                with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
+                    a.execute(sql)
+
+    def test_a_login_role_does_not_migrate_it_says_who_does(self):
+        admin = self.raw("coord")
+        schema = store.pg_ident(store.pg_schema(self.a))
+        admin.execute("UPDATE %s.meta SET value = '1' WHERE key = %%s" % schema, (store.Store._PG_READER_KEY,))
+        admin.execute("DELETE FROM %s.meta WHERE key = %%s" % schema, (store.SCHEMA_APPLIED_KEY,))
+        with self.assertRaises(store.EnvError) as cm:
+            self.login_store(self.la, self.a)
+        self.assertIn("only its owner", cm.exception.message)
+        self.assertIn("python3 .coord/host.py setup --admin-dsn ADMIN-URL --project %s" % self.a, cm.exception.hint)
+
+    def test_setup_takes_over_a_project_made_before_it(self):
+        # A project whose schema, tables and a function were made by the superuser (as before
+        # setup existed): setup hands them to the owner, and the login role then works.
+        c = "secc-%s" % uuid.uuid4().hex[:10]
+        self.addCleanup(self._drop_project, c)
+        store.Store(pg={"dsn": self.admin, "project": c}).close()
+        schema = store.pg_ident(store.pg_schema(c))
+        self.raw("coord").execute("CREATE FUNCTION %s.f() RETURNS int LANGUAGE sql AS 'SELECT 1'" % schema)
+        ran = store.pg_setup(self.admin, c, [self.la])
+        self.assertIn("ALTER SCHEMA %s OWNER TO %s" % (schema, store.pg_ident(store.pg_role_names(c)["owner"])), ran)
+        st = self.login_store(self.la, c)
+        self.addCleanup(st.close)
+        st.register(harness="test")
+        self.assertEqual(self.raw(self.la).execute("SELECT %s.f()" % schema).fetchone()[0], 1)
+        self.assertEqual([ok for ok, _ in store.pg_doctor_checks(st, _pg_as(self.admin, self.la))], [True] * 4)
+        self.assertEqual(self.raw("coord").execute(
+            "SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE oid = %s::regprocedure", ("%s.f()" % schema,)).fetchone()[0],
+            store.pg_role_names(c)["owner"])
+        self.assertFalse(self.raw("coord").execute(  # and PUBLIC may not run it
+            "SELECT has_function_privilege('public', %s, 'EXECUTE')", ("%s.f()" % schema,)).fetchone()[0])
+        with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):  # the owner's now, not the login's
+            self.raw(self.la).execute("DROP FUNCTION %s.f()" % schema)
+
+    def test_a_superuser_login_is_refused_by_setup(self):
+        with self.assertRaises(UsageError) as cm:
+            store.pg_setup(self.admin, self.a, ["coord"])
+        self.assertIn("superuser", cm.exception.message)
+
+    def test_the_policy_is_evaluated_once_per_statement(self):
+        self.login_store(self.la, self.a).close()
+        schema = store.pg_ident(store.pg_schema(self.a))
+        plan = "\n".join(r[0] for r in self.raw(self.la).execute(
+            "EXPLAIN (VERBOSE) SELECT * FROM %s.leases WHERE resource > 'a'" % schema))
+        self.assertIn("InitPlan", plan)  # the membership test, once, not a filter per row
+        self.assertIn("pg_has_role", plan)
+
+
+class PgDoctorTest(PgSecurityCase):
+    def lines(self, st, dsn, listen=None):
+        return store.pg_doctor_checks(st, dsn, listen)
+
+    def test_all_good_for_a_login_role(self):
+        st = self.login_store(self.la, self.a)
+        self.addCleanup(st.close)
+        got = self.lines(st, _pg_as(self.admin, self.la))
+        self.assertEqual([ok for ok, _ in got], [True] * 4, got)
+        self.assertIn("not a superuser, not the owner", got[0][1])
+        self.assertIn("row-level security forced on every table", got[1][1])
+
+    def test_a_table_without_force_is_reported(self):
+        admin = self.raw("coord")
+        schema = store.pg_ident(store.pg_schema(self.a))
+        admin.execute("ALTER TABLE %s.leases NO FORCE ROW LEVEL SECURITY" % schema)
+        admin.execute("ALTER TABLE %s.messages DISABLE ROW LEVEL SECURITY" % schema)
+        st = self.login_store(self.la, self.a)
+        self.addCleanup(st.close)
+        ok, line = self.lines(st, _pg_as(self.admin, self.la))[1]
+        self.assertFalse(ok)
+        self.assertIn("leases (RLS not forced)", line)
+        self.assertIn("messages (no RLS)", line)
+        self.assertIn(store.pg_setup_command(self.a), line)
+        store.pg_setup(self.admin, self.a, [])  # setup puts it back
+        self.assertTrue(self.lines(st, _pg_as(self.admin, self.la))[1][0])
+
+    def test_a_superuser_or_the_owner_is_reported(self):
+        st = store.Store(pg={"dsn": self.admin, "project": self.a})
+        self.addCleanup(st.close)
+        ok, line = self.lines(st, self.admin)[0]
+        self.assertFalse(ok)
+        self.assertIn("is a superuser", line)
+        self.raw("coord").execute("GRANT %s TO %s" % (store.pg_ident(store.pg_role_names(self.a)["owner"]),
+                                                       store.pg_ident(self.la)))
+        st2 = self.login_store(self.la, self.a)
+        self.addCleanup(st2.close)
+        ok, line = self.lines(st2, _pg_as(self.admin, self.la))[0]
+        self.assertFalse(ok)
+        self.assertIn("the owner", line)
+
+    def test_a_pooled_listen_connection_is_reported(self):
+        st = self.login_store(self.la, self.a)
+        self.addCleanup(st.close)
+        ok, line = self.lines(st, _pg_as(self.admin, self.la),
+                              "postgresql://h@ep-x-pooler.example.net/db?sslmode=verify-full")[3]
+        self.assertFalse(ok)
+        self.assertIn("looks pooled", line)
+
+
+class PgWakeTest(PgSecurityCase):
+    def test_a_wake_up_carries_no_content(self):
+        # Any role may LISTEN on any channel: B's role hears A's wake-up, and learns nothing but
+        # that something happened (the channel is a digest, not even A's name).
+        listener = self.raw(self.lb)
+        channel = store.pg_wake_channel(self.a)
+        self.assertNotIn(self.a, channel)
+        listener.execute("LISTEN %s" % channel)
+        st = self.login_store(self.la, self.a)
+        self.addCleanup(st.close)
+        st.conn.raw.execute(store.pg_wake_sql(self.a))
+        got = list(listener.notifies(timeout=10, stop_after=1))
+        self.assertEqual([(n.channel, n.payload) for n in got], [(channel, "")])
+
+    def test_no_notify_in_coord_carries_a_payload(self):
+        for name in ("store.py", "host.py"):
+            with open(os.path.join(support.ROOT, name)) as f:
+                text = f.read()
+            self.assertNotRegex(text, r"(?i)pg_notify\s*\(", name)
+            self.assertNotRegex(text, r"(?i)NOTIFY\s+[%\w\"]+\s*,", name)
+
+
+class PgUrlTest(support.CoordTestCase):
+    """The TLS rule, before any connection: no server needed."""
+
+    def refused(self, dsn, environ=None):
+        with self.assertRaises(store.EnvError) as cm:
+            store.pg_check_url(dsn, environ or {})
+        return cm.exception
+
+    def test_a_remote_host_without_verify_full_is_refused_with_the_fix(self):
+        for dsn in ("postgresql://coord:s3cret@db.example.com/coord",
+                    "postgresql://coord:s3cret@db.example.com/coord?sslmode=require",
+                    "postgresql://coord@db.example.com:5432/coord?sslmode=verify-ca",
+                    "host=db.example.com user=coord password=s3cret sslmode=prefer",
+                    "host=/run/postgresql,db.example.com sslmode=require",
+                    "host=localhost hostaddr=10.0.0.5 sslmode=disable",
+                    "postgresql:///coord?host=db.example.com&sslmode=require",
+                    "service=coord"):
+            with self.subTest(dsn=dsn):
+                exc = self.refused(dsn)
+                self.assertIn("sslmode=verify-full", exc.hint)
+                self.assertNotIn("s3cret", exc.message + exc.hint)
+                self.assertEqual(exc.exit_code, 4)
+
+    def test_the_environment_counts(self):
+        self.refused("dbname=coord", {"PGHOST": "db.example.com"})
+        self.refused("host=db.example.com", {"PGSSLMODE": "require"})
+        self.assertEqual(store.pg_check_url("host=db.example.com", {"PGSSLMODE": "verify-full"}), "verify-full")
+
+    def test_verify_full_a_unix_socket_and_loopback_pass(self):
+        self.assertEqual(store.pg_check_url("postgresql://c@db.example.com/c?sslmode=verify-full&sslrootcert=/ca.crt", {}),
+                         "verify-full")
+        for dsn in ("host=/var/run/postgresql user=coord", "postgresql:///coord", "host=127.0.0.1 sslmode=disable",
+                    "postgresql://coord@localhost/coord", "postgresql://coord@[::1]:5432/coord", ""):
+            with self.subTest(dsn=dsn):
+                self.assertEqual(store.pg_check_url(dsn, {}), "local")
+
+    def test_the_engine_refuses_before_connecting(self):
+        support.import_psycopg()
+        with self.assertRaises(store.EnvError) as cm:  # no server there: refused before any connect
+            store.Store(pg={"dsn": "host=db.invalid connect_timeout=1 sslmode=require", "project": "p"}, environ={})
+        self.assertIn("verify-full", cm.exception.hint)
+
+    def test_pooled_endpoints_are_recognised_and_refused_for_listen(self):
+        for dsn in ("postgresql://u@ep-cool-1234-pooler.eu-central-1.aws.neon.tech/db",
+                    "postgresql://u@aws-0-eu-central-1.pooler.supabase.com:6543/postgres",
+                    "host=db.example.com port=6432"):
+            with self.subTest(dsn=dsn):
+                self.assertTrue(store.pg_pooled(dsn, {}))
+                with self.assertRaises(store.EnvError) as cm:
+                    store.pg_check_listen_url(dsn, {})
+                self.assertIn("direct", cm.exception.hint)
+        self.assertIsNone(store.pg_pooled("postgresql://u@db.example.com:5432/db", {}))
+        store.pg_check_listen_url("host=/run/postgresql", {})
+
+
+class PgTlsTest(support.CoordTestCase):
+    """A real server with TLS on 127.0.0.1 and a certificate for db.coord.test from a CA this test
+    makes with openssl; the client names the host db.coord.test (hostaddr=127.0.0.1), so the rule
+    for a remote host applies and verify-full checks that name."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = None
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.server is not None:
+            cls.server.stop()
+
+    def start(self):
+        openssl = support.require_tool(self, "openssl")
+        _, psycopg = support.require_postgres(self)
+        cls = type(self)
+        if cls.server is not None:
+            return psycopg
+        uid = os.getuid()
+        demote = support.demote_to_nobody() if uid == 0 else None
+        if demote is not None:
+            import pwd
+            uid = pwd.getpwnam("nobody").pw_uid
+        import tempfile
+        d = tempfile.mkdtemp(prefix="coord-tls-", dir=support._reachable_base(uid))
+        cls.certs = d
+
+        def run(*argv):
+            subprocess.run([openssl] + list(argv), cwd=d, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=60)
+        for ca in ("ca", "other"):
+            run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca + ".key", "-out", ca + ".crt",
+                "-days", "2", "-subj", "/CN=coord test %s" % ca)
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+            "-subj", "/CN=db.coord.test")
+        with open(os.path.join(d, "ext"), "w") as f:
+            f.write("subjectAltName=DNS:db.coord.test\n")
+        run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "server.crt", "-days", "2", "-extfile", "ext")
+        for name in os.listdir(d):
+            os.chmod(os.path.join(d, name), 0o600 if name.endswith(".key") else 0o644)
+            if demote is not None:
+                os.chown(os.path.join(d, name), uid, -1)
+        os.chmod(d, 0o755)
+        cls.server = support.PostgresServer(support.postgres_bindir(), options=(
+            "-c listen_addresses=127.0.0.1 -c ssl=on -c ssl_cert_file=%s/server.crt -c ssl_key_file=%s/server.key"
+            % (d, d)))
+        # PostgresServer's own port names its socket; TCP listens on that same port.
+        cls.port = cls.server.port
+        return psycopg
+
+    def dsn(self, sslmode, ca="ca"):
+        return ("host=db.coord.test hostaddr=127.0.0.1 port=%d user=coord dbname=postgres sslmode=%s"
+                " sslrootcert=%s/%s.crt" % (self.port, sslmode, self.certs, ca))
+
+    def test_verify_full_connects_and_doctor_says_verified(self):
+        self.start()
+        project = "tls-%s" % uuid.uuid4().hex[:8]
+        st = store.Store(pg={"dsn": self.dsn("verify-full"), "project": project}, environ={})
+        self.addCleanup(st.close)
+        self.assertTrue(st.conn.raw.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()[0])
+        self.assertEqual(st.conn.tls, "verify-full")
+        tls = [line for ok, line in store.pg_doctor_checks(st, self.dsn("verify-full")) if line.startswith("TLS")]
+        self.assertEqual(tls, ["TLS: on, server certificate and name verified (sslmode=verify-full)"])
+
+    def test_less_than_verify_full_is_refused_though_the_server_would_accept(self):
+        psycopg = self.start()
+        psycopg.connect(self.dsn("require"), connect_timeout=10).close()  # libpq alone would connect
+        with self.assertRaises(store.EnvError) as cm:
+            store.Store(pg={"dsn": self.dsn("require"), "project": "tls-x"}, environ={})
+        self.assertIn("sslmode=verify-full", cm.exception.hint)
+
+    def test_a_certificate_from_another_ca_is_not_accepted(self):
+        self.start()
+        with self.assertRaises(store.EnvError) as cm:
+            store.Store(pg={"dsn": self.dsn("verify-full", ca="other"), "project": "tls-x"}, environ={})
+        self.assertIn("cannot connect", cm.exception.message)
+
+
+class PgPooledTest(PgSecurityCase):
+    def test_a_pooled_connection_prepares_nothing_and_sets_its_schema_per_transaction(self):
+        # A transaction pooler may hand any transaction another server session: no server-side
+        # prepared statements (psycopg prepares a statement after 5 runs), the schema set with
+        # SET LOCAL in every transaction. A socket directory named like a pooler's stands in.
+        link = os.path.join(os.path.dirname(self.server.dir), "pgbouncer-%s" % uuid.uuid4().hex[:8])
+        os.symlink(self.server.dir, link)
+        self.addCleanup(os.unlink, link)
+        dsn = _pg_as(self.admin, self.la).replace("host=%s " % self.server.dir, "host=%s " % link)
+        self.assertTrue(store.pg_pooled(dsn, {}))
+        st = store.Store(pg={"dsn": dsn, "project": self.a}, environ={})
+        self.addCleanup(st.close)
+        rt = st.register(harness="test")["id"]
+        for i in range(8):
+            st.claim(rt, ["f%d" % i])
+            st.release(rt, ["f%d" % i])
+        self.assertEqual(st.conn.raw.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0], 0)
+        # A session whose search_path is not the project's (as the pooler's next session may be):
+        # every transaction still finds the project's tables.
+        st.conn.raw.execute("SET search_path TO public")
+        self.assertEqual([l["resource"] for l in st.claim(rt, ["g"])], ["g"])
+        with st.snapshot():
+            self.assertEqual(st.conn.execute("SELECT count(*) FROM leases").fetchone()[0], 1)
