@@ -7,9 +7,11 @@ clones made by `coord work create`, and drives the real CLI.
 
 import json
 import shutil
+import signal
 import os
 import subprocess
 import sys
+import time
 
 import support
 from support import CoordTestCase
@@ -1376,3 +1378,60 @@ class LandLfsTest(LandCase):
         handle, path = self.make("pointer", name="model.bin", text=pointer)
         proc = self.land(handle, "--check", "true")
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+
+def _stopped(pid):
+    """True once process `pid` is stopped (SIGSTOP): its /proc state is T."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except OSError:
+        return False
+
+
+class LandFencingTest(LandCase):
+    """integration/main's fencing number (issue 25, item 4): a landing paused (SIGSTOP) past its
+    lease's expiry, while another runtime acquires the lease, must not move main when it resumes."""
+    kind = "git"
+
+    def wait_for(self, what, cond, rounds=600):
+        for _ in range(rounds):  # bounded: about 60 s
+            if cond():
+                return
+            time.sleep(0.1)
+        self.fail("never: %s" % what)
+
+    def test_a_paused_holder_whose_lease_was_taken_moves_nothing(self):
+        other = self.hello()["runtime"]
+        mine, _ = self.make("mine", name="mine.txt", text="mine\n")
+        theirs, _ = self.make("theirs", name="theirs.txt", text="theirs\n", runtime=other["id"])
+        before = self.main()
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"], COORD_LEASE_TTL="1",
+                   **{land.LAND_STOP_ENV: "checked"})
+        first = subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", mine, "--into", "main",
+                                  "--push", "origin", "--check", "true", "--json"], cwd=self.canon, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: first.poll() is None and (first.kill(), first.wait()))
+        self.wait_for("the first landing stops after its check", lambda: _stopped(first.pid))
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        lease = st.leases_of(self.rt["id"], ["integration/main"])[0]
+        self.wait_for("the first landing's lease lapses", lambda: time.time() > lease["expires_at"])
+        fence = self.record(mine)["data"]["integration"]["candidate"]["fence"]
+        took = self.work("integrate", "acquire", theirs, "--into", "main", "--json", runtime=other["id"])
+        self.assertEqual(took.returncode, 0, took.stderr)
+        self.assertEqual(json.loads(took.stdout)["fence"], fence + 1)
+        os.kill(first.pid, signal.SIGCONT)
+        out, err = first.communicate(timeout=300)
+        self.assertEqual(first.returncode, 3, out + err)
+        self.assertEqual(self.main(), before, "the fenced-off landing moved main")
+        self.assertEqual(self.remote_main(), before)
+        self.assertIn("fencing number %d" % fence, err)
+        self.assertIn("so it did not move main", err)
+        self.assertIn("work integrate land %s --into main --push origin --check true" % mine, err)
+        self.assertEqual(self.record(mine)["data"]["landing"]["state"], "refused")
+        # the current holder lands; the fenced-off one, re-run once the lease is free, lands after it
+        self.assertEqual(self.work("integrate", "release", theirs, runtime=other["id"]).returncode, 0)
+        proc = self.land(mine, "--push", "origin", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.main(), json.loads(proc.stdout)["landed"])
