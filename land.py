@@ -419,10 +419,16 @@ def _land_record(st, w, caller, step, environ, state="running", **facts):
                  **{k: v for k, v in facts.items() if v is not None and k not in ("runtime", "subject", "now", "event")})
     if step:
         workspace.crash_point(environ, LAND_KILL_ENV, step)
-        if (environ or {}).get(LAND_STOP_ENV) == step:  # test only: a paused landing (SIGCONT resumes it)
-            import signal
-            os.kill(os.getpid(), signal.SIGSTOP)
+        _stop_point(environ, step)
     return landing
+
+
+def _stop_point(environ, point):
+    """Test only: SIGSTOP this process when LAND_STOP_ENV names `point` (a step, or "before-push":
+    right before git push, after the remote was read for the last time); SIGCONT resumes it."""
+    if (environ or {}).get(LAND_STOP_ENV) == point:
+        import signal
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def land_check_command(source, environ=None):
@@ -812,6 +818,7 @@ def _push(st, w, caller, into, remote, old, new, environ):
     cand = integ.get("candidate") or {}
     if cand.get("commit") == new and not integ.get("released"):  # a landing's push (not a later publish)
         confirm_fence(st, w, caller, cand, "push to %s" % remote, rerun_command(w, into, push=remote))
+    _stop_point(environ, "before-push")
     try:
         code, out, err = git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old),
                                                      remote, "%s:%s" % (new, ref)], source, environ, check=False)

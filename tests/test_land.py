@@ -1435,3 +1435,75 @@ class LandFencingTest(LandCase):
         proc = self.land(mine, "--push", "origin", "--check", "true", "--json")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(self.main(), json.loads(proc.stdout)["landed"])
+
+
+class LandPushRaceTest(LandCase):
+    """`land --push` is the cross-host integration point: its push carries the expected old value
+    (git push --force-with-lease=refs/heads/main:OLD), a compare-and-swap the remote's
+    receive-pack applies under its ref lock. Two shared checkouts (two hosts, here two projects
+    that share no database, so no lease orders them) race to push to one bare remote."""
+    kind = "git"
+
+    def second_host(self):
+        """A second shared checkout cloned from origin, with its own coord project and runtime."""
+        canon2 = os.path.join(self.tmp, "canon2")
+        self.run_tool(self.tmp, "git", "clone", "-q", self.origin, canon2)
+        self.run_tool(canon2, "git", "config", "coord.agentsLand", "true")
+        env2 = dict(self.env, COORD_DB=os.path.join(self.tmp, "state2", "coord", "host2.sqlite3"),
+                    COORD_PROJECT_ID="test-project-2")
+        rt2 = self.hello(env=env2)["runtime"]
+        proc = self.coord("work", "create", "theirs", runtime=rt2["id"], cwd=canon2, env=env2)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        handle, path = proc.stdout.splitlines()[:2]
+        self.write(path, "theirs.txt", "theirs\n")
+        self.run_tool(path, "jj", "describe", "-m", "theirs")
+        return canon2, dict(env2, COORD_RUNTIME_ID=rt2["id"]), handle
+
+    def start(self, handle, cwd, env, stop):
+        proc = subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", handle, "--into", "main",
+                                 "--push", "origin", "--check", "true", "--json"], cwd=cwd,
+                                env=dict(env, **{land.LAND_STOP_ENV: stop}), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+        for _ in range(1200):  # bounded: about 120 s
+            if _stopped(proc.pid) or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.assertTrue(_stopped(proc.pid), "the landing of %s never reached %s" % (handle, stop))
+        return proc
+
+    def finish(self, proc):
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=300)
+        return proc.returncode, out, err
+
+    def test_two_hosts_race_to_push_and_exactly_one_moves_the_remote(self):
+        canon2, env2, theirs = self.second_host()
+        mine, _ = self.make("mine", name="mine.txt", text="mine\n")
+        before = self.remote_main()
+        # both read origin's main (the same commit) for the last time, then wait right before git push
+        a = self.start(mine, self.canon, dict(self.env, COORD_RUNTIME_ID=self.rt["id"]), "before-push")
+        b = self.start(theirs, canon2, env2, "before-push")
+        rc, out, err = self.finish(a)
+        self.assertEqual(rc, 0, err)
+        won = json.loads(out)["landed"]
+        self.assertEqual(self.remote_main(), won)
+        rc, out, err = self.finish(b)
+        self.assertEqual(rc, 3, out + err)
+        self.assertEqual(self.remote_main(), won, "the second push replaced the first one's commit on origin")
+        self.assertIn("moved to %s while landing (expected %s); nothing was forced" % (won, before), err)
+        self.assertIn("--push origin", err)
+        record = support.work_record(env2, theirs)["data"]["landing"]
+        self.assertEqual((record["state"], record["remote_after"]), ("publish-refused", won))
+
+    def test_a_remote_rewound_under_the_landing_is_not_pushed_over(self):
+        upstream = self.advance_main("up.txt", "up\n")
+        mine, _ = self.make("mine", name="mine.txt", text="mine\n")
+        a = self.start(mine, self.canon, dict(self.env, COORD_RUNTIME_ID=self.rt["id"]), "before-push")
+        # meanwhile, someone rewinds origin's main by hand (a force push back to the first commit)
+        first = self.run_tool(self.origin, "git", "rev-parse", "refs/heads/main~1").strip()
+        self.run_tool(self.origin, "git", "update-ref", "refs/heads/main", first, upstream)
+        rc, out, err = self.finish(a)
+        self.assertEqual(rc, 3, out + err)
+        self.assertEqual(self.remote_main(), first, "the landing pushed over a rewound remote")
+        self.assertIn("moved to %s while landing (expected %s)" % (first, upstream), err)
