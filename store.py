@@ -1794,6 +1794,18 @@ class Store:
             return {"ok": False, "current": cur and cur["fence"], "holder": cur and (cur["handle"] or cur["runtime"]),
                     "held": lease is not None and lease[0] > now}
 
+    # -- the host of each work (issue 25, item 4): a clone, its tmux window and the shared checkout
+    # are on one host; another host's work is shown with its host and acted on only there
+
+    def work_hosts(self):
+        """{"spans": how many hosts this project's runtimes were recorded on, "works": {work id:
+        {"id", "name"}} of the host each work's recorded runtime (its creator or agent) ran on}."""
+        names = dict(self.q("SELECT id, name FROM hosts").fetchall())
+        spans = self.q("SELECT COUNT(DISTINCT host) FROM runtimes WHERE host IS NOT NULL").fetchone()[0]
+        rows = self.q("SELECT w.id, r.host FROM work w JOIN runtimes r ON r.id = w.runtime"
+                      " WHERE r.host IS NOT NULL").fetchall()
+        return {"spans": spans, "works": {wid: {"id": h, "name": names.get(h) or h} for wid, h in rows}}
+
     def resolve_runtime(self, token):
         """A runtime by exact handle or full UUID; prefixes never match."""
         kind, value = _identity_kind(token, "runtime")
