@@ -2460,8 +2460,9 @@ RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coo
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
     NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message."""
+    here = st.resolve_work(handle)  # another host's clone is not on this disk: say where it is first
+    refuse_other_host(st, here, "coord work resume %s" % here["handle"])
     w = _launchable(st, handle, caller)
-    refuse_other_host(st, w, "coord work resume %s" % w["handle"])
     authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
     recorded, recorded_harness = store.work_conversation(w)  # a wrapper's record first, else the window's
