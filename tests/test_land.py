@@ -1436,6 +1436,41 @@ class LandFencingTest(LandCase):
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(self.main(), json.loads(proc.stdout)["landed"])
 
+    def test_a_holder_paused_after_moving_its_target_does_not_push_once_fenced_off(self):
+        other = self.hello()["runtime"]
+        mine, _ = self.make("mine", name="mine.txt", text="mine\n")
+        theirs, _ = self.make("theirs", name="theirs.txt", text="theirs\n", runtime=other["id"])
+        before = self.remote_main()
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"], COORD_LEASE_TTL="1",
+                   **{land.LAND_STOP_ENV: "moved"})
+        first = subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", mine, "--into", "main",
+                                  "--push", "origin", "--check", "true", "--json"], cwd=self.canon, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: first.poll() is None and (first.kill(), first.wait()))
+        self.wait_for("the first landing stops after moving main", lambda: _stopped(first.pid))
+        moved = self.main()
+        self.assertNotEqual(moved, before)
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        lease = st.leases_of(self.rt["id"], ["integration/main"])[0]
+        self.wait_for("the first landing's lease lapses", lambda: time.time() > lease["expires_at"])
+        took = self.work("integrate", "acquire", theirs, "--into", "main", "--json", runtime=other["id"])
+        self.assertEqual(took.returncode, 0, took.stderr)
+        os.kill(first.pid, signal.SIGCONT)
+        out, err = first.communicate(timeout=300)
+        self.assertEqual(first.returncode, 3, out + err)
+        self.assertEqual(self.remote_main(), before, "the fenced-off landing pushed")
+        self.assertIn("so it did not push to origin", err)
+        self.assertIn("work integrate land %s --into main --push origin --check true" % mine, err)
+        self.assertEqual(self.record(mine)["data"]["landing"]["step"], "moved")
+        # once the lease is free, the re-run acquires it again (a new number) and publishes
+        self.assertEqual(self.work("integrate", "release", theirs, runtime=other["id"]).returncode, 0)
+        proc = self.land(mine, "--push", "origin", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.remote_main(), moved)
+        self.assertGreater(self.record(mine)["data"]["integration"]["candidate"]["fence"],
+                           json.loads(took.stdout)["fence"])
+
 
 class LandPushRaceTest(LandCase):
     """`land --push` is the cross-host integration point: its push carries the expected old value
