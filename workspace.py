@@ -2980,8 +2980,9 @@ def _inspect_verbose_lines(w, facts):
     integ = integration_of(w)
     cand = integ.get("candidate")
     if cand:
-        lines.append("candidate change %s commit %s (frozen by %s for %s)" % (
-            cand["change"], cand["commit"], cand["runtime"], cand["resource"]))
+        lines.append("candidate change %s commit %s (frozen by %s for %s%s)" % (
+            cand["change"], cand["commit"], cand["runtime"], cand["resource"],
+            ", fencing number %s" % cand["fence"] if cand.get("fence") is not None else ""))
     if integ.get("proof"):
         lines.append("proof: candidate is an ancestor of %s on %s" % (integ["proof"]["target"],
                                                                       integ["proof"]["into"]))
