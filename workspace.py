@@ -2874,7 +2874,10 @@ def listed_works(works, archived=False, everything=False):
 # to run there.
 
 def hosts_shown(st):
-    """{work id: host name} when the project spans more than one host, else {}."""
+    """{work id: host name} when the project spans more than one host, else {} (always on SQLite:
+    one host by definition, even when a sandbox gave a runtime a PID namespace of its own)."""
+    if getattr(st, "engine", "postgresql") == "sqlite":
+        return {}
     got = st.work_hosts()
     return {wid: h["name"] for wid, h in got["works"].items()} if got["spans"] > 1 else {}
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import uuid
 
 import support
@@ -3418,6 +3419,15 @@ print(json.dumps({"work": w["handle"], "host": st.host["id"]}))
         with self.assertRaises(store.Refused) as cm:
             workspace.resume_work(st, caller=me, handle=w["handle"], environ=self.env)
         self.assertEqual(cm.exception.hint, "on host far-host run: coord work resume %s" % w["handle"])
+        cli = support.load_install(support.COORD, name="coord_other_host")
+        ctx = types.SimpleNamespace(db=st, environ=self.env, verbose=False)
+        self.assertEqual(cli.nudge_withheld(ctx, me, w, {"id": 1, "body": "hi"}),
+                         "%s lives on host far-host, where its pane is; the message waits for its agent's next turn "
+                         "(to nudge, send from host far-host: coord send \"BODY\" --to %s --nudge)"
+                         % (w["handle"], w["handle"]))
+        _, data, text = workspace.cmd_work_list(ctx, types.SimpleNamespace(all=False, archived=False))
+        self.assertIn("  host far-host", text)
+        self.assertEqual([r.get("host") for r in data["work"]], ["far-host"])
         got = cleanup.gc_works(st, caller=me, environ=self.env)
         self.assertEqual(got["removed"], [])
         self.assertEqual([(k["handle"], k["reasons"][0]["next"]) for k in got["kept"]],
