@@ -344,10 +344,14 @@ def confirm_fence(st, w, caller, cand, what, rerun):
     got = st.confirm_fence(holder, cand["resource"], fence)
     if got["ok"]:
         return
-    by = (" by %s (fencing number %s)" % (got["holder"], got["current"])) if got.get("current") else ""
-    raise Refused("%s was acquired%s after the landing of %s took it (fencing number %s): its lease lapsed "
-                  "while the landing waited, so it did not %s"
-                  % (cand["resource"], by, w["handle"], fence, what),
+    if got.get("current") is not None and got["current"] != fence:
+        why = "%s was acquired by %s (fencing number %s) after the landing of %s took it (fencing number %s): " \
+              "its lease lapsed while the landing waited" % (cand["resource"], got["holder"], got["current"],
+                                                            w["handle"], fence)
+    else:
+        why = "the landing of %s no longer holds %s (fencing number %s): its lease was released or taken over" \
+              % (w["handle"], cand["resource"], fence)
+    raise Refused("%s, so it did not %s" % (why, what),
                   "once %s is free (coord work integrate queue), re-run: %s" % (cand["resource"], rerun),
                   reason="fenced", fence=fence, current=got.get("current"), holder=got.get("holder"))
 
