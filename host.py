@@ -48,7 +48,8 @@ HOST_OPS = frozenset("""
     overlapping conflicts write_conflicts peer_exclusive_leases claim leases_of renew release
     all_leases exclusive_claims_since send work_recipient open_messages unacked_counts inbox ack
     pending_context insert_work work resolve_work update_work works works_of_runtimes
-    audit_lines audit_story runtimes_of
+    audit_lines audit_story runtimes_of claim_integration integration_fence confirm_fence
+    work_hosts
 """.split())
 TRANSACTION_OPS = frozenset(["begin", "commit", "rollback", "ping"])
 CLOCK_EVERY = 300.0  # seconds between two measurements of the server's clock

@@ -25,7 +25,7 @@ import re
 import sqlite3
 import time
 
-SCHEMA_VERSION = 3  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
+SCHEMA_VERSION = 4  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
 DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
 DEFAULT_RUNTIME_TTL = 4 * 3600.0  # seconds a runtime stays live without a heartbeat
 BUSY_TIMEOUT = 30.0              # CLI wait for a locked database (writers queue at the gate)
@@ -1047,6 +1047,18 @@ _MIGRATIONS = {
             lease_delay REAL NOT NULL
         )""",
     ],
+    # Integration fencing (issue 25, item 4): one row per integration/<bookmark> lease, whose
+    # fence strictly increases each time a runtime newly acquires that lease (taken in the same
+    # transaction as the claim); a landing records its number and checks it before it moves the
+    # target, pushes or proves.
+    4: [
+        """CREATE TABLE fences (
+            resource TEXT PRIMARY KEY,
+            fence INTEGER NOT NULL,
+            runtime TEXT NOT NULL,
+            at REAL NOT NULL
+        )""",
+    ],
 }
 
 
@@ -1057,7 +1069,7 @@ _MIGRATIONS = {
 # know); the newest migration applied is kept in meta under SCHEMA_APPLIED_KEY. So an agent in
 # a clone still running the previous release keeps working after the shared checkout installs
 # a release whose migrations are all additive (DESIGN.md, "Upgrades").
-ADDITIVE_MIGRATIONS = frozenset({2, 3})
+ADDITIVE_MIGRATIONS = frozenset({2, 3, 4})
 SCHEMA_APPLIED_KEY = "schema.applied"
 
 
@@ -1746,6 +1758,66 @@ class Store:
         for h in out:
             h["state"] = self.host_state(h["id"], now)
         return out
+
+    # -- integration fencing (issue 25, item 4): the fencing number of integration/<bookmark>
+
+    def claim_integration(self, runtime_id, resource, purpose="", ttl=None, now=None):
+        """Claim the exclusive integration lease `resource` and take its fencing number in the
+        same transaction: the number goes up by one whenever the lease is newly acquired (the
+        runtime did not hold it unexpired, or another runtime took a number since) and stays
+        when the holder only renews it. -> {"fence", "new": whether it went up, "leases"}."""
+        now = _now(now)
+        with self.transaction():
+            held = self.q("SELECT 1 FROM leases WHERE resource = ? AND runtime = ? AND expires_at > ?",
+                          (resource, runtime_id, now)).fetchone() is not None
+            leases = self.claim(runtime_id, [resource], "exclusive", purpose, ttl=ttl, now=now)
+            row = self.q("SELECT fence, runtime FROM fences WHERE resource = ?", (resource,)).fetchone()
+            if row is not None and held and row[1] == runtime_id:
+                return {"fence": row[0], "new": False, "leases": leases}
+            fence = (row[0] if row is not None else 0) + 1
+            self.conn.execute(
+                "INSERT INTO fences (resource, fence, runtime, at) VALUES (?, ?, ?, ?) ON CONFLICT (resource)"
+                " DO UPDATE SET fence = excluded.fence, runtime = excluded.runtime, at = excluded.at",
+                (resource, fence, runtime_id, now))
+            self.audit("integration.fenced", runtime_id, resource, now, fence=fence)
+            return {"fence": fence, "new": True, "leases": leases}
+
+    def integration_fence(self, resource):
+        """{"fence", "runtime", "handle", "at"} of the last acquisition of `resource`, or None."""
+        row = self.q("SELECT f.fence, f.runtime, r.handle, f.at FROM fences f LEFT JOIN runtimes r ON r.id = f.runtime"
+                     " WHERE f.resource = ?", (resource,)).fetchone()
+        return None if row is None else dict(zip(("fence", "runtime", "handle", "at"), row))
+
+    def confirm_fence(self, holder_id, resource, fence, now=None):
+        """Just before a landing moves a target, pushes or proves: is `fence` still the current
+        number of `resource`, with `holder_id` still holding the lease (its row not lost to
+        anyone)? Then the lease is extended by its TTL (a holder that only paused, with nobody
+        taking the lease meanwhile, keeps it) and {"ok": True}; else {"ok": False, "current",
+        "holder" (handle of the last acquirer), "held": whether holder_id still has the lease}."""
+        now = _now(now)
+        with self.transaction():
+            cur = self.integration_fence(resource)
+            lease = self.q("SELECT expires_at, ttl FROM leases WHERE resource = ? AND runtime = ?",
+                           (resource, holder_id)).fetchone()
+            ok = cur is not None and cur["fence"] == fence and lease is not None
+            if ok:
+                self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ?) WHERE resource = ? AND runtime = ?",
+                                  (now + lease[1], resource, holder_id))
+                return {"ok": True, "current": fence}
+            return {"ok": False, "current": cur and cur["fence"], "holder": cur and (cur["handle"] or cur["runtime"]),
+                    "held": lease is not None and lease[0] > now}
+
+    # -- the host of each work (issue 25, item 4): a clone, its tmux window and the shared checkout
+    # are on one host; another host's work is shown with its host and acted on only there
+
+    def work_hosts(self):
+        """{"spans": how many hosts this project's runtimes were recorded on, "works": {work id:
+        {"id", "name"}} of the host each work's recorded runtime (its creator or agent) ran on}."""
+        names = dict(self.q("SELECT id, name FROM hosts").fetchall())
+        spans = self.q("SELECT COUNT(DISTINCT host) FROM runtimes WHERE host IS NOT NULL").fetchone()[0]
+        rows = self.q("SELECT w.id, r.host FROM work w JOIN runtimes r ON r.id = w.runtime"
+                      " WHERE r.host IS NOT NULL").fetchall()
+        return {"spans": spans, "works": {wid: {"id": h, "name": names.get(h) or h} for wid, h in rows}}
 
     def resolve_runtime(self, token):
         """A runtime by exact handle or full UUID; prefixes never match."""
@@ -4233,6 +4305,7 @@ COPY_TABLES = (  # (table, key columns for the order, every column)
                     "token", "created_at", "updated_at", "data")),
     ("audit", "id", ("id", "at", "event", "runtime", "subject", "data")),
     ("turns", "runtime", ("runtime", "state", "at", "began")),
+    ("fences", "resource", ("resource", "fence", "runtime", "at")),
 )
 _ID_TABLES = ("messages", "audit")  # AUTOINCREMENT / identity: their next ID is copied too
 

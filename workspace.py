@@ -2460,6 +2460,8 @@ RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coo
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
     NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message."""
+    here = st.resolve_work(handle)  # another host's clone is not on this disk: say where it is first
+    refuse_other_host(st, here, "coord work resume %s" % here["handle"])
     w = _launchable(st, handle, caller)
     authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
@@ -2864,11 +2866,47 @@ def listed_works(works, archived=False, everything=False):
     return shown, len(works) - len(shown)
 
 
+# --------------------------------------------------------------------------- hosts of works
+# (issue 25, item 4) A clone, its tmux window and the shared checkout it lands into are on one
+# host. `work list` and `status` name each work's host once the project spans more than one; a
+# SQLite project is one host by definition. cleanup (remove, gc), resume and nudge act only on
+# works of their own host and, for another host's work, refuse naming the host and the command
+# to run there.
+
+def hosts_shown(st):
+    """{work id: host name} when the project spans more than one host, else {} (always on SQLite:
+    one host by definition, even when a sandbox gave a runtime a PID namespace of its own)."""
+    if getattr(st, "engine", "postgresql") == "sqlite":
+        return {}
+    got = st.work_hosts()
+    return {wid: h["name"] for wid, h in got["works"].items()} if got["spans"] > 1 else {}
+
+
+def other_host(st, w):
+    """The host record {"id", "name"} of w when it lives on another host than this process's, else
+    None (always None on SQLite: one host)."""
+    if getattr(st, "engine", "postgresql") == "sqlite":
+        return None
+    h = st.work_hosts()["works"].get(w["id"])
+    here = st.host["id"] if getattr(st, "host", None) else store.host_identity()["id"]
+    return h if h and h["id"] != here else None
+
+
+def refuse_other_host(st, w, command):
+    """Refused when w lives on another host: its clone and tmux window are there, not here."""
+    h = other_host(st, w)
+    if h:
+        raise Refused("work %s lives on host %s (its clone, tmux window and shared checkout are there, not on %s)"
+                      % (w["handle"], h["name"], store.host_identity()["name"]),
+                      "on host %s run: %s" % (h["name"], command), reason="other-host", host=h["name"])
+
+
 def cmd_work_list(ctx, args):
     st = ctx.db
     works, hidden = listed_works(st.works(include_removed=args.all), args.archived, args.all)
     lines = []
     out = []
+    on_host = hosts_shown(st)
     grace = store.env_number(ctx.environ, "COORD_REGISTER_GRACE", REGISTER_GRACE, (0.0, 86400.0))
     for w in works:
         cut = interrupted(st, w)
@@ -2878,10 +2916,14 @@ def cmd_work_list(ctx, args):
         unregistered = not cut and not_registered(w, grace)
         if unregistered:
             line += "  " + UNREGISTERED
+        if w["id"] in on_host:
+            line += "  host %s" % on_host[w["id"]]
         if ctx.verbose:
             line += "  id=%s path=%s" % (w["id"], w["path"])
         lines.append(line)
         rec = public_work(w, st)
+        if w["id"] in on_host:
+            rec["host"] = on_host[w["id"]]
         if cut:
             rec["interrupted"] = True
         if unregistered:
@@ -2941,8 +2983,9 @@ def _inspect_verbose_lines(w, facts):
     integ = integration_of(w)
     cand = integ.get("candidate")
     if cand:
-        lines.append("candidate change %s commit %s (frozen by %s for %s)" % (
-            cand["change"], cand["commit"], cand["runtime"], cand["resource"]))
+        lines.append("candidate change %s commit %s (frozen by %s for %s%s)" % (
+            cand["change"], cand["commit"], cand["runtime"], cand["resource"],
+            ", fencing number %s" % cand["fence"] if cand.get("fence") is not None else ""))
     if integ.get("proof"):
         lines.append("proof: candidate is an ancestor of %s on %s" % (integ["proof"]["target"],
                                                                       integ["proof"]["into"]))

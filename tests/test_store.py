@@ -2327,3 +2327,58 @@ class PgPooledTest(PgSecurityCase):
         self.assertEqual([l["resource"] for l in st.claim(rt, ["g"])], ["g"])
         with st.snapshot():
             self.assertEqual(st.conn.execute("SELECT count(*) FROM leases").fetchone()[0], 1)
+
+class IntegrationFenceTest(StoreCase):
+    """integration/<bookmark> carries a fencing number (issue 25, item 4): it goes up by one
+    every time the lease is newly acquired, in the claim's own transaction, and a holder whose
+    number is no longer current (the lease lapsed and another took it) is told so."""
+
+    def test_the_number_goes_up_on_every_new_acquisition_and_stays_on_a_renewal(self):
+        a, b = self.rt(), self.rt()
+        res = "integration/main"
+        first = self.st.claim_integration(a, res, "land x")
+        self.assertEqual((first["fence"], first["new"]), (1, True))
+        self.assertEqual(self.st.claim_integration(a, res)["fence"], 1)  # a renewal, not an acquisition
+        self.assertEqual(self.st.confirm_fence(a, res, 1), {"ok": True, "current": 1})
+        self.st.release(a, [res])
+        got = self.st.claim_integration(b, res)
+        self.assertEqual((got["fence"], got["new"]), (2, True))
+        self.st.release(b, [res])
+        self.assertEqual(self.st.claim_integration(a, res)["fence"], 3)  # a again: a new acquisition
+        self.assertEqual(self.st.integration_fence(res)["runtime"], a)
+        self.assertEqual(self.st.claim_integration(a, "integration/dev")["fence"], 1)  # one counter per lease
+        self.assertEqual([json.loads(l)["data"]["fence"] for l in self.st.audit_lines()
+                          if json.loads(l)["event"] == "integration.fenced"], [1, 2, 3, 1])
+
+    def test_a_holder_whose_lease_lapsed_and_was_taken_is_fenced_off(self):
+        a, b = self.rt(), self.rt()
+        res = "integration/main"
+        now = time.time()
+        fence = self.st.claim_integration(a, res, ttl=1, now=now - 5)["fence"]
+        # a paused past its lease's expiry; nobody took the lease: it is still a's, renewed
+        self.assertEqual(self.st.confirm_fence(a, res, fence, now=now)["ok"], True)
+        self.assertEqual(self.st.leases_of(a, [res])[0]["expires_at"], now + 1)
+        later = now + 5  # a paused again, past the renewed expiry: b takes the lease
+        taken = self.st.claim_integration(b, res, ttl=1, now=later)
+        self.assertEqual(taken["fence"], fence + 1)
+        got = self.st.confirm_fence(a, res, fence, now=later)
+        self.assertFalse(got["ok"])
+        self.assertEqual((got["current"], got["held"]), (fence + 1, False))
+        self.assertEqual(got["holder"], self.st.runtime(b)["handle"])
+        self.assertEqual(self.st.confirm_fence(b, res, fence + 1, now=later)["ok"], True)
+        # b's lease lapses, a re-acquires: a new number, and b is fenced off in turn
+        latest = later + 5
+        self.assertEqual(self.st.claim_integration(a, res, now=latest)["fence"], fence + 2)
+        self.assertFalse(self.st.confirm_fence(b, res, fence + 1, now=latest)["ok"])
+
+    def test_a_failed_claim_takes_no_number(self):
+        a, b = self.rt(), self.rt()
+        res = "integration/main"
+        self.st.claim_integration(a, res)
+        with self.assertRaises(Refused):
+            self.st.claim_integration(b, res)
+        self.assertEqual(self.st.integration_fence(res)["fence"], 1)
+
+
+class PgIntegrationFenceTest(PostgresEngine, IntegrationFenceTest):
+    pass

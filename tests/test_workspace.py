@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
+import uuid
 
 import support
 from support import CoordTestCase
@@ -3359,3 +3361,75 @@ class ReadmeRecoveryTest(TmuxWorkCase):
         proc = self.work("start", handle)
         self.assertEqual(proc.returncode, 3, "no second agent in a clone where one works")
         self.work("remove", done, "--confirm", done, check=0)
+
+
+class OtherHostWorkTest(support.CoordTestCase):
+    """A PostgreSQL project across hosts (issue 25, item 4): a work made on another host (here a
+    process in its own PID namespace: another host for coord) is listed with its host, and this
+    host's remove, gc and resume refuse it naming that host and the command to run there."""
+
+    MAKER = r"""
+import sys, json
+sys.path.insert(0, sys.argv[1])
+import store
+st = store.Store(pg={"dsn": sys.argv[2], "project": sys.argv[3]})
+st.host_beat(reap=False)  # as that host's host process does before its first client
+rt = st.register(conversation="conv-elsewhere", harness="claude")
+with st.transaction():
+    w = st.insert_work("far away", "active", "tok", path="/nonexistent/clone", source="/nonexistent/canon",
+                       runtime=rt["id"])
+print(json.dumps({"work": w["handle"], "host": st.host["id"]}))
+"""
+
+    def setUp(self):
+        super().setUp()
+        server, psycopg = support.require_postgres(self)
+        support.require_tool(self, "unshare")
+        self.dsn, self.project = server.dsn(), "pgtest-%s" % uuid.uuid4().hex[:12]
+        self.addCleanup(self._drop, psycopg)
+
+    def _drop(self, psycopg):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+
+    def test_another_host_s_work_is_shown_with_its_host_and_not_acted_on_here(self):
+        st = store.Store(pg={"dsn": self.dsn, "project": self.project})
+        self.addCleanup(st.close)
+        me = st.register(conversation="conv-here", harness="claude")
+        env = dict(self.env, COORD_HOST_NAME="far-host",
+                   PYTHONPATH=os.pathsep.join([support.ROOT, support.psycopg_dir()]))
+        ns = ["unshare", "--pid", "--mount", "--fork", "--mount-proc"]
+        probe = subprocess.run(ns + ["true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        if probe.returncode != 0:
+            if os.environ.get("CI") == "true":
+                self.fail("cannot make a PID namespace: %s" % probe.stderr.strip()[-200:])
+            self.skipTest("cannot make a PID namespace here: %s" % probe.stderr.strip()[-200:])
+        proc = subprocess.run(ns + [sys.executable, "-c", self.MAKER, support.ROOT, self.dsn, self.project], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        made = json.loads(proc.stdout)
+        self.assertNotEqual(made["host"], st.host["id"])
+        w = st.resolve_work(made["work"])
+        self.assertEqual(workspace.hosts_shown(st), {w["id"]: "far-host"})
+        with self.assertRaises(store.Refused) as cm:
+            cleanup.remove_work(st, caller=me, handle=w["handle"], confirm=w["handle"])
+        self.assertIn("lives on host far-host", cm.exception.message)
+        self.assertEqual(cm.exception.hint, "on host far-host run: coord work remove %s --confirm %s"
+                         % (w["handle"], w["handle"]))
+        with self.assertRaises(store.Refused) as cm:
+            workspace.resume_work(st, caller=me, handle=w["handle"], environ=self.env)
+        self.assertEqual(cm.exception.hint, "on host far-host run: coord work resume %s" % w["handle"])
+        cli = support.load_install(support.COORD, name="coord_other_host")
+        ctx = types.SimpleNamespace(db=st, environ=self.env, verbose=False)
+        self.assertEqual(cli.nudge_withheld(ctx, me, w, {"id": 1, "body": "hi"}),
+                         "%s lives on host far-host, where its pane is; the message waits for its agent's next turn "
+                         "(to nudge, send from host far-host: coord send \"BODY\" --to %s --nudge)"
+                         % (w["handle"], w["handle"]))
+        _, data, text = workspace.cmd_work_list(ctx, types.SimpleNamespace(all=False, archived=False))
+        self.assertIn("  host far-host", text)
+        self.assertEqual([r.get("host") for r in data["work"]], ["far-host"])
+        got = cleanup.gc_works(st, caller=me, environ=self.env)
+        self.assertEqual(got["removed"], [])
+        self.assertEqual([(k["handle"], k["reasons"][0]["next"]) for k in got["kept"]],
+                         [(w["handle"], "on host far-host run: coord work gc")])
+        self.assertEqual(st.work(w["id"])["state"], "active")
