@@ -3401,7 +3401,7 @@ print(json.dumps({"work": w["handle"], "host": st.host["id"]}))
         ns = ["unshare", "--pid", "--mount", "--fork", "--mount-proc"]
         probe = subprocess.run(ns + ["true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
         if probe.returncode != 0:
-            if os.environ.get("CI") == "true":
+            if support.IN_CI:
                 self.fail("cannot make a PID namespace: %s" % probe.stderr.strip()[-200:])
             self.skipTest("cannot make a PID namespace here: %s" % probe.stderr.strip()[-200:])
         proc = subprocess.run(ns + [sys.executable, "-c", self.MAKER, support.ROOT, self.dsn, self.project], env=env,
