@@ -223,3 +223,24 @@ class HostLifecycleTest(HostCase):
         self.assertTrue(again["running"])
         self.assertNotEqual(again["pid"], first["pid"])
         self.assertNotEqual(self.supervisor_pid(), supervisor)
+
+
+class ReapTimerTest(HostCase):
+    """On PostgreSQL the host process reaps the project on a timer (Server.keep_reaping): a
+    runtime whose process died is ended without any operation touching its leases."""
+
+    AUTO_START = False
+
+    def test_a_dead_runtime_is_reaped_by_the_timer(self):
+        self.proc = self.start_host("--reap-every", "0.05")
+        a = self.remote()
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        rt = a.register(harness="x", pid=proc.pid)
+        a.claim(rt["id"], ["src/a.py"])
+        proc.kill()
+        proc.wait()
+        support.retry_until(lambda: a.runtime(rt["id"])["end_reason"] == "process-gone", timeout=60)
+        self.assertEqual(a.leases_of(rt["id"]), [])
+        self.assertGreaterEqual(a.client.call("ping")["reaps"], 1)

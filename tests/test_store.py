@@ -1729,6 +1729,12 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
     # write waits only for a rowcount or a RETURNING; COMMIT is one): each read in the middle is one.
     BASELINE = {"claim": 7, "claim again": 7, "refused claim": 4, "renew": 8, "release": 3,
                 "heartbeat": 2, "send": 8, "write decision": 2}
+    # Now (docs/postgresql.md, "Round trips"): the reaps on the host process's timer
+    # (reap_on_timer), each operation's reads sent with BEGIN in one wait (prefetch), a final
+    # read that comes back with COMMIT (execute_at_commit), a message ID drawn with the reads,
+    # a snapshot's COMMIT and a refusal's ROLLBACK not waited for.
+    NOW = {"claim": 2, "claim again": 2, "refused claim": 1, "renew": 2, "release": 2,
+           "heartbeat": 2, "send": 2, "write decision": 1, "register": 4}
 
     def trips(self, fn, *args, **kw):
         before = self.st.conn.round_trips
@@ -1747,5 +1753,46 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
                "release": self.trips(self.st.release, a, ["src/x.py"]),
                "heartbeat": self.trips(self.st.heartbeat, a),
                "send": self.trips(self.st.send, a, "hello", b),
-               "write decision": self.trips(self.st.write_conflicts, b, ["src/x.py"])}
-        self.assertEqual(got, self.BASELINE)
+               "write decision": self.trips(self.st.write_conflicts, b, ["src/x.py"]),
+               "register": self.trips(self.st.register, conversation="conv-new", harness="x")}
+        self.assertEqual(got, self.NOW)
+
+
+class PgReapOffTheHotPathTest(PostgresEngine, StoreCase):
+    """On PostgreSQL a hot operation does not scan the project for the dead (the host process
+    reaps on a timer, test_host.ReapTimerTest); it reaps only what it touches, and a reader
+    judges expiry and liveness itself, so what is not reaped yet blocks nobody."""
+
+    def statements(self, fn, *args, **kw):
+        seen = []
+        self.st.conn.set_trace_callback(seen.append)
+        try:
+            fn(*args, **kw)
+        finally:
+            self.st.conn.set_trace_callback(None)
+        return seen
+
+    def test_no_hot_operation_scans_every_runtime_or_every_expired_lease(self):
+        a, b = self.rt(), self.rt()
+        t0 = time.time()
+        self.st.claim(b, ["elsewhere"], ttl=1, now=t0 - 10)  # expired, on a name nobody touches below
+        ops = [(self.st.claim, (a, ["src/x.py"]), {}), (self.st.renew, (a,), {}), (self.st.heartbeat, (a,), {}),
+               (self.st.send, (a, "hi", b), {}), (self.st.release, (a, ["src/x.py"]), {}),
+               (self.st.register, (), {"conversation": "conv-r", "harness": "x"})]
+        for fn, args, kw in ops:
+            with self.subTest(op=fn.__name__):
+                for sql in self.statements(fn, *args, **kw):
+                    self.assertNotIn("FROM runtimes WHERE ended_at IS NULL", sql)
+                    self.assertNotIn("WHERE l.expires_at <= ?", sql)
+        self.assertEqual([l["resource"] for l in self.st.leases_of(b)], ["elsewhere"], "left for the timer")
+        self.assertEqual(self.st.conflicts(["elsewhere"], as_runtime=a), [], "expired: blocks nobody")
+        self.st.claim(a, ["elsewhere"])
+        self.st.reap()
+        self.assertEqual(self.st.leases_of(b), [])
+        self.assertIn("lease.expired", [json.loads(l)["event"] for l in self.st.audit_lines()])
+
+    def test_sqlite_still_reaps_inline(self):
+        self.assertTrue(self.st.reap_on_timer)
+        lite = store.Store(self.db)
+        self.addCleanup(lite.close)
+        self.assertFalse(lite.reap_on_timer)
