@@ -1462,6 +1462,8 @@ class Store:
                 raise EnvError("database %s has schema v%d, newer than this coord (v%d)"
                                % (self.path, version, SCHEMA_VERSION), upgrade_hint())
             applied = self._applied(version)
+            for statement in PG_FUNCTIONS:
+                self.conn.execute_ddl(statement)
             if applied >= SCHEMA_VERSION:
                 return
             for target in range(applied + 1, SCHEMA_VERSION + 1):
@@ -1588,6 +1590,8 @@ class Store:
     def usable_runtime(self, runtime_id, now=None):
         """The runtime record if it may act (renew, release, claim, ack); else a clear refusal."""
         rt = self.runtime(runtime_id)
+        if rt is not None and self.engine == "postgresql":
+            _PG_KNOWN.remember(self.conn.schema, rt)
         if rt is None:
             raise Refused("no runtime %s" % runtime_id, "register with coord hello")
         if rt["superseded_by"]:
@@ -2082,6 +2086,52 @@ class Store:
                 pass  # not a runtime's name: send reads what it is as it always has
         return reads + [("SELECT nextval(pg_get_serial_sequence('messages', 'id'))", ())]
 
+    # A claim in one wait (PostgreSQL). The common claim finds its caller usable and no lease
+    # of anyone else on or around its names, and nothing expired there: the whole claim is then
+    # BEGIN, the lock, the writes, the final read and COMMIT, which need no answer before they
+    # are sent. So it runs claim's own code (_claim) on those assumed reads, and sends before
+    # its writes coord_expect(<the server holds exactly that>): one wait. When the guess is
+    # wrong (a peer's lease there, something expired, the caller ended or unknown to this
+    # process) the server rolls all of it back and _claim runs again on what the server holds.
+    # The caller's record (its pid and harness never change) comes from an earlier read
+    # (_PG_KNOWN), and its pid is judged here, as ever, by this host.
+
+    def _claim_in_one_wait(self, runtime_id, resources, mode, purpose, ttl, now):
+        row = _PG_KNOWN.row(self.conn.schema, runtime_id)
+        if row is None:
+            return None
+        assumed_row = row[:9] + (now, None, None, None)  # heartbeat_at (checked below), ended_at, end_reason, superseded_by
+        rt = self._row_runtime(assumed_row)
+        if rt["pid"]:
+            if not process_alive(rt["pid"], rt["pid_start"]):
+                return None
+        clocked = not rt["pid"] and rt["harness"] not in _UNCLOCKED
+        kept = rt["pid"] is not None or rt["harness"] == PARKED  # its expired leases stay (_reap)
+        assumed = {self._runtime_read(runtime_id): [assumed_row], (self._LEASES_OF, (runtime_id,)): []}
+        around, params = [], []
+        for name in resources:
+            for lapsed in (False, True):
+                sql, p = self._overlapping_read(name, now, lapsed)
+                assumed[(sql, tuple(p))] = []
+            names = ancestors(name)
+            around.append("resource IN (%s) OR (resource > ? AND resource < ?)" % ",".join("?" * len(names)))
+            params += names + [name + "/", name + "0"]
+        sql = ("SELECT coord_expect(EXISTS (SELECT 1 FROM runtimes WHERE id = ? AND ended_at IS NULL AND superseded_by"
+               " IS NULL AND pid IS NOT DISTINCT FROM ? AND pid_start IS NOT DISTINCT FROM ? AND harness = ?"
+               " AND (NOT ? OR heartbeat_at + ? > ?))"
+               " AND NOT EXISTS (SELECT 1 FROM leases WHERE (%s) AND (runtime <> ? OR expires_at <= ?))"
+               " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?)))"
+               % " OR ".join(around))
+        params = [runtime_id, rt["pid"], rt["pid_start"], rt["harness"], clocked, self.runtime_ttl, now] + \
+            params + [runtime_id, now, kept, runtime_id, now]
+        try:
+            return self._claim(runtime_id, resources, mode, purpose, ttl, now, expect=(sql, params, assumed))
+        except EnvError:
+            if not self.conn.expectation_failed:
+                raise
+            self.conn.expectation_failed = False
+            return None
+
     def _leases_at_commit(self, runtime_id, resources):
         """leases_of(runtime_id, resources) as this transaction leaves them, for its caller:
         -> a function returning them once the transaction has committed. PostgreSQL sends the
@@ -2412,7 +2462,16 @@ class Store:
         ttl = self.lease_ttl if ttl is None else check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
         now = _now(now)
         resources = unique(resources)
+        if self.engine == "postgresql" and not self.conn.in_transaction:
+            done = self._claim_in_one_wait(runtime_id, resources, mode, purpose, ttl, now)
+            if done is not None:
+                return done
+        return self._claim(runtime_id, resources, mode, purpose, ttl, now)
+
+    def _claim(self, runtime_id, resources, mode, purpose, ttl, now, expect=None):
         with self.transaction():
+            if expect is not None:  # _claim_in_one_wait's assumption, checked by the server
+                self.conn.expect(*expect)
             self._prefetch(self._claim_reads, runtime_id, resources, now)
             self.usable_runtime(runtime_id, now)
             self._reap_inline(now, resources, runtime_id)
@@ -3391,6 +3450,18 @@ def _pg_scalar_extrema(sql):
 
 _PG_EXTREMA = Pattern(r"\b(max|min)\(")
 
+# The one server-side function (issue 25, "Round trips"): coord_expect(ok) raises SQLSTATE
+# PG_EXPECT_STATE unless ok. A speculative operation (Store._claim_in_one_wait) sends it with
+# the condition its assumed reads hold, before its writes, so that a wrong guess aborts the
+# whole transaction on the server. Installed by the first Store of a process (_pg_migrate), in
+# the project's schema, with CREATE OR REPLACE: not a migration, both engines keep one schema.
+PG_EXPECT_STATE = "P0C01"
+PG_FUNCTIONS = (
+    "CREATE OR REPLACE FUNCTION coord_expect(ok boolean) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN"
+    " IF ok IS NOT TRUE THEN RAISE EXCEPTION 'coord: a speculative operation guessed wrong'"
+    " USING ERRCODE = '%s'; END IF; RETURN true; END $$" % PG_EXPECT_STATE,
+)
+
 
 def pg_sql(sql):
     """A statement of this module in PostgreSQL's dialect (cached)."""
@@ -3404,6 +3475,33 @@ def pg_sql(sql):
             done += " RETURNING id"
         _PG_SQL[sql] = done
     return done
+
+
+class _PgKnown:
+    """Runtime records this process has read ({(schema, id): row}), for what never changes in
+    them (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at): what
+    _claim_in_one_wait assumes, and the server checks. Bounded; a lost entry costs one wait."""
+    LIMIT = 4096
+
+    def __init__(self):
+        import threading
+        self.rows = {}
+        self.lock = threading.Lock()
+
+    def remember(self, schema, rt):
+        row = tuple(rt[k] for k in ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start",
+                                    "cwd", "started_at"))
+        with self.lock:
+            if len(self.rows) >= self.LIMIT:
+                self.rows.clear()
+            self.rows[(schema, rt["id"])] = row
+
+    def row(self, schema, runtime_id):
+        with self.lock:
+            return self.rows.get((schema, runtime_id))
+
+
+_PG_KNOWN = _PgKnown()
 
 
 class _PgCursor:
@@ -3508,6 +3606,10 @@ class _PgConnection:
         import threading
         self.thread = threading.get_ident
         self.owner = threading.get_ident()  # one connection, one thread: as a sqlite3 connection
+        # No automatic prepared statements: a PREPARE pipelined behind a statement that fails (a
+        # speculation the server refuses, _claim_in_one_wait) is skipped by the server, while
+        # psycopg counts it prepared ("prepared statement _pg3_3 does not exist" next time).
+        self.raw.prepare_threshold = None
         self._quoted = '"%s"' % self.schema.replace('"', '""')
         self.raw.execute("SET search_path TO %s" % self._quoted)
 
@@ -3550,8 +3652,12 @@ class _PgConnection:
         try:
             for sql, params in reads:
                 params = tuple(params)
+                if self.seeded and (sql, params) in self.cache:
+                    continue  # an expectation's assumed rows (expect): the server checks them
                 self._check_params(params)
                 sent.append(((sql, params), self.raw.execute(pg_sql(sql), params)))
+            if not sent:
+                return None
             self.round_trips += 1
             self.pipe.sync()
             for key, cur in sent:
@@ -3559,6 +3665,22 @@ class _PgConnection:
         except self.psycopg.Error as exc:
             raise self._error(exc) from exc
         return self.cache[sent[-1][0]]
+
+    seeded = False  # this transaction's cache holds assumed rows (expect)
+
+    def expect(self, sql, params, assumed):
+        """Speculate: `assumed` ({(sql, params): rows}) answers those reads in this write
+        transaction without asking the server, and `sql` (a SELECT of coord_expect(...), sent
+        now, before any write) makes the server check that they are what it holds: if not, it
+        raises, everything after it is skipped, and COMMIT fails with expectation_failed set."""
+        params = tuple(params)
+        self._check_params(params)
+        try:
+            self.raw.execute(pg_sql(sql), params)
+        except self.psycopg.Error as exc:
+            raise self._error(exc) from exc
+        self.cache.update(assumed)
+        self.seeded = True
 
     def execute_at_commit(self, sql, params=()):
         """A read sent now, inside a write transaction, whose rows arrive with COMMIT's reply
@@ -3580,8 +3702,11 @@ class _PgConnection:
                 raise UsageError("text holding a NUL character cannot be stored (PostgreSQL text)",
                                  "leave the NUL character out")
 
+    expectation_failed = False  # the last error was coord_expect's (_claim_in_one_wait): not a fault
+
     def _error(self, exc):
         self.failed = True
+        self.expectation_failed = getattr(exc, "sqlstate", None) == PG_EXPECT_STATE
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if isinstance(exc, self.psycopg.OperationalError):
             return EnvError("the PostgreSQL server cannot be reached (%s): %s" % (self.where, first),
@@ -3641,7 +3766,7 @@ class _PgConnection:
                 self.pipe = self._pipe_cm.__enter__()
             self.txn = "write" if write else "read"
             self.cache = {}
-            self.failed = False
+            self.failed = self.seeded = self.expectation_failed = False
             if write:
                 self.raw.execute("BEGIN")
                 self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
@@ -3674,18 +3799,34 @@ class _PgConnection:
         try:
             self.round_trips += 1
             self.raw.execute("COMMIT")
-            self.txn = self.cache = None
-            if self.pipe is not None:
-                self.pipe.sync()
-                cm, self.pipe, self._pipe_cm = self._pipe_cm, None, None
-                cm.__exit__(None, None, None)
         except self.psycopg.Error as exc:
+            self.failed = True
             self.rollback()
             raise self._error(exc) from exc
+        if self.pipe is not None:
+            try:
+                self.pipe.sync()
+            except self.psycopg.Error as exc:
+                # The sync brought the error (a failed expectation, _claim_in_one_wait, among
+                # them): the server skipped the rest up to it, COMMIT too, and waits for a
+                # ROLLBACK, which is sent and not waited for.
+                err = self._error(exc)
+                self.txn = self.cache = None
+                self.failed = False
+                try:
+                    self.raw.execute("ROLLBACK")
+                except self.psycopg.Error:
+                    self._end_pipe()
+                raise err from exc
+            cm, self.pipe, self._pipe_cm = self._pipe_cm, None, None
+            cm.__exit__(None, None, None)
+        self.txn = self.cache = None
 
     failed = False  # the server reported an error in this transaction (its pipeline waits for a sync)
 
     def rollback(self):
+        if self.pipe is not None and self.txn is None:
+            return  # nothing open: the COMMIT or ROLLBACK sent last ended it
         if self.pipe is not None and self.txn is not None and not self.failed:
             # Nothing went wrong on the server (a refusal, or an error in this process): the
             # ROLLBACK is sent (psycopg sends at once, so the lock is let go as soon as it
