@@ -3780,6 +3780,7 @@ class _PgConnection:
         self.txn = self.cache = None
         cm, self.pipe, self._pipe_cm = self._pipe_cm, None, None
         if cm is not None:
+            self.round_trips += 1  # leaving the pipeline syncs it
             try:
                 cm.__exit__(None, None, None)
             except self.psycopg.Error:
@@ -3818,8 +3819,8 @@ class _PgConnection:
                 except self.psycopg.Error:
                     self._end_pipe()
                 raise err from exc
-            cm, self.pipe, self._pipe_cm = self._pipe_cm, None, None
-            cm.__exit__(None, None, None)
+            # The pipeline stays open for the next transaction: leaving it sends a Sync of its
+            # own and waits for it (psycopg's Pipeline.__exit__), one more round trip each time.
         self.txn = self.cache = None
 
     failed = False  # the server reported an error in this transaction (its pipeline waits for a sync)
