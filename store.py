@@ -1892,7 +1892,15 @@ class Store:
             last = beat_time(row[0]) if row else None
             if row and now - last < min_interval and now >= last:
                 return False
+        if self.engine == "postgresql" and not self.conn.in_transaction:
+            if self._heartbeat_in_one_wait(runtime_id, now):
+                return True
+        return self._heartbeat(runtime_id, now)
+
+    def _heartbeat(self, runtime_id, now, expect=None):
         with self.transaction():
+            if expect is not None:  # _heartbeat_in_one_wait's assumption, checked by the server
+                self.conn.expect(*expect)
             self._prefetch(self._heartbeat_reads, runtime_id, now)
             rt = self.usable_runtime(runtime_id, now)
             self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, runtime_id))
@@ -2096,18 +2104,57 @@ class Store:
     # The caller's record (its pid and harness never change) comes from an earlier read
     # (_PG_KNOWN), and its pid is judged here, as ever, by this host.
 
-    def _claim_in_one_wait(self, runtime_id, resources, mode, purpose, ttl, now):
+    def _caller_guess(self, runtime_id, now):
+        """(rt, assumed, condition, params): the caller `runtime_id` as a hot operation may
+        assume it (usable: its record as this process read it before, unended, not superseded,
+        live), the reads that assumes, and the SQL condition (with its parameters) under which
+        the server holds exactly that; None when this process cannot guess (never read it, or
+        its process is gone: the operation runs as ever and says why)."""
         row = _PG_KNOWN.row(self.conn.schema, runtime_id)
         if row is None:
             return None
         assumed_row = row[:9] + (now, None, None, None)  # heartbeat_at (checked below), ended_at, end_reason, superseded_by
         rt = self._row_runtime(assumed_row)
-        if rt["pid"]:
-            if not process_alive(rt["pid"], rt["pid_start"]):
-                return None
+        if rt["pid"] and not process_alive(rt["pid"], rt["pid_start"]):
+            return None
         clocked = not rt["pid"] and rt["harness"] not in _UNCLOCKED
+        condition = ("EXISTS (SELECT 1 FROM runtimes WHERE id = ? AND ended_at IS NULL AND superseded_by IS NULL"
+                     " AND pid IS NOT DISTINCT FROM ? AND pid_start IS NOT DISTINCT FROM ? AND harness = ?"
+                     " AND (NOT ? OR heartbeat_at + ? > ?))")
+        params = [runtime_id, rt["pid"], rt["pid_start"], rt["harness"], clocked, self.runtime_ttl, now]
+        return rt, {self._runtime_read(runtime_id): [assumed_row]}, condition, params
+
+    def _speculate(self, run, guess, condition, params, assumed):
+        """run(expect) with the server checking `condition` first: -> its result, or None when
+        the guess was wrong (the server rolled all of it back)."""
+        try:
+            return run(("SELECT coord_expect(%s)" % condition, params, assumed))
+        except EnvError:
+            if not self.conn.expectation_failed:
+                raise
+            self.conn.expectation_failed = False
+            return None
+
+    def _heartbeat_in_one_wait(self, runtime_id, now):
+        """heartbeat's whole transaction in one wait, guessing the caller usable and, when it has
+        a process, none of its leases lapsed (nothing for _revive to do). -> True when done."""
+        guess = self._caller_guess(runtime_id, now) if runtime_id else None
+        if guess is None:
+            return False
+        rt, assumed, condition, params = guess
+        assumed[(self._LAPSED_OF, (runtime_id, now))] = []
+        condition += " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?))"
+        params = params + [not rt["pid"], runtime_id, now]
+        return bool(self._speculate(lambda expect: self._heartbeat(runtime_id, now, expect), guess, condition,
+                                    params, assumed))
+
+    def _claim_in_one_wait(self, runtime_id, resources, mode, purpose, ttl, now):
+        guess = self._caller_guess(runtime_id, now) if resources else None
+        if guess is None:
+            return None
+        rt, assumed, condition, caller_params = guess
         kept = rt["pid"] is not None or rt["harness"] == PARKED  # its expired leases stay (_reap)
-        assumed = {self._runtime_read(runtime_id): [assumed_row], (self._LEASES_OF, (runtime_id,)): []}
+        assumed[(self._LEASES_OF, (runtime_id,))] = []
         around, params = [], []
         for name in resources:
             for lapsed in (False, True):
@@ -2116,21 +2163,12 @@ class Store:
             names = ancestors(name)
             around.append("resource IN (%s) OR (resource > ? AND resource < ?)" % ",".join("?" * len(names)))
             params += names + [name + "/", name + "0"]
-        sql = ("SELECT coord_expect(EXISTS (SELECT 1 FROM runtimes WHERE id = ? AND ended_at IS NULL AND superseded_by"
-               " IS NULL AND pid IS NOT DISTINCT FROM ? AND pid_start IS NOT DISTINCT FROM ? AND harness = ?"
-               " AND (NOT ? OR heartbeat_at + ? > ?))"
-               " AND NOT EXISTS (SELECT 1 FROM leases WHERE (%s) AND (runtime <> ? OR expires_at <= ?))"
-               " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?)))"
-               % " OR ".join(around))
-        params = [runtime_id, rt["pid"], rt["pid_start"], rt["harness"], clocked, self.runtime_ttl, now] + \
-            params + [runtime_id, now, kept, runtime_id, now]
-        try:
-            return self._claim(runtime_id, resources, mode, purpose, ttl, now, expect=(sql, params, assumed))
-        except EnvError:
-            if not self.conn.expectation_failed:
-                raise
-            self.conn.expectation_failed = False
-            return None
+        condition += (" AND NOT EXISTS (SELECT 1 FROM leases WHERE (%s) AND (runtime <> ? OR expires_at <= ?))"
+                      " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?))"
+                      % " OR ".join(around))
+        params = caller_params + params + [runtime_id, now, kept, runtime_id, now]
+        return self._speculate(lambda expect: self._claim(runtime_id, resources, mode, purpose, ttl, now, expect),
+                               guess, condition, params, assumed)
 
     def _leases_at_commit(self, runtime_id, resources):
         """leases_of(runtime_id, resources) as this transaction leaves them, for its caller:
@@ -3733,8 +3771,16 @@ class _PgConnection:
             if self.txn == "write" and not _PG_READS.search(statement):
                 return _PgPendingWrite(self, cur)
             self.round_trips += 1
-            if self.pipe is not None and not _PG_READS.search(statement):
-                self.pipe.sync()  # outside a write transaction a write waits for its result
+            if self.pipe is not None and self.txn is None:
+                # Outside a transaction, with the pipeline kept open: a statement and a Sync (one
+                # wait), else its implicit transaction would stay open up to the next Sync and
+                # the next BEGIN would find it (SET TRANSACTION ISOLATION LEVEL must be called
+                # before any query).
+                self.pipe.sync()
+                if not _PG_READS.search(statement):
+                    return _PgCursor([], cur.rowcount)
+            elif self.pipe is not None and not _PG_READS.search(statement):
+                self.pipe.sync()  # inside a snapshot: a write (none today) waits for its result
                 return _PgCursor([], cur.rowcount)
             rows = cur.fetchall() if self.pipe is not None or cur.description is not None else []
         except self.psycopg.Error as exc:
@@ -3860,6 +3906,8 @@ class _PgConnection:
 
     def server_time(self):
         """The server's clock (seconds since the epoch), one round trip."""
+        if self.txn is None:
+            return float(self.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
         return float(self.raw.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
 
     def close(self):
