@@ -2078,7 +2078,13 @@ class Store:
             out = self.runtime(runtime_id)
             return lambda: out
         cur = self.conn.execute_at_commit(*self._runtime_read(runtime_id))
-        return lambda: self._row_runtime((cur.fetchall() or [None])[0])
+
+        def later():
+            rt = self._row_runtime((cur.fetchall() or [None])[0])
+            if rt is not None:
+                _PG_KNOWN.remember(self.conn.schema, rt)  # its next claim or heartbeat: one wait
+            return rt
+        return later
 
     def _write_decision_reads(self, resources, now):
         return [self._overlapping_read(name, now) for name in resources]
