@@ -3853,9 +3853,23 @@ class _PgConnection:
             self.round_trips += 1
             self.raw.execute("COMMIT")
         except self.psycopg.Error as exc:
-            self.failed = True
-            self.rollback()
-            raise self._error(exc) from exc
+            # An earlier statement's error, brought by this execute (psycopg 3.2 reads the
+            # results already there as it sends): the server skips everything up to a Sync.
+            err = self._error(exc)
+            if self.pipe is not None:
+                try:
+                    self.pipe.sync()
+                except self.psycopg.Error:
+                    pass
+                self.txn = self.cache = None
+                self.failed = False
+                try:
+                    self.raw.execute("ROLLBACK")  # not waited for, as below
+                except self.psycopg.Error:
+                    self._end_pipe()
+            else:
+                self.rollback()
+            raise err from exc
         if self.pipe is not None:
             try:
                 self.pipe.sync()
