@@ -3528,21 +3528,17 @@ class _PgKnown:
     LIMIT = 4096
 
     def __init__(self):
-        import threading
-        self.rows = {}
-        self.lock = threading.Lock()
+        self.rows = {}  # each get, set and clear is one step under the GIL: no lock (nor threading on the hook's imports)
 
     def remember(self, schema, rt):
         row = tuple(rt[k] for k in ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start",
                                     "cwd", "started_at"))
-        with self.lock:
-            if len(self.rows) >= self.LIMIT:
-                self.rows.clear()
-            self.rows[(schema, rt["id"])] = row
+        if len(self.rows) >= self.LIMIT:
+            self.rows.clear()
+        self.rows[(schema, rt["id"])] = row
 
     def row(self, schema, runtime_id):
-        with self.lock:
-            return self.rows.get((schema, runtime_id))
+        return self.rows.get((schema, runtime_id))
 
 
 _PG_KNOWN = _PgKnown()

@@ -1814,3 +1814,13 @@ class PgReapOffTheHotPathTest(PostgresEngine, StoreCase):
         lite = store.Store(self.db)
         self.addCleanup(lite.close)
         self.assertFalse(lite.reap_on_timer)
+
+
+class PgCodeOffTheHookPathTest(support.CoordTestCase):
+    """The PostgreSQL engine's module-level state costs the hook's imports nothing."""
+
+    def test_importing_store_loads_no_threading(self):
+        out = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]);"
+                              " import store; print('threading' in sys.modules)", support.ROOT],
+                             stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+        self.assertEqual(out, "False")
