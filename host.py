@@ -56,6 +56,7 @@ CLOCK_EVERY = 300.0  # seconds between two measurements of the server's clock
 # hosts (issue 25, item 3): operations after which this host's exclusive leases may be new or
 # longer, so the safe-mode file is rewritten soon (the timer rewrites it every beat anyway).
 SAFE_REFRESH_OPS = frozenset(["claim", "renew", "heartbeat", "register", "hold_parked"])
+REAP_EVERY = 5.0  # seconds between two reaps of the project (Server.keep_reaping)
 
 
 class _Pool:
@@ -137,7 +138,7 @@ class _Unbound(Exception):
 
 
 class Server:
-    def __init__(self, path, dsn, project, pool=8, clock_every=CLOCK_EVERY):
+    def __init__(self, path, dsn, project, pool=8, clock_every=CLOCK_EVERY, reap_every=REAP_EVERY):
         self.path, self.project = path, project
         self.pool = _Pool(dsn, project, pool)
         first = store.Store(pg={"dsn": dsn, "project": project})  # migrates, once, under the project lock
@@ -153,6 +154,8 @@ class Server:
         self.beats = 0
         self.beat_once(first)
         threading.Thread(target=self.keep_host, daemon=True).start()
+        self.reaps = 0
+        threading.Thread(target=self.keep_reaping, args=(reap_every,), daemon=True).start()
 
     # -- hosts (issue 25, item 3): the host heartbeat, on the server's clock, and the safe-mode file
 
@@ -180,6 +183,32 @@ class Server:
             except Exception:
                 broken = True
                 time.sleep(min(self.beat_every, 1.0))
+            finally:
+                self.pool.give(st, broken)
+
+    # -- the reap timer (issue 25, docs/postgresql.md "Reaping on a timer"): on PostgreSQL no hot
+    #    operation scans the project for dead runtimes and expired leases (Store.reap_on_timer);
+    #    this thread runs the whole store.Store.reap every `every` seconds instead. Readers judge
+    #    expiry and liveness as they read, so what it has not reached yet blocks nobody; it
+    #    bounds how long a dead runtime's rows stay (and its runtime.reaped / lease.expired audit
+    #    rows wait) to about `every` plus one reap.
+
+    def keep_reaping(self, every):
+        while True:
+            time.sleep(every)
+            try:
+                st = self.pool.take()
+            except store.CoordError:
+                continue
+            broken = False
+            try:
+                st.reap()
+                self.reaps += 1
+            except store.CoordError:
+                broken = True
+            except Exception:
+                broken = True
+                store.log_traceback("host process: reap")
             finally:
                 self.pool.give(st, broken)
 
@@ -322,7 +351,8 @@ class Server:
         if op == "ping":
             return {"id": rid, "ok": True, "result": {"pid": os.getpid(), "project": self.project,
                                                      "now": store.now(), "clock_measurements":
-                                                     self.clock.measurements, "host_beats": self.beats}}, bound
+                                                     self.clock.measurements, "host_beats": self.beats,
+                                                     "reaps": self.reaps}}, bound
         if op == "begin":
             if bound is not None:
                 raise store.UsageError("a transaction is already open on this connection")
@@ -403,6 +433,7 @@ def main(argv=None):
         cmd.add_argument("--pool", type=int, default=8)
         cmd.add_argument("--idle", type=float, default=0.0, help="end after this many idle seconds (0: never)")
         cmd.add_argument("--clock-every", type=float, default=CLOCK_EVERY, help=argparse.SUPPRESS)
+        cmd.add_argument("--reap-every", type=float, default=REAP_EVERY, help=argparse.SUPPRESS)
         if name == "serve":
             cmd.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     setup = sub.add_parser("setup", allow_abbrev=False,
@@ -428,14 +459,16 @@ def main(argv=None):
         pool = store.check_int(args.pool, "--pool", 1, 200)
         idle = store.check_float(args.idle, "--idle", 0, 86400)
         clock_every = store.check_float(args.clock_every, "--clock-every", 0.05, 86400)
+        reap_every = store.check_float(args.reap_every, "--reap-every", 0.05, 3600)
         if args.command == "supervise" or not args.supervised:
             if _take_lock(path) is None:
                 print("host process already running for %s" % path, flush=True)
                 return 0
         if args.command == "supervise":
             return supervise(["--dsn", args.dsn, "--project", args.project, "--socket", path,
-                              "--pool", str(pool), "--idle", repr(idle), "--clock-every", repr(clock_every)])
-        server = Server(path, args.dsn, args.project, pool, clock_every)
+                              "--pool", str(pool), "--idle", repr(idle), "--clock-every", repr(clock_every),
+                              "--reap-every", repr(reap_every)])
+        server = Server(path, args.dsn, args.project, pool, clock_every, reap_every)
         server.listen()
         print("host process %d serving %s on %s" % (os.getpid(), args.project, server.path), flush=True)
         server.serve_forever(idle, os.getppid() if args.supervised else None)

@@ -1425,6 +1425,7 @@ class Store:
         self.reading = False  # inside an outermost snapshot()
         self._gate = None  # (turn, gate) file descriptors, opened on the first write: the write gate
         if pg is not None:
+            self.reap_on_timer = True  # the host process reaps on a timer (host.py); hot operations only what they touch
             self._open_pg(pg, migrate, env)
             return
         _ensure_private_dir(os.path.dirname(self.path))
@@ -1555,6 +1556,8 @@ class Store:
                 raise EnvError("database %s has schema v%d, newer than this coord (v%d)"
                                % (self.path, version, SCHEMA_VERSION), upgrade_hint())
             applied = self._applied(version)
+            for statement in PG_FUNCTIONS:
+                self.conn.execute_ddl(statement)
             if applied >= SCHEMA_VERSION:
                 return
             pg_require_owner(self.conn)  # pg-security block: a login role never migrates
@@ -1650,8 +1653,10 @@ class Store:
                      "heartbeat_at, ended_at, end_reason, superseded_by, host")
 
     def runtime(self, runtime_id):
-        return self._row_runtime(self.q("SELECT %s FROM runtimes WHERE id = ?" % self._RUNTIME_COLS,
-                                        (runtime_id,)).fetchone())
+        return self._row_runtime(self.q(*self._runtime_read(runtime_id)).fetchone())
+
+    def _runtime_read(self, runtime_id):
+        return "SELECT %s FROM runtimes WHERE id = ?" % self._RUNTIME_COLS, (runtime_id,)
 
     def runtime_live(self, rt, now=None):
         """Live = not ended and, with a recorded harness process, that process still there
@@ -1821,17 +1826,21 @@ class Store:
 
     def resolve_runtime(self, token):
         """A runtime by exact handle or full UUID; prefixes never match."""
-        kind, value = _identity_kind(token, "runtime")
-        col = "id" if kind == "id" else "handle"
-        rt = self._row_runtime(self.q("SELECT %s FROM runtimes WHERE %s = ?" % (self._RUNTIME_COLS, col),
-                                      (value,)).fetchone())
+        sql, params = self._resolve_read(token)
+        rt = self._row_runtime(self.q(sql, params).fetchone())
         if rt is None:
-            raise Refused("no runtime %s" % value, "coord list --all shows known runtimes; register with coord hello")
+            raise Refused("no runtime %s" % params[0], "coord list --all shows known runtimes; register with coord hello")
         return rt
+
+    def _resolve_read(self, token):
+        kind, value = _identity_kind(token, "runtime")
+        return "SELECT %s FROM runtimes WHERE %s = ?" % (self._RUNTIME_COLS, "id" if kind == "id" else "handle"), (value,)
 
     def usable_runtime(self, runtime_id, now=None):
         """The runtime record if it may act (renew, release, claim, ack); else a clear refusal."""
         rt = self.runtime(runtime_id)
+        if rt is not None and self.engine == "postgresql":
+            _PG_KNOWN.remember(self.conn.schema, rt)
         if rt is None:
             raise Refused("no runtime %s" % runtime_id, "register with coord hello")
         if rt["superseded_by"]:
@@ -1916,7 +1925,9 @@ class Store:
         if pid and pid_start is None:
             pid_start = process_start(pid)
         with self.transaction():
-            self._reap(now)
+            first = new_uuid() if self.engine == "postgresql" and not agent_id else None
+            self._prefetch(self._register_reads, conversation, pid, pid_start, first)
+            self._reap_inline(now, conversation=conversation)
             if agent_id:
                 rid = subagent_uuid(conversation, agent_id)
                 existing = self.runtime(rid)
@@ -1934,7 +1945,7 @@ class Store:
                 same = self._same_process(conversation, pid, pid_start, now) if pid else None
                 if same is not None:
                     return same
-                rid, handle = self._draw_runtime_id()
+                rid, handle = self._draw_runtime_id(first)
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
                 " heartbeat_at, host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1944,7 +1955,8 @@ class Store:
                        harness=harness or "", source=source or "")
             if not agent_id:
                 self._take_over_conversation(conversation, rid, now)
-            return self.runtime(rid)
+            out = self._runtime_at_commit(rid)
+        return out()
 
     def _rehello_subagent(self, existing, conversation, agent_id, harness, pid, pid_start, source, now):
         """A subagent's runtime is deterministic: a second hello revives and renews the same one."""
@@ -1960,19 +1972,27 @@ class Store:
 
     def _same_process(self, conversation, pid, pid_start, now):
         """The live top-level runtime of `conversation` that is this very process, renewed; else None."""
-        here, hp = self._here()
-        row = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND"
-                     " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)" + here,
-                     [conversation, pid, pid_start, pid_start] + hp).fetchone()
+        row = self.q(*self._same_process_read(conversation, pid, pid_start)).fetchone()
         if not row:
             return None
         self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, row[0]))
         return self.runtime(row[0])
 
-    def _draw_runtime_id(self):
-        """A new random runtime ID whose five-word handle no runtime has; -> (id, handle)."""
+    def _same_process_read(self, conversation, pid, pid_start):
+        here, hp = self._here()  # hosts: another host's pid is not this process
+        return ("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND"
+                " ended_at IS NULL AND pid = ? AND (pid_start IS ? OR pid_start = ?)" + here,
+                (conversation, pid, pid_start, pid_start) + tuple(hp))
+
+    def _olds_read(self, conversation, rid):
+        return ("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
+                " AND id != ?", (conversation, rid))
+
+    def _draw_runtime_id(self, first=None):
+        """A new random runtime ID whose five-word handle no runtime has; -> (id, handle).
+        first: the ID to try first (register's, drawn with its reads on PostgreSQL)."""
         for _ in range(16):
-            rid = new_uuid()
+            rid, first = first or new_uuid(), None
             handle = handle_for(rid, DOMAIN_RUNTIME)
             if not self.q("SELECT 1 FROM runtimes WHERE handle = ?", (handle,)).fetchone():
                 return rid, handle
@@ -1981,8 +2001,7 @@ class Store:
     def _take_over_conversation(self, conversation, rid, now):
         """The new top-level runtime `rid` supersedes the conversation's live ones and inherits
         the open deliveries of its ended attachments."""
-        olds = self.q("SELECT id FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
-                      " AND id != ?", (conversation, rid)).fetchall()
+        olds = self.q(*self._olds_read(conversation, rid)).fetchall()
         for (old,) in olds:
             self._supersede(old, rid, now)
         # Messages to an earlier attachment that ended without a successor (its harness
@@ -2126,7 +2145,16 @@ class Store:
             last = beat_time(row[0]) if row else None
             if row and now - last < min_interval and now >= last:
                 return False
+        if self.engine == "postgresql" and not self.conn.in_transaction:
+            if self._heartbeat_in_one_wait(runtime_id, now):
+                return True
+        return self._heartbeat(runtime_id, now)
+
+    def _heartbeat(self, runtime_id, now, expect=None):
         with self.transaction():
+            if expect is not None:  # _heartbeat_in_one_wait's assumption, checked by the server
+                self.conn.expect(*expect)
+            self._prefetch(self._heartbeat_reads, runtime_id, now)
             rt = self.usable_runtime(runtime_id, now)
             self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, runtime_id))
             self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ? + ttl) WHERE runtime = ?"
@@ -2145,8 +2173,7 @@ class Store:
             rt = self.runtime(runtime_id)
         if rt is None or not rt["pid"]:
             return []
-        rows = self.q("SELECT resource, mode, ttl FROM leases WHERE runtime = ? AND expires_at <= ?"
-                      " ORDER BY resource", (runtime_id, now)).fetchall()
+        rows = self.q(self._LAPSED_OF, (runtime_id, now)).fetchall()
         renewed = []
         for resource, mode, old_ttl in rows:
             if names is not None and resource not in names:
@@ -2161,6 +2188,8 @@ class Store:
             self.audit("lease.renewed", runtime_id, resource, now, ttl=t, lapsed=True)
             renewed.append(resource)
         return renewed
+
+    _LAPSED_OF = "SELECT resource, mode, ttl FROM leases WHERE runtime = ? AND expires_at <= ? ORDER BY resource"
 
     _LOST = "lease.lost:%s:"
 
@@ -2219,17 +2248,7 @@ class Store:
             rt = self._row_runtime(row)
             if self.runtime_live(rt, now) or self._dying_holder(rt, now):
                 continue  # hosts: a host past its TTL but within its lease delay may be paused, not dead
-            if self.q("SELECT ended_at FROM runtimes WHERE id = ?", (rt["id"],)).fetchone()[0] is not None:
-                continue  # superseded meanwhile by a holder this loop made
-            reason = ("process-gone" if self.pid_judged_here(rt) else "host-gone") if rt["pid"] else "expired"
-            held = self._hold_for_work(rt, now) if rt["pid"] else None
-            if held is not None:  # superseded by the work's holder, which took its leases
-                self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=[], held_by=held["id"],
-                           work=held["work"])
-                continue
-            released = self._drop_leases(rt["id"], "lease.reaped", now)
-            self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = ? WHERE id = ?", (now, reason, rt["id"]))
-            self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=released)
+            self._reap_runtime(rt, now)
         # An older coord accepted --ttl inf: such a lease would never expire. Bring it within range.
         longest = LEASE_TTL_RANGE[1]
         self.conn.execute("UPDATE leases SET expires_at = ? + ?, ttl = min(ttl, ?) WHERE expires_at > ? + ?",
@@ -2245,9 +2264,231 @@ class Store:
             self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (resource, runtime))
             self.audit("lease.expired", runtime, resource, now, mode=mode)
 
+    def _reap_runtime(self, rt, now):
+        """End runtime `rt`, found not live (its leases dropped, or held for its work)."""
+        if self.q("SELECT ended_at FROM runtimes WHERE id = ?", (rt["id"],)).fetchone()[0] is not None:
+            return  # superseded meanwhile by a holder this loop made
+        reason = ("process-gone" if self.pid_judged_here(rt) else "host-gone") if rt["pid"] else "expired"
+        held = self._hold_for_work(rt, now) if rt["pid"] else None
+        if held is not None:  # superseded by the work's holder, which took its leases
+            self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=[], held_by=held["id"],
+                       work=held["work"])
+            return
+        released = self._drop_leases(rt["id"], "lease.reaped", now)
+        self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = ? WHERE id = ?", (now, reason, rt["id"]))
+        self.audit("runtime.reaped", None, rt["id"], now, reason=reason, released=released)
+
     def reap(self, now=None):
         with self.transaction():
             self._reap(_now(now))
+
+    # -- the reads of a hot operation in one round trip (issue 25, PostgreSQL; docs/postgresql.md,
+    #    "Round trips"). Each hot operation names the reads it is about to make; the PostgreSQL
+    #    engine sends them all with BEGIN (and a write's lock) and waits once, and the operation's
+    #    own code then finds each read's rows already there (_PgConnection.prefetch): the rules
+    #    stay the Python ones, in one place, on both engines. SQLite does nothing here.
+
+    def _prefetch(self, reads, *args):
+        """PostgreSQL, inside a transaction: make the reads `reads(*args)` lists ([(sql, params)])
+        in one round trip; -> the rows of the last one. SQLite: nothing, None."""
+        if self.engine != "postgresql" or not self.conn.in_transaction:
+            return None
+        return self.conn.prefetch(reads(*args))
+
+    def _claim_reads(self, runtime_id, resources, now):
+        reads = [self._runtime_read(runtime_id)]
+        for name in resources:
+            reads += [self._overlapping_read(name, now), self._overlapping_read(name, now, lapsed=True)]
+        return reads + [(self._LEASES_OF, (runtime_id,))]
+
+    def _renew_reads(self, runtime_id, now):
+        return [self._runtime_read(runtime_id), (self._LEASES_OF, (runtime_id,)), (self._LAPSED_OF, (runtime_id, now))]
+
+    def _release_reads(self, runtime_id):
+        return [self._runtime_read(runtime_id), (self._LEASES_OF, (runtime_id,))]
+
+    def _heartbeat_reads(self, runtime_id, now):
+        return [self._runtime_read(runtime_id), (self._LAPSED_OF, (runtime_id, now))]
+
+    def _register_reads(self, conversation, pid, pid_start, rid):
+        """What register reads first; rid: a new top-level runtime's ID drawn now (None for a
+        subagent), so that its handle check and the conversation's take-over read go too."""
+        reads = [self._conversation_read(conversation)]
+        if rid is None:
+            return reads
+        if pid:
+            reads.append(self._same_process_read(conversation, pid, pid_start))
+        return reads + [("SELECT 1 FROM runtimes WHERE handle = ?", (handle_for(rid, DOMAIN_RUNTIME),)),
+                        self._olds_read(conversation, rid)]
+
+    def _conversation_read(self, conversation):
+        return ("SELECT %s FROM runtimes WHERE conversation = ? AND ended_at IS NULL ORDER BY started_at, id"
+                % self._RUNTIME_COLS, (conversation,))
+
+    def _runtime_at_commit(self, runtime_id):
+        """runtime(runtime_id) as this transaction leaves it (see _leases_at_commit)."""
+        if self.engine != "postgresql":
+            out = self.runtime(runtime_id)
+            return lambda: out
+        cur = self.conn.execute_at_commit(*self._runtime_read(runtime_id))
+
+        def later():
+            rt = self._row_runtime((cur.fetchall() or [None])[0])
+            if rt is not None:
+                _PG_KNOWN.remember(self.conn.schema, rt)  # its next claim or heartbeat: one wait
+            return rt
+        return later
+
+    def _write_decision_reads(self, resources, now):
+        return [self._overlapping_read(name, now) for name in resources]
+
+    def _send_reads(self, runtime_id, to):
+        """The sender, the recipient named (a runtime's handle or ID) and a new message ID, drawn
+        now so that the message's insert waits for nothing (-> its rows: [(id,)])."""
+        reads = [self._runtime_read(runtime_id)]
+        if to != "*":
+            try:
+                reads.append(self._resolve_read(to))
+            except CoordError:
+                pass  # not a runtime's name: send reads what it is as it always has
+        return reads + [("SELECT nextval(pg_get_serial_sequence('messages', 'id'))", ())]
+
+    # A claim in one wait (PostgreSQL). The common claim finds its caller usable and no lease
+    # of anyone else on or around its names, and nothing expired there: the whole claim is then
+    # BEGIN, the lock, the writes, the final read and COMMIT, which need no answer before they
+    # are sent. So it runs claim's own code (_claim) on those assumed reads, and sends before
+    # its writes coord_expect(<the server holds exactly that>): one wait. When the guess is
+    # wrong (a peer's lease there, something expired, the caller ended or unknown to this
+    # process) the server rolls all of it back and _claim runs again on what the server holds.
+    # The caller's record (its pid and harness never change) comes from an earlier read
+    # (_PG_KNOWN), and its pid is judged here, as ever, by this host.
+
+    def _caller_guess(self, runtime_id, now):
+        """(rt, assumed, condition, params): the caller `runtime_id` as a hot operation may
+        assume it (usable: its record as this process read it before, unended, not superseded,
+        live), the reads that assumes, and the SQL condition (with its parameters) under which
+        the server holds exactly that; None when this process cannot guess (never read it, or
+        its process is gone: the operation runs as ever and says why)."""
+        row = _PG_KNOWN.row(self.conn.schema, runtime_id)
+        if row is None:
+            return None
+        # heartbeat_at (checked below), ended_at, end_reason, superseded_by; then the host as read
+        assumed_row = row[:9] + (now, None, None, None) + tuple(row[13:])
+        rt = self._row_runtime(assumed_row)
+        if rt["pid"] and (not self.pid_judged_here(rt) or not process_alive(rt["pid"], rt["pid_start"])):
+            return None  # hosts: only a runtime of this host is guessed (another's is judged by its host's beat)
+        clocked = not rt["pid"] and rt["harness"] not in _UNCLOCKED
+        condition = ("EXISTS (SELECT 1 FROM runtimes WHERE id = ? AND ended_at IS NULL AND superseded_by IS NULL"
+                     " AND pid IS NOT DISTINCT FROM ? AND pid_start IS NOT DISTINCT FROM ? AND harness = ?"
+                     " AND (NOT ? OR heartbeat_at + ? > ?))")
+        params = [runtime_id, rt["pid"], rt["pid_start"], rt["harness"], clocked, self.runtime_ttl, now]
+        return rt, {self._runtime_read(runtime_id): [assumed_row]}, condition, params
+
+    def _speculate(self, run, guess, condition, params, assumed):
+        """run(expect) with the server checking `condition` first: -> its result, or None when
+        the guess was wrong (the server rolled all of it back)."""
+        try:
+            return run(("SELECT coord_expect(%s)" % condition, params, assumed))
+        except EnvError:
+            if not self.conn.expectation_failed:
+                raise
+            self.conn.expectation_failed = False
+            return None
+
+    def _heartbeat_in_one_wait(self, runtime_id, now):
+        """heartbeat's whole transaction in one wait, guessing the caller usable and, when it has
+        a process, none of its leases lapsed (nothing for _revive to do). -> True when done."""
+        guess = self._caller_guess(runtime_id, now) if runtime_id else None
+        if guess is None:
+            return False
+        rt, assumed, condition, params = guess
+        assumed[(self._LAPSED_OF, (runtime_id, now))] = []
+        condition += " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?))"
+        params = params + [not rt["pid"], runtime_id, now]
+        return bool(self._speculate(lambda expect: self._heartbeat(runtime_id, now, expect), guess, condition,
+                                    params, assumed))
+
+    def _claim_in_one_wait(self, runtime_id, resources, mode, purpose, ttl, now):
+        guess = self._caller_guess(runtime_id, now) if resources else None
+        if guess is None:
+            return None
+        rt, assumed, condition, caller_params = guess
+        kept = rt["pid"] is not None or rt["harness"] == PARKED  # its expired leases stay (_reap)
+        assumed[(self._LEASES_OF, (runtime_id,))] = []
+        around, params = [], []
+        for name in resources:
+            for lapsed in (False, True):
+                sql, p = self._overlapping_read(name, now, lapsed)
+                assumed[(sql, tuple(p))] = []
+            names = ancestors(name)
+            around.append("resource IN (%s) OR (resource > ? AND resource < ?)" % ",".join("?" * len(names)))
+            params += names + [name + "/", name + "0"]
+        condition += (" AND NOT EXISTS (SELECT 1 FROM leases WHERE (%s) AND (runtime <> ? OR expires_at <= ?))"
+                      " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?))"
+                      % " OR ".join(around))
+        params = caller_params + params + [runtime_id, now, kept, runtime_id, now]
+        return self._speculate(lambda expect: self._claim(runtime_id, resources, mode, purpose, ttl, now, expect),
+                               guess, condition, params, assumed)
+
+    def _leases_at_commit(self, runtime_id, resources):
+        """leases_of(runtime_id, resources) as this transaction leaves them, for its caller:
+        -> a function returning them once the transaction has committed. PostgreSQL sends the
+        read just before COMMIT, and it comes back with COMMIT's reply; SQLite reads it now."""
+        if self.engine != "postgresql":
+            out = self.leases_of(runtime_id, resources)
+            return lambda: out
+        cur = self.conn.execute_at_commit(self._LEASES_OF, (runtime_id,))
+        return lambda: self._lease_rows(cur.fetchall(), resources)
+
+    # -- reaping off the hot path (issue 25, PostgreSQL; docs/postgresql.md, "Reaping on a timer").
+    #    On SQLite every hot operation (register, claim, renew, send) runs the whole _reap first,
+    #    as it always has. Where reap_on_timer is set (the PostgreSQL engine) the host process
+    #    reaps on a timer (host.py, Server.keep_reaping) and a hot operation reaps only what it
+    #    touches: the dead holders of leases on the names it claims, those names' expired
+    #    leases, its own expired leases, a registering conversation's dead runtimes. Readers do
+    #    not depend on reaping: every one judges expiry (expires_at > now, on the server's clock)
+    #    and liveness (runtime_live, _work_holding) as it reads, so a row the timer has not
+    #    reached yet never blocks anyone.
+
+    reap_on_timer = False
+
+    def _reap_inline(self, now, names=(), runtime_id=None, conversation=None):
+        """The reap a hot operation runs first: all of _reap on SQLite; with reap_on_timer only
+        the leases on `names` (their dead holders and expired rows), `runtime_id`'s own expired
+        leases and `conversation`'s dead runtimes."""
+        if not self.reap_on_timer:
+            return self._reap(now)
+        dead, rows = {}, []
+        for name in names:
+            for lease in self.overlapping(name, now) + self.overlapping(name, now, lapsed=True):
+                rows.append(lease)
+                if lease["ended_at"] is None and lease["runtime"] != runtime_id and not self.runtime_live(
+                        lease, now) and not self._dying_holder(lease, now):
+                    dead.setdefault(lease["runtime"], None)
+        if conversation is not None:
+            for row in self.q(*self._conversation_read(conversation)).fetchall():
+                rt = self._row_runtime(row)
+                if not self.runtime_live(rt, now) and not self._dying_holder(rt, now):
+                    dead[rt["id"]] = rt
+        for rid in dead:
+            rt = dead[rid] or self.runtime(rid)
+            if rt is not None and rt["ended_at"] is None:
+                self._reap_runtime(rt, now)
+        # _reap's rule for an expired lease: deleted unless its runtime is unended with a process or parked.
+        expired = set()
+        for lease in rows:
+            if lease["expires_at"] <= now and lease["runtime"] not in dead and not (
+                    lease["ended_at"] is None and (lease["pid"] is not None or lease["harness"] == PARKED)):
+                expired.add((lease["resource"], lease["runtime"], lease["mode"]))
+        if runtime_id is not None:
+            rt = self.runtime(runtime_id)
+            if rt is not None and not (rt["ended_at"] is None and (rt["pid"] is not None or rt["harness"] == PARKED)):
+                for lease in self.leases_of(runtime_id):
+                    if lease["expires_at"] <= now:
+                        expired.add((lease["resource"], runtime_id, lease["mode"]))
+        for resource, runtime, mode in sorted(expired):
+            self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (resource, runtime))
+            self.audit("lease.expired", runtime, resource, now, mode=mode)
 
     _HOLDING_STATES = ("active", "resumed")
 
@@ -2447,6 +2688,12 @@ class Store:
         """Unexpired (with lapsed: expired but kept, see _reap) leases overlapping `resource`
         (equal, ancestor or descendant), via the index: ancestors by equality, descendants by a
         key range."""
+        rows = self.q(*self._overlapping_read(resource, _now(now), lapsed)).fetchall()
+        keys = ("resource", "runtime", "mode", "purpose", "expires_at", "handle", "pid", "pid_start",
+                "heartbeat_at", "ended_at", "harness", "host")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def _overlapping_read(self, resource, now, lapsed=False):
         names = ancestors(resource)
         op = "<=" if lapsed else ">"
         sql = ("SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
@@ -2456,11 +2703,7 @@ class Store:
                "SELECT l.resource, l.runtime, l.mode, l.purpose, l.expires_at, r.handle, r.pid, r.pid_start,"
                " r.heartbeat_at, r.ended_at, r.harness, r.host FROM leases l JOIN runtimes r ON r.id = l.runtime"
                " WHERE l.resource > ? AND l.resource < ? AND l.expires_at " + op + " ?") % ",".join("?" * len(names))
-        now = _now(now)
-        rows = self.q(sql, names + [now, resource + "/", resource + "0", now]).fetchall()
-        keys = ("resource", "runtime", "mode", "purpose", "expires_at", "handle", "pid", "pid_start",
-                "heartbeat_at", "ended_at", "harness", "host")
-        return [dict(zip(keys, r)) for r in rows]
+        return sql, names + [now, resource + "/", resource + "0", now]
 
     def conflicts(self, resources, mode="exclusive", as_runtime=None, now=None):
         """Leases of other live runtimes that block `mode` on any of `resources` (read only)."""
@@ -2491,6 +2734,7 @@ class Store:
         """
         now = _now(now)
         with self.snapshot():
+            self._prefetch(self._write_decision_reads, resources, now)
             blocking = self.conflicts(resources, "exclusive", runtime_id, now)
             if runtime_id and any(b["mode"] == "append" for b in blocking):
                 mine = [l["resource"] for l in self.leases_of(runtime_id) if l["expires_at"] > now]
@@ -2519,9 +2763,19 @@ class Store:
         ttl = self.lease_ttl if ttl is None else check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
         now = _now(now)
         resources = unique(resources)
+        if self.engine == "postgresql" and not self.conn.in_transaction:
+            done = self._claim_in_one_wait(runtime_id, resources, mode, purpose, ttl, now)
+            if done is not None:
+                return done
+        return self._claim(runtime_id, resources, mode, purpose, ttl, now)
+
+    def _claim(self, runtime_id, resources, mode, purpose, ttl, now, expect=None):
         with self.transaction():
+            if expect is not None:  # _claim_in_one_wait's assumption, checked by the server
+                self.conn.expect(*expect)
+            self._prefetch(self._claim_reads, runtime_id, resources, now)
             self.usable_runtime(runtime_id, now)
-            self._reap(now)
+            self._reap_inline(now, resources, runtime_id)
             blocking = self.conflicts(resources, mode, runtime_id, now)
             if blocking:
                 raise Refused(describe_conflicts(blocking),
@@ -2540,11 +2794,16 @@ class Store:
                     " ttl = excluded.ttl", (resource, runtime_id, mode, purpose, now, now + ttl, ttl))
                 self.audit("lease.claimed", runtime_id, resource, now, mode=mode, purpose=purpose, ttl=ttl)
             self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, runtime_id))
-            return self.leases_of(runtime_id, resources)
+            out = self._leases_at_commit(runtime_id, resources)
+        return out()
+
+    _LEASES_OF = ("SELECT resource, mode, purpose, acquired_at, expires_at, ttl FROM leases WHERE runtime = ?"
+                  " ORDER BY resource")
 
     def leases_of(self, runtime_id, resources=None):
-        rows = self.q("SELECT resource, mode, purpose, acquired_at, expires_at, ttl FROM leases WHERE runtime = ?"
-                      " ORDER BY resource", (runtime_id,)).fetchall()
+        return self._lease_rows(self.q(self._LEASES_OF, (runtime_id,)).fetchall(), resources)
+
+    def _lease_rows(self, rows, resources=None):
         keys = ("resource", "mode", "purpose", "acquired_at", "expires_at", "ttl")
         out = [dict(zip(keys, r)) for r in rows]
         if resources is not None:
@@ -2561,13 +2820,14 @@ class Store:
             ttl = check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
         refusal = None
         with self.transaction():
-            self.usable_runtime(runtime_id, now)
-            self._reap(now)
+            self._prefetch(self._renew_reads, runtime_id, now)
+            rt = self.usable_runtime(runtime_id, now)
+            self._reap_inline(now, runtime_id=runtime_id)
             held = {l["resource"]: l for l in self.leases_of(runtime_id)}
             names = unique(resources) if resources else sorted(held)
             missing = [r for r in names if r not in held]
             if not missing and names:
-                revived = self._revive(runtime_id, now, set(names), ttl)
+                revived = self._revive(runtime_id, now, set(names), ttl, rt=rt)
                 held = {l["resource"]: l for l in self.leases_of(runtime_id)}
                 missing = [r for r in names if r not in held]
             if missing or not names:
@@ -2590,15 +2850,16 @@ class Store:
                     self.audit("lease.renewed", runtime_id, name, now, ttl=t)
                 self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT,
                                   (now, runtime_id))
-                out = self.leases_of(runtime_id, names)
+                out = self._leases_at_commit(runtime_id, names)
         if refusal is not None:
             raise refusal
-        return out
+        return out()
 
     def release(self, runtime_id, resources=None, everything=False, now=None):
         """Release the named leases (all of them must be held) or, with everything, all leases."""
         now = _now(now)
         with self.transaction():
+            self._prefetch(self._release_reads, runtime_id)
             self.usable_runtime(runtime_id, now)
             if everything:
                 return self._drop_leases(runtime_id, "lease.released", now)
@@ -2654,10 +2915,15 @@ class Store:
         kind = clean_text(kind or "note", 40) or "note"
         waiting = None
         with self.transaction():
+            drawn = self._prefetch(self._send_reads, runtime_id, to)
+            mid = drawn[0][0] if drawn else None
             sender = self.usable_runtime(runtime_id, now)
-            self._reap(now)
+            self._reap_inline(now)
+            handles = {}  # recipient ID -> handle, from the records read here
             if to == "*":
-                recipients = [rt["id"] for rt in self.live_runtimes(now=now) if rt["id"] != runtime_id]
+                live = [rt for rt in self.live_runtimes(now=now) if rt["id"] != runtime_id]
+                recipients = [rt["id"] for rt in live]
+                handles.update((rt["id"], rt["handle"]) for rt in live)
             else:
                 try:
                     target = self.resolve_runtime(to)
@@ -2674,17 +2940,23 @@ class Store:
                     if not self.runtime_live(target, now):
                         raise Refused("%s is not live" % target["handle"], "coord list shows live runtimes")
                 recipients = [target["id"]]
+                handles[target["id"]] = target["handle"]
             digest = hashes().sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
-            cur = self.conn.execute(
-                "INSERT INTO messages (sender, kind, body, digest, broadcast, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (runtime_id, kind, body, digest, 1 if to == "*" else 0, now))
-            mid = cur.lastrowid
+            if mid is None:
+                cur = self.conn.execute(
+                    "INSERT INTO messages (sender, kind, body, digest, broadcast, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (runtime_id, kind, body, digest, 1 if to == "*" else 0, now))
+                mid = cur.lastrowid
+            else:  # PostgreSQL: the ID was drawn with the reads (_send_reads), so the insert waits for nothing
+                self.conn.execute(
+                    "INSERT INTO messages (id, sender, kind, body, digest, broadcast, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (mid, runtime_id, kind, body, digest, 1 if to == "*" else 0, now))
             self.conn.executemany("INSERT INTO deliveries (message, recipient, state) VALUES (?, ?, 'queued')",
                                   [(mid, r) for r in recipients])
             self.audit("message.sent", runtime_id, str(mid), now, kind=kind, digest=digest,
                        recipients=sorted(recipients), broadcast=(to == "*"))
             out = {"id": mid, "sender": sender["handle"], "kind": kind, "digest": digest,
-                   "recipients": [self.runtime(r)["handle"] for r in recipients]}
+                   "recipients": [handles[r] if r in handles else self.runtime(r)["handle"] for r in recipients]}
             if waiting is not None:
                 out["waiting"] = waiting  # to a work whose agent is parked or stopped: kept for its resume
             return out
@@ -3447,7 +3719,7 @@ _PG_REWRITES = (
     # In an upsert's DO UPDATE a bare column is ambiguous in PostgreSQL (the row or excluded).
     ("expires_at = max(expires_at, excluded.expires_at)", "expires_at = max(leases.expires_at, excluded.expires_at)"),
 )
-_PG_RETURNING = Pattern(r"^\s*INSERT INTO messages\b")  # callers read lastrowid
+_PG_RETURNING = Pattern(r"^\s*INSERT INTO messages \((?!id\b)")  # callers read lastrowid (send draws its ID: no RETURNING)
 _PG_SQL = {}
 
 
@@ -3479,6 +3751,18 @@ def _pg_scalar_extrema(sql):
 
 _PG_EXTREMA = Pattern(r"\b(max|min)\(")
 
+# The one server-side function (issue 25, "Round trips"): coord_expect(ok) raises SQLSTATE
+# PG_EXPECT_STATE unless ok. A speculative operation (Store._claim_in_one_wait) sends it with
+# the condition its assumed reads hold, before its writes, so that a wrong guess aborts the
+# whole transaction on the server. Installed by the first Store of a process (_pg_migrate), in
+# the project's schema, with CREATE OR REPLACE: not a migration, both engines keep one schema.
+PG_EXPECT_STATE = "P0C01"
+PG_FUNCTIONS = (
+    "CREATE OR REPLACE FUNCTION coord_expect(ok boolean) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN"
+    " IF ok IS NOT TRUE THEN RAISE EXCEPTION 'coord: a speculative operation guessed wrong'"
+    " USING ERRCODE = '%s'; END IF; RETURN true; END $$" % PG_EXPECT_STATE,
+)
+
 
 def pg_sql(sql):
     """A statement of this module in PostgreSQL's dialect (cached)."""
@@ -3492,6 +3776,29 @@ def pg_sql(sql):
             done += " RETURNING id"
         _PG_SQL[sql] = done
     return done
+
+
+class _PgKnown:
+    """Runtime records this process has read ({(schema, id): row}), for what never changes in
+    them (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at): what
+    _claim_in_one_wait assumes, and the server checks. Bounded; a lost entry costs one wait."""
+    LIMIT = 4096
+
+    def __init__(self):
+        self.rows = {}  # each get, set and clear is one step under the GIL: no lock (nor threading on the hook's imports)
+
+    def remember(self, schema, rt):
+        row = tuple(rt.get(k) for k in ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start",
+                                        "cwd", "started_at")) + (None, None, None, None, rt.get("host"))
+        if len(self.rows) >= self.LIMIT:
+            self.rows.clear()
+        self.rows[(schema, rt["id"])] = row
+
+    def row(self, schema, runtime_id):
+        return self.rows.get((schema, runtime_id))
+
+
+_PG_KNOWN = _PgKnown()
 
 
 class _PgCursor:
@@ -3539,6 +3846,35 @@ class _PgPendingWrite:
 
 
 _PG_READS = Pattern(r"^\s*(SELECT|WITH)\b|\bRETURNING\b")
+_PG_SELECT = Pattern(r"^\s*SELECT\b")  # a read that changes nothing: what the prefetch cache may answer
+
+
+class _PgAtCommit:
+    """execute_at_commit's read: its rows come with COMMIT's reply; read before that (the
+    transaction is an outer one's part, as in a host process's begin .. commit), it waits."""
+
+    def __init__(self, conn, cur):
+        self.conn, self.cur = conn, cur
+
+    def fetchall(self):
+        try:
+            if self.conn.txn is not None:
+                self.conn.round_trips += 1
+            return self.cur.fetchall()
+        except self.conn.psycopg.Error as exc:
+            raise self.conn._error(exc) from exc
+
+
+class _PgManyWrites:
+    """executemany's pending writes: nothing waits until the rowcount is read."""
+    lastrowid = None
+
+    def __init__(self, pending):
+        self.pending = pending
+
+    @property
+    def rowcount(self):
+        return sum(p.rowcount for p in self.pending)
 
 
 class _PgConnection:
@@ -3572,6 +3908,10 @@ class _PgConnection:
         import threading
         self.thread = threading.get_ident
         self.owner = threading.get_ident()  # one connection, one thread: as a sqlite3 connection
+        # No automatic prepared statements: a PREPARE pipelined behind a statement that fails (a
+        # speculation the server refuses, _claim_in_one_wait) is skipped by the server, while
+        # psycopg counts it prepared ("prepared statement _pg3_3 does not exist" next time).
+        self.raw.prepare_threshold = None
         self._quoted = '"%s"' % self.schema.replace('"', '""')
         try:
             if role is not None:  # pg_setup: migrations and grants run as the project's owner
@@ -3603,11 +3943,81 @@ class _PgConnection:
     def set_trace_callback(self, trace):
         self.trace = trace
 
+    txn = None  # "read" or "write" while a transaction is open (begin .. commit/rollback)
+    cache = None  # {(sql, params): rows} of this transaction's prefetched reads, until its next write
+
     @property
     def in_transaction(self):
-        return self.pipe is not None or self.raw.info.transaction_status != self.psycopg.pq.TransactionStatus.IDLE
+        if self.pipe is not None:  # kept open after a snapshot, whose COMMIT has not been waited for
+            return self.txn is not None
+        return self.raw.info.transaction_status != self.psycopg.pq.TransactionStatus.IDLE
+
+    def prefetch(self, reads):
+        """Send every read of `reads` ([(sql, params)], SELECTs) at once and wait once; each
+        later execute() of the same statement and parameters in this transaction is answered
+        from these rows until the transaction writes (a write may change what they say: from
+        then on every read goes to the server again). -> the last read's rows."""
+        if self.txn is None or not reads:
+            return None
+        sent = []
+        try:
+            for sql, params in reads:
+                params = tuple(params)
+                if self.seeded and (sql, params) in self.cache:
+                    continue  # an expectation's assumed rows (expect): the server checks them
+                self._check_params(params)
+                sent.append(((sql, params), self.raw.execute(pg_sql(sql), params)))
+            if not sent:
+                return None
+            self.round_trips += 1
+            self.pipe.sync()
+            for key, cur in sent:
+                self.cache[key] = cur.fetchall()
+        except self.psycopg.Error as exc:
+            raise self._error(exc) from exc
+        return self.cache[sent[-1][0]]
+
+    seeded = False  # this transaction's cache holds assumed rows (expect)
+
+    def expect(self, sql, params, assumed):
+        """Speculate: `assumed` ({(sql, params): rows}) answers those reads in this write
+        transaction without asking the server, and `sql` (a SELECT of coord_expect(...), sent
+        now, before any write) makes the server check that they are what it holds: if not, it
+        raises, everything after it is skipped, and COMMIT fails with expectation_failed set."""
+        params = tuple(params)
+        self._check_params(params)
+        try:
+            self.raw.execute(pg_sql(sql), params)
+        except self.psycopg.Error as exc:
+            raise self._error(exc) from exc
+        self.cache.update(assumed)
+        self.seeded = True
+
+    def execute_at_commit(self, sql, params=()):
+        """A read sent now, inside a write transaction, whose rows arrive with COMMIT's reply
+        (no wait of its own): -> a cursor to read once the transaction has committed."""
+        if self.txn != "write":
+            return self.execute(sql, params)
+        params = tuple(params)
+        self._check_params(params)
+        if self.trace is not None:
+            self.trace(sql)
+        try:
+            return _PgAtCommit(self, self.raw.execute(pg_sql(sql), params))
+        except self.psycopg.Error as exc:
+            raise self._error(exc) from exc
+
+    def _check_params(self, params):
+        for p in params:
+            if isinstance(p, str) and "\0" in p:
+                raise UsageError("text holding a NUL character cannot be stored (PostgreSQL text)",
+                                 "leave the NUL character out")
+
+    expectation_failed = False  # the last error was coord_expect's (_claim_in_one_wait): not a fault
 
     def _error(self, exc):
+        self.failed = True
+        self.expectation_failed = getattr(exc, "sqlstate", None) == PG_EXPECT_STATE
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if isinstance(exc, self.psycopg.OperationalError):
             return EnvError("the PostgreSQL server cannot be reached (%s): %s" % (self.where, first),
@@ -3618,18 +4028,33 @@ class _PgConnection:
         if self.thread() != self.owner:
             raise EnvError("a store is used only in the thread that opened it (%s)" % self.where,
                            "open a Store in each thread")
-        for p in params:
-            if isinstance(p, str) and "\0" in p:
-                raise UsageError("text holding a NUL character cannot be stored (PostgreSQL text)",
-                                 "leave the NUL character out")
+        self._check_params(params)
         statement = pg_sql(sql)
         if self.trace is not None:
             self.trace(sql)
+        if self.cache is not None:
+            if _PG_SELECT.match(statement):
+                rows = self.cache.get((sql, tuple(params)))
+                if rows is not None:
+                    return _PgCursor(rows, len(rows))
+            elif self.cache:
+                self.cache.clear()
         try:
             cur = self.raw.execute(statement, tuple(params))
-            if self.pipe is not None and not _PG_READS.search(statement):
+            if self.txn == "write" and not _PG_READS.search(statement):
                 return _PgPendingWrite(self, cur)
             self.round_trips += 1
+            if self.pipe is not None and self.txn is None:
+                # Outside a transaction, with the pipeline kept open: a statement and a Sync (one
+                # wait), else its implicit transaction would stay open up to the next Sync and
+                # the next BEGIN would find it (SET TRANSACTION ISOLATION LEVEL must be called
+                # before any query).
+                self.pipe.sync()
+                if not _PG_READS.search(statement):
+                    return _PgCursor([], cur.rowcount)
+            elif self.pipe is not None and not _PG_READS.search(statement):
+                self.pipe.sync()  # inside a snapshot: a write (none today) waits for its result
+                return _PgCursor([], cur.rowcount)
             rows = cur.fetchall() if self.pipe is not None or cur.description is not None else []
         except self.psycopg.Error as exc:
             raise self._error(exc) from exc
@@ -3637,6 +4062,8 @@ class _PgConnection:
         return _PgCursor(rows, cur.rowcount, lastrowid)
 
     def executemany(self, sql, seq):
+        if self.txn == "write":
+            return _PgManyWrites([self.execute(sql, params) for params in seq])
         rowcount = 0
         for params in seq:
             rowcount += self.execute(sql, params).rowcount
@@ -3657,8 +4084,12 @@ class _PgConnection:
         COMMITTED: each statement after it sees every commit before it) are pipelined and travel
         with the first read; a read is one snapshot, its BEGIN pipelined the same way."""
         try:
-            self._pipe_cm = self.raw.pipeline()
-            self.pipe = self._pipe_cm.__enter__()
+            if self.pipe is None:  # else still open after a snapshot, its COMMIT not waited for
+                self._pipe_cm = self.raw.pipeline()
+                self.pipe = self._pipe_cm.__enter__()
+            self.txn = "write" if write else "read"
+            self.cache = {}
+            self.failed = self.seeded = self.expectation_failed = False
             if write:
                 self.raw.execute("BEGIN")
                 self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
@@ -3671,33 +4102,91 @@ class _PgConnection:
             raise self._error(exc) from exc
 
     def _end_pipe(self):
+        self.txn = self.cache = None
         cm, self.pipe, self._pipe_cm = self._pipe_cm, None, None
         if cm is not None:
+            self.round_trips += 1  # leaving the pipeline syncs it
             try:
                 cm.__exit__(None, None, None)
             except self.psycopg.Error:
                 pass
 
     def commit(self):
+        if self.txn == "read":
+            # A snapshot's COMMIT changes nothing and cannot lose anything: it is sent and not
+            # waited for; its reply comes with the next wait (the pipeline stays open for it).
+            self.txn = self.cache = None
+            try:
+                self.raw.execute("COMMIT")
+            except self.psycopg.Error as exc:
+                self.rollback()
+                raise self._error(exc) from exc
+            return
         try:
             self.round_trips += 1
             self.raw.execute("COMMIT")
-            if self.pipe is not None:
-                self.pipe.sync()
-                cm, self.pipe, self._pipe_cm = self._pipe_cm, None, None
-                cm.__exit__(None, None, None)
         except self.psycopg.Error as exc:
-            self.rollback()
-            raise self._error(exc) from exc
-
-    def rollback(self):
+            # An earlier statement's error, brought by this execute (psycopg 3.2 reads the
+            # results already there as it sends): the server skips everything up to a Sync.
+            err = self._error(exc)
+            if self.pipe is not None:
+                try:
+                    self.pipe.sync()
+                except self.psycopg.Error:
+                    pass
+                self.txn = self.cache = None
+                self.failed = False
+                try:
+                    self.raw.execute("ROLLBACK")  # not waited for, as below
+                except self.psycopg.Error:
+                    self._end_pipe()
+            else:
+                self.rollback()
+            raise err from exc
         if self.pipe is not None:
             try:
+                self.pipe.sync()
+            except self.psycopg.Error as exc:
+                # The sync brought the error (a failed expectation, _claim_in_one_wait, among
+                # them): the server skipped the rest up to it, COMMIT too, and waits for a
+                # ROLLBACK, which is sent and not waited for.
+                err = self._error(exc)
+                self.txn = self.cache = None
+                self.failed = False
+                try:
+                    self.raw.execute("ROLLBACK")
+                except self.psycopg.Error:
+                    self._end_pipe()
+                raise err from exc
+            # The pipeline stays open for the next transaction: leaving it sends a Sync of its
+            # own and waits for it (psycopg's Pipeline.__exit__), one more round trip each time.
+        self.txn = self.cache = None
+
+    failed = False  # the server reported an error in this transaction (its pipeline waits for a sync)
+
+    def rollback(self):
+        if self.pipe is not None and self.txn is None:
+            return  # nothing open: the COMMIT or ROLLBACK sent last ended it
+        if self.pipe is not None and self.txn is not None and not self.failed:
+            # Nothing went wrong on the server (a refusal, or an error in this process): the
+            # ROLLBACK is sent (psycopg sends at once, so the lock is let go as soon as it
+            # arrives) and not waited for; its reply comes with the next wait.
+            self.txn = self.cache = None
+            try:
+                self.raw.execute("ROLLBACK")
+                return
+            except self.psycopg.Error:
+                pass
+        self.failed = False
+        if self.pipe is not None:
+            try:
+                self.round_trips += 1
                 self.pipe.sync()  # what was sent, and its errors, are done with
             except self.psycopg.Error:
                 pass
             try:
                 self.raw.execute("ROLLBACK")
+                self.round_trips += 1
                 self.pipe.sync()
             except self.psycopg.Error:
                 pass
@@ -3710,9 +4199,12 @@ class _PgConnection:
 
     def server_time(self):
         """The server's clock (seconds since the epoch), one round trip."""
+        if self.txn is None:
+            return float(self.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
         return float(self.raw.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
 
     def close(self):
+        self._end_pipe()
         self.raw.close()
 
 

@@ -658,3 +658,24 @@ class AuditCheckerTest(support.CoordTestCase):
         self.assertEqual([(x[1], y[1]) for x, y in exclusive_overlaps(bad)], [("d", "e")])
         early = ok[:1] + [self.line(2, 1.5, "lease.claimed", "b", "src", mode="exclusive")]
         self.assertEqual(len(exclusive_overlaps(early)), 1)
+
+
+class ReapTimerTest(HostCase):
+    """On PostgreSQL the host process reaps the project on a timer (Server.keep_reaping): a
+    runtime whose process died is ended without any operation touching its leases."""
+
+    AUTO_START = False
+
+    def test_a_dead_runtime_is_reaped_by_the_timer(self):
+        self.proc = self.start_host("--reap-every", "0.05")
+        a = self.remote()
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        rt = a.register(harness="x", pid=proc.pid)
+        a.claim(rt["id"], ["src/a.py"])
+        proc.kill()
+        proc.wait()
+        support.retry_until(lambda: a.runtime(rt["id"])["end_reason"] == "process-gone", timeout=60)
+        self.assertEqual(a.leases_of(rt["id"]), [])
+        self.assertGreaterEqual(a.client.call("ping")["reaps"], 1)

@@ -1729,6 +1729,16 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
     # write waits only for a rowcount or a RETURNING; COMMIT is one): each read in the middle is one.
     BASELINE = {"claim": 7, "claim again": 7, "refused claim": 4, "renew": 8, "release": 3,
                 "heartbeat": 2, "send": 8, "write decision": 2}
+    # Now (docs/postgresql.md, "Round trips"): the reaps on the host process's timer
+    # (reap_on_timer), each operation's reads sent with BEGIN in one wait (prefetch), a final
+    # read that comes back with COMMIT (execute_at_commit), a message ID drawn with the reads,
+    # a snapshot's COMMIT and a refusal's ROLLBACK not waited for.
+    # A claim by a runtime this process has read before is one wait (_claim_in_one_wait: the
+    # server checks what it assumed); the first, or one the guess fails for, runs as before.
+    # register remembers the record too, so a registered runtime's first claim is one wait.
+    NOW = {"claim": 1, "claim again": 1, "claim, another name": 1, "refused claim": 2,
+           "refused claim again": 2, "renew": 2, "release": 2,
+           "heartbeat": 1, "send": 2, "write decision": 1, "register": 4}
 
     def trips(self, fn, *args, **kw):
         before = self.st.conn.round_trips
@@ -1742,13 +1752,28 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
         a, b = self.rt(), self.rt()
         got = {"claim": self.trips(self.st.claim, a, ["src/x.py"]),
                "claim again": self.trips(self.st.claim, a, ["src/x.py"]),
+               "claim, another name": self.trips(self.st.claim, a, ["src/y.py"]),
                "refused claim": self.trips(self.st.claim, b, ["src/x.py"]),
+               "refused claim again": self.trips(self.st.claim, b, ["src/x.py"]),
                "renew": self.trips(self.st.renew, a),
                "release": self.trips(self.st.release, a, ["src/x.py"]),
                "heartbeat": self.trips(self.st.heartbeat, a),
                "send": self.trips(self.st.send, a, "hello", b),
-               "write decision": self.trips(self.st.write_conflicts, b, ["src/x.py"])}
-        self.assertEqual(got, self.BASELINE)
+               "write decision": self.trips(self.st.write_conflicts, b, ["src/x.py"]),
+               "register": self.trips(self.st.register, conversation="conv-new", harness="x")}
+        self.assertEqual(got, self.NOW)
+
+    def test_the_pipeline_stays_open_between_transactions(self):
+        # Leaving psycopg's pipeline sends a Sync and waits for it: a round trip the counter
+        # above cannot see, measured at 10 ms each way as one more wait per write.
+        a = self.rt()
+        self.st.claim(a, ["src/x.py"])
+        pipe = self.st.conn.pipe
+        self.assertIsNotNone(pipe)
+        self.st.release(a, ["src/x.py"])
+        self.st.write_conflicts(a, ["src/x.py"])
+        self.assertIs(self.st.conn.pipe, pipe)
+        self.assertFalse(self.st.in_transaction())
 
 
 # --------------------------------------------------------------------------- hosts (issue 25, item 3)
@@ -2383,3 +2408,53 @@ class IntegrationFenceTest(StoreCase):
 
 class PgIntegrationFenceTest(PostgresEngine, IntegrationFenceTest):
     pass
+
+
+class PgReapOffTheHotPathTest(PostgresEngine, StoreCase):
+    """On PostgreSQL a hot operation does not scan the project for the dead (the host process
+    reaps on a timer, test_host.ReapTimerTest); it reaps only what it touches, and a reader
+    judges expiry and liveness itself, so what is not reaped yet blocks nobody."""
+
+    def statements(self, fn, *args, **kw):
+        seen = []
+        self.st.conn.set_trace_callback(seen.append)
+        try:
+            fn(*args, **kw)
+        finally:
+            self.st.conn.set_trace_callback(None)
+        return seen
+
+    def test_no_hot_operation_scans_every_runtime_or_every_expired_lease(self):
+        a, b = self.rt(), self.rt()
+        t0 = time.time()
+        self.st.claim(b, ["elsewhere"], ttl=1, now=t0 - 10)  # expired, on a name nobody touches below
+        ops = [(self.st.claim, (a, ["src/x.py"]), {}), (self.st.renew, (a,), {}), (self.st.heartbeat, (a,), {}),
+               (self.st.send, (a, "hi", b), {}), (self.st.release, (a, ["src/x.py"]), {}),
+               (self.st.register, (), {"conversation": "conv-r", "harness": "x"})]
+        for fn, args, kw in ops:
+            with self.subTest(op=fn.__name__):
+                for sql in self.statements(fn, *args, **kw):
+                    self.assertNotIn("FROM runtimes WHERE ended_at IS NULL", sql)
+                    self.assertNotIn("WHERE l.expires_at <= ?", sql)
+        self.assertEqual([l["resource"] for l in self.st.leases_of(b)], ["elsewhere"], "left for the timer")
+        self.assertEqual(self.st.conflicts(["elsewhere"], as_runtime=a), [], "expired: blocks nobody")
+        self.st.claim(a, ["elsewhere"])
+        self.st.reap()
+        self.assertEqual(self.st.leases_of(b), [])
+        self.assertIn("lease.expired", [json.loads(l)["event"] for l in self.st.audit_lines()])
+
+    def test_sqlite_still_reaps_inline(self):
+        self.assertTrue(self.st.reap_on_timer)
+        lite = store.Store(self.db)
+        self.addCleanup(lite.close)
+        self.assertFalse(lite.reap_on_timer)
+
+
+class PgCodeOffTheHookPathTest(support.CoordTestCase):
+    """The PostgreSQL engine's module-level state costs the hook's imports nothing."""
+
+    def test_importing_store_loads_no_threading(self):
+        out = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]);"
+                              " import store; print('threading' in sys.modules)", support.ROOT],
+                             stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+        self.assertEqual(out, "False")
