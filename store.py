@@ -1556,11 +1556,14 @@ class Store:
                 raise EnvError("database %s has schema v%d, newer than this coord (v%d)"
                                % (self.path, version, SCHEMA_VERSION), upgrade_hint())
             applied = self._applied(version)
-            for statement in PG_FUNCTIONS:
+            missing = self.conn.execute("SELECT to_regprocedure('coord_expect(boolean)')").fetchone()[0] is None
+            if applied >= SCHEMA_VERSION and not missing:
+                return
+            pg_require_owner(self.conn)  # pg-security block: a login role never migrates (nor makes functions)
+            for statement in PG_FUNCTIONS:  # with every migration, so a newer coord's definition replaces the old
                 self.conn.execute_ddl(statement)
             if applied >= SCHEMA_VERSION:
                 return
-            pg_require_owner(self.conn)  # pg-security block: a login role never migrates
             for target in range(applied + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[target]:
                     self.conn.execute_ddl(pg_ddl(statement))

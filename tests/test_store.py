@@ -2180,9 +2180,9 @@ class PgWakeTest(PgSecurityCase):
         channel = store.pg_wake_channel(self.a)
         self.assertNotIn(self.a, channel)
         listener.execute("LISTEN %s" % channel)
-        st = self.login_store(self.la, self.a)
-        self.addCleanup(st.close)
-        st.conn.raw.execute(store.pg_wake_sql(self.a))
+        # A's login role sends the wake-up coord sends (its own autocommit connection: the engine
+        # keeps a pipeline open between transactions, which would hold a raw statement back).
+        self.raw(self.la).execute(store.pg_wake_sql(self.a))
         got = list(listener.notifies(timeout=10, stop_after=1))
         self.assertEqual([(n.channel, n.payload) for n in got], [(channel, "")])
 
