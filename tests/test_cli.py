@@ -235,9 +235,7 @@ class CliTest(support.CoordTestCase):
         self.assertFalse(gone["live"])
 
     def test_list_of_eight_agents_and_twenty_leases_fits_one_and_a_half_kilobytes(self):
-        import store
-        st = store.Store(self.db)
-        self.addCleanup(st.close)
+        st = self.open_project()
         agents = [st.register(harness=("claude", "codex")[i % 2]) for i in range(8)]
         for i in range(20):
             st.claim(agents[i % 8]["id"], ["src/coord/module_%02d.py" % i], "append" if i == 7 else "exclusive",
@@ -458,8 +456,7 @@ class SymlinkNameTest(support.CoordTestCase):
     def test_a_lease_stored_under_the_literal_name_is_still_released_by_it(self):
         # Compatibility: databases written before names were resolved hold the literal name.
         import store
-        st = store.Store(self.db)
-        self.addCleanup(st.close)
+        st = self.open_project()
         st.claim(self.a["id"], ["manual/guide.md"])
         self.run_as(self.a, "renew", "manual/guide.md", check=0)
         self.run_as(self.a, "release", "manual/guide.md", check=0)
@@ -478,8 +475,7 @@ class SupersededProcessTest(support.CoordTestCase):
     def setUp(self):
         super().setUp()
         import store
-        self.st = store.Store(self.db)
-        self.addCleanup(self.st.close)
+        self.st = self.open_project()
         self.old_harness, self.new_harness = Harness(self), Harness(self)
         self.old = self.st.register(conversation=self.CONVERSATION, harness="codex", pid=self.old_harness.pid)
         self.st.claim(self.old["id"], ["src/carried.py"])
@@ -582,8 +578,7 @@ class LivenessCliTest(support.CoordTestCase):
         super().setUp()
         import store
         self.store = store
-        self.st = store.Store(self.db)
-        self.addCleanup(self.st.close)
+        self.st = self.open_project()
 
     def runtimes(self):
         return self.st.q("SELECT count(*) FROM runtimes").fetchone()[0]
@@ -1132,8 +1127,7 @@ class AckAllTest(support.CoordTestCase):
         peek = self.coord_json("inbox", "--peek", runtime=b["id"])
         self.assertEqual([(m["id"], m["state"]) for m in peek["messages"]], [(later["id"], "queued")])
         import store
-        st = store.Store(self.db)
-        self.addCleanup(st.close)
+        st = self.open_project()
         context = st.pending_context(b["id"])
         self.assertIn("arrived after the read", context)  # its body, once
         self.assertNotIn("#%d " % first["id"], context)
@@ -1146,3 +1140,35 @@ class AckAllTest(support.CoordTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# --------------------------------------------------------------------------- the same CLI on a PostgreSQL project (issue 25, pgroute)
+# Each class below is an existing one with support.PostgresProject first: COORD_DB is a
+# postgresql:// URL, coord starts the host process on demand and every command goes through it.
+
+class PgCliTest(support.PostgresProject, CliTest):
+    test_corrupt_database_is_reported_without_traceback = None  # a SQLite file's own fault
+
+
+class PgBatchTest(support.PostgresProject, BatchTest):
+    pass
+
+
+class PgCliRaceTest(support.PostgresProject, CliRaceTest):
+    pass
+
+
+class PgSupersededProcessTest(support.PostgresProject, SupersededProcessTest):
+    pass
+
+
+class PgLivenessCliTest(support.PostgresProject, LivenessCliTest):
+    pass
+
+
+class PgPersonTest(support.PostgresProject, PersonTest):
+    PG_PROJECT = "my-project"
+
+
+class PgAckAllTest(support.PostgresProject, AckAllTest):
+    pass
