@@ -3237,6 +3237,7 @@ _PG_REWRITES = (
      "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
     ("CASE WHEN pid OR harness IN", "CASE WHEN coalesce(pid, 0) <> 0 OR harness IN"),
     ("length(CAST(m.body AS BLOB))", "octet_length(m.body)"),
+    ("began = CASE WHEN ? THEN", "began = CASE WHEN ? <> 0 THEN"),  # set_turn (found routing the hooks: pgroute)
     (" IS ?", " IS NOT DISTINCT FROM ?"),
     # In an upsert's DO UPDATE a bare column is ambiguous in PostgreSQL (the row or excluded).
     ("expires_at = max(expires_at, excluded.expires_at)", "expires_at = max(leases.expires_at, excluded.expires_at)"),

@@ -62,9 +62,17 @@ class HookCase(support.CoordTestCase):
     @property
     def st(self):
         if self._st is None:
-            self._st = store.Store(self.db)
-            self.addCleanup(self._st.close)
+            self._st = self.open_project()
         return self._st
+
+    def reset_project(self):
+        """No records at all, as before the first hook ran (the database file gone)."""
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        if self._st is not None:
+            self._st.close()
+            self._st = None
 
     # -- payloads and runs
 
@@ -192,12 +200,7 @@ class SampleTest(HookCase):
         self.assertGreaterEqual(len(names), 59, "and our own variants")
         for name in names:
             with self.subTest(sample=name):
-                for suffix in ("", "-wal", "-shm"):
-                    if os.path.exists(self.db + suffix):
-                        os.unlink(self.db + suffix)
-                if self._st is not None:
-                    self._st.close()
-                    self._st = None
+                self.reset_project()
                 harness = name.split("-")[0]
                 data = self.payload(name)
                 if harness == "copilot":  # it runs the Claude entries, in its own environment
@@ -2170,12 +2173,7 @@ class QwenTest(HookCase):
         self.assertEqual(len(names), 18, names)
         for name in names:
             with self.subTest(sample=name):
-                for suffix in ("", "-wal", "-shm"):
-                    if os.path.exists(self.db + suffix):
-                        os.unlink(self.db + suffix)
-                if self._st is not None:
-                    self._st.close()
-                    self._st = None
+                self.reset_project()
                 data = self.payload(QWEN + name)
                 out, err = self.run_hook(data, harness="qwen")
                 self.assertEqual(err, "")
@@ -2318,3 +2316,89 @@ class DatabaseUrlHookTest(HookCase):
                 self.assertEqual(out, "")
                 self.assertIn("not supported by this version yet", err)
         self.assertFalse(os.path.exists(os.path.join(self.repo, "postgresql:")))
+
+
+# --------------------------------------------------------------------------- the same hooks on a PostgreSQL project (issue 25, pgroute)
+# Each class below is an existing one with PostgresHooks first: the project is in PostgreSQL
+# (COORD_DB a postgresql:// URL), its host process runs, and every hook reaches it through the
+# socket; the test arranges records with its own engine store (self.st).
+
+class PostgresHooks(support.PostgresProject):
+    def configure_project(self):
+        super().configure_project()
+        store.start_host(self.pg_project, self.pg_url, self.host_socket, environ=self.env)
+
+    def reset_project(self):
+        st = self.st
+        with st.transaction():
+            for table, _key, _cols in reversed(store.COPY_TABLES):
+                if table != "meta":
+                    st.conn.execute("DELETE FROM %s" % table)
+
+
+class PgSampleTest(PostgresHooks, SampleTest):
+    pass
+
+
+class PgEnforcementTest(PostgresHooks, EnforcementTest):
+    pass
+
+
+class PgPatchEnforcementTest(PostgresHooks, PatchEnforcementTest):
+    pass
+
+
+class PgDeliveryTest(PostgresHooks, DeliveryTest):
+    pass
+
+
+class PgIdentityTest(PostgresHooks, IdentityTest):
+    pass
+
+
+class PgTurnTest(PostgresHooks, TurnTest):
+    pass
+
+
+class PgLivenessTest(PostgresHooks, LivenessTest):
+    pass
+
+
+class PgWorkContextTest(PostgresHooks, WorkContextTest):
+    pass
+
+
+class PgCopilotTest(PostgresHooks, CopilotTest):
+    pass
+
+
+class PgOpenCodeTest(PostgresHooks, OpenCodeTest):
+    pass
+
+
+class PgShellPatchTest(PostgresHooks, ShellPatchTest):
+    pass
+
+
+class PgSymlinkTest(PostgresHooks, SymlinkTest):
+    pass
+
+
+class PgGeminiTest(PostgresHooks, GeminiTest):
+    pass
+
+
+class PgQwenTest(PostgresHooks, QwenTest):
+    pass
+
+
+class PgParkedWorkTest(PostgresHooks, ParkedWorkTest):
+    pass
+
+
+class PgHarnessBehindShellsTest(PostgresHooks, HarnessBehindShellsTest):
+    pass
+
+
+class PgSubagentShellTest(PostgresHooks, SubagentShellTest):
+    pass
