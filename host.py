@@ -340,6 +340,10 @@ def supervise(argv_serve):
         code = child[0].wait()
         if stopping[0] or code == 0:
             return 0
+        if code == store.EXIT_ENV:  # pgroute: the worker refused to start (no driver, no server, a bad URL):
+            print("host.py supervise: the host process could not start (exit %d); not restarting it" % code,
+                  file=sys.stderr, flush=True)  # restarting cannot fix that; the next command's start says why
+            return code
         restarts += 1
         print("host.py supervise: the host process exited with %s; starting it again (%d)" % (code, restarts),
               file=sys.stderr, flush=True)

@@ -628,7 +628,7 @@ def ancestor_processes(pid=None, limit=64):
 
 # The words after `coord` that make a command in a hint (coord's commands and its two flags).
 HINT_COMMANDS = ("hello", "heartbeat", "bye", "claim", "renew", "release", "check", "list", "send", "inbox", "ack",
-                 "audit", "status", "batch", "trust", "work", "remote", "--help", "--version")
+                 "audit", "status", "batch", "trust", "work", "remote", "db", "--help", "--version")
 _HINT_RE = []
 _SHELL_SAFE = Pattern(r"^[A-Za-z0-9_./:@%+=,-]+$")
 
@@ -3612,12 +3612,51 @@ def start_host(project, dsn, path=None, timeout=30.0, environ=None, python=None)
     if host_status(project, path, environ=environ)["running"]:
         return
     spawn_host(project, dsn, path, environ, python)
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    seen = False
     while not host_status(project, path, environ=environ)["running"]:
-        if time.monotonic() > deadline:
-            raise EnvError("coord's host process did not start within %s s (%s)" % (number_text(timeout), path),
-                           "see %s.log" % path)
+        held = _host_lock_held(path)
+        seen = seen or held
+        if (not held and (seen or time.monotonic() - started > 5.0)) or time.monotonic() > deadline:
+            # its supervisor ended (it exits when the worker cannot start) or never took the lock
+            why, fix = _last_line(path + ".log")
+            raise EnvError(why, "see %s.log" % path, **({"install": fix} if fix else {}))
         time.sleep(0.05)
+
+
+def _host_lock_held(path):
+    """Whether a host process (its supervisor) holds <socket>.lock."""
+    import fcntl
+    try:
+        fd = os.open(path + ".lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _last_line(path):
+    """(the host process's last refusal in its log, or its last line; the driver install command
+    when that refusal is the missing driver, else None)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            lines = [l for l in f.read().decode("utf-8", "replace").splitlines() if l.strip()]
+    except OSError:
+        return "it wrote no log", None
+    at = max([i for i, l in enumerate(lines) if l.startswith("host.py: ")] or [-1])
+    if at < 0:
+        return (clean_text(lines[-1], 300) if lines else "it wrote nothing in its log"), None
+    why = clean_text(lines[at][len("host.py: "):], 300)
+    nxt = lines[at + 1] if at + 1 < len(lines) else ""
+    fix = nxt[1:-1] if "psycopg" in why and nxt.startswith("(") and nxt.endswith(")") else None
+    return why, fix
 
 
 HOST_IDLE = 1800  # seconds: a host process started on demand ends after half an hour with no client
@@ -3787,9 +3826,9 @@ def host_start_command(prefix=".coord/coord"):
     return "%s db start" % prefix
 
 
-def host_down_error(project, path, why, prefix=".coord/coord"):
-    return EnvError("coord's host process is not running for project %s (%s)" % (project, why),
-                    "start it: %s (its log: %s.log)" % (host_start_command("coord"), path))
+def host_down_error(project, path, why, hint=None):
+    return EnvError("coord's host process for project %s is not running and did not start: %s" % (project, why),
+                    hint or "start it: %s (its log: %s.log)" % (host_start_command("coord"), path))
 
 
 def open_project_store(environ=None, start=None, timeout=None, command=True, prefix=".coord/coord", **kw):
@@ -3806,15 +3845,16 @@ def open_project_store(environ=None, start=None, timeout=None, command=True, pre
     wait = max(float(wait), 1.0) + 30.0 if command else float(wait)
     try:
         return RemoteStore(project, path, timeout=wait, environ=env)
-    except EnvError as exc:
+    except EnvError:
         if not command:
             raise
-        first = exc
     try:
         start_host(project, db["url"], path, timeout=30.0, environ=env)
         return RemoteStore(project, path, timeout=wait, environ=env)
     except EnvError as exc:
-        raise host_down_error(project, path, "%s; starting it failed: %s" % (first.message, exc.message), prefix)
+        fix = exc.details.get("install")
+        raise host_down_error(project, path, exc.message, fix and "install the driver: %s ; then: %s"
+                              % (fix, host_start_command("coord")))
 
 
 def project_live_works(db, environ=None):

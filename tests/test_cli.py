@@ -1172,3 +1172,45 @@ class PgPersonTest(support.PostgresProject, PersonTest):
 
 class PgAckAllTest(support.PostgresProject, AckAllTest):
     pass
+
+
+class PgCliRoutingTest(support.PostgresProject, support.CoordTestCase):
+    """coord's commands on a PostgreSQL project: through the host process, started on demand,
+    never the driver in the command's own process."""
+
+    def test_a_command_starts_the_host_process_on_demand(self):
+        import store
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        me = self.hello()["runtime"]
+        self.assertTrue(store.host_status(self.pg_project, self.host_socket)["running"])
+        self.coord("claim", "src/a.py", runtime=me["id"], check=0)
+        self.assertEqual([l["resource"] for l in self.open_project().leases_of(me["id"])], ["src/a.py"])
+        status = self.coord_json("db", "status")
+        self.assertEqual((status["engine"], status["project"], status["settings"]),
+                         ("postgresql", self.pg_project, "COORD_DB"))
+        self.assertTrue(status["host"]["running"])
+        self.assertIsInstance(status["host"]["round_trip_ms"], float)
+
+    def test_no_command_imports_the_driver(self):
+        probe = ("import json, runpy, sys, io\n"
+                 "g = runpy.run_path(sys.argv[1], run_name='coord_probe')\n"
+                 "code = g['main'](sys.argv[2:])\n"
+                 "print(json.dumps({'code': code, 'modules': sorted(m for m in sys.modules"
+                 " if m.split('.')[0] in ('psycopg', 'psycopg_binary', 'psycopg_c'))}))\n")
+        me = self.hello()["runtime"]
+        for args in (["claim", "src/a.py"], ["list"], ["release", "src/a.py"], ["send", "hi", "--to", me["handle"]]):
+            with self.subTest(args=args):
+                proc = subprocess.run([sys.executable, "-S", "-c", probe, support.COORD] + args,
+                                      env=dict(self.env, COORD_RUNTIME_ID=me["id"]), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, timeout=60)
+                reply = json.loads(proc.stdout.strip().splitlines()[-1])
+                self.assertEqual((reply["code"], reply["modules"]), (0, []), proc.stderr)
+
+    def test_down_and_unstartable_a_command_exits_4_with_the_command_that_starts_it(self):
+        # The server is reachable but refuses this database: the host process cannot start.
+        bad = self.pg_url.replace("/postgres?", "/no_such_database?")
+        proc = self.coord("list", env={"COORD_DB": bad})
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("coord's host process for project %s is not running and did not start: cannot connect"
+                      % self.pg_project, proc.stderr)
+        self.assertIn("next: start it: %s db start (its log: %s.log)" % (support.COORD, self.host_socket), proc.stderr)

@@ -2314,7 +2314,7 @@ class DatabaseUrlHookTest(HookCase):
             with self.subTest(sample=name):
                 out, err = self.run_hook(self.payload(name), env=env)
                 self.assertEqual(out, "")
-                self.assertIn("not supported by this version yet", err)
+                self.assertIn("coord's host process is not running", err)
         self.assertFalse(os.path.exists(os.path.join(self.repo, "postgresql:")))
 
 
@@ -2402,3 +2402,52 @@ class PgHarnessBehindShellsTest(PostgresHooks, HarnessBehindShellsTest):
 
 class PgSubagentShellTest(PostgresHooks, SubagentShellTest):
     pass
+
+
+class PgHookRoutingTest(PostgresHooks, HookCase):
+    """A hook on a PostgreSQL project: through the host process only, never the driver; down, it
+    fails open, and SessionStart starts it in the background."""
+
+    PROBE = ("import json, sys\n"
+             "sys.path.insert(0, sys.argv[1])\n"
+             "import hook\n"
+             "out, err = hook.run(sys.stdin.buffer.read(), ['--harness', 'claude'])\n"
+             "print(json.dumps({'out': out, 'err': err, 'modules': sorted(m for m in sys.modules"
+             " if m.split('.')[0] in ('psycopg', 'psycopg_binary', 'psycopg_c', 'subprocess', 'argparse'))}))\n")
+
+    def probe(self, data):
+        """Run the hook in a child that could import psycopg (it is on its path); -> its reply
+        and the driver modules (and subprocess/argparse) it had loaded at the end."""
+        proc = subprocess.run([sys.executable, "-S", "-c", self.PROBE, support.ROOT], input=json.dumps(data).encode(),
+                              env=dict(self.env, PYTHONPATH=support.psycopg_dir()), cwd=self.repo,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return json.loads(proc.stdout)
+
+    def test_a_hook_reaches_the_project_and_never_imports_the_driver(self):
+        start = self.probe(self.payload("claude-SessionStart"))
+        self.assertEqual(start["err"], "")
+        self.assertIn("you are %s" % self.st.find_conversation_runtime(CLAUDE_MAIN)["handle"], context_of(start["out"]))
+        self.assertEqual(start["modules"], [])
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/a.py"])
+        write = self.probe(self.write("src/a.py"))
+        self.assertIn("permissionDecision", write["out"])
+        self.assertIn(peer["handle"], write["out"])
+        self.assertEqual(write["modules"], [])
+
+    def test_down_it_fails_open_and_session_start_starts_it_in_the_background(self):
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/a.py"])
+        self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
+        support.stop_host_process(self.host_socket)
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        out, err = self.run_hook(self.write("src/a.py"))
+        self.assertEqual(out, "", "allowed: fail open")
+        self.assertIn("coord hook: coord's host process is not running", err)
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"], "PreToolUse starts nothing")
+        out, err = self.run_hook(self.payload("claude-SessionStart"))
+        self.assertEqual(out, "")
+        self.assertIn("not running", err)
+        support.retry_until(lambda: store.host_status(self.pg_project, self.host_socket)["running"], 60)
+        self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
