@@ -1214,3 +1214,86 @@ class PgCliRoutingTest(support.PostgresProject, support.CoordTestCase):
         self.assertIn("coord's host process for project %s is not running and did not start: cannot connect"
                       % self.pg_project, proc.stderr)
         self.assertIn("next: start it: %s db start (its log: %s.log)" % (support.COORD, self.host_socket), proc.stderr)
+
+
+class PgMigrateTest(InstalledRepoCase):
+    """coord db migrate: the person moves an installed project's records to PostgreSQL and back,
+    verified (counts, the audit export's digest), the old copy kept; an agent may not."""
+
+    def setUp(self):
+        super().setUp()
+        import store
+        server, self.psycopg = support.require_postgres(self)
+        self.url = support.pg_url(server)
+        self.plain["PYTHONPATH"] = support.psycopg_dir()
+        self.sqlite = os.path.join(self.state, "fleet-agent-coord", "my-project.sqlite3")
+        self.settings = store.project_url_path("my-project", self.plain)
+        self.addCleanup(self._drop, server)
+        self.addCleanup(support.stop_host_process, store.project_host_socket("my-project", self.plain))
+
+    def _drop(self, server):
+        import store
+        with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema("my-project"))
+
+    def run_plain(self, *args, **env):
+        return subprocess.run([".coord/coord"] + list(args), cwd=self.repo, env=dict(self.plain, **env), text=True,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True, timeout=120)
+
+    def records(self):
+        audit = self.run_plain("audit", "--private")
+        self.assertEqual(audit.returncode, 0, audit.stderr)
+        listed = json.loads(self.run_plain("list", "--all", "--json").stdout)
+        return audit.stdout, sorted((l["resource"], l["handle"]) for l in listed["leases"])
+
+    def test_the_person_moves_the_project_to_postgresql_and_back(self):
+        agent = json.loads(self.run_plain("hello", "--conversation", "c1", "--json").stdout)["runtime"]
+        self.assertEqual(self.run_plain("claim", "src/a.py", "-p", "fix", runtime=agent["id"],
+                                        COORD_RUNTIME_ID=agent["id"]).returncode, 0)
+        self.assertEqual(self.run_plain("send", "hello there", "--to", agent["handle"],
+                                        COORD_RUNTIME_ID=agent["id"]).returncode, 0)
+        before = self.records()
+        term = self.terminal()
+        rc, out = term.run(".coord/coord db migrate '%s'" % self.url)
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out, r"moved project my-project from sqlite to postgresql: \d+ rows, audit 3 lines")
+        self.assertFalse(os.path.exists(self.sqlite))
+        aside = [f for f in os.listdir(os.path.dirname(self.sqlite)) if f.startswith("my-project.sqlite3.migrated-")
+                 and not f.endswith(("-wal", "-shm"))]
+        self.assertEqual(len(aside), 1, "the SQLite source is kept, renamed aside")
+        with open(self.settings) as f:
+            self.assertEqual(f.read().strip(), self.url)
+        self.assertEqual(os.stat(self.settings).st_mode & 0o777, 0o600)
+        self.assertEqual(self.records(), before, "every record, through the host process")
+        status = json.loads(self.run_plain("db", "status", "--json").stdout)
+        self.assertEqual((status["engine"], status["host"]["running"]), ("postgresql", True))
+        self.assertEqual(self.run_plain("claim", "src/b.py", COORD_RUNTIME_ID=agent["id"]).returncode, 0)
+        moved = self.records()
+
+        rc, out = term.run(".coord/coord db migrate sqlite")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("moved project my-project from postgresql to sqlite", out)
+        self.assertFalse(os.path.exists(self.settings))
+        self.assertTrue(any(f.startswith("my-project.url.migrated-") for f in os.listdir(os.path.dirname(self.sqlite))))
+        self.assertTrue(os.path.exists(self.sqlite))
+        self.assertEqual(self.records(), moved)
+        self.assertEqual(json.loads(self.run_plain("db", "status", "--json").stdout)["engine"], "sqlite")
+
+        # The schema still holds the records (nothing was deleted): moving there again is refused.
+        rc, out = term.run(".coord/coord db migrate '%s'" % self.url)
+        self.assertEqual(rc, 3, out)
+        self.assertIn("already holds records", out)
+        self.assertTrue(os.path.exists(self.sqlite), "the source is untouched")
+        self.assertFalse(os.path.exists(self.settings))
+        term.close()
+
+    def test_an_agent_may_not_move_the_project(self):
+        self.assertEqual(self.run_plain("claim", "src/a.py").returncode, 0)
+        proc = self.run_plain("db", "migrate", self.url, CLAUDECODE="1")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("moving the project's database is the person's decision", proc.stderr)
+        self.assertIn("coord db migrate postgresql://...", proc.stderr)
+        self.assertNotIn("coord:s", proc.stderr)
+        self.assertTrue(os.path.exists(self.sqlite))
+        self.assertFalse(os.path.exists(self.settings))
