@@ -3546,9 +3546,13 @@ class HostClient:
             sock.connect(self.path)
         except OSError as exc:
             sock.close()
+            import errno
+            if exc.errno in (errno.EPERM, errno.EACCES):  # pgroute: a sandbox's refusal, not a host process down
+                raise EnvError("connecting to coord's host process (%s) was refused: %s; inside Codex's"
+                               " workspace-write sandbox a Unix socket needs network access" % (self.path, exc.strerror),
+                               SANDBOX_SOCKET_HINT, sandboxed=True)
             raise EnvError("coord's host process is not running for this project (%s: %s)"
-                           % (self.path, exc.strerror or exc),
-                           "start it: python3 .coord/host.py serve --dsn DSN --project %s" % project)
+                           % (self.path, exc.strerror or exc), "start it: %s" % host_start_command("coord"))
         self.sock = sock
 
     def call(self, op, *args, **kwargs):
@@ -3826,6 +3830,10 @@ def host_start_command(prefix=".coord/coord"):
     return "%s db start" % prefix
 
 
+SANDBOX_SOCKET_HINT = ("the person sets network_access = true under [sandbox_workspace_write] in Codex's config.toml"
+                       " (.coord/install . --doctor shows it), or runs this command outside the sandbox")
+
+
 def host_down_error(project, path, why, hint=None):
     return EnvError("coord's host process for project %s is not running and did not start: %s" % (project, why),
                     hint or "start it: %s (its log: %s.log)" % (host_start_command("coord"), path))
@@ -3845,9 +3853,12 @@ def open_project_store(environ=None, start=None, timeout=None, command=True, pre
     wait = max(float(wait), 1.0) + 30.0 if command else float(wait)
     try:
         return RemoteStore(project, path, timeout=wait, environ=env)
-    except EnvError:
-        if not command:
+    except EnvError as exc:
+        if not command or exc.details.get("sandboxed"):
             raise
+        if in_nested_pid_namespace():  # a sandbox or container: a host process started here would live in it
+            raise EnvError(exc.message + "; this process runs in a nested PID namespace (a sandbox or a container),"
+                           " where coord does not start it", "start it outside: %s" % host_start_command("coord"))
     try:
         start_host(project, db["url"], path, timeout=30.0, environ=env)
         return RemoteStore(project, path, timeout=wait, environ=env)
