@@ -796,6 +796,12 @@ class PostgresProject:
         self.host_socket = store.project_host_socket(self.pg_project, self.env)
         self.addCleanup(self._drop_pg_project, server)
         self.addCleanup(stop_host_process, self.host_socket)
+        self.addCleanup(self._no_url_became_a_file, os.getcwd())
+
+    def _no_url_became_a_file(self, cwd):
+        for where in (cwd, self.tmp, getattr(self, "repo", None)):
+            if where and os.path.exists(os.path.join(where, "postgresql:")):
+                self.fail("a file was made of the URL in %s (a SQLite-only step of the test on PostgreSQL)" % where)
 
     def _drop_pg_project(self, server):
         import store
