@@ -760,7 +760,7 @@ class StartupTest(support.CoordTestCase):
             with self.subTest(argv=argv):
                 self.assertEqual(commands(argv), list(coord.COMMANDS))
         self.assertIn("batch", self.coord("--help", check=0).stdout)
-        self.assertIn("'remote')", self.coord("bogus", check=2).stderr)
+        self.assertIn("'remote', 'db')", self.coord("bogus", check=2).stderr)
         self.assertIn("the following arguments are required: RESOURCE", self.coord("claim", check=2).stderr)
 
     def test_a_work_command_builds_only_its_own_subparser(self):
