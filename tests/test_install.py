@@ -1019,7 +1019,7 @@ class RuntimeCopyTest(InstallTestCase):
         self.assertIn("hook runtime copy (the hooks run it, never the repository's files): %s\n"
                       % os.path.join(data, "fleet-agent-coord", "runtime", self.digest), out)
         self.assertEqual(installer.runtime_state(self.copy), "ok")
-        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "session.py", "store.py"])
+        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "host.py", "session.py", "store.py"])
         self.assertEqual(stat.S_IMODE(os.stat(self.copy).st_mode), 0o500)
         for name in os.listdir(self.copy):
             self.assertEqual(stat.S_IMODE(os.stat(os.path.join(self.copy, name)).st_mode), 0o400)
