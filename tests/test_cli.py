@@ -1297,3 +1297,13 @@ class PgMigrateTest(InstalledRepoCase):
         self.assertNotIn("coord:s", proc.stderr)
         self.assertTrue(os.path.exists(self.sqlite))
         self.assertFalse(os.path.exists(self.settings))
+
+    def test_with_coord_db_set_it_refuses_and_moves_nothing(self):
+        self.assertEqual(self.run_plain("claim", "src/a.py").returncode, 0)
+        term = self.terminal()
+        rc, out = term.run("COORD_DB=%s .coord/coord db migrate '%s'" % (shlex.quote(self.sqlite), self.url))
+        term.close()
+        self.assertEqual(rc, 3, out)
+        self.assertIn("COORD_DB is set", out)
+        self.assertTrue(os.path.exists(self.sqlite))
+        self.assertFalse(os.path.exists(self.settings))
