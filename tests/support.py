@@ -783,6 +783,9 @@ class PostgresProject:
         import store
         import uuid
         self.pg_url = pg_url(server)
+        # An installed .coord/coord (and the host process it starts) runs on this interpreter, the
+        # one whose psycopg PYTHONPATH names (the first python3 on PATH may be another version).
+        self.env["COORD_PYTHON"] = sys.executable
         if self.PG_PROJECT:
             self.pg_project = self.PG_PROJECT
             store.write_project_url(self.pg_project, self.pg_url, self.env)

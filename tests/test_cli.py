@@ -1225,7 +1225,7 @@ class PgMigrateTest(InstalledRepoCase):
         import store
         server, self.psycopg = support.require_postgres(self)
         self.url = support.pg_url(server)
-        self.plain["PYTHONPATH"] = support.psycopg_dir()
+        self.plain.update(PYTHONPATH=support.psycopg_dir(), COORD_PYTHON=sys.executable)
         self.sqlite = os.path.join(self.state, "fleet-agent-coord", "my-project.sqlite3")
         self.settings = store.project_url_path("my-project", self.plain)
         self.addCleanup(self._drop, server)

@@ -1708,7 +1708,8 @@ class PgDoctorTest(InstallTestCase):
         super().setUp()
         server, self.psycopg = support.require_postgres(self)
         self.url = support.pg_url(server)
-        self.env.update({"COORD_DB": "", "COORD_PROJECT_ID": "", "PYTHONPATH": support.psycopg_dir()})
+        self.env.update({"COORD_DB": "", "COORD_PROJECT_ID": "", "PYTHONPATH": support.psycopg_dir(),
+                         "COORD_PYTHON": sys.executable})  # the interpreter whose psycopg PYTHONPATH names
         self.fresh("pgdoc")
         store.write_project_url("pgdoc", self.url, self.env)
         self.sock = store.project_host_socket("pgdoc", self.env)
