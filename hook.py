@@ -275,13 +275,32 @@ class Hook:
             self._root = os.path.realpath(root) if root else ""
         return self._root
 
+    def database(self):
+        """Where the project's records are (store.project_database): SQLite or PostgreSQL."""
+        if getattr(self, "_database", None) is None:
+            import store
+            self._database = store.project_database(self.environ, self.root() or None)
+        return self._database
+
     def db_path(self):
-        import store
-        return store.resolve_db_path(self.environ, self.root() or None)
+        """The SQLite file of the project; None for a PostgreSQL project."""
+        return self.database().get("path")
 
     def open(self, migrate=True):
         import store
         wait = BUSY_WAIT / 2 if self.event == "SessionEnd" else BUSY_WAIT
+        if self.database()["engine"] == "postgresql":
+            # Through the host process, never a connection of its own (no driver here). A hook
+            # never waits for it: down, this fails open, and SessionStart starts it in the
+            # background for the next event.
+            try:
+                self.db = store.open_project_store(self.environ, self.root() or None, timeout=wait,
+                                                   command=False, strict_env=False)
+            except store.EnvError:
+                if self.event == "SessionStart":
+                    store.start_host_in_background(self.environ, self.root() or None)
+                raise
+            return self.db
         self.db = store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate,
                               strict_env=False)  # a bad COORD_*_TTL means its default here
         return self.db
@@ -409,7 +428,7 @@ def on_pre_tool_use(h):
     resources = []
     for path in h.targets:
         resources.extend(r for r in h.resources(path) if r not in resources)
-    if not resources or not os.path.exists(h.db_path()):
+    if not resources or (h.db_path() is not None and not os.path.exists(h.db_path())):
         return ""  # nothing coordinated, or no database: no lease can exist
     db = h.open(migrate=False)
     with db.snapshot():  # who writes and what blocks it: one state of the database

@@ -40,7 +40,8 @@ import store
 # The Store methods a client may call by name; anything else is refused. Methods that read the
 # *caller's* environment, terminal or process ancestry (caller, person_runtime, confirm_named,
 # conversation_successor, confirm_attachment) are not here: the caller computes those facts in
-# its own process and sends them as data (docs/postgresql.md, "A request over the socket").
+# its own process and sends them as data to decide_caller / decide_person_runtime, below
+# (docs/postgresql.md, "A request over the socket").
 HOST_OPS = frozenset("""
     hosts register runtime resolve_runtime usable_runtime runtime_live successor last_runtime_of
     find_conversation_runtime unended_subagents superseded_attachment hold_parked unhold_parked
@@ -51,6 +52,10 @@ HOST_OPS = frozenset("""
     audit_lines audit_story runtimes_of claim_integration integration_fence confirm_fence
     work_hosts
 """.split())
+# Routing coord and hook.py here (pgroute): the decide half of the caller-side facts (the caller
+# sends what store.caller_facts / person_key gathered in its own process) and the two Store
+# methods coord's commands use beyond the list above.
+HOST_OPS = HOST_OPS | frozenset(["decide_caller", "decide_person_runtime", "ack_shown", "audit"])
 TRANSACTION_OPS = frozenset(["begin", "commit", "rollback", "ping"])
 CLOCK_EVERY = 300.0  # seconds between two measurements of the server's clock
 # hosts (issue 25, item 3): operations after which this host's exclusive leases may be new or
@@ -321,14 +326,14 @@ class Server:
             if op not in HOST_OPS or not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise store.UsageError("the host process does not run %r" % (op,))
             if bound is not None:
-                result = getattr(bound, op)(*args, **kwargs)
+                result = _plain(getattr(bound, op)(*args, **kwargs))
                 if op in SAFE_REFRESH_OPS:
                     self.beat_soon.set()  # hosts: the safe-mode file (after the commit, as the next beat)
                 return {"id": rid, "ok": True, "result": result}, bound
             st = self.pool.take()
             broken = False
             try:
-                result = getattr(st, op)(*args, **kwargs)
+                result = _plain(getattr(st, op)(*args, **kwargs))
                 if op in SAFE_REFRESH_OPS:
                     self.beat_soon.set()  # hosts: rewrite the safe-mode file soon
                 return {"id": rid, "ok": True, "result": result}, None
@@ -413,6 +418,10 @@ def supervise(argv_serve):
         code = child[0].wait()
         if stopping[0] or code == 0:
             return 0
+        if code == store.EXIT_ENV:  # pgroute: the worker refused to start (no driver, no server, a bad URL):
+            print("host.py supervise: the host process could not start (exit %d); not restarting it" % code,
+                  file=sys.stderr, flush=True)  # restarting cannot fix that; the next command's start says why
+            return code
         restarts += 1
         print("host.py supervise: the host process exited with %s; starting it again (%d)" % (code, restarts),
               file=sys.stderr, flush=True)
@@ -427,7 +436,7 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("serve", "supervise"):
         cmd = sub.add_parser(name, allow_abbrev=False)
-        cmd.add_argument("--dsn", required=True)
+        cmd.add_argument("--dsn", help="default: $COORD_HOST_DSN, else the project's URL (store.read_project_url)")
         cmd.add_argument("--project", required=True)
         cmd.add_argument("--socket")
         cmd.add_argument("--pool", type=int, default=8)
@@ -441,7 +450,13 @@ def main(argv=None):
     setup.add_argument("--admin-dsn", required=True, help="a connection as a superuser or the service's admin role")
     setup.add_argument("--project", required=True)
     setup.add_argument("--login", action="append", default=[], help="a host's or person's login role (repeatable)")
+    # coord db migrate (pgroute): run here, a process of its own, so coord's CLI never imports the
+    # driver; the target comes in COORD_MIGRATE_TARGET (a URL may hold a password: not in argv).
+    cmd = sub.add_parser("migrate", allow_abbrev=False)
+    cmd.add_argument("--project", required=True)
     args = parser.parse_args(argv)
+    if args.command == "migrate":
+        return migrate_main(args)
     if args.command == "setup":  # the pg-security block of store.py does the work; print what it runs
         try:
             done = store.pg_setup(args.admin_dsn, args.project, args.login,
@@ -455,7 +470,12 @@ def main(argv=None):
     try:
         if not store.valid_project_id(args.project):
             raise store.UsageError("project ID %r must be letters, digits, '.', '_' or '-'" % args.project)
-        path = args.socket or store.host_socket_path()
+        path = args.socket or store.project_host_socket(args.project)
+        dsn = args.dsn or os.environ.get("COORD_HOST_DSN") or store.read_project_url(args.project)
+        if not dsn:
+            raise store.EnvError("no database for project %s: pass --dsn, or move it to PostgreSQL first"
+                                 % args.project, "the person runs: .coord/coord db migrate postgresql://...")
+        os.environ["COORD_HOST_DSN"] = dsn  # to the worker by its environment, not its argv (/proc is public)
         pool = store.check_int(args.pool, "--pool", 1, 200)
         idle = store.check_float(args.idle, "--idle", 0, 86400)
         clock_every = store.check_float(args.clock_every, "--clock-every", 0.05, 86400)
@@ -465,10 +485,10 @@ def main(argv=None):
                 print("host process already running for %s" % path, flush=True)
                 return 0
         if args.command == "supervise":
-            return supervise(["--dsn", args.dsn, "--project", args.project, "--socket", path,
+            return supervise(["--project", args.project, "--socket", path,
                               "--pool", str(pool), "--idle", repr(idle), "--clock-every", repr(clock_every),
                               "--reap-every", repr(reap_every)])
-        server = Server(path, args.dsn, args.project, pool, clock_every, reap_every)
+        server = Server(path, dsn, args.project, pool, clock_every, reap_every)
         server.listen()
         print("host process %d serving %s on %s" % (os.getpid(), args.project, server.path), flush=True)
         server.serve_forever(idle, os.getppid() if args.supervised else None)
@@ -477,6 +497,28 @@ def main(argv=None):
         return exc.exit_code
     except KeyboardInterrupt:
         return 0
+
+
+def migrate_main(args):
+    """`host.py migrate --project ID` with COORD_MIGRATE_TARGET (a URL or "sqlite"): the report of
+    store.migrate_project as JSON on stdout, or the error as JSON (class, message, hint) and
+    its exit code."""
+    try:
+        report = store.migrate_project(args.project, os.environ.get("COORD_MIGRATE_TARGET", ""))
+    except store.CoordError as exc:
+        print(json.dumps(_error_reply(None, exc)["error"]), flush=True)
+        return exc.exit_code
+    print(json.dumps(report, sort_keys=True), flush=True)
+    return 0
+
+
+def _plain(result):
+    """A Store method's result as JSON can carry it (audit_lines yields its lines)."""
+    if isinstance(result, (dict, list, str, int, float, bool)) or result is None:
+        return result
+    if isinstance(result, tuple):
+        return list(result)
+    return list(result)
 
 
 if __name__ == "__main__":

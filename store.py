@@ -310,14 +310,18 @@ def refuse_database_url(value, source="COORD_DB"):
     """A database named by a URL (scheme://...) is refused, never taken for a file: made
     absolute, `postgresql://coord@host/db` would be a SQLite file in a directory `postgresql:`
     wherever coord ran, often inside the repository where agents write. Only the scheme is
-    named (the rest of a URL may hold a password)."""
+    named (the rest of a URL may hold a password). A postgresql:// URL is a project in
+    PostgreSQL, which only open_project_store opens (through the host process)."""
     m = _URL_RE.match(value or "")
+    if m and m.group(1).lower() in ("postgresql", "postgres"):
+        raise EnvError("%s is a PostgreSQL URL (%s://...), not a file: a PostgreSQL project is reached through"
+                       " coord's host process, never opened as a file" % (source, m.group(1)),
+                       "run coord's commands and hooks on it; unset %s to use the project's own database" % source)
     if m:
-        raise EnvError("%s is a URL (%s://...), not a file: this version of coord keeps a project in "
-                       "a SQLite file only; PostgreSQL projects are not supported by this version yet"
-                       % (source, m.group(1)),
+        raise EnvError("%s is a URL (%s://...), not a file: coord keeps a project in a SQLite file or in"
+                       " PostgreSQL (a postgresql:// URL); %s:// is not supported" % (source, m.group(1), m.group(1)),
                        "unset %s to use the project's database in the state directory, "
-                       "or set it to a file path" % source)
+                       "or set it to a file path or a postgresql:// URL" % source)
 
 
 def log_traceback(what, environ=None):
@@ -684,7 +688,7 @@ def ancestor_processes(pid=None, limit=64):
 
 # The words after `coord` that make a command in a hint (coord's commands and its two flags).
 HINT_COMMANDS = ("hello", "heartbeat", "bye", "claim", "renew", "release", "check", "list", "send", "inbox", "ack",
-                 "audit", "status", "batch", "trust", "work", "remote", "--help", "--version")
+                 "audit", "status", "batch", "trust", "work", "remote", "db", "--help", "--version")
 _HINT_RE = []
 _SHELL_SAFE = Pattern(r"^[A-Za-z0-9_./:@%+=,-]+$")
 
@@ -940,6 +944,43 @@ def harness_ancestor(chain):
         if found:
             return pid, found
     return None, None
+
+
+def caller_facts(explicit=None, environ=None, complete=False):
+    """What the calling process alone can see about itself, for Store.decide_caller: --runtime,
+    its environment's identity variables, and (gathered now with `complete`, as a client of the
+    host process must; else on first use, in this process) its ancestry `chain`, its
+    `person` (person_key) and its `harness_ancestor`. JSON-safe when complete."""
+    env = os.environ if environ is None else environ
+    session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID") \
+        or env.get("COPILOT_AGENT_SESSION_ID") \
+        or env.get("COORD_OPENCODE_SESSION")  # Copilot CLI's shell: its hooks' session_id; OpenCode's plugin's
+    thread = env.get("CODEX_THREAD_ID") or env.get("COORD_OPENCODE_AGENT")  # OpenCode: a subagent's session
+    if not session and not thread and env.get("QWEN_CODE_SESSION_ID"):
+        # Qwen Code's shell: its hooks' session_id, and in a subagent its hooks' agent_id
+        session = env["QWEN_CODE_SESSION_ID"]
+        thread = env.get("QWEN_CODE_AGENT_ID") or None
+    facts = {"explicit": explicit or None, "runtime_id": env.get("COORD_RUNTIME_ID") or None,
+             "session": session or None, "thread": thread or None}
+    if not complete:
+        facts["_environ"] = env
+        return facts
+    facts["chain"] = [list(x) for x in ancestor_processes()]
+    facts["person"] = list(person_key(env))
+    facts["harness_ancestor"] = list(harness_ancestor(facts["chain"]))
+    return facts
+
+
+def _fact(facts, name):
+    """facts[name], gathered in this process on first use when caller_facts left it out."""
+    if name not in facts:
+        if name == "chain":
+            facts[name] = ancestor_processes()
+        elif name == "person":
+            facts[name] = person_key(facts["_environ"])
+        else:
+            facts[name] = harness_ancestor(_fact(facts, "chain"))
+    return facts[name]
 
 
 # --------------------------------------------------------------------------- database
@@ -1396,9 +1437,10 @@ def work_conversations(w):
 
 def read_works(path):
     """The live work records (id, handle, task, state, path, source), read as live_works_readonly
-    reads; [] when there is no database or it cannot be read."""
-    return [{k: w.get(k) for k in ("id", "handle", "task", "state", "path", "source")}
-            for w in live_works_readonly(path) or []]
+    reads; [] when there is no database or it cannot be read. `path` may be a project_database()
+    of a PostgreSQL project (project_live_works)."""
+    works = live_works_readonly(path) if isinstance(path, str) else project_live_works(path)
+    return [{k: w.get(k) for k in ("id", "handle", "task", "state", "path", "source")} for w in works or []]
 
 
 class Store:
@@ -1897,7 +1939,7 @@ class Store:
         alone identifies the caller."""
         if not rt["pid"] or not self.pid_judged_here(rt):
             return
-        chain = ancestor_processes() if chain is None else chain
+        chain = ancestor_processes() if chain is None else [tuple(x) for x in chain]
         for pid, start in chain:
             if pid == rt["pid"] and (rt["pid_start"] is None or start is None or start == rt["pid_start"]):
                 return
@@ -2528,29 +2570,32 @@ class Store:
                 return w
         return None
 
+    # -- who is calling: the facts about the caller (its environment's identity variables, its
+    #    process ancestry, a terminal's person) are gathered in the calling process
+    #    (caller_facts, person_key, ancestor_processes); the decide_* methods take them as data,
+    #    so the host process of a PostgreSQL project runs them for its clients (issue 25,
+    #    pgroute). The methods named as before gather and decide in one process.
+
     def caller(self, explicit=None, environ=None, now=None, person=True):
         """Who is calling: --runtime, COORD_RUNTIME_ID, the harness session variable, then the
         registered harness process among the caller's ancestors (pid and start time), then,
         with no harness variable and no harness process above it, the person at this terminal
         (person_runtime: registered on first use; person=False finds one without registering)."""
-        env = os.environ if environ is None else environ
-        if explicit or env.get("COORD_RUNTIME_ID"):
-            named = self.resolve_runtime(explicit or env["COORD_RUNTIME_ID"])
-            chain = ancestor_processes()
-            self.confirm_named(named, chain, env)
+        return self.decide_caller(caller_facts(explicit, environ), now=now, person=person)
+
+    def decide_caller(self, facts, now=None, person=True):
+        """caller() on the facts caller_facts gathered (in the calling process)."""
+        explicit = facts.get("explicit")
+        if explicit or facts.get("runtime_id"):
+            named = self.resolve_runtime(explicit or facts["runtime_id"])
+            chain = [tuple(x) for x in _fact(facts, "chain")]
+            self.confirm_named(named, chain, key=lambda: _fact(facts, "person")[0])
             if not explicit:
                 later = self.conversation_successor(named, now, chain)
                 if later is not None:
                     return later
             return self.usable_runtime(named["id"], now)
-        session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID") \
-            or env.get("COPILOT_AGENT_SESSION_ID") \
-            or env.get("COORD_OPENCODE_SESSION")  # Copilot CLI's shell: its hooks' session_id; OpenCode's plugin's
-        thread = env.get("CODEX_THREAD_ID") or env.get("COORD_OPENCODE_AGENT")  # OpenCode: a subagent's session
-        if not session and not thread and env.get("QWEN_CODE_SESSION_ID"):
-            # Qwen Code's shell: its hooks' session_id, and in a subagent its hooks' agent_id
-            session = env["QWEN_CODE_SESSION_ID"]
-            thread = env.get("QWEN_CODE_AGENT_ID") or None
+        session, thread = facts.get("session"), facts.get("thread")
         tried = []
         if thread and session and thread != session:
             rt = self.find_conversation_runtime(session, agent_id=thread, now=now)
@@ -2562,10 +2607,10 @@ class Store:
             tried.append("conversation %s" % conversation)
             rt = self.find_conversation_runtime(conversation, now=now)
             if rt:
-                self.confirm_attachment(rt)
+                self.confirm_attachment(rt, facts.get("chain"))  # gathered by confirm_attachment locally
                 return rt
-        chain = ancestor_processes()
-        here, hp = self._here()
+        chain = [tuple(x) for x in _fact(facts, "chain")]
+        here, hp = self._here()  # hosts: the caller's chain is this host's pids
         for pid, start in chain:
             rows = self.q("SELECT %s FROM runtimes WHERE pid = ? AND ended_at IS NULL AND agent_id IS NULL%s"
                           % (self._RUNTIME_COLS, here), [pid] + hp).fetchall()
@@ -2579,9 +2624,9 @@ class Store:
                     pid, ", ".join(rt["handle"] for rt in found)), "name one with --runtime HANDLE")
         tried.append("process ancestry")
         if not conversation:
-            hpid, harness = harness_ancestor(chain)
+            hpid, harness = _fact(facts, "harness_ancestor")
             if hpid is None:
-                rt = self.person_runtime(register=person, now=now, environ=env)
+                rt = self.decide_person_runtime(_fact(facts, "person"), register=person, now=now)
                 if rt is not None:
                     return rt
                 tried.append("this terminal's person (not registered yet)")
@@ -2595,7 +2640,11 @@ class Store:
         terminal person, else the user alone), registered when there is none and `register`;
         else None (also when an agent is evident). One key, one runtime: every command from the
         same login session finds it, and it lives as long as that session's leader (no clock)."""
-        key, pid, start, _name = person_key(environ, skip)
+        return self.decide_person_runtime(list(person_key(environ, skip)), register=register, now=now)
+
+    def decide_person_runtime(self, person, register=True, now=None):
+        """person_runtime() on `person`, the (key, pid, start, name) person_key gave the caller."""
+        key, pid, start, _name = person
         if key is None:
             return None
         rt = self.find_conversation_runtime(key, now=now)
@@ -2606,7 +2655,7 @@ class Store:
         return self.register(conversation=key, harness=PERSON, pid=pid, pid_start=start, cwd=None,
                              source="person", now=now)
 
-    def confirm_named(self, named, chain=None, environ=None):
+    def confirm_named(self, named, chain=None, environ=None, key=None):
         """Refuse a caller naming a runtime (--runtime, COORD_RUNTIME_ID) its processes may not
         act as: the ancestry decides, whatever is named.
 
@@ -2614,9 +2663,9 @@ class Store:
           newest attachment that process registered was superseded: its conversation was resumed
           elsewhere) acts as no runtime at all but the one its own harness process holds.
         - A person's runtime is acted as only from its own terminal: the caller's person_key
-          must be that runtime's key (a terminal's person by positive evidence; the user alone
-          by a caller that shows no agent)."""
-        chain = ancestor_processes() if chain is None else chain
+          (`key`, else gathered here from `environ`) must be that runtime's key (a terminal's
+          person by positive evidence; the user alone by a caller that shows no agent)."""
+        chain = ancestor_processes() if chain is None else [tuple(x) for x in chain]
         own = [pid for pid, _ in chain]
         if named["pid"] and self.pid_judged_here(named) and any(pid == named["pid"] and (named["pid_start"] is None or start is None
                                                          or start == named["pid_start"]) for pid, start in chain):
@@ -2642,7 +2691,7 @@ class Store:
                                   STALE_HINT % new["handle"], superseded_by=new["handle"])
                 break  # the nearest harness process with a live attachment decides
         if person_uid(named) is not None and named["harness"] == PERSON:
-            key = person_key(environ)[0]
+            key = key() if callable(key) else (person_key(environ)[0] if key is None else key)
             if key != named["conversation"]:
                 raise Refused("%s is a person's runtime (%s): only a command typed there acts as it"
                               % (named["handle"], person_terminal(named)),
@@ -2659,7 +2708,7 @@ class Store:
         later = self.find_conversation_runtime(named["conversation"], now=now)
         if later is None or later["id"] == named["id"]:
             return None
-        chain = ancestor_processes() if chain is None else chain
+        chain = ancestor_processes() if chain is None else [tuple(x) for x in chain]
         if later["pid"] and named["pid"] and later["pid"] != named["pid"] and self.pid_judged_here(named) and \
                 any(pid == named["pid"] for pid, _ in chain):
             # The caller descends from the ended attachment's own process, not the successor's.
@@ -3718,6 +3767,7 @@ _PG_REWRITES = (
      "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
     ("CASE WHEN pid OR harness IN", "CASE WHEN coalesce(pid, 0) <> 0 OR harness IN"),
     ("length(CAST(m.body AS BLOB))", "octet_length(m.body)"),
+    ("began = CASE WHEN ? THEN", "began = CASE WHEN ? <> 0 THEN"),  # set_turn (found routing the hooks: pgroute)
     (" IS ?", " IS NOT DISTINCT FROM ?"),
     # In an upsert's DO UPDATE a bare column is ambiguous in PostgreSQL (the row or excluded).
     ("expires_at = max(expires_at, excluded.expires_at)", "expires_at = max(leases.expires_at, excluded.expires_at)"),
@@ -3894,8 +3944,7 @@ class _PgConnection:
             import psycopg
         except ImportError:
             raise EnvError("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable,
-                           "%s -m pip install --user 'psycopg[binary]%s'" % (
-                               sys.executable, "==3.2.13" if sys.version_info < (3, 10) else "==3.3.9"))
+                           psycopg_install_command(sys.executable, sys.version_info[:2]))
         self.psycopg = psycopg
         self.project = project_id
         self.schema = pg_schema(project_id)
@@ -4639,9 +4688,13 @@ class HostClient:
             sock.connect(self.path)
         except OSError as exc:
             sock.close()
+            import errno
+            if exc.errno in (errno.EPERM, errno.EACCES):  # pgroute: a sandbox's refusal, not a host process down
+                raise EnvError("connecting to coord's host process (%s) was refused: %s; inside Codex's"
+                               " workspace-write sandbox a Unix socket needs network access" % (self.path, exc.strerror),
+                               SANDBOX_SOCKET_HINT, sandboxed=True)
             raise EnvError("coord's host process is not running for this project (%s: %s)"
-                           % (self.path, exc.strerror or exc),
-                           "start it: python3 .coord/host.py serve --dsn DSN --project %s" % project)
+                           % (self.path, exc.strerror or exc), "start it: %s" % host_start_command("coord"))
         self.sock = sock
 
     def call(self, op, *args, **kwargs):
@@ -4701,31 +4754,83 @@ def start_host(project, dsn, path=None, timeout=30.0, environ=None, python=None)
     appended to <socket>.log, unless one answers already; wait until it answers (or raise
     EnvError after `timeout` seconds). A second start racing this one finds the lock held and
     exits; both then find the one that serves."""
-    import subprocess
     path = path or host_socket_path(environ)
     if host_status(project, path, environ=environ)["running"]:
         return
+    spawn_host(project, dsn, path, environ, python)
+    started = time.monotonic()
+    deadline = started + timeout
+    seen = False
+    while not host_status(project, path, environ=environ)["running"]:
+        held = _host_lock_held(path)
+        seen = seen or held
+        if (not held and (seen or time.monotonic() - started > 5.0)) or time.monotonic() > deadline:
+            # its supervisor ended (it exits when the worker cannot start) or never took the lock
+            why, fix = _last_line(path + ".log")
+            raise EnvError(why, "see %s.log" % path, **({"install": fix} if fix else {}))
+        time.sleep(0.05)
+
+
+def _host_lock_held(path):
+    """Whether a host process (its supervisor) holds <socket>.lock."""
+    import fcntl
+    try:
+        fd = os.open(path + ".lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _last_line(path):
+    """(the host process's last refusal in its log, or its last line; the driver install command
+    when that refusal is the missing driver, else None)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            lines = [l for l in f.read().decode("utf-8", "replace").splitlines() if l.strip()]
+    except OSError:
+        return "it wrote no log", None
+    at = max([i for i, l in enumerate(lines) if l.startswith("host.py: ")] or [-1])
+    if at < 0:
+        return (clean_text(lines[-1], 300) if lines else "it wrote nothing in its log"), None
+    why = clean_text(lines[at][len("host.py: "):], 300)
+    nxt = lines[at + 1] if at + 1 < len(lines) else ""
+    fix = nxt[1:-1] if "psycopg" in why and nxt.startswith("(") and nxt.endswith(")") else None
+    return why, fix
+
+
+HOST_IDLE = 1800  # seconds: a host process started on demand ends after half an hour with no client
+
+
+def spawn_host(project, dsn, path, environ=None, python=None):
+    """Start `host.py supervise` detached (double fork: no zombie here) without waiting for it.
+    The DSN goes in its environment (COORD_HOST_DSN), never its argv, which every user of the
+    host can read in /proc."""
+    import subprocess
     make_private_dirs(os.path.dirname(path))
     argv = [python or sys_executable(), os.path.join(os.path.dirname(os.path.abspath(__file__)), "host.py"),
-            "supervise", "--dsn", dsn, "--project", project, "--socket", path]
+            "supervise", "--project", project, "--socket", path, "--idle", str(HOST_IDLE)]
+    env = dict(os.environ if environ is None else environ, COORD_HOST_DSN=dsn)
+    for name in AGENT_MARKERS + ("COORD_RUNTIME_ID", "COORD_DB"):  # the host process is no caller
+        env.pop(name, None)
     log = os.open(path + ".log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         middle = os.fork()  # the supervisor is the child of a process that exits at once: no zombie here
         if middle == 0:
             try:
                 subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                 env=environ, cwd="/")
+                                 env=env, cwd="/")
             finally:
                 os._exit(0)
         os.waitpid(middle, 0)
     finally:
         os.close(log)
-    deadline = time.monotonic() + timeout
-    while not host_status(project, path, environ=environ)["running"]:
-        if time.monotonic() > deadline:
-            raise EnvError("coord's host process did not start within %s s (%s)" % (number_text(timeout), path),
-                           "see %s.log" % path)
-        time.sleep(0.05)
 
 
 def sys_executable():
@@ -4738,9 +4843,21 @@ class RemoteStore:
     operations the host process lists (host.HOST_OPS) answer; transaction()/snapshot() bind
     the operations inside them to one server transaction (begin ... commit)."""
 
+    engine = "postgresql"
+
     def __init__(self, project, path=None, timeout=30.0, environ=None):
         self.client = HostClient(project, path, timeout, environ)
+        self.path = self.client.path  # os.path.dirname(st.path): the state directory, as for SQLite
         self.depth = 0
+
+    # The caller-side facts (pgroute): gathered here, in the calling process, and decided by the
+    # host process (Store.decide_caller, Store.decide_person_runtime).
+
+    def caller(self, explicit=None, environ=None, now=None, person=True):
+        return self.client.call("decide_caller", caller_facts(explicit, environ, complete=True), now=now, person=person)
+
+    def person_runtime(self, register=True, now=None, environ=None, skip=()):
+        return self.client.call("decide_person_runtime", list(person_key(environ, skip)), register=register, now=now)
 
     def __getattr__(self, op):
         if op.startswith("_"):
@@ -4778,6 +4895,180 @@ class _RemoteTransaction:
         if self.outer:
             self.remote.client.call("commit" if exc_type is None else "rollback")
         return False
+
+
+# --------------------------------------------------------------------------- a project's database: where it is, how it is reached
+# (issue 25, pgroute.) A project lives in SQLite (<state>/<project>.sqlite3, or the file COORD_DB
+# names) or in PostgreSQL: a postgresql:// (or postgres://) URL in COORD_DB, else in the
+# project's settings file <state>/<project>.url (0600, in the 0700 state directory, beside where
+# its SQLite file would be; never inside the repository). open_project_store gives a Store for
+# SQLite, a RemoteStore (the host process) for PostgreSQL; no process but host.py imports a driver.
+
+PG_SCHEMES = ("postgresql", "postgres")
+
+
+def database_scheme(value):
+    """The scheme of a URL ("postgresql"), lower case; None for a file path."""
+    m = _URL_RE.match(value or "")
+    return m.group(1).lower() if m else None
+
+
+def project_url_path(project_id, environ=None):
+    """<state_dir>/<project-id>.url: where a PostgreSQL project's URL is kept."""
+    return os.path.join(state_dir(environ), project_id + ".url")
+
+
+def read_project_url(project_id, environ=None):
+    """The PostgreSQL URL in the project's settings, or None when it has none (a SQLite project)."""
+    path = project_url_path(project_id, environ)
+    try:
+        with open(path, encoding="utf-8") as f:
+            url = f.read().strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EnvError("cannot read the project's database URL %s: %s" % (path, getattr(exc, "strerror", exc)),
+                       "check its permissions (0600, yours)")
+    if database_scheme(url) not in PG_SCHEMES:
+        raise EnvError("%s holds no postgresql:// URL" % path,
+                       "the person runs: .coord/coord db migrate postgresql://... (or removes the file)")
+    return url
+
+
+def write_project_url(project_id, url, environ=None):
+    path = project_url_path(project_id, environ)
+    make_private_dirs(os.path.dirname(path))
+    atomic_write(path, (url.strip() + "\n").encode("utf-8"), 0o600)
+    return path
+
+
+def project_database(environ=None, start=None, project_id=None):
+    """Where this project's records are: {"engine": "sqlite", "path"} or {"engine":
+    "postgresql", "url", "project", "source"} (source: "COORD_DB" or the settings file). A URL
+    of any other scheme is refused (refuse_database_url), never taken for a file."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("COORD_DB", "")
+    if explicit and database_scheme(explicit) not in PG_SCHEMES:
+        return {"engine": "sqlite", "path": resolve_db_path(env, start, project_id)}
+    if not project_id or env.get("COORD_PROJECT_ID", "").strip():
+        project_id = resolve_project_id(env, start)
+    if explicit:
+        return {"engine": "postgresql", "url": explicit.strip(), "project": project_id, "source": "COORD_DB"}
+    url = read_project_url(project_id, env)
+    if url:
+        return {"engine": "postgresql", "url": url, "project": project_id,
+                "source": project_url_path(project_id, env)}
+    return {"engine": "sqlite", "path": os.path.join(state_dir(env), project_id + ".sqlite3")}
+
+
+def project_host_socket(project, environ=None):
+    """<state_dir>/host-<digest>.sock: the socket of the host process serving `project` (one per
+    project and user; a digest keeps the path within a Unix socket's 108 bytes)."""
+    import hashlib
+    return os.path.join(state_dir(environ), "host-%s.sock" % hashlib.sha256(project.encode("utf-8")).hexdigest()[:16])
+
+
+def host_start_command(prefix=".coord/coord"):
+    return "%s db start" % prefix
+
+
+SANDBOX_SOCKET_HINT = ("the person sets network_access = true under [sandbox_workspace_write] in Codex's config.toml"
+                       " (.coord/install . --doctor shows it), or runs this command outside the sandbox")
+
+
+def host_down_error(project, path, why, hint=None):
+    return EnvError("coord's host process for project %s is not running and did not start: %s" % (project, why),
+                    hint or "start it: %s (its log: %s.log)" % (host_start_command("coord"), path))
+
+
+def open_project_store(environ=None, start=None, timeout=None, command=True, prefix=".coord/coord", **kw):
+    """The project's store: a Store (SQLite) or a RemoteStore through the host process
+    (PostgreSQL), which a command (command=True) starts first when it is not running; a hook
+    (command=False) never waits for it: EnvError, and it fails open."""
+    env = os.environ if environ is None else environ
+    db = project_database(env, start)
+    if db["engine"] == "sqlite":
+        return Store(db["path"], timeout=timeout, environ=env, **kw)
+    project, path = db["project"], project_host_socket(db["project"], env)
+    wait = timeout if timeout is not None else env_number(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT,
+                                                          BUSY_TIMEOUT_RANGE, kw.get("strict_env", True))
+    wait = max(float(wait), 1.0) + 30.0 if command else float(wait)
+    try:
+        return RemoteStore(project, path, timeout=wait, environ=env)
+    except EnvError as exc:
+        if not command or exc.details.get("sandboxed"):
+            raise
+        if in_nested_pid_namespace():  # a sandbox or container: a host process started here would live in it
+            raise EnvError(exc.message + "; this process runs in a nested PID namespace (a sandbox or a container),"
+                           " where coord does not start it", "start it outside: %s" % host_start_command("coord"))
+    try:
+        start_host(project, db["url"], path, timeout=30.0, environ=env)
+        return RemoteStore(project, path, timeout=wait, environ=env)
+    except EnvError as exc:
+        fix = exc.details.get("install")
+        raise host_down_error(project, path, exc.message, fix and "install the driver: %s ; then: %s"
+                              % (fix, host_start_command("coord")))
+
+
+def project_live_works(db, environ=None):
+    """live_works_readonly for a project_database() `db`: for PostgreSQL through its host process
+    when it runs (never starting it: the installer only reads); None when it cannot be read."""
+    if db["engine"] == "sqlite":
+        return live_works_readonly(db["path"])
+    try:
+        st = RemoteStore(db["project"], project_host_socket(db["project"], environ), timeout=5.0, environ=environ)
+    except EnvError:
+        return None
+    try:
+        works = st.works()
+    except CoordError:
+        return None
+    finally:
+        st.close()
+    out = []
+    for w in works:
+        if w.get("state") not in ("creating", "failed", "removed"):
+            w.pop("token", None)
+            out.append(w)
+    return out
+
+
+def psycopg_install_command(python, version=None):
+    """The exact command that installs the driver for interpreter `python` (version: its (major,
+    minor); psycopg 3.3 needs Python >= 3.10, so 3.9 gets 3.2)."""
+    import shlex
+    old = version is not None and tuple(version) < (3, 10)
+    return "%s -m pip install --user 'psycopg[binary]%s'" % (shlex.quote(python), "==3.2.13" if old else "==3.3.9")
+
+
+def driver_status(python=None):
+    """Whether `python` (default: this interpreter) imports psycopg 3, checked in a child process
+    (importing it here would cost the caller 100+ ms): {"ok", "python", "version", "install"}."""
+    import subprocess
+    python = python or sys_executable()
+    try:
+        proc = subprocess.run([python, "-c", "import sys\nprint('%d.%d' % sys.version_info[:2])\n"
+                               "import psycopg\nprint(psycopg.__version__)"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
+        lines = proc.stdout.decode("utf-8", "replace").split()
+    except (OSError, subprocess.SubprocessError):
+        proc, lines = None, []
+    version = tuple(int(x) for x in lines[0].split(".")) if lines and lines[0].count(".") == 1 else None
+    ok = proc is not None and proc.returncode == 0 and len(lines) >= 2
+    return {"ok": ok, "python": python, "version": lines[1] if ok else None,
+            "install": psycopg_install_command(python, version)}
+
+
+def start_host_in_background(environ=None, start=None):
+    """SessionStart on a PostgreSQL project whose host process is down: start it without waiting
+    (the next event finds it). Never raises."""
+    try:
+        env = os.environ if environ is None else environ
+        db = project_database(env, start)
+        if db["engine"] == "postgresql":
+            spawn_host(db["project"], db["url"], project_host_socket(db["project"], env), env)
+    except Exception:
+        pass
 
 
 # --------------------------------------------------------------------------- moving a project between engines
@@ -4930,3 +5221,98 @@ def safe_mode_reason(refusals):
                 first["resource"], first["handle"],
                 time.strftime("%H:%M:%S", time.gmtime(first["lapse_at"])) + " UTC",
                 ", ".join(sorted(set(r["name"] for r in refusals)))))
+
+
+# --------------------------------------------------------------------------- coord db migrate (issue 25, pgroute)
+# The person's command that moves a project between engines on top of copy_project. It runs in
+# `host.py migrate` (a process of its own: the only kind that may import the driver), never in
+# coord's CLI process. The source is held under its write lock for the whole move, so no write
+# lands between the copy and the switch; nothing is deleted: a SQLite source is renamed aside
+# (<file>.migrated-<time>, its -wal with it), a PostgreSQL source keeps its schema and only the
+# settings file is renamed aside.
+
+def audit_digest(st):
+    """(number of audit lines, SHA-256 of the deterministic export with private data)."""
+    import hashlib
+    h, n = hashlib.sha256(), 0
+    for line in st.audit_lines(private=True):
+        h.update(line.encode("utf-8") + b"\n")
+        n += 1
+    return n, h.hexdigest()
+
+
+def table_counts(st):
+    return {table: st.conn.execute("SELECT count(*) FROM %s%s" % (
+        table, " WHERE key NOT LIKE 'schema.%'" if table == "meta" else "")).fetchone()[0]
+        for table, _key, _cols in COPY_TABLES}
+
+
+def _aside(path, stamp):
+    """Rename `path` (and a SQLite file's -wal and -shm beside it) to <path>.migrated-<stamp>."""
+    dest = "%s.migrated-%s" % (path, stamp)
+    if os.path.exists(dest):
+        raise EnvError("%s exists already" % dest, "retry in a second")
+    os.rename(path, dest)
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.rename(path + suffix, dest + suffix)
+    fsync_dir(os.path.dirname(path))
+    return dest
+
+
+def migrate_project(project_id, target, environ=None):
+    """Move project `project_id` from where it is (project_database) to `target`: a
+    postgresql:// URL or "sqlite". -> a report: {"from", "to", "counts", "audit", "aside", "settings"}."""
+    env = os.environ if environ is None else environ
+    here = project_database(dict(env, COORD_DB="", COORD_PROJECT_ID=project_id))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    to_pg = database_scheme(target) in PG_SCHEMES
+    if not to_pg and target != "sqlite":
+        raise UsageError("coord db migrate takes a postgresql:// URL or `sqlite`, not %r"
+                         % (target if database_scheme(target) is None else database_scheme(target) + "://..."),
+                         "coord db migrate postgresql://USER@HOST/DB")
+    if to_pg and here["engine"] == "postgresql":
+        raise Refused("project %s is in PostgreSQL already (%s)" % (project_id, here["source"]),
+                      "to move it back: coord db migrate sqlite")
+    if not to_pg and here["engine"] == "sqlite":
+        raise Refused("project %s is in SQLite already (%s)" % (project_id, here["path"]))
+    if here["engine"] == "sqlite":
+        if not os.path.exists(here["path"]):
+            raise Refused("project %s has no database yet (%s): nothing to move" % (project_id, here["path"]),
+                          "write its URL instead: coord db migrate works on a project that has records")
+        src = Store(here["path"], environ=env)
+        try:
+            src.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass
+        dst = Store(pg={"dsn": target, "project": project_id}, environ=env)
+    else:
+        src = Store(pg={"dsn": here["url"], "project": project_id}, environ=env)
+        path = os.path.join(state_dir(env), project_id + ".sqlite3")
+        if os.path.exists(path):
+            raise Refused("%s exists already: a project is copied only into an empty database" % path,
+                          "move that file away yourself first (coord never deletes it)")
+        dst = Store(path, environ=env)
+    try:
+        with src.transaction():  # the source's write lock: no write lands between copy and switch
+            counts = copy_project(src, dst)
+            with dst.snapshot():
+                got = table_counts(dst)
+                dst_audit = audit_digest(dst)
+            src_audit = audit_digest(src)
+            if got != counts or src_audit != dst_audit:
+                raise EnvError("the copy does not match its source (counts %s vs %s, audit %s vs %s); the source is"
+                               " unchanged and still in use" % (counts, got, src_audit[1][:12], dst_audit[1][:12]),
+                               "the destination holds the partial copy: empty it before retrying")
+            if to_pg:
+                settings = write_project_url(project_id, target, env)
+                aside = _aside(here["path"], stamp)
+            else:
+                settings = path
+                aside = _aside(project_url_path(project_id, env), stamp)
+    finally:
+        src.close()
+        dst.close()
+    return {"project": project_id, "from": "postgresql" if here["engine"] == "postgresql" else "sqlite",
+            "to": "postgresql" if to_pg else "sqlite", "counts": counts,
+            "audit": {"lines": src_audit[0], "sha256": src_audit[1]}, "aside": aside, "settings": settings}

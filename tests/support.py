@@ -346,10 +346,22 @@ class CoordTestCase(unittest.TestCase):
         self.addCleanup(self._restore_env)
         os.environ.clear()
         os.environ.update(self.env)
+        self.configure_project()
+
+    def configure_project(self):
+        """Where the test's project lives, before any test class's own setUp uses it (SQLite at
+        self.db here; PostgresProject overrides it)."""
 
     def _restore_env(self):
         os.environ.clear()
         os.environ.update(self._saved_env)
+
+    def open_project(self):
+        """The test's own store of its project (PostgresProject: through the host process)."""
+        import store
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        return st
 
     def use_jj(self, git_user=False):
         """Require jj and git, give them a private identity (jj config; with git_user a git
@@ -718,3 +730,94 @@ def require_postgres(testcase):
     if not _POSTGRES:
         _POSTGRES.append(PostgresServer(bindir))
     return _POSTGRES[0], psycopg
+
+
+# --------------------------------------------------------------------------- a CLI/hook test's project in PostgreSQL (issue 25, pgroute)
+
+def pg_url(server, database="postgres"):
+    """A postgresql:// URL for the test server (its Unix socket directory as the host)."""
+    from urllib.parse import quote
+    return "postgresql://coord@/%s?host=%s&port=%d" % (database, quote(server.dir, safe=""), server.port)
+
+
+def stop_host_process(socket_path, timeout=30.0):
+    """SIGTERM to the host process's supervisor named in <socket>.lock, then wait (bounded) until
+    the lock is free; a no-op when none holds it."""
+    import fcntl
+    import signal
+    lock = socket_path + ".lock"
+
+    def free():
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    if free():
+        return
+    with open(lock) as f:
+        pid = int(f.read().strip() or 0)
+    if pid > 1:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    retry_until(free, timeout)
+
+
+class PostgresProject:
+    """Mixin (first, before a CoordTestCase class): the test's project lives in PostgreSQL. COORD_DB
+    is a postgresql:// URL to the test server, a fresh project (schema) per test, its host process
+    started by coord itself on demand and stopped after the test; self.db names no file. With
+    PG_PROJECT (a class whose project ID comes from an installed .coord/project-id) the URL is in
+    that project's settings file instead (store.write_project_url), and COORD_DB is left alone."""
+
+    PG_PROJECT = None
+
+    def configure_project(self):
+        server, self.psycopg = require_postgres(self)
+        import store
+        import uuid
+        self.pg_url = pg_url(server)
+        # An installed .coord/coord (and the host process it starts) runs on this interpreter, the
+        # one whose psycopg PYTHONPATH names (the first python3 on PATH may be another version).
+        self.env["COORD_PYTHON"] = sys.executable
+        if self.PG_PROJECT:
+            self.pg_project = self.PG_PROJECT
+            store.write_project_url(self.pg_project, self.pg_url, self.env)
+            self.env.update({"PYTHONPATH": psycopg_dir(), "COORD_DB": "", "COORD_PROJECT_ID": self.pg_project})
+        else:
+            self.pg_project = "pgroute-%s" % uuid.uuid4().hex[:12]
+            self.env.update({"COORD_DB": self.pg_url, "COORD_PROJECT_ID": self.pg_project,
+                             "PYTHONPATH": psycopg_dir()})
+        os.environ.update(self.env)
+        self.db = self.pg_url
+        self.host_socket = store.project_host_socket(self.pg_project, self.env)
+        self.addCleanup(self._drop_pg_project, server)
+        self.addCleanup(stop_host_process, self.host_socket)
+        self.addCleanup(self._no_url_became_a_file, os.getcwd())
+
+    def _no_url_became_a_file(self, cwd):
+        for where in (cwd, self.tmp, getattr(self, "repo", None)):
+            if where and os.path.exists(os.path.join(where, "postgresql:")):
+                self.fail("a file was made of the URL in %s (a SQLite-only step of the test on PostgreSQL)" % where)
+
+    def _drop_pg_project(self, server):
+        import store
+        with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.pg_project))
+
+    def open_project(self):
+        """The test's own store of the project, to arrange and inspect records (the PostgreSQL
+        engine in this process, as a SQLite test opens the file); coord and the hooks under test
+        reach the same project only through the host process."""
+        import store
+        st = store.Store(pg={"dsn": self.pg_url, "project": self.pg_project}, environ=self.env)
+        self.addCleanup(st.close)
+        return st

@@ -62,9 +62,17 @@ class HookCase(support.CoordTestCase):
     @property
     def st(self):
         if self._st is None:
-            self._st = store.Store(self.db)
-            self.addCleanup(self._st.close)
+            self._st = self.open_project()
         return self._st
+
+    def reset_project(self):
+        """No records at all, as before the first hook ran (the database file gone)."""
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        if self._st is not None:
+            self._st.close()
+            self._st = None
 
     # -- payloads and runs
 
@@ -192,12 +200,7 @@ class SampleTest(HookCase):
         self.assertGreaterEqual(len(names), 59, "and our own variants")
         for name in names:
             with self.subTest(sample=name):
-                for suffix in ("", "-wal", "-shm"):
-                    if os.path.exists(self.db + suffix):
-                        os.unlink(self.db + suffix)
-                if self._st is not None:
-                    self._st.close()
-                    self._st = None
+                self.reset_project()
                 harness = name.split("-")[0]
                 data = self.payload(name)
                 if harness == "copilot":  # it runs the Claude entries, in its own environment
@@ -1797,7 +1800,8 @@ class LayoutTest(HookCase):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
                 todo.extend(n.split(".")[0] for n in names if n.split(".")[0] in local)
-        self.assertEqual(sorted(m + ".py" for m in seen), sorted(installer.HOOK_RUNTIME))
+        # host.py is no import: SessionStart runs it as the host process of a PostgreSQL project.
+        self.assertEqual(sorted([m + ".py" for m in seen] + ["host.py"]), sorted(installer.HOOK_RUNTIME))
 
     def test_imported_as_a_module_and_through_the_installer_command(self):
         script = self.install()
@@ -2170,12 +2174,7 @@ class QwenTest(HookCase):
         self.assertEqual(len(names), 18, names)
         for name in names:
             with self.subTest(sample=name):
-                for suffix in ("", "-wal", "-shm"):
-                    if os.path.exists(self.db + suffix):
-                        os.unlink(self.db + suffix)
-                if self._st is not None:
-                    self._st.close()
-                    self._st = None
+                self.reset_project()
                 data = self.payload(QWEN + name)
                 out, err = self.run_hook(data, harness="qwen")
                 self.assertEqual(err, "")
@@ -2316,5 +2315,140 @@ class DatabaseUrlHookTest(HookCase):
             with self.subTest(sample=name):
                 out, err = self.run_hook(self.payload(name), env=env)
                 self.assertEqual(out, "")
-                self.assertIn("not supported by this version yet", err)
+                self.assertIn("coord's host process is not running", err)
         self.assertFalse(os.path.exists(os.path.join(self.repo, "postgresql:")))
+
+
+# --------------------------------------------------------------------------- the same hooks on a PostgreSQL project (issue 25, pgroute)
+# Each class below is an existing one with PostgresHooks first: the project is in PostgreSQL
+# (COORD_DB a postgresql:// URL), its host process runs, and every hook reaches it through the
+# socket; the test arranges records with its own engine store (self.st).
+
+class PostgresHooks(support.PostgresProject):
+    def configure_project(self):
+        super().configure_project()
+        store.start_host(self.pg_project, self.pg_url, self.host_socket, environ=self.env)
+
+    def reset_project(self):
+        st = self.st
+        with st.transaction():
+            for table, _key, _cols in reversed(store.COPY_TABLES):
+                if table != "meta":
+                    st.conn.execute("DELETE FROM %s" % table)
+
+
+class PgSampleTest(PostgresHooks, SampleTest):
+    pass
+
+
+class PgEnforcementTest(PostgresHooks, EnforcementTest):
+    test_pre_tool_use_writes_nothing = None  # SQLite's PRAGMA data_version
+
+
+class PgPatchEnforcementTest(PostgresHooks, PatchEnforcementTest):
+    pass
+
+
+class PgDeliveryTest(PostgresHooks, DeliveryTest):
+    test_tool_boundaries_inside_a_turn_write_nothing_until_the_heartbeat_is_due = None  # PRAGMA data_version
+
+
+class PgIdentityTest(PostgresHooks, IdentityTest):
+    pass
+
+
+class PgTurnTest(PostgresHooks, TurnTest):
+    pass
+
+
+class PgLivenessTest(PostgresHooks, LivenessTest):
+    pass
+
+
+class PgWorkContextTest(PostgresHooks, WorkContextTest):
+    pass
+
+
+class PgCopilotTest(PostgresHooks, CopilotTest):
+    pass
+
+
+class PgOpenCodeTest(PostgresHooks, OpenCodeTest):
+    test_its_shell_is_advisory_and_never_opens_the_database = None  # removes the SQLite file
+
+
+class PgShellPatchTest(PostgresHooks, ShellPatchTest):
+    pass
+
+
+class PgSymlinkTest(PostgresHooks, SymlinkTest):
+    pass
+
+
+class PgGeminiTest(PostgresHooks, GeminiTest):
+    pass
+
+
+class PgQwenTest(PostgresHooks, QwenTest):
+    pass
+
+
+class PgParkedWorkTest(PostgresHooks, ParkedWorkTest):
+    pass
+
+
+class PgHarnessBehindShellsTest(PostgresHooks, HarnessBehindShellsTest):
+    pass
+
+
+class PgSubagentShellTest(PostgresHooks, SubagentShellTest):
+    pass
+
+
+class PgHookRoutingTest(PostgresHooks, HookCase):
+    """A hook on a PostgreSQL project: through the host process only, never the driver; down, it
+    fails open, and SessionStart starts it in the background."""
+
+    PROBE = ("import json, sys\n"
+             "sys.path.insert(0, sys.argv[1])\n"
+             "import hook\n"
+             "out, err = hook.run(sys.stdin.buffer.read(), ['--harness', 'claude'])\n"
+             "print(json.dumps({'out': out, 'err': err, 'modules': sorted(m for m in sys.modules"
+             " if m.split('.')[0] in ('psycopg', 'psycopg_binary', 'psycopg_c', 'subprocess', 'argparse'))}))\n")
+
+    def probe(self, data):
+        """Run the hook in a child that could import psycopg (it is on its path); -> its reply
+        and the driver modules (and subprocess/argparse) it had loaded at the end."""
+        proc = subprocess.run([sys.executable, "-S", "-c", self.PROBE, support.ROOT], input=json.dumps(data).encode(),
+                              env=dict(self.env, PYTHONPATH=support.psycopg_dir()), cwd=self.repo,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return json.loads(proc.stdout)
+
+    def test_a_hook_reaches_the_project_and_never_imports_the_driver(self):
+        start = self.probe(self.payload("claude-SessionStart"))
+        self.assertEqual(start["err"], "")
+        self.assertIn("you are %s" % self.st.find_conversation_runtime(CLAUDE_MAIN)["handle"], context_of(start["out"]))
+        self.assertEqual(start["modules"], [])
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/a.py"])
+        write = self.probe(self.write("src/a.py"))
+        self.assertIn("permissionDecision", write["out"])
+        self.assertIn(peer["handle"], write["out"])
+        self.assertEqual(write["modules"], [])
+
+    def test_down_it_fails_open_and_session_start_starts_it_in_the_background(self):
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/a.py"])
+        self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
+        support.stop_host_process(self.host_socket)
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        out, err = self.run_hook(self.write("src/a.py"))
+        self.assertEqual(out, "", "allowed: fail open")
+        self.assertIn("coord hook: coord's host process is not running", err)
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"], "PreToolUse starts nothing")
+        out, err = self.run_hook(self.payload("claude-SessionStart"))
+        self.assertEqual(out, "")
+        self.assertIn("not running", err)
+        support.retry_until(lambda: store.host_status(self.pg_project, self.host_socket)["running"], 60)
+        self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])

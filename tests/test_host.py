@@ -140,7 +140,7 @@ class HostDownTest(HostCase):
             store.RemoteStore(self.project, self.sock)
         self.assertEqual(caught.exception.exit_code, 4)
         self.assertIn("host process is not running", caught.exception.message)
-        self.assertIn("host.py serve", caught.exception.hint)
+        self.assertEqual("start it: coord db start", caught.exception.hint)
 
     def test_a_request_for_another_project_is_refused(self):
         other = store.RemoteStore("someone-else", self.sock)

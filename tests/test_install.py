@@ -19,7 +19,7 @@ import store
 
 ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
-RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "land.py", "cleanup.py", "session.py", "install",
+RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "land.py", "cleanup.py", "session.py", "install", "host.py",
            "VERSION")
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PermissionRequest",
           "SessionEnd", "SubagentStart", "SubagentStop")
@@ -1019,7 +1019,7 @@ class RuntimeCopyTest(InstallTestCase):
         self.assertIn("hook runtime copy (the hooks run it, never the repository's files): %s\n"
                       % os.path.join(data, "fleet-agent-coord", "runtime", self.digest), out)
         self.assertEqual(installer.runtime_state(self.copy), "ok")
-        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "session.py", "store.py"])
+        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "host.py", "session.py", "store.py"])
         self.assertEqual(stat.S_IMODE(os.stat(self.copy).st_mode), 0o500)
         for name in os.listdir(self.copy):
             self.assertEqual(stat.S_IMODE(os.stat(os.path.join(self.copy, name)).st_mode), 0o400)
@@ -1695,3 +1695,67 @@ class QwenSettingsTest(InstallTestCase):
             json.dump({os.path.dirname(os.path.realpath(self.target)): "TRUST_FOLDER",
                        os.path.realpath(self.target): "DO_NOT_TRUST"}, f)
         self.assertEqual(doctor()["trusted"], False, "the deepest rule wins")
+
+
+# --------------------------------------------------------------------------- a PostgreSQL project (issue 25, pgroute)
+
+class PgDoctorTest(InstallTestCase):
+    """--doctor on a project in PostgreSQL: the host process (state, round trip), the driver in
+    the interpreter that runs it (missing: exit 1 and the exact install command), and what
+    Codex's sandbox needs to reach the socket."""
+
+    def setUp(self):
+        super().setUp()
+        server, self.psycopg = support.require_postgres(self)
+        self.url = support.pg_url(server)
+        self.env.update({"COORD_DB": "", "COORD_PROJECT_ID": "", "PYTHONPATH": support.psycopg_dir(),
+                         "COORD_PYTHON": sys.executable})  # the interpreter whose psycopg PYTHONPATH names
+        self.fresh("pgdoc")
+        store.write_project_url("pgdoc", self.url, self.env)
+        self.sock = store.project_host_socket("pgdoc", self.env)
+        self.addCleanup(support.stop_host_process, self.sock)
+        self.addCleanup(self._drop, server)
+
+    def _drop(self, server):
+        with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema("pgdoc"))
+
+    def doctor(self, check=None, env=None):
+        return json.loads(self.install("--doctor", "--json", check=check, env=env).stdout)
+
+    def test_the_host_process_file_is_shipped_verbatim(self):
+        for where in (self.t(".coord", "host.py"),):
+            self.assertEqual(_read(where), _read(os.path.join(self.src, "host.py")))
+
+    def test_doctor_reports_the_host_process_and_the_driver(self):
+        db = self.doctor(check=0)["database"]
+        self.assertEqual((db["engine"], db["project"], db["host"]["running"]), ("postgresql", "pgdoc", False))
+        self.assertTrue(db["driver"]["ok"], db["driver"])
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("database: PostgreSQL, project pgdoc (URL in %s)" % store.project_url_path("pgdoc", self.env), text)
+        self.assertIn("host process: not running", text)
+        store.start_host("pgdoc", self.url, self.sock, environ=self.env)
+        db = self.doctor(check=0)["database"]
+        self.assertTrue(db["host"]["running"])
+        self.assertIsInstance(db["host"]["round_trip_ms"], float)
+        self.assertRegex(self.install("--doctor", check=0).stdout, r"host process: running \(pid \d+, round trip [\d.]+ ms\)")
+
+    def test_doctor_fails_without_the_driver_and_names_the_install_command(self):
+        env = {"PYTHONPATH": os.path.join(self.tmp, "nothing")}
+        db = self.doctor(check=1, env=env)["database"]
+        self.assertFalse(db["driver"]["ok"])
+        text = self.install("--doctor", check=1, env=env).stdout
+        self.assertRegex(text, r"postgresql driver: MISSING in \S+; install it: \S+ -m pip install --user "
+                               r"'psycopg\[binary\]==3\.(3\.9|2\.13)'")
+
+    def test_codex_s_sandbox_needs_network_access_for_the_socket(self):
+        config = os.path.join(self.codex_home, "config.toml")
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n')
+        self.assertFalse(self.doctor(check=0)["codex"]["sandbox"]["ok"])
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("cannot connect to the host process's socket", text)
+        self.assertIn("[sandbox_workspace_write]\nnetwork_access = true", text)
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nnetwork_access = true\n')
+        self.assertTrue(self.doctor(check=0)["codex"]["sandbox"]["ok"])

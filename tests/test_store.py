@@ -1484,7 +1484,9 @@ class DatabaseUrlTest(support.CoordTestCase):
             with self.subTest(url=url):
                 with self.assertRaises(store.EnvError) as caught:
                     store.resolve_db_path({"COORD_DB": url})
-                self.assertIn("not supported by this version yet", caught.exception.message)
+                self.assertIn("not a file", caught.exception.message)
+                if url.startswith("sqlite"):
+                    self.assertIn("sqlite:// is not supported", caught.exception.message)
                 self.assertNotIn("s3cret", caught.exception.message + caught.exception.hint)
                 with self.assertRaises(store.EnvError):
                     store.Store(url)
@@ -1493,12 +1495,42 @@ class DatabaseUrlTest(support.CoordTestCase):
         odd = os.path.join(self.tmp, "a:b", "x://y.sqlite3")
         self.assertEqual(store.resolve_db_path({"COORD_DB": odd}), os.path.abspath(odd))
 
+    def test_a_postgresql_url_is_a_postgresql_project_and_any_other_scheme_is_refused(self):
+        env = {"COORD_PROJECT_ID": "p1", "XDG_STATE_HOME": self.state}
+        for url in self.URLS:
+            with self.subTest(url=url):
+                if url.strip().startswith("sqlite"):
+                    with self.assertRaises(store.EnvError):
+                        store.project_database(dict(env, COORD_DB=url))
+                    continue
+                db = store.project_database(dict(env, COORD_DB=url))
+                self.assertEqual((db["engine"], db["project"], db["source"]), ("postgresql", "p1", "COORD_DB"))
+        self.assertEqual(store.project_database(env)["engine"], "sqlite")
+        store.write_project_url("p1", self.URLS[1], env)
+        path = store.project_url_path("p1", env)
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        self.assertEqual(store.project_database(env), {"engine": "postgresql", "url": self.URLS[1], "project": "p1",
+                                                       "source": path})
+        self.assertEqual(store.project_database(dict(env, COORD_PROJECT_ID="p2"))["engine"], "sqlite")
+        self.assertEqual(os.listdir(self.tmp), ["home", "state"], "nothing was created but the settings")
+
     def test_the_cli_exits_4_and_creates_nothing(self):
-        url = self.URLS[0]
-        proc = self.coord("hello", env={"COORD_DB": url})
+        proc = self.coord("hello", env={"COORD_DB": "sqlite:///tmp/x.sqlite3"})
         self.assertEqual(proc.returncode, 4, proc.stderr)
-        self.assertIn("PostgreSQL projects are not supported by this version yet", proc.stderr)
+        self.assertIn("sqlite:// is not supported", proc.stderr)
+        url = self.URLS[0]  # a server that does not exist: the host process cannot start
+        proc = self.coord("hello", env={"COORD_DB": url, "PYTHONPATH": support.psycopg_dir()})
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("coord's host process for project test-project is not running and did not start: cannot"
+                      " connect to the PostgreSQL server", proc.stderr)
+        self.assertIn("next: start it: %s db start" % support.COORD, proc.stderr)
         self.assertNotIn("s3cret", proc.stderr + proc.stdout)
+        proc = self.coord("hello", env={"COORD_DB": url, "PYTHONPATH": os.path.join(self.tmp, "nothing")})
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable, proc.stderr)
+        self.assertIn("next: install the driver: %s -m pip install --user 'psycopg[binary]==3." % sys.executable,
+                      proc.stderr)
+        self.assertIn("then: %s db start" % support.COORD, proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "postgresql:")))
         reply = json.loads(self.coord("status", "--json", env={"COORD_DB": url}).stdout)
         self.assertEqual((reply["ok"], reply["exit"]), (False, 4))
