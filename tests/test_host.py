@@ -853,3 +853,71 @@ class ServerCrashTest(HostCase):
         for c in clients:  # none is handed a connection of the server that died
             self.assertEqual(c.runtime(rt["id"])["id"], rt["id"])
         self.assertIsNone(self.proc.poll())
+
+
+# --------------------------------------------------------------------------- a host clock set ahead
+# (issue 25, pgcrash) A machine's clock cannot be changed by a test, so the host process runs with
+# its wall clock a year ahead through a test-only sitecustomize (time.time and time.time_ns shifted,
+# as settimeofday shifts CLOCK_REALTIME and not CLOCK_MONOTONIC). Nothing of it may reach a lease:
+# the host process stamps and judges on the server's clock, and refuses a `now` from its clients.
+
+CLOCK_AHEAD = r"""
+import os, time
+_ahead = float(os.environ.get("COORD_TEST_CLOCK_AHEAD") or 0)
+if _ahead:
+    _time, _time_ns = time.time, time.time_ns
+    time.time = lambda: _time() + _ahead
+    time.time_ns = lambda: _time_ns() + int(_ahead * 1e9)
+"""
+YEAR = 365 * 86400.0
+
+
+class ClockAheadTest(HostCase):
+    AUTO_START = False
+
+    def test_a_host_clock_a_year_ahead_changes_no_lease_outcome(self):
+        shim = os.path.join(self.tmp, "clock-ahead")
+        os.makedirs(shim)
+        with open(os.path.join(shim, "sitecustomize.py"), "w") as f:
+            f.write(CLOCK_AHEAD)
+        env = dict(self.env, PYTHONPATH=shim + os.pathsep + support.psycopg_dir(), COORD_TEST_CLOCK_AHEAD=str(YEAR))
+        check = subprocess.run([sys.executable, "-c", "import time; print(time.time())"], env=env,
+                               stdout=subprocess.PIPE, text=True, timeout=60)
+        self.assertGreater(float(check.stdout) - time.time(), YEAR - 3600)  # the shim works
+        proc = subprocess.Popen([sys.executable, HOST, "serve", "--dsn", self.dsn, "--project", self.project,
+                                 "--socket", self.sock], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        self.addCleanup(self.stop_host, proc)
+        self.assertIn("serving", proc.stdout.readline())
+        a = self.remote()
+        ra = a.register(conversation="c-ahead", harness="x", pid=os.getpid())
+        mine = a.claim(ra["id"], ["src/a.py"], ttl=5)[0]
+        # Stamped in server time (this machine's real clock: the server runs here), not a year on.
+        self.assertLess(abs(mine["acquired_at"] - time.time()), 600, mine)
+        self.assertEqual(mine["expires_at"] - mine["acquired_at"], 5)
+        # Another host with a right clock (this process, the engine itself).
+        b = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
+        self.addCleanup(b.close)
+        rb = b.register(conversation="c-right", harness="x", pid=os.getpid())
+        b.claim(rb["id"], ["src/b.py"], ttl=600)
+        with self.assertRaises(store.Refused):
+            b.claim(rb["id"], ["src"], ttl=600)
+        # The clock-ahead host reaps (its beat does too): b's lease is no more expired than before.
+        a.reap()
+        self.assertIn(("src/b.py", rb["handle"]), [(l["resource"], l["handle"]) for l in b.all_leases()])
+        # A client on that host cannot hand its clock in either, by name or by position.
+        for call in (lambda: a.reap(now=time.time() + YEAR),
+                     lambda: a.claim(ra["id"], ["src/c.py"], "exclusive", "", 5, time.time() + YEAR),
+                     lambda: a.renew(ra["id"], now=time.time() + YEAR)):
+            with self.assertRaises(store.UsageError) as refused:
+                call()
+            self.assertIn("keeps the time", refused.exception.message)
+        self.assertIn(("src/b.py", rb["handle"]), [(l["resource"], l["handle"]) for l in b.all_leases()])
+        # a's lease ends by the server's clock: b gets the directory only at or after its expiry.
+        def take():
+            try:
+                return b.claim(rb["id"], ["src"], ttl=600)
+            except store.Refused:
+                return None
+        got = support.retry_until(take, timeout=60)
+        self.assertGreaterEqual([l for l in got if l["resource"] == "src"][0]["acquired_at"], mine["expires_at"])
