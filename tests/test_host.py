@@ -913,6 +913,23 @@ class ClockAheadTest(HostCase):
                 call()
             self.assertIn("keeps the time", refused.exception.message)
         self.assertIn(("src/b.py", rb["handle"]), [(l["resource"], l["handle"]) for l in b.all_leases()])
+        # The hook-side safe-mode check on that host, itself run with the clock a year ahead, reads
+        # the monotonic clock plus the server's offset: a live lease does not lapse a year early.
+        a.claim(ra["id"], ["docs/long.md"], ttl=600)
+        safe = os.path.join(os.path.dirname(self.sock), "host.safe")
+
+        def listed():
+            try:
+                with open(safe) as f:
+                    return "docs/long.md" in [l["resource"] for l in json.load(f)["leases"]]
+            except (OSError, ValueError):
+                return False
+        support.retry_until(listed, timeout=60)
+        hook = subprocess.run([sys.executable, "-c", "import sys, json, store; print(json.dumps("
+                               "store.safe_mode_refusals(['docs/long.md'], sys.argv[1])))", safe],
+                              env=dict(env, PYTHONPATH=shim + os.pathsep + support.ROOT), cwd=support.ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual((hook.returncode, hook.stdout.strip()), (0, "[]"), hook.stderr)
         # a's lease ends by the server's clock: b gets the directory only at or after its expiry.
         def take():
             try:
