@@ -105,6 +105,7 @@ STRESS = frozenset([
     "test_store.PgRaceTest.test_eight_processes_race_for_one_exclusive_lease_for_60_rounds",
     "test_store.PgRaceTest.test_thirty_two_simultaneous_senders_lose_nothing",
     "test_workspace.CreateRaceTest",
+    "test_host.ServerCrashTest.test_three_immediate_stops_in_a_row",
 ])
 
 

@@ -720,7 +720,8 @@ while time.monotonic() < deadline and not os.path.exists(stop):  # bounded: the 
         except store.Refused:
             pass
     except store.EnvError as exc:  # not acknowledged: it may or may not have happened
-        note(op=step, name=name, error=type(exc).__name__, exit=exc.exit_code, message=exc.message, start=start)
+        note(op=step, name=name, error=type(exc).__name__, exit=exc.exit_code, message=exc.message, start=start,
+             end=time.time())
         if "host process" in exc.message:
             try:
                 st.close()
@@ -761,6 +762,12 @@ class ServerCrashTest(HostCase):
         return [e for e in self.logs(i) if "error" not in e and e["op"] in ("claim", "release", "send")]
 
     def test_acknowledged_claims_and_messages_survive_an_immediate_stop(self):
+        self.crash_under_load(1)
+
+    def test_three_immediate_stops_in_a_row(self):  # support.STRESS
+        self.crash_under_load(3)
+
+    def crash_under_load(self, crashes):
         self.proc = self.start_host()
         inbox = self.remote()
         peer = inbox.register(conversation="the-peer", harness="x", pid=os.getpid())
@@ -781,15 +788,19 @@ class ServerCrashTest(HostCase):
             self.assertEqual([p.poll() for p in procs], [None] * len(procs), "a claimant ended")
             return all(len(self.acks(i)) >= enough[i] for i in range(self.CLAIMANTS))
         support.retry_until(lambda: going([15] * self.CLAIMANTS), timeout=120)
-        self.server.crash()
-        down = [len(self.logs(i)) for i in range(self.CLAIMANTS)]
-        # While it is down every claimant's calls fail (exit 4, saying the server cannot be reached).
-        support.retry_until(lambda: all(any("error" in e for e in self.logs(i)[down[i]:])
-                                        for i in range(self.CLAIMANTS)), timeout=60)
-        self.server.start()
-        back = time.time()
-        marks = [len(self.acks(i)) for i in range(self.CLAIMANTS)]
-        support.retry_until(lambda: going([m + 15 for m in marks]), timeout=120)
+        up = []  # (server back, next crash): a call started in between must not fail
+        for _ in range(crashes):
+            if up:
+                up[-1][1] = time.time()
+            self.server.crash()
+            down = [len(self.logs(i)) for i in range(self.CLAIMANTS)]
+            # While it is down every claimant's calls fail (exit 4, saying the server cannot be reached).
+            support.retry_until(lambda: all(any("error" in e for e in self.logs(i)[down[i]:])
+                                            for i in range(self.CLAIMANTS)), timeout=60)
+            self.server.start()
+            up.append([time.time(), float("inf")])
+            marks = [len(self.acks(i)) for i in range(self.CLAIMANTS)]
+            support.retry_until(lambda: going([m + 15 for m in marks]), timeout=120)
         open(stop, "w").close()
         for p in procs:
             self.assertEqual(p.wait(60), 0)
@@ -803,7 +814,7 @@ class ServerCrashTest(HostCase):
                                                      "cannot connect to the PostgreSQL server")), e)
         # A call made once the server accepts connections again succeeds: no stale connection
         # of the dead server is handed to it.
-        late = [e for e in errors if e["start"] >= back]
+        late = [e for e in errors if any(back <= e["start"] and e["end"] < crash for back, crash in up)]
         self.assertEqual(late, [], "calls failed after the server was back")
 
         st = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
