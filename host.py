@@ -78,6 +78,12 @@ class _Pool:
         self.sem.acquire()
         with self.lock:
             st = self.free.pop() if self.free else None
+        if st is not None and _connection_gone(st):  # server crash: a connection of a server that restarted
+            try:
+                st.close()
+            except Exception:
+                pass
+            st = None
         try:
             if st is None:
                 st = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
@@ -102,6 +108,27 @@ class _Pool:
             with self.lock:
                 self.free.append(st)
         self.sem.release()
+
+
+# -- server crash (issue 25, pgcrash): after the PostgreSQL server crashed or restarted, every
+# idle connection in the pool is dead, but the driver learns it only when a request uses it, so
+# the first requests after the server is back would each fail (exit 4) on a stale connection.
+# An idle connection has nothing to read (no LISTEN on it, no query in flight): one that is
+# readable holds the server's goodbye (FATAL: terminating connection ...) or its EOF, and is
+# dropped before use; the next Store connects afresh (and fails, exit 4, while the server is down).
+
+def _connection_gone(st):
+    import select
+    raw = getattr(getattr(st, "conn", None), "raw", None)
+    if raw is None:
+        return False
+    try:
+        if raw.closed or raw.broken:
+            return True
+        readable, _, _ = select.select([raw.pgconn.socket], [], [], 0)
+    except Exception:  # no socket any more
+        return True
+    return bool(readable)
 
 
 def _read_frame(sock):
@@ -134,6 +161,28 @@ def _error_reply(rid, exc):
                                               "message": getattr(exc, "message", str(exc)),
                                               "hint": getattr(exc, "hint", None),
                                               "details": getattr(exc, "details", {})}}
+
+
+# -- a host clock set ahead (issue 25, pgcrash): every lease decision is on the server's clock.
+# This process stamps every write and judges every expiry with store.now(), the server's time
+# (ServerClock: monotonic clock + measured offset, so even this machine's wall clock is never
+# read). The one way a client's clock could still reach a decision is an explicit `now` argument
+# (most Store operations take one, for tests and for the SQLite engine's callers): a client
+# whose clock is a year ahead could send reap(now=...) and expire every host's leases, or
+# claim(now=...) a lease that outlives its TTL. So no request may carry it, by name or position.
+
+_NOW_POSITIONS = {}
+
+
+def _refuse_client_time(op, args, kwargs):
+    if op not in _NOW_POSITIONS:
+        import inspect
+        names = list(inspect.signature(getattr(store.Store, op)).parameters)[1:]  # without self
+        _NOW_POSITIONS[op] = names.index("now") if "now" in names else None
+    at = _NOW_POSITIONS[op]
+    if at is not None and ("now" in kwargs or len(args) > at):
+        raise store.UsageError("the host process keeps the time: a request carries no `now` (%s)" % op,
+                               "send the request without it; the server's clock decides")
 
 
 class _Unbound(Exception):
@@ -325,6 +374,7 @@ class Server:
                 return self._transaction_op(rid, op, req, bound)
             if op not in HOST_OPS or not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise store.UsageError("the host process does not run %r" % (op,))
+            _refuse_client_time(op, args, kwargs)  # clock: expiry is judged by the server's clock alone
             if bound is not None:
                 result = _plain(getattr(bound, op)(*args, **kwargs))
                 if op in SAFE_REFRESH_OPS:

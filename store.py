@@ -3973,6 +3973,19 @@ class _PgConnection:
             self.raw.close()
             raise EnvError("cannot use the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
                            "run it connected as a superuser or the service's admin role")
+        # -- server crash (issue 25, pgcrash): an acknowledged claim or message survives a crash of
+        # the server. A session whose synchronous_commit is off (a server or database default some
+        # operators choose for speed) gets COMMIT's reply before the commit's WAL leaves the server's
+        # memory, and `pg_ctl stop -m immediate` (or any server crash) loses it: a lease the agent
+        # was told it holds is gone after the restart, and a peer may take it. So coord's sessions
+        # raise `off` to `on` (stronger settings, remote_write and up, are kept as they are).
+        try:
+            self.raw.execute("SELECT set_config('synchronous_commit', 'on', false)"
+                             " WHERE current_setting('synchronous_commit') = 'off'")
+        except psycopg.Error as exc:
+            self.raw.close()
+            raise EnvError("cannot use the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
+                           "check the server; the command can be retried")
 
     def ensure_schema(self):
         """Create the project's schema (one transaction under the project lock, so racing first
@@ -4149,6 +4162,8 @@ class _PgConnection:
                 self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if self.pooled:  # a transaction pooler may hand this transaction another server session
                 self.raw.execute("SET LOCAL search_path TO %s" % self._quoted)
+                self.raw.execute("SELECT set_config('synchronous_commit', 'on', true)"  # server crash: as at connect
+                                 " WHERE current_setting('synchronous_commit') = 'off'")
         except self.psycopg.Error as exc:
             self._end_pipe()
             raise self._error(exc) from exc

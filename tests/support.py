@@ -105,6 +105,7 @@ STRESS = frozenset([
     "test_store.PgRaceTest.test_eight_processes_race_for_one_exclusive_lease_for_60_rounds",
     "test_store.PgRaceTest.test_thirty_two_simultaneous_senders_lose_nothing",
     "test_workspace.CreateRaceTest",
+    "test_host.ServerCrashTest.test_three_immediate_stops_in_a_row",
 ])
 
 
@@ -682,11 +683,21 @@ class PostgresServer:
         except RuntimeError:  # built without ICU, or older than 15
             shutil.rmtree(self.data, True)
             self._run(initdb)
-        self._run([os.path.join(bindir, "pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o",
-                   "-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off"
-                   " -c full_page_writes=off -c max_connections=200 -c shared_buffers=16MB %s" % (self.dir, self.port, options),
-                   "start"])
+        self._start = [os.path.join(bindir, "pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o",
+                       "-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off"
+                       " -c full_page_writes=off -c max_connections=200 -c shared_buffers=16MB %s"
+                       % (self.dir, self.port, options), "start"]
+        self._run(self._start)
         atexit.register(self.stop)
+
+    # server crash (issue 25, pgcrash): what a crash test does to its own server
+    def crash(self):
+        """`pg_ctl stop -m immediate`: every server process ends at once, nothing is checkpointed;
+        the next start replays the WAL (crash recovery)."""
+        self._run([os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", "immediate", "-w", "stop"])
+
+    def start(self):
+        self._run(self._start)
 
     def _run(self, argv):
         proc = subprocess.run(argv, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
