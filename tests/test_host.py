@@ -451,12 +451,19 @@ class NsHost:
 
 def exclusive_overlaps(lines):
     """The audit checker: every pair of exclusive holders of overlapping names whose holding
-    intervals (server time, from lease.claimed to the event that ended it: released, reaped,
-    expired, lost, or moved by a supersession) overlap. Assumes no lease lapsed in between (the
-    tests hold them with a long TTL), so a lease's end is always an audit row."""
+    intervals (from lease.claimed to the event that ended it: released, reaped, expired, lost, or
+    moved by a supersession) overlap. Assumes no lease lapsed in between (the tests hold them
+    with a long TTL), so a lease's end is always an audit row.
+
+    The intervals are in the order of the audit IDs: the order in which the writing transactions
+    held the project's lock, which is the order their effects took place in. A row's `at` (server
+    time) is read when its operation starts, before it waits for that lock, so a claim that
+    waited behind the reap that freed its name can carry an earlier `at` than the reap (seen: a
+    claim stamped 3 ms before the host beat's reap it queued behind). Each pair reported is
+    ((name, runtime, first ID, last ID), ...)."""
     open_, done = {}, []
     for row in map(json.loads, lines):
-        ev, rt, subject, at, data = row["event"], row["runtime"], row["subject"], row["at"], row["data"]
+        ev, rt, subject, at, data = row["event"], row["runtime"], row["subject"], row["id"], row["data"]
         if ev == "lease.claimed" and data.get("mode") == "exclusive":
             open_.setdefault((subject, rt), at)
         elif ev in ("lease.released", "lease.reaped", "lease.expired", "lease.lost"):

@@ -1518,7 +1518,17 @@ class DatabaseUrlTest(support.CoordTestCase):
         proc = self.coord("hello", env={"COORD_DB": "sqlite:///tmp/x.sqlite3"})
         self.assertEqual(proc.returncode, 4, proc.stderr)
         self.assertIn("sqlite:// is not supported", proc.stderr)
-        url = self.URLS[0]  # a server that does not exist: the host process cannot start
+        # A server on another host, reached without certificate verification: refused before any
+        # connection (pg_check_url, issue 25 item 5), so the host process does not start.
+        url = self.URLS[0]
+        proc = self.coord("hello", env={"COORD_DB": url, "PYTHONPATH": support.psycopg_dir()})
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("coord's host process for project test-project is not running and did not start: the"
+                      " PostgreSQL server is on another host and the connection does not verify its certificate",
+                      proc.stderr)
+        self.assertNotIn("s3cret", proc.stderr + proc.stdout)
+        # A server that does not exist (a socket directory with no server): the host process cannot start.
+        url = "postgresql://coord:s3cret@/coord?host=%s" % os.path.join(self.tmp, "no-server")
         proc = self.coord("hello", env={"COORD_DB": url, "PYTHONPATH": support.psycopg_dir()})
         self.assertEqual(proc.returncode, 4, proc.stderr)
         self.assertIn("coord's host process for project test-project is not running and did not start: cannot"
