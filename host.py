@@ -180,7 +180,9 @@ def _refuse_client_time(op, args, kwargs):
         names = list(inspect.signature(getattr(store.Store, op)).parameters)[1:]  # without self
         _NOW_POSITIONS[op] = names.index("now") if "now" in names else None
     at = _NOW_POSITIONS[op]
-    if at is not None and ("now" in kwargs or len(args) > at):
+    # None is no time at all (the operation's default: the server's clock here), which the
+    # RemoteStore callers pass along (caller(now=None)); any other value is a client's time.
+    if at is not None and (kwargs.get("now") is not None or (len(args) > at and args[at] is not None)):
         raise store.UsageError("the host process keeps the time: a request carries no `now` (%s)" % op,
                                "send the request without it; the server's clock decides")
 

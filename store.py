@@ -4906,10 +4906,12 @@ class RemoteStore:
     # host process (Store.decide_caller, Store.decide_person_runtime).
 
     def caller(self, explicit=None, environ=None, now=None, person=True):
-        return self.client.call("decide_caller", caller_facts(explicit, environ, complete=True), now=now, person=person)
+        return self.client.call("decide_caller", caller_facts(explicit, environ, complete=True), person=person,
+                                **_client_time(now))
 
     def person_runtime(self, register=True, now=None, environ=None, skip=()):
-        return self.client.call("decide_person_runtime", list(person_key(environ, skip)), register=register, now=now)
+        return self.client.call("decide_person_runtime", list(person_key(environ, skip)), register=register,
+                                **_client_time(now))
 
     def __getattr__(self, op):
         if op.startswith("_"):
@@ -4929,6 +4931,12 @@ class RemoteStore:
 
     def close(self):
         self.client.close()
+
+
+def _client_time(now):
+    """{} for now=None: the host process keeps the time and refuses a request that carries one
+    (host.py, _refuse_client_time); a caller's explicit time is passed on, to be refused there."""
+    return {} if now is None else {"now": now}
 
 
 class _RemoteTransaction:
