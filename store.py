@@ -4869,10 +4869,13 @@ class RemoteStore:
     # host process (Store.decide_caller, Store.decide_person_runtime).
 
     def caller(self, explicit=None, environ=None, now=None, person=True):
-        return self.client.call("decide_caller", caller_facts(explicit, environ, complete=True), now=now, person=person)
+        # No `now` in the request (the host process refuses a client's clock): only a caller's own.
+        when = {} if now is None else {"now": now}
+        return self.client.call("decide_caller", caller_facts(explicit, environ, complete=True), person=person, **when)
 
     def person_runtime(self, register=True, now=None, environ=None, skip=()):
-        return self.client.call("decide_person_runtime", list(person_key(environ, skip)), register=register, now=now)
+        when = {} if now is None else {"now": now}
+        return self.client.call("decide_person_runtime", list(person_key(environ, skip)), register=register, **when)
 
     def __getattr__(self, op):
         if op.startswith("_"):
