@@ -318,8 +318,20 @@ class Hook:
                     self._proc = (pid, store.process_start(pid))
         return self._proc
 
+    def pid_here(self, rt):
+        """True when rt's recorded pid is this host's, the only host whose pids this hook may
+        compare with its own ancestry: always on SQLite (one host); on PostgreSQL only a runtime
+        recorded on this host (store.Store.pid_judged_here: another host's pid 4242 is not this
+        host's process 4242)."""
+        if self.database()["engine"] != "postgresql":
+            return True
+        import store
+        return rt.get("host") == store.host_identity(self.environ)["id"]
+
     def ours(self, rt):
         """True when rt was attached by this harness process (or cannot be told apart)."""
+        if rt["pid"] is not None and not self.pid_here(rt):
+            return False  # hosts: recorded by a process of another host, never this one
         if self._proc is None and rt["pid"] is not None and rt["pid_start"] is not None \
                 and rt["pid"] == os.getppid():
             # The usual case: the harness ran this hook through shells that exec'd, so the parent
@@ -430,13 +442,37 @@ def on_pre_tool_use(h):
         resources.extend(r for r in h.resources(path) if r not in resources)
     if not resources or (h.db_path() is not None and not os.path.exists(h.db_path())):
         return ""  # nothing coordinated, or no database: no lease can exist
-    db = h.open(migrate=False)
-    with db.snapshot():  # who writes and what blocks it: one state of the database
-        who = h.identity()
-        blocking = db.write_conflicts(who.runtime, resources)
+    try:
+        db = h.open(migrate=False)
+        with db.snapshot():  # who writes and what blocks it: one state of the database
+            who = h.identity()
+            blocking = db.write_conflicts(who.runtime, resources)
+    except Exception as exc:
+        refused = safe_mode(h, resources, exc)
+        if refused:
+            return refusal(refused, h.harness)
+        raise  # fail open, as for any database that cannot be read
     if not blocking:
         return ""
     return deny(h, blocking, who.successor)
+
+
+def safe_mode(h, resources, exc):
+    """Safe mode (issue 25, item 3), the one fail-closed case: on a PostgreSQL project whose host
+    process cannot answer (down, paused, or cut off from the server: an EnvError), a write to a
+    path under or above one of this host's exclusive leases that may have lapsed by now is
+    refused, decided from the host process's local safe-mode file alone
+    (store.safe_mode_refusals). -> the deny reason, or None (fail open). Never on SQLite, never
+    on the normal path."""
+    import store
+    try:
+        if not isinstance(exc, store.EnvError) or h.database()["engine"] != "postgresql":
+            return None
+        sock = store.project_host_socket(h.database()["project"], h.environ)
+        refused = store.safe_mode_refusals(resources, store.safe_state_path(sock))
+        return store.safe_mode_reason(refused, h.command()) if refused else None
+    except Exception:  # a fault here fails open, as every other one does
+        return None
 
 
 def deny(h, blocking, successor):

@@ -56,7 +56,7 @@ HOST_OPS = frozenset("""
 # sends what store.caller_facts / person_key gathered in its own process) and the two Store
 # methods coord's commands use beyond the list above.
 HOST_OPS = HOST_OPS | frozenset(["decide_caller", "decide_person_runtime", "ack_shown", "audit"])
-TRANSACTION_OPS = frozenset(["begin", "commit", "rollback", "ping"])
+TRANSACTION_OPS = frozenset(["begin", "commit", "rollback", "ping", "doctor"])
 CLOCK_EVERY = 300.0  # seconds between two measurements of the server's clock
 # hosts (issue 25, item 3): operations after which this host's exclusive leases may be new or
 # longer, so the safe-mode file is rewritten soon (the timer rewrites it every beat anyway).
@@ -408,6 +408,17 @@ class Server:
                                                      "now": store.now(), "clock_measurements":
                                                      self.clock.measurements, "host_beats": self.beats,
                                                      "reaps": self.reaps}}, bound
+        if op == "doctor":  # --doctor's security lines (store.pg_doctor_checks), on this host's own connection
+            st = self.pool.take()
+            broken = False
+            try:
+                lines = [[bool(ok), line] for ok, line in store.pg_doctor_checks(st, self.pool.dsn)]
+            except store.EnvError:
+                broken = True
+                raise
+            finally:
+                self.pool.give(st, broken)
+            return {"id": rid, "ok": True, "result": lines}, bound
         if op == "begin":
             if bound is not None:
                 raise store.UsageError("a transaction is already open on this connection")
@@ -495,11 +506,14 @@ def main(argv=None):
         cmd.add_argument("--reap-every", type=float, default=REAP_EVERY, help=argparse.SUPPRESS)
         if name == "serve":
             cmd.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    # What `coord db setup` runs (the person's command): the admin URL comes in the environment
+    # (COORD_ADMIN_URL), never in argv (/proc/PID/cmdline is public and shells keep history).
     setup = sub.add_parser("setup", allow_abbrev=False,
-                           help="create a project's roles, schema, grants and row-level security (admin, once)")
-    setup.add_argument("--admin-dsn", required=True, help="a connection as a superuser or the service's admin role")
+                           help="create a project's roles, schema, grants and row-level security (admin, once);"
+                                " the admin URL in $%s" % store.PG_ADMIN_URL_ENV)
     setup.add_argument("--project", required=True)
     setup.add_argument("--login", action="append", default=[], help="a host's or person's login role (repeatable)")
+    setup.add_argument("--json", action="store_true", help="one JSON object: the statements, or the error")
     # coord db migrate (pgroute): run here, a process of its own, so coord's CLI never imports the
     # driver; the target comes in COORD_MIGRATE_TARGET (a URL may hold a password: not in argv).
     cmd = sub.add_parser("migrate", allow_abbrev=False)
@@ -509,13 +523,25 @@ def main(argv=None):
         return migrate_main(args)
     if args.command == "setup":  # the pg-security block of store.py does the work; print what it runs
         try:
-            done = store.pg_setup(args.admin_dsn, args.project, args.login,
-                                  out=lambda sql: print(sql if sql.startswith("--") else sql + ";", flush=True))
-            print("-- %d statements; project %s: owner %s (NOLOGIN), group %s" % (
-                len(done), args.project, store.pg_role_names(args.project)["owner"], store.pg_schema(args.project)))
+            admin = os.environ.get(store.PG_ADMIN_URL_ENV, "").strip()
+            if not admin:
+                raise store.UsageError("no admin URL: host.py setup reads it from $%s, never from its arguments"
+                                       % store.PG_ADMIN_URL_ENV, "the person runs: %s" % store.pg_setup_command(args.project))
+            show = None if args.json else (lambda sql: print(sql if sql.startswith("--") else sql + ";", flush=True))
+            done = store.pg_setup(admin, args.project, args.login, out=show)
+            names = store.pg_role_names(args.project)
+            if args.json:
+                print(json.dumps({"project": args.project, "owner": names["owner"], "group": names["group"],
+                                  "logins": args.login, "statements": done}), flush=True)
+            else:
+                print("-- %d statements; project %s: owner %s (NOLOGIN), group %s" % (
+                    len(done), args.project, names["owner"], names["group"]))
             return 0
         except store.CoordError as exc:
-            print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
+            if args.json:
+                print(json.dumps(_error_reply(None, exc)["error"]), flush=True)
+            else:
+                print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
             return exc.exit_code
     try:
         if not store.valid_project_id(args.project):

@@ -2425,8 +2425,9 @@ class Store:
         clocked = not rt["pid"] and rt["harness"] not in _UNCLOCKED
         condition = ("EXISTS (SELECT 1 FROM runtimes WHERE id = ? AND ended_at IS NULL AND superseded_by IS NULL"
                      " AND pid IS NOT DISTINCT FROM ? AND pid_start IS NOT DISTINCT FROM ? AND harness = ?"
+                     " AND host IS NOT DISTINCT FROM ?"  # hosts: still this host's (a hello elsewhere moves it)
                      " AND (NOT ? OR heartbeat_at + ? > ?))")
-        params = [runtime_id, rt["pid"], rt["pid_start"], rt["harness"], clocked, self.runtime_ttl, now]
+        params = [runtime_id, rt["pid"], rt["pid_start"], rt["harness"], rt.get("host"), clocked, self.runtime_ttl, now]
         return rt, {self._runtime_read(runtime_id): [assumed_row]}, condition, params
 
     def _speculate(self, run, guess, condition, params, assumed):
@@ -4245,6 +4246,23 @@ class _PgConnection:
             except self.psycopg.Error:
                 pass
         self.failed = False
+        if self.pipe is not None and self.txn is not None:
+            # The server reported an error before COMMIT (psycopg reads the results already there
+            # as it sends, so a failed speculation's error can come with any later statement when
+            # this process is slow to send them): one Sync ends what the server skipped, and the
+            # ROLLBACK is sent and not waited for, as when the error comes with COMMIT's sync
+            # (commit): the same waits however fast this process sent (PgRoundTripTest).
+            self.txn = self.cache = None
+            try:
+                self.round_trips += 1
+                self.pipe.sync()
+            except self.psycopg.Error:
+                pass
+            try:
+                self.raw.execute("ROLLBACK")
+                return
+            except self.psycopg.Error:
+                pass
         if self.pipe is not None:
             try:
                 self.round_trips += 1
@@ -4314,13 +4332,16 @@ def pg_clock(conn):
 # pg_check_url is the TLS rule every connection passes; pg_pooled the pooler rule.
 
 _PG_LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
-# The command a person with admin rights types to set a project up (one place: the user-facing
-# `coord db setup` replaces it when the CLI wiring lands).
-PG_SETUP_COMMAND = "python3 .coord/host.py setup --admin-dsn ADMIN-URL --project %s"
+# The command a person with admin rights types to set a project up (one place), in the
+# project's repository (coord finds the project there): `coord db setup` runs pg_setup in
+# `host.py setup`, the admin URL read from $COORD_ADMIN_URL or asked for at the terminal, never
+# taken from the command line.
+PG_SETUP_COMMAND = "coord db setup"
+PG_ADMIN_URL_ENV = "COORD_ADMIN_URL"
 
 
-def pg_setup_command(project_id, login=None):
-    return PG_SETUP_COMMAND % project_id + (" --login %s" % login if login else "")
+def pg_setup_command(project_id=None, login=None):
+    return PG_SETUP_COMMAND + (" --login %s" % login if login else "")
 
 
 def pg_role_names(project_id):
@@ -4746,6 +4767,22 @@ class HostClient:
 
     def close(self):
         self.sock.close()
+
+
+def host_doctor(project, path=None, timeout=10.0, environ=None):
+    """For --doctor on a PostgreSQL project: pg_doctor_checks run by its host process (the only
+    process with a server connection, as this host's role): [(ok, line)], or None when the host
+    process does not answer (--doctor says so on its own line)."""
+    try:
+        client = HostClient(project, path, timeout, environ)
+    except EnvError:
+        return None
+    try:
+        return [(bool(ok), line) for ok, line in client.call("doctor")]
+    except CoordError as exc:
+        return [(False, "database security: not checked: %s" % exc.message)]
+    finally:
+        client.close()
 
 
 def host_status(project, path=None, timeout=2.0, environ=None):
@@ -5181,8 +5218,13 @@ SAFE_STATE_VERSION = 1
 
 
 def safe_state_path(socket_path=None, environ=None):
-    """<state>/host.safe: the host process's safe-mode file, beside its socket."""
-    return os.path.join(os.path.dirname(socket_path or host_socket_path(environ)), "host.safe")
+    """The host process's safe-mode file, beside its socket and named after it: <state>/host.safe
+    for <state>/host.sock, <state>/host-<digest>.safe for a project's <state>/host-<digest>.sock
+    (project_host_socket), so two projects' host processes in one state directory never write
+    (or read) each other's leases."""
+    sock = socket_path or host_socket_path(environ)
+    base = sock[:-len(".sock")] if sock.endswith(".sock") else sock
+    return base + ".safe"
 
 
 def safe_state(beat, clock_offset, clock_rtt=0.0, host=None):
@@ -5229,16 +5271,17 @@ def safe_mode_refusals(names, path=None, mono=None):
         return []
 
 
-def safe_mode_reason(refusals):
-    """The hook's deny reason for safe_mode_refusals(...) (non-empty)."""
+def safe_mode_reason(refusals, command=".coord/coord"):
+    """The hook's deny reason for safe_mode_refusals(...) (non-empty); `command`: how the agent
+    runs coord from its cwd."""
     first = refusals[0]
     return ("coord cannot reach its database, and this host's exclusive lease on %s (held by %s) may have lapsed"
             " since %s (server time): another host may hold it now, so writes to %s are refused until this host"
-            " reaches the database again (start the host process: python3 .coord/host.py supervise ...; then"
-            " the lease is renewed, or you are told who took it)" % (
+            " reaches the database again (if its host process is down: %s; then the lease is renewed, or you"
+            " are told who took it)" % (
                 first["resource"], first["handle"],
                 time.strftime("%H:%M:%S", time.gmtime(first["lapse_at"])) + " UTC",
-                ", ".join(sorted(set(r["name"] for r in refusals)))))
+                ", ".join(sorted(set(r["name"] for r in refusals))), host_start_command(command)))
 
 
 # --------------------------------------------------------------------------- coord db migrate (issue 25, pgroute)

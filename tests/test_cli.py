@@ -1307,3 +1307,73 @@ class PgMigrateTest(InstalledRepoCase):
         self.assertIn("COORD_DB is set", out)
         self.assertTrue(os.path.exists(self.sqlite))
         self.assertFalse(os.path.exists(self.settings))
+
+
+class PgSetupCommandTest(InstalledRepoCase):
+    """coord db setup: the person creates the project's PostgreSQL roles, schema, grants and
+    row-level security (store.pg_setup), the admin URL typed at a prompt or read from
+    $COORD_ADMIN_URL, never an argument; an agent may not."""
+
+    def setUp(self):
+        super().setUp()
+        import store
+        server, self.psycopg = support.require_postgres(self)
+        self.admin = support.pg_url(server)
+        self.dsn = server.dsn()
+        self.plain.update(PYTHONPATH=support.psycopg_dir(), COORD_PYTHON=sys.executable)
+        self.login = "coord_host_%s" % os.urandom(4).hex()
+        self.names = store.pg_role_names("my-project")
+        self.addCleanup(self._drop)
+
+    def _drop(self):
+        import store
+        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % store.pg_ident(store.pg_schema("my-project")))
+            for role in [self.login] + list(self.names.values()):
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+
+    def member(self):
+        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT rolcanlogin, pg_has_role(rolname, %s, 'MEMBER') FROM pg_roles WHERE rolname = %s",
+                               (self.names["group"], self.login)).fetchone()
+            owner = conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
+                                 (self.names["group"],)).fetchone()
+        return row, owner and owner[0]
+
+    def test_the_person_sets_the_project_up_with_the_admin_url_typed_at_the_prompt(self):
+        term = self.terminal()
+        os.write(term.fd, (".coord/coord db setup --login %s; echo %s$?%s\n" % (
+            self.login, term._MARK, term._MARK)).encode())
+        term._read_until(b"PostgreSQL admin URL")
+        os.write(term.fd, (self.admin + "\n").encode())
+        buf, m = term._read_until((term._MARK + r"(\d+)" + term._MARK).encode())
+        out = buf[:m.start()].decode("utf-8", "replace")
+        self.assertEqual(int(m.group(1)), 0, out)
+        self.assertIn("project my-project: owner %s (NOLOGIN), group %s; login roles: %s"
+                      % (self.names["owner"], self.names["group"], self.login), out)
+        self.assertIn("FORCE ROW LEVEL SECURITY", out)
+        self.assertNotIn(self.admin, out, "the URL is not echoed")
+        self.assertEqual(self.member(), ((True, True), self.names["owner"]))
+        # Again, from the environment (idempotent), with --json.
+        rc, out = term.run("COORD_ADMIN_URL='%s' .coord/coord db setup --json" % self.admin)
+        term.close()
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(json.loads(out.strip().splitlines()[-1])["owner"], self.names["owner"])
+
+    def test_an_agent_may_not_and_nothing_asks_without_a_terminal(self):
+        proc = subprocess.run([".coord/coord", "db", "setup", "--login", self.login], cwd=self.repo,
+                              env=dict(self.plain, CLAUDECODE="1", COORD_ADMIN_URL=self.admin), text=True,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True, timeout=120)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("setting up the project's database roles is the person's decision", proc.stderr)
+        self.assertEqual(self.member(), (None, None), "nothing was created")
+        term = self.terminal()  # the person, with no URL in the environment and nothing to type it on
+        rc, out = term.run(".coord/coord db setup < /dev/null")
+        term.close()
+        self.assertEqual(rc, 2, out)
+        self.assertIn("needs the admin URL", out)
+        self.assertIn("COORD_ADMIN_URL", out)
+        self.assertEqual(self.member(), (None, None), "nothing was created")

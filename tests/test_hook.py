@@ -2452,3 +2452,65 @@ class PgHookRoutingTest(PostgresHooks, HookCase):
         self.assertIn("not running", err)
         support.retry_until(lambda: store.host_status(self.pg_project, self.host_socket)["running"], 60)
         self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
+
+
+class PgSafeModeHookTest(PostgresHooks, HookCase):
+    """Safe mode in the hook (issue 25, item 3), the one fail-closed case: on a PostgreSQL project
+    whose host process cannot answer, a write under this host's own exclusive lease is refused
+    once that lease may have lapsed (from the host process's safe-mode file alone); any other
+    write fails open as before."""
+
+    def configure_project(self):
+        # A short host TTL: the host process beats every TTL/6 s, and its leases may lapse (for
+        # other hosts) TTL s after its last beat.
+        self.env.update(COORD_HOST_TTL="2", COORD_HOST_LEASE_DELAY="1")
+        super().configure_project()
+
+    def safe_listed(self, resource):
+        try:
+            with open(store.safe_state_path(self.host_socket)) as f:
+                return resource in [l["resource"] for l in json.load(f)["leases"]]
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def test_a_write_under_the_host_s_own_lapsed_lease_is_refused_while_the_host_process_is_down(self):
+        self.run_hook(self.payload("claude-SessionStart"))
+        me = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.st.claim(me["id"], ["src/a.py"], "exclusive", "mine", ttl=3600)
+        self.assertEqual(self.run_hook(self.write("src/a.py"))[0], "", "its own lease: allowed")
+        support.retry_until(lambda: self.safe_listed("src/a.py"), 60)
+        support.stop_host_process(self.host_socket)
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        out, err = self.run_hook(self.write("src/free.py"))
+        self.assertEqual(out, "", "a path no lease of this host covers: fail open")
+        self.assertIn("host process is not running", err)
+        refused = []
+
+        def denied():
+            out, _err = self.run_hook(self.write("src/a.py"))
+            if out:
+                refused.append(json.loads(out)["hookSpecificOutput"]["permissionDecisionReason"])
+            return bool(out)
+        support.retry_until(denied, 60)  # once the last beat + TTL (less the margin) has passed
+        self.assertIn("cannot reach its database", refused[0])
+        self.assertIn("exclusive lease on src/a.py (held by %s)" % me["handle"], refused[0])
+        self.assertIn(".coord/coord db start", refused[0])
+        self.assertEqual(self.run_hook(self.write("src/free.py"))[0], "", "still fail open elsewhere")
+
+
+class PgOtherHostPidHookTest(PostgresHooks, HookCase):
+    """hook.py's own comparisons of a recorded pid with its parent (Hook.ours) hold only for a
+    runtime recorded on this host: another host's pid with the same number is not this process."""
+
+    def test_a_runtime_of_another_host_with_this_parent_s_pid_is_not_this_process(self):
+        other = self.open_project()
+        other.host = {"id": "another-boot/pid:[4026531836]", "name": "far", "boot_id": "another-boot",
+                      "pid_ns": "pid:[4026531836]"}
+        me = os.getpid()  # the hook's parent, the process its harness walk finds
+        far = other.register(conversation=CLAUDE_MAIN, harness="claude", pid=me, pid_start=store.process_start(me))
+        self.assertEqual(far["host"], other.host["id"])
+        self.run_hook(self.payload("claude-SessionStart"))
+        now = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.assertNotEqual(now["id"], far["id"], "this host's SessionStart is a new attachment")
+        self.assertEqual(now["host"], store.host_identity()["id"])
+        self.assertEqual(self.st.runtime(far["id"])["superseded_by"], now["id"])

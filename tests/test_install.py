@@ -1759,3 +1759,19 @@ class PgDoctorTest(InstallTestCase):
         with open(config, "w") as f:
             f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nnetwork_access = true\n')
         self.assertTrue(self.doctor(check=0)["codex"]["sandbox"]["ok"])
+
+    def test_doctor_shows_the_database_security_checks_of_the_host_process(self):
+        db = self.doctor(check=0)["database"]
+        self.assertIsNone(db["security"], "not checked while the host process is down")
+        self.assertIn("database security: not checked (the host process is not running)",
+                      self.install("--doctor", check=0).stdout)
+        store.start_host("pgdoc", self.url, self.sock, environ=self.env)
+        checks = self.doctor(check=0)["database"]["security"]
+        lines = [c["line"] for c in checks]
+        # The test server's role is a superuser and pgdoc was never set up: store.pg_doctor_checks says so.
+        self.assertTrue(any("is a superuser" in l and "coord db setup --login ROLE" in l for l in lines), lines)
+        self.assertTrue(any(l.startswith("row-level security missing on") for l in lines), lines)
+        self.assertTrue(any(l.startswith("TLS: not required") for l in lines), lines)
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("database security: PROBLEM: row-level security missing on", text)
+        self.assertIn("database security: TLS: not required", text)
