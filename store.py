@@ -4898,7 +4898,8 @@ class HostClient:
     or its CoordError raised again here (same class, message, hint, details: exit codes hold)."""
 
     def __init__(self, project, path=None, timeout=30.0, environ=None):
-        import socket
+        # pglisten: the C module, not socket.py, whose enums of every constant cost a hook a few ms
+        import _socket as socket
         self.project = project
         self.path = path or host_socket_path(environ)
         self.next_id = 0
@@ -5184,8 +5185,7 @@ def project_database(environ=None, start=None, project_id=None):
 def project_host_socket(project, environ=None):
     """<state_dir>/host-<digest>.sock: the socket of the host process serving `project` (one per
     project and user; a digest keeps the path within a Unix socket's 108 bytes)."""
-    import hashlib
-    return os.path.join(state_dir(environ), "host-%s.sock" % hashlib.sha256(project.encode("utf-8")).hexdigest()[:16])
+    return os.path.join(state_dir(environ), "host-%s.sock" % hashes().sha256(project.encode("utf-8")).hexdigest()[:16])
 
 
 def host_start_command(prefix=".coord/coord"):
