@@ -444,6 +444,16 @@ def on_pre_tool_use(h):
         return ""  # nothing coordinated, or no database: no lease can exist
     try:
         db = h.open(migrate=False)
+        if db.engine == "postgresql":
+            # One request, answered by the host process from its lease copy when that is fresh (else
+            # from one snapshot): the conversation's runtime and what blocks it (pglisten).
+            import store
+            sub = store.subagent_uuid(h.session, h.agent) if h.agent else None
+            quick = db.hook_write_decision(h.session, sub, resources)
+            rt = quick["runtime"]
+            if sub or rt is None or h.ours(rt):
+                return deny(h, quick["blocking"], None) if quick["blocking"] else ""
+            # not this process's attachment: the full identity below (a superseded process)
         with db.snapshot():  # who writes and what blocks it: one state of the database
             who = h.identity()
             blocking = db.write_conflicts(who.runtime, resources)

@@ -62,6 +62,14 @@ CLOCK_EVERY = 300.0  # seconds between two measurements of the server's clock
 # longer, so the safe-mode file is rewritten soon (the timer rewrites it every beat anyway).
 SAFE_REFRESH_OPS = frozenset(["claim", "renew", "heartbeat", "register", "hold_parked"])
 REAP_EVERY = 5.0  # seconds between two reaps of the project (Server.keep_reaping)
+# pglisten: the lease copy (LeaseCopyKeeper) is read again at least every COPY_EVERY seconds,
+# and answers only while its last read and the LISTEN connection's last sign of life are younger
+# than COPY_STALE times that.
+COPY_EVERY = 1.0
+COPY_STALE = 3.0
+LISTEN_RETRY = 0.1  # seconds before the LISTEN connection is made again, doubling to 5 s
+COPY_OPS = frozenset(["hook_write_decision"])  # what the copy may answer (Server.answer)
+HOST_OPS = HOST_OPS | COPY_OPS
 
 
 class _Pool:
@@ -131,6 +139,136 @@ def _connection_gone(st):
     return bool(readable)
 
 
+# -- the lease copy (issue 25, pglisten; docs/postgresql.md "The write decision from memory"):
+# the hook's PreToolUse question answered from memory. One thread keeps a LISTEN connection (a
+# session of its own, store.PgListener) and counts the wake-ups; another re-reads the whole copy
+# (store.Store.lease_copy_read, one snapshot on a pooled connection) after each wake-up, every
+# COPY_EVERY seconds, and after the LISTEN connection came back. The copy is fresh while the
+# LISTEN connection is up and was seen alive within COPY_STALE, and its read began after the
+# last wake-up counted and after the LISTEN began (generation); otherwise the database answers.
+
+class LeaseCopyKeeper:
+    def __init__(self, dsn, project, pool, judge, every=COPY_EVERY, stale=COPY_STALE, retry=LISTEN_RETRY):
+        self.dsn, self.project, self.pool, self.judge, self.retry = dsn, project, pool, judge, retry
+        self.every, self.stale = every, stale * every
+        self.lock = threading.Lock()
+        self.epoch = 0  # LISTEN sessions begun
+        self.wakes = 0  # wake-ups counted (a new LISTEN session counts as one)
+        self.listening = False
+        self.seen = 0.0  # monotonic time the LISTEN connection last answered or delivered
+        self.copy = None  # store.LeaseCopy
+        self.due = threading.Event()
+        self.listener = None
+        self.refreshes = self.hits = self.misses = self.reconnects = 0
+        self.last_error = None
+        threading.Thread(target=self.keep_listening, daemon=True).start()
+        threading.Thread(target=self.keep_refreshing, daemon=True).start()
+
+    def generation(self):
+        with self.lock:
+            return (self.epoch, self.wakes)
+
+    def _woken(self, n):
+        with self.lock:
+            self.wakes += n
+            self.seen = time.monotonic()
+        self.due.set()
+
+    def keep_listening(self):
+        pause = self.retry
+        while True:
+            try:
+                listener = store.PgListener(self.dsn, self.project)
+            except store.CoordError as exc:
+                self.last_error = exc.message
+                time.sleep(pause)
+                pause = min(pause * 2, max(5.0, self.retry))
+                continue
+            pause = self.retry
+            self.listener = listener
+            with self.lock:  # LISTEN is in effect: every commit from now on wakes this connection
+                self.epoch += 1
+                self.wakes += 1
+                self.listening = True
+                self.seen = time.monotonic()
+            self.due.set()
+            try:
+                while True:
+                    n = listener.wait(self.every)
+                    if n:
+                        self._woken(n)
+                    elif time.monotonic() - self.seen >= self.every:
+                        listener.probe()  # no wake-up for a while: is the connection still there?
+                        with self.lock:
+                            self.seen = time.monotonic()
+            except store.CoordError as exc:
+                self.last_error = exc.message
+            except Exception as exc:
+                self.last_error = str(exc)
+            with self.lock:
+                self.listening = False
+            self.listener = None
+            listener.close()
+            self.reconnects += 1
+            time.sleep(pause)  # a server that just ended the session may be going down
+
+    def keep_refreshing(self):
+        while True:
+            self.due.wait(self.every)
+            self.due.clear()
+            if not self.listening:
+                continue
+            generation = self.generation()  # before the snapshot: a later commit wakes us again
+            started = time.monotonic()
+            try:
+                st = self.pool.take()
+            except store.CoordError:
+                time.sleep(min(self.every, 0.5))
+                continue
+            broken = False
+            try:
+                rows = st.lease_copy_read()
+                self.copy = store.LeaseCopy(rows, generation, started)
+                self.refreshes += 1
+            except store.CoordError:
+                broken = True
+            except Exception:
+                broken = True
+                store.log_traceback("host process: lease copy")
+            finally:
+                self.pool.give(st, broken)
+
+    def fresh(self):
+        """The copy, when it may answer; None otherwise."""
+        copy = self.copy
+        with self.lock:
+            ok = (copy is not None and self.listening and copy.generation == (self.epoch, self.wakes)
+                  and time.monotonic() - copy.at < self.stale and time.monotonic() - self.seen < self.stale)
+        return copy if ok else None
+
+    def answer(self, op, args, kwargs):
+        """op answered from the copy, or None (the database answers)."""
+        copy = self.fresh()
+        result = None
+        if copy is not None:
+            try:
+                result = getattr(copy, op)(*args, now=store.now(), judge=self.judge, **kwargs)
+            except Exception:  # never the copy's fault in a reply: the database answers instead
+                store.log_traceback("host process: lease copy answer")
+                result = None
+        if result is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return result
+
+    def status(self):
+        return {"listening": self.listening, "fresh": self.fresh() is not None, "refreshes": self.refreshes,
+                "hits": self.hits, "misses": self.misses, "reconnects": self.reconnects,
+                "backend_pid": getattr(self.listener, "backend_pid", None), "wakes": self.wakes,
+                "leases": len(self.copy.leases) if self.copy else None, "error": self.last_error}
+
+
 def _read_frame(sock):
     head = _read_exact(sock, 4)
     if head is None:
@@ -194,7 +332,8 @@ class _Unbound(Exception):
 
 
 class Server:
-    def __init__(self, path, dsn, project, pool=8, clock_every=CLOCK_EVERY, reap_every=REAP_EVERY):
+    def __init__(self, path, dsn, project, pool=8, clock_every=CLOCK_EVERY, reap_every=REAP_EVERY,
+                 copy_every=COPY_EVERY, listen_retry=LISTEN_RETRY):
         self.path, self.project = path, project
         self.pool = _Pool(dsn, project, pool)
         first = store.Store(pg={"dsn": dsn, "project": project})  # migrates, once, under the project lock
@@ -212,6 +351,9 @@ class Server:
         threading.Thread(target=self.keep_host, daemon=True).start()
         self.reaps = 0
         threading.Thread(target=self.keep_reaping, args=(reap_every,), daemon=True).start()
+        # pglisten: the lease copy the hook's write decision is answered from (copy_every 0: none)
+        self.copy = LeaseCopyKeeper(dsn, project, self.pool, first, copy_every, retry=listen_retry) \
+            if copy_every else None
 
     # -- hosts (issue 25, item 3): the host heartbeat, on the server's clock, and the safe-mode file
 
@@ -377,6 +519,10 @@ class Server:
             if op not in HOST_OPS or not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise store.UsageError("the host process does not run %r" % (op,))
             _refuse_client_time(op, args, kwargs)  # clock: expiry is judged by the server's clock alone
+            if op in COPY_OPS and bound is None and self.copy is not None:
+                result = self.copy.answer(op, args, kwargs)  # pglisten: from memory when fresh
+                if result is not None:
+                    return {"id": rid, "ok": True, "result": result}, None
             if bound is not None:
                 result = _plain(getattr(bound, op)(*args, **kwargs))
                 if op in SAFE_REFRESH_OPS:
@@ -409,7 +555,8 @@ class Server:
             return {"id": rid, "ok": True, "result": {"pid": os.getpid(), "project": self.project,
                                                      "now": store.now(), "clock_measurements":
                                                      self.clock.measurements, "host_beats": self.beats,
-                                                     "reaps": self.reaps}}, bound
+                                                     "reaps": self.reaps, "lease_copy":
+                                                     self.copy.status() if self.copy else None}}, bound
         if op == "doctor":  # --doctor's security lines (store.pg_doctor_checks), on this host's own connection
             st = self.pool.take()
             broken = False
@@ -506,6 +653,8 @@ def main(argv=None):
         cmd.add_argument("--idle", type=float, default=0.0, help="end after this many idle seconds (0: never)")
         cmd.add_argument("--clock-every", type=float, default=CLOCK_EVERY, help=argparse.SUPPRESS)
         cmd.add_argument("--reap-every", type=float, default=REAP_EVERY, help=argparse.SUPPRESS)
+        cmd.add_argument("--copy-every", type=float, default=COPY_EVERY, help=argparse.SUPPRESS)  # 0: no copy
+        cmd.add_argument("--listen-retry", type=float, default=LISTEN_RETRY, help=argparse.SUPPRESS)
         if name == "serve":
             cmd.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     # What `coord db setup` runs (the person's command): the admin URL comes in the environment
@@ -558,6 +707,8 @@ def main(argv=None):
         idle = store.check_float(args.idle, "--idle", 0, 86400)
         clock_every = store.check_float(args.clock_every, "--clock-every", 0.05, 86400)
         reap_every = store.check_float(args.reap_every, "--reap-every", 0.05, 3600)
+        copy_every = store.check_float(args.copy_every, "--copy-every", 0, 3600)
+        listen_retry = store.check_float(args.listen_retry, "--listen-retry", 0.01, 600)
         if args.command == "supervise" or not args.supervised:
             if _take_lock(path) is None:
                 print("host process already running for %s" % path, flush=True)
@@ -565,8 +716,9 @@ def main(argv=None):
         if args.command == "supervise":
             return supervise(["--project", args.project, "--socket", path,
                               "--pool", str(pool), "--idle", repr(idle), "--clock-every", repr(clock_every),
-                              "--reap-every", repr(reap_every)])
-        server = Server(path, dsn, args.project, pool, clock_every, reap_every)
+                              "--reap-every", repr(reap_every), "--copy-every", repr(copy_every),
+                              "--listen-retry", repr(listen_retry)])
+        server = Server(path, dsn, args.project, pool, clock_every, reap_every, copy_every, listen_retry)
         server.listen()
         print("host process %d serving %s on %s" % (os.getpid(), args.project, server.path), flush=True)
         server.serve_forever(idle, os.getppid() if args.supervised else None)

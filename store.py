@@ -2808,6 +2808,39 @@ class Store:
             total = self.q("SELECT count(*)" + where, (runtime_id, now)).fetchone()[0] if rows else 0
         return [dict(zip(("resource", "handle", "purpose"), r)) for r in rows], total
 
+    # -- the host process's lease copy (issue 25, pglisten; docs/postgresql.md "The write
+    #    decision from memory"): what the copy holds, read in one snapshot, and the hook's whole
+    #    PreToolUse question as one operation, for when the copy cannot answer it
+
+    _COPY_LEASES = "SELECT resource, runtime, mode, purpose, expires_at FROM leases ORDER BY resource, runtime"
+    _COPY_HOSTS = "SELECT id, heartbeat_at, ttl, lease_delay FROM hosts"
+
+    def lease_copy_read(self):
+        """Every lease row (expired ones too, until reaped: a heartbeat may lengthen them without a
+        wake-up, so the copy must know they are there), every runtime that has not ended or holds
+        a lease, and the hosts' beats: one snapshot, one wait on PostgreSQL."""
+        runtimes = ("SELECT %s FROM runtimes WHERE ended_at IS NULL OR id IN (SELECT runtime FROM leases)"
+                    % self._RUNTIME_COLS)
+        with self.snapshot():
+            self._prefetch(lambda: [(self._COPY_LEASES, ()), (runtimes, ()), (self._COPY_HOSTS, ())])
+            leases = self.q(self._COPY_LEASES).fetchall()
+            rts = self.q(runtimes).fetchall()
+            hosts = self.q(self._COPY_HOSTS).fetchall()
+        return {"leases": [tuple(r) for r in leases], "runtimes": [tuple(r) for r in rts],
+                "hosts": [tuple(r) for r in hosts]}
+
+    def hook_write_decision(self, conversation, runtime_id, resources, now=None):
+        """The hook's PreToolUse question in one operation: the conversation's live runtime (when
+        runtime_id, a subagent's, is not given) and what blocks it from writing `resources`, in one
+        snapshot. -> {"runtime", "blocking", "from": "database"}."""
+        now = _now(now)
+        with self.snapshot():
+            rt = None
+            if not runtime_id:
+                rt = self.find_conversation_runtime(conversation, now=now)
+            blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now=now)
+        return {"runtime": rt, "blocking": blocking, "from": "database"}
+
     def claim(self, runtime_id, resources, mode="exclusive", purpose="", ttl=None, now=None):
         """Take every lease or none. Returns the lease records."""
         if mode not in ("exclusive", "append"):
@@ -4106,6 +4139,8 @@ class _PgConnection:
             elif self.cache:
                 self.cache.clear()
         try:
+            if self.txn == "write" and not self.wake and pg_write_wakes(sql):
+                self.wake = True  # pglisten: the wake-up goes with COMMIT (commit())
             cur = self.raw.execute(statement, tuple(params))
             if self.txn == "write" and not _PG_READS.search(statement):
                 return _PgPendingWrite(self, cur)
@@ -4155,7 +4190,7 @@ class _PgConnection:
                 self.pipe = self._pipe_cm.__enter__()
             self.txn = "write" if write else "read"
             self.cache = {}
-            self.failed = self.seeded = self.expectation_failed = False
+            self.failed = self.seeded = self.expectation_failed = self.wake = False
             if write:
                 self.raw.execute("BEGIN")
                 self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
@@ -4192,6 +4227,8 @@ class _PgConnection:
             return
         try:
             self.round_trips += 1
+            if self.wake:  # pglisten: delivered to every LISTENer when (and only if) this commits
+                self.raw.execute(pg_wake_sql(self.project))
             self.raw.execute("COMMIT")
         except self.psycopg.Error as exc:
             # An earlier statement's error, brought by this execute (psycopg 3.2 reads the
@@ -4231,6 +4268,7 @@ class _PgConnection:
         self.txn = self.cache = None
 
     failed = False  # the server reported an error in this transaction (its pipeline waits for a sync)
+    wake = False  # pglisten: this write transaction changed leases or runtimes (pg_write_wakes)
 
     def rollback(self):
         if self.pipe is not None and self.txn is None:
@@ -4694,6 +4732,173 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
     return lines
 
 
+# --------------------------------------------------------------------------- the host process's lease copy (issue 25, pglisten)
+# The PreToolUse write decision answered from memory: the host process keeps a copy of the
+# project's leases and of the runtimes and hosts they depend on, fully re-read on each wake-up
+# (a payload-free NOTIFY that every transaction changing leases or runtimes sends on commit) and
+# on a short timer, through one session (non-pooled) LISTEN connection. docs/postgresql.md, "The
+# write decision from memory", has the rules and the correctness argument; the threads are in
+# host.py (LeaseCopyKeeper). The copy answers only what it knows for sure and says None (ask the
+# database) otherwise.
+
+_PG_WAKE_WRITE = Pattern(r"^\s*(INSERT\s+(OR\s+\w+\s+)?INTO|DELETE\s+FROM|UPDATE)\s+(leases|runtimes)\b")
+_PG_WAKE_COLUMNS = Pattern(r"\b(ended_at|superseded_by|pid|pid_start|host|conversation|agent_id|harness)\s*=")
+
+
+def pg_write_wakes(sql):
+    """Whether a write statement (SQLite dialect, as Store writes it) changes what a lease copy
+    decides: any write to leases or runtimes but the two kinds that only lengthen what the copy
+    holds (a lease's expiry pushed later with max(); a runtime's heartbeat), which the copy never
+    relies on (it asks the database about a lease it sees expired, or a holder it sees dead).
+    Only those written with max() are exempt: anything that may move a time back wakes."""
+    if not _PG_WAKE_WRITE.match(sql):
+        return False
+    text = sql.lstrip()
+    if text.startswith("UPDATE leases SET expires_at = max(expires_at,"):
+        return False
+    if text.startswith("UPDATE leases SET expires_at = ? + ?, ttl = min(ttl, ?) WHERE expires_at > ? + ?"):
+        return False  # _reap's clamp of an older coord's endless lease (every reap): a year ahead
+        # either way, and the timer's re-read (COPY_EVERY) sees it long before that matters
+    if text.startswith("UPDATE runtimes SET heartbeat_at = max(heartbeat_at,") and not _PG_WAKE_COLUMNS.search(text):
+        return False
+    return True
+
+
+class LeaseCopy:
+    """One full read of lease_copy_read, and the write decision on it. No SQL, no clock of its own:
+    `now` is the host process's (the server's clock, ServerClock), and `judge` a Store of this
+    host (whose pids it may judge, pid_judged_here, and its runtime_ttl)."""
+
+    _LEASE_KEYS = ("resource", "runtime", "mode", "purpose", "expires_at")
+
+    def __init__(self, rows, generation, at):
+        self.generation, self.at = generation, at
+        self.leases = [dict(zip(self._LEASE_KEYS, r)) for r in rows["leases"]]
+        self.runtimes = {}
+        for row in rows["runtimes"]:
+            rt = dict(zip(Store._RUNTIME_COLS.split(", "), row))
+            self.runtimes[rt["id"]] = rt
+        self.hosts = {r[0]: r[1:] for r in rows["hosts"]}
+
+    def live(self, rt, now, judge):
+        """True only when the database would judge rt live too (runtime_live's rules on this
+        copy: a stored heartbeat only grows, an end or a new record wakes the copy); False or None
+        means: not sure, ask the database."""
+        if rt is None or rt["ended_at"] is not None:
+            return None
+        if not rt["pid"] and rt["harness"] in _UNCLOCKED:
+            return True
+        if rt["pid"]:
+            if judge.pid_judged_here(rt):
+                return _process_matches(rt["pid"], rt["pid_start"]) or None
+            host = self.hosts.get(rt["host"]) if rt["host"] else None
+            if host is not None:
+                return (host[0] + host[1] > now) or None
+        return (beat_time(rt["heartbeat_at"]) + judge.runtime_ttl > now) or None
+
+    def conversation_runtime(self, conversation, now, judge):
+        """(known, rt): find_conversation_runtime on the copy; known False when unsure."""
+        rows = sorted((rt for rt in self.runtimes.values() if rt["conversation"] == conversation
+                       and rt["agent_id"] is None and rt["ended_at"] is None),
+                      key=lambda rt: rt["started_at"], reverse=True)
+        for rt in rows:
+            if self.live(rt, now, judge):
+                out = dict(rt)
+                out["heartbeat_at"] = beat_time(out["heartbeat_at"])
+                return True, out
+            return False, None  # the newest is not surely live: the database decides
+        return True, None
+
+    def write_conflicts(self, runtime_id, resources, now, judge):
+        """write_conflicts on the copy, or None when the copy cannot be sure (a lease it sees
+        expired, which a heartbeat may have lengthened; a holder it cannot see live, whose lease
+        may still hold for a work or a dying host)."""
+        blocking = []
+        for resource in resources:
+            for lease in self.leases:
+                if lease["runtime"] == runtime_id or not overlaps(lease["resource"], resource) \
+                        or compatible(lease["mode"], "exclusive"):
+                    continue
+                if lease["expires_at"] <= now:
+                    return None
+                rt = self.runtimes.get(lease["runtime"])
+                if not self.live(rt, now, judge):
+                    return None
+                b = dict(lease)
+                for key in ("handle", "pid", "pid_start", "heartbeat_at", "ended_at", "harness", "host"):
+                    b[key] = rt[key]
+                b["requested"] = resource
+                blocking.append(b)
+        if runtime_id and any(b["mode"] == "append" for b in blocking):
+            mine = [l for l in self.leases if l["runtime"] == runtime_id]
+            if any(l["expires_at"] <= now for l in mine):
+                return None
+            mine = [l["resource"] for l in mine]
+            blocking = [b for b in blocking if b["mode"] != "append" or
+                        not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
+        return blocking
+
+    def hook_write_decision(self, conversation, runtime_id, resources, now, judge):
+        """Store.hook_write_decision on the copy, or None (ask the database)."""
+        rt = None
+        if not runtime_id:
+            known, rt = self.conversation_runtime(conversation, now, judge)
+            if not known:
+                return None
+        blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now, judge)
+        if blocking is None:
+            return None
+        return {"runtime": rt, "blocking": blocking, "from": "copy"}
+
+
+class PgListener:
+    """The host process's LISTEN connection: a session of its own (never a pooled endpoint:
+    pg_check_listen_url), autocommit, LISTENing on the project's wake-up channel."""
+
+    def __init__(self, dsn, project_id, environ=None, connect_timeout=10):
+        import sys
+        pg_check_url(dsn, environ)
+        pg_check_listen_url(dsn, environ)
+        try:
+            import psycopg
+        except ImportError:
+            raise EnvError("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable,
+                           psycopg_install_command(sys.executable, sys.version_info[:2]))
+        self.psycopg = psycopg
+        self.channel = pg_wake_channel(project_id)
+        try:
+            self.raw = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
+            self.raw.execute("LISTEN %s" % self.channel)
+            self.backend_pid = self.raw.info.backend_pid
+        except psycopg.Error as exc:
+            raise EnvError("cannot LISTEN on the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
+                           "check the server; the host process connects again by itself") from exc
+
+    def wait(self, timeout):
+        """Wait up to `timeout` seconds for wake-ups and return at the first (-> how many came
+        with it; 0: none); EnvError when the connection is gone. Ones that arrived between two
+        waits are kept by the driver and returned at once."""
+        try:
+            return sum(1 for _ in self.raw.notifies(timeout=timeout, stop_after=1))  # at the first one
+        except self.psycopg.Error as exc:
+            raise EnvError("the LISTEN connection is gone: %s" % str(exc).strip().splitlines()[0]) from exc
+
+    def probe(self):
+        """One round trip on the LISTEN connection itself (EnvError when it is gone)."""
+        try:
+            self.raw.execute("SELECT 1").fetchone()
+        except self.psycopg.Error as exc:
+            raise EnvError("the LISTEN connection is gone: %s" % str(exc).strip().splitlines()[0]) from exc
+        if self.raw.closed or self.raw.broken:
+            raise EnvError("the LISTEN connection is gone")
+
+    def close(self):
+        try:
+            self.raw.close()
+        except Exception:
+            pass
+
+
 # --------------------------------------------------------------------------- the host process's client
 # Hooks and commands of a PostgreSQL project reach the database only through the per-host coord
 # process (host.py) over a private Unix socket; this side is stdlib only (socket and struct
@@ -4714,7 +4919,8 @@ class HostClient:
     or its CoordError raised again here (same class, message, hint, details: exit codes hold)."""
 
     def __init__(self, project, path=None, timeout=30.0, environ=None):
-        import socket
+        # pglisten: the C module, not socket.py, whose enums of every constant cost a hook a few ms
+        import _socket as socket
         self.project = project
         self.path = path or host_socket_path(environ)
         self.next_id = 0
@@ -5024,8 +5230,7 @@ def project_database(environ=None, start=None, project_id=None):
 def project_host_socket(project, environ=None):
     """<state_dir>/host-<digest>.sock: the socket of the host process serving `project` (one per
     project and user; a digest keeps the path within a Unix socket's 108 bytes)."""
-    import hashlib
-    return os.path.join(state_dir(environ), "host-%s.sock" % hashlib.sha256(project.encode("utf-8")).hexdigest()[:16])
+    return os.path.join(state_dir(environ), "host-%s.sock" % hashes().sha256(project.encode("utf-8")).hexdigest()[:16])
 
 
 def host_start_command(prefix=".coord/coord"):

@@ -2514,3 +2514,29 @@ class PgOtherHostPidHookTest(PostgresHooks, HookCase):
         self.assertNotEqual(now["id"], far["id"], "this host's SessionStart is a new attachment")
         self.assertEqual(now["host"], store.host_identity()["id"])
         self.assertEqual(self.st.runtime(far["id"])["superseded_by"], now["id"])
+
+
+class PgHookLeaseCopyTest(PostgresHooks, HookCase):
+    """The real hook's PreToolUse on a PostgreSQL project: one request, answered by the host
+    process from its lease copy (pglisten), which sees a peer's claim after its wake-up and its
+    release after the next."""
+
+    def copy_status(self):
+        client = store.HostClient(self.pg_project, self.host_socket)
+        try:
+            return client.call("ping")["lease_copy"]
+        finally:
+            client.close()
+
+    def test_the_write_decision_comes_from_the_copy_and_follows_a_peer_s_claim_and_release(self):
+        self.run_hook(self.payload("claude-SessionStart"))
+        support.retry_until(lambda: self.copy_status()["fresh"], 60)
+        hits = self.copy_status()["hits"]
+        self.assertEqual(self.run_hook(self.write("src/a.py"))[0], "")
+        self.assertGreater(self.copy_status()["hits"], hits, "answered from the copy")
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/a.py"])
+        support.retry_until(lambda: "permissionDecision" in self.run_hook(self.write("src/a.py"))[0], 60)
+        self.assertIn(peer["handle"], self.run_hook(self.write("src/a.py"))[0])
+        self.st.release(peer["id"], ["src/a.py"])
+        support.retry_until(lambda: self.run_hook(self.write("src/a.py"))[0] == "", 60)

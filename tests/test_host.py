@@ -688,6 +688,78 @@ class ReapTimerTest(HostCase):
         self.assertGreaterEqual(a.client.call("ping")["reaps"], 1)
 
 
+# --------------------------------------------------------------------------- the lease copy
+# (issue 25, pglisten) The host process answers the hook's PreToolUse write decision from a copy
+# of the project's leases, re-read on each wake-up (NOTIFY on commit, no payload) and on a timer.
+# These tests run the timer slowly (--copy-every 600), so only wake-ups refresh the copy and a
+# missing wake-up shows as a decision that never changes; every wait is bounded.
+
+class LeaseCopyTest(HostCase):
+    AUTO_START = False
+
+    def setUp(self):
+        super().setUp()
+        self.proc = self.start_host("--copy-every", "600", "--listen-retry", "5")
+        self.a = self.remote()
+        start = store.process_start(os.getpid())
+        self.me = self.a.register(conversation="mine", harness="x", pid=os.getpid(), pid_start=start)
+        # the peer: another connection, the engine in this process (as another host process would be)
+        self.peer_store = store.Store(pg={"dsn": self.dsn, "project": self.project}, environ=self.env)
+        self.addCleanup(self.peer_store.close)
+        self.peer = self.peer_store.register(conversation="peer", harness="x", pid=os.getpid(), pid_start=start)
+        self.wait_fresh()
+
+    def copy_status(self):
+        return self.a.client.call("ping")["lease_copy"]
+
+    def wait_fresh(self):
+        support.retry_until(lambda: self.copy_status()["fresh"], timeout=60)
+
+    def decide(self, names=("src/a.py",)):
+        return self.a.hook_write_decision("mine", None, list(names))
+
+    def test_a_peer_s_claim_is_seen_after_its_wake_up_and_its_release_frees_the_name(self):
+        first = self.decide()
+        self.assertEqual((first["from"], first["blocking"], first["runtime"]["id"]), ("copy", [], self.me["id"]))
+        self.peer_store.claim(self.peer["id"], ["src"])
+        support.retry_until(lambda: self.decide()["from"] == "copy" and self.decide()["blocking"], timeout=60)
+        got = self.decide()
+        self.assertEqual([(b["resource"], b["runtime"], b["requested"], b["handle"]) for b in got["blocking"]],
+                         [("src", self.peer["id"], "src/a.py", self.peer["handle"])])
+        self.assertEqual(self.decide(["docs/x.md"])["blocking"], [])
+        self.peer_store.release(self.peer["id"], ["src"])
+        support.retry_until(lambda: self.decide()["from"] == "copy" and not self.decide()["blocking"], timeout=60)
+        status = self.copy_status()
+        self.assertGreaterEqual(status["hits"], 4)
+        self.assertGreaterEqual(status["refreshes"], 3)
+
+    def test_the_listen_connection_killed_falls_back_to_the_database_and_recovers(self):
+        old = self.copy_status()["backend_pid"]
+        self.assertIsNotNone(old)
+        self.assertEqual(self.decide()["from"], "copy")
+        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s, 30000)", (old,))  # waits for it to end
+        support.retry_until(lambda: self.copy_status()["reconnects"] >= 1, timeout=60)
+        # claimed while this host LISTENs nowhere (it connects again after --listen-retry 5 s; were
+        # it quicker, this claim would merely wake it): the copy must not answer
+        self.peer_store.claim(self.peer["id"], ["src/a.py"])
+        got = self.decide()
+        self.assertEqual(([b["runtime"] for b in got["blocking"]], got["from"]), ([self.peer["id"]], "database"))
+        support.retry_until(lambda: self.copy_status()["backend_pid"] not in (None, old), timeout=60)
+        support.retry_until(lambda: self.decide()["from"] == "copy", timeout=60)
+        self.assertEqual([b["runtime"] for b in self.decide()["blocking"]], [self.peer["id"]])
+        self.assertGreaterEqual(self.copy_status()["reconnects"], 1)
+
+    def test_a_lease_the_copy_sees_expired_is_decided_by_the_database(self):
+        # expired at once, and kept (its holder's process lives: its next heartbeat may renew it,
+        # which sends no wake-up): the copy does not answer for it
+        self.peer_store.claim(self.peer["id"], ["src/b.py"], ttl=1, now=time.time() - 10)
+        support.retry_until(lambda: self.copy_status()["fresh"] and self.copy_status()["leases"] == 1, timeout=60)
+        got = self.decide(["src/b.py"])
+        self.assertEqual((got["from"], got["blocking"]), ("database", []))
+        self.assertEqual(self.decide(["src/c.py"])["from"], "copy")
+
+
 # --------------------------------------------------------------------------- a server crash
 # (issue 25, pgcrash) Claimant processes claim, release and send through the host process in a
 # loop and log every call that returned success (acknowledged) and every failure; the test's own

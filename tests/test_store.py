@@ -2524,3 +2524,112 @@ class PgCodeOffTheHookPathTest(support.CoordTestCase):
                               " import store; print('threading' in sys.modules)", support.ROOT],
                              stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
         self.assertEqual(out, "False")
+
+
+# --------------------------------------------------------------------------- the lease copy's wake-ups and rules
+# (issue 25, pglisten) Every transaction that changes what the host process's lease copy decides
+# sends the payload-free wake-up on commit; writes that only lengthen what the copy holds do not.
+# The copy's own rules (store.LeaseCopy) answer only what they are sure of. test_host.LeaseCopyTest
+# runs them in a real host process.
+
+class PgLeaseWakeTest(PostgresEngine, StoreCase):
+    MARK = "coord_test_mark"
+
+    def setUp(self):
+        super().setUp()
+        self.listener = self.raw()
+        self.channel = store.pg_wake_channel(self.pg_project)
+        self.listener.execute("LISTEN %s" % self.channel)
+        self.listener.execute("LISTEN %s" % self.MARK)
+        self.marker = self.raw()
+
+    def raw(self):
+        import psycopg
+        conn = psycopg.connect(self.pg_dsn, autocommit=True)
+        self.addCleanup(conn.close)
+        return conn
+
+    def wakes_of(self, fn, *args, **kw):
+        """The wake-ups `fn` sent: what arrives before a marker NOTIFY sent after it (one queue,
+        in commit order), within a bounded wait."""
+        fn(*args, **kw)
+        self.marker.execute("NOTIFY %s" % self.MARK)
+        got = []
+        for n in self.listener.notifies(timeout=30):
+            if n.channel == self.MARK:
+                return sorted(set(got))  # one per transaction that changed something
+            got.append((n.channel, n.payload))
+        self.fail("the marker did not arrive")
+
+    def test_each_lease_or_runtime_change_wakes_and_a_heartbeat_does_not(self):
+        woke = [(self.channel, "")]
+        a = self.st.register(conversation="conv-a", harness="x", pid=os.getpid(),
+                             pid_start=store.process_start(os.getpid()))["id"]
+        b = self.rt(harness="x")
+        self.assertEqual(self.wakes_of(lambda: None), woke, "the registrations above")
+        self.assertEqual(self.wakes_of(self.st.register, conversation="conv-c", harness="x"), woke)
+        self.assertEqual(self.wakes_of(self.st.claim, a, ["src/a.py"]), woke)
+        self.assertEqual(self.wakes_of(self.st.heartbeat, a), [], "a heartbeat only lengthens")
+        self.assertEqual(self.wakes_of(self.st.renew, a), [], "a renewal only lengthens")
+        self.assertEqual(self.wakes_of(self.st.release, a, ["src/a.py"]), woke)
+        self.st.claim(b, ["gone.py"], ttl=1, now=time.time() - 10)
+        self.assertEqual(self.wakes_of(self.st.reap), woke, "expiry")
+        self.assertEqual(self.wakes_of(self.st.claim, b, ["held.py"]), woke)
+        with self.assertRaises(store.Refused):
+            self.st.claim(a, ["held.py"])  # refused: rolled back, nothing to wake for
+        self.assertEqual(self.wakes_of(lambda: None), [], "the refusal woke nobody")
+        self.assertEqual(self.wakes_of(self.st.bye, b), woke)
+
+    def test_which_writes_wake(self):
+        for sql, wakes in (("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % store.Store._BEAT, False),
+                           ("UPDATE leases SET expires_at = max(expires_at, ? + ttl) WHERE runtime = ?", False),
+                           ("INSERT INTO audit (at) VALUES (?)", False),
+                           ("UPDATE runtimes SET heartbeat_at = heartbeat_at - ?", True),
+                           ("UPDATE runtimes SET heartbeat_at = ?, ended_at = NULL WHERE id = ?", True),
+                           ("UPDATE leases SET expires_at = ?, ttl = ? WHERE resource = ? AND runtime = ?", True),
+                           ("UPDATE leases SET runtime = ? WHERE runtime = ?", True),
+                           ("INSERT INTO leases (resource) VALUES (?)", True),
+                           ("DELETE FROM leases WHERE runtime = ?", True),
+                           ("INSERT INTO runtimes (id) VALUES (?)", True)):
+            with self.subTest(sql=sql):
+                self.assertEqual(store.pg_write_wakes(sql), wakes)
+
+
+class LeaseCopyRulesTest(StoreCase):
+    """store.LeaseCopy on rows as lease_copy_read gives them (a SQLite Store as the judge: every
+    pid is this host's)."""
+
+    def copy(self, leases, runtimes):
+        cols = store.Store._RUNTIME_COLS.split(", ")
+        rows = [tuple(rt.get(c) for c in cols) for rt in runtimes]
+        return store.LeaseCopy({"leases": leases, "runtimes": rows, "hosts": []}, (1, 1), 0.0)
+
+    def runtime(self, rid, pid=None, **kw):
+        rt = {"id": rid, "handle": "h-" + rid, "conversation": "conv-" + rid, "harness": "x", "pid": pid,
+              "pid_start": store.process_start(pid) if pid else None, "started_at": 1.0,
+              "heartbeat_at": time.time() + store.BEAT_AHEAD if pid else time.time()}
+        rt.update(kw)
+        return rt
+
+    def test_a_live_holder_blocks_an_expired_lease_or_an_unsure_holder_leaves_it_to_the_database(self):
+        now = time.time()
+        me = self.runtime("me", os.getpid())
+        live = self.runtime("live", os.getpid())
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        proc.wait()
+        dead = self.runtime("dead", proc.pid, pid_start=1)
+        ended = self.runtime("ended", os.getpid(), ended_at=now - 1)
+        rts = [me, live, dead, ended]
+        lease = lambda name, rid, exp=now + 60, mode="exclusive": (name, rid, mode, "", exp)
+        c = self.copy([lease("src", "live"), lease("old.py", "live", now - 1), lease("d.py", "dead"),
+                       lease("e.py", "ended"), lease("mine.py", "me")], rts)
+        got = c.hook_write_decision("conv-me", None, ["src/a.py"], now, self.st)
+        self.assertEqual((got["runtime"]["id"], [(b["resource"], b["requested"]) for b in got["blocking"]]),
+                         ("me", [("src", "src/a.py")]))
+        self.assertEqual(c.write_conflicts("me", ["mine.py", "free.py"], now, self.st), [])
+        for name in ("old.py", "d.py", "e.py"):
+            with self.subTest(name=name):
+                self.assertIsNone(c.write_conflicts("me", [name], now, self.st))
+        self.assertIsNone(c.hook_write_decision("conv-dead", None, ["free.py"], now, self.st),
+                          "the conversation's newest runtime is not surely live")
+        self.assertEqual(c.hook_write_decision("conv-none", None, ["free.py"], now, self.st)["runtime"], None)
