@@ -2344,6 +2344,18 @@ def _launchable(st, handle, caller=None):
         raise Refused("work %s has a live agent inside its clone: runtime %s (%s); a second agent there would "
                       "share its jj working copy" % (w["handle"], rt["handle"], where),
                       runtime_inside_blocker(w, rt, where)["next"])
+    deadline = time.monotonic() + CLOSED_EXIT_WAIT  # a closed window's harness children exit in their own time
+    unregistered = harness_processes_inside(st, w, caller)
+    while unregistered and time.monotonic() < deadline:
+        time.sleep(0.1)
+        unregistered = harness_processes_inside(st, w, caller)
+    if unregistered:
+        pid, name = unregistered[0]
+        raise Refused("work %s has a %s process (%d) inside its clone that is registered with no work: an agent "
+                      "started there by hand, or one that has not reached its first hook yet (a resumed Codex "
+                      "runs none until its first prompt); a second agent there would share its jj working copy"
+                      % (w["handle"], name, pid),
+                      "finish in that agent, or end process %d, then retry" % pid)
     return w
 
 
@@ -2370,6 +2382,53 @@ def agents_inside(st, w, caller=None):
         if not closing or time.monotonic() >= deadline:
             return out
         time.sleep(0.05)
+
+
+INTERPRETERS = ("node", "nodejs", "bun", "deno")  # a harness run as `node .../bin/gemini`
+
+
+def harness_program(pid):
+    """The harness (a HARNESSES name) process `pid` runs, from its program word (argv[0], or an
+    interpreter's first non-option argument), else None. Only the program word counts: a
+    `grep codex` in the clone is no agent."""
+    import session
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            words = f.read(8192).split(b"\0")
+    except OSError:
+        return None
+    words = [x.decode("utf-8", "replace") for x in words if x]
+    if words and os.path.basename(words[0]) in INTERPRETERS:
+        words = [x for x in words[1:] if not x.startswith("-")][:1]
+    name = os.path.basename(words[0]) if words else ""
+    return name if name in session.HARNESSES and name != "shell" else None
+
+
+def harness_processes_inside(st, w, caller=None):
+    """[(pid, harness)] of harness processes working inside the clone that no live runtime
+    accounts for (registered runtimes are agents_inside's): an agent started in the clone by
+    hand, one whose database record was lost, or one that runs no hook until its first prompt.
+    The caller's own process chain, and the processes above and below a known runtime's (a
+    node wrapper and the native Codex it runs), are left out."""
+    procs = process_cwds() or {}
+    known = {rt["pid"] for rt, _ in runtimes_inside(st, w, procs) if rt.get("pid")}
+    if caller and caller.get("pid"):
+        known.add(caller["pid"])
+    import session
+    chains = set()  # the caller's process and the known runtimes' processes with their ancestors
+    for start in [os.getpid()] + sorted(known):
+        pid = start
+        while pid and pid > 1 and pid not in chains and len(chains) < 1024:
+            chains.add(pid)
+            pid = store.process_parent(pid)[0]
+    out = []
+    for pid in sorted(procs):
+        if pid in chains or not is_inside(procs[pid], w["path"]) or (known and session.descends_from(pid, known)):
+            continue
+        name = harness_program(pid)
+        if name:
+            out.append((pid, name))
+    return out
 
 
 def _close_window(w):

@@ -3229,6 +3229,41 @@ class RecoveryAfterDatabaseLossTest(TmuxWorkCase):
         self.work("start", handle, check=0)
         self.assertEqual(len(self.windows()), 1)
 
+    def test_start_refuses_beside_a_harness_process_that_no_runtime_accounts_for(self):
+        # A Codex resumed by hand runs no hook until its first prompt, and after a lost database
+        # nothing records the agents: the harness process itself is the evidence.
+        bindir = os.path.join(self.tmp, "progs")
+        os.makedirs(bindir)
+        for name in ("codex", "node"):
+            os.symlink(sys.executable, os.path.join(bindir, name))
+        script = os.path.join(bindir, "gemini")
+        with open(script, "w") as f:
+            f.write("import time\ntime.sleep(120)\n")
+        sleeper = "import time; time.sleep(120)"
+
+        def run(argv, cwd):
+            proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            self.addCleanup(proc.wait, 30)
+            self.addCleanup(proc.kill)
+            return proc
+        handle, path, _ = self.create("bystander")
+        bystander = run([sys.executable, "-c", sleeper, "codex"], path)  # only names a harness
+        self.work("start", handle, check=0)
+        for argv, name in (([os.path.join(bindir, "codex"), "-c", sleeper], "codex"),
+                           ([os.path.join(bindir, "node"), script], "gemini")):
+            handle, path, _ = self.create("unregistered-" + name)
+            agent = run(argv, path)
+            proc = self.work("start", handle)
+            self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+            self.assertIn("%s process (%d) inside its clone" % (name, agent.pid), proc.stderr)
+            self.assertIn("end process %d, then retry" % agent.pid, proc.stderr)
+            agent.kill()
+            agent.wait(30)
+            self.work("start", handle, check=0)
+        self.assertIsNone(bystander.poll())
+        self.assertEqual(len(self.windows()), 3)
+
     def test_a_landed_clone_adopts_as_integrated_and_removes_without_force(self):
         handle, path, _ = self.create("landed")
         self.write(path, "feature.txt", "feature\n")
