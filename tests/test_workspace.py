@@ -1687,11 +1687,11 @@ class StatusTest(TmuxWorkCase):
         self.assertEqual((row["dirty"], row["dirty_from"]), (False, "git"))
         self.assertEqual(row["tmux"], "alive")
         self.assertEqual(row["owner"], self.rt["handle"])
-        self.assertEqual(row["leases"], ["src/a.py"])
-        self.assertEqual(row["unacked"], 1)
+        # The creator owns the work but does not work inside it: its lease in the shared checkout is
+        # its own row's, not the work's; a message to the work would reach it (no agent registered).
+        self.assertEqual((row["leases"], row["unacked"]), ([], 1))
         me = next(a for a in reply["agents"] if a["handle"] == self.rt["handle"])
-        # The creator owns the work but does not work inside it; its unacked count is its own row's.
-        self.assertEqual((me["work"], me["task"], me["unacked"]), (None, None, 1))
+        self.assertEqual((me["work"], me["task"], me["unacked"], me["leases"]), (None, None, 1, ["src/a.py"]))
 
         # An edit no snapshot has seen yet is dirty, and status takes no snapshot to say so.
         self.write(path, "wip.txt", "not yet committed\n")
@@ -1701,8 +1701,9 @@ class StatusTest(TmuxWorkCase):
         self.assertEqual(self.op_heads(path), heads, "status must not snapshot the clone")
         text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
         line = next(l for l in text.splitlines() if l.strip().startswith(handle))
-        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main", "1 lease"):
+        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main"):
             self.assertIn(part, line)
+        self.assertNotIn("lease", line)
         self.assertEqual(text.count("1 unacked"), 1, text)
         self.assertNotIn(row["id"], text)
         self.assertIn(row["id"], self.coord("status", "--verbose", runtime=self.rt["id"], cwd=self.canon,
@@ -1721,6 +1722,20 @@ class StatusTest(TmuxWorkCase):
         self.kill_server()
         row = next(w for w in self.status()["work"] if w["handle"] == handle)
         self.assertEqual(row["tmux"], "gone")
+
+    def test_a_work_row_counts_its_agents_leases_not_its_creators(self):
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        handle, path, _ = self.create("leased")
+        self.work("start", handle, check=0)
+        agent = support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        self.coord("claim", "src/mine.py", runtime=self.rt["id"], cwd=self.canon, check=0)
+        self.coord("claim", "src/work.py", "src/more.py", runtime=agent, cwd=path, check=0)
+        row = next(w for w in self.status()["work"] if w["handle"] == handle)
+        self.assertEqual(sorted(row["leases"]), ["src/more.py", "src/work.py"])
+        text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
+        line = next(l for l in text.splitlines() if l.strip().startswith(handle))
+        self.assertIn("2 leases", line)
 
     def test_list_says_which_work_an_agent_is_in(self):
         handle, path, _ = self.create("listed")
