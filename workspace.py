@@ -2351,11 +2351,12 @@ def _launchable(st, handle, caller=None):
         unregistered = harness_processes_inside(st, w, caller)
     if unregistered:
         pid, name = unregistered[0]
-        raise Refused("work %s has a %s process (%d) inside its clone that is registered with no work: an agent "
+        raise Refused("work %s has a %s process (%d) inside its clone that coord has no runtime for: an agent "
                       "started there by hand, or one that has not reached its first hook yet (a resumed Codex "
                       "runs none until its first prompt); a second agent there would share its jj working copy"
                       % (w["handle"], name, pid),
-                      "finish in that agent, or end process %d, then retry" % pid)
+                      "finish in that agent, or end process %d, then retry" % pid if is_person(caller) else
+                      "ask the person to finish or end process %d, then retry" % pid)
     return w
 
 

@@ -3272,7 +3272,12 @@ class RecoveryAfterDatabaseLossTest(TmuxWorkCase):
             proc = self.work("start", handle)
             self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
             self.assertIn("%s process (%d) inside its clone" % (name, agent.pid), proc.stderr)
-            self.assertIn("end process %d, then retry" % agent.pid, proc.stderr)
+            # The agent is not told to kill a process; the person is offered it.
+            self.assertIn("ask the person to finish or end process %d, then retry" % agent.pid, proc.stderr)
+            if name == "codex":
+                rc, out = support.person_terminal(self, self.canon).coord("work", "start", handle)
+                self.assertEqual(rc, 3, out)
+                self.assertIn("finish in that agent, or end process %d, then retry" % agent.pid, out)
             agent.kill()
             agent.wait(30)
             self.work("start", handle, check=0)
