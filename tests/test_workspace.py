@@ -7,6 +7,7 @@ asserted through the real CLI, each with the directory still on disk afterwards.
 
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -3414,3 +3415,71 @@ class ReadmeRecoveryTest(TmuxWorkCase):
         proc = self.work("start", handle)
         self.assertEqual(proc.returncode, 3, "no second agent in a clone where one works")
         self.work("remove", done, "--confirm", done, check=0)
+
+
+class ReadmeQuickstartTest(TmuxWorkCase):
+    """README from "## Install" to "## What to know next", run as written in usage order: a plain
+    git repository with `main` checked out, the installer run from coord's checkout, what it
+    installed committed, the person's lease, then the smallest working example (a stand-in
+    harness in the work's window runs coord's real SessionStart hook; its commands in the clone
+    are the agent's) landed with `make test` and removed by the person."""
+
+    START, END = "## Install", "## What to know next"
+
+    def blocks(self):
+        with open(os.path.join(support.ROOT, "README.md")) as f:
+            text = f.read()
+        section = text.split(self.START, 1)[1].split(self.END, 1)[0]
+        return [[l for l in b.split("```", 1)[0].strip().splitlines() if l.strip()]
+                for b in section.split("```sh\n")[1:]]
+
+    def test_readme_install_and_smallest_example_as_written(self):
+        support.require_tool(self, "make")
+        install, commit, person, create, in_clone, land = self.blocks()
+        repo = os.path.join(self.tmp, "repo")
+        env = {k: v for k, v in self.env.items() if k not in ("COORD_PROJECT_ID", "COORD_RUNTIME_ID")}
+        env.update(FAKE_HOOK="1", GIT_AUTHOR_NAME="Pat", GIT_AUTHOR_EMAIL="pat@example.invalid",
+                   GIT_COMMITTER_NAME="Pat", GIT_COMMITTER_EMAIL="pat@example.invalid")
+        os.environ["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        subprocess.run(["git", "init", "-q", "-b", "main", repo], check=True, env=env, timeout=60)
+        self.write(repo, "src/parser.py", "def parse(text):\n    return text.split()\n")
+        self.write(repo, "Makefile", "test:\n\tpython3 -c 'import sys; sys.path.insert(0, \"src\"); import parser'\n")
+        for argv in (["git", "add", "-A"], ["git", "commit", "-q", "-m", "initial"]):
+            subprocess.run(argv, cwd=repo, check=True, env=env, timeout=60)
+        term = support.person_terminal(self, support.ROOT, env)
+
+        def typed(line, expect=0):
+            line = re.sub(r"\s{2,}# .*$", "", line)  # a trailing comment would hide the terminal's end marker
+            rc, out = term.run(line.replace("/path/to/repo", shlex.quote(repo)), timeout=120)
+            self.assertEqual(rc, expect, "%s\n%s" % (line, out))
+            return out
+        self.assertEqual(len(install), 1)
+        out = typed(install[0])
+        self.assertIn("person", out)
+        typed(commit[0])
+        self.assertEqual(subprocess.run(["git", "status", "--porcelain"], cwd=repo, stdout=subprocess.PIPE,
+                                        text=True, env=env, timeout=60).stdout, "", "everything installed is committed")
+        self.assertIn("src/a.py", "".join(typed(line) for line in person))
+        out = typed(create[0]).strip().splitlines()
+        handle, clone = out[0], out[1]
+        self.assertTrue(os.path.isdir(os.path.join(clone, ".coord")), out)
+        typed(create[1].replace("WORK", handle))
+        rec = support.retry_until(lambda: (lambda d: d if d.get("runtime_id") else None)(
+            self.coord_json("work", "inspect", handle, "--verbose", cwd=repo, env=env)["work"]["data"]["tmux"]),
+            timeout=30)
+        # The agent's edit, then what README says it runs in the clone.
+        self.write(clone, "src/parser.py", "def tokenize(text):\n    return text.split()\n\n\n"
+                                           "def parse(text):\n    return tokenize(text)\n")
+        agent_env = dict(env, COORD_RUNTIME_ID=rec["runtime_id"])
+        for line in in_clone:
+            proc = subprocess.run(["/bin/sh", "-c", line], cwd=clone, env=agent_env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, "%s\n%s" % (line, proc.stdout))
+        out = typed(land[0].replace("WORK", handle))
+        self.assertIn("make test", out)
+        shown = subprocess.run(["git", "show", "main:src/parser.py"], cwd=repo, stdout=subprocess.PIPE, text=True,
+                               env=env, timeout=60).stdout
+        self.assertIn("def tokenize", shown, "the agent's change is on main")
+        typed(land[1].replace("WORK", handle))
+        self.assertFalse(os.path.exists(clone), "the clone was removed")
