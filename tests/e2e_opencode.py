@@ -161,3 +161,15 @@ class CoordScenarios(h.CoordCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
+    harness = "opencode"
+
+    def launch_setup(self):
+        env = h.opencode_env(self.home, self.server, self.repo, self.launch_managed({"COORD_OPENCODE_CMD": self.cli}))
+        del env["PWD"]  # tmux gives the pane its own directory as PWD
+        return env
+
+    def test_resume_interrupted_brings_opencode_to_its_first_boundary(self):
+        self.resume_interrupted()

@@ -250,3 +250,14 @@ def tearDownModule():
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
+    harness = "qwen"
+
+    def launch_setup(self):
+        h.write_qwen_user_settings(self.home)
+        return h.qwen_env(self.home, self.server, self.launch_managed({"COORD_QWEN_CMD": self.cli}))
+
+    def test_resume_interrupted_brings_qwen_to_its_first_boundary(self):
+        self.resume_interrupted()
