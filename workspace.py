@@ -2525,7 +2525,8 @@ RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coo
 
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
-    NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message."""
+    NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message; one in START_AT_LAUNCH gets the
+    conversation in that variable (_launch)."""
     w = _launchable(st, handle, caller)
     authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
