@@ -207,6 +207,9 @@ if __name__ == "__main__":
 
 
 class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
+    """Gemini CLI 0.61.0 resumed (`gemini --resume ID`) runs SessionStart (source resume) at once:
+    `work resume` gives it no first message (with one, its request lost the earlier turns)."""
+
     harness = "gemini"
 
     def launch_setup(self):

@@ -253,6 +253,9 @@ if __name__ == "__main__":
 
 
 class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
+    """Qwen Code 0.24.4 resumed (`qwen --resume ID`) runs SessionStart (source resume) at once:
+    `work resume` gives it no first message."""
+
     harness = "qwen"
 
     def launch_setup(self):
