@@ -53,6 +53,7 @@ _CLIENT_SCRUB = (
     "COPILOT_AGENT_SESSION_ID", "COPILOT_CLI",  # Copilot CLI's shell: its session (Store.caller reads it)
 )
 _CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
+_CLIENT_SCRUB += ("COORD_OPENCODE_RESUME",)  # workspace.START_AT_LAUNCH: only the resumed window's own
 # Removed from a launched pane unless the caller sets them: an already running server may
 # carry another agent's identity in its global environment.
 _PANE_UNSET = tuple(v for v in _CLIENT_SCRUB if v not in ("TMUX", "TMUX_PANE"))

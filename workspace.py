@@ -2292,6 +2292,8 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
     for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
         if environ.get(name):
             env[name] = environ[name]
+    if harness in START_AT_LAUNCH and conversation:
+        env[START_AT_LAUNCH[harness]] = conversation
     no_daemon = harness == "codex" and session.codex_offers_no_daemon(session.harness_command(harness, environ),
                                                                       environ)
     argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt, no_daemon=no_daemon)
@@ -2508,18 +2510,24 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     return out
 
 
-# Harnesses that run no hook when an interactive session is resumed until its first prompt is
-# submitted (measured: Codex 0.171.0, docs/harness-codex.md; Claude Code 2.1.197 runs SessionStart
-# at once, docs/harness-claude.md): their resume gets RESUME_PROMPT as its first message, on the
-# command line (nothing is typed into a pane), so the agent reaches its first boundary, registers
-# and is shown its messages.
-NO_HOOK_UNTIL_PROMPT = frozenset(("codex",))
+# A resumed interactive session must reach its first boundary (register, link to its work, be
+# shown its messages) with nothing typed into its pane: a typed nudge once answered a permission
+# dialog. Measured on the pinned CLIs (docs/harness-*.md): Claude Code 2.1.197, Gemini CLI 0.61.0
+# and Qwen Code 0.24.4 run SessionStart (source "resume") at once. Codex 0.171.0 and Copilot CLI
+# 1.0.102 run no hook until a first prompt is submitted, and keep the conversation when given one
+# with the resume: they are NO_HOOK_UNTIL_PROMPT, and `work resume` gives them RESUME_PROMPT on the
+# command line. OpenCode 1.18.33's plugin runs nothing for a resumed TUI session until its first
+# message, and the TUI ignores --prompt with --session: `work resume` names the session in the
+# pane's START_AT_LAUNCH variable instead, and coord's plugin runs its SessionStart at load.
+NO_HOOK_UNTIL_PROMPT = frozenset(("codex", "copilot"))
+START_AT_LAUNCH = {"opencode": "COORD_OPENCODE_RESUME"}
 RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coord inbox), then carry on"
 
 
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
-    NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message."""
+    NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message; one in START_AT_LAUNCH gets the
+    conversation in that variable (_launch)."""
     w = _launchable(st, handle, caller)
     authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}

@@ -1298,6 +1298,45 @@ class EscapeInWorkTest(FaultyToolCase):
         self.assertIn("failed at", joined)
 
 
+class ResumeFirstBoundaryTest(TmuxWorkCase):
+    """How `work resume` brings each harness's resumed agent to its first boundary with nothing
+    typed (measured in the e2e suites' ResumedFirstBoundary): Copilot gets RESUME_PROMPT as its
+    first message; OpenCode's TUI ignores --prompt with --session, so its pane names the resumed
+    session in COORD_OPENCODE_RESUME (coord's plugin runs that session's start at load), and no
+    other window gets that variable, not even from the caller's environment."""
+
+    def started(self, work_id):
+        """The stand-in harness's recorded start in work `work_id` (waits for it)."""
+        def ready():
+            for f in sorted(os.listdir(self.rec)):
+                if f.endswith(".json") and f.count(".") == 1:
+                    with open(os.path.join(self.rec, f)) as fh:
+                        run = json.load(fh)
+                    if run["env"].get("COORD_WORK_ID") == work_id:
+                        return run
+            return None
+        return support.retry_until(ready)
+
+    def test_copilot_gets_the_resume_prompt_and_opencode_the_session_to_start(self):
+        fake = self.env["COORD_CLAUDE_CMD"]
+        env = {"COORD_COPILOT_CMD": fake, "COORD_OPENCODE_CMD": fake, "COORD_OPENCODE_RESUME": "ses_callers"}
+        runs = {}
+        for harness, conversation in (("copilot", "conv-copilot"), ("opencode", "ses_resumed"),
+                                      ("claude", "conv-claude")):
+            handle, _, _ = self.create("resumed-" + harness)
+            self.work("resume", handle, "--harness", harness, "--conversation", conversation, env=env, check=0)
+            runs[harness] = self.started(self.record(handle)["id"])
+        handle, _, _ = self.create("started-opencode")
+        self.work("start", handle, "--harness", "opencode", env=env, check=0)
+        started = self.started(self.record(handle)["id"])
+        self.assertEqual(runs["copilot"]["args"], ["--resume=conv-copilot", "--interactive=" + workspace.RESUME_PROMPT])
+        self.assertEqual(runs["opencode"]["args"], ["--session", "ses_resumed"])
+        self.assertEqual(runs["claude"]["args"], ["--resume", "conv-claude"])
+        self.assertEqual([r["env"].get("COORD_OPENCODE_RESUME") for r in (runs["copilot"], runs["opencode"],
+                                                                        runs["claude"], started)],
+                         [None, "ses_resumed", None, None])
+
+
 class TmuxWorkTest(TmuxWorkCase):
     """work start/attach/park/resume/close on a real tmux server with a private socket."""
 
