@@ -465,18 +465,6 @@ class Nudge(h.CoordCase):
         work = self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]
         return work, rec
 
-    def turn(self, rec):
-        import store
-        st = store.Store(self.env["COORD_DB"])
-        try:
-            return (st.turn(rec["runtime_id"]) or {}).get("state")
-        finally:
-            st.close()
-
-    def pane_text(self, rec):
-        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
-                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
-
     def carrying(self, text):
         return [r for r in list(self.server.requests) if r.api and text in r.text()]
 

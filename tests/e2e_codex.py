@@ -738,18 +738,6 @@ class Nudge(h.CoordCase):
         self.as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
         self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
 
-    def turn(self, rec):
-        import store
-        st = store.Store(self.env["COORD_DB"])
-        try:
-            return (st.turn(rec["runtime_id"]) or {}).get("state")
-        finally:
-            st.close()
-
-    def pane_text(self, rec):
-        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
-                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
-
     def test_a_nudge_wakes_an_agent_idle_after_its_turn(self):
         import session
         self.server.load([say("ok")] * 50)

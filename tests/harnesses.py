@@ -837,6 +837,20 @@ class CoordCase(HarnessCase):
 
     project_id = "test-project"
 
+    def turn(self, rec):
+        """The turn state coord recorded for the runtime of a work's tmux record."""
+        import store
+        st = store.Store(self.env["COORD_DB"])
+        try:
+            return (st.turn(rec["runtime_id"]) or {}).get("state")
+        finally:
+            st.close()
+
+    def pane_text(self, rec):
+        """What the recorded pane shows now (joined lines)."""
+        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
+                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
+
     def setUp(self):
         super().setUp()
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "install"), self.repo,
@@ -926,18 +940,6 @@ class ResumedFirstBoundary(object):
 
     def tmux_record(self, handle):
         return self.rcoord("work", "inspect", handle, env=self.launch_env)["work"]["data"].get("tmux") or {}
-
-    def pane_text(self, rec):
-        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
-                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
-
-    def turn(self, rec):
-        import store
-        st = store.Store(self.env["COORD_DB"])
-        try:
-            return (st.turn(rec["runtime_id"]) or {}).get("state")
-        finally:
-            st.close()
 
     def registered(self, handle, timeout, other_than=None):
         """The work's tmux record once a runtime registered in a window whose pane pid is not
