@@ -3477,10 +3477,13 @@ class ReadmeQuickstartTest(TmuxWorkCase):
         install, commit, person, create, in_clone, land = self.blocks()
         repo = os.path.join(self.tmp, "repo")
         env = {k: v for k, v in self.env.items() if k not in ("COORD_PROJECT_ID", "COORD_RUNTIME_ID")}
-        env.update(FAKE_HOOK="1", GIT_AUTHOR_NAME="Pat", GIT_AUTHOR_EMAIL="pat@example.invalid",
+        # FAKE_LINGER: the stand-in exits 1.5 s after its window is closed, as a real CLI saving
+        # its session does, so `work close W && work remove W` meets a harness still exiting.
+        env.update(FAKE_HOOK="1", FAKE_LINGER="1.5", GIT_AUTHOR_NAME="Pat", GIT_AUTHOR_EMAIL="pat@example.invalid",
                    GIT_COMMITTER_NAME="Pat", GIT_COMMITTER_EMAIL="pat@example.invalid")
-        os.environ["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        os.environ.update(FAKE_HOOK="1", FAKE_LINGER="1.5")  # the stand-in runs coord's SessionStart hook
         self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        self.addCleanup(os.environ.pop, "FAKE_LINGER", None)
         subprocess.run(["git", "init", "-q", "-b", "main", repo], check=True, env=env, timeout=60)
         self.write(repo, "src/parser.py", "def parse(text):\n    return text.split()\n")
         self.write(repo, "Makefile", "test:\n\tpython3 -c 'import sys; sys.path.insert(0, \"src\"); import parser'\n")
