@@ -989,8 +989,10 @@ class ResumedFirstBoundary(object):
             self.assertIn("this session was resumed", seen[0].text())
             self.assertIn("EARLIER-TURN", seen[0].text(), "the earlier turns were sent to the model")
         else:
-            self.assertEqual([r for r in list(self.server.requests)[requests:] if r.api and "resumed" in r.text()],
-                             [], "it registered without a model turn")
+            # coord gave it no first message. (Gemini 0.61.0 may still send a request of its own
+            # after a resume: one CI run saw a request with "resumed" in it; the harness wins.)
+            self.assertEqual([r for r in list(self.server.requests)[requests:] if r.api and
+                              "this session was resumed" in r.text()], [], "coord gave it no first message")
             audit = json.dumps(self.rcoord("audit", env=self.launch_env))
             self.assertIn('"hook:resume"', audit, "its SessionStart said source resume")
         listed = self.rcoord("work", "list", env=self.launch_env)["work"]
