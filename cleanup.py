@@ -292,8 +292,29 @@ def _rule_cwd_inside(look):
 
 
 def _rule_nothing_live_inside(look):
+    if look["procs"] is False:
+        _wait_for_closed_window(look["st"], look["w"])
     procs = workspace.process_cwds() if look["procs"] is False else look["procs"]
     return workspace.live_inside(look["st"], look["w"], procs)
+
+
+def _wait_for_closed_window(st, w):
+    """`work close W && work remove W`: tmux hangs the closed window's harness up, but it exits in
+    its own time (a real CLI takes a moment; a stand-in under load was seen to), so give its pane
+    process and the runtime it registered up to workspace.CLOSED_EXIT_WAIT seconds to go before
+    they are counted as live inside the clone. Nothing to wait for while the window still runs
+    (the tmux-open rule speaks then) or when no window was recorded."""
+    rec = w["data"].get("tmux") or {}
+    if not rec.get("pane_pid") or _tmux_alive(w):
+        return
+    rt = st.runtime(rec["runtime_id"]) if rec.get("runtime_id") else None
+    deadline = time.monotonic() + workspace.CLOSED_EXIT_WAIT
+    while time.monotonic() < deadline:
+        pane_gone = not store.process_alive(rec["pane_pid"])
+        rt_gone = rt is None or not rt.get("pid") or not store.process_alive(rt["pid"], rt.get("pid_start"))
+        if pane_gone and rt_gone:
+            return
+        time.sleep(0.05)
 
 
 def _rule_gated(look):

@@ -53,6 +53,7 @@ _CLIENT_SCRUB = (
     "COPILOT_AGENT_SESSION_ID", "COPILOT_CLI",  # Copilot CLI's shell: its session (Store.caller reads it)
 )
 _CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
+_CLIENT_SCRUB += ("COORD_OPENCODE_RESUME",)  # workspace.START_AT_LAUNCH: only the resumed window's own
 # Removed from a launched pane unless the caller sets them: an already running server may
 # carry another agent's identity in its global environment.
 _PANE_UNSET = tuple(v for v in _CLIENT_SCRUB if v not in ("TMUX", "TMUX_PANE"))
@@ -374,46 +375,17 @@ def launch(project, work_id, cwd, argv, env=None, task=None, conversation=None, 
 
     Reuses the session of `previous` (an earlier record of this work) when that session
     still exists on the same server and carries this project's `@coord-project`;
-    otherwise creates a new detached session.
+    otherwise creates a new detached session. The window is labelled before it is returned,
+    or killed.
     """
     if socket is None and previous and previous.get("socket"):
         socket = previous["socket"]
     tmux = Tmux(socket)
     cwd = os.path.abspath(cwd)
-    if not os.path.isdir(cwd):
-        # tmux would silently start the window in some other directory.
-        raise Refused("working directory %s does not exist" % cwd,
-                      "coord work inspect <work> (is the clone still there?)")
-    program = str(argv[0]) if argv else ""
-    if program and "/" not in program and shutil.which(program, path=(env or {}).get("PATH")) is None:
-        # The pane would start and die at once with "env: not found", and nothing would say why.
-        var = HARNESSES[harness][0] if harness in HARNESSES else "COORD_CLAUDE_CMD / COORD_CODEX_CMD"
-        raise EnvError("%s not found on PATH" % program,
-                       "install it, or export %s='/path/to/%s', then retry" % (var, program))
-    tmux_cwd = cwd.replace("#", "##")  # tmux expands -c as a format
+    _check_launchable(cwd, argv, env, harness)
     name = window_name(task, work_id)
-    command = _pane_argv(argv, env)
-    fmt = SEP.join(("#{session_id}", "#{window_id}", "#{pane_id}", "#{pane_pid}", "#{pid}",
-                    "#{pane_start_command}"))
-    session = _reusable_session(tmux, previous, project)
-    if session:
-        out = tmux.run("new-window", "-d", "-P", "-F", fmt, "-t", session, "-n", name,
-                       "-c", tmux_cwd, "--", *command)
-        created = False
-    else:
-        parent = os.path.dirname(tmux.socket)
-        if parent and not os.path.isdir(parent):
-            os.makedirs(parent, 0o700, exist_ok=True)
-        base = ["new-session", "-d", "-P", "-F", fmt, "-n", name, "-c", tmux_cwd]
-        out = _new_session(tmux, base, name, command)
-        created = True
-    fields = out.strip("\n").split(SEP, 5)
-    if len(fields) != 6 or not fields[1].startswith("@"):
-        # tmux can exit 0 without creating anything (e.g. an uncreatable socket).
-        raise TmuxError(tmux.argv("new-session" if created else "new-window"), 0,
-                        "no window was created on %s: %r" % (tmux.socket, out),
-                        "check that the socket directory %s is writable"
-                        % os.path.dirname(tmux.socket))
+    fields, created = _open_window(tmux, _reusable_session(tmux, previous, project), name, cwd,
+                                   _pane_argv(argv, env))
     session_id, window_id, pane_id, pane_pid, server_pid, start = fields
     record = {
         "socket": tmux.socket, "server_pid": int(server_pid), "session_id": session_id,
@@ -421,7 +393,57 @@ def launch(project, work_id, cwd, argv, env=None, task=None, conversation=None, 
         "pane_command": start, "window_name": name, "project": project, "work_id": work_id,
         "conversation": conversation, "harness": harness,
     }
-    labels = [(OPT_PROJECT, project), (OPT_WORK, work_id), (OPT_CONVERSATION, conversation)]
+    _label_new_window(tmux, record, created)
+    return record
+
+
+def _check_launchable(cwd, argv, env, harness):
+    """Refuse what tmux would start and lose at once: a missing directory (tmux silently starts
+    elsewhere) or a program not on PATH (the pane would die with "env: not found")."""
+    if not os.path.isdir(cwd):
+        raise Refused("working directory %s does not exist" % cwd,
+                      "coord work inspect <work> (is the clone still there?)")
+    program = str(argv[0]) if argv else ""
+    if program and "/" not in program and shutil.which(program, path=(env or {}).get("PATH")) is None:
+        var = HARNESSES[harness][0] if harness in HARNESSES else "COORD_CLAUDE_CMD / COORD_CODEX_CMD"
+        raise EnvError("%s not found on PATH" % program,
+                       "install it, or export %s='/path/to/%s', then retry" % (var, program))
+
+
+def _open_window(tmux, session, name, cwd, command):
+    """A new window in `session`, or a new detached session when it is None: return its six
+    fields (session, window, pane, pane pid, server pid, start command) and whether the
+    session was created."""
+    tmux_cwd = cwd.replace("#", "##")  # tmux expands -c as a format
+    fmt = SEP.join(("#{session_id}", "#{window_id}", "#{pane_id}", "#{pane_pid}", "#{pid}",
+                    "#{pane_start_command}"))
+    if session:
+        out = tmux.run("new-window", "-d", "-P", "-F", fmt, "-t", session, "-n", name,
+                       "-c", tmux_cwd, "--", *command)
+    else:
+        parent = os.path.dirname(tmux.socket)
+        if parent and not os.path.isdir(parent):
+            os.makedirs(parent, 0o700, exist_ok=True)
+        base = ["new-session", "-d", "-P", "-F", fmt, "-n", name, "-c", tmux_cwd]
+        out = _new_session(tmux, base, name, command)
+    fields = out.strip("\n").split(SEP, 5)
+    if len(fields) != 6 or not fields[1].startswith("@"):
+        # tmux can exit 0 without creating anything (e.g. an uncreatable socket).
+        raise TmuxError(tmux.argv("new-window" if session else "new-session"), 0,
+                        "no window was created on %s: %r" % (tmux.socket, out),
+                        "check that the socket directory %s is writable"
+                        % os.path.dirname(tmux.socket))
+    return fields, not session
+
+
+def _label_new_window(tmux, record, created):
+    """Label the session (when created), window and pane with the project, work and
+    conversation, and stop tmux renaming the window, in one tmux call. An unlabelled window
+    could never be validated again, so on failure it is killed (or, if that fails too, the
+    error says how to stop it)."""
+    session_id, window_id, pane_id = record["session_id"], record["window_id"], record["pane_id"]
+    labels = [(OPT_PROJECT, record["project"]), (OPT_WORK, record["work_id"]),
+              (OPT_CONVERSATION, record["conversation"])]
     seq = []
     if created:
         for opt, value in labels:
@@ -436,16 +458,15 @@ def launch(project, work_id, cwd, argv, env=None, task=None, conversation=None, 
     try:
         tmux.run(*seq[1:])
     except EnvError as exc:
-        # An unlabelled window could never be validated again: do not leave it behind.
         try:
             tmux.run("kill-window", "-t", window_id)
         except EnvError:
             raise TmuxError(["set-option"], getattr(exc, "returncode", 1), getattr(exc, "stderr", exc.message),
                             "window %s (pane %s, pid %s) was left running unlabelled on %s and is not recorded; "
                             "stop it with: tmux -S %s kill-window -t %s"
-                            % (window_id, pane_id, pane_pid, tmux.socket, shlex.quote(tmux.socket), window_id))
+                            % (window_id, pane_id, record["pane_pid"], tmux.socket, shlex.quote(tmux.socket),
+                               window_id))
         raise
-    return record
 
 
 def label_harness(record, runtime, conversation, timeout=2.0):

@@ -2292,6 +2292,8 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
     for name in ("COORD_DB", "COORD_SCRATCH_ROOT", "XDG_STATE_HOME"):
         if environ.get(name):
             env[name] = environ[name]
+    if harness in START_AT_LAUNCH and conversation:
+        env[START_AT_LAUNCH[harness]] = conversation
     no_daemon = harness == "codex" and session.codex_offers_no_daemon(session.harness_command(harness, environ),
                                                                       environ)
     argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt, no_daemon=no_daemon)
@@ -2344,6 +2346,19 @@ def _launchable(st, handle, caller=None):
         raise Refused("work %s has a live agent inside its clone: runtime %s (%s); a second agent there would "
                       "share its jj working copy" % (w["handle"], rt["handle"], where),
                       runtime_inside_blocker(w, rt, where)["next"])
+    deadline = time.monotonic() + CLOSED_EXIT_WAIT  # a closed window's harness children exit in their own time
+    unregistered = harness_processes_inside(st, w, caller)
+    while unregistered and time.monotonic() < deadline:
+        time.sleep(0.1)
+        unregistered = harness_processes_inside(st, w, caller)
+    if unregistered:
+        pid, name = unregistered[0]
+        raise Refused("work %s has a %s process (%d) inside its clone that coord has no runtime for: an agent "
+                      "started there by hand, or one that has not reached its first hook yet (a resumed Codex "
+                      "runs none until its first prompt); a second agent there would share its jj working copy"
+                      % (w["handle"], name, pid),
+                      "finish in that agent, or end process %d, then retry" % pid if is_person(caller) else
+                      "ask the person to finish or end process %d, then retry" % pid)
     return w
 
 
@@ -2370,6 +2385,53 @@ def agents_inside(st, w, caller=None):
         if not closing or time.monotonic() >= deadline:
             return out
         time.sleep(0.05)
+
+
+INTERPRETERS = ("node", "nodejs", "bun", "deno")  # a harness run as `node .../bin/gemini`
+
+
+def harness_program(pid):
+    """The harness (a HARNESSES name) process `pid` runs, from its program word (argv[0], or an
+    interpreter's first non-option argument), else None. Only the program word counts: a
+    `grep codex` in the clone is no agent."""
+    import session
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            words = f.read(8192).split(b"\0")
+    except OSError:
+        return None
+    words = [x.decode("utf-8", "replace") for x in words if x]
+    if words and os.path.basename(words[0]) in INTERPRETERS:
+        words = [x for x in words[1:] if not x.startswith("-")][:1]
+    name = os.path.basename(words[0]) if words else ""
+    return name if name in session.HARNESSES and name != "shell" else None
+
+
+def harness_processes_inside(st, w, caller=None):
+    """[(pid, harness)] of harness processes working inside the clone that no live runtime
+    accounts for (registered runtimes are agents_inside's): an agent started in the clone by
+    hand, one whose database record was lost, or one that runs no hook until its first prompt.
+    The caller's own process chain, and the processes above and below a known runtime's (a
+    node wrapper and the native Codex it runs), are left out."""
+    procs = process_cwds() or {}
+    known = {rt["pid"] for rt, _ in runtimes_inside(st, w, procs) if rt.get("pid")}
+    if caller and caller.get("pid"):
+        known.add(caller["pid"])
+    import session
+    chains = set()  # the caller's process and the known runtimes' processes with their ancestors
+    for start in [os.getpid()] + sorted(known):
+        pid = start
+        while pid and pid > 1 and pid not in chains and len(chains) < 1024:
+            chains.add(pid)
+            pid = store.process_parent(pid)[0]
+    out = []
+    for pid in sorted(procs):
+        if pid in chains or not is_inside(procs[pid], w["path"]) or (known and session.descends_from(pid, known)):
+            continue
+        name = harness_program(pid)
+        if name:
+            out.append((pid, name))
+    return out
 
 
 def _close_window(w):
@@ -2448,18 +2510,24 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     return out
 
 
-# Harnesses that run no hook when an interactive session is resumed until its first prompt is
-# submitted (measured: Codex 0.171.0, docs/harness-codex.md; Claude Code 2.1.197 runs SessionStart
-# at once, docs/harness-claude.md): their resume gets RESUME_PROMPT as its first message, on the
-# command line (nothing is typed into a pane), so the agent reaches its first boundary, registers
-# and is shown its messages.
-NO_HOOK_UNTIL_PROMPT = frozenset(("codex",))
+# A resumed interactive session must reach its first boundary (register, link to its work, be
+# shown its messages) with nothing typed into its pane: a typed nudge once answered a permission
+# dialog. Measured on the pinned CLIs (docs/harness-*.md): Claude Code 2.1.197, Gemini CLI 0.61.0
+# and Qwen Code 0.24.4 run SessionStart (source "resume") at once. Codex 0.171.0 and Copilot CLI
+# 1.0.102 run no hook until a first prompt is submitted, and keep the conversation when given one
+# with the resume: they are NO_HOOK_UNTIL_PROMPT, and `work resume` gives them RESUME_PROMPT on the
+# command line. OpenCode 1.18.33's plugin runs nothing for a resumed TUI session until its first
+# message, and the TUI ignores --prompt with --session: `work resume` names the session in the
+# pane's START_AT_LAUNCH variable instead, and coord's plugin runs its SessionStart at load.
+NO_HOOK_UNTIL_PROMPT = frozenset(("codex", "copilot"))
+START_AT_LAUNCH = {"opencode": "COORD_OPENCODE_RESUME"}
 RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coord inbox), then carry on"
 
 
 def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
-    NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message."""
+    NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message; one in START_AT_LAUNCH gets the
+    conversation in that variable (_launch)."""
     here = st.resolve_work(handle)  # another host's clone is not on this disk: say where it is first
     refuse_other_host(st, here, "coord work resume %s" % here["handle"])
     w = _launchable(st, handle, caller)

@@ -465,18 +465,6 @@ class Nudge(h.CoordCase):
         work = self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]
         return work, rec
 
-    def turn(self, rec):
-        import store
-        st = store.Store(self.env["COORD_DB"])
-        try:
-            return (st.turn(rec["runtime_id"]) or {}).get("state")
-        finally:
-            st.close()
-
-    def pane_text(self, rec):
-        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
-                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
-
     def carrying(self, text):
         return [r for r in list(self.server.requests) if r.api and text in r.text()]
 
@@ -617,57 +605,16 @@ if __name__ == "__main__":
     unittest.main()
 
 
-class ResumedFirstBoundary(h.CoordCase):
+class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
     """Issue 24, 4: interactive Claude Code 2.1.197 resumed (`claude --resume ID`) runs its
     SessionStart hook (source "resume") at once, with no prompt: `work resume` gives it no first
     message, and the resumed agent registers and links to its work by itself."""
 
     harness = "claude"
 
-    def setUp(self):
-        super().setUp()
+    def launch_setup(self):
         self.interactive_claude()
-        self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
-        self.as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
-        self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
-
-    def tmux_record(self, handle):
-        return self.rcoord("work", "inspect", handle, env=self.launch_env)["work"]["data"].get("tmux") or {}
-
-    def turn(self, rec):
-        import store
-        st = store.Store(self.env["COORD_DB"])
-        try:
-            return (st.turn(rec["runtime_id"]) or {}).get("state")
-        finally:
-            st.close()
+        return self.launch_env
 
     def test_resumed_claude_registers_without_a_prompt(self):
-        self.server.load([say("ok")] * 50)
-        work = self.rcoord("work", "create", "resumed-claude", env=self.as_owner)["work"]
-        self.rcoord("work", "start", work["handle"], "--harness", "claude", "--prompt", "Say ok.", env=self.as_owner)
-        first = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(self.tmux_record(
-            work["handle"])), timeout=60, interval=0.5)
-        # Its first turn ended (Stop): the conversation is in its transcript. Killed before that,
-        # `claude --resume ID` exits 1 with "No conversation found with session ID".
-        support.retry_until(lambda: self.turn(first) == "idle", timeout=60, interval=0.25)
-        subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", first["window_id"]], check=True,
-                       timeout=10)
-        support.retry_until(lambda: [w for w in self.rcoord("work", "list", env=self.as_owner)["work"]
-                                     if w.get("interrupted")], timeout=30, interval=0.25)
-        requests = len(self.server.requests)
-        reply = self.rcoord("work", "resume", "--interrupted", env=self.as_owner)
-        self.assertEqual([r["work"] for r in reply["resumed"]], [work["handle"]])
-        self.assertNotIn("--", reply["resumed"][0]["tmux"]["pane_command"].split(work["id"])[-1].split(),
-                         "no first message on its command line")
-        try:
-            rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") and r.get("pane_pid") != first[
-                "pane_pid"] else None)(self.tmux_record(work["handle"])), timeout=60, interval=0.5)
-        except AssertionError:
-            now = self.tmux_record(work["handle"])
-            pane = subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", now["pane_id"]],
-                                  stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
-            raise AssertionError("the resumed Claude Code never registered: %r\n%s" % (now, pane))
-        self.assertEqual(rec["conversation"], first["conversation"])
-        self.assertEqual([r for r in list(self.server.requests)[requests:] if r.api and "resumed" in r.text()], [],
-                         "it registered without a model turn")
+        self.resume_interrupted(timeout=60)

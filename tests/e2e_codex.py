@@ -738,18 +738,6 @@ class Nudge(h.CoordCase):
         self.as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
         self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
 
-    def turn(self, rec):
-        import store
-        st = store.Store(self.env["COORD_DB"])
-        try:
-            return (st.turn(rec["runtime_id"]) or {}).get("state")
-        finally:
-            st.close()
-
-    def pane_text(self, rec):
-        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
-                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
-
     def test_a_nudge_wakes_an_agent_idle_after_its_turn(self):
         import session
         self.server.load([say("ok")] * 50)
@@ -809,7 +797,7 @@ if __name__ == "__main__":
     unittest.main()
 
 
-class ResumedFirstBoundary(h.CoordCase):
+class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
     """Issue 24, 4: interactive Codex 0.171.0 resumed (`codex resume ID`) runs no hook until its
     first prompt is submitted, so a resumed window sat unregistered (coord blamed a trust prompt)
     and could not be nudged. `work resume` gives Codex a fixed first message on its command line:
@@ -817,62 +805,11 @@ class ResumedFirstBoundary(h.CoordCase):
 
     harness = "codex"
 
-    def setUp(self):
-        super().setUp()
-        managed = self.managed_env()
-        self.launch_env = h.codex_env(self.home, self.codex_home, self.server, self.agent_env(dict(managed, **{
-            "COORD_REGISTER_GRACE": "0", "COORD_CODEX_CMD": self.cli})))
+    def launch_setup(self):
+        env = h.codex_env(self.home, self.codex_home, self.server, self.launch_managed({"COORD_CODEX_CMD": self.cli}))
         h.trust_codex_repo(self.codex_home, self.server, self.repo, sandbox="workspace-write",
                            extra='[notice.model_migrations]\n"gpt-5.5" = "gpt-6-sol"')
-        self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
-        self.as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
-        self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
-
-    def tmux_record(self, handle):
-        return self.rcoord("work", "inspect", handle, env=self.launch_env)["work"]["data"].get("tmux") or {}
-
-    def pane_text(self, rec):
-        return subprocess.run([self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
-                              stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout
-
-    def started(self, task):
-        """A work whose Codex ran one turn and registered; -> (work, its tmux record)."""
-        work = self.rcoord("work", "create", task, env=self.as_owner)["work"]
-        self.rcoord("work", "start", work["handle"], "--harness", "codex", "--prompt", "Say ok.", env=self.as_owner)
-        rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(self.tmux_record(
-            work["handle"])), timeout=90, interval=0.5)
-        support.retry_until(lambda: self.turn(rec) == "idle", timeout=90, interval=0.25)  # its first turn is saved
-        return work, rec
-
-    def turn(self, rec):
-        import store
-        st = store.Store(self.env["COORD_DB"])
-        try:
-            return (st.turn(rec["runtime_id"]) or {}).get("state")
-        finally:
-            st.close()
+        return env
 
     def test_resume_interrupted_brings_codex_to_its_first_boundary(self):
-        self.server.load([say("ok")] * 50)
-        work, first = self.started("resumed-codex")
-        subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", first["window_id"]], check=True,
-                       timeout=10)  # the agent is gone without park or close (a reboot, a killed server)
-        listed = support.retry_until(lambda: [w for w in self.rcoord("work", "list", env=self.as_owner)["work"]
-                                              if w.get("interrupted")], timeout=30, interval=0.25)
-        self.assertEqual([w["handle"] for w in listed], [work["handle"]])
-        self.rcoord("send", "welcome back", "--to", work["handle"], env=self.as_owner)
-        reply = self.rcoord("work", "resume", "--interrupted", env=self.as_owner)
-        self.assertEqual([r["work"] for r in reply["resumed"]], [work["handle"]])
-        # Nothing typed: its first message is on the command line, and its hooks run at once.
-        try:
-            rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") and r.get("pane_pid") != first[
-                "pane_pid"] else None)(self.tmux_record(work["handle"])), timeout=90, interval=0.5)
-        except AssertionError:
-            now = self.tmux_record(work["handle"])
-            raise AssertionError("the resumed Codex never registered: %r\n%s" % (now, self.pane_text(now)))
-        self.assertEqual(rec["conversation"], first["conversation"])
-        seen = support.retry_until(lambda: [r for r in list(self.server.requests) if r.api and "welcome back" in
-                                            r.text()], timeout=60, interval=0.25)
-        self.assertIn("this session was resumed", seen[0].text())
-        listed = self.rcoord("work", "list", env=self.launch_env)["work"]
-        self.assertEqual([(w.get("interrupted"), w.get("attention")) for w in listed], [(None, None)])
+        self.resume_interrupted()

@@ -204,3 +204,18 @@ def tearDownModule():
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
+    """Interactive Copilot CLI 1.0.102 resumed (`copilot --resume=ID`) runs no hook until a message
+    is submitted: `work resume` gives it RESUME_PROMPT (`--interactive=`) on its command line, so
+    the resumed agent registers and sees its messages with nothing typed."""
+
+    harness = "copilot"
+
+    def launch_setup(self):
+        h.trust_copilot_folder(self.home, self.repo)  # the person trusted the shared checkout once
+        return h.copilot_env(self.home, self.server, self.launch_managed({"COORD_COPILOT_CMD": self.cli}))
+
+    def test_resume_interrupted_brings_copilot_to_its_first_boundary(self):
+        self.resume_interrupted()

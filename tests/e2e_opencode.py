@@ -16,6 +16,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harnesses as h  # noqa: E402
+import support  # noqa: E402
 from modelserver import Turn, say, tool  # noqa: E402
 
 PLUGIN = os.path.join(".opencode", "plugins", "coord-hook.js")
@@ -161,3 +162,41 @@ class CoordScenarios(h.CoordCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
+    """OpenCode 1.18.33's resumed TUI (`opencode --session ID`) runs no plugin hook until a message,
+    and ignores --prompt there: `work resume` names the session in COORD_OPENCODE_RESUME and coord's
+    plugin runs its start at load; the start's context (the message) comes with the first message."""
+
+    harness = "opencode"
+
+    def launch_setup(self):
+        env = h.opencode_env(self.home, self.server, self.repo, self.launch_managed({"COORD_OPENCODE_CMD": self.cli}))
+        del env["PWD"]  # tmux gives the pane its own directory as PWD
+        return env
+
+    def test_resume_interrupted_brings_opencode_to_its_first_boundary(self):
+        work, rec = self.resume_interrupted()
+        # The start ran at load and delivered the message; its context waits for the first message
+        # a person submits, which goes to the same session with the earlier turns.
+        requests = len(self.server.requests)
+        # The plugin loads before the TUI draws the session: keys typed before its input is up are lost.
+        h.retry_until(lambda: "EARLIER-TURN" in self.pane_text(rec), timeout=60, interval=0.25)
+        person = support.TmuxClient(self, self.sock, rec["pane_id"])
+
+        def typed():
+            if "NEXT-TASK go on" not in self.pane_text(rec):
+                person.type("\x15NEXT-TASK go on")  # ^U first: a line typed twice stays one line
+                return None
+            return True
+        h.retry_until(typed, timeout=60, interval=2)
+        person.type("\r")
+        try:
+            seen = h.retry_until(lambda: [r for r in list(self.server.requests)[requests:] if r.api and "NEXT-TASK" in
+                                          r.text()], timeout=90, interval=0.25)
+        except AssertionError:
+            raise AssertionError("the message typed into the resumed OpenCode never reached the model:\n%s"
+                                 % self.pane_text(rec))
+        self.assertIn("WELCOME-BACK-MESSAGE", seen[0].text(), "the start's context came with the first message")
+        self.assertIn("EARLIER-TURN", seen[0].text())

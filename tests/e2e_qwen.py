@@ -250,3 +250,17 @@ def tearDownModule():
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
+    """Qwen Code 0.24.4 resumed (`qwen --resume ID`) runs SessionStart (source resume) at once:
+    `work resume` gives it no first message."""
+
+    harness = "qwen"
+
+    def launch_setup(self):
+        h.write_qwen_user_settings(self.home)
+        return h.qwen_env(self.home, self.server, self.launch_managed({"COORD_QWEN_CMD": self.cli}))
+
+    def test_resume_interrupted_brings_qwen_to_its_first_boundary(self):
+        self.resume_interrupted()

@@ -218,7 +218,8 @@ class CopilotStartWithPrompt(StartWithPrompt, h.HarnessCase):
         out = self.run_coord("work", "resume", work["handle"], env=env)
         self.assertIn("--resume=%s" % rec["conversation"], out["tmux"]["pane_command"])
         # Copilot 1.0.102 runs a resumed session's hooks (sessionStart first) only once a message
-        # is submitted: until someone types, the resumed window is not registered.
+        # is submitted: `work resume` gives it RESUME_PROMPT (e2e_copilot.ResumedFirstBoundary);
+        # a person's next message goes to the same session.
         pane = out["tmux"]["pane_id"]
 
         def shows(text):

@@ -275,6 +275,15 @@ def count(result):
     return passed, len(bad) + outside, len(skipped)
 
 
+LEFT_OUT = "drives jj:"  # support.CoordTestCase.use_jj's skip reason under --no-jj
+
+
+def left_out(result):
+    """How many of the skipped tests --no-jj left out by design (they run on the default
+    interpreter); they are skips all the same and are counted in `skipped` too."""
+    return len(set(id(_owner(t)) for t, why in result.skipped if str(why).startswith(LEFT_OUT)))
+
+
 def build_suite(pattern, names, directory=TESTS):
     loader = unittest.TestLoader()
     if not names:
@@ -425,6 +434,9 @@ def main(argv=None):
 def _finish(args, label, result):
     passed, failed, skipped = count(result)
     line = "%s: %d passed, %d failed, %d skipped" % (label, passed, failed, skipped)
+    by_design = left_out(result)
+    if by_design:
+        line += " (%d of them drive jj, which the default interpreter's suite runs)" % by_design
     print(line)
     sys.stdout.flush()
     if args.summary_file:

@@ -7,6 +7,7 @@ asserted through the real CLI, each with the directory still on disk afterwards.
 
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -1299,6 +1300,45 @@ class EscapeInWorkTest(FaultyToolCase):
         self.assertIn("failed at", joined)
 
 
+class ResumeFirstBoundaryTest(TmuxWorkCase):
+    """How `work resume` brings each harness's resumed agent to its first boundary with nothing
+    typed (measured in the e2e suites' ResumedFirstBoundary): Copilot gets RESUME_PROMPT as its
+    first message; OpenCode's TUI ignores --prompt with --session, so its pane names the resumed
+    session in COORD_OPENCODE_RESUME (coord's plugin runs that session's start at load), and no
+    other window gets that variable, not even from the caller's environment."""
+
+    def started(self, work_id):
+        """The stand-in harness's recorded start in work `work_id` (waits for it)."""
+        def ready():
+            for f in sorted(os.listdir(self.rec)):
+                if f.endswith(".json") and f.count(".") == 1:
+                    with open(os.path.join(self.rec, f)) as fh:
+                        run = json.load(fh)
+                    if run["env"].get("COORD_WORK_ID") == work_id:
+                        return run
+            return None
+        return support.retry_until(ready)
+
+    def test_copilot_gets_the_resume_prompt_and_opencode_the_session_to_start(self):
+        fake = self.env["COORD_CLAUDE_CMD"]
+        env = {"COORD_COPILOT_CMD": fake, "COORD_OPENCODE_CMD": fake, "COORD_OPENCODE_RESUME": "ses_callers"}
+        runs = {}
+        for harness, conversation in (("copilot", "conv-copilot"), ("opencode", "ses_resumed"),
+                                      ("claude", "conv-claude")):
+            handle, _, _ = self.create("resumed-" + harness)
+            self.work("resume", handle, "--harness", harness, "--conversation", conversation, env=env, check=0)
+            runs[harness] = self.started(self.record(handle)["id"])
+        handle, _, _ = self.create("started-opencode")
+        self.work("start", handle, "--harness", "opencode", env=env, check=0)
+        started = self.started(self.record(handle)["id"])
+        self.assertEqual(runs["copilot"]["args"], ["--resume=conv-copilot", "--interactive=" + workspace.RESUME_PROMPT])
+        self.assertEqual(runs["opencode"]["args"], ["--session", "ses_resumed"])
+        self.assertEqual(runs["claude"]["args"], ["--resume", "conv-claude"])
+        self.assertEqual([r["env"].get("COORD_OPENCODE_RESUME") for r in (runs["copilot"], runs["opencode"],
+                                                                        runs["claude"], started)],
+                         [None, "ses_resumed", None, None])
+
+
 class TmuxWorkTest(TmuxWorkCase):
     """work start/attach/park/resume/close on a real tmux server with a private socket."""
 
@@ -1689,11 +1729,11 @@ class StatusTest(TmuxWorkCase):
         self.assertEqual((row["dirty"], row["dirty_from"]), (False, "git"))
         self.assertEqual(row["tmux"], "alive")
         self.assertEqual(row["owner"], self.rt["handle"])
-        self.assertEqual(row["leases"], ["src/a.py"])
-        self.assertEqual(row["unacked"], 1)
+        # The creator owns the work but does not work inside it: its lease in the shared checkout is
+        # its own row's, not the work's; a message to the work would reach it (no agent registered).
+        self.assertEqual((row["leases"], row["unacked"]), ([], 1))
         me = next(a for a in reply["agents"] if a["handle"] == self.rt["handle"])
-        # The creator owns the work but does not work inside it; its unacked count is its own row's.
-        self.assertEqual((me["work"], me["task"], me["unacked"]), (None, None, 1))
+        self.assertEqual((me["work"], me["task"], me["unacked"], me["leases"]), (None, None, 1, ["src/a.py"]))
 
         # An edit no snapshot has seen yet is dirty, and status takes no snapshot to say so.
         self.write(path, "wip.txt", "not yet committed\n")
@@ -1703,8 +1743,9 @@ class StatusTest(TmuxWorkCase):
         self.assertEqual(self.op_heads(path), heads, "status must not snapshot the clone")
         text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
         line = next(l for l in text.splitlines() if l.strip().startswith(handle))
-        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main", "1 lease"):
+        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main"):
             self.assertIn(part, line)
+        self.assertNotIn("lease", line)
         self.assertEqual(text.count("1 unacked"), 1, text)
         self.assertNotIn(row["id"], text)
         self.assertIn(row["id"], self.coord("status", "--verbose", runtime=self.rt["id"], cwd=self.canon,
@@ -1723,6 +1764,20 @@ class StatusTest(TmuxWorkCase):
         self.kill_server()
         row = next(w for w in self.status()["work"] if w["handle"] == handle)
         self.assertEqual(row["tmux"], "gone")
+
+    def test_a_work_row_counts_its_agents_leases_not_its_creators(self):
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        handle, path, _ = self.create("leased")
+        self.work("start", handle, check=0)
+        agent = support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id"), timeout=30)
+        self.coord("claim", "src/mine.py", runtime=self.rt["id"], cwd=self.canon, check=0)
+        self.coord("claim", "src/work.py", "src/more.py", runtime=agent, cwd=path, check=0)
+        row = next(w for w in self.status()["work"] if w["handle"] == handle)
+        self.assertEqual(sorted(row["leases"]), ["src/more.py", "src/work.py"])
+        text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
+        line = next(l for l in text.splitlines() if l.strip().startswith(handle))
+        self.assertIn("2 leases", line)
 
     def test_list_says_which_work_an_agent_is_in(self):
         handle, path, _ = self.create("listed")
@@ -3231,6 +3286,46 @@ class RecoveryAfterDatabaseLossTest(TmuxWorkCase):
         self.work("start", handle, check=0)
         self.assertEqual(len(self.windows()), 1)
 
+    def test_start_refuses_beside_a_harness_process_that_no_runtime_accounts_for(self):
+        # A Codex resumed by hand runs no hook until its first prompt, and after a lost database
+        # nothing records the agents: the harness process itself is the evidence.
+        bindir = os.path.join(self.tmp, "progs")
+        os.makedirs(bindir)
+        for name in ("codex", "node"):
+            os.symlink(sys.executable, os.path.join(bindir, name))
+        script = os.path.join(bindir, "gemini")
+        with open(script, "w") as f:
+            f.write("import time\ntime.sleep(120)\n")
+        sleeper = "import time; time.sleep(120)"
+
+        def run(argv, cwd):
+            proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            self.addCleanup(proc.wait, 30)
+            self.addCleanup(proc.kill)
+            return proc
+        handle, path, _ = self.create("bystander")
+        bystander = run([sys.executable, "-c", sleeper, "codex"], path)  # only names a harness
+        self.work("start", handle, check=0)
+        for argv, name in (([os.path.join(bindir, "codex"), "-c", sleeper], "codex"),
+                           ([os.path.join(bindir, "node"), script], "gemini")):
+            handle, path, _ = self.create("unregistered-" + name)
+            agent = run(argv, path)
+            proc = self.work("start", handle)
+            self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+            self.assertIn("%s process (%d) inside its clone" % (name, agent.pid), proc.stderr)
+            # The agent is not told to kill a process; the person is offered it.
+            self.assertIn("ask the person to finish or end process %d, then retry" % agent.pid, proc.stderr)
+            if name == "codex":
+                rc, out = support.person_terminal(self, self.canon).coord("work", "start", handle)
+                self.assertEqual(rc, 3, out)
+                self.assertIn("finish in that agent, or end process %d, then retry" % agent.pid, out)
+            agent.kill()
+            agent.wait(30)
+            self.work("start", handle, check=0)
+        self.assertIsNone(bystander.poll())
+        self.assertEqual(len(self.windows()), 3)
+
     def test_a_landed_clone_adopts_as_integrated_and_removes_without_force(self):
         handle, path, _ = self.create("landed")
         self.write(path, "feature.txt", "feature\n")
@@ -3433,3 +3528,74 @@ print(json.dumps({"work": w["handle"], "host": st.host["id"]}))
         self.assertEqual([(k["handle"], k["reasons"][0]["next"]) for k in got["kept"]],
                          [(w["handle"], "on host far-host run: coord work gc")])
         self.assertEqual(st.work(w["id"])["state"], "active")
+
+
+class ReadmeQuickstartTest(TmuxWorkCase):
+    """README from "## Install" to "## What to know next", run as written in usage order: a plain
+    git repository with `main` checked out, the installer run from coord's checkout, what it
+    installed committed, the person's lease, then the smallest working example (a stand-in
+    harness in the work's window runs coord's real SessionStart hook; its commands in the clone
+    are the agent's) landed with `make test` and removed by the person."""
+
+    START, END = "## Install", "## What to know next"
+
+    def blocks(self):
+        with open(os.path.join(support.ROOT, "README.md")) as f:
+            text = f.read()
+        section = text.split(self.START, 1)[1].split(self.END, 1)[0]
+        return [[l for l in b.split("```", 1)[0].strip().splitlines() if l.strip()]
+                for b in section.split("```sh\n")[1:]]
+
+    def test_readme_install_and_smallest_example_as_written(self):
+        support.require_tool(self, "make")
+        install, commit, person, create, in_clone, land = self.blocks()
+        repo = os.path.join(self.tmp, "repo")
+        env = {k: v for k, v in self.env.items() if k not in ("COORD_PROJECT_ID", "COORD_RUNTIME_ID")}
+        # FAKE_LINGER: the stand-in exits 1.5 s after its window is closed, as a real CLI saving
+        # its session does, so `work close W && work remove W` meets a harness still exiting.
+        env.update(FAKE_HOOK="1", FAKE_LINGER="1.5", GIT_AUTHOR_NAME="Pat", GIT_AUTHOR_EMAIL="pat@example.invalid",
+                   GIT_COMMITTER_NAME="Pat", GIT_COMMITTER_EMAIL="pat@example.invalid")
+        os.environ.update(FAKE_HOOK="1", FAKE_LINGER="1.5")  # the stand-in runs coord's SessionStart hook
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        self.addCleanup(os.environ.pop, "FAKE_LINGER", None)
+        subprocess.run(["git", "init", "-q", "-b", "main", repo], check=True, env=env, timeout=60)
+        self.write(repo, "src/parser.py", "def parse(text):\n    return text.split()\n")
+        self.write(repo, "Makefile", "test:\n\tpython3 -c 'import sys; sys.path.insert(0, \"src\"); import parser'\n")
+        for argv in (["git", "add", "-A"], ["git", "commit", "-q", "-m", "initial"]):
+            subprocess.run(argv, cwd=repo, check=True, env=env, timeout=60)
+        term = support.person_terminal(self, support.ROOT, env)
+
+        def typed(line, expect=0):
+            line = re.sub(r"\s{2,}# .*$", "", line)  # a trailing comment would hide the terminal's end marker
+            rc, out = term.run(line.replace("/path/to/repo", shlex.quote(repo)), timeout=120)
+            self.assertEqual(rc, expect, "%s\n%s" % (line, out))
+            return out
+        self.assertEqual(len(install), 1)
+        out = typed(install[0])
+        self.assertIn("person", out)
+        typed(commit[0])
+        self.assertEqual(subprocess.run(["git", "status", "--porcelain"], cwd=repo, stdout=subprocess.PIPE,
+                                        text=True, env=env, timeout=60).stdout, "", "everything installed is committed")
+        self.assertIn("src/a.py", "".join(typed(line) for line in person))
+        out = typed(create[0]).strip().splitlines()
+        handle, clone = out[0], out[1]
+        self.assertTrue(os.path.isdir(os.path.join(clone, ".coord")), out)
+        typed(create[1].replace("WORK", handle))
+        rec = support.retry_until(lambda: (lambda d: d if d.get("runtime_id") else None)(
+            self.coord_json("work", "inspect", handle, "--verbose", cwd=repo, env=env)["work"]["data"]["tmux"]),
+            timeout=30)
+        # The agent's edit, then what README says it runs in the clone.
+        self.write(clone, "src/parser.py", "def tokenize(text):\n    return text.split()\n\n\n"
+                                           "def parse(text):\n    return tokenize(text)\n")
+        agent_env = dict(env, COORD_RUNTIME_ID=rec["runtime_id"])
+        for line in in_clone:
+            proc = subprocess.run(["/bin/sh", "-c", line], cwd=clone, env=agent_env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 0, "%s\n%s" % (line, proc.stdout))
+        out = typed(land[0].replace("WORK", handle))
+        self.assertIn("make test", out)
+        shown = subprocess.run(["git", "show", "main:src/parser.py"], cwd=repo, stdout=subprocess.PIPE, text=True,
+                               env=env, timeout=60).stdout
+        self.assertIn("def tokenize", shown, "the agent's change is on main")
+        typed(land[1].replace("WORK", handle))
+        self.assertFalse(os.path.exists(clone), "the clone was removed")
