@@ -1049,3 +1049,130 @@ class ClockAheadTest(HostCase):
                 return None
         got = support.retry_until(take, timeout=60)
         self.assertGreaterEqual([l for l in got if l["resource"] == "src"][0]["acquired_at"], mine["expires_at"])
+
+
+# --------------------------------------------------------------------------- README's PostgreSQL section, as written (issue 25, pgdocs)
+
+class ReadmePostgresTest(support.CoordTestCase):
+    """README's "Several hosts: PostgreSQL" section run as written against the real test server:
+    `coord db setup` with the admin URL typed at its prompt, the driver line (checked against the
+    command coord prints, not run: no network here), `coord db migrate URL` by the person at a
+    terminal, a second host (its own HOME and state directory) given its URL as README says, and
+    the move back. The URLs are README's with the host part replaced by the test server's socket;
+    the login roles are README's own, so a role the URL names that setup did not create fails.
+    The project's records (leases, messages, the private audit export) survive each move."""
+
+    START, END = "## Several hosts: PostgreSQL", "## Harnesses"
+
+    def blocks(self):
+        with open(os.path.join(support.ROOT, "README.md")) as f:
+            text = f.read()
+        section = text.split(self.START, 1)[1].split(self.END, 1)[0]
+        return [[l for l in b.split("```", 1)[0].strip().splitlines() if l.strip()]
+                for b in section.split("```sh\n")[1:]]
+
+    def setUp(self):
+        super().setUp()
+        import re
+        self.re = re
+        server, self.psycopg = support.require_postgres(self)
+        self.server = server
+        self.repo = os.path.join(self.tmp, "repo")
+        os.mkdir(self.repo)
+        subprocess.run(["git", "init", "-q", self.repo], check=True, env=self.env, timeout=60)
+        subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.repo, "--project-id",
+                        "my-project"], check=True, env=self.env, stdout=subprocess.DEVNULL, timeout=120)
+        self.plain = {k: v for k, v in self.env.items() if k not in ("COORD_DB", "COORD_PROJECT_ID")}
+        # The installed coord runs this interpreter, whose psycopg the test cache holds.
+        self.plain.update(PYTHONPATH=support.psycopg_dir(), COORD_PYTHON=sys.executable)
+        home2 = os.path.join(self.tmp, "home2")
+        os.mkdir(home2)
+        self.other = dict(self.plain, HOME=home2, XDG_STATE_HOME=os.path.join(self.tmp, "state2"))
+        self.roles = []
+        self.addCleanup(self._drop)
+        for env in (self.plain, self.other):
+            self.addCleanup(support.stop_host_process, store.project_host_socket("my-project", env))
+
+    def _drop(self):
+        with self.psycopg.connect(self.server.dsn(), autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS %s CASCADE" % store.pg_ident(store.pg_schema("my-project")))
+            for role in self.roles + list(store.pg_role_names("my-project").values()):
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+
+    def url(self, readme_url):
+        """README's URL with its user kept and its host replaced by the test server's socket."""
+        user = self.re.match(r"postgresql://([^@/]+)@", readme_url)
+        self.assertIsNotNone(user, readme_url)
+        return support.pg_url(self.server).replace("postgresql://coord@", "postgresql://%s@" % user.group(1))
+
+    def line(self, line):
+        line = self.re.sub(r"\s{2,}# .*$", "", line)  # a trailing comment would hide the terminal's end marker
+        return self.re.sub(r"'(postgresql://[^']*)'", lambda m: "'%s'" % self.url(m.group(1)), line)
+
+    def typed(self, term, line, expect=0):
+        rc, out = term.run(self.line(line), timeout=180)
+        self.assertEqual(rc, expect, "%s\n%s" % (line, out))
+        return out
+
+    def coord(self, env, *args, **extra):
+        proc = subprocess.run([".coord/coord"] + list(args), cwd=self.repo, env=dict(env, **extra), text=True,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, "%s\n%s" % (args, proc.stderr))
+        return proc.stdout
+
+    def records(self, env=None):
+        env = env or self.plain
+        listed = json.loads(self.coord(env, "list", "--all", "--json"))
+        return (self.coord(env, "audit", "--private"),
+                sorted((l["resource"], l["handle"]) for l in listed["leases"]))
+
+    def test_readme_postgresql_sequence_as_written(self):
+        setup, driver, migrate, other_host, other_off, back = self.blocks()
+        # Records on SQLite first: an agent's lease and a message to it.
+        agent = json.loads(self.coord(self.plain, "hello", "--conversation", "c1", "--json"))["runtime"]
+        self.coord(self.plain, "claim", "src/a.py", "-p", "fix", COORD_RUNTIME_ID=agent["id"])
+        self.coord(self.plain, "send", "hello there", "--to", agent["handle"], COORD_RUNTIME_ID=agent["id"])
+        before = self.records()
+        term = support.person_terminal(self, self.repo, self.plain)
+
+        # coord db setup, the admin URL typed at its prompt.
+        self.assertEqual(len(setup), 1, setup)
+        self.roles = self.re.findall(r"--login (\S+)", setup[0])
+        self.assertTrue(self.roles, setup)
+        os.write(term.fd, ("%s; echo %s$?%s\n" % (self.line(setup[0]), term._MARK, term._MARK)).encode())
+        term._read_until(b"PostgreSQL admin URL")
+        os.write(term.fd, (support.pg_url(self.server) + "\n").encode())
+        buf, m = term._read_until((term._MARK + r"(\d+)" + term._MARK).encode(), timeout=180)
+        self.assertEqual(int(m.group(1)), 0, buf.decode("utf-8", "replace"))
+
+        # The driver: README's line is the command coord prints for `python3`.
+        self.assertEqual([self.re.sub(r"\s{2,}# .*$", "", l) for l in driver],
+                         [store.psycopg_install_command("python3")])
+
+        # The move, by the person at a terminal, with README's first login role in the URL.
+        out = "".join(self.typed(term, line) for line in migrate)
+        self.assertIn("moved project my-project from sqlite to postgresql", out)
+        self.assertIn("PostgreSQL (project my-project", out)
+        self.assertEqual(self.records(), before, "every record, now through the host process")
+
+        # Another host: its own HOME and state directory, README's lines, its own role.
+        term2 = support.Terminal(self, self.other, self.repo)
+        out = "".join(self.typed(term2, line) for line in other_host)
+        self.assertIn("src/a.py", out, "the lease claimed on the first host")
+        self.assertIn(agent["handle"], out)
+        self.assertEqual(self.records(self.other)[1], before[1])
+        self.coord(self.other, "claim", "src/b.py")  # the second host's own record
+        moved = self.records()
+        self.assertIn("src/b.py", [r for r, _h in moved[1]])
+
+        # Moving back: the other host lets go of the URL, then the first host moves the records.
+        for line in other_off:
+            self.typed(term2, line)
+        self.assertEqual(json.loads(self.coord(self.other, "db", "status", "--json"))["engine"], "sqlite")
+        out = "".join(self.typed(term, line) for line in back)
+        self.assertIn("moved project my-project from postgresql to sqlite", out)
+        self.assertEqual(json.loads(self.coord(self.plain, "db", "status", "--json"))["engine"], "sqlite")
+        self.assertEqual(self.records(), moved, "every record, back in SQLite")
