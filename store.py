@@ -3974,11 +3974,7 @@ class _PgConnection:
         import sys
         self.tls = pg_check_url(dsn, environ)  # before anything else: no connection that TLS does not verify
         self.pooled = pg_pooled(dsn, environ)
-        try:
-            import psycopg
-        except ImportError:
-            raise EnvError("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable,
-                           psycopg_install_command(sys.executable, sys.version_info[:2]))
+        psycopg = import_psycopg(environ)
         self.psycopg = psycopg
         self.project = project_id
         self.schema = pg_schema(project_id)
@@ -4859,11 +4855,7 @@ class PgListener:
         import sys
         pg_check_url(dsn, environ)
         pg_check_listen_url(dsn, environ)
-        try:
-            import psycopg
-        except ImportError:
-            raise EnvError("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable,
-                           psycopg_install_command(sys.executable, sys.version_info[:2]))
+        psycopg = import_psycopg(environ)
         self.psycopg = psycopg
         self.channel = pg_wake_channel(project_id)
         try:
@@ -5298,22 +5290,61 @@ def project_live_works(db, environ=None):
     return out
 
 
-def psycopg_install_command(python, version=None):
-    """The exact command that installs the driver for interpreter `python` (version: its (major,
-    minor); psycopg 3.3 needs Python >= 3.10, so 3.9 gets 3.2)."""
+def driver_dir(version=None, environ=None):
+    """<state>/driver/python<major>.<minor>: where the command coord prints installs psycopg for one
+    interpreter (`pip install --target`: nothing goes into the system's or the user's site-packages,
+    so a distribution's externally-managed interpreter, Debian 12's python3 among them, takes it
+    without an override; the binary wheel is built for one Python version, hence one directory
+    each). The state directory is private and outside every repository."""
+    import sys
+    major, minor = tuple(version or sys.version_info[:2])[:2]
+    return os.path.join(state_dir(environ), "driver", "python%d.%d" % (major, minor))
+
+
+def import_psycopg(environ=None):
+    """psycopg 3 for the host process: importable as installed (a venv, a distribution package),
+    else from driver_dir(); EnvError (exit 4) with the install command when neither has it."""
+    import sys
+    try:
+        import psycopg
+        return psycopg
+    except ImportError:
+        pass
+    where = driver_dir(environ=environ)
+    if os.path.isdir(where) and where not in sys.path:
+        sys.path.append(where)
+    try:
+        import psycopg
+        return psycopg
+    except ImportError:
+        raise EnvError("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable,
+                       psycopg_install_command(sys.executable, sys.version_info[:2], environ))
+
+
+def psycopg_install_command(python, version=None, environ=None):
+    """The exact command that installs the driver for interpreter `python` into driver_dir()
+    (version: its (major, minor), default this interpreter's; psycopg 3.3 needs Python >= 3.10,
+    so 3.9 gets 3.2)."""
     import shlex
-    old = version is not None and tuple(version) < (3, 10)
-    return "%s -m pip install --user 'psycopg[binary]%s'" % (shlex.quote(python), "==3.2.13" if old else "==3.3.9")
+    import sys
+    version = tuple(version or sys.version_info[:2])
+    pin = "==3.2.13" if version < (3, 10) else "==3.3.9"
+    return "%s -m pip install --upgrade --target %s 'psycopg[binary]%s'" % (
+        shlex.quote(python), shlex.quote(driver_dir(version, environ)), pin)
 
 
-def driver_status(python=None):
-    """Whether `python` (default: this interpreter) imports psycopg 3, checked in a child process
-    (importing it here would cost the caller 100+ ms): {"ok", "python", "version", "install"}."""
+def driver_status(python=None, environ=None):
+    """Whether `python` (default: this interpreter) imports psycopg 3 as the host process would
+    (import_psycopg), checked in a child process (importing it here would cost the caller 100+
+    ms): {"ok", "python", "version", "install"}."""
     import subprocess
     python = python or sys_executable()
+    code = ("import os, sys\nv = sys.version_info[:2]\nprint('%%d.%%d' %% v)\n"
+            "try:\n    import psycopg\nexcept ImportError:\n"
+            "    sys.path.append(os.path.join(%r, 'python%%d.%%d' %% v))\n    import psycopg\n"
+            "print(psycopg.__version__)" % os.path.join(state_dir(environ), "driver"))
     try:
-        proc = subprocess.run([python, "-c", "import sys\nprint('%d.%d' % sys.version_info[:2])\n"
-                               "import psycopg\nprint(psycopg.__version__)"], stdin=subprocess.DEVNULL,
+        proc = subprocess.run([python, "-c", code], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
         lines = proc.stdout.decode("utf-8", "replace").split()
     except (OSError, subprocess.SubprocessError):
@@ -5321,7 +5352,7 @@ def driver_status(python=None):
     version = tuple(int(x) for x in lines[0].split(".")) if lines and lines[0].count(".") == 1 else None
     ok = proc is not None and proc.returncode == 0 and len(lines) >= 2
     return {"ok": ok, "python": python, "version": lines[1] if ok else None,
-            "install": psycopg_install_command(python, version)}
+            "install": psycopg_install_command(python, version, environ)}
 
 
 def start_host_in_background(environ=None, start=None):

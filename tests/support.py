@@ -618,6 +618,11 @@ def psycopg_dir():
     return os.path.join(cache, "python", "%d.%d" % sys.version_info[:2])
 
 
+def psycopg_pin():
+    """The psycopg version tests/provision installs for this interpreter."""
+    return PSYCOPG_PINS.get("%d.%d" % sys.version_info[:2], PSYCOPG_PIN)
+
+
 def import_psycopg():
     """psycopg, from the test cache (tests/provision) or the interpreter's own; None when absent."""
     where = psycopg_dir()

@@ -1053,6 +1053,36 @@ class ClockAheadTest(HostCase):
 
 # --------------------------------------------------------------------------- README's PostgreSQL section, as written (issue 25, pgdocs)
 
+class DriverDirTest(HostCase):
+    """The driver where coord's printed command puts it: `pip install --target
+    <state>/driver/pythonM.m` (a distribution's externally-managed python3 refuses a plain or
+    --user install; Debian 12's pip 23.0.1 takes --target). The host process and --doctor's
+    driver check find it there with nothing on PYTHONPATH; before, both needed PYTHONPATH or
+    site-packages."""
+
+    AUTO_START = False
+
+    def test_the_host_process_imports_the_driver_from_the_state_directory(self):
+        env = {k: v for k, v in self.env.items() if k != "PYTHONPATH"}
+        where = store.driver_dir(environ=env)
+        self.assertTrue(where.startswith(os.path.join(self.state, "fleet-agent-coord", "driver", "python")), where)
+        before = store.driver_status(sys.executable, env)
+        self.assertFalse(before["ok"], before)
+        self.assertEqual(before["install"], "%s -m pip install --upgrade --target %s 'psycopg[binary]==%s'"
+                         % (sys.executable, where, support.psycopg_pin()))
+        os.makedirs(os.path.dirname(where))
+        os.symlink(support.psycopg_dir(), where)  # the layout pip --target writes (tests/provision uses it)
+        self.assertEqual(store.driver_status(sys.executable, env)["version"], support.psycopg_pin())
+        proc = subprocess.Popen([sys.executable, HOST, "serve", "--dsn", self.dsn, "--project", self.project,
+                                 "--socket", self.sock], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        self.addCleanup(self.stop_host, proc)
+        line = proc.stdout.readline()
+        self.assertIn("serving", line, proc.stderr.read() if proc.poll() is not None else line)
+        self.assertEqual(self.remote().claim(self.remote().register(conversation="c1")["id"], ["src/a.py"])
+                         [0]["resource"], "src/a.py")
+
+
 class ReadmePostgresTest(support.CoordTestCase):
     """README's "Several hosts: PostgreSQL" section run as written against the real test server:
     `coord db setup` with the admin URL typed at its prompt, the driver line (checked against the
@@ -1148,9 +1178,12 @@ class ReadmePostgresTest(support.CoordTestCase):
         buf, m = term._read_until((term._MARK + r"(\d+)" + term._MARK).encode(), timeout=180)
         self.assertEqual(int(m.group(1)), 0, buf.decode("utf-8", "replace"))
 
-        # The driver: README's line is the command coord prints for `python3`.
+        # The driver: README's line is the command coord prints for `python3` 3.11 with the default
+        # state directory, written with `~` (test_host.DriverDirTest runs that layout).
+        home = os.path.expanduser("~")
+        printed = store.psycopg_install_command("python3", (3, 11), {"XDG_STATE_HOME": ""})
         self.assertEqual([self.re.sub(r"\s{2,}# .*$", "", l) for l in driver],
-                         [store.psycopg_install_command("python3")])
+                         [printed.replace(" %s/" % home, " ~/")])
 
         # The move, by the person at a terminal, with README's first login role in the URL.
         out = "".join(self.typed(term, line) for line in migrate)

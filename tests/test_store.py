@@ -1538,8 +1538,8 @@ class DatabaseUrlTest(support.CoordTestCase):
         proc = self.coord("hello", env={"COORD_DB": url, "PYTHONPATH": os.path.join(self.tmp, "nothing")})
         self.assertEqual(proc.returncode, 4, proc.stderr)
         self.assertIn("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable, proc.stderr)
-        self.assertIn("next: install the driver: %s -m pip install --user 'psycopg[binary]==3." % sys.executable,
-                      proc.stderr)
+        self.assertIn("next: install the driver: %s -m pip install --upgrade --target %s 'psycopg[binary]==3."
+                      % (sys.executable, store.driver_dir(environ=self.env)), proc.stderr)
         self.assertIn("then: %s db start" % support.COORD, proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "postgresql:")))
         reply = json.loads(self.coord("status", "--json", env={"COORD_DB": url}).stdout)
