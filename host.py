@@ -669,9 +669,14 @@ def main(argv=None):
     # driver; the target comes in COORD_MIGRATE_TARGET (a URL may hold a password: not in argv).
     cmd = sub.add_parser("migrate", allow_abbrev=False)
     cmd.add_argument("--project", required=True)
+    # coord db join (a host joins a project already in PostgreSQL): the URL in COORD_JOIN_URL.
+    cmd = sub.add_parser("join", allow_abbrev=False)
+    cmd.add_argument("--project", required=True)
     args = parser.parse_args(argv)
     if args.command == "migrate":
         return migrate_main(args)
+    if args.command == "join":
+        return migrate_main(args, lambda: store.join_project(args.project, os.environ.get("COORD_JOIN_URL", "")))
     if args.command == "setup":  # the pg-security block of store.py does the work; print what it runs
         try:
             admin = os.environ.get(store.PG_ADMIN_URL_ENV, "").strip()
@@ -729,12 +734,12 @@ def main(argv=None):
         return 0
 
 
-def migrate_main(args):
+def migrate_main(args, run=None):
     """`host.py migrate --project ID` with COORD_MIGRATE_TARGET (a URL or "sqlite"): the report of
     store.migrate_project as JSON on stdout, or the error as JSON (class, message, hint) and
-    its exit code."""
+    its exit code. `host.py join` passes its own `run` (store.join_project)."""
     try:
-        report = store.migrate_project(args.project, os.environ.get("COORD_MIGRATE_TARGET", ""))
+        report = run() if run else store.migrate_project(args.project, os.environ.get("COORD_MIGRATE_TARGET", ""))
     except store.CoordError as exc:
         print(json.dumps(_error_reply(None, exc)["error"]), flush=True)
         return exc.exit_code

@@ -5562,6 +5562,69 @@ def _aside(path, stamp):
     return dest
 
 
+# --------------------------------------------------------------------------- joining a project from another host
+# `coord db join URL` on a host whose clone of the repository is to use a project that another host
+# already moved to PostgreSQL, and `coord db leave` before the project moves back (README, "Several
+# hosts"). join_project runs in host.py (the driver); leave_project is stdlib.
+
+def join_project(project_id, url, environ=None):
+    """This host uses project `project_id`'s records in PostgreSQL at `url`: the URL must reach
+    the project's schema (made by `coord db migrate` on another host) at a schema version this
+    coord reads; then it goes into this host's settings, and a SQLite database this host kept for
+    the project is renamed aside (never deleted; refused while an agent is live in it: its leases
+    would not follow). -> {"project", "settings", "aside", "runtimes", "leases", "works"}."""
+    env = os.environ if environ is None else environ
+    if database_scheme(url) not in PG_SCHEMES:
+        raise UsageError("coord db join takes a postgresql:// URL, not %r"
+                         % (url if database_scheme(url) is None else database_scheme(url) + "://..."),
+                         "coord db join postgresql://USER@HOST/DB")
+    here = project_database(dict(env, COORD_DB="", COORD_PROJECT_ID=project_id))
+    if here["engine"] == "postgresql":
+        raise Refused("project %s is in PostgreSQL already on this host (URL in %s)" % (project_id, here["source"]),
+                      "to use another URL, first: coord db leave")
+    conn = _PgConnection(url, project_id, environ=env)
+    try:
+        if conn.raw.execute("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                            " WHERE n.nspname = %s AND c.relname = 'meta'", (conn.schema,)).fetchone() is None:
+            raise Refused("the server at that URL has no records of project %s" % project_id,
+                          "on the host that holds them, the person runs: coord db migrate URL")
+        row = conn.raw.execute("SELECT value FROM meta WHERE key = 'schema.user_version'").fetchone()
+        version = int(row[0]) if row and str(row[0]).isdigit() else 0
+        if version > SCHEMA_VERSION:
+            raise EnvError("project %s has schema v%d there, newer than this coord (v%d)"
+                           % (project_id, version, SCHEMA_VERSION), upgrade_hint())
+        found = {t: conn.raw.execute("SELECT count(*) FROM %s" % t).fetchone()[0]
+                 for t in ("runtimes", "leases", "work")}
+    finally:
+        conn.close()
+    aside = None
+    if os.path.exists(here["path"]):
+        local = Store(here["path"], environ=env)
+        try:
+            live = [rt for rt in local.live_runtimes() if not rt.get("person")]
+        finally:
+            local.close()
+        if live:
+            raise Refused("%d agent(s) are live in this host's SQLite database of project %s (%s): their leases"
+                          " would not follow" % (len(live), project_id, ", ".join(rt["handle"] for rt in live[:3])),
+                          "end or park them first, then: coord db join URL")
+        aside = _aside(here["path"], time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    settings = write_project_url(project_id, url, env)
+    return {"project": project_id, "settings": settings, "aside": aside, "runtimes": found["runtimes"],
+            "leases": found["leases"], "works": found["work"]}
+
+
+def leave_project(project_id, environ=None):
+    """This host stops using the project's PostgreSQL records (`coord db leave`): its URL file is
+    renamed aside (never deleted); the records stay on the server. -> {"project", "aside"}."""
+    env = os.environ if environ is None else environ
+    here = project_database(dict(env, COORD_DB="", COORD_PROJECT_ID=project_id))
+    if here["engine"] != "postgresql":
+        raise Refused("project %s is in SQLite on this host (%s): nothing to leave" % (project_id, here["path"]))
+    return {"project": project_id,
+            "aside": _aside(here["source"], time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))}
+
+
 def migrate_project(project_id, target, environ=None):
     """Move project `project_id` from where it is (project_database) to `target`: a
     postgresql:// URL or "sqlite". -> a report: {"from", "to", "counts", "audit", "aside", "settings"}."""

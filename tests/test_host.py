@@ -1083,6 +1083,77 @@ class DriverDirTest(HostCase):
                          [0]["resource"], "src/a.py")
 
 
+class JoinLeaveTest(support.CoordTestCase):
+    """`coord db join URL` and `coord db leave` (the person's commands): a host joins only a
+    project whose records the URL reaches, never while an agent is live in its own SQLite
+    database of the project, and renames what it stops using aside; an agent may run neither."""
+
+    def setUp(self):
+        super().setUp()
+        server, self.psycopg = support.require_postgres(self)
+        self.server = server
+        self.project = "jointest-%s" % uuid.uuid4().hex[:10]
+        self.addCleanup(self._drop)
+        self.plain = {k: v for k, v in self.env.items() if k != "COORD_DB"}
+        self.plain.update(PYTHONPATH=support.psycopg_dir(), COORD_PYTHON=sys.executable,
+                          COORD_PROJECT_ID=self.project)
+        self.addCleanup(support.stop_host_process, store.project_host_socket(self.project, self.plain))
+
+    def _drop(self):
+        with self.psycopg.connect(self.server.dsn(), autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+
+    def test_join_checks_the_records_and_keeps_what_it_stops_using(self):
+        url = support.pg_url(self.server)
+        term = support.person_terminal(self, self.tmp, self.plain)
+        rc, out = term.run("%s db join '%s'" % (support.COORD, url), timeout=120)
+        self.assertEqual(rc, 3, out)
+        self.assertIn("the server at that URL has no records of project %s" % self.project, out)
+        self.assertIn("coord db migrate URL", out)
+        self.assertFalse(os.path.exists(store.project_url_path(self.project, self.plain)), "nothing was written")
+        # Records there (another host moved them: here a Store on the server), and a live agent in
+        # this host's own SQLite database of the project.
+        far = store.Store(pg={"dsn": url, "project": self.project})
+        far.register(conversation="far-agent", harness="claude")
+        far.close()
+        local = store.Store(store.resolve_db_path(self.plain))
+        agent = local.register(conversation="c-local", harness="claude", pid=os.getpid())
+        local.close()
+        rc, out = term.run("%s db join '%s'" % (support.COORD, url), timeout=120)
+        self.assertEqual(rc, 3, out)
+        self.assertIn("agent(s) are live in this host's SQLite database", out)
+        self.assertIn(agent["handle"], out)
+        self.assertFalse(os.path.exists(store.project_url_path(self.project, self.plain)))
+        # An agent may not join.
+        proc = subprocess.run([support.COORD, "db", "join", url], env=dict(self.plain, COORD_RUNTIME_ID=agent["id"]),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True, timeout=120)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("is the person's decision", proc.stderr)
+        local = store.Store(store.resolve_db_path(self.plain))
+        local.bye(agent["id"])
+        local.close()
+        sqlite_path = store.resolve_db_path(self.plain)
+        rc, out = term.run("%s db join '%s'" % (support.COORD, url), timeout=120)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("now uses PostgreSQL", out)
+        self.assertIn("1 runtimes", out)
+        self.assertFalse(os.path.exists(sqlite_path))
+        self.assertTrue([n for n in os.listdir(os.path.dirname(sqlite_path))
+                         if n.startswith(os.path.basename(sqlite_path) + ".migrated-")], "the SQLite file is kept")
+        self.assertEqual(store.project_database(self.plain)["engine"], "postgresql")
+        rc, out = term.run("%s db join '%s'" % (support.COORD, url), timeout=120)
+        self.assertEqual(rc, 3, out)
+        self.assertIn("in PostgreSQL already on this host", out)
+        rc, out = term.run("%s db leave" % support.COORD, timeout=120)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("no longer uses PostgreSQL", out)
+        self.assertEqual(store.project_database(self.plain)["engine"], "sqlite")
+        url_file = store.project_url_path(self.project, self.plain)
+        self.assertTrue([n for n in os.listdir(os.path.dirname(url_file))
+                         if n.startswith(os.path.basename(url_file) + ".migrated-")], "the URL file is kept")
+
+
 class ReadmePostgresTest(support.CoordTestCase):
     """README's "Several hosts: PostgreSQL" section run as written against the real test server:
     `coord db setup` with the admin URL typed at its prompt, the driver line (checked against the
@@ -1194,6 +1265,7 @@ class ReadmePostgresTest(support.CoordTestCase):
         # Another host: its own HOME and state directory, README's lines, its own role.
         term2 = support.Terminal(self, self.other, self.repo)
         out = "".join(self.typed(term2, line) for line in other_host)
+        self.assertIn("project my-project on this host now uses PostgreSQL", out)
         self.assertIn("src/a.py", out, "the lease claimed on the first host")
         self.assertIn(agent["handle"], out)
         self.assertEqual(self.records(self.other)[1], before[1])
