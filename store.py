@@ -5261,7 +5261,8 @@ def host_start_command(prefix=".coord/coord"):
 
 
 SANDBOX_SOCKET_HINT = ("the person sets network_access = true under [sandbox_workspace_write] in Codex's config.toml"
-                       " (.coord/install . --doctor shows it), or runs this command outside the sandbox")
+                       " (.coord/install . --doctor shows it), or approves running this command outside the sandbox;"
+                       " meanwhile coord's hooks still check every write and deliver messages")
 
 
 def host_down_error(project, path, why, hint=None):

@@ -1756,10 +1756,13 @@ class PgDoctorTest(InstallTestCase):
         self.assertFalse(self.doctor(check=0)["codex"]["sandbox"]["ok"])
         text = self.install("--doctor", check=0).stdout
         self.assertIn("cannot connect to the host process's socket", text)
-        self.assertIn("[sandbox_workspace_write]\nnetwork_access = true", text)
+        self.assertIn("coord's hooks (outside the sandbox) still check every write", text)
+        self.assertIn("(it opens every network address to the agent):\n[sandbox_workspace_write]\nnetwork_access = true", text)
         with open(config, "w") as f:
             f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nnetwork_access = true\n')
         self.assertTrue(self.doctor(check=0)["codex"]["sandbox"]["ok"])
+        self.assertIn("the database server included, with this host's URL (%s is readable in the sandbox)"
+                      % store.project_url_path("pgdoc", self.env), self.install("--doctor", check=0).stdout)
 
     def test_doctor_shows_the_database_security_checks_of_the_host_process(self):
         db = self.doctor(check=0)["database"]
