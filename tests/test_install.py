@@ -1790,6 +1790,25 @@ class PgDoctorTest(InstallTestCase):
                                r" its own login role \(a person with admin rights runs: \S*coord db setup --login ROLE\)")
         self.assertIn("database security: row-level security forced on every table of coord_pgdoc", text)
 
+    def test_a_state_directory_the_sandbox_can_write_is_a_problem(self):
+        # There an agent could remove the host process's socket (every hook then fails open) or
+        # replace it, rewrite the safe-mode file or the project's URL.
+        state = os.path.dirname(self.sock)
+        config = os.path.join(self.codex_home, "config.toml")
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nexclude_slash_tmp = true\n'
+                    'exclude_tmpdir_env_var = true\nwritable_roots = [%s]\n' % json.dumps(state))
+        self.assertEqual(self.doctor(check=0)["codex"]["sandbox"]["state_writable"], ["writable root %s" % state])
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("codex sandbox: PROBLEM: the state directory %s is writable in the sandbox (writable root %s):"
+                      " an agent there could remove or replace the host process's socket" % (state, state), text)
+        self.assertIn("a person sets XDG_STATE_HOME to a directory no agent can write", text)
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nexclude_slash_tmp = true\n'
+                    'exclude_tmpdir_env_var = true\n')
+        self.assertEqual(self.doctor(check=0)["codex"]["sandbox"]["state_writable"], [])
+        self.assertNotIn("the state directory", self.install("--doctor", check=0).stdout)
+
     def test_tls_is_not_required_on_a_unix_socket_or_loopback_and_the_line_says_which(self):
         self.assertEqual(store.pg_local_kind("host=/run/postgresql dbname=x", {}), "a Unix socket on this host")
         self.assertEqual(store.pg_local_kind("dbname=x", {}), "a Unix socket on this host")
