@@ -4714,7 +4714,7 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
     else:
         ssl = raw.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
         if mode == "local":
-            lines.append((True, "TLS: not required (the server is on this host%s)" % (", TLS on" if ssl and ssl[0] else "")))
+            lines.append((True, "TLS: not required (%s%s)" % (pg_local_kind(dsn, environ), ", TLS on" if ssl and ssl[0] else "")))
         elif ssl and ssl[0]:
             lines.append((True, "TLS: on, server certificate and name verified (sslmode=verify-full)"))
         else:
@@ -4725,7 +4725,30 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
         lines.append((True, "LISTEN connection: a session connection (not a pooled endpoint)"))
     else:
         lines.append((False, "LISTEN connection looks pooled (%s): give the direct endpoint for LISTEN" % why))
+    lines.append(pg_doctor_wake_check(st.conn.project))
     return lines
+
+
+# --doctor's security exit status (issue 25, pgcodex): which local connection needs no TLS, and the
+# wake-up check. A line with ok False makes `install --doctor` exit 1.
+def pg_local_kind(dsn, environ=None):
+    """For a connection pg_check_url judged local: "the server's Unix socket" or "loopback (HOST)"."""
+    target = pg_target(dsn, environ)
+    hosts = [h.strip() for h in (target[0] if target else [])]
+    inet = [h for h in hosts if h and not h.startswith(("/", "@"))]
+    if not inet:
+        return "a Unix socket on this host"
+    return "loopback %s on this host" % clean_text(",".join(inet), 80)
+
+
+def pg_doctor_wake_check(project_id):
+    """(ok, line): the NOTIFY coord sends carries no payload, on a channel that is a digest."""
+    sql = pg_wake_sql(project_id)
+    channel = pg_wake_channel(project_id)
+    if sql.strip() == "NOTIFY " + channel and project_id not in channel:
+        return (True, "wake-ups: NOTIFY %s with no payload (nothing of the project travels)" % channel)
+    return (False, "wake-ups carry content (%s): reinstall coord (.coord/install . --doctor names the source)"
+            % clean_text(sql, 80))
 
 
 # --------------------------------------------------------------------------- the host process's lease copy (issue 25, pglisten)
@@ -5230,7 +5253,8 @@ def host_start_command(prefix=".coord/coord"):
 
 
 SANDBOX_SOCKET_HINT = ("the person sets network_access = true under [sandbox_workspace_write] in Codex's config.toml"
-                       " (.coord/install . --doctor shows it), or runs this command outside the sandbox")
+                       " (.coord/install . --doctor shows it), or approves running this command outside the sandbox;"
+                       " meanwhile coord's hooks still check every write and deliver messages")
 
 
 def host_down_error(project, path, why, hint=None):

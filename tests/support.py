@@ -756,6 +756,28 @@ def pg_url(server, database="postgres"):
     return "postgresql://coord@/%s?host=%s&port=%d" % (database, quote(server.dir, safe=""), server.port)
 
 
+def pg_login_url(testcase, server, project, psycopg):
+    """A URL for `project` as a login role of its own, set up by store.pg_setup as the test
+    server's superuser (roles, schema at the current version, grants, forced row-level security):
+    the role a host is meant to run as, so --doctor's security checks pass. The project's schema
+    and roles are dropped at cleanup (roles are the server's, not a database's)."""
+    import re
+    import store
+    login = "host_%s" % re.sub(r"[^a-z0-9_]", "_", project.lower())[:40]
+
+    def drop():
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS %s CASCADE" % store.pg_ident(store.pg_schema(project)))
+            for role in [login] + list(store.pg_role_names(project).values()):
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+    drop()  # a role left by a killed run
+    testcase.addCleanup(drop)
+    store.pg_setup(server.dsn(), project, [login])
+    return pg_url(server).replace("postgresql://coord@", "postgresql://%s@" % login, 1)
+
+
 def stop_host_process(socket_path, timeout=30.0):
     """SIGTERM to the host process's supervisor named in <socket>.lock, then wait (bounded) until
     the lock is free; a no-op when none holds it."""

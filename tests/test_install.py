@@ -1706,15 +1706,16 @@ class PgDoctorTest(InstallTestCase):
 
     def setUp(self):
         super().setUp()
-        server, self.psycopg = support.require_postgres(self)
-        self.url = support.pg_url(server)
+        self.server, self.psycopg = support.require_postgres(self)
         self.env.update({"COORD_DB": "", "COORD_PROJECT_ID": "", "PYTHONPATH": support.psycopg_dir(),
                          "COORD_PYTHON": sys.executable})  # the interpreter whose psycopg PYTHONPATH names
+        # The project set up by coord db setup, the host as its own login role: a clean doctor.
+        self.url = support.pg_login_url(self, self.server, "pgdoc", self.psycopg)
         self.fresh("pgdoc")
         store.write_project_url("pgdoc", self.url, self.env)
         self.sock = store.project_host_socket("pgdoc", self.env)
         self.addCleanup(support.stop_host_process, self.sock)
-        self.addCleanup(self._drop, server)
+        self.addCleanup(self._drop, self.server)
 
     def _drop(self, server):
         with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
@@ -1755,23 +1756,61 @@ class PgDoctorTest(InstallTestCase):
         self.assertFalse(self.doctor(check=0)["codex"]["sandbox"]["ok"])
         text = self.install("--doctor", check=0).stdout
         self.assertIn("cannot connect to the host process's socket", text)
-        self.assertIn("[sandbox_workspace_write]\nnetwork_access = true", text)
+        self.assertIn("coord's hooks (outside the sandbox) still check every write", text)
+        self.assertIn("(it opens every network address to the agent):\n[sandbox_workspace_write]\nnetwork_access = true", text)
         with open(config, "w") as f:
             f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nnetwork_access = true\n')
         self.assertTrue(self.doctor(check=0)["codex"]["sandbox"]["ok"])
+        self.assertIn("the database server included, with this host's URL (%s is readable in the sandbox)"
+                      % store.project_url_path("pgdoc", self.env), self.install("--doctor", check=0).stdout)
 
     def test_doctor_shows_the_database_security_checks_of_the_host_process(self):
         db = self.doctor(check=0)["database"]
         self.assertIsNone(db["security"], "not checked while the host process is down")
-        self.assertIn("database security: not checked (the host process is not running)",
+        self.assertIn("database security: not checked (the host process is not running: .coord/coord db start",
                       self.install("--doctor", check=0).stdout)
         store.start_host("pgdoc", self.url, self.sock, environ=self.env)
         checks = self.doctor(check=0)["database"]["security"]
-        lines = [c["line"] for c in checks]
-        # The test server's role is a superuser and pgdoc was never set up: store.pg_doctor_checks says so.
-        self.assertTrue(any("is a superuser" in l and "coord db setup --login ROLE" in l for l in lines), lines)
-        self.assertTrue(any(l.startswith("row-level security missing on") for l in lines), lines)
-        self.assertTrue(any(l.startswith("TLS: not required") for l in lines), lines)
+        self.assertEqual([c for c in checks if not c["ok"]], [], "a login role of a set-up project is clean")
         text = self.install("--doctor", check=0).stdout
-        self.assertIn("database security: PROBLEM: row-level security missing on", text)
-        self.assertIn("database security: TLS: not required", text)
+        self.assertRegex(text, r"database security: database role host_pgdoc: not a superuser, not the owner")
+        self.assertIn("database security: row-level security forced on every table of coord_pgdoc", text)
+        self.assertIn("database security: TLS: not required (a Unix socket on this host)", text)
+        self.assertRegex(text, r"database security: wake-ups: NOTIFY coord_wake_[0-9a-f]{24} with no payload")
+
+    # --doctor's security exit status (issue 25, pgcodex)
+    def test_a_failed_security_check_makes_doctor_exit_1_and_names_the_fix(self):
+        # The same project, its host connected as the server's superuser: the role check fails.
+        store.write_project_url("pgdoc", support.pg_url(self.server), self.env)
+        store.start_host("pgdoc", support.pg_url(self.server), self.sock, environ=self.env)
+        checks = self.doctor(check=1)["database"]["security"]
+        self.assertEqual([c["line"].split(":")[0] for c in checks if not c["ok"]], ["database role coord is a superuser"])
+        text = self.install("--doctor", check=1).stdout
+        self.assertRegex(text, r"database security: PROBLEM: database role coord is a superuser: give this host"
+                               r" its own login role \(a person with admin rights runs: \S*coord db setup --login ROLE\)")
+        self.assertIn("database security: row-level security forced on every table of coord_pgdoc", text)
+
+    def test_a_state_directory_the_sandbox_can_write_is_a_problem(self):
+        # There an agent could remove the host process's socket (every hook then fails open) or
+        # replace it, rewrite the safe-mode file or the project's URL.
+        state = os.path.dirname(self.sock)
+        config = os.path.join(self.codex_home, "config.toml")
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nexclude_slash_tmp = true\n'
+                    'exclude_tmpdir_env_var = true\nwritable_roots = [%s]\n' % json.dumps(state))
+        self.assertEqual(self.doctor(check=0)["codex"]["sandbox"]["state_writable"], ["writable root %s" % state])
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("codex sandbox: PROBLEM: the state directory %s is writable in the sandbox (writable root %s):"
+                      " an agent there could remove or replace the host process's socket" % (state, state), text)
+        self.assertIn("a person sets XDG_STATE_HOME to a directory no agent can write", text)
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nexclude_slash_tmp = true\n'
+                    'exclude_tmpdir_env_var = true\n')
+        self.assertEqual(self.doctor(check=0)["codex"]["sandbox"]["state_writable"], [])
+        self.assertNotIn("the state directory", self.install("--doctor", check=0).stdout)
+
+    def test_tls_is_not_required_on_a_unix_socket_or_loopback_and_the_line_says_which(self):
+        self.assertEqual(store.pg_local_kind("host=/run/postgresql dbname=x", {}), "a Unix socket on this host")
+        self.assertEqual(store.pg_local_kind("dbname=x", {}), "a Unix socket on this host")
+        self.assertEqual(store.pg_local_kind("postgresql://u@127.0.0.1:5432/x", {}), "loopback 127.0.0.1 on this host")
+        self.assertEqual(store.pg_local_kind("postgresql://u@localhost/x", {}), "loopback localhost on this host")
