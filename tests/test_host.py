@@ -1121,3 +1121,20 @@ class PeerFactsTest(HostCase):
         out = self.forge("harness")
         self.assertEqual(out.get("error"), "Refused", out)
         self.assertIn("not the connecting process", out["message"])
+
+
+class RemotePidRuleTest(HostCase):
+    """pgpeer: a command on a PostgreSQL project (a RemoteStore) applies Store.pid_judged_here's
+    rule to the pid comparisons it makes in its own process, with its own host, and names its
+    host for workspace.other_host (which read `st.host` and got a remote call instead)."""
+
+    def test_only_this_host_s_runtimes_are_judged_here(self):
+        import workspace
+        st = self.remote()
+        mine = st.register(conversation="c-here", harness="x", pid=os.getpid())
+        self.assertEqual(st.host["id"], store.host_identity()["id"])
+        self.assertTrue(st.pid_judged_here(mine))
+        self.assertFalse(st.pid_judged_here(dict(mine, host="another-boot/pid:[4026531836]")))
+        with st.transaction():
+            w = st.insert_work("here", "active", "tok", path="/nonexistent/clone", runtime=mine["id"])
+        self.assertIsNone(workspace.other_host(st, w))
