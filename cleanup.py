@@ -311,7 +311,8 @@ def _wait_for_closed_window(st, w):
     deadline = time.monotonic() + workspace.CLOSED_EXIT_WAIT
     while time.monotonic() < deadline:
         pane_gone = not store.process_alive(rec["pane_pid"])
-        rt_gone = rt is None or not rt.get("pid") or not store.process_alive(rt["pid"], rt.get("pid_start"))
+        rt_gone = rt is None or not rt.get("pid") or not st.pid_judged_here(rt) \
+            or not store.process_alive(rt["pid"], rt.get("pid_start"))  # hosts: another host's pid is not ours
         if pane_gone and rt_gone:
             return
         time.sleep(0.05)

@@ -662,7 +662,7 @@ def link_work(h, rt, work_id, pid):
     with db.transaction():
         w = db.work(work_id)
         tmux = (w or {}).get("data", {}).get("tmux") or {}
-        if not w or tmux.get("pane_pid") not in chain:
+        if not w or tmux.get("pane_pid") not in chain or not work_pids_here(h, w):
             if w:
                 link_direct(h, rt, w, chain)
             return None
@@ -690,8 +690,22 @@ def link_direct(h, rt, w, chain):
         return
     if direct.get("conversation") == h.session and direct.get("runtime_id") == rt["id"]:
         return
+    if not work_pids_here(h, w):
+        return
     h.db.update_work(w["id"], data={"direct": dict(direct, conversation=h.session, runtime_id=rt["id"])})
     h.db.audit("work.attached", rt["id"], w["id"], conversation=h.session, via="wrapper")
+
+
+def work_pids_here(h, w):
+    """hosts (pgpeer): True when the pids in w's records (its tmux pane, its wrapper) are this
+    host's, the only pids this hook may compare with its own ancestry: always on SQLite; on
+    PostgreSQL when the work's recorded runtime (the host it lives on, Store.work_hosts) was
+    recorded here (Hook.pid_here). A work with no recorded runtime names no other host. One
+    read, made only once a recorded pid matched this process's ancestry."""
+    if h.database()["engine"] != "postgresql" or not w.get("runtime"):
+        return True
+    owner = h.db.runtime(w["runtime"])
+    return owner is None or h.pid_here(owner)
 
 
 def label_window(h, rec, rt):

@@ -325,6 +325,161 @@ def _refuse_client_time(op, args, kwargs):
                                "send the request without it; the server's clock decides")
 
 
+# -- the caller's facts against the kernel (issue 25, pgpeer; docs/postgresql.md "Who is calling").
+# A client gathers its own ancestry chain, person key and harness pid (store.caller_facts,
+# person_key, Hook.process) and sends them as data; any process of this user can connect, so a
+# client could send another process's chain to be taken for that process's runtime (another
+# agent's, or the person's). The socket's peer pid (SO_PEERCRED, in this process's PID namespace)
+# is the kernel's word for who connected: a chain is taken only as far as it is that pid's real
+# ancestry in /proc, a person key only when that pid's own session, terminal and foreground group
+# are the key's, and a harness pid only when it is an ancestor of that pid. A claim the kernel
+# contradicts is refused (CallerRefused); entries after the proven part that name no live
+# process (an ancestor that exited meanwhile) are dropped. What no kernel fact can prove stays
+# advisory: COORD_RUNTIME_ID, --runtime, the session variables, register's pid and cwd, and the
+# runtime IDs every other operation names (as on SQLite, where any process of the user can write
+# the database file itself).
+
+PEER_CHECKED_OPS = frozenset(["decide_caller", "decide_person_runtime", "superseded_attachment",
+                              "unended_subagents"])
+PEER_HINT = ("run coord as the process it speaks for: the host process takes a caller's facts only as far as"
+             " the kernel shows them for the process that connected")
+
+
+def _caller_refused(message):
+    return store.Refused("the host process refuses this request: %s" % message, PEER_HINT, reason="caller-facts")
+
+
+class PeerFacts:
+    """What the kernel says about one client connection's process: its pid (SO_PEERCRED) and,
+    read on first use and kept for the connection, its ancestry in /proc."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self._chain = None
+
+    def chain(self):
+        """store.ancestor_processes(pid) (nearest first, without pid itself and pid 1), one /proc
+        read per process."""
+        if self._chain is None:
+            out = []
+            parent = _stat_of(self.pid)[0] if self.pid > 0 else None
+            while parent and parent > 1 and len(out) < 64:
+                ppid, start = _stat_of(parent)
+                out.append((parent, start))
+                parent = ppid
+            self._chain = out
+        return self._chain
+
+    def check(self, op, args, kwargs):
+        """(args, kwargs) of op with the caller's facts the kernel proves, or CallerRefused."""
+        # SO_PEERCRED gives pid 0 for a process outside this PID namespace: the kernel proves no
+        # ancestry then (an empty chain), no terminal and no harness pid.
+        args, kwargs = list(args), dict(kwargs)
+        if op == "decide_caller":
+            facts = kwargs.get("facts") if "facts" in kwargs else (args[0] if args else None)
+            if not isinstance(facts, dict):
+                raise TypeError("decide_caller takes the caller's facts (a dict)")
+            facts = dict(facts)
+            facts.pop("_environ", None)
+            facts["chain"] = self.proven_chain(facts.get("chain"))
+            facts.pop("harness_ancestor", None)  # Store.decide_caller reads it from the proven chain (_fact)
+            facts["person"] = self.proven_person(facts.get("person"), facts["chain"])
+            if "facts" in kwargs:
+                kwargs["facts"] = facts
+            else:
+                args[0] = facts
+        elif op == "decide_person_runtime":
+            at = "person" in kwargs
+            person = kwargs.get("person") if at else (args[0] if args else None)
+            person = self.proven_person(person, self.chain())
+            if at:
+                kwargs["person"] = person
+            else:
+                args[0] = person
+        else:  # superseded_attachment(conversation, pid, ...), unended_subagents(conversation, pid): the harness pid
+            pid = kwargs.get("pid") if "pid" in kwargs else (args[1] if len(args) > 1 else None)
+            start = kwargs.get("pid_start") if "pid_start" in kwargs else (args[2] if len(args) > 2 else None)
+            if pid is not None:
+                if not isinstance(pid, int) or isinstance(pid, bool):
+                    raise TypeError("pid must be an integer")
+                if not any(p == pid and (start is None or s == start) for p, s in [(self.pid, None)] + self.chain()):
+                    raise _caller_refused("process %d is not the connecting process (%d) or one of its ancestors"
+                                          % (pid, self.pid))
+        return args, kwargs
+
+    def proven_chain(self, claimed):
+        """The claimed [[pid, start], ...] as far as it is the peer's real ancestry."""
+        if claimed is None:
+            return self.chain()
+        if not isinstance(claimed, list) or not all(
+                isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], int) and not isinstance(x[0], bool)
+                and (x[1] is None or isinstance(x[1], str)) for x in claimed):
+            raise TypeError("chain must be [[pid, start], ...]")
+        real = self.chain()
+        proven = 0
+        for (pid, start), (rpid, rstart) in zip(claimed, real):
+            if pid != rpid or start != rstart:
+                break
+            proven += 1
+        if proven < len(claimed):
+            pid, start = claimed[proven]
+            if start is not None and store.process_start(pid) == start:  # a live process, not this ancestry
+                raise _caller_refused("its process chain names process %d, which the kernel does not show as %s of"
+                                      " the process that connected (%d%s)" % (
+                                          pid, "the parent" if proven == 0 else "an ancestor", self.pid,
+                                          ", whose parent is %d" % real[0][0] if real else ""))
+        return [list(x) for x in real[:proven]]  # the rest names processes gone meanwhile
+
+    def proven_person(self, person, chain):
+        """person_key's (key, pid, start, terminal) when the kernel shows the peer in that key's
+        terminal session (its session leader, start, terminal and foreground group)."""
+        if person is None:
+            return [None, None, None, None]
+        if not isinstance(person, (list, tuple)) or len(person) != 4:
+            raise TypeError("person must be [key, pid, start, terminal]")
+        key, pid, start, name = person
+        if key is None:
+            return [None, None, None, None]  # no person claimed: nothing to prove
+        uid = os.getuid()
+        if key == "%s%d" % (store._PERSON_PREFIX, uid) and pid is None:
+            return list(person)  # the user alone: no process, no terminal; the uid is SO_PEERCRED's
+        facts = _terminal_of(self.pid)
+        expected = None
+        if facts is not None and isinstance(pid, int):
+            pgrp, sid, tty, tpgid = facts
+            expected = "%s%d:%s:%d:%s" % (store._PERSON_PREFIX, uid, store._terminal_name(tty), sid, start) \
+                if tty and sid == pid and tpgid == pgrp and tpgid > 0 else None
+            if expected is not None and (start is None or store.process_start(sid) != start
+                                         or (sid != self.pid and sid not in [p for p, _ in chain])):
+                expected = None
+        if key != expected:
+            raise _caller_refused("it claims the person at a terminal (%s), but the process that connected (%d) is"
+                                  " not in that terminal's session and foreground" % (key, self.pid))
+        return list(person)
+
+
+def _stat_of(pid):
+    """(parent pid, start token as store.process_start gives it) of process pid; (None, None)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2:].split()
+        return int(fields[1]), fields[19].decode()
+    except (OSError, ValueError, IndexError):
+        return None, None
+
+
+def _terminal_of(pid):
+    """(pgrp, session, tty device, the tty's foreground group) of process pid, from /proc; None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2:].split()
+        return int(fields[2]), int(fields[3]), int(fields[4]), int(fields[5])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class _Unbound(Exception):
     def __init__(self):
         super().__init__()
@@ -476,7 +631,8 @@ class Server:
         bound = None  # the Store of an open begin ... commit
         self.clients += 1
         try:
-            if not self._same_user(conn):
+            peer = self._peer(conn)  # pgpeer: the kernel's pid of the client (SO_PEERCRED)
+            if peer is None:
                 return
             while True:
                 try:
@@ -485,7 +641,7 @@ class Server:
                     return
                 if req is None:
                     return
-                reply, bound = self.answer(req, bound)
+                reply, bound = self.answer(req, bound, peer)
                 data = json.dumps(reply, separators=(",", ":")).encode("utf-8")
                 conn.sendall(struct.pack(">I", len(data)) + data)
         except OSError:
@@ -497,15 +653,16 @@ class Server:
             self.clients -= 1
             self.last = time.monotonic()
 
-    def _same_user(self, conn):
+    def _peer(self, conn):
+        """The client's PeerFacts when it runs as this user (SO_PEERCRED), else None."""
         try:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            _pid, uid, _gid = struct.unpack("3i", creds)
+            pid, uid, _gid = struct.unpack("3i", creds)
         except (OSError, AttributeError):
-            return False
-        return uid == os.getuid()
+            return None
+        return PeerFacts(pid) if uid == os.getuid() else None
 
-    def answer(self, req, bound):
+    def answer(self, req, bound, peer=None):
         rid = req.get("id") if isinstance(req, dict) else None
         try:
             if not isinstance(req, dict) or req.get("v") != store.HOST_PROTOCOL:
@@ -519,6 +676,8 @@ class Server:
             if op not in HOST_OPS or not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise store.UsageError("the host process does not run %r" % (op,))
             _refuse_client_time(op, args, kwargs)  # clock: expiry is judged by the server's clock alone
+            if peer is not None and op in PEER_CHECKED_OPS:
+                args, kwargs = peer.check(op, args, kwargs)  # pgpeer: the caller's facts against the kernel
             if op in COPY_OPS and bound is None and self.copy is not None:
                 result = self.copy.answer(op, args, kwargs)  # pglisten: from memory when fresh
                 if result is not None:

@@ -5122,6 +5122,17 @@ class RemoteStore:
         self.client = HostClient(project, path, timeout, environ)
         self.path = self.client.path  # os.path.dirname(st.path): the state directory, as for SQLite
         self.depth = 0
+        self._host_env = environ
+
+    # pgpeer: the pid rule of Store.pid_judged_here for the comparisons a command makes in its own
+    # process (its /proc, its tmux panes), answered here without a request: this process's host.
+
+    @property
+    def host(self):
+        return host_identity(self._host_env)
+
+    def pid_judged_here(self, rt):
+        return rt.get("host") == self.host["id"]
 
     # The caller-side facts (pgroute): gathered here, in the calling process, and decided by the
     # host process (Store.decide_caller, Store.decide_person_runtime).

@@ -469,7 +469,8 @@ def authority(st, w, caller):
     if not caller.get("agent_id") and (caller.get("conversation") in store.work_conversations(w)
                                        or caller["id"] in (rec.get("runtime_id"), direct.get("runtime_id"))):
         return "harness"
-    if caller.get("pid") and caller["pid"] == rec.get("pane_pid") and live_tmux(w)[0] is not None:
+    if caller.get("pid") and caller["pid"] == rec.get("pane_pid") and st.pid_judged_here(caller) \
+            and other_host(st, w) is None and live_tmux(w)[0] is not None:  # hosts: both pids this host's
         return "harness"
     # A person at a terminal (a key only positive evidence gives, and caller() lets a process act
     # as only from that terminal) may act for the same user's works; the user alone (no
@@ -1783,7 +1784,7 @@ def live_inside(st, w, procs):
     path, h = w["path"], w["handle"]
     out, named = [], set()
     for rt, where in runtimes_inside(st, w, procs):
-        if rt.get("pid"):
+        if rt.get("pid") and st.pid_judged_here(rt):  # hosts: another host's pid N is not this host's process N
             named.add(rt["pid"])
         out.append(runtime_inside_blocker(w, rt, where))
     for pid in sorted(procs or {}):
@@ -1802,7 +1803,7 @@ def runtimes_inside(st, w, procs):
     path, out = w["path"], []
     for rt in st.live_runtimes():
         recorded = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
-        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") else None
+        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") and st.pid_judged_here(rt) else None
         if not (is_inside(recorded, path) or is_inside(actual, path)):
             continue
         where = "its process %d works in %s" % (rt["pid"], actual) if is_inside(actual, path) else \
@@ -2044,7 +2045,7 @@ def adopt_window(st, w, caller, environ):
         return w
     for rt, _ in runtimes_inside(st, w, procs):
         if rt.get("pid") and not rt.get("agent_id") and rt.get("harness") not in (store.PERSON, store.PARKED) \
-                and session.descends_from(rt["pid"], [rec["pane_pid"]]):
+                and st.pid_judged_here(rt) and session.descends_from(rt["pid"], [rec["pane_pid"]]):
             rec.update(conversation=rt["conversation"], runtime_id=rt["id"], harness=rt.get("harness") or None)
             break
     if not rec.get("harness"):
@@ -2381,7 +2382,8 @@ def agents_inside(st, w, caller=None):
                if rt.get("harness") not in (store.PERSON, store.PARKED) and not rt.get("superseded_by")
                and not rt.get("agent_id") and not (caller and rt["id"] == caller.get("id"))]
         # the closed window's harness still exiting (its SessionEnd may have ended its runtime already)
-        closing = pane and (is_inside((procs or {}).get(pane), w["path"]) or any(rt.get("pid") == pane for rt, _ in out))
+        closing = pane and (is_inside((procs or {}).get(pane), w["path"]) or any(rt.get("pid") == pane and st.pid_judged_here(rt)
+                                                                                 for rt, _ in out))
         if not closing or time.monotonic() >= deadline:
             return out
         time.sleep(0.05)
@@ -2414,8 +2416,8 @@ def harness_processes_inside(st, w, caller=None):
     The caller's own process chain, and the processes above and below a known runtime's (a
     node wrapper and the native Codex it runs), are left out."""
     procs = process_cwds() or {}
-    known = {rt["pid"] for rt, _ in runtimes_inside(st, w, procs) if rt.get("pid")}
-    if caller and caller.get("pid"):
+    known = {rt["pid"] for rt, _ in runtimes_inside(st, w, procs) if rt.get("pid") and st.pid_judged_here(rt)}
+    if caller and caller.get("pid") and st.pid_judged_here(caller):
         known.add(caller["pid"])
     import session
     chains = set()  # the caller's process and the known runtimes' processes with their ancestors

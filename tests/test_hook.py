@@ -2540,3 +2540,43 @@ class PgHookLeaseCopyTest(PostgresHooks, HookCase):
         self.assertIn(peer["handle"], self.run_hook(self.write("src/a.py"))[0])
         self.st.release(peer["id"], ["src/a.py"])
         support.retry_until(lambda: self.run_hook(self.write("src/a.py"))[0] == "", 60)
+
+
+class PgOtherHostWorkLinkTest(PostgresHooks, HookCase):
+    """link_work and link_direct compare a work's recorded pids (its tmux pane, its resume
+    wrapper) with the hook's ancestry only for a work of this host (pgpeer): a work whose
+    runtime was recorded on another host has pids of that host, whatever their numbers."""
+
+    FAR = {"id": "another-boot/pid:[4026531836]", "name": "far", "boot_id": "another-boot",
+           "pid_ns": "pid:[4026531836]"}
+
+    def work(self, creator, harness):
+        with self.st.transaction():
+            return self.st.insert_work("task", "active", "secret-token", runtime=creator["id"], data={
+                "tmux": {"pane_pid": harness.pid, "window_id": "@1"},
+                "direct": {"pid": harness.pid, "pid_start": store.process_start(harness.pid)}})
+
+    def test_a_work_of_another_host_with_this_harness_s_pid_is_not_linked(self):
+        other = self.open_project()
+        other.host = dict(self.FAR)
+        creator = other.register(conversation="creator-far", harness="codex")
+        self.assertEqual(creator["host"], self.FAR["id"])
+        harness = FakeHarness(self)
+        w = self.work(creator, harness)
+        self.start(env={"COORD_WORK_ID": w["id"]}, via=harness)
+        data = self.st.work(w["id"])["data"]
+        self.assertNotIn("conversation", data["tmux"], "another host's pane %d is not this harness" % harness.pid)
+        self.assertNotIn("conversation", data["direct"], "nor its wrapper")
+        with self.st.transaction():  # a wrapper's record alone (link_direct)
+            w = self.st.insert_work("task", "active", "secret-token", runtime=creator["id"], data={
+                "direct": {"pid": harness.pid, "pid_start": store.process_start(harness.pid)}})
+        self.start(env={"COORD_WORK_ID": w["id"]}, via=harness)
+        self.assertNotIn("conversation", self.st.work(w["id"])["data"]["direct"])
+
+    def test_a_work_of_this_host_is_linked(self):
+        creator = self.st.register(conversation="creator-here", harness="codex")
+        harness = FakeHarness(self)
+        w = self.work(creator, harness)
+        rt = self.start(env={"COORD_WORK_ID": w["id"]}, via=harness)
+        tmux = self.st.work(w["id"])["data"]["tmux"]
+        self.assertEqual((tmux["conversation"], tmux["runtime_id"]), (CLAUDE_MAIN, rt["id"]))

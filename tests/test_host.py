@@ -1281,3 +1281,92 @@ class ReadmePostgresTest(support.CoordTestCase):
         self.assertIn("moved project my-project from postgresql to sqlite", out)
         self.assertEqual(json.loads(self.coord(self.plain, "db", "status", "--json"))["engine"], "sqlite")
         self.assertEqual(self.records(), moved, "every record, back in SQLite")
+
+
+# pgpeer: a client's caller facts are taken only as far as the kernel shows them for the process
+# that connected (SO_PEERCRED and its /proc ancestry). The forging client is a real process of
+# the same user speaking the real protocol through store.HostClient.
+FORGER = r"""
+import json, os, sys
+import store
+project, sock, victim, victim_start, how = sys.argv[1:6]
+victim = int(victim)
+client = store.HostClient(project, sock)
+facts = store.caller_facts(None, {}, complete=True)
+try:
+    if how == "chain":  # another process's ancestry in place of its own
+        facts["chain"] = [[victim, victim_start]] + facts["chain"]
+        out = client.call("decide_caller", facts)
+    elif how == "tail":  # its own chain, and the victim appended above it
+        facts["chain"] = facts["chain"] + [[victim, victim_start]]
+        out = client.call("decide_caller", facts)
+    elif how == "person":  # the person at a terminal whose session leader is the victim
+        key = "person:%d:pts/77:%d:%s" % (os.getuid(), victim, victim_start)
+        out = client.call("decide_person_runtime", [key, victim, victim_start, "pts/77"], register=False)
+    elif how == "harness":  # the victim as its own harness process
+        out = client.call("superseded_attachment", "c-victim", victim, victim_start)
+    else:  # what it really is
+        out = client.call("decide_caller", facts)
+    print(json.dumps({"ok": out}))
+except store.CoordError as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": exc.message, "details": exc.details}))
+"""
+
+
+class PeerFactsTest(HostCase):
+    def setUp(self):
+        super().setUp()
+        self.victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        self.addCleanup(self.victim.wait)
+        self.addCleanup(self.victim.kill)
+        self.victim_start = support.retry_until(lambda: store.process_start(self.victim.pid), timeout=30)
+        st = self.remote()
+        self.theirs = st.register(conversation="c-victim", harness="x", pid=self.victim.pid,
+                                  pid_start=self.victim_start)
+        self.mine = st.register(conversation="c-mine", harness="x", pid=os.getpid(),
+                                pid_start=store.process_start(os.getpid()))
+
+    def forge(self, how):
+        run = subprocess.run([sys.executable, "-c", FORGER, self.project, self.sock, str(self.victim.pid),
+                              self.victim_start, how], env=dict(self.env, PYTHONPATH=support.ROOT),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        return json.loads(run.stdout)
+
+    def test_the_real_chain_passes(self):
+        self.assertEqual(self.forge("real")["ok"]["id"], self.mine["id"])
+
+    def test_another_process_s_chain_is_refused(self):
+        for how in ("chain", "tail"):
+            with self.subTest(how=how):
+                out = self.forge(how)
+                self.assertEqual(out.get("error"), "Refused", out)
+                self.assertEqual(out["details"].get("reason"), "caller-facts", out)
+                self.assertIn("process %d" % self.victim.pid, out["message"])
+
+    def test_a_forged_person_key_is_refused(self):
+        out = self.forge("person")
+        self.assertEqual(out.get("error"), "Refused", out)
+        self.assertIn("person at a terminal", out["message"])
+
+    def test_a_harness_pid_not_among_its_ancestors_is_refused(self):
+        out = self.forge("harness")
+        self.assertEqual(out.get("error"), "Refused", out)
+        self.assertIn("not the connecting process", out["message"])
+
+
+class RemotePidRuleTest(HostCase):
+    """pgpeer: a command on a PostgreSQL project (a RemoteStore) applies Store.pid_judged_here's
+    rule to the pid comparisons it makes in its own process, with its own host, and names its
+    host for workspace.other_host (which read `st.host` and got a remote call instead)."""
+
+    def test_only_this_host_s_runtimes_are_judged_here(self):
+        import workspace
+        st = self.remote()
+        mine = st.register(conversation="c-here", harness="x", pid=os.getpid())
+        self.assertEqual(st.host["id"], store.host_identity()["id"])
+        self.assertTrue(st.pid_judged_here(mine))
+        self.assertFalse(st.pid_judged_here(dict(mine, host="another-boot/pid:[4026531836]")))
+        with st.transaction():
+            w = st.insert_work("here", "active", "tok", path="/nonexistent/clone", runtime=mine["id"])
+        self.assertIsNone(workspace.other_host(st, w))

@@ -3599,3 +3599,45 @@ class ReadmeQuickstartTest(TmuxWorkCase):
         self.assertIn("def tokenize", shown, "the agent's change is on main")
         typed(land[1].replace("WORK", handle))
         self.assertFalse(os.path.exists(clone), "the clone was removed")
+
+
+class OtherHostPidTest(support.CoordTestCase):
+    """pgpeer: on a PostgreSQL project a pid recorded by another host means nothing here. A live
+    runtime of another host whose recorded pid is the number of a live process of this host
+    inside the clone is not that process: the clone's blockers name the process itself, not the
+    other host's runtime, and the process is not taken for a known runtime's."""
+
+    FAR = {"id": "another-boot/pid:[4026531836]", "name": "far", "boot_id": "another-boot",
+           "pid_ns": "pid:[4026531836]"}
+
+    def setUp(self):
+        super().setUp()
+        server, psycopg = support.require_postgres(self)
+        self.dsn, self.project = server.dsn(), "pgtest-%s" % uuid.uuid4().hex[:12]
+        self.addCleanup(self._drop, psycopg)
+
+    def _drop(self, psycopg):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+
+    def test_another_host_s_runtime_is_not_this_host_s_process_with_its_pid(self):
+        clone = os.path.realpath(os.path.join(self.tmp, "clone"))
+        os.makedirs(clone)
+        local = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], cwd=clone)
+        self.addCleanup(local.wait)
+        self.addCleanup(local.kill)
+        support.retry_until(lambda: (workspace.process_cwds() or {}).get(local.pid) == clone, timeout=30)
+        far = store.Store(pg={"dsn": self.dsn, "project": self.project})
+        self.addCleanup(far.close)
+        far.host = dict(self.FAR)
+        far.host_beat(reap=False)  # that host is live: its runtimes are live for every host
+        theirs = far.register(conversation="conv-far", harness="claude", pid=local.pid, pid_start="1")
+        st = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
+        self.addCleanup(st.close)
+        self.assertIn(theirs["id"], [rt["id"] for rt in st.live_runtimes()])
+        w = {"id": store.new_uuid(), "handle": "w", "path": clone, "data": {}}
+        procs = workspace.process_cwds()
+        self.assertEqual(workspace.runtimes_inside(st, w, procs), [])
+        found = [(b["code"], b["message"]) for b in workspace.live_inside(st, w, procs)]
+        self.assertEqual([code for code, _ in found], ["process-inside"], found)
+        self.assertIn("process %d" % local.pid, found[0][1])
