@@ -513,8 +513,11 @@ class Server:
     # -- hosts (issue 25, item 3): the host heartbeat, on the server's clock, and the safe-mode file
 
     def beat_once(self, st):
-        """One host heartbeat (which reaps too) and the safe-mode file it confirms."""
-        beat = st.host_beat()
+        """One host heartbeat and the safe-mode file it confirms. It does not reap (pgstamp): the
+        reap timer (keep_reaping) does, every REAP_EVERY seconds, so the beat after a claim
+        (beat_soon) is an upsert and one read under the project lock, not a scan of the project
+        that the caller's next operation waits behind."""
+        beat = st.host_beat(reap=False)
         store.write_safe_state(self.safe_path, store.safe_state(beat, self.clock.offset,
                                                                  getattr(self.clock, "rtt", 0.0), st.host))
         self.beats += 1

@@ -1791,10 +1791,15 @@ class Store:
                 (h["id"], h["name"], h["boot_id"], h["pid_ns"], now, now, self.host_ttl, self.host_lease_delay))
             if reap:
                 self._reap(now)
-            rows = self.q("SELECT l.resource, l.runtime, r.handle, r.conversation, l.expires_at FROM leases l"
-                          " JOIN runtimes r ON r.id = l.runtime WHERE r.host = ? AND r.ended_at IS NULL"
-                          " AND l.mode = 'exclusive' AND l.expires_at > ? ORDER BY l.resource, l.runtime",
-                          (h["id"], now)).fetchall()
+            sql = ("SELECT l.resource, l.runtime, r.handle, r.conversation, l.expires_at FROM leases l"
+                   " JOIN runtimes r ON r.id = l.runtime WHERE r.host = ? AND r.ended_at IS NULL"
+                   " AND l.mode = 'exclusive' AND l.expires_at > ? ORDER BY l.resource, l.runtime")
+            if self.engine == "postgresql":  # pgstamp: read with COMMIT, so a beat is one wait under the lock
+                cur = self.conn.execute_at_commit(sql, (h["id"], now))
+                rows = None
+            else:
+                rows = self.q(sql, (h["id"], now)).fetchall()
+        rows = cur.fetchall() if rows is None else rows
         keys = ("resource", "runtime", "handle", "conversation", "expires_at")
         return {"now": now, "heartbeat_at": now, "ttl": self.host_ttl, "lease_delay": self.host_lease_delay,
                 "host": h["id"], "leases": [dict(zip(keys, r)) for r in rows]}
@@ -3746,7 +3751,9 @@ def now():
 
 
 def _now(now=None):
-    return _CLOCK[0]() if now is None else float(now)
+    if now is None:
+        return _CLOCK[0]()
+    return now if type(now) is _Stamp else float(now)  # pgstamp: a clock reading keeps its tag
 
 
 # --------------------------------------------------------------------------- PostgreSQL engine
@@ -4137,7 +4144,10 @@ class _PgConnection:
         try:
             if self.txn == "write" and not self.wake and pg_write_wakes(sql):
                 self.wake = True  # pglisten: the wake-up goes with COMMIT (commit())
-            cur = self.raw.execute(statement, tuple(params))
+            params = tuple(params)
+            if self.txn == "write" and not _PG_SELECT.match(statement) and any(type(p) is _Stamp for p in params):
+                statement, params = pg_stamped(statement, params)  # pgstamp: recorded as of the lock
+            cur = self.raw.execute(statement, params)
             if self.txn == "write" and not _PG_READS.search(statement):
                 return _PgPendingWrite(self, cur)
             self.round_trips += 1
@@ -4190,6 +4200,7 @@ class _PgConnection:
             if write:
                 self.raw.execute("BEGIN")
                 self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
+                self.raw.execute(_PG_STAMP_LOCK)  # pgstamp: the server's time once the lock is held
             else:
                 self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if self.pooled:  # a transaction pooler may hand this transaction another server session
@@ -4327,6 +4338,74 @@ class _PgConnection:
         self.raw.close()
 
 
+# -- stamps after the project lock (issue 25, pgstamp). An operation reads its time (`now`) when it
+#    starts, before its transaction waits for the project's advisory lock, and judges expiry and
+#    liveness by it (its reads are sent with BEGIN and the lock, keyed by that time, so it cannot
+#    be read later without another wait). What it *records*, though, must follow the order in
+#    which the transactions held the lock: a claim that queued behind the reap that freed its
+#    name must not be stamped before that reap. So in a write transaction the server reads its
+#    own clock right after the lock is granted (coord.now, begin), and every timestamp a write
+#    statement records from a clock reading of this process (a _Stamp: what ServerClock returns,
+#    and that plus a TTL) is raised by how far the server's time at the lock is past the reading:
+#    stamp + greatest(0, coord.now - reading). No wait of its own: the read of the clock travels
+#    with the lock. A stamp is then never earlier than the lock (so never earlier than anything
+#    committed before it) and never earlier than the time the operation judged by. Reads, and a
+#    write's WHERE, keep the operation's own time: its decisions are the ones it made.
+
+class _Stamp(float):
+    """A reading of the server's clock (ServerClock), or that plus a duration, whose value a
+    PostgreSQL write records as of the project lock (see above). base: the reading."""
+    __slots__ = ("base",)
+
+    def __new__(cls, value, base=None):
+        out = float.__new__(cls, value)
+        out.base = float(value) if base is None else base
+        return out
+
+    def __add__(self, other):
+        if isinstance(other, (int, float)) and not isinstance(other, (bool, _Stamp)):
+            return _Stamp(float(self) + other, self.base)
+        return float(self) + other
+
+    __radd__ = __add__
+
+    def __reduce__(self):
+        return (float, (float(self),))
+
+
+_PG_STAMP_LOCK = "SELECT set_config('coord.now', extract(epoch FROM clock_timestamp())::float8::text, true)"
+_PG_STAMPED = {}  # translated statement -> indexes of its placeholders before WHERE (what it records)
+
+
+def pg_stamped(statement, params):
+    """(statement, params) of a write in which each _Stamp parameter that the statement records
+    (its placeholders before the first WHERE) becomes that value as of the project lock."""
+    marks = _PG_STAMPED.get(statement)
+    if marks is None:
+        marks = _PG_STAMPED[statement] = statement.split(" WHERE ", 1)[0].replace("%%", "").count("%s")
+    pieces, out, start, at, i = [], [], 0, 0, 0
+    while i < len(params):
+        j = statement.find("%", at)
+        if j < 0:
+            break
+        if statement.startswith("%%", j):
+            at = j + 2
+            continue
+        p = params[i]
+        if type(p) is _Stamp:
+            if i < marks:
+                pieces.append(statement[start:j])
+                pieces.append("(%%s + greatest(0::float8, current_setting('coord.now')::float8 - %r::float8))"
+                              % p.base)
+                start = j + 2
+            p = float(p)
+        out.append(p)
+        at = j + 2
+        i += 1
+    pieces.append(statement[start:])
+    return "".join(pieces), tuple(out)
+
+
 class ServerClock:
     """A clock that reads the server's time without a round trip: this process's monotonic clock
     plus an offset to the server's (a host whose wall clock is set ahead still writes the
@@ -4347,7 +4426,7 @@ class ServerClock:
         self.measurements += 1
 
     def __call__(self):
-        return time.monotonic() + self.offset
+        return _Stamp(time.monotonic() + self.offset)  # pgstamp: recorded as of the project lock
 
 
 def pg_clock(conn):

@@ -449,21 +449,25 @@ class NsHost:
         self.proc.stdout.close()
 
 
-def exclusive_overlaps(lines):
+def exclusive_overlaps(lines, key="id"):
     """The audit checker: every pair of exclusive holders of overlapping names whose holding
     intervals (from lease.claimed to the event that ended it: released, reaped, expired, lost, or
     moved by a supersession) overlap. Assumes no lease lapsed in between (the tests hold them
     with a long TTL), so a lease's end is always an audit row.
 
     The intervals are in the order of the audit IDs: the order in which the writing transactions
-    held the project's lock, which is the order their effects took place in. A row's `at` (server
-    time) is read when its operation starts, before it waits for that lock, so a claim that
-    waited behind the reap that freed its name can carry an earlier `at` than the reap (seen: a
-    claim stamped 3 ms before the host beat's reap it queued behind). Each pair reported is
-    ((name, runtime, first ID, last ID), ...)."""
+    held the project's lock, which is the order their effects took place in. (Before pgstamp a
+    row's `at` was the time its operation read when it started, before it waited for that lock,
+    so a claim that waited behind the reap that freed its name could carry an earlier `at` than
+    the reap: seen, a claim stamped 3 ms before the host beat's reap it queued behind.) Each pair
+    reported is ((name, runtime, first ID, last ID), ...).
+
+    key="at" (pgstamp): the same intervals by the rows' stamps. Since a write records its time as
+    of the project lock (store._Stamp), the stamps follow the lock order too, and a claim that
+    queued behind the reap that freed its name is stamped no earlier than that reap."""
     open_, done = {}, []
     for row in map(json.loads, lines):
-        ev, rt, subject, at, data = row["event"], row["runtime"], row["subject"], row["id"], row["data"]
+        ev, rt, subject, at, data = row["event"], row["runtime"], row["subject"], row[key], row["data"]
         if ev == "lease.claimed" and data.get("mode") == "exclusive":
             open_.setdefault((subject, rt), at)
         elif ev in ("lease.released", "lease.reaped", "lease.expired", "lease.lost"):
@@ -531,6 +535,7 @@ class MultiHostCase(support.CoordTestCase):
             st.close()
         self.assertTrue(any('"lease.claimed"' in line for line in lines))
         self.assertEqual(exclusive_overlaps(lines), [])
+        self.assertEqual(exclusive_overlaps(lines, key="at"), [])  # pgstamp: by the stamps too
 
 
 class MultiHostTest(MultiHostCase):
@@ -544,7 +549,7 @@ class MultiHostTest(MultiHostCase):
         rows = {h["name"]: h for h in hosts[0].st.hosts()}
         self.assertEqual(sorted(rows), ["a", "b", "c"])
         self.assertTrue(all(h["state"] == "live" for h in rows.values()))
-        # Host a's agent dies: a's own host process (its beat reaps) ends it; b's and c's runtimes,
+        # Host a's agent dies: a's own host process (its reap timer) ends it; b's and c's runtimes,
         # with the very same pid, stay live for everyone.
         hosts[0].command("kill %d" % hosts[0].agents[0])
         ended = support.retry_until(lambda: hosts[1].st.runtime(rts[0]["id"])["ended_at"] is not None
@@ -686,6 +691,94 @@ class ReapTimerTest(HostCase):
         support.retry_until(lambda: a.runtime(rt["id"])["end_reason"] == "process-gone", timeout=60)
         self.assertEqual(a.leases_of(rt["id"]), [])
         self.assertGreaterEqual(a.client.call("ping")["reaps"], 1)
+
+
+class StampAfterLockTest(HostCase):
+    """pgstamp: an operation reads its time before its transaction waits for the project lock,
+    yet what it records follows the lock order. Another process (this test, on its own server
+    connection) holds the lock while the host process's claim and send wait for it; their stamps
+    must not be earlier than the holder's last moment, read on the server just before it commits."""
+
+    def hold_the_lock(self):
+        conn = self.psycopg.connect(self.dsn, autocommit=True)
+        self.addCleanup(conn.close)
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(%d)" % store.pg_lock_key(self.project))
+        return conn
+
+    def waiting(self, conn):
+        return conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                            ).fetchone()[0] > 0
+
+    def run_behind(self, op):
+        """op() in a thread while the lock is held; -> (its result, the holder's last server time)."""
+        import threading
+        holder = self.hold_the_lock()
+        watch = self.psycopg.connect(self.dsn, autocommit=True)
+        self.addCleanup(watch.close)
+        out = {}
+
+        def go():
+            try:
+                out["result"] = op()
+            except Exception as exc:  # reported below
+                out["error"] = exc
+        t = threading.Thread(target=go)
+        t.start()
+        support.retry_until(lambda: self.waiting(watch) or not t.is_alive(), timeout=60)
+        last = holder.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+        holder.execute("COMMIT")
+        t.join(60)
+        self.assertNotIn("error", out)
+        return out["result"], last
+
+    def audit_at(self, st, event):
+        return [json.loads(l)["at"] for l in st.audit_lines() if json.loads(l)["event"] == event]
+
+    def test_a_claim_and_a_send_that_waited_for_the_lock_are_stamped_after_its_holder(self):
+        st = self.remote()
+        rt = st.register(conversation="c-stamp", harness="x", pid=os.getpid())
+        peer = st.register(conversation="c-peer", harness="x", pid=os.getpid())
+        st.claim(rt["id"], ["warm.py"], ttl=600)  # its record is known now: the next claim is one wait
+        leases, last = self.run_behind(lambda: st.claim(rt["id"], ["src/a.py"], ttl=600))
+        self.assertGreaterEqual(leases[0]["acquired_at"], last)
+        self.assertGreaterEqual(self.audit_at(st, "lease.claimed")[-1], last)
+        self.assertGreaterEqual(leases[0]["expires_at"], last + 600)
+        sent, last = self.run_behind(lambda: st.send(rt["id"], "hello", peer["handle"]))
+        self.assertGreaterEqual(self.audit_at(st, "message.sent")[-1], last)
+        # Stamps in the order of the audit IDs (the lock order), from start to end.
+        stamps = [json.loads(l)["at"] for l in st.audit_lines()]
+        self.assertEqual(stamps, sorted(stamps))
+
+
+class BeatWithoutReapTest(HostCase):
+    """pgstamp: the host beat (on its timer and soon after each claim) does not reap: only the reap
+    timer does. The beat after a claim was a scan of the whole project under the project lock,
+    which the caller's next operation waited behind. Liveness is judged as it is read, so a dead
+    holder blocks nobody in between."""
+    AUTO_START = False
+
+    def test_beats_leave_the_reaping_to_the_reap_timer(self):
+        self.env = dict(self.env, COORD_HOST_TTL="1.2", COORD_HOST_LEASE_DELAY="1")  # a beat every 0.2 s
+        self.proc = self.start_host("--reap-every", "600")
+        a = self.remote()
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        rt = a.register(conversation="c-dead", harness="x", pid=proc.pid)
+        peer = a.register(conversation="c-peer", harness="x", pid=os.getpid())
+        a.claim(rt["id"], ["src/a.py"], ttl=600)
+        proc.kill()
+        proc.wait()
+        a.claim(peer["id"], ["docs"], ttl=600)  # a claim: the host beats soon after it
+        beats = a.client.call("ping")["host_beats"]
+        support.retry_until(lambda: a.client.call("ping")["host_beats"] >= beats + 3, timeout=60)
+        self.assertIsNone(a.runtime(rt["id"])["ended_at"], "a beat reaped it")
+        self.assertEqual(a.client.call("ping")["reaps"], 0)
+        # Judged as read: not live, and its lease is the peer's to take (the claim reaps what it touches).
+        self.assertFalse(a.runtime_live(a.runtime(rt["id"])))
+        self.assertEqual([l["resource"] for l in a.claim(peer["id"], ["src"], ttl=600)], ["src"])
+        self.assertEqual(a.runtime(rt["id"])["end_reason"], "process-gone")
 
 
 # --------------------------------------------------------------------------- the lease copy
@@ -1013,7 +1106,7 @@ class ClockAheadTest(HostCase):
         b.claim(rb["id"], ["src/b.py"], ttl=600)
         with self.assertRaises(store.Refused):
             b.claim(rb["id"], ["src"], ttl=600)
-        # The clock-ahead host reaps (its beat does too): b's lease is no more expired than before.
+        # The clock-ahead host reaps (its reap timer does too): b's lease is no more expired than before.
         a.reap()
         self.assertIn(("src/b.py", rb["handle"]), [(l["resource"], l["handle"]) for l in b.all_leases()])
         # A client on that host cannot hand its clock in either, by name or by position.

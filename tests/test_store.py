@@ -1833,6 +1833,30 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
         self.assertFalse(self.st.in_transaction())
 
 
+class PgStampedRoundTripTest(PgRoundTripTest):
+    """pgstamp: the same figures with the host process's clock (ServerClock), whose readings a
+    write records as of the project lock (store._Stamp): the server's time travels with the
+    lock, so no operation waits once more for it. And the host process's beat (no reap: the
+    reap timer reaps) is one wait under the lock."""
+
+    def setUp(self):
+        super().setUp()
+        store.set_clock(self.st.server_clock())
+        self.addCleanup(store.set_clock, None)
+
+    def test_the_clock_s_readings_are_stamps(self):
+        self.assertIs(type(store.now()), store._Stamp)
+        self.assertIs(type(store.now() + 30), store._Stamp)
+
+    def test_a_host_beat_without_a_reap_is_one_wait(self):
+        a = self.rt()
+        self.st.claim(a, ["src/x.py"])
+        self.st.host_beat(reap=False)
+        got = self.trips(self.st.host_beat, reap=False)
+        self.assertEqual(got, 1)
+        self.assertEqual([l["resource"] for l in self.st.host_beat(reap=False)["leases"]], ["src/x.py"])
+
+
 # --------------------------------------------------------------------------- hosts (issue 25, item 3)
 class HostRecordTest(StoreCase):
     """Every runtime records its host (boot id + PID namespace); a SQLite project is one host by
