@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The per-host coord process for a PostgreSQL project (issue 25; being built, see
-docs/postgresql.md; nothing starts it yet but its tests and a person running it by hand).
+"""The per-host coord process for a PostgreSQL project (docs/postgresql.md): coord's commands
+start it on demand (store.start_host), SessionStart in the background, a person with `coord db start`.
 
 It is the only process that imports the PostgreSQL driver (psycopg 3, through store's
 PostgreSQL engine) and holds the server connections; hooks and commands stay stdlib and reach
