@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The per-host coord process for a PostgreSQL project (docs/postgresql.md): coord's commands
-start it on demand (store.start_host), SessionStart in the background, a person with `coord db start`.
+start it on demand (store.start_host), SessionStart in the background, a person with
+`coord db start`.
 
 It is the only process that imports the PostgreSQL driver (psycopg 3, through store's
 PostgreSQL engine) and holds the server connections; hooks and commands stay stdlib and reach
