@@ -1746,8 +1746,8 @@ class PgDoctorTest(InstallTestCase):
         db = self.doctor(check=1, env=env)["database"]
         self.assertFalse(db["driver"]["ok"])
         text = self.install("--doctor", check=1, env=env).stdout
-        self.assertRegex(text, r"postgresql driver: MISSING in \S+; install it: \S+ -m pip install --user "
-                               r"'psycopg\[binary\]==3\.(3\.9|2\.13)'")
+        self.assertRegex(text, r"postgresql driver: MISSING in \S+; install it: \S+ -m pip install --upgrade --target "
+                               r"\S+/fleet-agent-coord/driver/python3\.\d+ 'psycopg\[binary\]==3\.(3\.9|2\.13)'")
 
     def test_codex_s_sandbox_needs_network_access_for_the_socket(self):
         config = os.path.join(self.codex_home, "config.toml")
