@@ -2795,13 +2795,15 @@ class Store:
                             not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
         return blocking
 
+    _PEER_EXCLUSIVE_WHERE = (" FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.mode = 'exclusive'"
+                             " AND l.runtime != ? AND l.expires_at > ? AND r.ended_at IS NULL")
+
     def peer_exclusive_leases(self, runtime_id, limit, now=None):
         """Unexpired exclusive leases of runtimes other than `runtime_id` that have not ended:
         ([{resource, handle, purpose}] of the first `limit` by resource name, how many in all),
         read in one snapshot."""
         now = _now(now)
-        where = (" FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.mode = 'exclusive'"
-                 " AND l.runtime != ? AND l.expires_at > ? AND r.ended_at IS NULL")
+        where = self._PEER_EXCLUSIVE_WHERE
         with self.snapshot():
             rows = self.q("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
                           (runtime_id, now, limit)).fetchall()
@@ -2840,6 +2842,28 @@ class Store:
                 rt = self.find_conversation_runtime(conversation, now=now)
             blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now=now)
         return {"runtime": rt, "blocking": blocking, "from": "database"}
+
+    # pgsession: SessionStart's reads as operations the lease copy can answer (host.py COPY_OPS;
+    # LeaseCopy has the same methods), else one snapshot each.
+
+    def hook_conversation_runtime(self, conversation, now=None):
+        """find_conversation_runtime as one operation: -> {"runtime", "from": "database"}."""
+        return {"runtime": self.find_conversation_runtime(conversation, now=now), "from": "database"}
+
+    def hook_session_leases(self, runtime_id, limit, now=None):
+        """SessionStart's lease lines in one operation: the names of the runtime's leases (leases_of)
+        and peers' exclusive leases (peer_exclusive_leases), in one snapshot (one wait on
+        PostgreSQL). -> {"mine": [names], "held": [...], "total": n, "from": "database"}."""
+        now = _now(now)
+        where = self._PEER_EXCLUSIVE_WHERE
+        with self.snapshot():
+            self._prefetch(lambda: [(self._LEASES_OF, (runtime_id,)),
+                                    ("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
+                                     (runtime_id, now, limit)),
+                                    ("SELECT count(*)" + where, (runtime_id, now))])
+            mine = [l["resource"] for l in self.leases_of(runtime_id)]
+            held, total = self.peer_exclusive_leases(runtime_id, limit, now)
+        return {"mine": mine, "held": held, "total": total, "from": "database"}
 
     def claim(self, runtime_id, resources, mode="exclusive", purpose="", ttl=None, now=None):
         """Take every lease or none. Returns the lease records."""
@@ -3152,6 +3176,10 @@ class Store:
         it is acknowledged. A body that does not fit stays queued, counted and pointed to inbox:
         nothing is marked delivered that was not injected.
         """
+        if self.engine == "postgresql" and not self.conn.in_transaction:
+            done = self._boundary_in_two_waits(runtime_id, prefix, budget, now, lost=False)  # pgsession
+            if done is not None:
+                return done[1]
         if not self.q("SELECT 1 FROM deliveries WHERE recipient = ? AND state != 'acked' LIMIT 1",
                       (runtime_id,)).fetchone():
             return None  # the common case: one indexed read, no write
@@ -3170,6 +3198,96 @@ class Store:
                 self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND message IN (%s)"
                                   % ",".join("?" * len(shown)), [runtime_id] + shown)
         return text
+
+    # -- a hook boundary in few waits (issue 25, pgsession; docs/postgresql.md, "SessionStart and
+    #    message delivery in few waits"). boundary_context is take_lost then pending_context, as
+    #    hook.py always called them; SQLite runs exactly those. On PostgreSQL one snapshot reads the
+    #    lost-lease notes and the open deliveries with the bodies that can fit (one wait); the
+    #    rules (lost_line, render_context) run on those rows; then one write transaction, sent
+    #    whole, removes the notes shown and marks what was shown, after coord_expect checks that
+    #    the server still holds exactly the notes and open deliveries read (one wait). A changed
+    #    inbox (a parallel boundary, a new message, an ack) fails the check, the server rolls it
+    #    all back, and the old path runs under the lock: a body is never shown twice, nothing not
+    #    shown is marked, a note is told once.
+
+    def boundary_context(self, runtime_id, prefix=".coord/coord", budget=CONTEXT_BUDGET, now=None):
+        """A hook boundary's notices for this runtime: (the lost-lease line, "" for none; the open
+        messages' context in what is left of `budget`, or None), as lost_line(take_lost(...))
+        and then pending_context(budget - that line)."""
+        if self.engine == "postgresql" and not self.conn.in_transaction:
+            done = self._boundary_in_two_waits(runtime_id, prefix, budget, now, lost=True)
+            if done is not None:
+                return done
+        lost = lost_line(self.take_lost(runtime_id), prefix)
+        used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
+        return lost, self.pending_context(runtime_id, prefix=prefix, now=now, budget=max(0, budget - used))
+
+    # The open deliveries as _OPEN_SQL reads them, plus each queued body that can fit in the
+    # budget (queued bodies are shown oldest first and the first that does not fit stops the
+    # rest, so a shown body's queued sizes up to it add up to at most the budget); PostgreSQL only.
+    _OPEN_BODIES_SQL = ("SELECT m.id, m.kind, length(CAST(m.body AS BLOB)), m.digest, s.handle, d.state,"
+                        " CASE WHEN d.state = 'queued' AND sum(CASE WHEN d.state = 'queued'"
+                        " THEN length(CAST(m.body AS BLOB)) ELSE 0 END) OVER (ORDER BY m.id) <= ? THEN m.body END"
+                        " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"
+                        " WHERE d.recipient = ? AND d.state != 'acked' ORDER BY m.id")
+    _OPEN_STATES = ("coalesce((SELECT string_agg(CAST(message AS text) || ':' || state, ',' ORDER BY message)"
+                    " FROM deliveries WHERE recipient = ? AND state != 'acked'), '') = ?")
+    _LOST_NOTES = ("coalesce((SELECT string_agg(key || chr(1) || value, chr(2) ORDER BY key) FROM meta"
+                   " WHERE key >= ? AND key < ?), '') = ?")
+
+    def _boundary_in_two_waits(self, runtime_id, prefix, budget, now, lost):
+        """boundary_context (lost=False: pending_context, as (None, text)) on PostgreSQL in one
+        wait when there is nothing to show, two otherwise; None when the server's state changed
+        between the two (the caller runs the old path)."""
+        now = _now(now)
+        lo = self._LOST % runtime_id
+        hi = lo[:-1] + chr(ord(":") + 1)
+        lost_read = ("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key", (lo, hi))
+        open_read = (self._OPEN_BODIES_SQL, (budget, runtime_id))
+        reads = ([lost_read] if lost else []) + [open_read]
+        with self.snapshot():
+            self._prefetch(lambda: reads)
+            notes = [tuple(r) for r in self.q(*lost_read).fetchall()] if lost else []
+            rows = self.q(*open_read).fetchall()
+        told = []
+        for _, value in notes:
+            try:
+                told.append(json.loads(value))
+            except ValueError:
+                pass
+        line = lost_line(told, prefix)
+        if not rows and not notes:
+            return line, None
+        keys = ("id", "kind", "size", "digest", "sender", "state")
+        msgs = [dict(zip(keys, r[:6])) for r in rows]
+        bodies = {r[0]: r[6] for r in rows}
+        text, fresh, shown = None, [], []
+        if msgs:
+            used = len(line.encode("utf-8", "replace")) + 1 if line else 0
+            text, fresh, shown = render_context(msgs, prefix, max(0, budget - used), lambda m: bodies[m["id"]])
+            if any(bodies[i] is None for i in fresh):
+                return None  # cannot happen (see _OPEN_BODIES_SQL); the old path reads the body
+        if not notes and not fresh and not shown:
+            return line, text
+        condition = self._OPEN_STATES
+        params = [runtime_id, ",".join("%d:%s" % (m["id"], m["state"]) for m in msgs)]
+        if lost:
+            condition += " AND " + self._LOST_NOTES
+            params += [lo, hi, "\x02".join(k + "\x01" + v for k, v in notes)]
+
+        def run(expect):
+            with self.transaction():
+                self.conn.expect(*expect)
+                for key, value in notes:
+                    self.conn.execute("DELETE FROM meta WHERE key = ? AND value = ?", (key, value))
+                self._mark_delivered(runtime_id, fresh, now)
+                if shown:
+                    self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND message IN (%s)"
+                                      % ",".join("?" * len(shown)), [runtime_id] + shown)
+            return True
+        if not self._speculate(run, None, condition, params, {}):
+            return None
+        return line, text
 
     # -- work records (the `work` commands own their meaning; this is storage only)
 
@@ -4837,6 +4955,30 @@ class LeaseCopy:
             blocking = [b for b in blocking if b["mode"] != "append" or
                         not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
         return blocking
+
+    def hook_conversation_runtime(self, conversation, now, judge):
+        """Store.hook_conversation_runtime on the copy, or None (ask the database). pgsession."""
+        known, rt = self.conversation_runtime(conversation, now, judge)
+        return {"runtime": rt, "from": "copy"} if known else None
+
+    def hook_session_leases(self, runtime_id, limit, now, judge):
+        """Store.hook_session_leases on the copy, or None (ask the database): a peer's exclusive
+        lease the copy sees expired (a heartbeat may have lengthened it) or whose holder it does
+        not hold is left to the database. pgsession."""
+        mine, held = [], []
+        for lease in self.leases:  # in resource order, as the database's reads
+            if lease["runtime"] == runtime_id:
+                mine.append(lease["resource"])
+                continue
+            if lease["mode"] != "exclusive":
+                continue
+            rt = self.runtimes.get(lease["runtime"])
+            if rt is None or lease["expires_at"] <= now:
+                return None
+            if rt["ended_at"] is None:
+                held.append({"resource": lease["resource"], "handle": rt["handle"], "purpose": lease["purpose"]})
+        return {"mine": mine, "held": held[:max(0, limit)], "total": len(held) if held[:max(0, limit)] else 0,
+                "from": "copy"}
 
     def hook_write_decision(self, conversation, runtime_id, resources, now, judge):
         """Store.hook_write_decision on the copy, or None (ask the database)."""
