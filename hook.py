@@ -588,10 +588,12 @@ def on_session_start(h):
         if not pg:
             db.reap()  # same process (compaction, /clear back to it): same attachment, same handle
         db.heartbeat(rt["id"])
-    else:
+        db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
+    else:  # the same, on PostgreSQL with the registration's own transaction (pgsession)
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
-                         source="hook:%s" % str(h.payload.get("source"))[:40])
-    db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
+                         source="hook:%s" % str(h.payload.get("source"))[:40], **({"turn": "busy"} if pg else {}))
+        if not pg:
+            db.set_turn(rt["id"], "busy")
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
         export_runtime(env_file, rt["id"])

@@ -1957,18 +1957,20 @@ class Store:
                               STALE_HINT % rt["handle"], superseded_by=rt["handle"])
 
     def register(self, conversation=None, harness="", pid=None, pid_start=None, agent_id=None, cwd=None,
-                 source=None, now=None):
+                 source=None, now=None, turn=None):
         """Register one live attachment and return its record.
 
         A top-level attachment of a conversation with a live runtime supersedes it: leases and
         open deliveries move to the new runtime; the same harness process (pid and start time)
         keeps its live runtime instead. A subagent (agent_id) gets a deterministic ID and never
-        inherits anything.
+        inherits anything. turn: also set_turn(its ID, turn) in the same transaction (SessionStart:
+        one wait less on PostgreSQL; pgsession).
         """
         now = _now(now)
         conversation = conversation or new_uuid()
         if pid and pid_start is None:
             pid_start = process_start(pid)
+        taken = None
         with self.transaction():
             first = new_uuid() if self.engine == "postgresql" and not agent_id else None
             self._prefetch(self._register_reads, conversation, pid, pid_start, first)
@@ -1977,6 +1979,8 @@ class Store:
                 rid = subagent_uuid(conversation, agent_id)
                 existing = self.runtime(rid)
                 if existing is not None:
+                    if turn:
+                        self._turn_row(rid, turn, now)
                     return self._rehello_subagent(existing, conversation, agent_id, harness, pid, pid_start,
                                                   source, now)
                 handle = handle_for(rid, DOMAIN_RUNTIME)
@@ -1989,8 +1993,12 @@ class Store:
                 # a reap (or a repeated hello) must not supersede each other.
                 same = self._same_process(conversation, pid, pid_start, now) if pid else None
                 if same is not None:
+                    if turn:
+                        self._turn_row(same["id"], turn, now)
                     return same
                 rid, handle = self._draw_runtime_id(first)
+                if self.engine == "postgresql":  # pgsession: read before the insert (which changes neither)
+                    taken = self._olds_and_their_leases(conversation, rid)
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
                 " heartbeat_at, host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1999,7 +2007,9 @@ class Store:
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id or "",
                        harness=harness or "", source=source or "")
             if not agent_id:
-                self._take_over_conversation(conversation, rid, now)
+                self._take_over_conversation(conversation, rid, now, taken)
+            if turn:
+                self._turn_row(rid, turn, now)
             out = self._runtime_at_commit(rid)
         return out()
 
@@ -2043,12 +2053,39 @@ class Store:
                 return rid, handle
         raise Refused("could not draw a runtime ID with a free handle")  # pragma: no cover
 
-    def _take_over_conversation(self, conversation, rid, now):
+    _OLD_LEASES = "SELECT resource FROM leases WHERE runtime = ? ORDER BY resource"
+
+    def _olds_and_their_leases(self, conversation, rid):
+        """PostgreSQL, in register before its insert: [(old, its lease names)], the runtimes
+        _take_over_conversation supersedes and what _supersede moves from each, as they would
+        read them after the insert: the first from the reads sent with BEGIN, the second in one
+        wait when there are any (pgsession)."""
+        olds = [r[0] for r in self.q(*self._olds_read(conversation, rid)).fetchall()]
+        reads = [(self._OLD_LEASES, (old,)) for old in olds]
+        self._prefetch(lambda: reads)
+        return [(old, [r[0] for r in self.q(*read).fetchall()]) for old, read in zip(olds, reads)]
+
+    def _take_over_conversation(self, conversation, rid, now, taken=None):
         """The new top-level runtime `rid` supersedes the conversation's live ones and inherits
-        the open deliveries of its ended attachments."""
-        olds = self.q(*self._olds_read(conversation, rid)).fetchall()
-        for (old,) in olds:
-            self._supersede(old, rid, now)
+        the open deliveries of its ended attachments. taken: _olds_and_their_leases, read earlier."""
+        if taken is None:
+            taken = [(old, None) for (old,) in self.q(*self._olds_read(conversation, rid)).fetchall()]
+        for old, names in taken:
+            self._supersede(old, rid, now, names)
+        if self.engine == "postgresql":
+            # pgsession: the same audit row, its count taken by the server just before the move
+            # (under the project lock nothing else moves them), so nothing waits for a rowcount
+            self.conn.execute(
+                "INSERT INTO audit (at, event, runtime, subject, data) SELECT ?, 'message.inherited', ?, ?,"
+                " '{\"deliveries\":' || CAST(n AS text) || '}' FROM (SELECT count(*) AS n FROM deliveries"
+                " WHERE state != 'acked' AND recipient IN (SELECT id FROM runtimes WHERE conversation = ? AND"
+                " agent_id IS NULL AND id != ? AND superseded_by IS NULL)) c WHERE n > 0",
+                (now, rid, rid, conversation, rid))
+            self.conn.execute(
+                "UPDATE deliveries SET recipient = ? WHERE state != 'acked' AND recipient IN (SELECT id FROM"
+                " runtimes WHERE conversation = ? AND agent_id IS NULL AND id != ? AND superseded_by IS NULL)",
+                (rid, conversation, rid))
+            return
         # Messages to an earlier attachment that ended without a successor (its harness
         # died, or it said bye) are still the conversation's: they follow it here.
         moved = self.conn.execute(
@@ -2058,8 +2095,9 @@ class Store:
         if moved:
             self.audit("message.inherited", rid, rid, now, deliveries=moved)
 
-    def _supersede(self, old, new, now):
-        moved = [r[0] for r in self.q("SELECT resource FROM leases WHERE runtime = ? ORDER BY resource", (old,))]
+    def _supersede(self, old, new, now, moved=None):
+        if moved is None:  # else read before this transaction's first write (_olds_and_their_leases)
+            moved = [r[0] for r in self.q(self._OLD_LEASES, (old,))]
         self.conn.execute("UPDATE leases SET runtime = ? WHERE runtime = ?", (new, old))
         self.conn.execute("UPDATE deliveries SET recipient = ? WHERE recipient = ? AND state != 'acked'", (new, old))
         self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = 'superseded', superseded_by = ? WHERE id = ?",
@@ -2167,11 +2205,15 @@ class Store:
                 cur = self.conn.execute("UPDATE turns SET state = ?, at = ? WHERE runtime = ? AND state = ?",
                                         (state, now, runtime_id, only_from))
                 return cur.rowcount == 1
-            self.conn.execute(
-                "INSERT INTO turns (runtime, state, at, began) VALUES (?, ?, ?, ?) ON CONFLICT (runtime) DO "
-                "UPDATE SET state = excluded.state, at = excluded.at, began = CASE WHEN ? THEN excluded.began "
-                "ELSE turns.began END", (runtime_id, state, now, now if began else None, 1 if began else 0))
+            self._turn_row(runtime_id, state, now, began)
         return True
+
+    def _turn_row(self, runtime_id, state, now, began=False):
+        """set_turn's write; call inside a transaction."""
+        self.conn.execute(
+            "INSERT INTO turns (runtime, state, at, began) VALUES (?, ?, ?, ?) ON CONFLICT (runtime) DO "
+            "UPDATE SET state = excluded.state, at = excluded.at, began = CASE WHEN ? THEN excluded.began "
+            "ELSE turns.began END", (runtime_id, state, now, now if began else None, 1 if began else 0))
 
     def claim_nudge(self, runtime_id, idle_at, now=None):
         """Atomically turn the idle boundary seen at `idle_at` into "nudged" (one nudge per idle

@@ -1780,7 +1780,7 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
     # register remembers the record too, so a registered runtime's first claim is one wait.
     NOW = {"claim": 1, "claim again": 1, "claim, another name": 1, "refused claim": 2,
            "refused claim again": 2, "renew": 2, "release": 2,
-           "heartbeat": 1, "send": 2, "write decision": 1, "register": 4}
+           "heartbeat": 1, "send": 2, "write decision": 1, "register": 2}  # register: 4 before pgsession
 
     def trips(self, fn, *args, **kw):
         before = self.st.conn.round_trips
@@ -2721,6 +2721,43 @@ class PgBoundaryRoundTripTest(PostgresEngine, StoreCase):
         self.assertEqual(self.st.q("SELECT state, shown FROM deliveries WHERE recipient = ?", (b,)).fetchall(),
                          [("delivered", 2)])  # shown by the other as a body, then by this one as a reminder
         self.assertIn("only once", seen[0])
+
+
+class PgRegisterRoundTripTest(PostgresEngine, StoreCase):
+    """SessionStart's registration (pgsession): the take-over's reads made before the insert
+    and the inherited deliveries counted by the server, so a new conversation's register waits
+    twice (the reads, COMMIT; 4 before) and one that supersedes a runtime holding leases three
+    times (its leases' names); the turn goes with it. The records and audit rows are the same."""
+
+    def trips(self, fn, *args, **kw):
+        before = self.st.conn.round_trips
+        out = fn(*args, **kw)
+        return self.st.conn.round_trips - before, out
+
+    def test_register_waits_and_records(self):
+        got = {}
+        got["new conversation, with its turn"], first = self.trips(
+            self.st.register, conversation="conv", harness="claude", turn="busy")
+        self.assertEqual(self.st.turn(first["id"])["state"], "busy")
+        peer = self.rt()
+        self.st.claim(first["id"], ["src/b.py", "src/a.py"])
+        self.st.send(peer, "kept for the conversation", first["id"])
+        self.st.bye(first["id"])
+        second = self.st.register(conversation="conv", harness="claude")  # inherits the open delivery
+        self.st.claim(second["id"], ["src/b.py", "src/a.py"])
+        got["superseding one with leases"], third = self.trips(
+            self.st.register, conversation="conv", harness="claude", turn="busy")
+        self.assertEqual(got, {"new conversation, with its turn": 2, "superseding one with leases": 3})
+        self.assertEqual([l["resource"] for l in self.st.leases_of(third["id"])], ["src/a.py", "src/b.py"])
+        self.assertEqual(self.st.runtime(second["id"])["superseded_by"], third["id"])
+        self.assertEqual(self.st.turn(third["id"])["state"], "busy")
+        rows = {r[0]: json.loads(r[1]) for r in self.st.q(
+            "SELECT event, data FROM audit WHERE event IN ('message.inherited', 'runtime.superseded')").fetchall()}
+        self.assertEqual(rows, {"message.inherited": {"deliveries": 1},
+                                "runtime.superseded": {"moved_leases": ["src/a.py", "src/b.py"]}})
+        raw = self.st.q("SELECT data FROM audit WHERE event = 'message.inherited'").fetchone()[0]
+        self.assertEqual(raw, json.dumps({"deliveries": 1}, sort_keys=True, separators=(",", ":")))
+        self.assertEqual([m["id"] for m in self.st.open_messages(third["id"])], [1])
 
 
 class SessionLeasesCopyTest(StoreCase):
