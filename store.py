@@ -2054,16 +2054,19 @@ class Store:
         raise Refused("could not draw a runtime ID with a free handle")  # pragma: no cover
 
     _OLD_LEASES = "SELECT resource FROM leases WHERE runtime = ? ORDER BY resource"
+    _OLDS_LEASES = ("SELECT runtime, resource FROM leases WHERE runtime IN (SELECT id FROM runtimes WHERE"
+                    " conversation = ? AND agent_id IS NULL AND ended_at IS NULL AND id != ?) ORDER BY resource")
 
     def _olds_and_their_leases(self, conversation, rid):
         """PostgreSQL, in register before its insert: [(old, its lease names)], the runtimes
         _take_over_conversation supersedes and what _supersede moves from each, as they would
-        read them after the insert: the first from the reads sent with BEGIN, the second in one
-        wait when there are any (pgsession)."""
+        read them after the insert (which changes neither), both from the reads sent with BEGIN
+        (pgsession)."""
         olds = [r[0] for r in self.q(*self._olds_read(conversation, rid)).fetchall()]
-        reads = [(self._OLD_LEASES, (old,)) for old in olds]
-        self._prefetch(lambda: reads)
-        return [(old, [r[0] for r in self.q(*read).fetchall()]) for old, read in zip(olds, reads)]
+        names = {}
+        for runtime, resource in (self.q(self._OLDS_LEASES, (conversation, rid)).fetchall() if olds else []):
+            names.setdefault(runtime, []).append(resource)
+        return [(old, names.get(old, [])) for old in olds]
 
     def _take_over_conversation(self, conversation, rid, now, taken=None):
         """The new top-level runtime `rid` supersedes the conversation's live ones and inherits
@@ -2406,7 +2409,7 @@ class Store:
         if pid:
             reads.append(self._same_process_read(conversation, pid, pid_start))
         return reads + [("SELECT 1 FROM runtimes WHERE handle = ?", (handle_for(rid, DOMAIN_RUNTIME),)),
-                        self._olds_read(conversation, rid)]
+                        self._olds_read(conversation, rid), (self._OLDS_LEASES, (conversation, rid))]
 
     def _conversation_read(self, conversation):
         return ("SELECT %s FROM runtimes WHERE conversation = ? AND ended_at IS NULL ORDER BY started_at, id"
