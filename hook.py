@@ -582,18 +582,24 @@ def on_session_start(h):
     db = h.open()
     pid, start = h.process()
     pg = db.engine == "postgresql"
-    # pgsession: on PostgreSQL the host process answers from its lease copy when fresh, and reaps on its timer
+    # pgsession: on PostgreSQL the host process answers from its lease copy when fresh, reaps on its
+    # timer, and the turn goes in the heartbeat's or the registration's own transaction
     rt = db.hook_conversation_runtime(h.session)["runtime"] if pg else db.find_conversation_runtime(h.session)
     if rt is not None and rt["pid"] is not None and rt["pid"] == pid and h.ours(rt):
-        if not pg:
-            db.reap()  # same process (compaction, /clear back to it): same attachment, same handle
-        db.heartbeat(rt["id"])
-        db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
-    else:  # the same, on PostgreSQL with the registration's own transaction (pgsession)
+        # same process (compaction, /clear back to it): same attachment, same handle
+        if pg:
+            db.heartbeat(rt["id"], turn="busy")
+        else:
+            db.reap()
+            db.heartbeat(rt["id"])
+    elif pg:
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
-                         source="hook:%s" % str(h.payload.get("source"))[:40], **({"turn": "busy"} if pg else {}))
-        if not pg:
-            db.set_turn(rt["id"], "busy")
+                         source="hook:%s" % str(h.payload.get("source"))[:40], turn="busy")
+    else:
+        rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
+                         source="hook:%s" % str(h.payload.get("source"))[:40])
+    if not pg:
+        db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
         export_runtime(env_file, rt["id"])

@@ -2226,21 +2226,25 @@ class Store:
                                     " AND at = ?", (_now(now), runtime_id, idle_at))
             return cur.rowcount == 1
 
-    def heartbeat(self, runtime_id, now=None, min_interval=0.0):
-        """Renew presence and every lease held; skip the write when the last beat is younger than min_interval."""
+    def heartbeat(self, runtime_id, now=None, min_interval=0.0, turn=None):
+        """Renew presence and every lease held; skip the write when the last beat is younger than min_interval.
+        turn: also set_turn(runtime_id, turn) in the same transaction (SessionStart: one wait less on
+        PostgreSQL; pgsession)."""
         now = _now(now)
         if min_interval:
             row = self.q("SELECT heartbeat_at FROM runtimes WHERE id = ? AND ended_at IS NULL",
                          (runtime_id,)).fetchone()
             last = beat_time(row[0]) if row else None
             if row and now - last < min_interval and now >= last:
+                if turn:
+                    self.set_turn(runtime_id, turn, now)
                 return False
         if self.engine == "postgresql" and not self.conn.in_transaction:
-            if self._heartbeat_in_one_wait(runtime_id, now):
+            if self._heartbeat_in_one_wait(runtime_id, now, turn):
                 return True
-        return self._heartbeat(runtime_id, now)
+        return self._heartbeat(runtime_id, now, turn=turn)
 
-    def _heartbeat(self, runtime_id, now, expect=None):
+    def _heartbeat(self, runtime_id, now, expect=None, turn=None):
         with self.transaction():
             if expect is not None:  # _heartbeat_in_one_wait's assumption, checked by the server
                 self.conn.expect(*expect)
@@ -2250,6 +2254,8 @@ class Store:
             self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ? + ttl) WHERE runtime = ?"
                               " AND expires_at > ?", (now, runtime_id, now))
             self._revive(runtime_id, now, rt=rt)
+            if turn:
+                self._turn_row(runtime_id, turn, now)
         return True
 
     def _revive(self, runtime_id, now, names=None, ttl=None, rt=None):
@@ -2486,7 +2492,7 @@ class Store:
             self.conn.expectation_failed = False
             return None
 
-    def _heartbeat_in_one_wait(self, runtime_id, now):
+    def _heartbeat_in_one_wait(self, runtime_id, now, turn=None):
         """heartbeat's whole transaction in one wait, guessing the caller usable and, when it has
         a process, none of its leases lapsed (nothing for _revive to do). -> True when done."""
         guess = self._caller_guess(runtime_id, now) if runtime_id else None
@@ -2496,7 +2502,7 @@ class Store:
         assumed[(self._LAPSED_OF, (runtime_id, now))] = []
         condition += " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?))"
         params = params + [not rt["pid"], runtime_id, now]
-        return bool(self._speculate(lambda expect: self._heartbeat(runtime_id, now, expect), guess, condition,
+        return bool(self._speculate(lambda expect: self._heartbeat(runtime_id, now, expect, turn), guess, condition,
                                     params, assumed))
 
     def _claim_in_one_wait(self, runtime_id, resources, mode, purpose, ttl, now):

@@ -2747,7 +2747,11 @@ class PgRegisterRoundTripTest(PostgresEngine, StoreCase):
         self.st.claim(second["id"], ["src/b.py", "src/a.py"])
         got["superseding one with leases"], third = self.trips(
             self.st.register, conversation="conv", harness="claude", turn="busy")
-        self.assertEqual(got, {"new conversation, with its turn": 2, "superseding one with leases": 2})
+        self.st.set_turn(third["id"], "idle")
+        got["same process: heartbeat with its turn"], _ = self.trips(self.st.heartbeat, third["id"], turn="busy")
+        self.assertEqual(self.st.turn(third["id"])["state"], "busy")
+        self.assertEqual(got, {"new conversation, with its turn": 2, "superseding one with leases": 2,
+                               "same process: heartbeat with its turn": 1})  # 2 before: heartbeat, set_turn
         self.assertEqual([l["resource"] for l in self.st.leases_of(third["id"])], ["src/a.py", "src/b.py"])
         self.assertEqual(self.st.runtime(second["id"])["superseded_by"], third["id"])
         self.assertEqual(self.st.turn(third["id"])["state"], "busy")
