@@ -595,6 +595,7 @@ def on_session_start(h):
     elif pg:
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
                          source="hook:%s" % str(h.payload.get("source"))[:40], turn="busy")
+        h.registered = True  # its lease lines from the database: the copy may not have seen this yet
     else:
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
                          source="hook:%s" % str(h.payload.get("source"))[:40])
@@ -750,7 +751,7 @@ def session_context(h, rt, work=()):
         return sum(len(l.encode("utf-8", "replace")) + 1 for l in ls)
 
     if db.engine == "postgresql":  # pgsession: one operation, answered from the host process's lease copy when fresh
-        parts = db.hook_session_leases(rt["id"], SHOWN)
+        parts = (db.session_leases if getattr(h, "registered", False) else db.hook_session_leases)(rt["id"], SHOWN)
         mine, held, total = [store.clean_text(r, 60) for r in parts["mine"]], parts["held"], parts["total"]
     else:
         mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]

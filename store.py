@@ -2916,6 +2916,11 @@ class Store:
             held, total = self.peer_exclusive_leases(runtime_id, limit, now)
         return {"mine": mine, "held": held, "total": total, "from": "database"}
 
+    # The same, never from the copy: right after this hook's own registration, which the copy may
+    # not have seen yet (its wake-up can still be on the way), so it would list the leases the
+    # new runtime took over as a peer's.
+    session_leases = hook_session_leases
+
     def claim(self, runtime_id, resources, mode="exclusive", purpose="", ttl=None, now=None):
         """Take every lease or none. Returns the lease records."""
         if mode not in ("exclusive", "append"):
