@@ -542,9 +542,7 @@ def on_deliver(h):
     db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
     if first:  # SessionStart's lines again (with the messages): see gemini_first_prompt
         return reply(h, h.event, session_context(h, rt, work_lines(h, rt)))
-    lost = store.lost_line(db.take_lost(rt["id"]), h.command())
-    used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
-    text = db.pending_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET - used)
+    lost, text = db.boundary_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET)
     text = "\n".join(t for t in (lost, text) if t)
     return reply(h, h.event, text) if text else ""
 
@@ -583,14 +581,26 @@ def on_session_start(h):
         return on_subagent_start(h)
     db = h.open()
     pid, start = h.process()
-    rt = db.find_conversation_runtime(h.session)
+    pg = db.engine == "postgresql"
+    # pgsession: on PostgreSQL the host process answers from its lease copy when fresh, reaps on its
+    # timer, and the turn goes in the heartbeat's or the registration's own transaction
+    rt = db.hook_conversation_runtime(h.session)["runtime"] if pg else db.find_conversation_runtime(h.session)
     if rt is not None and rt["pid"] is not None and rt["pid"] == pid and h.ours(rt):
-        db.reap()  # same process (compaction, /clear back to it): same attachment, same handle
-        db.heartbeat(rt["id"])
+        # same process (compaction, /clear back to it): same attachment, same handle
+        if pg:
+            db.heartbeat(rt["id"], turn="busy")
+        else:
+            db.reap()
+            db.heartbeat(rt["id"])
+    elif pg:
+        rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
+                         source="hook:%s" % str(h.payload.get("source"))[:40], turn="busy")
+        h.registered = True  # its lease lines from the database: the copy may not have seen this yet
     else:
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
                          source="hook:%s" % str(h.payload.get("source"))[:40])
-    db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
+    if not pg:
+        db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
         export_runtime(env_file, rt["id"])
@@ -750,14 +760,17 @@ def session_context(h, rt, work=()):
     lines = ["coord: you are %s (agents, leases: %s list; messages: %s inbox)" % (rt["handle"], cmd, cmd)]
     lines += list(work)
     budget = CLONE_START_BYTES if work else START_BYTES
-    lost = store.lost_line(db.take_lost(rt["id"]), cmd)  # a notice, like messages: outside START_BYTES
 
     def size(ls):
         return sum(len(l.encode("utf-8", "replace")) + 1 for l in ls)
 
-    mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]
+    if db.engine == "postgresql":  # pgsession: one operation, answered from the host process's lease copy when fresh
+        parts = (db.session_leases if getattr(h, "registered", False) else db.hook_session_leases)(rt["id"], SHOWN)
+        mine, held, total = [store.clean_text(r, 60) for r in parts["mine"]], parts["held"], parts["total"]
+    else:
+        mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]
+        held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
     least = ["Your leases: %d (%s list)" % (len(mine), cmd)] if mine else []  # the fallback, reserved
-    held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
     peers = []  # first, as they say what to ask about before editing
     if held:
         groups, listed = {}, 0  # holder's handle -> names, in resource order
@@ -789,9 +802,9 @@ def session_context(h, rt, work=()):
             if size(lines + [line]) <= budget:  # the bound holds even with long handles and task
                 least = [line]
                 break
+    # The lost-lease notice (outside START_BYTES, like messages) and the messages in what is left
+    lost, pending = db.boundary_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - size(lines + least + peers)))
     lines += ([lost] if lost else []) + least + peers
-    used = size(lines)
-    pending = db.pending_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - used))
     if pending:
         lines.append(pending)
     return "\n".join(lines)

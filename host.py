@@ -70,6 +70,9 @@ COPY_EVERY = 1.0
 COPY_STALE = 3.0
 LISTEN_RETRY = 0.1  # seconds before the LISTEN connection is made again, doubling to 5 s
 COPY_OPS = frozenset(["hook_write_decision"])  # what the copy may answer (Server.answer)
+# pgsession: SessionStart's reads from the copy too, and a boundary's notices in one operation.
+COPY_OPS = COPY_OPS | frozenset(["hook_conversation_runtime", "hook_session_leases"])
+HOST_OPS = HOST_OPS | frozenset(["boundary_context", "session_leases"])
 HOST_OPS = HOST_OPS | COPY_OPS
 
 

@@ -1962,18 +1962,20 @@ class Store:
                               STALE_HINT % rt["handle"], superseded_by=rt["handle"])
 
     def register(self, conversation=None, harness="", pid=None, pid_start=None, agent_id=None, cwd=None,
-                 source=None, now=None):
+                 source=None, now=None, turn=None):
         """Register one live attachment and return its record.
 
         A top-level attachment of a conversation with a live runtime supersedes it: leases and
         open deliveries move to the new runtime; the same harness process (pid and start time)
         keeps its live runtime instead. A subagent (agent_id) gets a deterministic ID and never
-        inherits anything.
+        inherits anything. turn: also set_turn(its ID, turn) in the same transaction (SessionStart:
+        one wait less on PostgreSQL; pgsession).
         """
         now = _now(now)
         conversation = conversation or new_uuid()
         if pid and pid_start is None:
             pid_start = process_start(pid)
+        taken = None
         with self.transaction():
             first = new_uuid() if self.engine == "postgresql" and not agent_id else None
             self._prefetch(self._register_reads, conversation, pid, pid_start, first)
@@ -1982,6 +1984,8 @@ class Store:
                 rid = subagent_uuid(conversation, agent_id)
                 existing = self.runtime(rid)
                 if existing is not None:
+                    if turn:
+                        self._turn_row(rid, turn, now)
                     return self._rehello_subagent(existing, conversation, agent_id, harness, pid, pid_start,
                                                   source, now)
                 handle = handle_for(rid, DOMAIN_RUNTIME)
@@ -1994,8 +1998,12 @@ class Store:
                 # a reap (or a repeated hello) must not supersede each other.
                 same = self._same_process(conversation, pid, pid_start, now) if pid else None
                 if same is not None:
+                    if turn:
+                        self._turn_row(same["id"], turn, now)
                     return same
                 rid, handle = self._draw_runtime_id(first)
+                if self.engine == "postgresql":  # pgsession: read before the insert (which changes neither)
+                    taken = self._olds_and_their_leases(conversation, rid)
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
                 " heartbeat_at, host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -2004,7 +2012,9 @@ class Store:
             self.audit("runtime.hello", rid, rid, now, conversation=conversation, agent_id=agent_id or "",
                        harness=harness or "", source=source or "")
             if not agent_id:
-                self._take_over_conversation(conversation, rid, now)
+                self._take_over_conversation(conversation, rid, now, taken)
+            if turn:
+                self._turn_row(rid, turn, now)
             out = self._runtime_at_commit(rid)
         return out()
 
@@ -2048,12 +2058,42 @@ class Store:
                 return rid, handle
         raise Refused("could not draw a runtime ID with a free handle")  # pragma: no cover
 
-    def _take_over_conversation(self, conversation, rid, now):
+    _OLD_LEASES = "SELECT resource FROM leases WHERE runtime = ? ORDER BY resource"
+    _OLDS_LEASES = ("SELECT runtime, resource FROM leases WHERE runtime IN (SELECT id FROM runtimes WHERE"
+                    " conversation = ? AND agent_id IS NULL AND ended_at IS NULL AND id != ?) ORDER BY resource")
+
+    def _olds_and_their_leases(self, conversation, rid):
+        """PostgreSQL, in register before its insert: [(old, its lease names)], the runtimes
+        _take_over_conversation supersedes and what _supersede moves from each, as they would
+        read them after the insert (which changes neither), both from the reads sent with BEGIN
+        (pgsession)."""
+        olds = [r[0] for r in self.q(*self._olds_read(conversation, rid)).fetchall()]
+        names = {}
+        for runtime, resource in (self.q(self._OLDS_LEASES, (conversation, rid)).fetchall() if olds else []):
+            names.setdefault(runtime, []).append(resource)
+        return [(old, names.get(old, [])) for old in olds]
+
+    def _take_over_conversation(self, conversation, rid, now, taken=None):
         """The new top-level runtime `rid` supersedes the conversation's live ones and inherits
-        the open deliveries of its ended attachments."""
-        olds = self.q(*self._olds_read(conversation, rid)).fetchall()
-        for (old,) in olds:
-            self._supersede(old, rid, now)
+        the open deliveries of its ended attachments. taken: _olds_and_their_leases, read earlier."""
+        if taken is None:
+            taken = [(old, None) for (old,) in self.q(*self._olds_read(conversation, rid)).fetchall()]
+        for old, names in taken:
+            self._supersede(old, rid, now, names)
+        if self.engine == "postgresql":
+            # pgsession: the same audit row, its count taken by the server just before the move
+            # (under the project lock nothing else moves them), so nothing waits for a rowcount
+            self.conn.execute(
+                "INSERT INTO audit (at, event, runtime, subject, data) SELECT ?, 'message.inherited', ?, ?,"
+                " '{\"deliveries\":' || CAST(n AS text) || '}' FROM (SELECT count(*) AS n FROM deliveries"
+                " WHERE state != 'acked' AND recipient IN (SELECT id FROM runtimes WHERE conversation = ? AND"
+                " agent_id IS NULL AND id != ? AND superseded_by IS NULL)) c WHERE n > 0",
+                (now, rid, rid, conversation, rid))
+            self.conn.execute(
+                "UPDATE deliveries SET recipient = ? WHERE state != 'acked' AND recipient IN (SELECT id FROM"
+                " runtimes WHERE conversation = ? AND agent_id IS NULL AND id != ? AND superseded_by IS NULL)",
+                (rid, conversation, rid))
+            return
         # Messages to an earlier attachment that ended without a successor (its harness
         # died, or it said bye) are still the conversation's: they follow it here.
         moved = self.conn.execute(
@@ -2063,8 +2103,9 @@ class Store:
         if moved:
             self.audit("message.inherited", rid, rid, now, deliveries=moved)
 
-    def _supersede(self, old, new, now):
-        moved = [r[0] for r in self.q("SELECT resource FROM leases WHERE runtime = ? ORDER BY resource", (old,))]
+    def _supersede(self, old, new, now, moved=None):
+        if moved is None:  # else read before this transaction's first write (_olds_and_their_leases)
+            moved = [r[0] for r in self.q(self._OLD_LEASES, (old,))]
         self.conn.execute("UPDATE leases SET runtime = ? WHERE runtime = ?", (new, old))
         self.conn.execute("UPDATE deliveries SET recipient = ? WHERE recipient = ? AND state != 'acked'", (new, old))
         self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = 'superseded', superseded_by = ? WHERE id = ?",
@@ -2172,11 +2213,15 @@ class Store:
                 cur = self.conn.execute("UPDATE turns SET state = ?, at = ? WHERE runtime = ? AND state = ?",
                                         (state, now, runtime_id, only_from))
                 return cur.rowcount == 1
-            self.conn.execute(
-                "INSERT INTO turns (runtime, state, at, began) VALUES (?, ?, ?, ?) ON CONFLICT (runtime) DO "
-                "UPDATE SET state = excluded.state, at = excluded.at, began = CASE WHEN ? THEN excluded.began "
-                "ELSE turns.began END", (runtime_id, state, now, now if began else None, 1 if began else 0))
+            self._turn_row(runtime_id, state, now, began)
         return True
+
+    def _turn_row(self, runtime_id, state, now, began=False):
+        """set_turn's write; call inside a transaction."""
+        self.conn.execute(
+            "INSERT INTO turns (runtime, state, at, began) VALUES (?, ?, ?, ?) ON CONFLICT (runtime) DO "
+            "UPDATE SET state = excluded.state, at = excluded.at, began = CASE WHEN ? THEN excluded.began "
+            "ELSE turns.began END", (runtime_id, state, now, now if began else None, 1 if began else 0))
 
     def claim_nudge(self, runtime_id, idle_at, now=None):
         """Atomically turn the idle boundary seen at `idle_at` into "nudged" (one nudge per idle
@@ -2186,21 +2231,25 @@ class Store:
                                     " AND at = ?", (_now(now), runtime_id, idle_at))
             return cur.rowcount == 1
 
-    def heartbeat(self, runtime_id, now=None, min_interval=0.0):
-        """Renew presence and every lease held; skip the write when the last beat is younger than min_interval."""
+    def heartbeat(self, runtime_id, now=None, min_interval=0.0, turn=None):
+        """Renew presence and every lease held; skip the write when the last beat is younger than min_interval.
+        turn: also set_turn(runtime_id, turn) in the same transaction (SessionStart: one wait less on
+        PostgreSQL; pgsession)."""
         now = _now(now)
         if min_interval:
             row = self.q("SELECT heartbeat_at FROM runtimes WHERE id = ? AND ended_at IS NULL",
                          (runtime_id,)).fetchone()
             last = beat_time(row[0]) if row else None
             if row and now - last < min_interval and now >= last:
+                if turn:
+                    self.set_turn(runtime_id, turn, now)
                 return False
         if self.engine == "postgresql" and not self.conn.in_transaction:
-            if self._heartbeat_in_one_wait(runtime_id, now):
+            if self._heartbeat_in_one_wait(runtime_id, now, turn):
                 return True
-        return self._heartbeat(runtime_id, now)
+        return self._heartbeat(runtime_id, now, turn=turn)
 
-    def _heartbeat(self, runtime_id, now, expect=None):
+    def _heartbeat(self, runtime_id, now, expect=None, turn=None):
         with self.transaction():
             if expect is not None:  # _heartbeat_in_one_wait's assumption, checked by the server
                 self.conn.expect(*expect)
@@ -2210,6 +2259,8 @@ class Store:
             self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ? + ttl) WHERE runtime = ?"
                               " AND expires_at > ?", (now, runtime_id, now))
             self._revive(runtime_id, now, rt=rt)
+            if turn:
+                self._turn_row(runtime_id, turn, now)
         return True
 
     def _revive(self, runtime_id, now, names=None, ttl=None, rt=None):
@@ -2369,7 +2420,7 @@ class Store:
         if pid:
             reads.append(self._same_process_read(conversation, pid, pid_start))
         return reads + [("SELECT 1 FROM runtimes WHERE handle = ?", (handle_for(rid, DOMAIN_RUNTIME),)),
-                        self._olds_read(conversation, rid)]
+                        self._olds_read(conversation, rid), (self._OLDS_LEASES, (conversation, rid))]
 
     def _conversation_read(self, conversation):
         return ("SELECT %s FROM runtimes WHERE conversation = ? AND ended_at IS NULL ORDER BY started_at, id"
@@ -2446,7 +2497,7 @@ class Store:
             self.conn.expectation_failed = False
             return None
 
-    def _heartbeat_in_one_wait(self, runtime_id, now):
+    def _heartbeat_in_one_wait(self, runtime_id, now, turn=None):
         """heartbeat's whole transaction in one wait, guessing the caller usable and, when it has
         a process, none of its leases lapsed (nothing for _revive to do). -> True when done."""
         guess = self._caller_guess(runtime_id, now) if runtime_id else None
@@ -2456,7 +2507,7 @@ class Store:
         assumed[(self._LAPSED_OF, (runtime_id, now))] = []
         condition += " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?))"
         params = params + [not rt["pid"], runtime_id, now]
-        return bool(self._speculate(lambda expect: self._heartbeat(runtime_id, now, expect), guess, condition,
+        return bool(self._speculate(lambda expect: self._heartbeat(runtime_id, now, expect, turn), guess, condition,
                                     params, assumed))
 
     def _claim_in_one_wait(self, runtime_id, resources, mode, purpose, ttl, now):
@@ -2800,13 +2851,15 @@ class Store:
                             not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
         return blocking
 
+    _PEER_EXCLUSIVE_WHERE = (" FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.mode = 'exclusive'"
+                             " AND l.runtime != ? AND l.expires_at > ? AND r.ended_at IS NULL")
+
     def peer_exclusive_leases(self, runtime_id, limit, now=None):
         """Unexpired exclusive leases of runtimes other than `runtime_id` that have not ended:
         ([{resource, handle, purpose}] of the first `limit` by resource name, how many in all),
         read in one snapshot."""
         now = _now(now)
-        where = (" FROM leases l JOIN runtimes r ON r.id = l.runtime WHERE l.mode = 'exclusive'"
-                 " AND l.runtime != ? AND l.expires_at > ? AND r.ended_at IS NULL")
+        where = self._PEER_EXCLUSIVE_WHERE
         with self.snapshot():
             rows = self.q("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
                           (runtime_id, now, limit)).fetchall()
@@ -2845,6 +2898,33 @@ class Store:
                 rt = self.find_conversation_runtime(conversation, now=now)
             blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now=now)
         return {"runtime": rt, "blocking": blocking, "from": "database"}
+
+    # pgsession: SessionStart's reads as operations the lease copy can answer (host.py COPY_OPS;
+    # LeaseCopy has the same methods), else one snapshot each.
+
+    def hook_conversation_runtime(self, conversation, now=None):
+        """find_conversation_runtime as one operation: -> {"runtime", "from": "database"}."""
+        return {"runtime": self.find_conversation_runtime(conversation, now=now), "from": "database"}
+
+    def hook_session_leases(self, runtime_id, limit, now=None):
+        """SessionStart's lease lines in one operation: the names of the runtime's leases (leases_of)
+        and peers' exclusive leases (peer_exclusive_leases), in one snapshot (one wait on
+        PostgreSQL). -> {"mine": [names], "held": [...], "total": n, "from": "database"}."""
+        now = _now(now)
+        where = self._PEER_EXCLUSIVE_WHERE
+        with self.snapshot():
+            self._prefetch(lambda: [(self._LEASES_OF, (runtime_id,)),
+                                    ("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
+                                     (runtime_id, now, limit)),
+                                    ("SELECT count(*)" + where, (runtime_id, now))])
+            mine = [l["resource"] for l in self.leases_of(runtime_id)]
+            held, total = self.peer_exclusive_leases(runtime_id, limit, now)
+        return {"mine": mine, "held": held, "total": total, "from": "database"}
+
+    # The same, never from the copy: right after this hook's own registration, which the copy may
+    # not have seen yet (its wake-up can still be on the way), so it would list the leases the
+    # new runtime took over as a peer's.
+    session_leases = hook_session_leases
 
     def claim(self, runtime_id, resources, mode="exclusive", purpose="", ttl=None, now=None):
         """Take every lease or none. Returns the lease records."""
@@ -3157,6 +3237,10 @@ class Store:
         it is acknowledged. A body that does not fit stays queued, counted and pointed to inbox:
         nothing is marked delivered that was not injected.
         """
+        if self.engine == "postgresql" and not self.conn.in_transaction:
+            done = self._boundary_in_two_waits(runtime_id, prefix, budget, now, lost=False)  # pgsession
+            if done is not None:
+                return done[1]
         if not self.q("SELECT 1 FROM deliveries WHERE recipient = ? AND state != 'acked' LIMIT 1",
                       (runtime_id,)).fetchone():
             return None  # the common case: one indexed read, no write
@@ -3175,6 +3259,96 @@ class Store:
                 self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND message IN (%s)"
                                   % ",".join("?" * len(shown)), [runtime_id] + shown)
         return text
+
+    # -- a hook boundary in few waits (issue 25, pgsession; docs/postgresql.md, "SessionStart and
+    #    message delivery in few waits"). boundary_context is take_lost then pending_context, as
+    #    hook.py always called them; SQLite runs exactly those. On PostgreSQL one snapshot reads the
+    #    lost-lease notes and the open deliveries with the bodies that can fit (one wait); the
+    #    rules (lost_line, render_context) run on those rows; then one write transaction, sent
+    #    whole, removes the notes shown and marks what was shown, after coord_expect checks that
+    #    the server still holds exactly the notes and open deliveries read (one wait). A changed
+    #    inbox (a parallel boundary, a new message, an ack) fails the check, the server rolls it
+    #    all back, and the old path runs under the lock: a body is never shown twice, nothing not
+    #    shown is marked, a note is told once.
+
+    def boundary_context(self, runtime_id, prefix=".coord/coord", budget=CONTEXT_BUDGET, now=None):
+        """A hook boundary's notices for this runtime: (the lost-lease line, "" for none; the open
+        messages' context in what is left of `budget`, or None), as lost_line(take_lost(...))
+        and then pending_context(budget - that line)."""
+        if self.engine == "postgresql" and not self.conn.in_transaction:
+            done = self._boundary_in_two_waits(runtime_id, prefix, budget, now, lost=True)
+            if done is not None:
+                return done
+        lost = lost_line(self.take_lost(runtime_id), prefix)
+        used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
+        return lost, self.pending_context(runtime_id, prefix=prefix, now=now, budget=max(0, budget - used))
+
+    # The open deliveries as _OPEN_SQL reads them, plus each queued body that can fit in the
+    # budget (queued bodies are shown oldest first and the first that does not fit stops the
+    # rest, so a shown body's queued sizes up to it add up to at most the budget); PostgreSQL only.
+    _OPEN_BODIES_SQL = ("SELECT m.id, m.kind, length(CAST(m.body AS BLOB)), m.digest, s.handle, d.state,"
+                        " CASE WHEN d.state = 'queued' AND sum(CASE WHEN d.state = 'queued'"
+                        " THEN length(CAST(m.body AS BLOB)) ELSE 0 END) OVER (ORDER BY m.id) <= ? THEN m.body END"
+                        " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"
+                        " WHERE d.recipient = ? AND d.state != 'acked' ORDER BY m.id")
+    _OPEN_STATES = ("coalesce((SELECT string_agg(CAST(message AS text) || ':' || state, ',' ORDER BY message)"
+                    " FROM deliveries WHERE recipient = ? AND state != 'acked'), '') = ?")
+    _LOST_NOTES = ("coalesce((SELECT string_agg(key || chr(1) || value, chr(2) ORDER BY key) FROM meta"
+                   " WHERE key >= ? AND key < ?), '') = ?")
+
+    def _boundary_in_two_waits(self, runtime_id, prefix, budget, now, lost):
+        """boundary_context (lost=False: pending_context, as (None, text)) on PostgreSQL in one
+        wait when there is nothing to show, two otherwise; None when the server's state changed
+        between the two (the caller runs the old path)."""
+        now = _now(now)
+        lo = self._LOST % runtime_id
+        hi = lo[:-1] + chr(ord(":") + 1)
+        lost_read = ("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key", (lo, hi))
+        open_read = (self._OPEN_BODIES_SQL, (budget, runtime_id))
+        reads = ([lost_read] if lost else []) + [open_read]
+        with self.snapshot():
+            self._prefetch(lambda: reads)
+            notes = [tuple(r) for r in self.q(*lost_read).fetchall()] if lost else []
+            rows = self.q(*open_read).fetchall()
+        told = []
+        for _, value in notes:
+            try:
+                told.append(json.loads(value))
+            except ValueError:
+                pass
+        line = lost_line(told, prefix)
+        if not rows and not notes:
+            return line, None
+        keys = ("id", "kind", "size", "digest", "sender", "state")
+        msgs = [dict(zip(keys, r[:6])) for r in rows]
+        bodies = {r[0]: r[6] for r in rows}
+        text, fresh, shown = None, [], []
+        if msgs:
+            used = len(line.encode("utf-8", "replace")) + 1 if line else 0
+            text, fresh, shown = render_context(msgs, prefix, max(0, budget - used), lambda m: bodies[m["id"]])
+            if any(bodies[i] is None for i in fresh):
+                return None  # cannot happen (see _OPEN_BODIES_SQL); the old path reads the body
+        if not notes and not fresh and not shown:
+            return line, text
+        condition = self._OPEN_STATES
+        params = [runtime_id, ",".join("%d:%s" % (m["id"], m["state"]) for m in msgs)]
+        if lost:
+            condition += " AND " + self._LOST_NOTES
+            params += [lo, hi, "\x02".join(k + "\x01" + v for k, v in notes)]
+
+        def run(expect):
+            with self.transaction():
+                self.conn.expect(*expect)
+                for key, value in notes:
+                    self.conn.execute("DELETE FROM meta WHERE key = ? AND value = ?", (key, value))
+                self._mark_delivered(runtime_id, fresh, now)
+                if shown:
+                    self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND message IN (%s)"
+                                      % ",".join("?" * len(shown)), [runtime_id] + shown)
+            return True
+        if not self._speculate(run, None, condition, params, {}):
+            return None
+        return line, text
 
     # -- work records (the `work` commands own their meaning; this is storage only)
 
@@ -4935,6 +5109,30 @@ class LeaseCopy:
             blocking = [b for b in blocking if b["mode"] != "append" or
                         not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
         return blocking
+
+    def hook_conversation_runtime(self, conversation, now, judge):
+        """Store.hook_conversation_runtime on the copy, or None (ask the database). pgsession."""
+        known, rt = self.conversation_runtime(conversation, now, judge)
+        return {"runtime": rt, "from": "copy"} if known else None
+
+    def hook_session_leases(self, runtime_id, limit, now, judge):
+        """Store.hook_session_leases on the copy, or None (ask the database): a peer's exclusive
+        lease the copy sees expired (a heartbeat may have lengthened it) or whose holder it does
+        not hold is left to the database. pgsession."""
+        mine, held = [], []
+        for lease in self.leases:  # in resource order, as the database's reads
+            if lease["runtime"] == runtime_id:
+                mine.append(lease["resource"])
+                continue
+            if lease["mode"] != "exclusive":
+                continue
+            rt = self.runtimes.get(lease["runtime"])
+            if rt is None or lease["expires_at"] <= now:
+                return None
+            if rt["ended_at"] is None:
+                held.append({"resource": lease["resource"], "handle": rt["handle"], "purpose": lease["purpose"]})
+        return {"mine": mine, "held": held[:max(0, limit)], "total": len(held) if held[:max(0, limit)] else 0,
+                "from": "copy"}
 
     def hook_write_decision(self, conversation, runtime_id, resources, now, judge):
         """Store.hook_write_decision on the copy, or None (ask the database)."""

@@ -2580,3 +2580,30 @@ class PgOtherHostWorkLinkTest(PostgresHooks, HookCase):
         rt = self.start(env={"COORD_WORK_ID": w["id"]}, via=harness)
         tmux = self.st.work(w["id"])["data"]["tmux"]
         self.assertEqual((tmux["conversation"], tmux["runtime_id"]), (CLAUDE_MAIN, rt["id"]))
+
+
+class PgSessionStartCopyTest(PgHookLeaseCopyTest):
+    """The real hook's SessionStart on a PostgreSQL project (pgsession): the conversation's
+    runtime and the lease lines answered by the host process from its lease copy, the messages
+    shown once and then reminded, in one boundary operation."""
+
+    test_the_write_decision_comes_from_the_copy_and_follows_a_peer_s_claim_and_release = None
+
+    def test_session_start_reads_the_copy_and_delivers_once(self):
+        first = json.loads(self.run_hook(self.payload("claude-SessionStart"))[0])
+        self.assertIn("coord: you are", first["hookSpecificOutput"]["additionalContext"])
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/held.py"])
+        me = self.st.find_conversation_runtime(self.payload("claude-SessionStart")["session_id"])
+        self.st.send(peer["id"], "read me once", me["id"])
+        support.retry_until(lambda: self.copy_status()["fresh"], 60)
+        hits = self.copy_status()["hits"]
+        text = json.loads(self.run_hook(self.payload("claude-SessionStart"))[0])["hookSpecificOutput"][
+            "additionalContext"]
+        self.assertIn("src/held.py", text)
+        self.assertIn("read me once", text)
+        self.assertGreater(self.copy_status()["hits"], hits, "answered from the copy")
+        again = json.loads(self.run_hook(self.payload("claude-UserPromptSubmit"))[0])["hookSpecificOutput"][
+            "additionalContext"]
+        self.assertNotIn("read me once", again)  # a reminder now, until it is acknowledged
+        self.assertIn("ack", again)

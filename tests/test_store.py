@@ -1780,7 +1780,7 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
     # register remembers the record too, so a registered runtime's first claim is one wait.
     NOW = {"claim": 1, "claim again": 1, "claim, another name": 1, "refused claim": 2,
            "refused claim again": 2, "renew": 2, "release": 2,
-           "heartbeat": 1, "send": 2, "write decision": 1, "register": 4}
+           "heartbeat": 1, "send": 2, "write decision": 1, "register": 2}  # register: 4 before pgsession
 
     def trips(self, fn, *args, **kw):
         before = self.st.conn.round_trips
@@ -2657,3 +2657,154 @@ class LeaseCopyRulesTest(StoreCase):
         self.assertIsNone(c.hook_write_decision("conv-dead", None, ["free.py"], now, self.st),
                           "the conversation's newest runtime is not surely live")
         self.assertEqual(c.hook_write_decision("conv-none", None, ["free.py"], now, self.st)["runtime"], None)
+
+
+# --------------------------------------------------------------------------- pgsession (issue 25)
+class PgBoundaryRoundTripTest(PostgresEngine, StoreCase):
+    """A hook boundary's reads and writes in few waits on PostgreSQL (docs/postgresql.md,
+    "SessionStart and message delivery in few waits"): the figures are pinned, and the delivery
+    rules (a body shown once, marked only when shown, re-delivered as a reminder until acked, a
+    lost-lease note told once) hold when a parallel boundary changes the inbox in between."""
+
+    # Before pgsession: pending_context 1 with nothing open, 4 with one queued message (the
+    # existence read, the open deliveries under the lock, the body, COMMIT), 3 for a reminder;
+    # SessionStart's lease lines 2 or 3 (leases_of, the peers' rows, their count).
+    NOW = {"nothing open": 1, "one queued message": 2, "a reminder": 2, "two queued, one lost note": 2,
+           "nothing, with the lost read": 1, "session leases": 1}
+
+    def trips(self, fn, *args, **kw):
+        before = self.st.conn.round_trips
+        out = fn(*args, **kw)
+        return self.st.conn.round_trips - before, out
+
+    def test_round_trips_of_a_boundary(self):
+        a, b = self.rt(), self.rt()
+        self.st.claim(a, ["src/x.py"])
+        got = {}
+        got["nothing open"], text = self.trips(self.st.pending_context, b)
+        self.assertIsNone(text)
+        self.st.send(a, "hello", b)
+        got["one queued message"], text = self.trips(self.st.pending_context, b)
+        self.assertIn("hello", text)
+        got["a reminder"], text = self.trips(self.st.pending_context, b)
+        self.assertNotIn("hello", text)
+        self.assertIn("#", text)
+        self.st.ack_shown(b)
+        self.st.send(a, "one", b)
+        self.st.send(a, "two", b)
+        self.st.claim(b, ["src/y.py"])
+        with self.st.transaction():
+            self.st._lose(b, "src/y.py", "exclusive", a, "peer-a", store.now())
+        got["two queued, one lost note"], (lost, text) = self.trips(self.st.boundary_context, b)
+        self.assertIn("src/y.py", lost)
+        self.assertTrue("one" in text and "two" in text)
+        got["nothing, with the lost read"], out = self.trips(self.st.boundary_context, a)
+        self.assertEqual(out, ("", None))
+        got["session leases"], parts = self.trips(self.st.hook_session_leases, b, 5)
+        self.assertEqual((parts["mine"], [h["resource"] for h in parts["held"]], parts["total"]),
+                         ([], ["src/x.py"], 1))  # its own was lost to a (_lose drops it)
+        self.assertEqual(got, self.NOW)
+
+    def test_the_old_path_gives_the_same_answers(self):
+        # The same inbox read by the two-wait path and by SQLite's statements (the old path, on
+        # this engine) from the same state: the same text, the same marks.
+        a, b = self.rt(), self.rt()
+        for body in ("first", "second " * 200, "third"):
+            self.st.send(a, body, b)
+        fast = self.st.pending_context(b, budget=1200)
+        marks = self.st.q("SELECT message, state, shown FROM deliveries WHERE recipient = ? ORDER BY message",
+                          (b,)).fetchall()
+        c = self.rt()
+        for body in ("first", "second " * 200, "third"):
+            self.st.send(a, body, c)
+        with self.st.transaction():  # inside a transaction: the old path (nothing speculates there)
+            slow = self.st.pending_context(c, budget=1200)
+        ids = lambda t: re.sub(r"(#|ack )\d+", r"\1N", t)
+        self.assertEqual(ids(fast), ids(slow))
+        self.assertEqual([r[1:] for r in marks], [r[1:] for r in self.st.q(
+            "SELECT message, state, shown FROM deliveries WHERE recipient = ? ORDER BY message", (c,)).fetchall()])
+        self.assertIn("first", fast)
+        self.assertNotIn("third", fast)  # the second did not fit: the rest waits, in order
+
+    def test_a_parallel_boundary_between_the_two_waits_shows_each_body_once(self):
+        a, b = self.rt(), self.rt()
+        self.st.send(a, "only once", b)
+        other = self.open_store()
+        self.addCleanup(other.close)
+        seen, speculate = [], self.st._speculate
+
+        def racing(*args):  # the other boundary runs, and commits, after this one's read
+            seen.append(other.pending_context(b))
+            return speculate(*args)
+        self.st._speculate = racing
+        mine = self.st.pending_context(b)
+        self.st._speculate = speculate
+        self.assertEqual(len(seen), 1, "the read and the write are two steps")
+        texts = seen + [mine]
+        self.assertEqual(sum(t.count("only once") for t in texts), 1, texts)
+        self.assertEqual(self.st.q("SELECT state, shown FROM deliveries WHERE recipient = ?", (b,)).fetchall(),
+                         [("delivered", 2)])  # shown by the other as a body, then by this one as a reminder
+        self.assertIn("only once", seen[0])
+
+
+class PgRegisterRoundTripTest(PostgresEngine, StoreCase):
+    """SessionStart's registration (pgsession): the take-over's reads made before the insert
+    and the inherited deliveries counted by the server, so a new conversation's register waits
+    twice (the reads, COMMIT; 4 before), and so does one that supersedes a runtime holding
+    leases (5 before); the turn goes with it. The records and audit rows are the same."""
+
+    def trips(self, fn, *args, **kw):
+        before = self.st.conn.round_trips
+        out = fn(*args, **kw)
+        return self.st.conn.round_trips - before, out
+
+    def test_register_waits_and_records(self):
+        got = {}
+        got["new conversation, with its turn"], first = self.trips(
+            self.st.register, conversation="conv", harness="claude", turn="busy")
+        self.assertEqual(self.st.turn(first["id"])["state"], "busy")
+        peer = self.rt()
+        self.st.claim(first["id"], ["src/b.py", "src/a.py"])
+        self.st.send(peer, "kept for the conversation", first["id"])
+        self.st.bye(first["id"])
+        second = self.st.register(conversation="conv", harness="claude")  # inherits the open delivery
+        self.st.claim(second["id"], ["src/b.py", "src/a.py"])
+        got["superseding one with leases"], third = self.trips(
+            self.st.register, conversation="conv", harness="claude", turn="busy")
+        self.st.set_turn(third["id"], "idle")
+        got["same process: heartbeat with its turn"], _ = self.trips(self.st.heartbeat, third["id"], turn="busy")
+        self.assertEqual(self.st.turn(third["id"])["state"], "busy")
+        self.assertEqual(got, {"new conversation, with its turn": 2, "superseding one with leases": 2,
+                               "same process: heartbeat with its turn": 1})  # 2 before: heartbeat, set_turn
+        self.assertEqual([l["resource"] for l in self.st.leases_of(third["id"])], ["src/a.py", "src/b.py"])
+        self.assertEqual(self.st.runtime(second["id"])["superseded_by"], third["id"])
+        self.assertEqual(self.st.turn(third["id"])["state"], "busy")
+        rows = {r[0]: json.loads(r[1]) for r in self.st.q(
+            "SELECT event, data FROM audit WHERE event IN ('message.inherited', 'runtime.superseded')").fetchall()}
+        self.assertEqual(rows, {"message.inherited": {"deliveries": 1},
+                                "runtime.superseded": {"moved_leases": ["src/a.py", "src/b.py"]}})
+        raw = self.st.q("SELECT data FROM audit WHERE event = 'message.inherited'").fetchone()[0]
+        self.assertEqual(raw, json.dumps({"deliveries": 1}, sort_keys=True, separators=(",", ":")))
+        self.assertEqual([m["id"] for m in self.st.open_messages(third["id"])], [1])
+
+
+class SessionLeasesCopyTest(StoreCase):
+    """LeaseCopy.hook_session_leases: the database's answer on the copy, or None when unsure."""
+
+    copy, runtime = LeaseCopyRulesTest.copy, LeaseCopyRulesTest.runtime
+
+    def test_the_lease_lines_from_the_copy(self):
+        now = time.time()
+        rts = [self.runtime("me", os.getpid()), self.runtime("live", os.getpid()),
+               self.runtime("ended", os.getpid(), ended_at=now - 1)]
+        lease = lambda name, rid, exp=now + 60, mode="exclusive": (name, rid, mode, "p", exp)
+        c = self.copy([lease("a.py", "live"), lease("b.py", "ended"), lease("c.py", "live", mode="append"),
+                       lease("d.py", "me", now - 5), lease("e.py", "live")], rts)
+        got = c.hook_session_leases("me", 1, now, self.st)
+        self.assertEqual(got, {"mine": ["d.py"], "held": [{"resource": "a.py", "handle": "h-live", "purpose": "p"}],
+                               "total": 2, "from": "copy"})
+        self.assertEqual(c.hook_session_leases("me", 0, now, self.st)["total"], 0)
+        unsure = self.copy([lease("a.py", "live", now - 1)], rts)  # a heartbeat may have lengthened it
+        self.assertIsNone(unsure.hook_session_leases("me", 5, now, self.st))
+        unknown = self.copy([lease("a.py", "nobody")], rts)
+        self.assertIsNone(unknown.hook_session_leases("me", 5, now, self.st))
