@@ -2250,9 +2250,9 @@ def interrupted(st, w):
 
 # --------------------------------------------------------------------------- a window's headless orphan
 
-# Gemini CLI 0.61.0 can outlive its tmux window: its launcher ignores SIGHUP and SIGTERM and waits
-# for its relaunched child, whose SIGHUP handler runs an exit cleanup that may never finish (and a
-# second signal is then ignored). Both keep running headless in the dead pane's session, and its
+# Gemini CLI 0.61.0 can outlive its tmux window: the hangup reaches only the session leader, its
+# launcher, which ignores SIGHUP and SIGTERM and waits for its relaunched child; the child (the
+# registered runtime) is not told. Both keep running headless in the dead pane's session, and its
 # runtime stays live by pid (docs/harness-gemini.md). headless_orphan() recognises that case on
 # positive evidence only; `work resume`, run by the person, ends it (end_headless).
 ORPHAN_TERM_WAIT = 5.0   # seconds the orphan's processes get to exit after SIGTERM
@@ -2293,7 +2293,7 @@ def headless_orphan(st, w):
     conversation (the window's recorded one, or the newest) has a process whose session id is the
     dead window's recorded pane pid (a pane's process leads its own session; a pid in use as a
     session id is never given to another process), whose working directory is inside the clone,
-    and whose session leader, when still there, is no longer the recorded tmux server's child.
+    and no pane on the recorded socket runs that pane pid any more.
     -> {harness, runtime, runtime_id, pid, session, pids, pgids, turn}."""
     if w["state"] not in ("active", "resumed") or not w.get("path"):
         return None
@@ -2316,16 +2316,23 @@ def headless_orphan(st, w):
             continue
         if not is_inside(cwd, w["path"]):
             continue
-        leader = _proc_stat(pane)
-        if leader and rec.get("server_pid") and leader[1] == rec["server_pid"]:
-            continue  # tmux still holds the pane's process: not an orphan
         procs = session_processes(pane)
-        if not procs or tmux_state(w) != "gone":  # asked last: the one subprocess
+        if not procs or tmux_state(w) != "gone" or _pane_pid_live(rec, pane):  # tmux asked last
             continue
         return {"harness": harness_program(rt["pid"]) or rt.get("harness"), "runtime": rt["handle"],
                 "runtime_id": rt["id"], "pid": rt["pid"], "session": pane, "pids": [p for p, _, _ in procs],
                 "pgids": sorted({g for _, g, _ in procs}), "turn": (st.turn(rt["id"]) or {}).get("state")}
     return None
+
+
+def _pane_pid_live(rec, pane):
+    """True unless tmux positively answers that no pane on the recorded socket runs `pane` (a
+    window relabelled or moved still holds its process: not an orphan)."""
+    import session
+    try:
+        return any(p["pane_pid"] == pane for p in session.Tmux(rec["socket"]).panes())
+    except store.CoordError:
+        return True
 
 
 def headless_text(o):

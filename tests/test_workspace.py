@@ -3540,9 +3540,10 @@ class HeadlessOrphanTest(TmuxWorkCase):
             os.environ[name] = self.env[name] = value
             self.addCleanup(os.environ.pop, name, None)
 
-    def orphaned(self, task, ignore="1", idle=True):
+    def orphaned(self, task, ignore="1", idle=True, server=False):
         """Start a work, wait for its stand-in to register, record its turn idle (or leave
-        SessionStart's busy), kill its window; -> (handle, runtime pid, pane pid)."""
+        SessionStart's busy), kill its window (the tmux server runs on: another session holds a
+        window) or, with `server`, the tmux server; -> (handle, runtime pid, pane pid)."""
         os.environ["FAKE_IGNORE_HUP"] = self.env["FAKE_IGNORE_HUP"] = ignore
         handle, path, _ = self.create(task)
         self.work("start", handle, check=0)
@@ -3556,7 +3557,13 @@ class HeadlessOrphanTest(TmuxWorkCase):
         finally:
             st.close()
         self.addCleanup(self.end_session, tm["pane_pid"])
-        subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", tm["window_id"]], check=True, timeout=10)
+        if server:
+            self.kill_server()
+        else:
+            subprocess.run([self.tmux_bin, "-S", self.sock, "new-session", "-d", "-s", "keep", "sleep 600"],
+                           check=True, timeout=10)
+            subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", tm["window_id"]], check=True,
+                           timeout=10)
         support.retry_until(lambda: tm["window_id"] not in self.windows())
         self.assertTrue(self.running(pid), "the stand-in outlived its window")
         return handle, pid, tm["pane_pid"]
@@ -3606,10 +3613,10 @@ class HeadlessOrphanTest(TmuxWorkCase):
         self.assertEqual([(h["pids"], h["session"], h["signal"]) for h in ended], [([pid], pane, "TERM")])
         audit = [json.loads(l) for l in self.coord("audit", "--private", check=0).stdout.splitlines()]
         self.assertEqual([a["data"]["headless"]["pids"] for a in audit if a["event"] == "work.headless-ended"], [[pid]])
-        self.assertEqual(len(self.windows()), 1)
+        self.assertEqual(len(self.windows()), 2, "the resumed window and the other session's")
 
     def test_resume_interrupted_kills_one_that_ignores_sigterm_too(self):
-        handle, pid, pane = self.orphaned("stubborn", ignore="term")
+        handle, pid, pane = self.orphaned("stubborn", ignore="term", server=True)
         support.retry_until(lambda: "stubborn  interrupted" in self.work("list", check=0).stdout, timeout=30)
         rc, out = self.coord_at_terminal("work", "resume", "--interrupted", "--override", cwd=self.canon)
         self.assertEqual(rc, 0, out)
