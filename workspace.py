@@ -2688,6 +2688,10 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
     ended = None
     w = st.resolve_work(handle)
     orphan = headless_orphan(st, w)
+    deadline = time.monotonic() + CLOSED_EXIT_WAIT  # it may still exit by itself, as a hung-up harness does
+    while orphan is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        orphan = headless_orphan(st, w)
     if orphan is not None:  # the window is gone but its harness still runs headless: end it first
         refuse_state(w, UNUSABLE)
         authorize(st, w, caller, "resume", override)
