@@ -2329,6 +2329,8 @@ def _pane_pid_live(rec, pane):
     """True unless tmux positively answers that no pane on the recorded socket runs `pane` (a
     window relabelled or moved still holds its process: not an orphan)."""
     import session
+    if not rec.get("socket"):
+        return True
     try:
         return any(p["pane_pid"] == pane for p in session.Tmux(rec["socket"]).panes())
     except store.CoordError:
