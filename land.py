@@ -1851,6 +1851,8 @@ def cmd_inspect(ctx, args):
     data = {"ok": True, "work": workspace.public_work(w, ctx.db)}
     if "observed" in facts:
         data["observed"] = facts["observed"]
+    if facts.get("headless"):
+        data["headless"] = facts["headless"]
     lines = workspace.inspect_lines(facts, ctx.verbose, landing=landing_lines(w))
     data["space"] = facts.get("space")
     # On a full disk the clone's last snapshot is stale (jj cannot write a new one): no preview from it.

@@ -1511,6 +1511,8 @@ def inspect_work(st, *, work, environ=None, observe=False):
         facts["depends"].append((d["handle"] if d else dep, d["state"] if d else "unknown"))
     if w["state"] not in UNUSABLE and not directory_problems(w):
         facts["space"] = space_problem(w["path"])
+    if facts["tmux_live"] is False:
+        facts["headless"] = headless_orphan(st, w)
     if observe and not directory_problems(w) and w["state"] not in ENDED:
         try:
             facts["observed"] = head_ids(w["path"], snapshot=False, environ=environ)
@@ -2236,11 +2238,170 @@ def interrupted(st, w):
         return False
     if tmux_state(w) not in ("gone", None):
         return False
+    orphan = False  # not looked for yet
     for conv in store.work_conversations(w):
         rt = st.find_conversation_runtime(conv)
         if rt is not None and rt.get("harness") != store.PARKED:
-            return False
+            if orphan is False:
+                orphan = headless_orphan(st, w)
+            if orphan is None or orphan["runtime_id"] != rt["id"]:
+                return False
     return True
+
+
+# --------------------------------------------------------------------------- a window's headless orphan
+
+# Gemini CLI 0.61.0 can outlive its tmux window: the hangup reaches only the session leader, its
+# launcher, which ignores SIGHUP and SIGTERM and waits for its relaunched child; the child (the
+# registered runtime) is not told. Both keep running headless in the dead pane's session, and its
+# runtime stays live by pid (docs/harness-gemini.md). headless_orphan() recognises that case on
+# positive evidence only; `work resume`, run by the person, ends it (end_headless).
+ORPHAN_TERM_WAIT = 5.0   # seconds the orphan's processes get to exit after SIGTERM
+ORPHAN_KILL_WAIT = 5.0   # seconds after SIGKILL before coord says they would not go
+ORPHAN_IDLE = (None, "idle")  # the last recorded turn boundaries at which coord may end it
+
+
+def _proc_stat(pid):
+    """(state letter, ppid, pgid, session id) of pid from /proc, or None."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+        rest = data[data.rindex(b")") + 2:].split()
+        return rest[0].decode(), int(rest[1]), int(rest[2]), int(rest[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def session_processes(sid):
+    """[(pid, pgid, start token)] of the live (not zombie) processes in session `sid`."""
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        stat = _proc_stat(int(name))
+        if stat and stat[3] == sid and stat[0] != "Z":
+            out.append((int(name), stat[2], store.process_start(int(name))))
+    return sorted(out)
+
+
+def headless_orphan(st, w):
+    """The work's harness still running headless after its recorded window is gone, or None.
+    Positive evidence only: tmux says the recorded window is gone; a live runtime of the work's
+    conversation (the window's recorded one, or the newest) has a process whose session id is the
+    dead window's recorded pane pid (a pane's process leads its own session; a pid in use as a
+    session id is never given to another process), whose working directory is inside the clone,
+    and no pane on the recorded socket runs that pane pid any more.
+    -> {harness, runtime, runtime_id, pid, session, pids, pgids, turn}."""
+    if w["state"] not in ("active", "resumed") or not w.get("path"):
+        return None
+    rec = w["data"].get("tmux") or {}
+    pane = rec.get("pane_pid")
+    if not isinstance(pane, int) or pane <= 1 or not os.path.isdir("/proc/self"):
+        return None
+    for conv in store.work_conversations(w):
+        rt = st.find_conversation_runtime(conv)
+        if rt is None or not rt.get("pid") or rt.get("harness") in (store.PARKED, store.PERSON):
+            continue
+        if not st.pid_judged_here(rt):  # a pid recorded on another host means nothing here
+            continue
+        if rec.get("runtime_id") not in (None, rt["id"]) and rec.get("conversation") != rt["conversation"]:
+            continue
+        stat = _proc_stat(rt["pid"])
+        if not stat or stat[3] != pane or stat[0] == "Z":
+            continue
+        try:
+            cwd = os.readlink("/proc/%d/cwd" % rt["pid"])
+        except OSError:
+            continue
+        if not is_inside(cwd, w["path"]):
+            continue
+        procs = session_processes(pane)
+        if not procs or tmux_state(w) != "gone" or _pane_pid_live(rec, pane):  # tmux asked last
+            continue
+        return {"harness": harness_program(rt["pid"]) or rt.get("harness"), "runtime": rt["handle"],
+                "runtime_id": rt["id"], "pid": rt["pid"], "session": pane, "pids": [p for p, _, _ in procs],
+                "pgids": sorted({g for _, g, _ in procs}), "turn": (st.turn(rt["id"]) or {}).get("state")}
+    return None
+
+
+def _pane_pid_live(rec, pane):
+    """True unless tmux positively answers that no pane on the recorded socket runs `pane` (a
+    window relabelled or moved still holds its process: not an orphan)."""
+    import session
+    if not rec.get("socket"):
+        return True
+    try:
+        return any(p["pane_pid"] == pane for p in session.Tmux(rec["socket"]).panes())
+    except store.CoordError:
+        return True
+
+
+def headless_text(o):
+    """`gemini 15697 runs headless` for headless_orphan's record."""
+    return "%s %d runs headless" % (store.clean_text(o["harness"] or "harness", 20), o["pid"])
+
+
+def kill_command(o):
+    """What the person types to end the orphan's processes."""
+    return "; ".join("kill -TERM -- -%d" % g for g in o["pgids"])
+
+
+def end_headless(st, w, o, caller):
+    """End the headless orphan `o` (headless_orphan) of work `w` before a resume: only for the
+    person, only while it is idle at its prompt; SIGTERM to each of its process groups, then
+    SIGKILL to what is left after ORPHAN_TERM_WAIT. Recorded in the work's history and the audit.
+    -> {harness, runtime, session, pids, signal}."""
+    what = "work %s's %s (process %d, session %d) still runs headless: its tmux window is gone" % (
+        w["handle"], store.clean_text(o["harness"] or "harness", 20), o["pid"], o["session"])
+    if not is_person(caller):
+        raise Refused(what + "; ending it is the person's decision",
+                      "ask the person to run: coord work resume %s" % w["handle"])
+    if o["turn"] not in ORPHAN_IDLE:
+        raise Refused(what + ", mid-turn (%s); coord ends only an idle one" % o["turn"],
+                      "%s (then kill -KILL -- -%d if it stays), then: coord work resume %s"
+                      % (kill_command(o), o["pgids"][0], w["handle"]))
+    import signal
+    procs = session_processes(o["session"])
+    sent = "TERM"
+    for g in sorted({g for _, g, _ in procs}):
+        try:
+            os.killpg(g, signal.SIGTERM)
+        except OSError:
+            pass
+
+    def left():
+        return [(p, g, s) for p, g, s in procs if store.process_start(p) == s and
+                (_proc_stat(p) or ("Z",))[0] != "Z"]
+    deadline = time.monotonic() + ORPHAN_TERM_WAIT
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left():
+        sent = "KILL"
+        for p, _, _ in left():
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        deadline = time.monotonic() + ORPHAN_KILL_WAIT
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    stayed = [p for p, _, _ in left()]
+    ended = {"harness": o["harness"], "runtime": o["runtime"], "session": o["session"],
+             "pids": [p for p, _, _ in procs], "signal": sent}
+    with st.transaction():
+        cur = st.work(w["id"])
+        st.update_work(w["id"], data={"history": with_history(cur, cur["state"], caller, step="headless-ended",
+                                                              stayed=stayed or None, **ended)})
+        st.audit("work.headless-ended", who_id(caller), w["id"], headless=ended, stayed=stayed or None)
+    if stayed:
+        raise EnvError("%s; process%s %s did not exit after SIGKILL" % (
+            what, "" if len(stayed) == 1 else "es", ", ".join(map(str, stayed))),
+            "coord work resume %s (once they are gone)" % w["handle"])
+    return ended
 
 
 def not_registered(w, grace, now=None):
@@ -2530,10 +2691,21 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
     NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message; one in START_AT_LAUNCH gets the
     conversation in that variable (_launch)."""
-    here = st.resolve_work(handle)  # another host's clone is not on this disk: say where it is first
-    refuse_other_host(st, here, "coord work resume %s" % here["handle"])
+    ended = None
+    w = st.resolve_work(handle)  # another host's clone is not on this disk: say where it is first
+    refuse_other_host(st, w, "coord work resume %s" % w["handle"])
+    orphan = headless_orphan(st, w)
+    deadline = time.monotonic() + CLOSED_EXIT_WAIT  # it may still exit by itself, as a hung-up harness does
+    while orphan is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        orphan = headless_orphan(st, w)
+    if orphan is not None:  # the window is gone but its harness still runs headless: end it first
+        refuse_state(w, UNUSABLE)
+        authorize(st, w, caller, "resume", override)
+        ended = end_headless(st, w, orphan, caller)
     w = _launchable(st, handle, caller)
-    authorize(st, w, caller, "resume", override)
+    if orphan is None:
+        authorize(st, w, caller, "resume", override)
     previous = w["data"].get("tmux") or {}
     recorded, recorded_harness = store.work_conversation(w)  # a wrapper's record first, else the window's
     conversation = conversation or recorded
@@ -2553,6 +2725,8 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
                    unarchived=True if w["state"] == "archived" else None,
                    first_prompt=True if prompt else None)
     out = {"work": w["handle"], "tmux": rec}
+    if ended is not None:
+        out["ended"] = ended
     if approvals is not None:
         out["approvals"] = approvals
     return out
@@ -2980,9 +3154,11 @@ def cmd_work_list(ctx, args):
     grace = store.env_number(ctx.environ, "COORD_REGISTER_GRACE", REGISTER_GRACE, (0.0, 86400.0))
     for w in works:
         cut = interrupted(st, w)
+        orphan = headless_orphan(st, w) if cut else None
         line = summary_line(dict(w, state=INTERRUPTED) if cut else w)
         if cut:
-            line += "  " + store.hint("(agent gone: coord work resume --interrupted)")
+            line += "  " + store.hint("(%s: coord work resume --interrupted)" % (
+                "window gone, " + headless_text(orphan) if orphan else "agent gone"))
         unregistered = not cut and not_registered(w, grace)
         if unregistered:
             line += "  " + UNREGISTERED
@@ -2996,6 +3172,8 @@ def cmd_work_list(ctx, args):
             rec["host"] = on_host[w["id"]]
         if cut:
             rec["interrupted"] = True
+        if orphan:
+            rec["headless"] = orphan
         if unregistered:
             rec["attention"] = UNREGISTERED
         out.append(rec)
@@ -3029,6 +3207,11 @@ def inspect_lines(facts, verbose=False, landing=()):
     if d.get("tmux"):
         lines.append("tmux window %s %s" % (d["tmux"].get("window_id"), "running" if facts["tmux_live"]
                                             else "gone (%s)" % store.clean_text(facts["tmux_why"], 120)))
+        if facts.get("headless"):
+            o = facts["headless"]
+            lines.append("interrupted: %s (session %d, processes %s, turn %s): coord work resume %s ends it"
+                         % (headless_text(o), o["session"], " ".join(map(str, o["pids"])), o["turn"] or "none",
+                            w["handle"]))
     if d.get("direct"):
         lines.append("%s session from a terminal (resume wrapper): %s" % (
             d["direct"].get("harness"), d["direct"].get("conversation") or "conversation not registered yet"))
@@ -3151,7 +3334,19 @@ def cmd_resume(ctx, args):
         raise UsageError("work resume needs a work handle, or --interrupted", "coord work resume HANDLE")
     r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
                     conversation=args.conversation, harness=args.harness, override=args.override)
-    return 0, ok_data(r), start_text(r)
+    text = start_text(r)
+    if r.get("ended"):
+        text = "\n".join(t for t in ("%s resumed in tmux window %s%s" % (r["work"], r["tmux"].get("window_id"),
+                                                                      ended_text(r)), text) if t)
+    return 0, ok_data(r), text
+
+
+def ended_text(r):
+    """` (ended its headless gemini: processes 1 2, SIGTERM)` for a resume that ended an orphan."""
+    e = r.get("ended")
+    return " (ended its headless %s: process%s %s, SIG%s)" % (
+        store.clean_text(e["harness"] or "harness", 20), "" if len(e["pids"]) == 1 else "es",
+        " ".join(map(str, e["pids"])), e["signal"]) if e else ""
 
 
 def cmd_resume_interrupted(ctx, args):
@@ -3172,7 +3367,7 @@ def cmd_resume_interrupted(ctx, args):
             lines.append("%s not resumed: %s" % (w["handle"], store.clean_text(exc.message, 300)))
             continue
         done.append(r)
-        lines.append("%s resumed in tmux window %s" % (r["work"], r["tmux"].get("window_id")))
+        lines.append("%s resumed in tmux window %s%s" % (r["work"], r["tmux"].get("window_id"), ended_text(r)))
     if not done and not skipped:
         lines.append("no interrupted work")
     return (3 if skipped and not done else 0), {"ok": not skipped, "resumed": done, "skipped": skipped}, \

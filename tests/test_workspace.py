@@ -3641,3 +3641,133 @@ class OtherHostPidTest(support.CoordTestCase):
         found = [(b["code"], b["message"]) for b in workspace.live_inside(st, w, procs)]
         self.assertEqual([code for code, _ in found], ["process-inside"], found)
         self.assertIn("process %d" % local.pid, found[0][1])
+
+
+class HeadlessOrphanTest(TmuxWorkCase):
+    """A harness that outlives its killed tmux window (Gemini CLI 0.61.0 can: it ignores SIGHUP
+    and keeps running headless in the dead pane's session): `work list`/`status`/`inspect` show
+    the work interrupted and name the process; `work resume` run by the person ends it (only
+    while idle) and resumes; an agent is told to ask the person; no evidence, no ending. The
+    stand-in harness ignores SIGHUP (FAKE_IGNORE_HUP) in a real private tmux server."""
+
+    def setUp(self):
+        super().setUp()
+        for name, value in (("FAKE_HOOK", "1"), ("FAKE_IGNORE_HUP", "1")):
+            os.environ[name] = self.env[name] = value
+            self.addCleanup(os.environ.pop, name, None)
+
+    def orphaned(self, task, ignore="1", idle=True, server=False):
+        """Start a work, wait for its stand-in to register, record its turn idle (or leave
+        SessionStart's busy), kill its window (the tmux server runs on: another session holds a
+        window) or, with `server`, the tmux server; -> (handle, runtime pid, pane pid)."""
+        os.environ["FAKE_IGNORE_HUP"] = self.env["FAKE_IGNORE_HUP"] = ignore
+        handle, path, _ = self.create(task)
+        self.work("start", handle, check=0)
+        tm = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
+            self.record(handle)["data"]["tmux"]), timeout=30)
+        st = store.Store(self.db)
+        try:
+            pid = st.runtime(tm["runtime_id"])["pid"]
+            if idle:
+                st.set_turn(tm["runtime_id"], "idle")
+        finally:
+            st.close()
+        self.addCleanup(self.end_session, tm["pane_pid"])
+        if server:
+            self.kill_server()
+        else:
+            subprocess.run([self.tmux_bin, "-S", self.sock, "new-session", "-d", "-s", "keep", "sleep 600"],
+                           check=True, timeout=10)
+            subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", tm["window_id"]], check=True,
+                           timeout=10)
+        support.retry_until(lambda: tm["window_id"] not in self.windows())
+        self.assertTrue(self.running(pid), "the stand-in outlived its window")
+        return handle, pid, tm["pane_pid"]
+
+    def end_session(self, sid):
+        import signal
+        for pid, _, _ in workspace.session_processes(sid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def running(self, pid):
+        stat = workspace._proc_stat(pid)
+        return stat is not None and stat[0] != "Z"
+
+    def test_list_status_inspect_name_it_and_the_persons_resume_ends_it(self):
+        handle, pid, pane = self.orphaned("headless")
+        listing = support.retry_until(lambda: (lambda out: out if "headless  interrupted" in out else None)(
+            self.work("list", check=0).stdout), timeout=30)
+        self.assertIn("(window gone, claude %d runs headless: " % pid, listing)
+        self.assertIn("work resume --interrupted)", listing)
+        row = next(w for w in self.work_json("list")["work"] if w["handle"] == handle)
+        self.assertEqual((row.get("interrupted"), row["headless"]["pid"], row["headless"]["session"]),
+                         (True, pid, pane))
+        status = self.coord("status", cwd=self.canon, check=0).stdout
+        self.assertIn("claude %d runs headless" % pid, next(l for l in status.splitlines() if "headless  interrupted" in l))
+        inspect = self.work("inspect", handle, check=0).stdout
+        self.assertIn("interrupted: claude %d runs headless (session %d" % (pid, pane), inspect)
+        # An agent (here the work's owner, who may resume it) is told to ask the person, with no
+        # power to end processes; the person resumes another's work with --override (audited).
+        proc = self.work("resume", handle)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertRegex(proc.stderr, r"next: ask the person to run: \S*coord work resume %s\n" % handle)
+        self.assertNotIn("kill", proc.stderr)
+        reply = self.work_json("resume", "--interrupted", check=3)
+        self.assertEqual(len(reply["skipped"]), 1)
+        self.assertRegex(reply["skipped"][0]["hint"], r"^ask the person to run: \S*coord work resume %s$" % handle)
+        self.assertTrue(self.running(pid))
+        rc, out = self.coord_at_terminal("work", "resume", handle, "--override", cwd=self.canon)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("ended its headless claude: process %d, SIGTERM" % pid, out)
+        self.assertFalse(self.running(pid))
+        rec = self.record(handle)
+        self.assertEqual(rec["state"], "resumed")
+        ended = [h for h in rec["data"]["history"] if h.get("step") == "headless-ended"]
+        self.assertEqual([(h["pids"], h["session"], h["signal"]) for h in ended], [([pid], pane, "TERM")])
+        audit = [json.loads(l) for l in self.coord("audit", "--private", check=0).stdout.splitlines()]
+        self.assertEqual([a["data"]["headless"]["pids"] for a in audit if a["event"] == "work.headless-ended"], [[pid]])
+        self.assertEqual(len(self.windows()), 2, "the resumed window and the other session's")
+
+    def test_resume_interrupted_kills_one_that_ignores_sigterm_too(self):
+        handle, pid, pane = self.orphaned("stubborn", ignore="term", server=True)
+        support.retry_until(lambda: "stubborn  interrupted" in self.work("list", check=0).stdout, timeout=30)
+        rc, out = self.coord_at_terminal("work", "resume", "--interrupted", "--override", cwd=self.canon)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("%s resumed in tmux window" % handle, out)
+        self.assertIn("SIGKILL", out)
+        self.assertFalse(self.running(pid))
+
+    def test_mid_turn_it_is_refused_naming_the_persons_command(self):
+        handle, pid, pane = self.orphaned("busy", idle=False)  # SessionStart recorded busy
+        support.retry_until(lambda: "busy  interrupted" in self.work("list", check=0).stdout, timeout=30)
+        rc, out = self.coord_at_terminal("work", "resume", handle, "--override", cwd=self.canon)
+        self.assertEqual(rc, 3, out)
+        self.assertIn("mid-turn (busy)", out)
+        self.assertIn("next: kill -TERM -- -%d (then kill -KILL -- -%d if it stays), then: " % (pane, pane), out)
+        self.assertIn("coord work resume %s\n" % handle, out)
+        self.assertTrue(self.running(pid))
+        self.assertEqual(self.record(handle)["state"], "active")
+
+    def test_without_evidence_the_refusal_stays(self):
+        """A live agent in the clone that is not the dead window's (its own session): never ended."""
+        os.environ["FAKE_IGNORE_HUP"] = self.env["FAKE_IGNORE_HUP"] = ""
+        handle, path, _ = self.create("by-hand")
+        wid = self.record(handle)["id"]
+        self.work("start", handle, check=0)
+        tm = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
+            self.record(handle)["data"]["tmux"]), timeout=30)
+        subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", tm["window_id"]], check=True, timeout=10)
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], cwd=path,
+                                 start_new_session=True)
+        self.addCleanup(other.wait)
+        self.addCleanup(other.kill)
+        self.coord_json("hello", "--conversation", "conv-" + wid, "--harness", "claude", "--pid", other.pid, cwd=path)
+        row = next(w for w in self.work_json("list")["work"] if w["handle"] == handle)
+        self.assertEqual((row.get("interrupted"), row.get("headless")), (None, None))
+        rc, out = self.coord_at_terminal("work", "resume", handle, "--override", cwd=self.canon)
+        self.assertEqual(rc, 3, out)
+        self.assertIn("has a live agent inside its clone", out)
+        self.assertIsNone(other.poll())
