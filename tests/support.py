@@ -618,6 +618,16 @@ def psycopg_dir():
     return os.path.join(cache, "python", "%d.%d" % sys.version_info[:2])
 
 
+def readme_blocks(start, end):
+    """The ```sh blocks of README.md between the headings `start` and `end`, each a list of its
+    non-blank lines: what a test runs as README writes it."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    section = text.split(start, 1)[1].split(end, 1)[0]
+    return [[l for l in b.split("```", 1)[0].strip().splitlines() if l.strip()]
+            for b in section.split("```sh\n")[1:]]
+
+
 def psycopg_pin():
     """The psycopg version tests/provision installs for this interpreter."""
     return PSYCOPG_PINS.get("%d.%d" % sys.version_info[:2], PSYCOPG_PIN)

@@ -3540,11 +3540,7 @@ class ReadmeQuickstartTest(TmuxWorkCase):
     START, END = "## Install", "## What to know next"
 
     def blocks(self):
-        with open(os.path.join(support.ROOT, "README.md")) as f:
-            text = f.read()
-        section = text.split(self.START, 1)[1].split(self.END, 1)[0]
-        return [[l for l in b.split("```", 1)[0].strip().splitlines() if l.strip()]
-                for b in section.split("```sh\n")[1:]]
+        return support.readme_blocks(self.START, self.END)
 
     def test_readme_install_and_smallest_example_as_written(self):
         support.require_tool(self, "make")
