@@ -445,13 +445,13 @@ class PeerFacts:
         if key is None:
             return [None, None, None, None]  # no person claimed: nothing to prove
         uid = os.getuid()
-        if key == "%s%d" % (store._PERSON_PREFIX, uid) and pid is None:
+        if key == store.person_user_key(uid) and pid is None:
             return list(person)  # the user alone: no process, no terminal; the uid is SO_PEERCRED's
         facts = _terminal_of(self.pid)
         expected = None
         if facts is not None and isinstance(pid, int):
             pgrp, sid, tty, tpgid = facts
-            expected = "%s%d:%s:%d:%s" % (store._PERSON_PREFIX, uid, store._terminal_name(tty), sid, start) \
+            expected = store.person_terminal_key(uid, tty, sid, start) \
                 if tty and sid == pid and tpgid == pgrp and tpgid > 0 else None
             if expected is not None and (start is None or store.process_start(sid) != start
                                          or (sid != self.pid and sid not in [p for p, _ in chain])):

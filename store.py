@@ -812,6 +812,18 @@ def _terminal_name(tty):
     return "pts/%d" % ((major - 136) * 256 + minor) if 136 <= major <= 143 else "tty%d:%d" % (major, minor)
 
 
+def person_user_key(uid):
+    """The key of the user alone (`person:UID`: no process, no terminal to watch)."""
+    return "%s%d" % (_PERSON_PREFIX, uid)
+
+
+def person_terminal_key(uid, tty, sid, start):
+    """The key of the person at terminal device `tty` whose session leader is `sid`, started at
+    `start` (`person:UID:TTY:SID:START`): what person_evidence returns, and what the host
+    process rebuilds from the kernel's facts of its peer to check a claimed person."""
+    return "%s%d:%s:%d:%s" % (_PERSON_PREFIX, uid, _terminal_name(tty), sid, start)
+
+
 def _harness_in(chain, skip):
     for pid, _start in chain:
         if pid in skip:
@@ -852,7 +864,7 @@ def person_evidence(environ=None, skip=()):
     if _harness_in(chain, skip)[0] is not None:
         return None, None, None, None, "an agent harness runs above this process"
     uid = os.getuid()
-    alone = "%s%d" % (_PERSON_PREFIX, uid)
+    alone = person_user_key(uid)
 
     def without(why):
         return alone, None, None, None, why
@@ -880,8 +892,7 @@ def person_evidence(environ=None, skip=()):
         hpid, harness = _harness_in([(tpgid, None)] + ancestor_processes(tpgid), skip)
     if hpid is not None:
         return without("its terminal belongs to %s (pid %d)" % (harness, hpid))
-    name = _terminal_name(tty)
-    return "%s%d:%s:%d:%s" % (_PERSON_PREFIX, uid, name, sid, start), sid, start, name, None
+    return person_terminal_key(uid, tty, sid, start), sid, start, _terminal_name(tty), None
 
 
 def person_key(environ=None, skip=()):
