@@ -311,7 +311,8 @@ def _wait_for_closed_window(st, w):
     deadline = time.monotonic() + workspace.CLOSED_EXIT_WAIT
     while time.monotonic() < deadline:
         pane_gone = not store.process_alive(rec["pane_pid"])
-        rt_gone = rt is None or not rt.get("pid") or not store.process_alive(rt["pid"], rt.get("pid_start"))
+        rt_gone = rt is None or not rt.get("pid") or not st.pid_judged_here(rt) \
+            or not store.process_alive(rt["pid"], rt.get("pid_start"))  # hosts: another host's pid is not ours
         if pane_gone and rt_gone:
             return
         time.sleep(0.05)
@@ -551,6 +552,7 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
                          "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
     if w["state"] == "removed":
         return {"work": w["handle"], "removed": False, "already": True}
+    workspace.refuse_other_host(st, w, "coord work remove %s --confirm %s" % (w["handle"], w["handle"]))
     workspace.authorize(st, w, caller, "remove", override)
     if forget:
         # --forget drops the record and never touches the disk: allowed when the directory is
@@ -596,6 +598,12 @@ def gc_works(st, *, caller, environ=None, dry_run=False, discard_ignored=False):
     removed, kept = [], []
     procs = False  # read /proc once, when the first record needs it
     for w in st.works():
+        elsewhere = workspace.other_host(st, w)
+        if elsewhere:  # its clone is on that host: gc there judges it
+            kept.append({"handle": w["handle"], "task": w["task"], "path": w["path"], "reasons": [
+                {"code": "other-host", "message": "lives on host %s" % elsewhere["name"],
+                 "next": "on host %s run: coord work gc" % elsewhere["name"]}]})
+            continue
         if w["state"] == "failed" and not os.path.lexists(w["path"] or ""):
             if not dry_run:
                 _mark_removed(st, w, caller, "gc: failed create, nothing on disk")

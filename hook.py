@@ -275,13 +275,32 @@ class Hook:
             self._root = os.path.realpath(root) if root else ""
         return self._root
 
+    def database(self):
+        """Where the project's records are (store.project_database): SQLite or PostgreSQL."""
+        if getattr(self, "_database", None) is None:
+            import store
+            self._database = store.project_database(self.environ, self.root() or None)
+        return self._database
+
     def db_path(self):
-        import store
-        return store.resolve_db_path(self.environ, self.root() or None)
+        """The SQLite file of the project; None for a PostgreSQL project."""
+        return self.database().get("path")
 
     def open(self, migrate=True):
         import store
         wait = BUSY_WAIT / 2 if self.event == "SessionEnd" else BUSY_WAIT
+        if self.database()["engine"] == "postgresql":
+            # Through the host process, never a connection of its own (no driver here). A hook
+            # never waits for it: down, this fails open, and SessionStart starts it in the
+            # background for the next event.
+            try:
+                self.db = store.open_project_store(self.environ, self.root() or None, timeout=wait,
+                                                   command=False, strict_env=False)
+            except store.EnvError:
+                if self.event == "SessionStart":
+                    store.start_host_in_background(self.environ, self.root() or None)
+                raise
+            return self.db
         self.db = store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate,
                               strict_env=False)  # a bad COORD_*_TTL means its default here
         return self.db
@@ -299,8 +318,20 @@ class Hook:
                     self._proc = (pid, store.process_start(pid))
         return self._proc
 
+    def pid_here(self, rt):
+        """True when rt's recorded pid is this host's, the only host whose pids this hook may
+        compare with its own ancestry: always on SQLite (one host); on PostgreSQL only a runtime
+        recorded on this host (store.Store.pid_judged_here: another host's pid 4242 is not this
+        host's process 4242)."""
+        if self.database()["engine"] != "postgresql":
+            return True
+        import store
+        return rt.get("host") == store.host_identity(self.environ)["id"]
+
     def ours(self, rt):
         """True when rt was attached by this harness process (or cannot be told apart)."""
+        if rt["pid"] is not None and not self.pid_here(rt):
+            return False  # hosts: recorded by a process of another host, never this one
         if self._proc is None and rt["pid"] is not None and rt["pid_start"] is not None \
                 and rt["pid"] == os.getppid():
             # The usual case: the harness ran this hook through shells that exec'd, so the parent
@@ -409,15 +440,49 @@ def on_pre_tool_use(h):
     resources = []
     for path in h.targets:
         resources.extend(r for r in h.resources(path) if r not in resources)
-    if not resources or not os.path.exists(h.db_path()):
+    if not resources or (h.db_path() is not None and not os.path.exists(h.db_path())):
         return ""  # nothing coordinated, or no database: no lease can exist
-    db = h.open(migrate=False)
-    with db.snapshot():  # who writes and what blocks it: one state of the database
-        who = h.identity()
-        blocking = db.write_conflicts(who.runtime, resources)
+    try:
+        db = h.open(migrate=False)
+        if db.engine == "postgresql":
+            # One request, answered by the host process from its lease copy when that is fresh (else
+            # from one snapshot): the conversation's runtime and what blocks it (pglisten).
+            import store
+            sub = store.subagent_uuid(h.session, h.agent) if h.agent else None
+            quick = db.hook_write_decision(h.session, sub, resources)
+            rt = quick["runtime"]
+            if sub or rt is None or h.ours(rt):
+                return deny(h, quick["blocking"], None) if quick["blocking"] else ""
+            # not this process's attachment: the full identity below (a superseded process)
+        with db.snapshot():  # who writes and what blocks it: one state of the database
+            who = h.identity()
+            blocking = db.write_conflicts(who.runtime, resources)
+    except Exception as exc:
+        refused = safe_mode(h, resources, exc)
+        if refused:
+            return refusal(refused, h.harness)
+        raise  # fail open, as for any database that cannot be read
     if not blocking:
         return ""
     return deny(h, blocking, who.successor)
+
+
+def safe_mode(h, resources, exc):
+    """Safe mode (issue 25, item 3), the one fail-closed case: on a PostgreSQL project whose host
+    process cannot answer (down, paused, or cut off from the server: an EnvError), a write to a
+    path under or above one of this host's exclusive leases that may have lapsed by now is
+    refused, decided from the host process's local safe-mode file alone
+    (store.safe_mode_refusals). -> the deny reason, or None (fail open). Never on SQLite, never
+    on the normal path."""
+    import store
+    try:
+        if not isinstance(exc, store.EnvError) or h.database()["engine"] != "postgresql":
+            return None
+        sock = store.project_host_socket(h.database()["project"], h.environ)
+        refused = store.safe_mode_refusals(resources, store.safe_state_path(sock))
+        return store.safe_mode_reason(refused, h.command()) if refused else None
+    except Exception:  # a fault here fails open, as every other one does
+        return None
 
 
 def deny(h, blocking, successor):
@@ -477,9 +542,7 @@ def on_deliver(h):
     db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
     if first:  # SessionStart's lines again (with the messages): see gemini_first_prompt
         return reply(h, h.event, session_context(h, rt, work_lines(h, rt)))
-    lost = store.lost_line(db.take_lost(rt["id"]), h.command())
-    used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
-    text = db.pending_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET - used)
+    lost, text = db.boundary_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET)
     text = "\n".join(t for t in (lost, text) if t)
     return reply(h, h.event, text) if text else ""
 
@@ -518,14 +581,26 @@ def on_session_start(h):
         return on_subagent_start(h)
     db = h.open()
     pid, start = h.process()
-    rt = db.find_conversation_runtime(h.session)
+    pg = db.engine == "postgresql"
+    # pgsession: on PostgreSQL the host process answers from its lease copy when fresh, reaps on its
+    # timer, and the turn goes in the heartbeat's or the registration's own transaction
+    rt = db.hook_conversation_runtime(h.session)["runtime"] if pg else db.find_conversation_runtime(h.session)
     if rt is not None and rt["pid"] is not None and rt["pid"] == pid and h.ours(rt):
-        db.reap()  # same process (compaction, /clear back to it): same attachment, same handle
-        db.heartbeat(rt["id"])
+        # same process (compaction, /clear back to it): same attachment, same handle
+        if pg:
+            db.heartbeat(rt["id"], turn="busy")
+        else:
+            db.reap()
+            db.heartbeat(rt["id"])
+    elif pg:
+        rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
+                         source="hook:%s" % str(h.payload.get("source"))[:40], turn="busy")
+        h.registered = True  # its lease lines from the database: the copy may not have seen this yet
     else:
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
                          source="hook:%s" % str(h.payload.get("source"))[:40])
-    db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
+    if not pg:
+        db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
         export_runtime(env_file, rt["id"])
@@ -597,7 +672,7 @@ def link_work(h, rt, work_id, pid):
     with db.transaction():
         w = db.work(work_id)
         tmux = (w or {}).get("data", {}).get("tmux") or {}
-        if not w or tmux.get("pane_pid") not in chain:
+        if not w or tmux.get("pane_pid") not in chain or not work_pids_here(h, w):
             if w:
                 link_direct(h, rt, w, chain)
             return None
@@ -625,8 +700,22 @@ def link_direct(h, rt, w, chain):
         return
     if direct.get("conversation") == h.session and direct.get("runtime_id") == rt["id"]:
         return
+    if not work_pids_here(h, w):
+        return
     h.db.update_work(w["id"], data={"direct": dict(direct, conversation=h.session, runtime_id=rt["id"])})
     h.db.audit("work.attached", rt["id"], w["id"], conversation=h.session, via="wrapper")
+
+
+def work_pids_here(h, w):
+    """hosts (pgpeer): True when the pids in w's records (its tmux pane, its wrapper) are this
+    host's, the only pids this hook may compare with its own ancestry: always on SQLite; on
+    PostgreSQL when the work's recorded runtime (the host it lives on, Store.work_hosts) was
+    recorded here (Hook.pid_here). A work with no recorded runtime names no other host. One
+    read, made only once a recorded pid matched this process's ancestry."""
+    if h.database()["engine"] != "postgresql" or not w.get("runtime"):
+        return True
+    owner = h.db.runtime(w["runtime"])
+    return owner is None or h.pid_here(owner)
 
 
 def label_window(h, rec, rt):
@@ -671,14 +760,17 @@ def session_context(h, rt, work=()):
     lines = ["coord: you are %s (agents, leases: %s list; messages: %s inbox)" % (rt["handle"], cmd, cmd)]
     lines += list(work)
     budget = CLONE_START_BYTES if work else START_BYTES
-    lost = store.lost_line(db.take_lost(rt["id"]), cmd)  # a notice, like messages: outside START_BYTES
 
     def size(ls):
         return sum(len(l.encode("utf-8", "replace")) + 1 for l in ls)
 
-    mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]
+    if db.engine == "postgresql":  # pgsession: one operation, answered from the host process's lease copy when fresh
+        parts = (db.session_leases if getattr(h, "registered", False) else db.hook_session_leases)(rt["id"], SHOWN)
+        mine, held, total = [store.clean_text(r, 60) for r in parts["mine"]], parts["held"], parts["total"]
+    else:
+        mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]
+        held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
     least = ["Your leases: %d (%s list)" % (len(mine), cmd)] if mine else []  # the fallback, reserved
-    held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
     peers = []  # first, as they say what to ask about before editing
     if held:
         groups, listed = {}, 0  # holder's handle -> names, in resource order
@@ -710,9 +802,9 @@ def session_context(h, rt, work=()):
             if size(lines + [line]) <= budget:  # the bound holds even with long handles and task
                 least = [line]
                 break
+    # The lost-lease notice (outside START_BYTES, like messages) and the messages in what is left
+    lost, pending = db.boundary_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - size(lines + least + peers)))
     lines += ([lost] if lost else []) + least + peers
-    used = size(lines)
-    pending = db.pending_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - used))
     if pending:
         lines.append(pending)
     return "\n".join(lines)

@@ -99,13 +99,13 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
     refuse_placeholder(w, cand_change, cand_commit, environ)
     refuse_undescribed_below(w, cand_commit, local_revset(w, environ, keep_empty=True), environ)
     with st.transaction():
-        st.claim(caller["id"], [resource], "exclusive", "integrate %s" % w["handle"])
+        fence = st.claim_integration(caller["id"], resource, "integrate %s" % w["handle"])["fence"]
         cur = st.resolve_work(w["id"])
         integ = integration_of(cur)
         integ.update({"state": "integrating", "into": into,
                       "queued_at": integ.get("queued_at") or now_time(),
                       "candidate": {"change": cand_change, "commit": cand_commit, "at": now_time(),
-                                    "runtime": caller["id"], "resource": resource}})
+                                    "runtime": caller["id"], "resource": resource, "fence": fence}})
         integ.pop("proof", None)
         integ.pop("released", None)
         st.update_work(w["id"], data={"integration": integ,
@@ -113,14 +113,14 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
                                                   "empty": ids["empty"], "at": now_time()},
                                       "resources": _resources(st, cur)})
         st.audit("work.integration.acquired", caller["id"], w["id"], resource=resource,
-                 candidate_change=cand_change, candidate_commit=cand_commit)
+                 candidate_change=cand_change, candidate_commit=cand_commit, fence=fence)
     waiting = []
     for dep in w["data"].get("depends", []):
         d = st.work(dep)
         if d is None or integration_of(d)["state"] != "integrated":
             waiting.append("%s (%s)" % (d["handle"] if d else dep, integration_of(d)["state"] if d else "unknown"))
     return {"work": w["handle"], "resource": resource, "candidate": {"change": cand_change, "commit": cand_commit},
-            "waiting_on": waiting, "preview": _acquire_preview(w, cand_commit, into, environ)}
+            "fence": fence, "waiting_on": waiting, "preview": _acquire_preview(w, cand_commit, into, environ)}
 
 
 def _acquire_preview(w, commit, into, environ):
@@ -284,6 +284,7 @@ def prove(st, *, caller, handle, target, environ=None):
         raise Refused("%s does not hold %s (expired or released), so it cannot prove" % (
             caller["handle"], cand["resource"]),
             acquire_command(w["handle"], integ["into"]) + " (re-freezes the candidate)")
+    confirm_fence(st, w, caller, cand, "prove", acquire_command(w["handle"], integ["into"]) + " (re-freezes the candidate)")
     _check_ancestry(w, integ["into"], cand["commit"], target, environ)
     with st.transaction():
         cur = st.resolve_work(w["id"])
@@ -325,6 +326,36 @@ def _check_ancestry(w, into, candidate, target, environ):
                       "name the commit %s points at: git %s rev-parse %s" % (into, " ".join(gargs), ref))
 
 
+# --------------------------------------------------------------------------- integration fencing
+# (issue 25, item 4) integration/B carries a fencing number (store.claim_integration), recorded in
+# the frozen candidate. Right before a landing moves the target, pushes, or proves, it confirms
+# that the number is still the current one and its holder still has the lease (store.confirm_fence):
+# a holder that paused past the lease's expiry while another runtime (on any host) acquired it
+# moves nothing. A candidate frozen before fencing existed has no number: the lease check alone holds.
+
+def confirm_fence(st, w, caller, cand, what, rerun):
+    """Refuse (reason "fenced") unless the candidate's fencing number is still integration/B's
+    current one, held by the runtime that froze it (or its successor); `what` is the step that
+    would have happened ("move main", "push", "prove"), `rerun` the exact next command."""
+    fence = cand.get("fence")
+    if fence is None:
+        return
+    holder = _freezer_holder(st, cand, caller) or cand.get("runtime") or caller["id"]
+    got = st.confirm_fence(holder, cand["resource"], fence)
+    if got["ok"]:
+        return
+    if got.get("current") is not None and got["current"] != fence:
+        why = "%s was acquired by %s (fencing number %s) after the landing of %s took it (fencing number %s): " \
+              "its lease lapsed while the landing waited" % (cand["resource"], got["holder"], got["current"],
+                                                            w["handle"], fence)
+    else:
+        why = "the landing of %s no longer holds %s (fencing number %s): its lease was released or taken over" \
+              % (w["handle"], cand["resource"], fence)
+    raise Refused("%s, so it did not %s" % (why, what),
+                  "once %s is free (coord work integrate queue), re-run: %s" % (cand["resource"], rerun),
+                  reason="fenced", fence=fence, current=got.get("current"), holder=got.get("holder"))
+
+
 def release_integration(st, *, caller, handle):
     """Release the integration lease the caller froze the candidate with (not evidence);
     -> {work, integration: the integration state after it}."""
@@ -354,6 +385,7 @@ def release_integration(st, *, caller, handle):
 
 LAND_STEPS = ("acquired", "fetched", "rebased", "checked", "push-read", "moved", "pushed", "proven", "released")
 LAND_KILL_ENV = "COORD_TEST_LAND_KILL_AFTER"   # test only: SIGKILL this process right after the named step
+LAND_STOP_ENV = "COORD_TEST_LAND_STOP_AFTER"   # test only: SIGSTOP this process right after the named step
 LAND_CHECK_CONFIG = "coord.landCheck"          # git config key of the canonical repository's local config
 CHECK_TIMEOUT = 3600.0                         # seconds one --check command may run
 CHECK_TAIL = 4000                              # characters of a failed check's output kept and shown
@@ -391,7 +423,16 @@ def _land_record(st, w, caller, step, environ, state="running", **facts):
                  **{k: v for k, v in facts.items() if v is not None and k not in ("runtime", "subject", "now", "event")})
     if step:
         workspace.crash_point(environ, LAND_KILL_ENV, step)
+        _stop_point(environ, step)
     return landing
+
+
+def _stop_point(environ, point):
+    """Test only: SIGSTOP this process when LAND_STOP_ENV names `point` (a step, or "before-push":
+    right before git push, after the remote was read for the last time); SIGCONT resumes it."""
+    if (environ or {}).get(LAND_STOP_ENV) == point:
+        import signal
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def land_check_command(source, environ=None):
@@ -777,6 +818,11 @@ def _push(st, w, caller, into, remote, old, new, environ):
     Raises Refused (keeping push/<remote>/<bookmark>) when the outcome is not a clean success."""
     source = w["source"]
     ref = "refs/heads/" + into
+    integ = integration_of(st.work(w["id"]))
+    cand = integ.get("candidate") or {}
+    if cand.get("commit") == new and not integ.get("released"):  # a landing's push (not a later publish)
+        confirm_fence(st, w, caller, cand, "push to %s" % remote, rerun_command(w, into, push=remote))
+    _stop_point(environ, "before-push")
     try:
         code, out, err = git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old),
                                                      remote, "%s:%s" % (new, ref)], source, environ, check=False)
@@ -907,7 +953,8 @@ def _land_serialised(st, w, caller, into, environ, push, check, override):
     cand, how = _land_until_moved(st, w, caller, into, push, old, cand, check, checks, override, environ)
     _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"],
                  held_by_peers=_held_while_working(st, w, caller, old, cand["commit"], environ) or None)
-    return _land_after_move(st, w, caller, into, push, environ)
+    fence = (integration_of(st.work(w["id"])).get("candidate") or {}).get("fence")
+    return _land_after_move(st, w, caller, into, push, environ, fence=fence)
 
 
 def _land_checks(w, check, environ):
@@ -947,7 +994,8 @@ def _land_acquire(st, w, caller, into, push, old, check_arg, environ):
         st.update_work(w["id"], data={"landing": None})
     landing = _land_record(st, w, caller, "acquired", environ, into=into, remote=push, runtime=caller["id"],
                            started_at=now_time(), old_target=old, candidate=cand["commit"],
-                           change=cand["change"], original=cand["commit"], check_arg=check_arg)
+                           change=cand["change"], original=cand["commit"], check_arg=check_arg,
+                           fence=got.get("fence"))
     return dict(w, data=dict(w["data"], landing=landing)), cand
 
 
@@ -973,6 +1021,8 @@ def _land_until_moved(st, w, caller, into, push, old, cand, check, checks, overr
         _refuse_lfs_content(w, old, cand["commit"], environ)
         if push:
             _take_push(st, w, caller, into, push, old, environ)
+        confirm_fence(st, w, caller, integration_of(st.work(w["id"])).get("candidate") or {},
+                      "move %s" % into, rerun_command(w, into, push=push))
         how = _move_target(w, into, old, cand["commit"], environ)
     except store.CoordError as exc:
         if not getattr(exc, "landing_recorded", False):
@@ -1083,30 +1133,33 @@ def _drop_push(st, caller, remote, into):
         st.release(caller["id"], [res])
 
 
-def _land_after_move(st, w, caller, into, push, environ):
-    """The steps after the target moved: publish, prove, release. Each is skipped when done."""
+def _land_after_move(st, w, caller, into, push, environ, fence=None):
+    """The steps after the target moved: publish, prove, release. Each is skipped when done.
+    fence: the landing's own fencing number when it goes on in the process that moved the
+    target; a re-run (None) acquires integration/B again and records its new number."""
     w = st.work(w["id"])
     landing = landing_of(w)
     new, old = landing["candidate"], landing["old_target"]
     if landing.get("step") != "moved" and "moved" not in [s["step"] for s in landing.get("steps") or []]:
         landing = _land_record(st, w, caller, "moved", environ, moved_by="found moved", landed=new)
     resource = _integration_resource(into)
-    if not st.leases_of(caller["id"], [resource]):
-        st.claim(caller["id"], [resource], "exclusive", "land %s" % w["handle"])
     integ = integration_of(st.work(w["id"]))
     cand = integ.get("candidate") or {}
-    if cand.get("commit") != new or cand.get("runtime") != caller["id"] or integ.get("released"):
+    if fence is None:
+        fence = st.claim_integration(caller["id"], resource, "land %s" % w["handle"])["fence"]
+    if cand.get("commit") != new or cand.get("runtime") != caller["id"] or integ.get("released") or \
+            cand.get("fence") != fence:
         with st.transaction():
             cur = st.work(w["id"])
             integ = integration_of(cur)
             integ.update({"state": "integrating", "into": into, "candidate": {
                 "change": landing.get("change"), "commit": new, "at": now_time(), "runtime": caller["id"],
-                "resource": resource}})
+                "resource": resource, "fence": fence}})
             integ.pop("released", None)
             integ.pop("proof", None)
             st.update_work(w["id"], data={"integration": integ})
             st.audit("work.integration.acquired", caller["id"], w["id"], resource=resource, candidate_commit=new,
-                     resumed_landing=True)
+                     resumed_landing=True, fence=fence)
     done = [s["step"] for s in landing.get("steps") or []]
     if push and "pushed" not in done:
         res = _push_resource(push, into)

@@ -469,7 +469,8 @@ def authority(st, w, caller):
     if not caller.get("agent_id") and (caller.get("conversation") in store.work_conversations(w)
                                        or caller["id"] in (rec.get("runtime_id"), direct.get("runtime_id"))):
         return "harness"
-    if caller.get("pid") and caller["pid"] == rec.get("pane_pid") and live_tmux(w)[0] is not None:
+    if caller.get("pid") and caller["pid"] == rec.get("pane_pid") and st.pid_judged_here(caller) \
+            and other_host(st, w) is None and live_tmux(w)[0] is not None:  # hosts: both pids this host's
         return "harness"
     # A person at a terminal (a key only positive evidence gives, and caller() lets a process act
     # as only from that terminal) may act for the same user's works; the user alone (no
@@ -1785,7 +1786,7 @@ def live_inside(st, w, procs):
     path, h = w["path"], w["handle"]
     out, named = [], set()
     for rt, where in runtimes_inside(st, w, procs):
-        if rt.get("pid"):
+        if rt.get("pid") and st.pid_judged_here(rt):  # hosts: another host's pid N is not this host's process N
             named.add(rt["pid"])
         out.append(runtime_inside_blocker(w, rt, where))
     for pid in sorted(procs or {}):
@@ -1804,7 +1805,7 @@ def runtimes_inside(st, w, procs):
     path, out = w["path"], []
     for rt in st.live_runtimes():
         recorded = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
-        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") else None
+        actual = procs.get(rt["pid"]) if procs is not None and rt.get("pid") and st.pid_judged_here(rt) else None
         if not (is_inside(recorded, path) or is_inside(actual, path)):
             continue
         where = "its process %d works in %s" % (rt["pid"], actual) if is_inside(actual, path) else \
@@ -2046,7 +2047,7 @@ def adopt_window(st, w, caller, environ):
         return w
     for rt, _ in runtimes_inside(st, w, procs):
         if rt.get("pid") and not rt.get("agent_id") and rt.get("harness") not in (store.PERSON, store.PARKED) \
-                and session.descends_from(rt["pid"], [rec["pane_pid"]]):
+                and st.pid_judged_here(rt) and session.descends_from(rt["pid"], [rec["pane_pid"]]):
             rec.update(conversation=rt["conversation"], runtime_id=rt["id"], harness=rt.get("harness") or None)
             break
     if not rec.get("harness"):
@@ -2305,6 +2306,8 @@ def headless_orphan(st, w):
         rt = st.find_conversation_runtime(conv)
         if rt is None or not rt.get("pid") or rt.get("harness") in (store.PARKED, store.PERSON):
             continue
+        if not st.pid_judged_here(rt):  # a pid recorded on another host means nothing here
+            continue
         if rec.get("runtime_id") not in (None, rt["id"]) and rec.get("conversation") != rt["conversation"]:
             continue
         stat = _proc_stat(rt["pid"])
@@ -2540,7 +2543,8 @@ def agents_inside(st, w, caller=None):
                if rt.get("harness") not in (store.PERSON, store.PARKED) and not rt.get("superseded_by")
                and not rt.get("agent_id") and not (caller and rt["id"] == caller.get("id"))]
         # the closed window's harness still exiting (its SessionEnd may have ended its runtime already)
-        closing = pane and (is_inside((procs or {}).get(pane), w["path"]) or any(rt.get("pid") == pane for rt, _ in out))
+        closing = pane and (is_inside((procs or {}).get(pane), w["path"]) or any(rt.get("pid") == pane and st.pid_judged_here(rt)
+                                                                                 for rt, _ in out))
         if not closing or time.monotonic() >= deadline:
             return out
         time.sleep(0.05)
@@ -2573,8 +2577,8 @@ def harness_processes_inside(st, w, caller=None):
     The caller's own process chain, and the processes above and below a known runtime's (a
     node wrapper and the native Codex it runs), are left out."""
     procs = process_cwds() or {}
-    known = {rt["pid"] for rt, _ in runtimes_inside(st, w, procs) if rt.get("pid")}
-    if caller and caller.get("pid"):
+    known = {rt["pid"] for rt, _ in runtimes_inside(st, w, procs) if rt.get("pid") and st.pid_judged_here(rt)}
+    if caller and caller.get("pid") and st.pid_judged_here(caller):
         known.add(caller["pid"])
     import session
     chains = set()  # the caller's process and the known runtimes' processes with their ancestors
@@ -2688,7 +2692,8 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
     NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message; one in START_AT_LAUNCH gets the
     conversation in that variable (_launch)."""
     ended = None
-    w = st.resolve_work(handle)
+    w = st.resolve_work(handle)  # another host's clone is not on this disk: say where it is first
+    refuse_other_host(st, w, "coord work resume %s" % w["handle"])
     orphan = headless_orphan(st, w)
     deadline = time.monotonic() + CLOSED_EXIT_WAIT  # it may still exit by itself, as a hung-up harness does
     while orphan is not None and time.monotonic() < deadline:
@@ -3105,11 +3110,47 @@ def listed_works(works, archived=False, everything=False):
     return shown, len(works) - len(shown)
 
 
+# --------------------------------------------------------------------------- hosts of works
+# (issue 25, item 4) A clone, its tmux window and the shared checkout it lands into are on one
+# host. `work list` and `status` name each work's host once the project spans more than one; a
+# SQLite project is one host by definition. cleanup (remove, gc), resume and nudge act only on
+# works of their own host and, for another host's work, refuse naming the host and the command
+# to run there.
+
+def hosts_shown(st):
+    """{work id: host name} when the project spans more than one host, else {} (always on SQLite:
+    one host by definition, even when a sandbox gave a runtime a PID namespace of its own)."""
+    if getattr(st, "engine", "postgresql") == "sqlite":
+        return {}
+    got = st.work_hosts()
+    return {wid: h["name"] for wid, h in got["works"].items()} if got["spans"] > 1 else {}
+
+
+def other_host(st, w):
+    """The host record {"id", "name"} of w when it lives on another host than this process's, else
+    None (always None on SQLite: one host)."""
+    if getattr(st, "engine", "postgresql") == "sqlite":
+        return None
+    h = st.work_hosts()["works"].get(w["id"])
+    here = st.host["id"] if getattr(st, "host", None) else store.host_identity()["id"]
+    return h if h and h["id"] != here else None
+
+
+def refuse_other_host(st, w, command):
+    """Refused when w lives on another host: its clone and tmux window are there, not here."""
+    h = other_host(st, w)
+    if h:
+        raise Refused("work %s lives on host %s (its clone, tmux window and shared checkout are there, not on %s)"
+                      % (w["handle"], h["name"], store.host_identity()["name"]),
+                      "on host %s run: %s" % (h["name"], command), reason="other-host", host=h["name"])
+
+
 def cmd_work_list(ctx, args):
     st = ctx.db
     works, hidden = listed_works(st.works(include_removed=args.all), args.archived, args.all)
     lines = []
     out = []
+    on_host = hosts_shown(st)
     grace = store.env_number(ctx.environ, "COORD_REGISTER_GRACE", REGISTER_GRACE, (0.0, 86400.0))
     for w in works:
         cut = interrupted(st, w)
@@ -3121,10 +3162,14 @@ def cmd_work_list(ctx, args):
         unregistered = not cut and not_registered(w, grace)
         if unregistered:
             line += "  " + UNREGISTERED
+        if w["id"] in on_host:
+            line += "  host %s" % on_host[w["id"]]
         if ctx.verbose:
             line += "  id=%s path=%s" % (w["id"], w["path"])
         lines.append(line)
         rec = public_work(w, st)
+        if w["id"] in on_host:
+            rec["host"] = on_host[w["id"]]
         if cut:
             rec["interrupted"] = True
         if orphan:
@@ -3191,8 +3236,9 @@ def _inspect_verbose_lines(w, facts):
     integ = integration_of(w)
     cand = integ.get("candidate")
     if cand:
-        lines.append("candidate change %s commit %s (frozen by %s for %s)" % (
-            cand["change"], cand["commit"], cand["runtime"], cand["resource"]))
+        lines.append("candidate change %s commit %s (frozen by %s for %s%s)" % (
+            cand["change"], cand["commit"], cand["runtime"], cand["resource"],
+            ", fencing number %s" % cand["fence"] if cand.get("fence") is not None else ""))
     if integ.get("proof"):
         lines.append("proof: candidate is an ancestor of %s on %s" % (integ["proof"]["target"],
                                                                       integ["proof"]["into"]))

@@ -17,6 +17,9 @@ import harnesses as h  # noqa: E402
 import support  # noqa: E402
 from modelserver import say, tool  # noqa: E402
 
+sys.path.insert(0, h.ROOT)
+import store  # noqa: E402
+
 TITLE_REQUEST = "Generate a concise, sentence-case title"
 
 
@@ -618,3 +621,73 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
 
     def test_resumed_claude_registers_without_a_prompt(self):
         self.resume_interrupted(timeout=60)
+
+
+# --------------------------------------------------------------------------- safe mode with the real harness (issue 25, pgcodex)
+
+class PgSafeMode(support.PostgresProject, h.CoordCase):
+    """Safe mode (issue 25, item 3) with the real Claude Code on a PostgreSQL project: the agent
+    claims a file exclusively through its own Bash tool; then this host is cut off from the
+    database (the test's server is crashed; the host process stays up and answers every request
+    with "the PostgreSQL server cannot be reached"). Once the lease may have lapsed for other hosts
+    (the host process's last beat plus the host TTL), the agent's Write to that file is refused
+    with the reason, and a Write anywhere else goes through (fail open)."""
+
+    harness = "claude"
+    PG_PROJECT = h.CoordCase.project_id
+
+    def configure_project(self):
+        # A short host TTL: the host process beats every TTL/6 s, and its leases may lapse (for
+        # other hosts) TTL s after its last beat.
+        self.env.update(COORD_HOST_TTL="2", COORD_HOST_LEASE_DELAY="1")
+        super().configure_project()
+
+    def setUp(self):
+        super().setUp()
+        self.rcoord("db", "start")  # outside the agent, with the short TTL above
+        self.safe_file = store.safe_state_path(self.host_socket)
+
+    def safe_listed(self, resource):
+        try:
+            with open(self.safe_file) as f:
+                return resource in [l["resource"] for l in json.load(f)["leases"]]
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def test_a_write_under_this_host_s_lapsed_lease_is_refused_and_elsewhere_allowed(self):
+        server = support.require_postgres(self)[0]
+        seen = {}
+
+        def cut_off(req):
+            seen["claim"] = "\n".join(req.tool_results())
+            seen["holder"] = [l["runtime"] for l in self.coord_state()["leases"] if l["resource"] == "src/mine.py"]
+            support.retry_until(lambda: self.safe_listed("src/mine.py"), 60)
+            server.crash()  # the host process stays up; every request now fails
+            self.addCleanup(server.start)
+            # the hook's own check on the host process's file: once the last beat + TTL has passed
+            support.retry_until(lambda: store.safe_mode_refusals(["src/mine.py"], self.safe_file), 60)
+            return tool("Write", file_path=os.path.join(self.repo, "src", "mine.py"), content="agent\n")
+
+        def elsewhere(req):
+            seen["mine"] = req.tail()[-1]["content"][0]
+            return tool("Write", file_path=os.path.join(self.repo, "src", "other.py"), content="other\n")
+
+        def end(req):
+            seen["other"] = req.tail()[-1]["content"][0]
+            return say("done")
+        self.run_agent([tool("Bash", command=".coord/coord claim src/mine.py -p mine; echo rc=$?"),
+                        cut_off, elsewhere, end], args=["--allowedTools", "Bash"])
+        self.assertIn("rc=0", seen["claim"], seen["claim"])
+        self.assertEqual(len(seen["holder"]), 1, "the agent's own claim went through the host process")
+        # The one fail-closed case: refused, with the reason and the way back.
+        mine = seen["mine"]
+        self.assertIs(mine.get("is_error"), True, mine)
+        reason = h.flatten(mine["content"])
+        self.assertIn("coord cannot reach its database, and this host's exclusive lease on src/mine.py", reason)
+        self.assertIn("another host may hold it now, so writes to src/mine.py are refused until this host reaches"
+                      " the database again", reason)
+        self.assertNotIn("--override", reason)
+        self.assertFalse(os.path.exists(os.path.join(self.repo, "src", "mine.py")))  # a new file: no Read first
+        # Everything else fails open.
+        self.assertNotEqual(seen["other"].get("is_error"), True, seen["other"])
+        self.assertEqual(self.read_file("src/other.py"), "other\n")

@@ -813,3 +813,121 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
 
     def test_resume_interrupted_brings_codex_to_its_first_boundary(self):
         self.resume_interrupted()
+
+
+# --------------------------------------------------------------------------- Codex's sandbox and the host socket (issue 25, pgcodex)
+
+SOCKET_PROBE = ("python3 -I -S -c 'import socket,sys\n"
+                "s=socket.socket(socket.AF_UNIX)\n"
+                "try:\n s.connect(sys.argv[1]); print(\"connect=ok\")\n"
+                "except OSError as e: print(\"connect=errno%%d\" %% e.errno)' %s")
+
+
+class PgSandbox(support.PostgresProject, h.CoordCase):
+    """A PostgreSQL project (its URL in the project's settings file), the real Codex in its
+    workspace-write sandbox with no writable root but the workspace (/tmp and TMPDIR excluded).
+    The host process is started outside the sandbox first, as a person (or SessionStart) does."""
+
+    harness = "codex"
+    PG_PROJECT = h.CoordCase.project_id
+
+    def setUp(self):
+        super().setUp()
+        self.rcoord("db", "start")
+        self.peer_rt = self.peer()
+        with open(self._mk("src/peer.py"), "w") as f:
+            f.write("original\n")
+        self.rcoord("claim", "src/peer.py", "--runtime", self.peer_rt["id"], "-p", "peer work")
+
+    def _mk(self, rel):
+        path = os.path.join(self.repo, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+    def run_sandboxed(self, script, network):
+        config = ("[sandbox_workspace_write]\nexclude_slash_tmp = true\nexclude_tmpdir_env_var = true\n"
+                  "network_access = %s" % ("true" if network else "false"))
+        return self.run_agent(script, sandbox="workspace-write", config=config)
+
+    def script(self, own_command):
+        """The agent probes both sockets (the host process's, the database server's), runs its own
+        `.coord/coord` command, then patches the peer's leased file and a free one."""
+        server = support.require_postgres(self)[0]
+        pg_socket = os.path.join(server.dir, ".s.PGSQL.%d" % server.port)
+        seen = {}
+
+        def own(req):
+            seen["probe"] = "\n".join(req.tool_results())
+            return shell(own_command + "; echo rc=$?")
+
+        def peer_patch(req):
+            seen["own"] = "\n".join(req.tool_results())
+            seen["state"] = self.coord_state()  # while the agent runs (SessionEnd ends its runtime)
+            return apply_patch("*** Begin Patch\n*** Update File: src/peer.py\n@@\n-original\n+agent\n*** End Patch")
+
+        def free_patch(req):
+            seen["peer_patch"] = "\n".join(req.tool_results())
+            return add_file("src/free.py", "x = 1")
+
+        def end(req):
+            seen["free_patch"] = "\n".join(req.tool_results())
+            return say("done")
+        probe = "echo host; %s; echo server; %s" % (SOCKET_PROBE % self.host_socket, SOCKET_PROBE % pg_socket)
+        return [shell(probe), own, peer_patch, free_patch, end], seen
+
+    def host_pid(self):
+        with open(self.host_socket + ".lock") as f:
+            return f.read().strip()
+
+    def assert_hooks_held(self, seen):
+        # Hooks run outside the sandbox: they reach the socket whatever network_access says.
+        self.assertIn("Command blocked by PreToolUse hook: coord: write refused. src/peer.py: blocked by %s's"
+                      " exclusive lease" % self.peer_rt["handle"], seen["peer_patch"])
+        self.assertEqual(self.read_file("src/peer.py"), "original\n")
+        self.assertEqual(self.read_file("src/free.py"), "x = 1\n")
+        self.assertNotIn("refused", seen["free_patch"])
+
+    def test_without_network_access_the_agents_coord_exits_4_and_the_hooks_still_hold(self):
+        before = self.host_pid()
+        script, seen = self.script(".coord/coord claim src/own.py")
+        result = self.run_sandboxed(script, network=False)
+        # Codex 0.171.0: connect() on any Unix socket is EPERM in the sandbox (the host process's
+        # and the database server's alike), so agent code reaches neither.
+        self.assertRegex(seen["probe"], r"host\nconnect=errno1\nserver\nconnect=errno1", seen["probe"])
+        own = seen["own"]
+        self.assertIn("rc=4", own)
+        self.assertIn("was refused: Operation not permitted; inside Codex's workspace-write sandbox a Unix socket"
+                      " needs network access", own)
+        self.assertIn("next: the person sets network_access = true under [sandbox_workspace_write] in Codex's"
+                      " config.toml (.coord/install . --doctor shows it), or approves running this command outside"
+                      " the sandbox; meanwhile coord's hooks still check every write and deliver messages", own)
+        self.assertNotIn("--override", own)
+        self.assertNotIn("db start", own, "no hint to start a host process inside the sandbox")
+        self.assert_hooks_held(seen)
+        # Nothing was claimed, and no host process was started from inside the sandbox.
+        state = self.coord_state()
+        self.assertEqual([l["resource"] for l in state["leases"]], ["src/peer.py"])
+        self.assertEqual(self.host_pid(), before)
+        mains = [rt for rt in state["runtimes"] if rt.get("conversation") == result.session_id()]
+        self.assertEqual(len(mains), 1, "SessionStart registered the agent through the socket: %s" % state)
+
+    def test_with_network_access_the_agents_claim_goes_through_the_socket_as_itself(self):
+        script, seen = self.script(".coord/coord claim src/own.py && .coord/coord release src/peer.py")
+        result = self.run_sandboxed(script, network=True)
+        # With network access the sandbox no longer refuses connect(): agent code reaches the host
+        # process's socket, and any other the uid may open, the database server's included (what
+        # --doctor says before a person turns it on). The test server's socket answers EACCES, not
+        # EPERM: its directory is 0700 and owned by nobody, and the sandboxed root has no
+        # CAP_DAC_OVERRIDE; a packaged server's socket (0777 in /var/run/postgresql) would connect.
+        self.assertRegex(seen["probe"], r"host\nconnect=ok\nserver\nconnect=(ok|errno13)\n", seen["probe"])
+        self.assertNotIn("--override", seen["own"])
+        self.assert_hooks_held(seen)
+        # The claim is the agent's own runtime's (caller facts from inside the sandbox's PID
+        # namespace resolve to it); the peer's lease stays the peer's.
+        agent = [rt for rt in self.coord_state()["runtimes"]
+                 if rt.get("conversation") == result.session_id() and not rt.get("agent_id")]
+        self.assertEqual(len(agent), 1, agent)
+        held = sorted((l["resource"], l["runtime"]) for l in seen["state"]["leases"])
+        self.assertEqual(held, sorted([("src/own.py", agent[0]["id"]), ("src/peer.py", self.peer_rt["id"])]), seen["own"])
+        self.assertIn("coord: not held by you: src/peer.py", seen["own"])
+        self.assertIn("rc=3", seen["own"])

@@ -31,6 +31,7 @@ import fnmatch
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -61,20 +62,48 @@ class _TimedResult(unittest.TextTestResult):
     work shares the machine; wall time is what the test costs the person waiting.
     """
 
+    current = None  # the result being filled in: what _on_term reports
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.durations = []
         self._started = {}
+        self._running = {}
+        _TimedResult.current = self
 
     def startTest(self, test):
         self._started[id(test)] = (time.monotonic(), _cpu())
+        self._running[id(test)] = test.id()
         super().startTest(test)
 
     def stopTest(self, test):
+        self._running.pop(id(test), None)
         started = self._started.pop(id(test), None)
         if started is not None:
             self.durations.append((time.monotonic() - started[0], _cpu() - started[1], test.id()))
         super().stopTest(test)
+
+
+def _on_term(signum, frame):
+    """SIGTERM (tests/run's suite timeout): say what failed so far and what was running, record
+    the failures for --failed, then end. Written to fd 1 with os.write: while a test runs,
+    sys.stdout is unittest's buffer."""
+    result = _TimedResult.current
+    lines = ["", "runner: stopped by signal %d" % signum]
+    if result is not None:
+        for kind, entries in (("FAIL", result.failures), ("ERROR", result.errors)):
+            for test, trace in entries:
+                tail = [l for l in trace.strip().splitlines() if l.strip()][-3:]
+                lines.append("%s: %s" % (kind, test.id()))
+                lines += ["    " + l.strip()[:300] for l in tail]
+        lines += ["running: %s" % name for name in result._running.values()]
+        lines.append("%d run, %d failed so far" % (result.testsRun, len(result.failures) + len(result.errors)))
+    try:
+        os.write(1, ("\n".join(lines) + "\n").encode("utf-8", "replace"))
+        if result is not None and not os.environ.get("COORD_TEST_NO_RECORD"):
+            record(result, [])
+    finally:
+        os._exit(128 + signum)
 
 
 def _tests(suite):
@@ -416,6 +445,7 @@ def main(argv=None):
     suite = unittest.TestSuite(tests)
     sys.stdout.flush()
 
+    signal.signal(signal.SIGTERM, _on_term)
     runner = unittest.TextTestRunner(
         stream=sys.stdout, verbosity=2 if args.verbose else 1, buffer=True,
         resultclass=_TimedResult,

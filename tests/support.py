@@ -102,7 +102,10 @@ STRESS = frozenset([
     "test_land.LandRaceTest",
     "test_store.RaceTest.test_eight_processes_race_for_one_exclusive_lease_for_60_rounds",
     "test_store.RaceTest.test_thirty_two_simultaneous_senders_lose_nothing",
+    "test_store.PgRaceTest.test_eight_processes_race_for_one_exclusive_lease_for_60_rounds",
+    "test_store.PgRaceTest.test_thirty_two_simultaneous_senders_lose_nothing",
     "test_workspace.CreateRaceTest",
+    "test_host.ServerCrashTest.test_three_immediate_stops_in_a_row",
 ])
 
 
@@ -344,10 +347,22 @@ class CoordTestCase(unittest.TestCase):
         self.addCleanup(self._restore_env)
         os.environ.clear()
         os.environ.update(self.env)
+        self.configure_project()
+
+    def configure_project(self):
+        """Where the test's project lives, before any test class's own setUp uses it (SQLite at
+        self.db here; PostgresProject overrides it)."""
 
     def _restore_env(self):
         os.environ.clear()
         os.environ.update(self._saved_env)
+
+    def open_project(self):
+        """The test's own store of its project (PostgresProject: through the host process)."""
+        import store
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        return st
 
     def use_jj(self, git_user=False):
         """Require jj and git, give them a private identity (jj config; with git_user a git
@@ -565,3 +580,292 @@ def person_terminal(testcase, cwd, env=None):
     if store.harness_ancestor(store.ancestor_processes())[0] is not None:
         testcase.skipTest("this test process runs under an agent harness, so no caller of it is a person")
     return Terminal(testcase, dict(testcase.env if env is None else env), cwd)
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+# A real PostgreSQL server for the tests of the PostgreSQL engine (docs/postgresql.md): one per
+# test process, started at first use (initdb about 2 s, start 0.2 s), stopped at exit. It listens
+# only on a Unix socket in its own private directory (listen_addresses='': no TCP at all), trusts
+# that socket, and runs without fsync (a test server). initdb and postgres refuse to run as
+# root, so as root the server runs as `nobody`, owning only its directory, which must then be
+# reachable by `nobody` (this machine's /tmp is 0700: /var/tmp or /dev/shm instead). Its default
+# collation is ICU en-US where available (mixed case sorts a, B, not B, a as bytes do), so a text
+# column that lacks COLLATE "C" gives a different order than SQLite and fails a test. psycopg 3
+# comes from tests/provision, per interpreter, in <test cache>/python/<major>.<minor>.
+
+PSYCOPG_PINS = {"3.9": "3.2.13"}  # psycopg 3.3 needs Python >= 3.10; the others get PSYCOPG_PIN
+PSYCOPG_PIN = "3.3.9"
+
+
+def postgres_bindir():
+    """The directory holding initdb and pg_ctl (COORD_TEST_PG_BIN, else Debian's newest
+    /usr/lib/postgresql/N/bin, else initdb on PATH), or None."""
+    import glob
+    explicit = os.environ.get("COORD_TEST_PG_BIN")
+    if explicit:
+        return explicit if os.path.exists(os.path.join(explicit, "initdb")) else None
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    if found:
+        return os.path.dirname(found[-1])
+    on_path = shutil.which("initdb")
+    return os.path.dirname(on_path) if on_path else None
+
+
+def psycopg_dir():
+    """Where tests/provision put psycopg for this interpreter."""
+    cache = os.environ.get("COORD_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "coord-tests")
+    return os.path.join(cache, "python", "%d.%d" % sys.version_info[:2])
+
+
+def readme_blocks(start, end):
+    """The ```sh blocks of README.md between the headings `start` and `end`, each a list of its
+    non-blank lines: what a test runs as README writes it."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    section = text.split(start, 1)[1].split(end, 1)[0]
+    return [[l for l in b.split("```", 1)[0].strip().splitlines() if l.strip()]
+            for b in section.split("```sh\n")[1:]]
+
+
+def psycopg_pin():
+    """The psycopg version tests/provision installs for this interpreter."""
+    return PSYCOPG_PINS.get("%d.%d" % sys.version_info[:2], PSYCOPG_PIN)
+
+
+def import_psycopg():
+    """psycopg, from the test cache (tests/provision) or the interpreter's own; None when absent."""
+    where = psycopg_dir()
+    if os.path.isdir(where) and where not in sys.path:
+        sys.path.append(where)
+    try:
+        import psycopg
+        return psycopg
+    except ImportError:
+        return None
+
+
+def _reachable_base(uid):
+    """A temporary directory's parent that `uid` can traverse (every ancestor o+x), or None."""
+    if uid == os.getuid():
+        return tempfile.gettempdir()
+    for base in (tempfile.gettempdir(), "/var/tmp", "/dev/shm"):
+        path, ok = os.path.realpath(base), True
+        while True:
+            try:
+                if not os.stat(path).st_mode & 0o001:
+                    ok = False
+                    break
+            except OSError:
+                ok = False
+                break
+            if path == "/":
+                break
+            path = os.path.dirname(path)
+        if ok:
+            return base
+    return None
+
+
+class PostgresServer:
+    """One real PostgreSQL server in a private directory; `dsn(database)` connects to it over its
+    Unix socket as the superuser `coord`."""
+
+    def __init__(self, bindir, options=""):
+        """options: more server settings ("-c name=value ..."), e.g. TLS on a TCP listener."""
+        import atexit
+        import random
+        self.bindir = bindir
+        self.demote = demote_to_nobody() if os.getuid() == 0 else None
+        uid = os.getuid()
+        if self.demote is not None:
+            import pwd
+            uid = pwd.getpwnam("nobody").pw_uid
+        base = _reachable_base(uid)
+        if base is None:
+            raise RuntimeError("no temporary directory that the unprivileged server user can reach")
+        self.dir = tempfile.mkdtemp(prefix="coord-pg-", dir=base)
+        if self.demote is not None:
+            os.chown(self.dir, uid, -1)
+        os.chmod(self.dir, 0o700)
+        self.data = os.path.join(self.dir, "data")
+        self.port = random.randint(20000, 60000)  # names the socket file only: no TCP listener
+        self.log = os.path.join(self.dir, "server.log")
+        initdb = [os.path.join(bindir, "initdb"), "-D", self.data, "-A", "trust", "-U", "coord",
+                  "--no-sync", "-E", "UTF8", "--locale=C.UTF-8"]
+        try:  # a default collation that does not sort by byte, so a text column without COLLATE "C" shows
+            self._run(initdb + ["--locale-provider=icu", "--icu-locale=en-US"])
+        except RuntimeError:  # built without ICU, or older than 15
+            shutil.rmtree(self.data, True)
+            self._run(initdb)
+        self._start = [os.path.join(bindir, "pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "-o",
+                       "-c listen_addresses='' -k %s -p %d -c fsync=off -c synchronous_commit=off"
+                       " -c full_page_writes=off -c max_connections=200 -c shared_buffers=16MB %s"
+                       % (self.dir, self.port, options), "start"]
+        self._run(self._start)
+        atexit.register(self.stop)
+
+    # server crash (issue 25, pgcrash): what a crash test does to its own server
+    def crash(self):
+        """`pg_ctl stop -m immediate`: every server process ends at once, nothing is checkpointed;
+        the next start replays the WAL (crash recovery)."""
+        self._run([os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", "immediate", "-w", "stop"])
+
+    def start(self):
+        self._run(self._start)
+
+    def _run(self, argv):
+        proc = subprocess.run(argv, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=self.demote, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError("%s failed (%d): %s" % (os.path.basename(argv[0]), proc.returncode, proc.stdout[-2000:]))
+
+    def dsn(self, database="postgres"):
+        return "host=%s port=%d user=coord dbname=%s" % (self.dir, self.port, database)
+
+    def stop(self):
+        if self.dir is None:
+            return
+        try:
+            subprocess.run([os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", "immediate", "-w", "stop"],
+                           cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=self.demote,
+                           timeout=60)
+        finally:
+            shutil.rmtree(self.dir, True)
+            self.dir = None
+
+
+_POSTGRES = []
+
+
+def require_postgres(testcase):
+    """(server, psycopg) for a test of the PostgreSQL engine: the server is started at first use
+    in this process. Missing PostgreSQL or psycopg fails the test under CI=true, skips elsewhere."""
+    psycopg = import_psycopg()
+    bindir = postgres_bindir()
+    missing = []
+    if bindir is None:
+        missing.append("PostgreSQL (initdb; Debian: apt-get install postgresql; .ci/run installs it)")
+    if psycopg is None:
+        missing.append("psycopg 3 in %s (tests/provision installs it)" % psycopg_dir())
+    if missing:
+        msg = "missing " + " and ".join(missing)
+        if IN_CI:
+            testcase.fail(msg)
+        testcase.skipTest(msg)
+    if not _POSTGRES:
+        _POSTGRES.append(PostgresServer(bindir))
+    return _POSTGRES[0], psycopg
+
+
+# --------------------------------------------------------------------------- a CLI/hook test's project in PostgreSQL (issue 25, pgroute)
+
+def pg_url(server, database="postgres"):
+    """A postgresql:// URL for the test server (its Unix socket directory as the host)."""
+    from urllib.parse import quote
+    return "postgresql://coord@/%s?host=%s&port=%d" % (database, quote(server.dir, safe=""), server.port)
+
+
+def pg_login_url(testcase, server, project, psycopg):
+    """A URL for `project` as a login role of its own, set up by store.pg_setup as the test
+    server's superuser (roles, schema at the current version, grants, forced row-level security):
+    the role a host is meant to run as, so --doctor's security checks pass. The project's schema
+    and roles are dropped at cleanup (roles are the server's, not a database's)."""
+    import re
+    import store
+    login = "host_%s" % re.sub(r"[^a-z0-9_]", "_", project.lower())[:40]
+
+    def drop():
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS %s CASCADE" % store.pg_ident(store.pg_schema(project)))
+            for role in [login] + list(store.pg_role_names(project).values()):
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+    drop()  # a role left by a killed run
+    testcase.addCleanup(drop)
+    store.pg_setup(server.dsn(), project, [login])
+    return pg_url(server).replace("postgresql://coord@", "postgresql://%s@" % login, 1)
+
+
+def stop_host_process(socket_path, timeout=30.0):
+    """SIGTERM to the host process's supervisor named in <socket>.lock, then wait (bounded) until
+    the lock is free; a no-op when none holds it."""
+    import fcntl
+    import signal
+    lock = socket_path + ".lock"
+
+    def free():
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    if free():
+        return
+    with open(lock) as f:
+        pid = int(f.read().strip() or 0)
+    if pid > 1:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    retry_until(free, timeout)
+
+
+class PostgresProject:
+    """Mixin (first, before a CoordTestCase class): the test's project lives in PostgreSQL. COORD_DB
+    is a postgresql:// URL to the test server, a fresh project (schema) per test, its host process
+    started by coord itself on demand and stopped after the test; self.db names no file. With
+    PG_PROJECT (a class whose project ID comes from an installed .coord/project-id) the URL is in
+    that project's settings file instead (store.write_project_url), and COORD_DB is left alone."""
+
+    PG_PROJECT = None
+
+    def configure_project(self):
+        server, self.psycopg = require_postgres(self)
+        import store
+        import uuid
+        self.pg_url = pg_url(server)
+        # An installed .coord/coord (and the host process it starts) runs on this interpreter, the
+        # one whose psycopg PYTHONPATH names (the first python3 on PATH may be another version).
+        self.env["COORD_PYTHON"] = sys.executable
+        if self.PG_PROJECT:
+            self.pg_project = self.PG_PROJECT
+            store.write_project_url(self.pg_project, self.pg_url, self.env)
+            self.env.update({"PYTHONPATH": psycopg_dir(), "COORD_DB": "", "COORD_PROJECT_ID": self.pg_project})
+        else:
+            self.pg_project = "pgroute-%s" % uuid.uuid4().hex[:12]
+            self.env.update({"COORD_DB": self.pg_url, "COORD_PROJECT_ID": self.pg_project,
+                             "PYTHONPATH": psycopg_dir()})
+        os.environ.update(self.env)
+        self.db = self.pg_url
+        self.host_socket = store.project_host_socket(self.pg_project, self.env)
+        self.addCleanup(self._drop_pg_project, server)
+        self.addCleanup(stop_host_process, self.host_socket)
+        self.addCleanup(self._no_url_became_a_file, os.getcwd())
+
+    def _no_url_became_a_file(self, cwd):
+        for where in (cwd, self.tmp, getattr(self, "repo", None)):
+            if where and os.path.exists(os.path.join(where, "postgresql:")):
+                self.fail("a file was made of the URL in %s (a SQLite-only step of the test on PostgreSQL)" % where)
+
+    def _drop_pg_project(self, server):
+        import store
+        with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.pg_project))
+
+    def open_project(self):
+        """The test's own store of the project, to arrange and inspect records (the PostgreSQL
+        engine in this process, as a SQLite test opens the file); coord and the hooks under test
+        reach the same project only through the host process."""
+        import store
+        st = store.Store(pg={"dsn": self.pg_url, "project": self.pg_project}, environ=self.env)
+        self.addCleanup(st.close)
+        return st

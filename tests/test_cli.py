@@ -235,9 +235,7 @@ class CliTest(support.CoordTestCase):
         self.assertFalse(gone["live"])
 
     def test_list_of_eight_agents_and_twenty_leases_fits_one_and_a_half_kilobytes(self):
-        import store
-        st = store.Store(self.db)
-        self.addCleanup(st.close)
+        st = self.open_project()
         agents = [st.register(harness=("claude", "codex")[i % 2]) for i in range(8)]
         for i in range(20):
             st.claim(agents[i % 8]["id"], ["src/coord/module_%02d.py" % i], "append" if i == 7 else "exclusive",
@@ -458,8 +456,7 @@ class SymlinkNameTest(support.CoordTestCase):
     def test_a_lease_stored_under_the_literal_name_is_still_released_by_it(self):
         # Compatibility: databases written before names were resolved hold the literal name.
         import store
-        st = store.Store(self.db)
-        self.addCleanup(st.close)
+        st = self.open_project()
         st.claim(self.a["id"], ["manual/guide.md"])
         self.run_as(self.a, "renew", "manual/guide.md", check=0)
         self.run_as(self.a, "release", "manual/guide.md", check=0)
@@ -478,8 +475,7 @@ class SupersededProcessTest(support.CoordTestCase):
     def setUp(self):
         super().setUp()
         import store
-        self.st = store.Store(self.db)
-        self.addCleanup(self.st.close)
+        self.st = self.open_project()
         self.old_harness, self.new_harness = Harness(self), Harness(self)
         self.old = self.st.register(conversation=self.CONVERSATION, harness="codex", pid=self.old_harness.pid)
         self.st.claim(self.old["id"], ["src/carried.py"])
@@ -582,8 +578,7 @@ class LivenessCliTest(support.CoordTestCase):
         super().setUp()
         import store
         self.store = store
-        self.st = store.Store(self.db)
-        self.addCleanup(self.st.close)
+        self.st = self.open_project()
 
     def runtimes(self):
         return self.st.q("SELECT count(*) FROM runtimes").fetchone()[0]
@@ -765,7 +760,7 @@ class StartupTest(support.CoordTestCase):
             with self.subTest(argv=argv):
                 self.assertEqual(commands(argv), list(coord.COMMANDS))
         self.assertIn("batch", self.coord("--help", check=0).stdout)
-        self.assertIn("'remote')", self.coord("bogus", check=2).stderr)
+        self.assertIn("'remote', 'db')", self.coord("bogus", check=2).stderr)
         self.assertIn("the following arguments are required: RESOURCE", self.coord("claim", check=2).stderr)
 
     def test_a_work_command_builds_only_its_own_subparser(self):
@@ -1132,8 +1127,7 @@ class AckAllTest(support.CoordTestCase):
         peek = self.coord_json("inbox", "--peek", runtime=b["id"])
         self.assertEqual([(m["id"], m["state"]) for m in peek["messages"]], [(later["id"], "queued")])
         import store
-        st = store.Store(self.db)
-        self.addCleanup(st.close)
+        st = self.open_project()
         context = st.pending_context(b["id"])
         self.assertIn("arrived after the read", context)  # its body, once
         self.assertNotIn("#%d " % first["id"], context)
@@ -1146,3 +1140,240 @@ class AckAllTest(support.CoordTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# --------------------------------------------------------------------------- the same CLI on a PostgreSQL project (issue 25, pgroute)
+# Each class below is an existing one with support.PostgresProject first: COORD_DB is a
+# postgresql:// URL, coord starts the host process on demand and every command goes through it.
+
+class PgCliTest(support.PostgresProject, CliTest):
+    test_corrupt_database_is_reported_without_traceback = None  # a SQLite file's own fault
+
+
+class PgBatchTest(support.PostgresProject, BatchTest):
+    pass
+
+
+class PgCliRaceTest(support.PostgresProject, CliRaceTest):
+    pass
+
+
+class PgSupersededProcessTest(support.PostgresProject, SupersededProcessTest):
+    pass
+
+
+class PgLivenessCliTest(support.PostgresProject, LivenessCliTest):
+    pass
+
+
+class PgPersonTest(support.PostgresProject, PersonTest):
+    PG_PROJECT = "my-project"
+
+
+class PgAckAllTest(support.PostgresProject, AckAllTest):
+    pass
+
+
+class PgCliRoutingTest(support.PostgresProject, support.CoordTestCase):
+    """coord's commands on a PostgreSQL project: through the host process, started on demand,
+    never the driver in the command's own process."""
+
+    def test_a_command_starts_the_host_process_on_demand(self):
+        import store
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        me = self.hello()["runtime"]
+        self.assertTrue(store.host_status(self.pg_project, self.host_socket)["running"])
+        self.coord("claim", "src/a.py", runtime=me["id"], check=0)
+        self.assertEqual([l["resource"] for l in self.open_project().leases_of(me["id"])], ["src/a.py"])
+        status = self.coord_json("db", "status")
+        self.assertEqual((status["engine"], status["project"], status["settings"]),
+                         ("postgresql", self.pg_project, "COORD_DB"))
+        self.assertTrue(status["host"]["running"])
+        self.assertIsInstance(status["host"]["round_trip_ms"], float)
+
+    def test_no_command_imports_the_driver(self):
+        probe = ("import json, runpy, sys, io\n"
+                 "g = runpy.run_path(sys.argv[1], run_name='coord_probe')\n"
+                 "code = g['main'](sys.argv[2:])\n"
+                 "print(json.dumps({'code': code, 'modules': sorted(m for m in sys.modules"
+                 " if m.split('.')[0] in ('psycopg', 'psycopg_binary', 'psycopg_c'))}))\n")
+        me = self.hello()["runtime"]
+        for args in (["claim", "src/a.py"], ["list"], ["release", "src/a.py"], ["send", "hi", "--to", me["handle"]]):
+            with self.subTest(args=args):
+                proc = subprocess.run([sys.executable, "-S", "-c", probe, support.COORD] + args,
+                                      env=dict(self.env, COORD_RUNTIME_ID=me["id"]), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, timeout=60)
+                reply = json.loads(proc.stdout.strip().splitlines()[-1])
+                self.assertEqual((reply["code"], reply["modules"]), (0, []), proc.stderr)
+
+    def test_down_and_unstartable_a_command_exits_4_with_the_command_that_starts_it(self):
+        # The server is reachable but refuses this database: the host process cannot start.
+        bad = self.pg_url.replace("/postgres?", "/no_such_database?")
+        proc = self.coord("list", env={"COORD_DB": bad})
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("coord's host process for project %s is not running and did not start: cannot connect"
+                      % self.pg_project, proc.stderr)
+        self.assertIn("next: start it: %s db start (its log: %s.log)" % (support.COORD, self.host_socket), proc.stderr)
+
+
+class PgMigrateTest(InstalledRepoCase):
+    """coord db migrate: the person moves an installed project's records to PostgreSQL and back,
+    verified (counts, the audit export's digest), the old copy kept; an agent may not."""
+
+    def setUp(self):
+        super().setUp()
+        import store
+        server, self.psycopg = support.require_postgres(self)
+        self.url = support.pg_url(server)
+        self.plain.update(PYTHONPATH=support.psycopg_dir(), COORD_PYTHON=sys.executable)
+        self.sqlite = os.path.join(self.state, "fleet-agent-coord", "my-project.sqlite3")
+        self.settings = store.project_url_path("my-project", self.plain)
+        self.addCleanup(self._drop, server)
+        self.addCleanup(support.stop_host_process, store.project_host_socket("my-project", self.plain))
+
+    def _drop(self, server):
+        import store
+        with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema("my-project"))
+
+    def run_plain(self, *args, **env):
+        return subprocess.run([".coord/coord"] + list(args), cwd=self.repo, env=dict(self.plain, **env), text=True,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True, timeout=120)
+
+    def records(self):
+        audit = self.run_plain("audit", "--private")
+        self.assertEqual(audit.returncode, 0, audit.stderr)
+        listed = json.loads(self.run_plain("list", "--all", "--json").stdout)
+        return audit.stdout, sorted((l["resource"], l["handle"]) for l in listed["leases"])
+
+    def test_the_person_moves_the_project_to_postgresql_and_back(self):
+        agent = json.loads(self.run_plain("hello", "--conversation", "c1", "--json").stdout)["runtime"]
+        self.assertEqual(self.run_plain("claim", "src/a.py", "-p", "fix", runtime=agent["id"],
+                                        COORD_RUNTIME_ID=agent["id"]).returncode, 0)
+        self.assertEqual(self.run_plain("send", "hello there", "--to", agent["handle"],
+                                        COORD_RUNTIME_ID=agent["id"]).returncode, 0)
+        before = self.records()
+        term = self.terminal()
+        rc, out = term.run(".coord/coord db migrate '%s'" % self.url)
+        self.assertEqual(rc, 0, out)
+        self.assertRegex(out, r"moved project my-project from sqlite to postgresql: \d+ rows, audit 3 lines")
+        self.assertFalse(os.path.exists(self.sqlite))
+        aside = [f for f in os.listdir(os.path.dirname(self.sqlite)) if f.startswith("my-project.sqlite3.migrated-")
+                 and not f.endswith(("-wal", "-shm"))]
+        self.assertEqual(len(aside), 1, "the SQLite source is kept, renamed aside")
+        with open(self.settings) as f:
+            self.assertEqual(f.read().strip(), self.url)
+        self.assertEqual(os.stat(self.settings).st_mode & 0o777, 0o600)
+        self.assertEqual(self.records(), before, "every record, through the host process")
+        status = json.loads(self.run_plain("db", "status", "--json").stdout)
+        self.assertEqual((status["engine"], status["host"]["running"]), ("postgresql", True))
+        self.assertEqual(self.run_plain("claim", "src/b.py", COORD_RUNTIME_ID=agent["id"]).returncode, 0)
+        moved = self.records()
+
+        rc, out = term.run(".coord/coord db migrate sqlite")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("moved project my-project from postgresql to sqlite", out)
+        self.assertFalse(os.path.exists(self.settings))
+        self.assertTrue(any(f.startswith("my-project.url.migrated-") for f in os.listdir(os.path.dirname(self.sqlite))))
+        self.assertTrue(os.path.exists(self.sqlite))
+        self.assertEqual(self.records(), moved)
+        self.assertEqual(json.loads(self.run_plain("db", "status", "--json").stdout)["engine"], "sqlite")
+
+        # The schema still holds the records (nothing was deleted): moving there again is refused.
+        rc, out = term.run(".coord/coord db migrate '%s'" % self.url)
+        self.assertEqual(rc, 3, out)
+        self.assertIn("already holds records", out)
+        self.assertTrue(os.path.exists(self.sqlite), "the source is untouched")
+        self.assertFalse(os.path.exists(self.settings))
+        term.close()
+
+    def test_an_agent_may_not_move_the_project(self):
+        self.assertEqual(self.run_plain("claim", "src/a.py").returncode, 0)
+        proc = self.run_plain("db", "migrate", self.url, CLAUDECODE="1")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("moving the project's database is the person's decision", proc.stderr)
+        self.assertIn("coord db migrate postgresql://...", proc.stderr)
+        self.assertNotIn("coord:s", proc.stderr)
+        self.assertTrue(os.path.exists(self.sqlite))
+        self.assertFalse(os.path.exists(self.settings))
+
+    def test_with_coord_db_set_it_refuses_and_moves_nothing(self):
+        self.assertEqual(self.run_plain("claim", "src/a.py").returncode, 0)
+        term = self.terminal()
+        rc, out = term.run("COORD_DB=%s .coord/coord db migrate '%s'" % (shlex.quote(self.sqlite), self.url))
+        term.close()
+        self.assertEqual(rc, 3, out)
+        self.assertIn("COORD_DB is set", out)
+        self.assertTrue(os.path.exists(self.sqlite))
+        self.assertFalse(os.path.exists(self.settings))
+
+
+class PgSetupCommandTest(InstalledRepoCase):
+    """coord db setup: the person creates the project's PostgreSQL roles, schema, grants and
+    row-level security (store.pg_setup), the admin URL typed at a prompt or read from
+    $COORD_ADMIN_URL, never an argument; an agent may not."""
+
+    def setUp(self):
+        super().setUp()
+        import store
+        server, self.psycopg = support.require_postgres(self)
+        self.admin = support.pg_url(server)
+        self.dsn = server.dsn()
+        self.plain.update(PYTHONPATH=support.psycopg_dir(), COORD_PYTHON=sys.executable)
+        self.login = "coord_host_%s" % os.urandom(4).hex()
+        self.names = store.pg_role_names("my-project")
+        self.addCleanup(self._drop)
+
+    def _drop(self):
+        import store
+        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % store.pg_ident(store.pg_schema("my-project")))
+            for role in [self.login] + list(self.names.values()):
+                if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+
+    def member(self):
+        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT rolcanlogin, pg_has_role(rolname, %s, 'MEMBER') FROM pg_roles WHERE rolname = %s",
+                               (self.names["group"], self.login)).fetchone()
+            owner = conn.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
+                                 (self.names["group"],)).fetchone()
+        return row, owner and owner[0]
+
+    def test_the_person_sets_the_project_up_with_the_admin_url_typed_at_the_prompt(self):
+        term = self.terminal()
+        os.write(term.fd, (".coord/coord db setup --login %s; echo %s$?%s\n" % (
+            self.login, term._MARK, term._MARK)).encode())
+        term._read_until(b"PostgreSQL admin URL")
+        os.write(term.fd, (self.admin + "\n").encode())
+        buf, m = term._read_until((term._MARK + r"(\d+)" + term._MARK).encode())
+        out = buf[:m.start()].decode("utf-8", "replace")
+        self.assertEqual(int(m.group(1)), 0, out)
+        self.assertIn("project my-project: owner %s (NOLOGIN), group %s; login roles: %s"
+                      % (self.names["owner"], self.names["group"], self.login), out)
+        self.assertIn("FORCE ROW LEVEL SECURITY", out)
+        self.assertNotIn(self.admin, out, "the URL is not echoed")
+        self.assertEqual(self.member(), ((True, True), self.names["owner"]))
+        # Again, from the environment (idempotent), with --json.
+        rc, out = term.run("COORD_ADMIN_URL='%s' .coord/coord db setup --json" % self.admin)
+        term.close()
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(json.loads(out.strip().splitlines()[-1])["owner"], self.names["owner"])
+
+    def test_an_agent_may_not_and_nothing_asks_without_a_terminal(self):
+        proc = subprocess.run([".coord/coord", "db", "setup", "--login", self.login], cwd=self.repo,
+                              env=dict(self.plain, CLAUDECODE="1", COORD_ADMIN_URL=self.admin), text=True,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              start_new_session=True, timeout=120)
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("setting up the project's database roles is the person's decision", proc.stderr)
+        self.assertEqual(self.member(), (None, None), "nothing was created")
+        term = self.terminal()  # the person, with no URL in the environment and nothing to type it on
+        rc, out = term.run(".coord/coord db setup < /dev/null")
+        term.close()
+        self.assertEqual(rc, 2, out)
+        self.assertIn("needs the admin URL", out)
+        self.assertIn("COORD_ADMIN_URL", out)
+        self.assertEqual(self.member(), (None, None), "nothing was created")

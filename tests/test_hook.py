@@ -62,9 +62,17 @@ class HookCase(support.CoordTestCase):
     @property
     def st(self):
         if self._st is None:
-            self._st = store.Store(self.db)
-            self.addCleanup(self._st.close)
+            self._st = self.open_project()
         return self._st
+
+    def reset_project(self):
+        """No records at all, as before the first hook ran (the database file gone)."""
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        if self._st is not None:
+            self._st.close()
+            self._st = None
 
     # -- payloads and runs
 
@@ -192,12 +200,7 @@ class SampleTest(HookCase):
         self.assertGreaterEqual(len(names), 59, "and our own variants")
         for name in names:
             with self.subTest(sample=name):
-                for suffix in ("", "-wal", "-shm"):
-                    if os.path.exists(self.db + suffix):
-                        os.unlink(self.db + suffix)
-                if self._st is not None:
-                    self._st.close()
-                    self._st = None
+                self.reset_project()
                 harness = name.split("-")[0]
                 data = self.payload(name)
                 if harness == "copilot":  # it runs the Claude entries, in its own environment
@@ -1797,7 +1800,8 @@ class LayoutTest(HookCase):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
                 todo.extend(n.split(".")[0] for n in names if n.split(".")[0] in local)
-        self.assertEqual(sorted(m + ".py" for m in seen), sorted(installer.HOOK_RUNTIME))
+        # host.py is no import: SessionStart runs it as the host process of a PostgreSQL project.
+        self.assertEqual(sorted([m + ".py" for m in seen] + ["host.py"]), sorted(installer.HOOK_RUNTIME))
 
     def test_imported_as_a_module_and_through_the_installer_command(self):
         script = self.install()
@@ -2173,12 +2177,7 @@ class QwenTest(HookCase):
         self.assertEqual(len(names), 18, names)
         for name in names:
             with self.subTest(sample=name):
-                for suffix in ("", "-wal", "-shm"):
-                    if os.path.exists(self.db + suffix):
-                        os.unlink(self.db + suffix)
-                if self._st is not None:
-                    self._st.close()
-                    self._st = None
+                self.reset_project()
                 data = self.payload(QWEN + name)
                 out, err = self.run_hook(data, harness="qwen")
                 self.assertEqual(err, "")
@@ -2319,5 +2318,295 @@ class DatabaseUrlHookTest(HookCase):
             with self.subTest(sample=name):
                 out, err = self.run_hook(self.payload(name), env=env)
                 self.assertEqual(out, "")
-                self.assertIn("not supported by this version yet", err)
+                self.assertIn("coord's host process is not running", err)
         self.assertFalse(os.path.exists(os.path.join(self.repo, "postgresql:")))
+
+
+# --------------------------------------------------------------------------- the same hooks on a PostgreSQL project (issue 25, pgroute)
+# Each class below is an existing one with PostgresHooks first: the project is in PostgreSQL
+# (COORD_DB a postgresql:// URL), its host process runs, and every hook reaches it through the
+# socket; the test arranges records with its own engine store (self.st).
+
+class PostgresHooks(support.PostgresProject):
+    def configure_project(self):
+        super().configure_project()
+        store.start_host(self.pg_project, self.pg_url, self.host_socket, environ=self.env)
+
+    def reset_project(self):
+        st = self.st
+        with st.transaction():
+            for table, _key, _cols in reversed(store.COPY_TABLES):
+                if table != "meta":
+                    st.conn.execute("DELETE FROM %s" % table)
+
+
+class PgSampleTest(PostgresHooks, SampleTest):
+    pass
+
+
+class PgEnforcementTest(PostgresHooks, EnforcementTest):
+    test_pre_tool_use_writes_nothing = None  # SQLite's PRAGMA data_version
+
+
+class PgPatchEnforcementTest(PostgresHooks, PatchEnforcementTest):
+    pass
+
+
+class PgDeliveryTest(PostgresHooks, DeliveryTest):
+    test_tool_boundaries_inside_a_turn_write_nothing_until_the_heartbeat_is_due = None  # PRAGMA data_version
+
+
+class PgIdentityTest(PostgresHooks, IdentityTest):
+    pass
+
+
+class PgTurnTest(PostgresHooks, TurnTest):
+    pass
+
+
+class PgLivenessTest(PostgresHooks, LivenessTest):
+    pass
+
+
+class PgWorkContextTest(PostgresHooks, WorkContextTest):
+    pass
+
+
+class PgCopilotTest(PostgresHooks, CopilotTest):
+    pass
+
+
+class PgOpenCodeTest(PostgresHooks, OpenCodeTest):
+    test_its_shell_is_advisory_and_never_opens_the_database = None  # removes the SQLite file
+
+
+class PgShellPatchTest(PostgresHooks, ShellPatchTest):
+    pass
+
+
+class PgSymlinkTest(PostgresHooks, SymlinkTest):
+    pass
+
+
+class PgGeminiTest(PostgresHooks, GeminiTest):
+    pass
+
+
+class PgQwenTest(PostgresHooks, QwenTest):
+    pass
+
+
+class PgParkedWorkTest(PostgresHooks, ParkedWorkTest):
+    pass
+
+
+class PgHarnessBehindShellsTest(PostgresHooks, HarnessBehindShellsTest):
+    pass
+
+
+class PgSubagentShellTest(PostgresHooks, SubagentShellTest):
+    pass
+
+
+class PgHookRoutingTest(PostgresHooks, HookCase):
+    """A hook on a PostgreSQL project: through the host process only, never the driver; down, it
+    fails open, and SessionStart starts it in the background."""
+
+    PROBE = ("import json, sys\n"
+             "sys.path.insert(0, sys.argv[1])\n"
+             "import hook\n"
+             "out, err = hook.run(sys.stdin.buffer.read(), ['--harness', 'claude'])\n"
+             "print(json.dumps({'out': out, 'err': err, 'modules': sorted(m for m in sys.modules"
+             " if m.split('.')[0] in ('psycopg', 'psycopg_binary', 'psycopg_c', 'subprocess', 'argparse'))}))\n")
+
+    def probe(self, data):
+        """Run the hook in a child that could import psycopg (it is on its path); -> its reply
+        and the driver modules (and subprocess/argparse) it had loaded at the end."""
+        proc = subprocess.run([sys.executable, "-S", "-c", self.PROBE, support.ROOT], input=json.dumps(data).encode(),
+                              env=dict(self.env, PYTHONPATH=support.psycopg_dir()), cwd=self.repo,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return json.loads(proc.stdout)
+
+    def test_a_hook_reaches_the_project_and_never_imports_the_driver(self):
+        start = self.probe(self.payload("claude-SessionStart"))
+        self.assertEqual(start["err"], "")
+        self.assertIn("you are %s" % self.st.find_conversation_runtime(CLAUDE_MAIN)["handle"], context_of(start["out"]))
+        self.assertEqual(start["modules"], [])
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/a.py"])
+        write = self.probe(self.write("src/a.py"))
+        self.assertIn("permissionDecision", write["out"])
+        self.assertIn(peer["handle"], write["out"])
+        self.assertEqual(write["modules"], [])
+
+    def test_down_it_fails_open_and_session_start_starts_it_in_the_background(self):
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/a.py"])
+        self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
+        support.stop_host_process(self.host_socket)
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        out, err = self.run_hook(self.write("src/a.py"))
+        self.assertEqual(out, "", "allowed: fail open")
+        self.assertIn("coord hook: coord's host process is not running", err)
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"], "PreToolUse starts nothing")
+        out, err = self.run_hook(self.payload("claude-SessionStart"))
+        self.assertEqual(out, "")
+        self.assertIn("not running", err)
+        support.retry_until(lambda: store.host_status(self.pg_project, self.host_socket)["running"], 60)
+        self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
+
+
+class PgSafeModeHookTest(PostgresHooks, HookCase):
+    """Safe mode in the hook (issue 25, item 3), the one fail-closed case: on a PostgreSQL project
+    whose host process cannot answer, a write under this host's own exclusive lease is refused
+    once that lease may have lapsed (from the host process's safe-mode file alone); any other
+    write fails open as before."""
+
+    def configure_project(self):
+        # A short host TTL: the host process beats every TTL/6 s, and its leases may lapse (for
+        # other hosts) TTL s after its last beat.
+        self.env.update(COORD_HOST_TTL="2", COORD_HOST_LEASE_DELAY="1")
+        super().configure_project()
+
+    def safe_listed(self, resource):
+        try:
+            with open(store.safe_state_path(self.host_socket)) as f:
+                return resource in [l["resource"] for l in json.load(f)["leases"]]
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def test_a_write_under_the_host_s_own_lapsed_lease_is_refused_while_the_host_process_is_down(self):
+        self.run_hook(self.payload("claude-SessionStart"))
+        me = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.st.claim(me["id"], ["src/a.py"], "exclusive", "mine", ttl=3600)
+        self.assertEqual(self.run_hook(self.write("src/a.py"))[0], "", "its own lease: allowed")
+        support.retry_until(lambda: self.safe_listed("src/a.py"), 60)
+        support.stop_host_process(self.host_socket)
+        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        out, err = self.run_hook(self.write("src/free.py"))
+        self.assertEqual(out, "", "a path no lease of this host covers: fail open")
+        self.assertIn("host process is not running", err)
+        refused = []
+
+        def denied():
+            out, _err = self.run_hook(self.write("src/a.py"))
+            if out:
+                refused.append(json.loads(out)["hookSpecificOutput"]["permissionDecisionReason"])
+            return bool(out)
+        support.retry_until(denied, 60)  # once the last beat + TTL (less the margin) has passed
+        self.assertIn("cannot reach its database", refused[0])
+        self.assertIn("exclusive lease on src/a.py (held by %s)" % me["handle"], refused[0])
+        self.assertIn(".coord/coord db start", refused[0])
+        self.assertEqual(self.run_hook(self.write("src/free.py"))[0], "", "still fail open elsewhere")
+
+
+class PgOtherHostPidHookTest(PostgresHooks, HookCase):
+    """hook.py's own comparisons of a recorded pid with its parent (Hook.ours) hold only for a
+    runtime recorded on this host: another host's pid with the same number is not this process."""
+
+    def test_a_runtime_of_another_host_with_this_parent_s_pid_is_not_this_process(self):
+        other = self.open_project()
+        other.host = {"id": "another-boot/pid:[4026531836]", "name": "far", "boot_id": "another-boot",
+                      "pid_ns": "pid:[4026531836]"}
+        me = os.getpid()  # the hook's parent, the process its harness walk finds
+        far = other.register(conversation=CLAUDE_MAIN, harness="claude", pid=me, pid_start=store.process_start(me))
+        self.assertEqual(far["host"], other.host["id"])
+        self.run_hook(self.payload("claude-SessionStart"))
+        now = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.assertNotEqual(now["id"], far["id"], "this host's SessionStart is a new attachment")
+        self.assertEqual(now["host"], store.host_identity()["id"])
+        self.assertEqual(self.st.runtime(far["id"])["superseded_by"], now["id"])
+
+
+class PgHookLeaseCopyTest(PostgresHooks, HookCase):
+    """The real hook's PreToolUse on a PostgreSQL project: one request, answered by the host
+    process from its lease copy (pglisten), which sees a peer's claim after its wake-up and its
+    release after the next."""
+
+    def copy_status(self):
+        client = store.HostClient(self.pg_project, self.host_socket)
+        try:
+            return client.call("ping")["lease_copy"]
+        finally:
+            client.close()
+
+    def test_the_write_decision_comes_from_the_copy_and_follows_a_peer_s_claim_and_release(self):
+        self.run_hook(self.payload("claude-SessionStart"))
+        support.retry_until(lambda: self.copy_status()["fresh"], 60)
+        hits = self.copy_status()["hits"]
+        self.assertEqual(self.run_hook(self.write("src/a.py"))[0], "")
+        self.assertGreater(self.copy_status()["hits"], hits, "answered from the copy")
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/a.py"])
+        support.retry_until(lambda: "permissionDecision" in self.run_hook(self.write("src/a.py"))[0], 60)
+        self.assertIn(peer["handle"], self.run_hook(self.write("src/a.py"))[0])
+        self.st.release(peer["id"], ["src/a.py"])
+        support.retry_until(lambda: self.run_hook(self.write("src/a.py"))[0] == "", 60)
+
+
+class PgOtherHostWorkLinkTest(PostgresHooks, HookCase):
+    """link_work and link_direct compare a work's recorded pids (its tmux pane, its resume
+    wrapper) with the hook's ancestry only for a work of this host (pgpeer): a work whose
+    runtime was recorded on another host has pids of that host, whatever their numbers."""
+
+    FAR = {"id": "another-boot/pid:[4026531836]", "name": "far", "boot_id": "another-boot",
+           "pid_ns": "pid:[4026531836]"}
+
+    def work(self, creator, harness):
+        with self.st.transaction():
+            return self.st.insert_work("task", "active", "secret-token", runtime=creator["id"], data={
+                "tmux": {"pane_pid": harness.pid, "window_id": "@1"},
+                "direct": {"pid": harness.pid, "pid_start": store.process_start(harness.pid)}})
+
+    def test_a_work_of_another_host_with_this_harness_s_pid_is_not_linked(self):
+        other = self.open_project()
+        other.host = dict(self.FAR)
+        creator = other.register(conversation="creator-far", harness="codex")
+        self.assertEqual(creator["host"], self.FAR["id"])
+        harness = FakeHarness(self)
+        w = self.work(creator, harness)
+        self.start(env={"COORD_WORK_ID": w["id"]}, via=harness)
+        data = self.st.work(w["id"])["data"]
+        self.assertNotIn("conversation", data["tmux"], "another host's pane %d is not this harness" % harness.pid)
+        self.assertNotIn("conversation", data["direct"], "nor its wrapper")
+        with self.st.transaction():  # a wrapper's record alone (link_direct)
+            w = self.st.insert_work("task", "active", "secret-token", runtime=creator["id"], data={
+                "direct": {"pid": harness.pid, "pid_start": store.process_start(harness.pid)}})
+        self.start(env={"COORD_WORK_ID": w["id"]}, via=harness)
+        self.assertNotIn("conversation", self.st.work(w["id"])["data"]["direct"])
+
+    def test_a_work_of_this_host_is_linked(self):
+        creator = self.st.register(conversation="creator-here", harness="codex")
+        harness = FakeHarness(self)
+        w = self.work(creator, harness)
+        rt = self.start(env={"COORD_WORK_ID": w["id"]}, via=harness)
+        tmux = self.st.work(w["id"])["data"]["tmux"]
+        self.assertEqual((tmux["conversation"], tmux["runtime_id"]), (CLAUDE_MAIN, rt["id"]))
+
+
+class PgSessionStartCopyTest(PgHookLeaseCopyTest):
+    """The real hook's SessionStart on a PostgreSQL project (pgsession): the conversation's
+    runtime and the lease lines answered by the host process from its lease copy, the messages
+    shown once and then reminded, in one boundary operation."""
+
+    test_the_write_decision_comes_from_the_copy_and_follows_a_peer_s_claim_and_release = None
+
+    def test_session_start_reads_the_copy_and_delivers_once(self):
+        first = json.loads(self.run_hook(self.payload("claude-SessionStart"))[0])
+        self.assertIn("coord: you are", first["hookSpecificOutput"]["additionalContext"])
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/held.py"])
+        me = self.st.find_conversation_runtime(self.payload("claude-SessionStart")["session_id"])
+        self.st.send(peer["id"], "read me once", me["id"])
+        support.retry_until(lambda: self.copy_status()["fresh"], 60)
+        hits = self.copy_status()["hits"]
+        text = json.loads(self.run_hook(self.payload("claude-SessionStart"))[0])["hookSpecificOutput"][
+            "additionalContext"]
+        self.assertIn("src/held.py", text)
+        self.assertIn("read me once", text)
+        self.assertGreater(self.copy_status()["hits"], hits, "answered from the copy")
+        again = json.loads(self.run_hook(self.payload("claude-UserPromptSubmit"))[0])["hookSpecificOutput"][
+            "additionalContext"]
+        self.assertNotIn("read me once", again)  # a reminder now, until it is acknowledged
+        self.assertIn("ack", again)

@@ -19,7 +19,7 @@ import store
 
 ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
-RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "land.py", "cleanup.py", "session.py", "install",
+RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "land.py", "cleanup.py", "session.py", "install", "host.py",
            "VERSION")
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PermissionRequest",
           "SessionEnd", "SubagentStart", "SubagentStop")
@@ -1019,7 +1019,7 @@ class RuntimeCopyTest(InstallTestCase):
         self.assertIn("hook runtime copy (the hooks run it, never the repository's files): %s\n"
                       % os.path.join(data, "fleet-agent-coord", "runtime", self.digest), out)
         self.assertEqual(installer.runtime_state(self.copy), "ok")
-        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "session.py", "store.py"])
+        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "host.py", "session.py", "store.py"])
         self.assertEqual(stat.S_IMODE(os.stat(self.copy).st_mode), 0o500)
         for name in os.listdir(self.copy):
             self.assertEqual(stat.S_IMODE(os.stat(os.path.join(self.copy, name)).st_mode), 0o400)
@@ -1695,3 +1695,122 @@ class QwenSettingsTest(InstallTestCase):
             json.dump({os.path.dirname(os.path.realpath(self.target)): "TRUST_FOLDER",
                        os.path.realpath(self.target): "DO_NOT_TRUST"}, f)
         self.assertEqual(doctor()["trusted"], False, "the deepest rule wins")
+
+
+# --------------------------------------------------------------------------- a PostgreSQL project (issue 25, pgroute)
+
+class PgDoctorTest(InstallTestCase):
+    """--doctor on a project in PostgreSQL: the host process (state, round trip), the driver in
+    the interpreter that runs it (missing: exit 1 and the exact install command), and what
+    Codex's sandbox needs to reach the socket."""
+
+    def setUp(self):
+        super().setUp()
+        self.server, self.psycopg = support.require_postgres(self)
+        self.env.update({"COORD_DB": "", "COORD_PROJECT_ID": "", "PYTHONPATH": support.psycopg_dir(),
+                         "COORD_PYTHON": sys.executable})  # the interpreter whose psycopg PYTHONPATH names
+        # The project set up by coord db setup, the host as its own login role: a clean doctor.
+        self.url = support.pg_login_url(self, self.server, "pgdoc", self.psycopg)
+        self.fresh("pgdoc")
+        store.write_project_url("pgdoc", self.url, self.env)
+        self.sock = store.project_host_socket("pgdoc", self.env)
+        self.addCleanup(support.stop_host_process, self.sock)
+        self.addCleanup(self._drop, self.server)
+
+    def _drop(self, server):
+        with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema("pgdoc"))
+
+    def doctor(self, check=None, env=None):
+        return json.loads(self.install("--doctor", "--json", check=check, env=env).stdout)
+
+    def test_the_host_process_file_is_shipped_verbatim(self):
+        for where in (self.t(".coord", "host.py"),):
+            self.assertEqual(_read(where), _read(os.path.join(self.src, "host.py")))
+
+    def test_doctor_reports_the_host_process_and_the_driver(self):
+        db = self.doctor(check=0)["database"]
+        self.assertEqual((db["engine"], db["project"], db["host"]["running"]), ("postgresql", "pgdoc", False))
+        self.assertTrue(db["driver"]["ok"], db["driver"])
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("database: PostgreSQL, project pgdoc (URL in %s)" % store.project_url_path("pgdoc", self.env), text)
+        self.assertIn("host process: not running", text)
+        store.start_host("pgdoc", self.url, self.sock, environ=self.env)
+        db = self.doctor(check=0)["database"]
+        self.assertTrue(db["host"]["running"])
+        self.assertIsInstance(db["host"]["round_trip_ms"], float)
+        self.assertRegex(self.install("--doctor", check=0).stdout, r"host process: running \(pid \d+, round trip [\d.]+ ms\)")
+
+    def test_doctor_fails_without_the_driver_and_names_the_install_command(self):
+        env = {"PYTHONPATH": os.path.join(self.tmp, "nothing")}
+        db = self.doctor(check=1, env=env)["database"]
+        self.assertFalse(db["driver"]["ok"])
+        text = self.install("--doctor", check=1, env=env).stdout
+        self.assertRegex(text, r"postgresql driver: MISSING in \S+; install it: \S+ -m pip install --upgrade --target "
+                               r"\S+/fleet-agent-coord/driver/python3\.\d+ 'psycopg\[binary\]==3\.(3\.9|2\.13)'")
+
+    def test_codex_s_sandbox_needs_network_access_for_the_socket(self):
+        config = os.path.join(self.codex_home, "config.toml")
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n')
+        self.assertFalse(self.doctor(check=0)["codex"]["sandbox"]["ok"])
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("cannot connect to the host process's socket", text)
+        self.assertIn("coord's hooks (outside the sandbox) still check every write", text)
+        self.assertIn("(it opens every network address to the agent):\n[sandbox_workspace_write]\nnetwork_access = true", text)
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nnetwork_access = true\n')
+        self.assertTrue(self.doctor(check=0)["codex"]["sandbox"]["ok"])
+        self.assertIn("the database server included, with this host's URL (%s is readable in the sandbox)"
+                      % store.project_url_path("pgdoc", self.env), self.install("--doctor", check=0).stdout)
+
+    def test_doctor_shows_the_database_security_checks_of_the_host_process(self):
+        db = self.doctor(check=0)["database"]
+        self.assertIsNone(db["security"], "not checked while the host process is down")
+        self.assertIn("database security: not checked (the host process is not running: .coord/coord db start",
+                      self.install("--doctor", check=0).stdout)
+        store.start_host("pgdoc", self.url, self.sock, environ=self.env)
+        checks = self.doctor(check=0)["database"]["security"]
+        self.assertEqual([c for c in checks if not c["ok"]], [], "a login role of a set-up project is clean")
+        text = self.install("--doctor", check=0).stdout
+        self.assertRegex(text, r"database security: database role host_pgdoc: not a superuser, not the owner")
+        self.assertIn("database security: row-level security forced on every table of coord_pgdoc", text)
+        self.assertIn("database security: TLS: not required (a Unix socket on this host)", text)
+        self.assertRegex(text, r"database security: wake-ups: NOTIFY coord_wake_[0-9a-f]{24} with no payload")
+
+    # --doctor's security exit status (issue 25, pgcodex)
+    def test_a_failed_security_check_makes_doctor_exit_1_and_names_the_fix(self):
+        # The same project, its host connected as the server's superuser: the role check fails.
+        store.write_project_url("pgdoc", support.pg_url(self.server), self.env)
+        store.start_host("pgdoc", support.pg_url(self.server), self.sock, environ=self.env)
+        checks = self.doctor(check=1)["database"]["security"]
+        self.assertEqual([c["line"].split(":")[0] for c in checks if not c["ok"]], ["database role coord is a superuser"])
+        text = self.install("--doctor", check=1).stdout
+        self.assertRegex(text, r"database security: PROBLEM: database role coord is a superuser: give this host"
+                               r" its own login role \(a person with admin rights runs: \S*coord db setup --login ROLE\)")
+        self.assertIn("database security: row-level security forced on every table of coord_pgdoc", text)
+
+    def test_a_state_directory_the_sandbox_can_write_is_a_problem(self):
+        # There an agent could remove the host process's socket (every hook then fails open) or
+        # replace it, rewrite the safe-mode file or the project's URL.
+        state = os.path.dirname(self.sock)
+        config = os.path.join(self.codex_home, "config.toml")
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nexclude_slash_tmp = true\n'
+                    'exclude_tmpdir_env_var = true\nwritable_roots = [%s]\n' % json.dumps(state))
+        self.assertEqual(self.doctor(check=0)["codex"]["sandbox"]["state_writable"], ["writable root %s" % state])
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("codex sandbox: PROBLEM: the state directory %s is writable in the sandbox (writable root %s):"
+                      " an agent there could remove or replace the host process's socket" % (state, state), text)
+        self.assertIn("a person sets XDG_STATE_HOME to a directory no agent can write", text)
+        with open(config, "w") as f:
+            f.write('sandbox_mode = "workspace-write"\n\n[sandbox_workspace_write]\nexclude_slash_tmp = true\n'
+                    'exclude_tmpdir_env_var = true\n')
+        self.assertEqual(self.doctor(check=0)["codex"]["sandbox"]["state_writable"], [])
+        self.assertNotIn("the state directory", self.install("--doctor", check=0).stdout)
+
+    def test_tls_is_not_required_on_a_unix_socket_or_loopback_and_the_line_says_which(self):
+        self.assertEqual(store.pg_local_kind("host=/run/postgresql dbname=x", {}), "a Unix socket on this host")
+        self.assertEqual(store.pg_local_kind("dbname=x", {}), "a Unix socket on this host")
+        self.assertEqual(store.pg_local_kind("postgresql://u@127.0.0.1:5432/x", {}), "loopback 127.0.0.1 on this host")
+        self.assertEqual(store.pg_local_kind("postgresql://u@localhost/x", {}), "loopback localhost on this host")

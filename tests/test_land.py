@@ -7,9 +7,11 @@ clones made by `coord work create`, and drives the real CLI.
 
 import json
 import shutil
+import signal
 import os
 import subprocess
 import sys
+import time
 
 import support
 from support import CoordTestCase
@@ -1376,3 +1378,167 @@ class LandLfsTest(LandCase):
         handle, path = self.make("pointer", name="model.bin", text=pointer)
         proc = self.land(handle, "--check", "true")
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+
+def _stopped(pid):
+    """True once process `pid` is stopped (SIGSTOP): its /proc state is T."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except OSError:
+        return False
+
+
+class LandFencingTest(LandCase):
+    """integration/main's fencing number (issue 25, item 4): a landing paused (SIGSTOP) past its
+    lease's expiry, while another runtime acquires the lease, must not move main when it resumes."""
+    kind = "git"
+
+    def wait_for(self, what, cond, rounds=600):
+        for _ in range(rounds):  # bounded: about 60 s
+            if cond():
+                return
+            time.sleep(0.1)
+        self.fail("never: %s" % what)
+
+    def test_a_paused_holder_whose_lease_was_taken_moves_nothing(self):
+        other = self.hello()["runtime"]
+        mine, _ = self.make("mine", name="mine.txt", text="mine\n")
+        theirs, _ = self.make("theirs", name="theirs.txt", text="theirs\n", runtime=other["id"])
+        before = self.main()
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"], COORD_LEASE_TTL="1",
+                   **{land.LAND_STOP_ENV: "checked"})
+        first = subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", mine, "--into", "main",
+                                  "--push", "origin", "--check", "true", "--json"], cwd=self.canon, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: first.poll() is None and (first.kill(), first.wait()))
+        self.wait_for("the first landing stops after its check", lambda: _stopped(first.pid))
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        lease = st.leases_of(self.rt["id"], ["integration/main"])[0]
+        self.wait_for("the first landing's lease lapses", lambda: time.time() > lease["expires_at"])
+        fence = self.record(mine)["data"]["integration"]["candidate"]["fence"]
+        took = self.work("integrate", "acquire", theirs, "--into", "main", "--json", runtime=other["id"])
+        self.assertEqual(took.returncode, 0, took.stderr)
+        self.assertEqual(json.loads(took.stdout)["fence"], fence + 1)
+        os.kill(first.pid, signal.SIGCONT)
+        out, err = first.communicate(timeout=300)
+        self.assertEqual(first.returncode, 3, out + err)
+        self.assertEqual(self.main(), before, "the fenced-off landing moved main")
+        self.assertEqual(self.remote_main(), before)
+        self.assertIn("fencing number %d" % fence, err)
+        self.assertIn("so it did not move main", err)
+        self.assertIn("work integrate land %s --into main --push origin --check true" % mine, err)
+        self.assertEqual(self.record(mine)["data"]["landing"]["state"], "refused")
+        # the current holder lands; the fenced-off one, re-run once the lease is free, lands after it
+        self.assertEqual(self.work("integrate", "release", theirs, runtime=other["id"]).returncode, 0)
+        proc = self.land(mine, "--push", "origin", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.main(), json.loads(proc.stdout)["landed"])
+
+    def test_a_holder_paused_after_moving_its_target_does_not_push_once_fenced_off(self):
+        other = self.hello()["runtime"]
+        mine, _ = self.make("mine", name="mine.txt", text="mine\n")
+        theirs, _ = self.make("theirs", name="theirs.txt", text="theirs\n", runtime=other["id"])
+        before = self.remote_main()
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"], COORD_LEASE_TTL="1",
+                   **{land.LAND_STOP_ENV: "moved"})
+        first = subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", mine, "--into", "main",
+                                  "--push", "origin", "--check", "true", "--json"], cwd=self.canon, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: first.poll() is None and (first.kill(), first.wait()))
+        self.wait_for("the first landing stops after moving main", lambda: _stopped(first.pid))
+        moved = self.main()
+        self.assertNotEqual(moved, before)
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        lease = st.leases_of(self.rt["id"], ["integration/main"])[0]
+        self.wait_for("the first landing's lease lapses", lambda: time.time() > lease["expires_at"])
+        took = self.work("integrate", "acquire", theirs, "--into", "main", "--json", runtime=other["id"])
+        self.assertEqual(took.returncode, 0, took.stderr)
+        os.kill(first.pid, signal.SIGCONT)
+        out, err = first.communicate(timeout=300)
+        self.assertEqual(first.returncode, 3, out + err)
+        self.assertEqual(self.remote_main(), before, "the fenced-off landing pushed")
+        self.assertIn("so it did not push to origin", err)
+        self.assertIn("work integrate land %s --into main --push origin --check true" % mine, err)
+        self.assertEqual(self.record(mine)["data"]["landing"]["step"], "moved")
+        # once the lease is free, the re-run acquires it again (a new number) and publishes
+        self.assertEqual(self.work("integrate", "release", theirs, runtime=other["id"]).returncode, 0)
+        proc = self.land(mine, "--push", "origin", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.remote_main(), moved)
+        self.assertGreater(self.record(mine)["data"]["integration"]["candidate"]["fence"],
+                           json.loads(took.stdout)["fence"])
+
+
+class LandPushRaceTest(LandCase):
+    """`land --push` is the cross-host integration point: its push carries the expected old value
+    (git push --force-with-lease=refs/heads/main:OLD), a compare-and-swap the remote's
+    receive-pack applies under its ref lock. Two shared checkouts (two hosts, here two projects
+    that share no database, so no lease orders them) race to push to one bare remote."""
+    kind = "git"
+
+    def second_host(self):
+        """A second shared checkout cloned from origin, with its own coord project and runtime."""
+        canon2 = os.path.join(self.tmp, "canon2")
+        self.run_tool(self.tmp, "git", "clone", "-q", self.origin, canon2)
+        self.run_tool(canon2, "git", "config", "coord.agentsLand", "true")
+        env2 = dict(self.env, COORD_DB=os.path.join(self.tmp, "state2", "coord", "host2.sqlite3"),
+                    COORD_PROJECT_ID="test-project-2")
+        rt2 = self.hello(env=env2)["runtime"]
+        proc = self.coord("work", "create", "theirs", runtime=rt2["id"], cwd=canon2, env=env2)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        handle, path = proc.stdout.splitlines()[:2]
+        self.write(path, "theirs.txt", "theirs\n")
+        self.run_tool(path, "jj", "describe", "-m", "theirs")
+        return canon2, dict(env2, COORD_RUNTIME_ID=rt2["id"]), handle
+
+    def start(self, handle, cwd, env, stop):
+        proc = subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", handle, "--into", "main",
+                                 "--push", "origin", "--check", "true", "--json"], cwd=cwd,
+                                env=dict(env, **{land.LAND_STOP_ENV: stop}), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+        for _ in range(1200):  # bounded: about 120 s
+            if _stopped(proc.pid) or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.assertTrue(_stopped(proc.pid), "the landing of %s never reached %s" % (handle, stop))
+        return proc
+
+    def finish(self, proc):
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=300)
+        return proc.returncode, out, err
+
+    def test_two_hosts_race_to_push_and_exactly_one_moves_the_remote(self):
+        canon2, env2, theirs = self.second_host()
+        mine, _ = self.make("mine", name="mine.txt", text="mine\n")
+        before = self.remote_main()
+        # both read origin's main (the same commit) for the last time, then wait right before git push
+        a = self.start(mine, self.canon, dict(self.env, COORD_RUNTIME_ID=self.rt["id"]), "before-push")
+        b = self.start(theirs, canon2, env2, "before-push")
+        rc, out, err = self.finish(a)
+        self.assertEqual(rc, 0, err)
+        won = json.loads(out)["landed"]
+        self.assertEqual(self.remote_main(), won)
+        rc, out, err = self.finish(b)
+        self.assertEqual(rc, 3, out + err)
+        self.assertEqual(self.remote_main(), won, "the second push replaced the first one's commit on origin")
+        self.assertIn("moved to %s while landing (expected %s); nothing was forced" % (won, before), err)
+        self.assertIn("--push origin", err)
+        record = support.work_record(env2, theirs)["data"]["landing"]
+        self.assertEqual((record["state"], record["remote_after"]), ("publish-refused", won))
+
+    def test_a_remote_rewound_under_the_landing_is_not_pushed_over(self):
+        upstream = self.advance_main("up.txt", "up\n")
+        mine, _ = self.make("mine", name="mine.txt", text="mine\n")
+        a = self.start(mine, self.canon, dict(self.env, COORD_RUNTIME_ID=self.rt["id"]), "before-push")
+        # meanwhile, someone rewinds origin's main by hand (a force push back to the first commit)
+        first = self.run_tool(self.origin, "git", "rev-parse", "refs/heads/main~1").strip()
+        self.run_tool(self.origin, "git", "update-ref", "refs/heads/main", first, upstream)
+        rc, out, err = self.finish(a)
+        self.assertEqual(rc, 3, out + err)
+        self.assertEqual(self.remote_main(), first, "the landing pushed over a rewound remote")
+        self.assertIn("moved to %s while landing (expected %s)" % (first, upstream), err)

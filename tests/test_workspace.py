@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
+import uuid
 
 import support
 from support import CoordTestCase
@@ -3456,6 +3458,78 @@ class ReadmeRecoveryTest(TmuxWorkCase):
         self.work("remove", done, "--confirm", done, check=0)
 
 
+class OtherHostWorkTest(support.CoordTestCase):
+    """A PostgreSQL project across hosts (issue 25, item 4): a work made on another host (here a
+    process in its own PID namespace: another host for coord) is listed with its host, and this
+    host's remove, gc and resume refuse it naming that host and the command to run there."""
+
+    MAKER = r"""
+import sys, json
+sys.path.insert(0, sys.argv[1])
+import store
+st = store.Store(pg={"dsn": sys.argv[2], "project": sys.argv[3]})
+st.host_beat(reap=False)  # as that host's host process does before its first client
+rt = st.register(conversation="conv-elsewhere", harness="claude")
+with st.transaction():
+    w = st.insert_work("far away", "active", "tok", path="/nonexistent/clone", source="/nonexistent/canon",
+                       runtime=rt["id"])
+print(json.dumps({"work": w["handle"], "host": st.host["id"]}))
+"""
+
+    def setUp(self):
+        super().setUp()
+        server, psycopg = support.require_postgres(self)
+        support.require_tool(self, "unshare")
+        self.dsn, self.project = server.dsn(), "pgtest-%s" % uuid.uuid4().hex[:12]
+        self.addCleanup(self._drop, psycopg)
+
+    def _drop(self, psycopg):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+
+    def test_another_host_s_work_is_shown_with_its_host_and_not_acted_on_here(self):
+        st = store.Store(pg={"dsn": self.dsn, "project": self.project})
+        self.addCleanup(st.close)
+        me = st.register(conversation="conv-here", harness="claude")
+        env = dict(self.env, COORD_HOST_NAME="far-host",
+                   PYTHONPATH=os.pathsep.join([support.ROOT, support.psycopg_dir()]))
+        ns = ["unshare", "--pid", "--mount", "--fork", "--mount-proc"]
+        probe = subprocess.run(ns + ["true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        if probe.returncode != 0:
+            if support.IN_CI:
+                self.fail("cannot make a PID namespace: %s" % probe.stderr.strip()[-200:])
+            self.skipTest("cannot make a PID namespace here: %s" % probe.stderr.strip()[-200:])
+        proc = subprocess.run(ns + [sys.executable, "-c", self.MAKER, support.ROOT, self.dsn, self.project], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        made = json.loads(proc.stdout)
+        self.assertNotEqual(made["host"], st.host["id"])
+        w = st.resolve_work(made["work"])
+        self.assertEqual(workspace.hosts_shown(st), {w["id"]: "far-host"})
+        with self.assertRaises(store.Refused) as cm:
+            cleanup.remove_work(st, caller=me, handle=w["handle"], confirm=w["handle"])
+        self.assertIn("lives on host far-host", cm.exception.message)
+        self.assertEqual(cm.exception.hint, "on host far-host run: coord work remove %s --confirm %s"
+                         % (w["handle"], w["handle"]))
+        with self.assertRaises(store.Refused) as cm:
+            workspace.resume_work(st, caller=me, handle=w["handle"], environ=self.env)
+        self.assertEqual(cm.exception.hint, "on host far-host run: coord work resume %s" % w["handle"])
+        cli = support.load_install(support.COORD, name="coord_other_host")
+        ctx = types.SimpleNamespace(db=st, environ=self.env, verbose=False)
+        self.assertEqual(cli.nudge_withheld(ctx, me, w, {"id": 1, "body": "hi"}),
+                         "%s lives on host far-host, where its pane is; the message waits for its agent's next turn "
+                         "(to nudge, send from host far-host: coord send \"BODY\" --to %s --nudge)"
+                         % (w["handle"], w["handle"]))
+        _, data, text = workspace.cmd_work_list(ctx, types.SimpleNamespace(all=False, archived=False))
+        self.assertIn("  host far-host", text)
+        self.assertEqual([r.get("host") for r in data["work"]], ["far-host"])
+        got = cleanup.gc_works(st, caller=me, environ=self.env)
+        self.assertEqual(got["removed"], [])
+        self.assertEqual([(k["handle"], k["reasons"][0]["next"]) for k in got["kept"]],
+                         [(w["handle"], "on host far-host run: coord work gc")])
+        self.assertEqual(st.work(w["id"])["state"], "active")
+
+
 class ReadmeQuickstartTest(TmuxWorkCase):
     """README from "## Install" to "## What to know next", run as written in usage order: a plain
     git repository with `main` checked out, the installer run from coord's checkout, what it
@@ -3466,11 +3540,7 @@ class ReadmeQuickstartTest(TmuxWorkCase):
     START, END = "## Install", "## What to know next"
 
     def blocks(self):
-        with open(os.path.join(support.ROOT, "README.md")) as f:
-            text = f.read()
-        section = text.split(self.START, 1)[1].split(self.END, 1)[0]
-        return [[l for l in b.split("```", 1)[0].strip().splitlines() if l.strip()]
-                for b in section.split("```sh\n")[1:]]
+        return support.readme_blocks(self.START, self.END)
 
     def test_readme_install_and_smallest_example_as_written(self):
         support.require_tool(self, "make")
@@ -3525,6 +3595,48 @@ class ReadmeQuickstartTest(TmuxWorkCase):
         self.assertIn("def tokenize", shown, "the agent's change is on main")
         typed(land[1].replace("WORK", handle))
         self.assertFalse(os.path.exists(clone), "the clone was removed")
+
+
+class OtherHostPidTest(support.CoordTestCase):
+    """pgpeer: on a PostgreSQL project a pid recorded by another host means nothing here. A live
+    runtime of another host whose recorded pid is the number of a live process of this host
+    inside the clone is not that process: the clone's blockers name the process itself, not the
+    other host's runtime, and the process is not taken for a known runtime's."""
+
+    FAR = {"id": "another-boot/pid:[4026531836]", "name": "far", "boot_id": "another-boot",
+           "pid_ns": "pid:[4026531836]"}
+
+    def setUp(self):
+        super().setUp()
+        server, psycopg = support.require_postgres(self)
+        self.dsn, self.project = server.dsn(), "pgtest-%s" % uuid.uuid4().hex[:12]
+        self.addCleanup(self._drop, psycopg)
+
+    def _drop(self, psycopg):
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+
+    def test_another_host_s_runtime_is_not_this_host_s_process_with_its_pid(self):
+        clone = os.path.realpath(os.path.join(self.tmp, "clone"))
+        os.makedirs(clone)
+        local = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], cwd=clone)
+        self.addCleanup(local.wait)
+        self.addCleanup(local.kill)
+        support.retry_until(lambda: (workspace.process_cwds() or {}).get(local.pid) == clone, timeout=30)
+        far = store.Store(pg={"dsn": self.dsn, "project": self.project})
+        self.addCleanup(far.close)
+        far.host = dict(self.FAR)
+        far.host_beat(reap=False)  # that host is live: its runtimes are live for every host
+        theirs = far.register(conversation="conv-far", harness="claude", pid=local.pid, pid_start="1")
+        st = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
+        self.addCleanup(st.close)
+        self.assertIn(theirs["id"], [rt["id"] for rt in st.live_runtimes()])
+        w = {"id": store.new_uuid(), "handle": "w", "path": clone, "data": {}}
+        procs = workspace.process_cwds()
+        self.assertEqual(workspace.runtimes_inside(st, w, procs), [])
+        found = [(b["code"], b["message"]) for b in workspace.live_inside(st, w, procs)]
+        self.assertEqual([code for code, _ in found], ["process-inside"], found)
+        self.assertIn("process %d" % local.pid, found[0][1])
 
 
 class HeadlessOrphanTest(TmuxWorkCase):
