@@ -204,18 +204,3 @@ def tearDownModule():
 
 if __name__ == "__main__":
     unittest.main()
-
-
-class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
-    """Gemini CLI 0.61.0 resumed (`gemini --resume ID`) runs SessionStart (source resume) at once:
-    `work resume` gives it no first message (with one, its request lost the earlier turns)."""
-
-    harness = "gemini"
-
-    def launch_setup(self):
-        h.write_gemini_user_settings(self.home)
-        h.trust_gemini_folder(self.home, self.repo)  # the person trusted the shared checkout once
-        return h.gemini_env(self.home, self.server, self.launch_managed({"COORD_GEMINI_CMD": self.cli}))
-
-    def test_resume_interrupted_brings_gemini_to_its_first_boundary(self):
-        self.resume_interrupted()

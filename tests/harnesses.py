@@ -1017,10 +1017,17 @@ class ResumedFirstBoundary(object):
         try:
             retry_until(lambda: flags() == [(None, None)], timeout=20, interval=0.5)
         except AssertionError:
-            seen = self.rcoord("work", "inspect", work["handle"], "--verbose", env=self.launch_env)
+            seen = self.rcoord("work", "inspect", work["handle"], "--verbose", env=self.launch_env)["work"]
             procs = subprocess.run(["ps", "-eo", "pid,ppid,pgid,sid,stat,etime,args"], stdout=subprocess.PIPE,
                                    universal_newlines=True, timeout=10).stdout
-            raise AssertionError("the resumed %s's work is still listed %r after 20 s\n%s\n%s" % (
-                self.harness, flags(), json.dumps(seen)[:3000],
-                "\n".join(l[:200] for l in procs.splitlines() if self.harness in l)))
+            runtimes = self.rcoord("list", "--all", env=self.launch_env).get("runtimes") or []
+            raise AssertionError("the resumed %s's work is still listed %r after 20 s\nprocesses:\n%s\n"
+                                 "runtimes: %s\nwindow: %s\nhistory: %s" % (
+                                     self.harness, flags(),
+                                     "\n".join(l[:160] for l in procs.splitlines() if self.harness in l),
+                                     json.dumps([(r.get("handle"), r.get("conversation"), r.get("pid"), r.get("live"),
+                                                  r.get("ended_at")) for r in runtimes]),
+                                     json.dumps({k: v for k, v in (seen["data"].get("tmux") or {}).items()
+                                                 if k != "pane_command"}),
+                                     json.dumps(seen["data"].get("history"))[-1500:]))
         return work, rec

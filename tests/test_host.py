@@ -811,8 +811,15 @@ class LeaseCopyTest(HostCase):
     def decide(self, names=("src/a.py",)):
         return self.a.hook_write_decision("mine", None, list(names))
 
+    def from_copy(self, names=("src/a.py",)):
+        """The decision once the copy answers it: a wake-up that lands after wait_fresh (the host
+        process's own commits send them too) leaves the copy stale until its refresh, and on a
+        loaded machine a decision made at once came from the database (1 suite in 3)."""
+        return support.retry_until(lambda: (lambda d: d if d["from"] == "copy" else None)(self.decide(names)),
+                                   timeout=60)
+
     def test_a_peer_s_claim_is_seen_after_its_wake_up_and_its_release_frees_the_name(self):
-        first = self.decide()
+        first = self.from_copy()
         self.assertEqual((first["from"], first["blocking"], first["runtime"]["id"]), ("copy", [], self.me["id"]))
         self.peer_store.claim(self.peer["id"], ["src"])
         support.retry_until(lambda: self.decide()["from"] == "copy" and self.decide()["blocking"], timeout=60)
@@ -829,7 +836,7 @@ class LeaseCopyTest(HostCase):
     def test_the_listen_connection_killed_falls_back_to_the_database_and_recovers(self):
         old = self.copy_status()["backend_pid"]
         self.assertIsNotNone(old)
-        self.assertEqual(self.decide()["from"], "copy")
+        self.from_copy()
         with self.psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(%s, 30000)", (old,))  # waits for it to end
         support.retry_until(lambda: self.copy_status()["reconnects"] >= 1, timeout=60)
@@ -850,7 +857,7 @@ class LeaseCopyTest(HostCase):
         support.retry_until(lambda: self.copy_status()["fresh"] and self.copy_status()["leases"] == 1, timeout=60)
         got = self.decide(["src/b.py"])
         self.assertEqual((got["from"], got["blocking"]), ("database", []))
-        self.assertEqual(self.decide(["src/c.py"])["from"], "copy")
+        self.from_copy(["src/c.py"])
 
 
 # --------------------------------------------------------------------------- a server crash
