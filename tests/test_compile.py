@@ -69,5 +69,58 @@ class CompileTest(unittest.TestCase):
                     sys.modules.pop(name, None)
 
 
+def _anchors(path):
+    """The anchors GitHub makes for a Markdown file's headings."""
+    import re
+    with open(path) as f:
+        text = f.read()
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+class DocsTest(unittest.TestCase):
+    """The shape the docs keep: README at most 14 KB and DESIGN at most 20 KB (detail goes to the
+    noun's document), every relative link and anchor in the project's Markdown resolves, and
+    DESIGN's Files table names every product module and nothing that is gone."""
+
+    LIMITS = {"README.md": 14 * 1024, "DESIGN.md": 20 * 1024}
+
+    def test_readme_and_design_stay_small(self):
+        for name, limit in self.LIMITS.items():
+            with self.subTest(name=name):
+                self.assertLessEqual(os.path.getsize(os.path.join(support.ROOT, name)), limit)
+
+    def markdown(self):
+        docs = os.path.join(support.ROOT, "docs")
+        top = [os.path.join(support.ROOT, n) for n in sorted(os.listdir(support.ROOT)) if n.endswith(".md")]
+        return top + [os.path.join(docs, n) for n in sorted(os.listdir(docs)) if n.endswith(".md")]
+
+    def test_every_link_resolves(self):
+        import re
+        for path in self.markdown():
+            with open(path) as f:
+                text = f.read()
+            for link in re.findall(r"\]\(([^)\s]+)\)", text):
+                if re.match(r"[a-z]+:", link):
+                    continue
+                target, _, anchor = link.partition("#")
+                target = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+                with self.subTest(doc=os.path.relpath(path, support.ROOT), link=link):
+                    self.assertTrue(os.path.exists(target), "no such file")
+                    if anchor and target.endswith(".md"):
+                        self.assertIn(anchor, _anchors(target))
+
+    def test_design_files_table_names_every_module(self):
+        import re
+        with open(os.path.join(support.ROOT, "DESIGN.md")) as f:
+            design = f.read()
+        table = design.split("## Files", 1)[1].split("\n## ", 1)[0]
+        named = set(re.findall(r"^\| `([^`]+)`", table, re.M))
+        modules = {os.path.basename(p) for p, kind in product_files() if kind != "bench"}
+        self.assertEqual(modules - named, set(), "product files DESIGN's Files table does not name")
+        gone = {n for n in named if not os.path.exists(os.path.join(support.ROOT, n.split(",")[0]))}
+        self.assertEqual(gone, set(), "DESIGN names files that are gone")
+
+
 if __name__ == "__main__":
     unittest.main()
