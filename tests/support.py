@@ -369,7 +369,7 @@ class CoordTestCase(unittest.TestCase):
         user and `main` as the default branch too) and a private 0700 scratch root for clones,
         in self.env and os.environ; -> the scratch root (also self.scratch)."""
         if os.environ.get("COORD_TEST_NO_JJ"):
-            self.skipTest("drives jj: runs on the default interpreter (tests/run --all-pythons runs it on every one)")
+            self.skipTest("drives jj: runs on the default interpreter")
         require_tool(self, "jj")
         require_tool(self, "git")
         cfg = os.path.join(self.tmp, "jjconfig.toml")
