@@ -251,10 +251,42 @@ def _git_names(root, *argv):
     return out.stdout.split() if out.returncode == 0 else None
 
 
+def _importers(root):
+    """{product module file: the product files that import it, directly or through others}: the
+    import ladder read from the sources (coord, install and the top-level *.py), so a change to a
+    module low on it reaches the tests of every module above."""
+    import ast
+    files = sorted(n for n in os.listdir(root) if n.endswith(".py") or n in ("coord", "install"))
+    names = {n[:-3]: n for n in files if n.endswith(".py")}
+    above = {n: set() for n in files}
+    for name in files:
+        try:
+            with open(os.path.join(root, name), "rb") as f:
+                tree = ast.parse(f.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            for mod in mods:
+                if mod in names and names[mod] != name:
+                    above[names[mod]].add(name)
+    for name in files:  # transitive: whatever imports an importer
+        todo, seen = list(above[name]), set()
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(above.get(n, ()))
+        above[name] = seen
+    return above
+
+
 def changed_modules(directory=TESTS):
     """Test modules for the files changed against main (committed on this branch, staged,
-    unstaged or new; against HEAD alone when there is no main): test_X for X.py, the test module
-    itself, and every module for a change to the test scaffolding; None when git cannot tell."""
+    unstaged or new; against HEAD alone when there is no main): test_X for X.py and for every
+    product file that imports X (the ladder, `_importers`), the test module itself, and every
+    module for a change to the test scaffolding; None when git cannot tell."""
     root = os.path.dirname(os.path.abspath(directory))
     working = _git_names(root, "diff", "--name-only", "HEAD")
     new = _git_names(root, "ls-files", "--others", "--exclude-standard")
@@ -262,6 +294,7 @@ def changed_modules(directory=TESTS):
         return None
     names = set(working + new + (_git_names(root, "diff", "--name-only", "main...HEAD") or []))
     have = set(f[:-3] for f in os.listdir(directory) if f.endswith(".py"))
+    ladder = _importers(root)
     out = set()
     for name in names:
         head, base_name = os.path.split(name)
@@ -272,11 +305,12 @@ def changed_modules(directory=TESTS):
             if stem in have and stem.startswith(("test_", "e2e_")):
                 out.add(stem)
         elif not head or head == "bench":
-            stems = _TESTS_OF.get(base_name, ["test_" + base_name[:-3]] if base_name.endswith(".py") and not head else [])
             product = head == "bench" or base_name.endswith(".py") or base_name in _TESTS_OF
-            for stem in stems + (["test_compile"] if product else []):
-                if stem in have:
-                    out.add(stem)
+            files = [base_name] + sorted(ladder.get(base_name, ())) if not head else [base_name]
+            stems = ["test_compile"] if product else []
+            for f in files:
+                stems += _TESTS_OF.get(f, ["test_" + f[:-3]] if f.endswith(".py") and not head else [])
+            out.update(s for s in stems if s in have)
     return sorted(out)
 
 

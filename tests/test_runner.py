@@ -339,5 +339,40 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual((seen[0] | seen[1], seen[0] & seen[1]), ({0, 1, 2, 3, 4}, set()))
 
 
+
+class ChangedTest(unittest.TestCase):
+    """`--changed` follows the import ladder: a change to a module low on it (store.py) brings the
+    tests of every module that imports it, directly or through another, and nothing else."""
+
+    def git(self, *args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"] + list(args),
+                       cwd=self.root, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+
+    def test_a_low_module_brings_every_module_above(self):
+        import runner
+        self.root = tempfile.mkdtemp(prefix="coord-changed-")
+        self.addCleanup(shutil.rmtree, self.root)
+        files = {"store.py": "import os\n", "session.py": "import store\n", "hook.py": "import session\n",
+                 "trust.py": "import store\n", "host.py": "from store import x\n", "land.py": "import os\n",
+                 "coord": "#!/usr/bin/env python3\nimport hook\n"}
+        for name in list(files) + ["tests/" + n for n in ("test_store.py", "test_session.py", "test_hook.py",
+                                                         "test_trust.py", "test_host.py", "test_land.py",
+                                                         "test_cli.py", "test_compile.py")]:
+            os.makedirs(os.path.dirname(os.path.join(self.root, name)), exist_ok=True)
+            with open(os.path.join(self.root, name), "w") as f:
+                f.write(files.get(name, ""))
+        self.git("init", "-q", "-b", "main")
+        self.git("add", "-A")
+        self.git("commit", "-qm", "base")
+        with open(os.path.join(self.root, "session.py"), "a") as f:
+            f.write("# changed\n")
+        self.assertEqual(runner.changed_modules(os.path.join(self.root, "tests")),
+                         ["test_cli", "test_compile", "test_hook", "test_session"])
+        with open(os.path.join(self.root, "store.py"), "a") as f:
+            f.write("# changed\n")
+        self.assertEqual(runner.changed_modules(os.path.join(self.root, "tests")),
+                         ["test_cli", "test_compile", "test_hook", "test_host", "test_session", "test_store",
+                          "test_trust"])
+
 if __name__ == "__main__":
     unittest.main()
