@@ -1665,6 +1665,80 @@ class PgWriteDecisionTest(PostgresEngine, WriteDecisionTest):
     pass
 
 
+class CopyAgreesTest(StoreCase):
+    """One write decision, computed twice: the host process's lease copy (store.LeaseCopy, built
+    from lease_copy_read) must give the database's answer (Store.write_conflicts) whenever it
+    answers at all, on random lease sets: nested names, both modes, expired leases, holders live
+    by pid or by heartbeat, stale, ended or dead, writers known and unknown."""
+
+    NAMES = ["src", "src/a.py", "src/b.py", "src/lib", "src/lib/x.py", "src/libx.py", "docs", "docs/a.md",
+             "README", "docs/a.md/deeper"]
+    ROUNDS = 12
+
+    def population(self, rnd, now):
+        done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE,
+                              text=True, timeout=60)
+        dead_pid = int(done.stdout)
+        kinds = ["pid", "beat", "stale", "ended", "dead"]
+        rts = []
+        for i in range(rnd.randint(3, 7)):
+            kind = rnd.choice(kinds)
+            kw = {"conversation": "c-%d-%s" % (i, uuid.uuid4().hex[:6]), "harness": "claude"}
+            if kind == "pid":
+                kw["pid"] = os.getpid()
+            elif kind == "dead":
+                kw["pid"] = dead_pid
+            rid = self.st.register(**kw)["id"]
+            rts.append((rid, kind))
+        for rid, kind in rts:  # leases first, then the holder goes stale, ends or dies
+            for name in rnd.sample(self.NAMES, rnd.randint(0, 3)):
+                mode = rnd.choice(["exclusive", "append"])
+                past = rnd.random() < 0.25
+                try:
+                    self.st.claim(rid, [name], mode, ttl=1 if past else 600, now=now - 5 if past else now)
+                except store.CoordError:
+                    pass  # a conflict: this lease set simply lacks it
+        for rid, kind in rts:
+            if kind == "stale":
+                self.age(rid)
+            elif kind == "ended":
+                self.st.bye(rid)
+        return [rid for rid, _ in rts]
+
+    def age(self, rid):
+        with self.st.transaction():
+            self.st.q("UPDATE runtimes SET heartbeat_at = heartbeat_at - 100000 WHERE id = ?", (rid,))
+
+    def test_the_copy_never_disagrees_with_the_database(self):
+        import random
+        seed = int(os.environ.get("COORD_TEST_SEED") or random.randrange(1 << 30))
+        rnd = random.Random(seed)
+        answered = asked = 0
+        for round_ in range(self.ROUNDS):
+            now = time.time()
+            rts = self.population(rnd, now)
+            copy = store.LeaseCopy(self.st.lease_copy_read(), (0, 0), 0.0)
+            for writer in [None] + rts + [str(uuid.uuid4())]:
+                for _ in range(4):
+                    names = rnd.sample(self.NAMES + ["src/new.py", "docsx", "src/lib/y/z.py"], rnd.randint(1, 3))
+                    key = lambda b: (b["requested"], b["resource"], b["runtime"], b["mode"])
+                    db = sorted(key(b) for b in self.st.write_conflicts(writer, names, now))
+                    got = copy.write_conflicts(writer, names, now, self.st)
+                    asked += 1
+                    if got is None:
+                        continue
+                    answered += 1
+                    self.assertEqual(sorted(key(b) for b in got), db,
+                                     "seed %d round %d writer %s names %s" % (seed, round_, writer, names))
+            with self.st.transaction():
+                self.st.q("DELETE FROM leases")
+        self.assertGreater(answered, asked // 4, "the copy answered too rarely to compare (seed %d)" % seed)
+
+
+class PgCopyAgreesTest(PostgresEngine, CopyAgreesTest):
+    pass
+
+
 class PgRuntimeQueryTest(PostgresEngine, RuntimeQueryTest):
     pass
 
