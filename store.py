@@ -1,4 +1,6 @@
-"""coord's state: one private SQLite WAL database per project on this host.
+"""coord's state: one private SQLite WAL database per project on this host or, for a project
+across hosts, one PostgreSQL schema reached through the host process (host.py; the engine
+is at the end of this file).
 
 Invariants this module keeps:
 - Every read-check-write runs inside `transaction()` (BEGIN IMMEDIATE), so two processes
@@ -1460,7 +1462,7 @@ class Store:
     def __init__(self, path=None, timeout=None, environ=None, migrate=True, strict_env=True, pg=None):
         """strict_env=False (the hooks) ignores an out-of-range numeric variable and uses its
         default; otherwise (the CLI) it is a UsageError naming the variable and its range.
-        pg={"dsn", "project"}: the PostgreSQL engine (the per-host process only; being built)."""
+        pg={"dsn", "project"}: the PostgreSQL engine (the per-host process only)."""
         env = os.environ if environ is None else environ
         if path:
             refuse_database_url(path, "the database")
@@ -3942,9 +3944,8 @@ def _now(now=None):
 
 
 # --------------------------------------------------------------------------- PostgreSQL engine
-# Issue 25, being built (docs/postgresql.md); nothing reaches it from a user's configuration yet
-# (refuse_database_url). Only the per-host coord process will construct Store(pg=...); it is the
-# one process that imports psycopg 3, lazily, in _PgConnection. The statements are the same
+# docs/postgresql.md. Only the per-host coord process constructs Store(pg=...); it is the one
+# process that imports psycopg 3, lazily, in _PgConnection. The statements are the same
 # ones the SQLite engine runs, translated by pg_sql; the migrations' DDL by pg_ddl.
 
 _CLOCK = [time.time]  # the clock _now() and now() read: the server's, in a PostgreSQL engine's process
