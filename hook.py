@@ -37,40 +37,58 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 REPO = None  # the repository the installed command found; it sets this before main()
 
-# File tools by the name the hook sees -> the path fields to read, in order. Claude Code's own
-# (the installer's Claude matcher names exactly these, and Bash). Copilot CLI (1.0.102) runs
-# the same `.claude/settings.json` hooks and reports its tools under Claude's names with its
-# own argument names: create -> Write {path, file_text}, edit -> Edit {path, old_str, new_str},
-# and apply_patch (GPT models) -> Edit whose whole tool_input is the patch text.
-FILE_TOOLS = {"Write": ("file_path", "path"), "Edit": ("file_path", "path"),
-              "NotebookEdit": ("notebook_path", "file_path")}
-PATCH_TOOLS = ("apply_patch",)
-# Qwen Code (0.24.4) runs `.qwen/settings.json` hooks with Claude's payload and reply shapes but
 GEMINI = "gemini"       # the harness label of Gemini CLI's runtimes
 # Gemini CLI (0.61.0) runs `.gemini/settings.json` hooks under its own event names: each one coord
 # handles -> the event of the same meaning here (Notification only for a permission dialog).
 GEMINI_EVENTS = {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit", "BeforeTool": "PreToolUse",
                  "AfterTool": "PostToolUse", "AfterAgent": "Stop", "Notification": "PermissionRequest",
                  "SessionEnd": "SessionEnd"}
-# Its file tools -> the Claude name whose path fields they share (write_file and replace both
-# take `file_path`, absolute or relative to the project directory, the payload's cwd), its
-# shell (run_shell_command {command}) -> Bash, advisory like every shell.
+# Its file tools -> the Claude name they are checked under (WRITES["gemini"]), its shell
+# (run_shell_command {command}) -> Bash, advisory like every shell.
 GEMINI_TOOLS = {"write_file": "Write", "replace": "Edit", "run_shell_command": "Bash"}
-# its own tool ids: write_file {file_path, content}, edit {file_path, old_string, new_string},
-# notebook_edit {notebook_path, ...}; its shell (run_shell_command) is advisory and not matched.
 QWEN = "qwen"
-QWEN_FILE_TOOLS = {"write_file": ("file_path",), "edit": ("file_path",),
-                   "notebook_edit": ("notebook_path",)}
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
 COPILOT = "copilot"     # the harness label of Copilot CLI's runtimes
 PARKED = "parked"       # store.PARKED: the runtime that holds a parked work's leases (no process)
-# OpenCode (1.18.33) through coord's plugin (.opencode/plugins/coord-hook.js), which sends only its
-# write tools at PreToolUse: write {filePath, content}, edit {filePath, oldString, newString} and,
-# for GPT models, apply_patch {patchText} (Codex's patch grammar; paths relative to the session's
-# directory). Its shell (bash) never reaches the hook before it runs: advisory, as elsewhere.
 OPENCODE = "opencode"
-OPENCODE_FILE_TOOLS = {"write": ("filePath",), "edit": ("filePath",)}
+# The write tools of each harness (by the label harness_of gives and the tool name the hook
+# receives) -> (the arguments naming the path the harness writes, the arguments holding patch
+# text it applies: every Add, Update, Delete and Move-to path). A tool missing here is not a
+# write. A call is checked on these AND on every other argument that names a path (named_paths:
+# a decoy `file_path` beside the `path` Copilot writes, a list, a nested edit), and is denied when
+# any of them overlaps a peer's lease. A whole-string input is patch text. As measured:
+WRITES = {
+    # Claude Code 2.1.197: Write {file_path, content}, Edit {file_path, old_string, new_string},
+    # NotebookEdit {notebook_path, ...}; it has no MultiEdit. The installer's matcher names these.
+    "claude": {"Write": (("file_path",), ()), "Edit": (("file_path",), ()),
+               "NotebookEdit": (("notebook_path",), ())},
+    # Copilot CLI 1.0.102 runs the Claude entries under Claude's names with its own arguments:
+    # create -> Write {path, file_text}, edit -> Edit {path, old_str, new_str}, and apply_patch
+    # (GPT models) -> Edit whose whole input is the patch text. It writes `path` and ignores any
+    # other argument the model adds (a `file_path` beside it is not what it writes).
+    COPILOT: {"Write": (("path",), ()), "Edit": (("path",), ())},
+    # Codex 0.171.0: apply_patch {command: PATCH}, paths relative to cwd (its matcher also names
+    # the aliases Edit and Write, read the same way); its shell (Bash) is checked only for the
+    # apply_patch heredocs Codex applies itself (shell_patch_targets).
+    "codex": {"apply_patch": ((), ("command", "input", "patch")), "Edit": ((), ("command", "input", "patch")),
+              "Write": ((), ("command", "input", "patch"))},
+    # Gemini CLI 0.61.0 (named by GEMINI_TOOLS): write_file {file_path, content} and replace
+    # {file_path, old_string, new_string, ...}, file_path absolute or relative to the payload's cwd.
+    GEMINI: {"Write": (("file_path",), ()), "Edit": (("file_path",), ())},
+    # Qwen Code 0.24.4, its own tool ids: write_file {file_path, content}, edit {file_path,
+    # old_string, new_string}, notebook_edit {notebook_path, ...}; its shell is advisory, unmatched.
+    QWEN: {"write_file": (("file_path",), ()), "edit": (("file_path",), ()),
+           "notebook_edit": (("notebook_path",), ())},
+    # OpenCode 1.18.33 through coord's plugin (.opencode/plugins/coord-hook.js), which sends only
+    # these at PreToolUse: write {filePath, content}, edit {filePath, oldString, newString} and, for
+    # GPT models, apply_patch {patchText} (Codex's grammar; paths relative to the session's
+    # directory). Its shell (bash) never reaches the hook before it runs: advisory, as elsewhere.
+    OPENCODE: {"write": (("filePath",), ()), "edit": (("filePath",), ()),
+               "apply_patch": ((), ("patchText",))},
+}
+NAMED_PATHS = 64         # paths read from arguments that name one, beyond the written ones
+NAMED_NODES = 4096       # values of tool_input visited looking for them
 MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails open
 BUSY_WAIT = 1.0          # seconds one statement waits for a locked database (SessionEnd: half)
 SHOWN = 8                # peer leases read at SessionStart (as many as fit START_BYTES are listed)
@@ -189,38 +207,57 @@ def shell_patch(script):
     return workdir, "\n".join(lines)
 
 
-def opencode_targets(tool, tool_input):
-    """Paths an OpenCode write tool call will write (as written in its arguments); [] when none."""
-    if not isinstance(tool, str) or not isinstance(tool_input, dict):
-        return []
-    if tool == "apply_patch":
-        text = tool_input.get("patchText")
-        return patch_paths(text) if isinstance(text, str) else []
-    for key in OPENCODE_FILE_TOOLS.get(tool, ()):
-        if isinstance(tool_input.get(key), str):
-            return [tool_input[key]]
-    return []
-
-
-def write_targets(tool, tool_input):
-    """Paths (as written in the payload) that this tool call will write; [] when none or unknown."""
+def write_targets(harness, tool, tool_input):
+    """Paths (as written in the payload) this tool call writes or names, the written ones first;
+    [] when the tool is not one of the harness's writes (WRITES; an unknown harness: any's)."""
     if not isinstance(tool, str):
         return []
-    if isinstance(tool_input, str) and tool in FILE_TOOLS:
+    spec = WRITES.get(harness, {}).get(tool) if harness in WRITES else any_write(tool)
+    if spec is None:
+        return []
+    if isinstance(tool_input, str):
         return patch_paths(tool_input)  # Copilot's apply_patch: the envelope is the input
     if not isinstance(tool_input, dict):
         return []
-    fields = FILE_TOOLS.get(tool) or QWEN_FILE_TOOLS.get(tool)
-    if fields:
-        for key in fields:
-            if isinstance(tool_input.get(key), str):
-                return [tool_input[key]]
-        return []
-    if tool in PATCH_TOOLS:
-        for key in ("command", "input", "patch"):
-            if isinstance(tool_input.get(key), str):
-                return patch_paths(tool_input[key])
-    return []
+    paths, patches = spec
+    found = [tool_input[key] for key in paths if isinstance(tool_input.get(key), str)]
+    for key in patches:
+        if isinstance(tool_input.get(key), str):
+            found.extend(patch_paths(tool_input[key]))
+    found.extend(p for p in named_paths(tool_input) if p not in found)
+    return found
+
+
+def any_write(tool):
+    """(path arguments, patch arguments) of `tool` as a write of any harness, else None."""
+    specs = [table[tool] for table in WRITES.values() if tool in table]
+    if not specs:
+        return None
+    return tuple(sum((spec[i] for spec in specs), ()) for i in (0, 1))
+
+
+def names_path(key):
+    """True for an argument name that names a path: file_path, path, filePath, notebook_path,
+    paths, absolute_path, file, filename, ..."""
+    key = key.lower().replace("_", "").replace("-", "")
+    return key.endswith(("path", "paths")) or key in ("file", "files", "filename", "filenames")
+
+
+def named_paths(tool_input):
+    """Every string held under an argument that names a path, at any depth of objects and lists
+    (bounded by NAMED_NODES and NAMED_PATHS): what a call names besides what its harness writes."""
+    found, stack, budget = [], [(tool_input, False)], NAMED_NODES
+    while stack and budget > 0 and len(found) < NAMED_PATHS:
+        value, named = stack.pop()
+        budget -= 1
+        if isinstance(value, str):
+            if named and value not in found:
+                found.append(value)
+        elif isinstance(value, dict):
+            stack.extend((v, isinstance(k, str) and names_path(k)) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list):
+            stack.extend((v, named) for v in reversed(value))
+    return found
 
 
 class Identity:
@@ -898,12 +935,8 @@ def run(raw, argv=(), environ=None):
             targets = shell_patch_targets(payload.get("tool_input")) if harness == "codex" else []
             if not targets:
                 return "", ""  # plain shell is advisory: allowed without touching the store
-        elif handler is on_pre_tool_use and harness == OPENCODE:
-            targets = opencode_targets(payload.get("tool_name"), payload.get("tool_input"))
-            if not targets:
-                return "", ""
         elif handler is on_pre_tool_use:
-            targets = write_targets(payload.get("tool_name"), payload.get("tool_input"))
+            targets = write_targets(harness, payload.get("tool_name"), payload.get("tool_input"))
             if not targets:
                 return "", ""  # not a recognised write: allowed without touching the store
         h = Hook(payload, harness, environ)

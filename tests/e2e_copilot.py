@@ -142,6 +142,37 @@ class CoordScenarios(h.CoordCase):
         rt = [r for r in self.runtimes_of(result.session_id()) if not r.get("agent_id")]
         self.assertEqual([r["harness"] for r in rt], ["copilot"], self.coord_state())
 
+    def test_a_decoy_file_path_beside_path_does_not_let_a_leased_write_through(self):
+        # Copilot CLI 1.0.102 writes `path` and ignores any other argument the model adds, yet
+        # passes them all to the hook: a `file_path` naming a free file is a decoy.
+        peer = self.peer()
+        self.rcoord("claim", "src/a.py", "src/new.py", "--runtime", peer["id"], "-p", "peer work")
+
+        def script(repo):
+            free = os.path.join(repo, "src", "free.py")
+            return [tool("edit", path=os.path.join(repo, "src", "a.py"), file_path=free,
+                         old_str="original", new_str="agent"),
+                    tool("create", path=os.path.join(repo, "src", "new.py"), file_path=free, file_text="new\n"),
+                    say("done")]
+        for repo in (self.repo, self.plain):
+            self.write_file("src/a.py", "original\n", repo=repo)
+        # The control, without coord: both calls write `path`, and nothing is written at `file_path`.
+        self.run_agent(script(self.plain), repo=self.plain)
+        with open(os.path.join(self.plain, "src", "a.py")) as f:
+            self.assertEqual(f.read(), "agent\n")
+        self.assertTrue(os.path.exists(os.path.join(self.plain, "src", "new.py")))
+        self.assertFalse(os.path.exists(os.path.join(self.plain, "src", "free.py")))
+        self.run_agent(script(self.repo))
+        self.assertEqual(self.read_file("src/a.py"), "original\n")
+        self.assertIsNone(self.read_file("src/new.py"))
+        self.assertIsNone(self.read_file("src/free.py"))
+        reqs = self.server.model_requests()
+        for i, path in ((1, "src/a.py"), (2, "src/new.py")):
+            text = "\n".join(reqs[i].tool_results())
+            self.assertIn("Denied by preToolUse hook: coord: write refused", text)
+            self.assertIn(path, text)
+            self.assertIn(peer["handle"], text)
+
     def test_runtime_is_copilot_its_context_arrives_and_it_ends_with_the_session(self):
         # Harness fact (Copilot CLI 1.0.102, seen once in a full run on a loaded machine): its
         # first model request can go out before a slow sessionStart hook has answered, without

@@ -531,14 +531,35 @@ class PatchParsingTest(HookCase):
         self.assertEqual(hook.patch_paths("no patch at all\n*** Move to: y"), [])
 
     def test_write_targets_by_tool(self):
-        self.assertEqual(hook.write_targets("Write", {"file_path": "/r/a"}), ["/r/a"])
-        self.assertEqual(hook.write_targets("Edit", {"file_path": "/r/b"}), ["/r/b"])
-        self.assertEqual(hook.write_targets("NotebookEdit", {"notebook_path": "/r/n.ipynb"}), ["/r/n.ipynb"])
-        self.assertEqual(hook.write_targets("apply_patch", {"command": "*** Begin Patch\n*** Delete File: d\n"}), ["d"])
-        self.assertEqual(hook.write_targets("Bash", {"command": "echo > a"}), [])
-        self.assertEqual(hook.write_targets("Read", {"file_path": "/r/a"}), [])
-        self.assertEqual(hook.write_targets("Write", {"file_path": 7}), [])
-        self.assertEqual(hook.write_targets("Write", "file_path"), [])
+        self.assertEqual(hook.write_targets("claude", "Write", {"file_path": "/r/a"}), ["/r/a"])
+        self.assertEqual(hook.write_targets("claude", "Edit", {"file_path": "/r/b"}), ["/r/b"])
+        self.assertEqual(hook.write_targets("claude", "NotebookEdit", {"notebook_path": "/r/n.ipynb"}), ["/r/n.ipynb"])
+        self.assertEqual(hook.write_targets("codex", "apply_patch", {"command": "*** Begin Patch\n*** Delete File: d\n"}),
+                         ["d"])
+        self.assertEqual(hook.write_targets("copilot", "Edit", "*** Begin Patch\n*** Delete File: d\n"), ["d"])
+        self.assertEqual(hook.write_targets("claude", "Bash", {"command": "echo > a"}), [])
+        self.assertEqual(hook.write_targets("claude", "Read", {"file_path": "/r/a"}), [])
+        self.assertEqual(hook.write_targets("claude", "Write", {"file_path": 7}), [])
+        self.assertEqual(hook.write_targets("claude", "Write", "file_path"), [])
+        self.assertEqual(hook.write_targets("qwen", "Write", {"file_path": "/r/a"}), [], "not a tool of Qwen's")
+
+    def test_the_written_argument_comes_first_then_every_named_path(self):
+        # Copilot writes `path`; a `file_path` beside it is checked too, never instead.
+        self.assertEqual(hook.write_targets("copilot", "Edit", {"file_path": "/r/free", "path": "/r/a"}),
+                         ["/r/a", "/r/free"])
+        self.assertEqual(hook.write_targets("claude", "Write", {"path": "/r/p", "file_path": "/r/a",
+                                                                 "edits": [{"filePath": ["/r/b", 3]}], "x": "/r/no"}),
+                         ["/r/a", "/r/p", "/r/b"])
+        self.assertEqual(hook.write_targets("opencode", "apply_patch", {
+            "patchText": "*** Begin Patch\n*** Add File: n\n+x\n*** End Patch", "notebook_path": "/r/a"}), ["n", "/r/a"])
+        # an unknown harness: any harness's write tools, each with every argument any of them writes
+        self.assertEqual(hook.write_targets("", "write", {"filePath": "/r/a"}), ["/r/a"])
+        deep = {"path": "/r/a"}
+        for _ in range(5000):
+            deep = {"x": [deep]}
+        self.assertEqual(hook.write_targets("claude", "Write", dict(deep, file_path="/r/w")), ["/r/w"], "bounded")
+        many = {"paths": ["/r/%d" % i for i in range(1000)]}
+        self.assertEqual(len(hook.write_targets("claude", "Write", many)), hook.NAMED_PATHS)
 
 
 class EnforcementTest(HookCase):
@@ -877,7 +898,7 @@ class SymlinkTest(HookCase):
         self.st.release(holder["id"], everything=True)
         self.peer("alias.txt")
         text = "*** Begin Patch\n*** Delete File: alias.txt\n*** End Patch\n"
-        self.assertIsNotNone(self.denial(self.patch(text, session=CLAUDE_MAIN)))
+        self.assertIsNotNone(self.denial(self.patch(text), harness="codex"))
 
     def test_cli_claim_through_a_link_is_enforced_on_both_names(self):
         # The CLI resolves `link/guide.md` to `real/guide.md`, the name the hook checks.
@@ -2023,7 +2044,7 @@ class ToolMatcherTest(HookCase):
             for event, group in installer.desired_groups(harness):
                 if event == "PreToolUse":
                     matched.update(group["matcher"].split("|"))
-        checked = set(hook.FILE_TOOLS) | set(hook.PATCH_TOOLS) | set(hook.SHELL_TOOLS)
+        checked = set(hook.WRITES["claude"]) | set(hook.WRITES["codex"]) | set(hook.SHELL_TOOLS)
         self.assertEqual(checked, matched)
 
     def test_gemini_matches_exactly_its_file_tools(self):
@@ -2031,7 +2052,7 @@ class ToolMatcherTest(HookCase):
         import re
         installer = support.load_install()
         matcher = dict(installer.desired_groups("gemini"))["BeforeTool"]["matcher"]
-        files = set(name for name, as_ in hook.GEMINI_TOOLS.items() if as_ in hook.FILE_TOOLS)
+        files = set(name for name, as_ in hook.GEMINI_TOOLS.items() if as_ in hook.WRITES[hook.GEMINI])
         self.assertEqual(files, {"write_file", "replace"})
         for name in sorted(files) + ["run_shell_command", "read_file", "mcp_x_replace", "write_file_2"]:
             self.assertEqual(bool(re.search(matcher, name)), name in files, name)
@@ -2276,7 +2297,107 @@ class QwenTest(HookCase):
         installer = support.load_install()
         group = dict(installer.desired_groups("qwen"))["PreToolUse"]
         self.assertTrue(group["matcher"].startswith("^(") and group["matcher"].endswith(")$"), "anchored")
-        self.assertEqual(set(group["matcher"][2:-2].split("|")), set(hook.QWEN_FILE_TOOLS))
+        self.assertEqual(set(group["matcher"][2:-2].split("|")), set(hook.WRITES[hook.QWEN]))
+
+
+# --------------------------------------------------------------------------- every write shape
+
+class WriteArgumentSweepTest(HookCase):
+    """Every harness's write tools, in every shape of argument a model can send: the call is
+    denied when the path the harness writes, or any path the call names (a decoy `file_path`,
+    `path`, `filePath` or `notebook_path` beside it, a list, a nested edit), overlaps a peer's
+    exclusive lease, written relative, absolute, through `..` or through a symlink; it is allowed
+    when none does. Run in process (hook.run), one real SQLite database, so each shape is cheap."""
+
+    LEASED, FREE = "src/leased.py", "src/free.py"
+    DECOYS = ("file_path", "path", "filePath", "notebook_path")
+    # (harness as recorded, --harness, environment, sample, tool as the hook receives it, argument)
+    # where the argument is the one the harness writes; None: the whole input is a patch.
+    TOOLS = (("claude", "claude", {}, "claude-PreToolUse-Write", "Write", "file_path"),
+             ("claude", "claude", {}, "claude-PreToolUse-Write", "Edit", "file_path"),
+             ("claude", "claude", {}, "claude-PreToolUse-Write", "NotebookEdit", "notebook_path"),
+             ("copilot", "claude", COPILOT_ENV, "copilot-PreToolUse-Write", "Write", "path"),
+             ("copilot", "claude", COPILOT_ENV, "copilot-PreToolUse-Write", "Edit", "path"),
+             ("copilot", "claude", COPILOT_ENV, "copilot-PreToolUse-Write", "Edit", None),
+             ("codex", "codex", {}, "codex-PreToolUse-apply_patch", "apply_patch", "command"),
+             ("gemini", "gemini", {}, "gemini-BeforeTool-write_file", "write_file", "file_path"),
+             ("gemini", "gemini", {}, "gemini-BeforeTool-write_file", "replace", "file_path"),
+             ("qwen", "qwen", {}, "qwen/qwen-PreToolUse-write_file", "write_file", "file_path"),
+             ("qwen", "qwen", {}, "qwen/qwen-PreToolUse-write_file", "edit", "file_path"),
+             ("qwen", "qwen", {}, "qwen/qwen-PreToolUse-write_file", "notebook_edit", "notebook_path"),
+             ("opencode", "opencode", {}, "opencode-PreToolUse-write", "write", "filePath"),
+             ("opencode", "opencode", {}, "opencode-PreToolUse-write", "edit", "filePath"),
+             ("opencode", "opencode", {}, "opencode-PreToolUse-write", "apply_patch", "patchText"))
+    PATCH_ARGS = {"command", "patchText"}
+
+    def setUp(self):
+        super().setUp()
+        with open(os.path.join(self.repo, self.LEASED), "w") as f:
+            f.write("leased\n")
+        os.symlink("leased.py", os.path.join(self.repo, "src", "alias.py"))
+        self.holder = self.peer(self.LEASED, purpose="peer work")
+
+    def abs(self, rel):
+        return os.path.join(self.repo, rel)
+
+    def path_shapes(self, arg):
+        """(name, tool_input, denied) for a tool whose argument `arg` is the path it writes."""
+        leased, free = self.abs(self.LEASED), self.abs(self.FREE)
+        yield "written", {arg: leased}, True
+        yield "written relative", {arg: self.LEASED}, True
+        yield "written through ..", {arg: self.abs("other/../src/leased.py")}, True
+        yield "written relative through ..", {arg: "src/../src/leased.py"}, True
+        yield "written through a symlink", {arg: self.abs("src/alias.py")}, True
+        yield "written as a list", {arg: [free, leased]}, True
+        for key in self.DECOYS:
+            if key != arg:
+                yield "written, decoy %s free" % key, {arg: leased, key: free}, True
+                yield "free, %s names the lease" % key, {arg: free, key: leased}, True
+                yield "free, %s names the lease relative" % key, {arg: free, key: self.LEASED}, True
+        yield "free, a list of paths names the lease", {arg: free, "paths": [free, leased]}, True
+        yield "free, a nested edit names the lease", {arg: free, "edits": [{"file_path": leased}]}, True
+        yield "free", {arg: free}, False
+        yield "free with free decoys", dict({k: free for k in self.DECOYS}, paths=[free], **{arg: free}), False
+
+    def patch_shapes(self, arg):
+        """The same for a tool whose argument `arg` (None: the whole input) is patch text."""
+        def text(*paths):
+            return "*** Begin Patch\n%s*** End Patch\n" % "".join(
+                "*** Update File: %s\n@@\n-a\n+b\n" % p for p in paths)
+
+        def shape(patch, **decoys):
+            return patch if arg is None else dict(decoys, **{arg: patch})
+        yield "patch", shape(text(self.LEASED)), True
+        yield "patch absolute", shape(text(self.abs(self.LEASED))), True
+        yield "patch through ..", shape(text("src/../src/leased.py")), True
+        yield "patch through a symlink", shape(text("src/alias.py")), True
+        yield "patch of two files", shape(text(self.FREE, self.LEASED)), True
+        if arg is not None:
+            for key in self.DECOYS:
+                yield "free patch, %s names the lease" % key, shape(text(self.FREE), **{key: self.abs(self.LEASED)}), True
+        yield "patch free", shape(text(self.FREE)), False
+
+    def decision(self, label, env, sample, tool, tool_input):
+        data = self.payload(sample, tool_name=tool, tool_input=tool_input)
+        out, err = hook.run(json.dumps(data).encode(), ["--harness", label], dict(self.env, **env))
+        self.assertEqual(err, "")
+        if not out:
+            return False
+        reply = self.check_reply(out)
+        reason = reply.get("reason") or reply["hookSpecificOutput"]["permissionDecisionReason"]
+        self.assertIn(self.LEASED, reason)
+        self.assertIn(self.holder["handle"], reason)
+        return True
+
+    def test_every_write_shape_of_every_harness(self):
+        swept = 0
+        for harness, label, env, sample, tool, arg in self.TOOLS:
+            shapes = self.patch_shapes(arg) if arg is None or arg in self.PATCH_ARGS else self.path_shapes(arg)
+            for name, tool_input, denied in shapes:
+                swept += 1
+                with self.subTest(harness=harness, tool=tool, shape=name):
+                    self.assertEqual(self.decision(label, env, sample, tool, tool_input), denied, tool_input)
+        self.assertEqual(swept, 254)
 
 
 class ParkedWorkTest(HookCase):
