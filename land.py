@@ -286,6 +286,7 @@ def prove(st, *, caller, handle, target, environ=None):
             acquire_command(w["handle"], integ["into"]) + " (re-freezes the candidate)")
     confirm_fence(st, w, caller, cand, "prove", acquire_command(w["handle"], integ["into"]) + " (re-freezes the candidate)")
     _check_ancestry(w, integ["into"], cand["commit"], target, environ)
+    paths = _landed_paths(w, cand["commit"], environ)
     with st.transaction():
         cur = st.resolve_work(w["id"])
         now_integ, now_cand = _candidate_for(cur, caller, st)
@@ -298,7 +299,63 @@ def prove(st, *, caller, handle, target, environ=None):
                                       "history": workspace.with_history(cur, cur["state"], caller, event="integrated")})
         st.audit("work.integrated", caller["id"], w["id"], candidate=cand["commit"], target=target,
                  into=integ["into"], resource=cand["resource"], **workspace.provenance(st, cur, caller))
-    return {"work": w["handle"], "candidate": cand["commit"], "target": target}
+        agent, freed = _release_landed(st, cur, caller, paths)
+    told = _tell_landed(st, w, caller, agent, freed, integ["into"], target)
+    return {"work": w["handle"], "candidate": cand["commit"], "target": target,
+            "released": freed, "agent_told": told}
+
+
+def _landed_paths(w, commit, environ):
+    """The paths the landed change wrote: from the landing's old target (or, for a landing by
+    hand, the commit the clone was made from) to the candidate; [] when git cannot say."""
+    landing = landing_of(w)
+    old = landing.get("old_target") if landing.get("candidate") == commit else None
+    old = old or (w["data"].get("base") or {}).get("commit")
+    if not old:
+        return []
+    code, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, commit],
+                       w["source"], environ, check=False)
+    return [p for p in out.split("\0") if p] if code == 0 else []
+
+
+def _release_landed(st, w, caller, paths):
+    """Inside the proof's transaction: release the leases of the work's agent (the one `send
+    --to WORK` reaches, its parked holder included; never a person's) that cover a path the
+    landed change wrote, each with an audit row, so peers waiting for the landing may go on.
+    Its leases on anything else stay: the agent may go on working in the clone.
+    -> (the agent or None, [released resources])."""
+    try:
+        agent = st.work_recipient(w)
+    except Refused:
+        return None, []
+    if agent is None or store.person_uid(agent) is not None or not paths:
+        return agent, []
+    names = set()
+    for p in paths:
+        try:
+            names.add(store.normalize_resource(p))
+        except store.CoordError:
+            continue
+    covering = [l["resource"] for l in st.leases_of(agent["id"])
+                if any(store.overlaps(l["resource"], n) for n in names)]
+    if not covering:
+        return agent, []
+    return agent, st.release_landed(agent["id"], covering, w["id"], caller["id"])
+
+
+def _tell_landed(st, w, caller, agent, freed, into, target):
+    """A durable message to the work's agent that its work landed (delivered at its next hook
+    boundary); not to the caller itself, who sees the landing's output. -> the handle told or None."""
+    if agent is None or agent["id"] == caller["id"] or store.person_uid(agent) is not None:
+        return None
+    body = "coord: work %s landed on %s as %s%s. Before the next edit in its clone: jj git fetch (the next edit " \
+           "starts a new change); claim again what you change next." % (
+               w["handle"], into, target, "; your leases on %s were released" % named_paths(freed) if freed else "")
+    try:
+        st.send(caller["id"], body, w["id"], kind="landed")
+    except store.CoordError:
+        return None
+    return agent["handle"]
 
 
 def _check_ancestry(w, into, candidate, target, environ):
@@ -1184,8 +1241,9 @@ def _land_after_move(st, w, caller, into, push, environ, fence=None):
     if push:
         _drop_push(st, caller, push, into)  # after the re-read, or on a re-run after a kill there
     if "proven" not in done:
-        prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
-        landing = _land_record(st, w, caller, "proven", environ, proof_target=new)
+        proof = prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
+        landing = _land_record(st, w, caller, "proven", environ, proof_target=new,
+                               leases_released=proof["released"] or None, agent_told=proof["agent_told"])
     release_integration(st, caller=caller, handle=w["id"])
     told = None
     if landing.get("rebased") and landing.get("where") == "scratch" and "released" not in done:
@@ -1421,7 +1479,8 @@ def _land_result(w, landing, already=False):
             "check_cwd": landing.get("check_cwd"), "check_set_aside": landing.get("check_set_aside"),
             "held_by_peers": landing.get("held_by_peers") or [],
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
-            "clone_settled": landing.get("clone_settled"), "already": already}
+            "clone_settled": landing.get("clone_settled"), "already": already,
+            "leases_released": landing.get("leases_released") or [], "agent_told": landing.get("agent_told")}
 
 
 def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False):
@@ -1953,6 +2012,9 @@ def cmd_land(ctx, args):
     if r.get("check_set_aside"):
         text += "\nthe check's %d written file(s) were moved out of the clone to %s" % (
             r["check_set_aside"]["count"], r["check_set_aside"]["dir"])
+    if r.get("agent_told") and not r["already"]:
+        text += "\ntold %s%s" % (r["agent_told"], ", its leases on %s released" % named_paths(r["leases_released"])
+                                  if r.get("leases_released") else "")
     if r.get("clone_settled") == "in use" and not r["already"]:
         text += "\nbefore the next edit in the clone: jj git fetch (else the edit amends the landed change)"
     return 0, workspace.ok_data(r), text

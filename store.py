@@ -3062,6 +3062,19 @@ class Store:
                 self.audit("lease.released", runtime_id, name, now)
             return names
 
+    def release_landed(self, runtime_id, resources, work_id, by, now=None):
+        """Release `resources` of `runtime_id` because work `work_id` that they covered landed
+        (proven by runtime `by`), each audited; held ones only, whatever the holder's state (a
+        parked holder too). Meant for the proof's own transaction. -> the released names."""
+        now = _now(now)
+        with self.transaction():
+            held = {l["resource"] for l in self.leases_of(runtime_id)}
+            gone = [r for r in unique(resources) if r in held]
+            for name in gone:
+                self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (name, runtime_id))
+                self.audit("lease.released", runtime_id, name, now, landed=work_id, by=by)
+            return gone
+
     def all_leases(self, now=None):
         now = _now(now)
         rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at,"

@@ -617,6 +617,48 @@ class LandTellsTheWorksAgentTest(LandCase):
                          "the person landing is not told about their own landing")
 
 
+class LandReleasesTheAgentsLeasesTest(LandCase):
+    """A proven landing releases the leases the work's agent held on what landed (peers waiting
+    "until you land" go on at once) and tells that agent, at its next hook boundary."""
+    kind = "git"
+
+    def hook(self, conversation, event, cwd, **extra):
+        payload = dict({"session_id": conversation, "hook_event_name": event, "cwd": cwd,
+                        "transcript_path": os.path.join(self.tmp, "transcript.jsonl")}, **extra)
+        proc = support.run_hook([sys.executable, "-I", "-S", os.path.join(support.ROOT, "hook.py"), "--harness",
+                                 "claude"], payload, self.env, cwd)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout
+
+    def test_a_peer_claims_right_after_the_landing_and_the_agent_is_told(self):
+        handle, path = self.make("released", name="src/feature.txt")
+        conversation = "agent-conv-%d" % os.getpid()
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        w = st.resolve_work(handle)
+        with st.transaction():  # as `work start` records the launched harness's conversation
+            st.update_work(w["id"], data={"tmux": {"conversation": conversation}})
+        self.hook(conversation, "SessionStart", path, source="startup")
+        agent = st.find_conversation_runtime(conversation)
+        self.coord("claim", "src/feature.txt", "notes.txt", runtime=agent["id"], cwd=self.canon, check=0)
+        peer = self.hello()["runtime"]
+        self.assertEqual(self.coord("check", "src/feature.txt", runtime=peer["id"], cwd=self.canon).returncode, 3,
+                         "the peer waits until the work lands")
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("told %s, its leases on src/feature.txt released" % agent["handle"], proc.stdout)
+        self.coord("check", "src/feature.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        self.coord("claim", "src/feature.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        self.assertEqual([l["resource"] for l in st.leases_of(agent["id"])], ["notes.txt"],
+                         "a lease on what did not land stays: the agent may go on in the clone")
+        released = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        released = [e for e in released if e["event"] == "lease.released" and e.get("data", {}).get("landed")]
+        self.assertEqual([e["subject"] for e in released], ["src/feature.txt"])
+        context = self.hook(conversation, "UserPromptSubmit", path, prompt="go on")
+        self.assertIn("work %s landed on main" % handle, context)
+        self.assertIn("jj git fetch", context)
+
+
 class LandStoppedRemoveTest(LandCase):
     """`work remove` after a landing that stopped on a conflict (tried in a scratch copy, the
     clone being in use) says the work never landed and to land it again, not that a squash
