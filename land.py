@@ -789,10 +789,12 @@ def _worktrees_on(source, ref, environ):
     return found
 
 
-def _dirty_touched(tree, old, new, environ):
+def _dirty_touched(tree, old, new, environ, fork=False):
     """Paths with local changes (tracked, untracked or ignored) in the checkout `tree` that moving
-    from `old` to `new` would write."""
-    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames", old, new], tree, environ)
+    from `old` to `new` would write (fork: that `new`'s own changes since it forked from `old`
+    would write, for a candidate still to be rebased)."""
+    span = ["%s...%s" % (old, new)] if fork else [old, new]
+    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames"] + span, tree, environ)
     touched = [p for p in out.split("\0") if p]
     if not touched:
         return []
@@ -817,6 +819,63 @@ def _dirty_touched(tree, old, new, environ):
             if t == d or (d.endswith("/") and t.startswith(d)) or t.startswith(d + "/") or d.startswith(t + "/"):
                 hit.add(d)
     return sorted(hit)
+
+
+def _refuse_dirty(w, into, tree, old, new, environ, fork=False):
+    """Refuse (dirty-checkout) when the checkout `tree` of `into` has local changes on a path the
+    landing would write (`_dirty_touched`)."""
+    dirty = _dirty_touched(tree, old, new, environ, fork=fork)
+    if dirty:
+        raise Refused("the shared checkout %s has local changes the landing would overwrite: %s"
+                      % (tree, named_paths(dirty)),
+                      "commit, stash or move them (git -C %s status), then re-run: %s"
+                      % (shlex.quote(tree), rerun_command(w, into)), reason="dirty-checkout", paths=dirty)
+
+
+def _refuse_early(w, into, push, old, new, environ):
+    """Before the checks (minutes, for a real test suite): the cheap refusals the move and the
+    push would meet after them (a git ls-remote and a git status, tens of milliseconds), so a
+    moved remote or a dirty shared checkout stops the landing before the checks run. Both are
+    checked again where the landing moves and pushes: things can change meanwhile."""
+    if push:
+        _remote_at_target(w, into, push, old, environ)
+    if os.path.isdir(os.path.join(w["source"], ".jj")):
+        return  # jj's bookmark moves by update-ref: no working copy is written
+    trees = _worktrees_on(w["source"], "refs/heads/" + into, environ)
+    if trees:
+        _refuse_dirty(w, into, trees[0], old, new, environ, fork=not _is_ancestor(w["source"], old, new, environ))
+
+
+def update_command(source, remote, into, environ=None):
+    """The command that brings the shared checkout's `into` up to `remote`'s (a fast-forward):
+    a pull where it is checked out, else a fetch into the branch."""
+    trees = _worktrees_on(source, "refs/heads/" + into, environ)
+    if trees:
+        return "git -C %s pull --ff-only %s %s" % (shlex.quote(trees[0]), shlex.quote(remote), into)
+    return "git -C %s fetch %s %s:%s" % (shlex.quote(source), shlex.quote(remote), into, into)
+
+
+def _remote_at_target(w, into, remote, old, environ):
+    """Require REMOTE's `into`, read over the wire, to be `old`, the shared checkout's; else
+    refuse (remote-moved) naming the command that brings the shared `into` up to date, or the
+    push that publishes it when the remote is behind."""
+    try:
+        return verify_remote(root=w["source"], work_of=lambda _id: None, remote=remote, bookmark=into, expect=old,
+                             environ=environ)
+    except Refused as exc:
+        actual = exc.details.get("actual")
+        if not actual or exc.details.get("expected") != old:
+            raise
+        source, rerun = w["source"], rerun_command(w, into, push=remote)
+        if _rev(source, actual, environ) and _is_ancestor(source, actual, old, environ):
+            hint = "%s %s is behind the shared %s: publish it first (git -C %s push %s %s), then re-run: %s" % (
+                remote, into, into, shlex.quote(source), shlex.quote(remote), into, rerun)
+        else:
+            hint = "bring the shared %s up to date: %s ; then re-run: %s" % (
+                into, update_command(source, remote, into, environ), rerun)
+        raise Refused("remote %s %s is at %s, not at the shared checkout's %s; nothing moved" % (
+            remote, into, actual, old), hint, reason="remote-moved", remote_after=actual, expected=old,
+            actual=actual, remote=remote, bookmark=into)
 
 
 def _update_ref(w, into, old, new, environ):
@@ -846,12 +905,7 @@ def _move_target(w, into, old, new, environ):
         _update_ref(w, into, old, new, environ)
         return "update-ref"
     tree = trees[0]
-    dirty = _dirty_touched(tree, old, new, environ)
-    if dirty:
-        raise Refused("the shared checkout %s has local changes the landing would overwrite: %s"
-                      % (tree, named_paths(dirty)),
-                      "commit, stash or move them (git -C %s status), then re-run: %s"
-                      % (shlex.quote(tree), rerun_command(w, into)), reason="dirty-checkout", paths=dirty)
+    _refuse_dirty(w, into, tree, old, new, environ)
     if _rev(tree, "HEAD", environ) != old:
         raise Refused("%s moved in %s while landing" % (into, tree), "re-run: %s" % rerun_command(w, into), reason="target-moved")
     try:
@@ -1066,6 +1120,7 @@ def _land_until_moved(st, w, caller, into, push, old, cand, check, checks, overr
     try:
         fetch_candidate(w, cand["commit"], environ)
         _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
+        _refuse_early(w, into, push, old, cand["commit"], environ)
         live = workspace.live_inside(st, w, workspace.process_cwds() or {})
         if live and (check or not _is_ancestor(source, old, cand["commit"], environ)):
             with _Scratch(w, environ) as scratch:
@@ -1180,7 +1235,7 @@ def _push_resource(remote, into):
 def _take_push(st, w, caller, into, remote, old, environ):
     """Take push/<remote>/<bookmark> and require the remote to be at `old`, read over the wire."""
     st.claim(caller["id"], [_push_resource(remote, into)], "exclusive", "land %s" % w["handle"])
-    verify_remote(root=w["source"], work_of=st.work, remote=remote, bookmark=into, expect=old, environ=environ)
+    _remote_at_target(w, into, remote, old, environ)
     _land_record(st, w, caller, "push-read", environ, remote=remote, remote_before=old)
 
 

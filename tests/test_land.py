@@ -659,6 +659,58 @@ class LandReleasesTheAgentsLeasesTest(LandCase):
         self.assertIn("jj git fetch", context)
 
 
+class LandRefusesBeforeTheCheckTest(LandCase):
+    """What the move or the push would refuse after the check (a moved remote, a dirty shared
+    checkout) is read first, for tens of milliseconds, so the check (minutes for a real test
+    suite) never runs for a landing that cannot finish."""
+    kind = "git"
+
+    def slow_check(self):
+        self.marker = os.path.join(self.tmp, "check-ran")
+        return "touch %s && sleep 3" % self.marker
+
+    def test_a_moved_remote_is_refused_before_the_check_runs(self):
+        handle, path = self.make("remote-moved")
+        other = os.path.join(self.tmp, "other")
+        self.run_tool(self.tmp, "git", "clone", "-q", self.origin, other)
+        self.write(other, "theirs.txt", "theirs\n")
+        self.run_tool(other, "git", "add", "-A")
+        self.run_tool(other, "git", "commit", "-q", "-m", "theirs")
+        self.run_tool(other, "git", "push", "-q", "origin", "HEAD:refs/heads/main")
+        before = self.main()
+        proc = self.land(handle, "--push", "origin", "--check", self.slow_check(), "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual(reply["reason"], "remote-moved")
+        self.assertFalse(os.path.exists(self.marker), "the check never ran")
+        self.assertEqual(self.main(), before)
+        update = "git -C %s pull --ff-only origin main" % self.canon
+        self.assertIn(update, reply["hint"])
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [], "the stop released them")
+        # the hint's command, as given, brings main up to date; the landing then goes through
+        self.run_tool(self.canon, *update.split())
+        proc = self.land(handle, "--push", "origin", "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(self.remote_main(), self.main())
+
+    def test_a_dirty_shared_checkout_is_refused_before_the_check_runs(self):
+        handle, path = self.make("dirty-early", name="shared.txt", text="one\ntwo\nthree\nfour\n")
+        self.write(self.canon, "shared.txt", "local edit\n")
+        proc = self.land(handle, "--check", self.slow_check(), "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual((reply["reason"], reply["paths"]), ("dirty-checkout", ["shared.txt"]))
+        self.assertFalse(os.path.exists(self.marker), "the check never ran")
+        self.assertEqual(self.read(self.canon, "shared.txt"), "local edit\n")
+
+    def test_a_stale_candidate_is_judged_by_its_own_changes_only(self):
+        handle, path = self.make("stale-clean")
+        self.advance_main("upstream.txt", "upstream\n")
+        self.write(self.canon, "upstream.txt", "local edit of a path only main changed\n")
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+
 class LandStoppedRemoveTest(LandCase):
     """`work remove` after a landing that stopped on a conflict (tried in a scratch copy, the
     clone being in use) says the work never landed and to land it again, not that a squash
