@@ -846,6 +846,31 @@ def _refuse_early(w, into, push, old, new, environ):
         _refuse_dirty(w, into, trees[0], old, new, environ, fork=not _is_ancestor(w["source"], old, new, environ))
 
 
+def _refuse_installed(st, w, caller, into, old, cand, override, environ):
+    """Refuse a candidate that changes coord's installed files (workspace.INSTALLED_PATHS: what
+    the installer writes, hook configs included), usually a harness rewriting its config in the
+    clone (Qwen Code adding its "$version" to an older coord's .qwen/settings.json): an
+    installation is the person's, in the shared checkout, never a side effect of landing a work.
+    The hint drops them from the candidate; the caller's override lands them, audited."""
+    gargs = git_dir_args(w["source"])
+    _, base, _ = git(gargs + ["merge-base", old, cand["commit"]], w["source"], environ)
+    base = base.strip()
+    _, out, _ = git(gargs + ["diff", "--name-only", "-z", "--no-renames", base, cand["commit"]], w["source"], environ)
+    hit = [p for p in out.split("\0") if p and any(p == i or p.startswith(i + "/") for i in workspace.INSTALLED_PATHS)]
+    if not hit:
+        return
+    if override:
+        with st.transaction():
+            st.audit("work.landing.override", caller["id"], w["id"], over="installed-files", paths=hit[:200])
+        return
+    drop = "cd %s && jj restore --from %s --into %s -- %s" % (
+        shlex.quote(w["path"]), base, cand["change"], " ".join(shlex.quote(p) for p in hit))
+    raise Refused("the candidate of %s changes coord's installed files: %s (install and upgrade coord in the "
+                  "shared checkout, not through a work)" % (w["handle"], named_paths(hit)),
+                  "drop them from the change: %s ; then re-run: %s" % (drop, rerun_command(w, into)),
+                  reason="installed-files", paths=hit)
+
+
 def update_command(source, remote, into, environ=None):
     """The command that brings the shared checkout's `into` up to `remote`'s (a fast-forward):
     a pull where it is checked out, else a fetch into the branch."""
@@ -1121,6 +1146,7 @@ def _land_until_moved(st, w, caller, into, push, old, cand, check, checks, overr
         fetch_candidate(w, cand["commit"], environ)
         _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
         _refuse_early(w, into, push, old, cand["commit"], environ)
+        _refuse_installed(st, w, caller, into, old, cand, override, environ)
         live = workspace.live_inside(st, w, workspace.process_cwds() or {})
         if live and (check or not _is_ancestor(source, old, cand["commit"], environ)):
             with _Scratch(w, environ) as scratch:

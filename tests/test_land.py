@@ -711,6 +711,31 @@ class LandRefusesBeforeTheCheckTest(LandCase):
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
 
 
+class LandRefusesInstalledFilesTest(LandCase):
+    """A change to coord's installed files (a harness rewriting its config in the clone) never
+    lands as a side effect of a work: refused before the check, with the command that drops it."""
+    kind = "git"
+
+    def test_a_change_to_an_installed_file_is_refused_with_the_command_that_drops_it(self):
+        handle, path = self.make("qwen-rewrote")
+        self.write(path, ".qwen/settings.json", '{\n  "hooks": {},\n  "$version": 4\n}\n')
+        before = self.main()
+        marker = os.path.join(self.tmp, "check-ran")
+        proc = self.land(handle, "--check", "touch %s" % marker, "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual((reply["reason"], reply["paths"]), ("installed-files", [".qwen/settings.json"]))
+        self.assertFalse(os.path.exists(marker), "refused before the check")
+        self.assertEqual(self.main(), before)
+        drop = reply["hint"].split("drop them from the change: ", 1)[1].split(" ; then re-run: ")[0]
+        self.assertIn("jj restore --from", drop)
+        subprocess.run(drop, shell=True, env=self.env, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(self.run_tool(self.canon, "git", "show", "--name-only", "--format=", "main").split(),
+                         ["feature.txt"])
+
+
 class LandStoppedRemoveTest(LandCase):
     """`work remove` after a landing that stopped on a conflict (tried in a scratch copy, the
     clone being in use) says the work never landed and to land it again, not that a squash
