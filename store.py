@@ -3169,12 +3169,34 @@ class Store:
             rt = self.find_conversation_runtime(conv, now=now) or self.last_runtime_of(conv)
             if rt is not None:
                 return self.successor(rt)
+        inside = self._agent_inside(w, now)
+        if inside is not None:
+            return inside
         start = self.runtime(w["runtime"]) if w["runtime"] else None
         owner = self.successor(start) if start is not None else None
+        if owner is not None and self.runtime_live(owner, now) and (w["data"].get("adopted") or {}).get("by") == \
+                owner["id"] and person_uid(owner) is not None:
+            raise Refused("work %s was adopted by %s and records no agent, and no agent is registered inside %s"
+                          % (w["handle"], owner["handle"], w["path"]),
+                          "start its agent: coord work start %s, then send again" % w["handle"])
         if owner is not None and self.runtime_live(owner, now):
             return owner
         raise Refused("work %s has no runtime to deliver to: no harness conversation is recorded for it and its owner"
                       " has ended" % w["handle"], "coord work start %s, then send again" % w["handle"])
+
+    def _agent_inside(self, w, now=None):
+        """The live top-level agent registered inside work `w`'s clone (its recorded cwd; a
+        person, a parked holder and a subagent are not it), the newest when several; None."""
+        path = os.path.realpath(w["path"]) if w.get("path") else None
+        if not path:
+            return None
+        found = None
+        for rt in self.live_runtimes(now=now):
+            cwd = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
+            if cwd and (cwd == path or cwd.startswith(path + os.sep)) and not rt.get("agent_id") and \
+                    rt.get("harness") not in (PERSON, PARKED) and person_uid(rt) is None:
+                found = rt
+        return found
 
     _MSG_SQL = ("SELECT m.id, m.kind, m.body, m.digest, m.created_at, s.handle, d.state, d.shown"
                 " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"
