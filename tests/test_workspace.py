@@ -1915,7 +1915,8 @@ class OperationsTest(WorkTestCase):
         self.jj(w["path"], "bookmark", "set", "main", "-r", cand)
         self.jj(w["path"], "git", "push", "--bookmark", "main")
         self.assertEqual(land.prove(self.st, caller=self.caller, handle=w["handle"], target=cand,
-                                         environ=self.env), {"work": w["handle"], "candidate": cand, "target": cand})
+                                         environ=self.env), {"work": w["handle"], "candidate": cand, "target": cand,
+                                                             "released": [], "agent_told": None})
         self.assertEqual(land.release_integration(self.st, caller=self.caller, handle=w["handle"]),
                          {"work": w["handle"], "integration": "integrated"})
         queue = land.integration_queue(self.st)
