@@ -48,7 +48,7 @@ HOST_OPS = frozenset("""
     find_conversation_runtime unended_subagents superseded_attachment hold_parked unhold_parked
     end_parked turn set_turn claim_nudge heartbeat take_lost bye reap live_runtimes
     overlapping conflicts write_conflicts peer_exclusive_leases claim leases_of renew release
-    all_leases exclusive_claims_since send work_recipient open_messages unacked_counts inbox ack
+    all_leases release_landed exclusive_claims_since send work_recipient open_messages unacked_counts inbox ack
     pending_context insert_work work resolve_work update_work works works_of_runtimes
     audit_lines audit_story runtimes_of claim_integration integration_fence confirm_fence
     work_hosts

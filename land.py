@@ -286,6 +286,7 @@ def prove(st, *, caller, handle, target, environ=None):
             acquire_command(w["handle"], integ["into"]) + " (re-freezes the candidate)")
     confirm_fence(st, w, caller, cand, "prove", acquire_command(w["handle"], integ["into"]) + " (re-freezes the candidate)")
     _check_ancestry(w, integ["into"], cand["commit"], target, environ)
+    paths = _landed_paths(w, cand["commit"], environ)
     with st.transaction():
         cur = st.resolve_work(w["id"])
         now_integ, now_cand = _candidate_for(cur, caller, st)
@@ -298,7 +299,63 @@ def prove(st, *, caller, handle, target, environ=None):
                                       "history": workspace.with_history(cur, cur["state"], caller, event="integrated")})
         st.audit("work.integrated", caller["id"], w["id"], candidate=cand["commit"], target=target,
                  into=integ["into"], resource=cand["resource"], **workspace.provenance(st, cur, caller))
-    return {"work": w["handle"], "candidate": cand["commit"], "target": target}
+        agent, freed = _release_landed(st, cur, caller, paths)
+    told = _tell_landed(st, w, caller, agent, freed, integ["into"], target)
+    return {"work": w["handle"], "candidate": cand["commit"], "target": target,
+            "released": freed, "agent_told": told}
+
+
+def _landed_paths(w, commit, environ):
+    """The paths the landed change wrote: from the landing's old target (or, for a landing by
+    hand, the commit the clone was made from) to the candidate; [] when git cannot say."""
+    landing = landing_of(w)
+    old = landing.get("old_target") if landing.get("candidate") == commit else None
+    old = old or (w["data"].get("base") or {}).get("commit")
+    if not old:
+        return []
+    code, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, commit],
+                       w["source"], environ, check=False)
+    return [p for p in out.split("\0") if p] if code == 0 else []
+
+
+def _release_landed(st, w, caller, paths):
+    """Inside the proof's transaction: release the leases of the work's agent (the one `send
+    --to WORK` reaches, its parked holder included; never a person's) that cover a path the
+    landed change wrote, each with an audit row, so peers waiting for the landing may go on.
+    Its leases on anything else stay: the agent may go on working in the clone.
+    -> (the agent or None, [released resources])."""
+    try:
+        agent = st.work_recipient(w)
+    except Refused:
+        return None, []
+    if agent is None or store.person_uid(agent) is not None or not paths:
+        return agent, []
+    names = set()
+    for p in paths:
+        try:
+            names.add(store.normalize_resource(p))
+        except store.CoordError:
+            continue
+    covering = [l["resource"] for l in st.leases_of(agent["id"])
+                if any(store.overlaps(l["resource"], n) for n in names)]
+    if not covering:
+        return agent, []
+    return agent, st.release_landed(agent["id"], covering, w["id"], caller["id"])
+
+
+def _tell_landed(st, w, caller, agent, freed, into, target):
+    """A durable message to the work's agent that its work landed (delivered at its next hook
+    boundary); not to the caller itself, who sees the landing's output. -> the handle told or None."""
+    if agent is None or agent["id"] == caller["id"] or store.person_uid(agent) is not None:
+        return None
+    body = "coord: work %s landed on %s as %s%s. Before the next edit in its clone: jj git fetch (the next edit " \
+           "starts a new change); claim again what you change next." % (
+               w["handle"], into, target, "; your leases on %s were released" % named_paths(freed) if freed else "")
+    try:
+        st.send(caller["id"], body, w["id"], kind="landed")
+    except store.CoordError:
+        return None
+    return agent["handle"]
 
 
 def _check_ancestry(w, into, candidate, target, environ):
@@ -732,10 +789,12 @@ def _worktrees_on(source, ref, environ):
     return found
 
 
-def _dirty_touched(tree, old, new, environ):
+def _dirty_touched(tree, old, new, environ, fork=False):
     """Paths with local changes (tracked, untracked or ignored) in the checkout `tree` that moving
-    from `old` to `new` would write."""
-    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames", old, new], tree, environ)
+    from `old` to `new` would write (fork: that `new`'s own changes since it forked from `old`
+    would write, for a candidate still to be rebased)."""
+    span = ["%s...%s" % (old, new)] if fork else [old, new]
+    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames"] + span, tree, environ)
     touched = [p for p in out.split("\0") if p]
     if not touched:
         return []
@@ -760,6 +819,88 @@ def _dirty_touched(tree, old, new, environ):
             if t == d or (d.endswith("/") and t.startswith(d)) or t.startswith(d + "/") or d.startswith(t + "/"):
                 hit.add(d)
     return sorted(hit)
+
+
+def _refuse_dirty(w, into, tree, old, new, environ, fork=False):
+    """Refuse (dirty-checkout) when the checkout `tree` of `into` has local changes on a path the
+    landing would write (`_dirty_touched`)."""
+    dirty = _dirty_touched(tree, old, new, environ, fork=fork)
+    if dirty:
+        raise Refused("the shared checkout %s has local changes the landing would overwrite: %s"
+                      % (tree, named_paths(dirty)),
+                      "commit, stash or move them (git -C %s status), then re-run: %s"
+                      % (shlex.quote(tree), rerun_command(w, into)), reason="dirty-checkout", paths=dirty)
+
+
+def _refuse_early(w, into, push, old, new, environ):
+    """Before the checks (minutes, for a real test suite): the cheap refusals the move and the
+    push would meet after them (a git ls-remote and a git status, tens of milliseconds), so a
+    moved remote or a dirty shared checkout stops the landing before the checks run. Both are
+    checked again where the landing moves and pushes: things can change meanwhile."""
+    if push:
+        _remote_at_target(w, into, push, old, environ)
+    if os.path.isdir(os.path.join(w["source"], ".jj")):
+        return  # jj's bookmark moves by update-ref: no working copy is written
+    trees = _worktrees_on(w["source"], "refs/heads/" + into, environ)
+    if trees:
+        _refuse_dirty(w, into, trees[0], old, new, environ, fork=not _is_ancestor(w["source"], old, new, environ))
+
+
+def _refuse_installed(st, w, caller, into, old, cand, override, environ):
+    """Refuse a candidate that changes coord's installed files (workspace.INSTALLED_PATHS: what
+    the installer writes, hook configs included), usually a harness rewriting its config in the
+    clone (Qwen Code adding its "$version" to an older coord's .qwen/settings.json): an
+    installation is the person's, in the shared checkout, never a side effect of landing a work.
+    The hint drops them from the candidate; the caller's override lands them, audited."""
+    gargs = git_dir_args(w["source"])
+    _, base, _ = git(gargs + ["merge-base", old, cand["commit"]], w["source"], environ)
+    base = base.strip()
+    _, out, _ = git(gargs + ["diff", "--name-only", "-z", "--no-renames", base, cand["commit"]], w["source"], environ)
+    hit = [p for p in out.split("\0") if p and any(p == i or p.startswith(i + "/") for i in workspace.INSTALLED_PATHS)]
+    if not hit:
+        return
+    if override:
+        with st.transaction():
+            st.audit("work.landing.override", caller["id"], w["id"], over="installed-files", paths=hit[:200])
+        return
+    drop = "cd %s && jj restore --from %s --into %s -- %s" % (
+        shlex.quote(w["path"]), base, cand["change"], " ".join(shlex.quote(p) for p in hit))
+    raise Refused("the candidate of %s changes coord's installed files: %s (install and upgrade coord in the "
+                  "shared checkout, not through a work)" % (w["handle"], named_paths(hit)),
+                  "drop them from the change: %s ; then re-run: %s" % (drop, rerun_command(w, into)),
+                  reason="installed-files", paths=hit)
+
+
+def update_command(source, remote, into, environ=None):
+    """The command that brings the shared checkout's `into` up to `remote`'s (a fast-forward):
+    a pull where it is checked out, else a fetch into the branch."""
+    trees = _worktrees_on(source, "refs/heads/" + into, environ)
+    if trees:
+        return "git -C %s pull --ff-only %s %s" % (shlex.quote(trees[0]), shlex.quote(remote), into)
+    return "git -C %s fetch %s %s:%s" % (shlex.quote(source), shlex.quote(remote), into, into)
+
+
+def _remote_at_target(w, into, remote, old, environ):
+    """Require REMOTE's `into`, read over the wire, to be `old`, the shared checkout's; else
+    refuse (remote-moved) naming the command that brings the shared `into` up to date, or the
+    push that publishes it when the remote is behind."""
+    try:
+        return verify_remote(root=w["source"], work_of=lambda _id: None, remote=remote, bookmark=into, expect=old,
+                             environ=environ)
+    except Refused as exc:
+        actual = exc.details.get("actual")
+        if not actual or exc.details.get("expected") != old:
+            raise
+        source, rerun = w["source"], rerun_command(w, into, push=remote)
+        if _rev(source, actual, environ) and _is_ancestor(source, actual, old, environ):
+            hint = "%s %s is behind the shared %s: publish it first (git -C %s push %s %s), then re-run: %s" % (
+                remote, into, into, shlex.quote(source), shlex.quote(remote), into, rerun)
+        else:
+            hint = "bring the shared %s up to date: %s ; then re-run: %s" % (
+                into, update_command(source, remote, into, environ), rerun)
+        raise Refused("remote %s %s is at %s, not at the shared checkout's %s; nothing moved" % (
+            remote, into, actual, old), hint, reason="remote-moved", remote_after=actual, expected=old,
+            actual=actual, remote=remote, bookmark=into)
 
 
 def _update_ref(w, into, old, new, environ):
@@ -789,12 +930,7 @@ def _move_target(w, into, old, new, environ):
         _update_ref(w, into, old, new, environ)
         return "update-ref"
     tree = trees[0]
-    dirty = _dirty_touched(tree, old, new, environ)
-    if dirty:
-        raise Refused("the shared checkout %s has local changes the landing would overwrite: %s"
-                      % (tree, named_paths(dirty)),
-                      "commit, stash or move them (git -C %s status), then re-run: %s"
-                      % (shlex.quote(tree), rerun_command(w, into)), reason="dirty-checkout", paths=dirty)
+    _refuse_dirty(w, into, tree, old, new, environ)
     if _rev(tree, "HEAD", environ) != old:
         raise Refused("%s moved in %s while landing" % (into, tree), "re-run: %s" % rerun_command(w, into), reason="target-moved")
     try:
@@ -1009,6 +1145,8 @@ def _land_until_moved(st, w, caller, into, push, old, cand, check, checks, overr
     try:
         fetch_candidate(w, cand["commit"], environ)
         _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
+        _refuse_early(w, into, push, old, cand["commit"], environ)
+        _refuse_installed(st, w, caller, into, old, cand, override, environ)
         live = workspace.live_inside(st, w, workspace.process_cwds() or {})
         if live and (check or not _is_ancestor(source, old, cand["commit"], environ)):
             with _Scratch(w, environ) as scratch:
@@ -1123,7 +1261,7 @@ def _push_resource(remote, into):
 def _take_push(st, w, caller, into, remote, old, environ):
     """Take push/<remote>/<bookmark> and require the remote to be at `old`, read over the wire."""
     st.claim(caller["id"], [_push_resource(remote, into)], "exclusive", "land %s" % w["handle"])
-    verify_remote(root=w["source"], work_of=st.work, remote=remote, bookmark=into, expect=old, environ=environ)
+    _remote_at_target(w, into, remote, old, environ)
     _land_record(st, w, caller, "push-read", environ, remote=remote, remote_before=old)
 
 
@@ -1184,8 +1322,9 @@ def _land_after_move(st, w, caller, into, push, environ, fence=None):
     if push:
         _drop_push(st, caller, push, into)  # after the re-read, or on a re-run after a kill there
     if "proven" not in done:
-        prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
-        landing = _land_record(st, w, caller, "proven", environ, proof_target=new)
+        proof = prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
+        landing = _land_record(st, w, caller, "proven", environ, proof_target=new,
+                               leases_released=proof["released"] or None, agent_told=proof["agent_told"])
     release_integration(st, caller=caller, handle=w["id"])
     told = None
     if landing.get("rebased") and landing.get("where") == "scratch" and "released" not in done:
@@ -1421,7 +1560,8 @@ def _land_result(w, landing, already=False):
             "check_cwd": landing.get("check_cwd"), "check_set_aside": landing.get("check_set_aside"),
             "held_by_peers": landing.get("held_by_peers") or [],
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
-            "clone_settled": landing.get("clone_settled"), "already": already}
+            "clone_settled": landing.get("clone_settled"), "already": already,
+            "leases_released": landing.get("leases_released") or [], "agent_told": landing.get("agent_told")}
 
 
 def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False):
@@ -1953,6 +2093,9 @@ def cmd_land(ctx, args):
     if r.get("check_set_aside"):
         text += "\nthe check's %d written file(s) were moved out of the clone to %s" % (
             r["check_set_aside"]["count"], r["check_set_aside"]["dir"])
+    if r.get("agent_told") and not r["already"]:
+        text += "\ntold %s%s" % (r["agent_told"], ", its leases on %s released" % named_paths(r["leases_released"])
+                                  if r.get("leases_released") else "")
     if r.get("clone_settled") == "in use" and not r["already"]:
         text += "\nbefore the next edit in the clone: jj git fetch (else the edit amends the landed change)"
     return 0, workspace.ok_data(r), text

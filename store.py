@@ -3064,6 +3064,19 @@ class Store:
                 self.audit("lease.released", runtime_id, name, now)
             return names
 
+    def release_landed(self, runtime_id, resources, work_id, by, now=None):
+        """Release `resources` of `runtime_id` because work `work_id` that they covered landed
+        (proven by runtime `by`), each audited; held ones only, whatever the holder's state (a
+        parked holder too). Meant for the proof's own transaction. -> the released names."""
+        now = _now(now)
+        with self.transaction():
+            held = {l["resource"] for l in self.leases_of(runtime_id)}
+            gone = [r for r in unique(resources) if r in held]
+            for name in gone:
+                self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (name, runtime_id))
+                self.audit("lease.released", runtime_id, name, now, landed=work_id, by=by)
+            return gone
+
     def all_leases(self, now=None):
         now = _now(now)
         rows = self.q("SELECT l.resource, l.runtime, r.handle, l.mode, l.purpose, l.acquired_at, l.expires_at,"
@@ -3158,12 +3171,34 @@ class Store:
             rt = self.find_conversation_runtime(conv, now=now) or self.last_runtime_of(conv)
             if rt is not None:
                 return self.successor(rt)
+        inside = self._agent_inside(w, now)
+        if inside is not None:
+            return inside
         start = self.runtime(w["runtime"]) if w["runtime"] else None
         owner = self.successor(start) if start is not None else None
+        if owner is not None and self.runtime_live(owner, now) and (w["data"].get("adopted") or {}).get("by") == \
+                owner["id"] and person_uid(owner) is not None:
+            raise Refused("work %s was adopted by %s and records no agent, and no agent is registered inside %s"
+                          % (w["handle"], owner["handle"], w["path"]),
+                          "start its agent: coord work start %s, then send again" % w["handle"])
         if owner is not None and self.runtime_live(owner, now):
             return owner
         raise Refused("work %s has no runtime to deliver to: no harness conversation is recorded for it and its owner"
                       " has ended" % w["handle"], "coord work start %s, then send again" % w["handle"])
+
+    def _agent_inside(self, w, now=None):
+        """The live top-level agent registered inside work `w`'s clone (its recorded cwd; a
+        person, a parked holder and a subagent are not it), the newest when several; None."""
+        path = os.path.realpath(w["path"]) if w.get("path") else None
+        if not path:
+            return None
+        found = None
+        for rt in self.live_runtimes(now=now):
+            cwd = os.path.realpath(rt["cwd"]) if rt.get("cwd") else None
+            if cwd and (cwd == path or cwd.startswith(path + os.sep)) and not rt.get("agent_id") and \
+                    rt.get("harness") not in (PERSON, PARKED) and person_uid(rt) is None:
+                found = rt
+        return found
 
     _MSG_SQL = ("SELECT m.id, m.kind, m.body, m.digest, m.created_at, s.handle, d.state, d.shown"
                 " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"

@@ -150,13 +150,16 @@ def tool_env(environ=None):
     return env
 
 
-def run_tool(argv, cwd=None, timeout=TOOL_TIMEOUT, environ=None, check=True, input=None):
-    """Run jj/git; return (exit code, stdout, stderr). Raise ToolError when check and it fails."""
+def run_tool(argv, cwd=None, timeout=TOOL_TIMEOUT, environ=None, check=True, input=None, extra_env=None):
+    """Run jj/git; return (exit code, stdout, stderr). Raise ToolError when check and it fails.
+    extra_env: variables set after tool_env's scrubbing (coord's own, never inherited)."""
     argv = [str(a) for a in argv]
     if cwd is not None and not os.path.isdir(cwd):
         raise EnvError("directory %s does not exist" % cwd, "coord work list shows recorded paths")
+    env = tool_env(environ)
+    env.update(extra_env or {})
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=tool_env(environ), input=input,
+        proc = subprocess.run(argv, cwd=cwd, env=env, input=input,
                               stdin=subprocess.DEVNULL if input is None else None,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
                               encoding="utf-8", errors="backslashreplace")
@@ -180,8 +183,9 @@ def jj(args, cwd, snapshot=True, timeout=TOOL_TIMEOUT, environ=None, check=True)
     return run_tool(argv, cwd=cwd, timeout=timeout, environ=environ, check=check)
 
 
-def git(args, cwd, environ=None, check=True, timeout=TOOL_TIMEOUT, input=None):
-    return run_tool(["git"] + list(args), cwd=cwd, timeout=timeout, environ=environ, check=check, input=input)
+def git(args, cwd, environ=None, check=True, timeout=TOOL_TIMEOUT, input=None, extra_env=None):
+    return run_tool(["git"] + list(args), cwd=cwd, timeout=timeout, environ=environ, check=check, input=input,
+                    extra_env=extra_env)
 
 
 def head_ids(path, snapshot=True, environ=None):
@@ -1968,6 +1972,7 @@ def adopt_landed(st, w, caller, environ):
     into = target_bookmark(w, environ)
     if not cand or not FULL_COMMIT_RE.match(cand) or not into or not _BOOKMARK_RE.match(into):
         return w
+    rebased = None
     try:
         gargs = git_dir_args(w["source"])
         code, out, _ = git(gargs + ["rev-parse", "--verify", "--quiet", "refs/heads/%s^{commit}" % into],
@@ -1980,13 +1985,18 @@ def adopt_landed(st, w, caller, environ):
             code, _, _ = git(gargs + ["merge-base", "--is-ancestor", commit, target], w["source"], environ,
                              check=False)
             if code != 0:
-                return w
+                rebased = landed_rebased(w, cand, target, environ)
+                if not rebased:
+                    return w
+                break
     except store.CoordError:
         return w
     _, out, _ = jj(["log", "--no-graph", "-r", cand, "-T", "change_id"], w["path"], snapshot=False,
                    environ=environ, check=False)
     proof = {"target": target, "into": into, "candidate": cand, "at": now_time(), "runtime": who_id(caller),
              "derived": "adopt"}
+    if rebased:
+        proof["rebased"] = rebased  # landed as other commits: each of the clone's has its patch on the target
     integ = {"state": "integrated", "into": into, "proof": proof,
              "candidate": {"commit": cand, "change": out.strip() or None, "at": now_time(), "runtime": who_id(caller),
                            "resource": None, "derived": "adopt"}}
@@ -1999,6 +2009,28 @@ def adopt_landed(st, w, caller, environ):
         st.audit("work.integrated", who_id(caller), w["id"], candidate=cand, target=target, into=into,
                  derived="adopt")
     return w
+
+
+def landed_rebased(w, cand, target, environ=None):
+    """The evidence that the clone's commits up to `cand` landed on `target` as other commits (a
+    landing that rebased them in a scratch copy, or any rebase): `git cherry TARGET CAND`, run in
+    the clone with the canonical repository's objects as alternates (read only), lists every
+    commit of cand that target lacks with `-` when target has a commit with the same patch
+    (patch-id). -> [the clone's commits], all of them `-`, or None (one is not there, or none)."""
+    objects = None
+    for d in (os.path.join(w["source"], ".git", "objects"),
+              os.path.join(w["source"], ".jj", "repo", "store", "git", "objects")):
+        if os.path.isdir(d):
+            objects = d
+            break
+    if objects is None:
+        return None
+    code, out, _ = git(["cherry", target, cand], w["path"], environ, check=False,
+                       extra_env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": objects})
+    lines = [l.split() for l in out.splitlines() if l.strip()]
+    if code != 0 or not lines or any(len(l) != 2 or l[0] != "-" for l in lines):
+        return None
+    return [l[1] for l in lines]
 
 
 def process_environ(pid):
@@ -3181,7 +3213,24 @@ def cmd_work_list(ctx, args):
     if hidden:
         lines.append(store.hint("%d archived (coord work list --archived)" % hidden))
         data["archived_hidden"] = hidden
+    if not works and not hidden:
+        adoptable = _adoptable_count(ctx, st)
+        if adoptable:
+            lines.append(store.hint("no work records, but %d clone(s) to adopt (the database was lost?): "
+                                    "coord work adopt --list" % adoptable))
+            data["adoptable"] = adoptable
     return 0, data, "\n".join(lines)
+
+
+def _adoptable_count(ctx, st):
+    """How many clones `work adopt --list` would name, when this database has no work record at
+    all (a lost database); 0 otherwise or when that cannot be read."""
+    if st.works(include_removed=True):
+        return 0
+    try:
+        return len(adoptable_clones(st, ctx.root, ctx.environ))
+    except store.CoordError:
+        return 0
 
 
 def inspect_lines(facts, verbose=False, landing=()):

@@ -187,6 +187,22 @@ class CoordScenarios(h.CoordCase):
         # coord's skill is in the skills Qwen offers (it reads .agents/skills)
         self.assertIn("<name>\ncoord\n</name>", self.server.model_requests()[0].user_text())
 
+    def test_qwen_leaves_the_installed_settings_byte_identical(self):
+        path = os.path.join(self.repo, ".qwen", "settings.json")
+        with open(path, "rb") as f:
+            installed = f.read()
+        self.assertIn(b'"$version": 4', installed)
+        self.run_agent([say("done")])
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), installed, "Qwen rewrote coord's .qwen/settings.json")
+        # the harness fact behind it: without "$version" Qwen appends it on load, and its result is
+        # exactly what coord installs
+        with open(path, "wb") as f:
+            f.write(installed.replace(b',\n  "$version": 4\n}', b"\n}"))
+        self.run_agent([say("done")])
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), installed)
+
     def delivery_state(self, msg_id):
         st = store.Store(self.env["COORD_DB"])
         try:

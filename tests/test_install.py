@@ -1664,6 +1664,25 @@ class QwenSettingsTest(InstallTestCase):
                          "^(write_file|edit|notebook_edit)$")
         self.assertEqual(self.settings(self.QWEN)["hooks"]["disabled"], ["lint"])
 
+    def test_the_installed_file_carries_qwens_settings_version_and_check_sees_it_missing(self):
+        # Qwen Code 0.24.4 appends "$version": 4 to a settings file without it when it loads it
+        # (tests/e2e_qwen.py runs the real Qwen): coord writes it so, and --check names it missing
+        self.fresh()
+        with open(self.t(self.QWEN), "rb") as f:
+            installed = f.read()
+        self.assertTrue(installed.endswith(b'  },\n  "$version": 4\n}\n'), installed[-60:])
+        doc = self.settings(self.QWEN)
+        del doc["$version"]
+        self.write_json(self.QWEN, doc)
+        out = self.install("--check", check=1).stdout
+        self.assertIn('stale %s (no "$version": 4' % self.QWEN, out)
+        self.install("--repair", check=0)
+        with open(self.t(self.QWEN), "rb") as f:
+            self.assertEqual(f.read(), installed)
+        # a newer Qwen's version is Qwen's: kept where it is
+        self.write_json(self.QWEN, dict([("$version", 5)] + list(self.settings(self.QWEN).items())[:-1]))
+        self.install("--check", check=0)
+
     def test_a_settings_file_that_is_not_plain_json_is_refused_untouched(self):
         os.makedirs(self.t(".qwen"))
         with open(self.t(self.QWEN), "w") as f:

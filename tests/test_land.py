@@ -617,6 +617,125 @@ class LandTellsTheWorksAgentTest(LandCase):
                          "the person landing is not told about their own landing")
 
 
+class LandReleasesTheAgentsLeasesTest(LandCase):
+    """A proven landing releases the leases the work's agent held on what landed (peers waiting
+    "until you land" go on at once) and tells that agent, at its next hook boundary."""
+    kind = "git"
+
+    def hook(self, conversation, event, cwd, **extra):
+        payload = dict({"session_id": conversation, "hook_event_name": event, "cwd": cwd,
+                        "transcript_path": os.path.join(self.tmp, "transcript.jsonl")}, **extra)
+        proc = support.run_hook([sys.executable, "-I", "-S", os.path.join(support.ROOT, "hook.py"), "--harness",
+                                 "claude"], payload, self.env, cwd)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout
+
+    def test_a_peer_claims_right_after_the_landing_and_the_agent_is_told(self):
+        handle, path = self.make("released", name="src/feature.txt")
+        conversation = "agent-conv-%d" % os.getpid()
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        w = st.resolve_work(handle)
+        with st.transaction():  # as `work start` records the launched harness's conversation
+            st.update_work(w["id"], data={"tmux": {"conversation": conversation}})
+        self.hook(conversation, "SessionStart", path, source="startup")
+        agent = st.find_conversation_runtime(conversation)
+        self.coord("claim", "src/feature.txt", "notes.txt", runtime=agent["id"], cwd=self.canon, check=0)
+        peer = self.hello()["runtime"]
+        self.assertEqual(self.coord("check", "src/feature.txt", runtime=peer["id"], cwd=self.canon).returncode, 3,
+                         "the peer waits until the work lands")
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn("told %s, its leases on src/feature.txt released" % agent["handle"], proc.stdout)
+        self.coord("check", "src/feature.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        self.coord("claim", "src/feature.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        self.assertEqual([l["resource"] for l in st.leases_of(agent["id"])], ["notes.txt"],
+                         "a lease on what did not land stays: the agent may go on in the clone")
+        released = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        released = [e for e in released if e["event"] == "lease.released" and e.get("data", {}).get("landed")]
+        self.assertEqual([e["subject"] for e in released], ["src/feature.txt"])
+        context = self.hook(conversation, "UserPromptSubmit", path, prompt="go on")
+        self.assertIn("work %s landed on main" % handle, context)
+        self.assertIn("jj git fetch", context)
+
+
+class LandRefusesBeforeTheCheckTest(LandCase):
+    """What the move or the push would refuse after the check (a moved remote, a dirty shared
+    checkout) is read first, for tens of milliseconds, so the check (minutes for a real test
+    suite) never runs for a landing that cannot finish."""
+    kind = "git"
+
+    def slow_check(self):
+        self.marker = os.path.join(self.tmp, "check-ran")
+        return "touch %s && sleep 3" % self.marker
+
+    def test_a_moved_remote_is_refused_before_the_check_runs(self):
+        handle, path = self.make("remote-moved")
+        other = os.path.join(self.tmp, "other")
+        self.run_tool(self.tmp, "git", "clone", "-q", self.origin, other)
+        self.write(other, "theirs.txt", "theirs\n")
+        self.run_tool(other, "git", "add", "-A")
+        self.run_tool(other, "git", "commit", "-q", "-m", "theirs")
+        self.run_tool(other, "git", "push", "-q", "origin", "HEAD:refs/heads/main")
+        before = self.main()
+        proc = self.land(handle, "--push", "origin", "--check", self.slow_check(), "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual(reply["reason"], "remote-moved")
+        self.assertFalse(os.path.exists(self.marker), "the check never ran")
+        self.assertEqual(self.main(), before)
+        update = "git -C %s pull --ff-only origin main" % self.canon
+        self.assertIn(update, reply["hint"])
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [], "the stop released them")
+        # the hint's command, as given, brings main up to date; the landing then goes through
+        self.run_tool(self.canon, *update.split())
+        proc = self.land(handle, "--push", "origin", "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(self.remote_main(), self.main())
+
+    def test_a_dirty_shared_checkout_is_refused_before_the_check_runs(self):
+        handle, path = self.make("dirty-early", name="shared.txt", text="one\ntwo\nthree\nfour\n")
+        self.write(self.canon, "shared.txt", "local edit\n")
+        proc = self.land(handle, "--check", self.slow_check(), "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual((reply["reason"], reply["paths"]), ("dirty-checkout", ["shared.txt"]))
+        self.assertFalse(os.path.exists(self.marker), "the check never ran")
+        self.assertEqual(self.read(self.canon, "shared.txt"), "local edit\n")
+
+    def test_a_stale_candidate_is_judged_by_its_own_changes_only(self):
+        handle, path = self.make("stale-clean")
+        self.advance_main("upstream.txt", "upstream\n")
+        self.write(self.canon, "upstream.txt", "local edit of a path only main changed\n")
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+
+class LandRefusesInstalledFilesTest(LandCase):
+    """A change to coord's installed files (a harness rewriting its config in the clone) never
+    lands as a side effect of a work: refused before the check, with the command that drops it."""
+    kind = "git"
+
+    def test_a_change_to_an_installed_file_is_refused_with_the_command_that_drops_it(self):
+        handle, path = self.make("qwen-rewrote")
+        self.write(path, ".qwen/settings.json", '{\n  "hooks": {},\n  "$version": 4\n}\n')
+        before = self.main()
+        marker = os.path.join(self.tmp, "check-ran")
+        proc = self.land(handle, "--check", "touch %s" % marker, "--json")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        reply = json.loads(proc.stdout)
+        self.assertEqual((reply["reason"], reply["paths"]), ("installed-files", [".qwen/settings.json"]))
+        self.assertFalse(os.path.exists(marker), "refused before the check")
+        self.assertEqual(self.main(), before)
+        drop = reply["hint"].split("drop them from the change: ", 1)[1].split(" ; then re-run: ")[0]
+        self.assertIn("jj restore --from", drop)
+        subprocess.run(drop, shell=True, env=self.env, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(self.run_tool(self.canon, "git", "show", "--name-only", "--format=", "main").split(),
+                         ["feature.txt"])
+
+
 class LandStoppedRemoveTest(LandCase):
     """`work remove` after a landing that stopped on a conflict (tried in a scratch copy, the
     clone being in use) says the work never landed and to land it again, not that a squash

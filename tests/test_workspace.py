@@ -847,6 +847,72 @@ class AdoptTest(WorkTestCase):
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
 
+    def lose_database(self):
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+
+    def test_a_clone_landed_by_a_rebase_adopts_as_integrated(self):
+        handle, path, _ = self.create("rebased")
+        self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "describe", "-m", "add feature.txt")
+        mine = self.commit_of(path, "@")
+        # main moved on, and the work landed rebased onto it (a scratch landing cherry-picks: new commit IDs)
+        tree = os.path.join(self.tmp, "side-tree")
+        self.git(self.canon, "worktree", "add", "-q", "--detach", tree, "main")
+        self.write(tree, "upstream.txt", "upstream\n")
+        self.git(tree, "add", "-A")
+        who = ["-c", "user.name=Up Stream", "-c", "user.email=up@example.com"]
+        self.git(tree, *who + ["commit", "-q", "-m", "upstream"])
+        self.git(tree, "fetch", "-q", path, mine)
+        self.git(tree, *who + ["cherry-pick", mine])
+        landed = self.git(tree, "rev-parse", "HEAD").stdout.strip()
+        self.git(self.canon, "update-ref", "refs/heads/main", landed)
+        self.lose_database()
+        self.work("adopt", path, check=0)
+        integ = self.record(handle)["data"]["integration"]
+        self.assertEqual((integ["state"], integ["proof"]["rebased"]), ("integrated", [mine]))
+        self.work("remove", handle, "--confirm", handle, check=0)
+        self.assertFalse(os.path.lexists(path))
+
+    def test_a_clone_whose_change_is_not_on_main_is_not_taken_for_landed(self):
+        handle, path, _ = self.create("unlanded")
+        self.write(path, "feature.txt", "feature\n")
+        self.jj(path, "describe", "-m", "add feature.txt")
+        self.lose_database()
+        self.work("adopt", path, check=0)
+        self.assertEqual(self.record(handle)["data"]["integration"]["state"], "none")
+
+    def test_send_to_an_adopted_work_reaches_the_agent_working_in_it(self):
+        handle, path, _ = self.create("agented")
+        self.lose_database()
+        agent = self.hello(cwd=path)["runtime"]  # its next hook registers it again, in the clone
+        self.work("adopt", path, check=0)
+        reply = self.coord_json("send", "hello there", "--to", handle, runtime=self.rt["id"], cwd=self.canon)
+        self.assertEqual(reply["recipients"], [agent["handle"]])
+        # adopted by the person, with no agent in it: refused, naming how to get one, not delivered to the person
+        other, other_path, _ = self.create("agentless")
+        self.lose_database()
+        person = support.person_terminal(self, self.canon)
+        rc, out = person.coord("work", "adopt", other_path)
+        self.assertEqual(rc, 0, out)
+        rc, out = person.coord("send", "anyone?", "--to", other)
+        self.assertEqual(rc, 3, out)
+        self.assertIn("records no agent", out)
+        self.assertIn("work start %s" % other, out)
+
+    def test_work_list_with_no_records_names_the_clones_to_adopt(self):
+        self.create("survivor")
+        self.assertEqual(self.work("list", check=0).stdout, "".join(
+            l + "\n" for l in self.work("list", check=0).stdout.splitlines()))
+        self.lose_database()
+        out = self.work("list", check=0).stdout.strip().splitlines()
+        self.assertEqual(len(out), 1, out)
+        self.assertIn("1 clone(s) to adopt", out[0])
+        self.assertTrue(out[0].endswith("work adopt --list"), out[0])
+        self.assertEqual(self.work_json("list")["adoptable"], 1)
+
     def test_adopt_refuses_what_it_cannot_prove(self):
         handle, path, _ = self.create("survivor")
         os.unlink(self.db)
@@ -1849,7 +1915,8 @@ class OperationsTest(WorkTestCase):
         self.jj(w["path"], "bookmark", "set", "main", "-r", cand)
         self.jj(w["path"], "git", "push", "--bookmark", "main")
         self.assertEqual(land.prove(self.st, caller=self.caller, handle=w["handle"], target=cand,
-                                         environ=self.env), {"work": w["handle"], "candidate": cand, "target": cand})
+                                         environ=self.env), {"work": w["handle"], "candidate": cand, "target": cand,
+                                                             "released": [], "agent_told": None})
         self.assertEqual(land.release_integration(self.st, caller=self.caller, handle=w["handle"]),
                          {"work": w["handle"], "integration": "integrated"})
         queue = land.integration_queue(self.st)
