@@ -132,6 +132,7 @@ def git_only(w, environ=None):
                 not (name in HARNESS_LEFTOVERS and HARNESS_LEFTOVERS[name](w, os.path.join(gitdir, name), environ)):
             files.append(".git/" + name)
     files += _not_git_made(w, gitdir, environ)
+    files += _store_strays(gitdir)
     out += _submodule_repos(w, gitdir, environ)
     files += _lfs_objects(w, gitdir)
     if files:
@@ -237,11 +238,55 @@ def _not_git_made(w, gitdir, environ):
             except OSError:
                 out.append(".git/" + rel)
                 continue
-            if template.get(rel) == data or _same_file(mine, os.path.join(theirs, rel)):
+            if template.get(rel) == data or _same_file(mine, os.path.join(theirs, rel)) or \
+                    (rel == os.path.join("info", "refs") and _INFO_REFS.match(data.decode("latin-1"))):
                 continue
             out.append(".git/" + rel)
     return out
 
+
+# The names git gives files in its object store, and the shape of a loose ref: anything else under
+# .git/objects or .git/refs was put there by someone, where git never reads it back.
+_OBJECT_NAME = store.Pattern(
+    r"\A(?:[0-9a-f]{2}/(?:[0-9a-f]{38}(?:[0-9a-f]{24})?|tmp_obj_[^/]+)"
+    r"|pack/pack-[0-9a-f]{40,64}\.(?:pack|idx|rev|keep|mtimes|bitmap|promisor)"
+    r"|pack/multi-pack-index(?:-[0-9a-f]{40,64}\.(?:bitmap|rev))?|pack/(?:tmp_|\.tmp-)[^/]+"
+    r"|info/(?:packs|alternates|http-alternates|commit-graph"
+    r"|commit-graphs/(?:commit-graph-chain|graph-[0-9a-f]{40,64}\.graph))"
+    r"|incoming-[^/]+/.+|tmp_obj_[^/]+|[^/]+\.lock)\Z")
+_LOOSE_REF = store.Pattern(r"\A(?:[0-9a-f]{40}(?:[0-9a-f]{24})?|ref: refs/\S+)\n?\Z")
+
+
+def _store_strays(gitdir):
+    """Files under the clone's .git/objects whose names git never gives, and files under
+    .git/refs that hold no object ID or symbolic ref (git ignores such a broken ref, so nothing
+    else judges it). A symlink or other non-file there always counts."""
+    out = []
+    for top, ok in (("objects", lambda rel, path: _OBJECT_NAME.match(rel)), ("refs", _loose_ref)):
+        start = os.path.join(gitdir, top)
+        for root, dirs, names in os.walk(start):
+            dirs.sort()
+            for n in sorted(names) + sorted(d for d in dirs if os.path.islink(os.path.join(root, d))):
+                path = os.path.join(root, n)
+                rel = os.path.relpath(path, start)
+                if os.path.islink(path) or not os.path.isfile(path) or not ok(rel, path):
+                    out.append(".git/%s/%s" % (top, rel))
+    return out
+
+
+def _loose_ref(rel, path):
+    if rel.endswith(".lock"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            data = f.read(200)
+        return bool(_LOOSE_REF.match(data.decode("ascii")))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+# .git/info/refs as `git update-server-info` (which `git gc` runs) writes it: one "ID<TAB>ref" a line.
+_INFO_REFS = store.Pattern(r"\A(?:[0-9a-f]{40}(?:[0-9a-f]{24})?\t[^\s]+\n)*\Z")
 
 _template = []
 

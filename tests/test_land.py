@@ -836,6 +836,20 @@ class RealShapeTest(LandCase):
             self.write(path, ".git/" + rel, text)
         self.assertEqual(self.remove(handle).returncode, 0)
 
+    def test_a_file_in_git_s_object_store_or_refs_that_git_never_reads_blocks_removal(self):
+        handle, path = self.landed("gitstore")
+        self.run_tool(path, "git", "gc", "-q")  # what git itself writes there is git's
+        self.run_tool(path, "git", "commit-graph", "write")
+        self.write(path, ".git/objects/notes.txt", "kept only here\n")
+        self.write(path, ".git/objects/pack/mine.tar", "an archive\n")
+        self.write(path, ".git/refs/notes.txt", "not a ref\n")
+        reasons = self.refused_codes(handle, path)
+        self.assertEqual(sorted(reasons["git-only-files"]["paths"]), [
+            ".git/objects/notes.txt", ".git/objects/pack/mine.tar", ".git/refs/notes.txt"])
+        for rel in ("objects/notes.txt", "objects/pack/mine.tar", "refs/notes.txt"):
+            os.remove(os.path.join(path, ".git", rel))
+        self.assertEqual(self.remove(handle).returncode, 0)
+
     def test_opencodes_project_id_file_is_not_work_and_any_other_content_is(self):
         """OpenCode 1.18.33 writes .git/opencode in every repository it runs in: the root
         commit's ID, 40 hex digits (docs/harness-opencode.md). Exactly that does not block."""
