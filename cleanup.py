@@ -128,14 +128,17 @@ def git_only(w, environ=None):
     except OSError as exc:
         return out + [blocker("unreadable", "cannot list %s: %s" % (gitdir, exc.strerror), "fix the permissions, then retry")]
     for name in names:
-        if name not in GIT_OWN and name not in ("modules", "lfs") and not name.endswith(".lock"):
+        if name not in GIT_OWN and name not in ("modules", "lfs") and not name.endswith(".lock") and \
+                not (name in HARNESS_LEFTOVERS and HARNESS_LEFTOVERS[name](w, os.path.join(gitdir, name), environ)):
             files.append(".git/" + name)
-    files += _changed_hooks(w, gitdir)
+    files += _not_git_made(w, gitdir, environ)
+    files += _store_strays(gitdir)
     out += _submodule_repos(w, gitdir, environ)
     files += _lfs_objects(w, gitdir)
     if files:
         out.append(blocker("git-only-files", "%d file(s) under .git/ that only the clone has: %s" % (len(files), named_paths(files)),
-                    "move them out of %s, then retry" % shlex.quote(path), {"paths": files}))
+                    "move them out of %s (a file of git's own: put its bytes back), then: coord work remove %s --confirm %s"
+                    % (shlex.quote(path), h, h), {"paths": files}))
     return out
 
 
@@ -199,29 +202,149 @@ def _lfs_objects(w, gitdir):
     return out
 
 
-def _changed_hooks(w, gitdir):
-    """Executable hooks in the clone's .git/hooks that the shared checkout lacks or has otherwise
-    (one a setup installed the same way in both, as `pre-commit install` does, is captured)."""
-    hooks = os.path.join(gitdir, "hooks")
-    try:
-        names = sorted(os.listdir(hooks))
-    except OSError:
-        return []
-    try:
-        source_hooks = os.path.join(workspace.clone_source(w["source"]), "hooks") \
-            if not os.path.isdir(os.path.join(w["source"], ".git")) else os.path.join(w["source"], ".git", "hooks")
-    except store.CoordError:
-        source_hooks = None
+# What git and jj make in a fresh clone's .git that a person or an agent may write to as well:
+# every file there counts as git's own only while its bytes are those of a fresh colocated clone
+# made by the same jj (its template: the hook samples, info/exclude, description) or of the
+# shared checkout's own file at the same path (which keeps them either way: a hook a setup
+# installed in both, as `pre-commit install` does). Anything else there exists only in the clone.
+GIT_MADE = ("hooks", "info", "description", "branches")
+
+
+def _not_git_made(w, gitdir, environ):
+    """Files under the clone's .git GIT_MADE entries that neither jj's template nor the shared
+    checkout has with the same bytes (a symlink or other non-file always counts)."""
+    template = _git_template(environ)
+    theirs = _source_gitdir(w)
     out = []
-    for name in names:
-        mine = os.path.join(hooks, name)
-        if name.endswith(".sample") or not os.path.isfile(mine) or not os.access(mine, os.X_OK):
-            continue  # git runs only executable hooks; its templates' samples and notes are its own
-        theirs = os.path.join(source_hooks, name) if source_hooks else None
-        if theirs and _same_file(mine, theirs):
-            continue
-        out.append(".git/hooks/" + name)
+    for top in GIT_MADE:
+        start = os.path.join(gitdir, top)
+        if os.path.isfile(start) or os.path.islink(start):
+            found = [top]
+        else:
+            found = []
+            for root, dirs, names in os.walk(start):
+                dirs.sort()
+                found += sorted(os.path.relpath(os.path.join(root, n), gitdir) for n in names)
+                found += sorted(os.path.relpath(os.path.join(root, d), gitdir) for d in dirs
+                                if os.path.islink(os.path.join(root, d)))
+        for rel in found:
+            mine = os.path.join(gitdir, rel)
+            if os.path.islink(mine) or not os.path.isfile(mine):
+                out.append(".git/" + rel)
+                continue
+            try:
+                with open(mine, "rb") as f:
+                    data = f.read()
+            except OSError:
+                out.append(".git/" + rel)
+                continue
+            if template.get(rel) == data or _same_file(mine, os.path.join(theirs, rel)) or \
+                    (rel == os.path.join("info", "refs") and _INFO_REFS.match(data.decode("latin-1"))):
+                continue
+            out.append(".git/" + rel)
     return out
+
+
+# The names git gives files in its object store, and the shape of a loose ref: anything else under
+# .git/objects or .git/refs was put there by someone, where git never reads it back.
+_OBJECT_NAME = store.Pattern(
+    r"\A(?:[0-9a-f]{2}/(?:[0-9a-f]{38}(?:[0-9a-f]{24})?|tmp_obj_[^/]+)"
+    r"|pack/pack-[0-9a-f]{40,64}\.(?:pack|idx|rev|keep|mtimes|bitmap|promisor)"
+    r"|pack/multi-pack-index(?:-[0-9a-f]{40,64}\.(?:bitmap|rev))?|pack/(?:tmp_|\.tmp-)[^/]+"
+    r"|info/(?:packs|alternates|http-alternates|commit-graph"
+    r"|commit-graphs/(?:commit-graph-chain|graph-[0-9a-f]{40,64}\.graph))"
+    r"|incoming-[^/]+/.+|tmp_obj_[^/]+|[^/]+\.lock)\Z")
+_LOOSE_REF = store.Pattern(r"\A(?:[0-9a-f]{40}(?:[0-9a-f]{24})?|ref: refs/\S+)\n?\Z")
+
+
+def _store_strays(gitdir):
+    """Files under the clone's .git/objects whose names git never gives, and files under
+    .git/refs that hold no object ID or symbolic ref (git ignores such a broken ref, so nothing
+    else judges it). A symlink or other non-file there always counts."""
+    out = []
+    for top, ok in (("objects", lambda rel, path: _OBJECT_NAME.match(rel)), ("refs", _loose_ref)):
+        start = os.path.join(gitdir, top)
+        for root, dirs, names in os.walk(start):
+            dirs.sort()
+            for n in sorted(names) + sorted(d for d in dirs if os.path.islink(os.path.join(root, d))):
+                path = os.path.join(root, n)
+                rel = os.path.relpath(path, start)
+                if os.path.islink(path) or not os.path.isfile(path) or not ok(rel, path):
+                    out.append(".git/%s/%s" % (top, rel))
+    return out
+
+
+def _loose_ref(rel, path):
+    if rel.endswith(".lock"):
+        return True
+    try:
+        with open(path, "rb") as f:
+            data = f.read(200)
+        return bool(_LOOSE_REF.match(data.decode("ascii")))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+# .git/info/refs as `git update-server-info` (which `git gc` runs) writes it: one "ID<TAB>ref" a line.
+_INFO_REFS = store.Pattern(r"\A(?:[0-9a-f]{40}(?:[0-9a-f]{24})?\t[^\s]+\n)*\Z")
+
+_template = []
+
+
+def _git_template(environ):
+    """{path under .git: bytes} of the GIT_MADE files a fresh `jj git init --colocate` makes
+    (what `jj git clone --colocate` gives a new clone), made once per process in a private
+    temporary directory; {} when jj cannot make one (then only the shared checkout's copy counts)."""
+    if not _template:
+        import tempfile
+        made = {}
+        tmp = tempfile.mkdtemp(prefix="coord-template-")
+        try:
+            jj(["git", "init", "--colocate", tmp], tmp, environ=environ)
+            gitdir = os.path.join(tmp, ".git")
+            for top in GIT_MADE:
+                for root, _, names in os.walk(os.path.join(gitdir, top)):
+                    for n in names:
+                        path = os.path.join(root, n)
+                        if os.path.isfile(path) and not os.path.islink(path):
+                            with open(path, "rb") as f:
+                                made[os.path.relpath(path, gitdir)] = f.read()
+                if os.path.isfile(os.path.join(gitdir, top)):
+                    with open(os.path.join(gitdir, top), "rb") as f:
+                        made[top] = f.read()
+        except (OSError, store.CoordError):
+            pass
+        finally:
+            workspace.rmtree(tmp)
+        _template.append(made)
+    return _template[0]
+
+
+_COMMIT_ID = store.Pattern(r"\A[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
+
+
+def _opencode_project_id(w, path, environ):
+    """True for the file OpenCode (1.18.33, docs/harness-opencode.md) writes as `.git/opencode`
+    in every repository it runs in: its project ID, the repository's root commit, 40 (or 64)
+    hex digits and nothing else. Only a regular file holding a root commit of the clone counts:
+    a value OpenCode computes again, so nothing is lost with it."""
+    try:
+        st = os.lstat(path)
+        if not os.path.isfile(path) or os.path.islink(path) or st.st_size > 80:
+            return False
+        with open(path, "rb") as f:
+            value = f.read().decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not _COMMIT_ID.match(value):
+        return False
+    code, roots, _ = git(["-C", w["path"], "rev-list", "--max-parents=0", "--all"], w["path"], environ, check=False)
+    return code == 0 and value in roots.split()
+
+
+# Files a harness leaves in every clone's .git that are not work: name -> recogniser(w, path,
+# environ), True only for the exact shape that harness writes (docs/harness-NAME.md).
+HARNESS_LEFTOVERS = {"opencode": _opencode_project_id}
 
 
 def _same_file(a, b):

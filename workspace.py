@@ -2291,6 +2291,10 @@ def interrupted(st, w):
 ORPHAN_TERM_WAIT = 5.0   # seconds the orphan's processes get to exit after SIGTERM
 ORPHAN_KILL_WAIT = 5.0   # seconds after SIGKILL before coord says they would not go
 ORPHAN_IDLE = (None, "idle")  # the last recorded turn boundaries at which coord may end it
+# Harnesses whose hung-up launcher does not pass the hangup on (docs/harness-gemini.md): `work close`
+# ends one left headless after CLOSED_EXIT_WAIT; any other harness hung up is saving its session
+# and is only waited for.
+HANGUP_NOT_PASSED = frozenset(("gemini",))
 
 
 def _proc_stat(pid):
@@ -2396,6 +2400,17 @@ def end_headless(st, w, o, caller):
         raise Refused(what + ", mid-turn (%s); coord ends only an idle one" % o["turn"],
                       "%s (then kill -KILL -- -%d if it stays), then: coord work resume %s"
                       % (kill_command(o), o["pgids"][0], w["handle"]))
+    ended, stayed = _end_session(st, w, o, caller)
+    if stayed:
+        raise EnvError("%s; process%s %s did not exit after SIGKILL" % (
+            what, "" if len(stayed) == 1 else "es", ", ".join(map(str, stayed))),
+            "coord work resume %s (once they are gone)" % w["handle"])
+    return ended
+
+
+def _end_session(st, w, o, caller):
+    """SIGTERM each process group of the orphan `o`'s session, SIGKILL what is left after
+    ORPHAN_TERM_WAIT; recorded in the work's history and the audit. -> (ended, pids that stayed)."""
     import signal
     procs = session_processes(o["session"])
     sent = "TERM"
@@ -2429,11 +2444,7 @@ def end_headless(st, w, o, caller):
         st.update_work(w["id"], data={"history": with_history(cur, cur["state"], caller, step="headless-ended",
                                                               stayed=stayed or None, **ended)})
         st.audit("work.headless-ended", who_id(caller), w["id"], headless=ended, stayed=stayed or None)
-    if stayed:
-        raise EnvError("%s; process%s %s did not exit after SIGKILL" % (
-            what, "" if len(stayed) == 1 else "es", ", ".join(map(str, stayed))),
-            "coord work resume %s (once they are gone)" % w["handle"])
-    return ended
+    return ended, stayed
 
 
 def not_registered(w, grace, now=None):
@@ -2813,15 +2824,90 @@ def park_work(st, *, caller, handle, reason, override=False):
     return out
 
 
-def close_work(st, *, caller, handle, override=False):
-    """Kill exactly the recorded window (validated by ID); -> {work, window}."""
+def close_work(st, *, caller, handle, override=False, environ=None):
+    """Kill exactly the recorded window (validated by ID), then wait for what ran in it to exit
+    (window_processes; at most COORD_CLOSE_WAIT seconds), so that a `work remove` right after
+    finds nothing live inside. A harness left running headless (headless_orphan) is ended.
+    -> {work, window, waited: seconds (when it had to wait), ended, left: [{pid, command}]}."""
     w = st.resolve_work(handle)
     refuse_state(w, UNUSABLE)
     authorize(st, w, caller, "close", override)
+    bound = store.env_number(os.environ if environ is None else environ, "COORD_CLOSE_WAIT", CLOSE_EXIT_WAIT,
+                             CLOSE_EXIT_RANGE)
+    running = window_processes(st, w)
     what = _close_window(w)
+    out = {"work": w["handle"], "window": what}
+    if what.startswith("closed") and running:
+        out.update(_wait_closed(st, w, running, bound, caller))
     released = end_parked(st, w, "work closed")
-    _record_tmux(st, w, "closed", None, caller, outcome=what, released=released or None)
-    return {"work": w["handle"], "window": what}
+    _record_tmux(st, w, "closed", None, caller, outcome=what, released=released or None,
+                 left=[p["pid"] for p in out.get("left") or []] or None)
+    return out
+
+
+CLOSE_EXIT_WAIT = 30.0  # seconds `work close` waits for its window's processes to exit (COORD_CLOSE_WAIT)
+CLOSE_EXIT_RANGE = (0.0, 600.0)
+
+
+def window_processes(st, w):
+    """[(pid, start token)] of what runs in the work's live window: the processes of its pane's
+    session (a pane's process leads its own session), the pane process's descendants (a child
+    that started a session of its own) and the live runtime recorded for the window."""
+    rec = w["data"].get("tmux") or {}
+    pane = rec.get("pane_pid")
+    if not isinstance(pane, int) or pane <= 1 or not os.path.isdir("/proc/self"):
+        return []
+    found = {p: s for p, _, s in session_processes(pane)}
+    found.update((p, store.process_start(p)) for p in _descendants(pane))
+    rt = st.runtime(rec["runtime_id"]) if rec.get("runtime_id") else None
+    if rt and rt.get("pid") and st.pid_judged_here(rt) and store.process_alive(rt["pid"], rt.get("pid_start")):
+        found.setdefault(rt["pid"], store.process_start(rt["pid"]))
+    return sorted((p, s) for p, s in found.items() if s)
+
+
+def _descendants(root):
+    """The pids below process `root` now (from /proc)."""
+    children = {}
+    try:
+        names = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+    for pid in names:
+        stat = _proc_stat(pid)
+        if stat:
+            children.setdefault(stat[1], []).append(pid)
+    out, stack = [], [root]
+    while stack and len(out) < 4096:
+        for child in children.get(stack.pop(), []):
+            out.append(child)
+            stack.append(child)
+    return out
+
+
+def _wait_closed(st, w, running, bound, caller):
+    """Wait up to `bound` seconds for the closed window's processes (`running`) to exit; end a
+    headless orphan (positive evidence only: headless_orphan) once it has had CLOSED_EXIT_WAIT to
+    go by itself, for a harness that never heard the hangup (HANGUP_NOT_PASSED).
+    -> {waited, ended, left} (keys only when there is something to say)."""
+    def alive():
+        return [(p, s) for p, s in running if store.process_start(p) == s and (_proc_stat(p) or ("Z",))[0] != "Z"]
+    began = time.monotonic()
+    left, ended = alive(), None
+    out = {"waited": 0.0} if left else {}
+    while left and time.monotonic() - began < bound:
+        if ended is None and time.monotonic() - began >= min(CLOSED_EXIT_WAIT, bound / 2):
+            orphan = headless_orphan(st, w)
+            ended = False
+            if orphan is not None and orphan["harness"] in HANGUP_NOT_PASSED:
+                ended, _ = _end_session(st, w, orphan, caller)
+                out["ended"] = ended
+        time.sleep(0.1)
+        left = alive()
+    if out:
+        out["waited"] = round(time.monotonic() - began, 1)
+    if left:
+        out["left"] = [{"pid": p, "command": harness_program(p) or store.process_parent(p)[1] or "?"} for p, _ in left]
+    return out
 
 
 def archive_work(st, *, caller, handle, override=False):
@@ -3477,8 +3563,25 @@ def cmd_record_conversation(ctx, args):
 
 
 def cmd_close(ctx, args):
-    r = close_work(ctx.db, caller=ctx.caller(), handle=args.handle, override=args.override)
-    return 0, ok_data(r), (r["window"] if r["window"].startswith("window not") else None)
+    r = close_work(ctx.db, caller=ctx.caller(), handle=args.handle, override=args.override, environ=ctx.environ)
+    return 0, ok_data(r), close_text(r)
+
+
+def close_text(r):
+    """What `work close` says: nothing for a window whose processes were gone at once; one line
+    when it waited, ended a headless harness, or left something running."""
+    lines = [r["window"]] if r["window"].startswith("window not") else []
+    if r.get("ended"):
+        e = r["ended"]
+        lines.append("ended its headless %s: process%s %s (SIG%s)" % (
+            store.clean_text(e["harness"] or "harness", 20), "" if len(e["pids"]) == 1 else "es",
+            " ".join(map(str, e["pids"])), e["signal"]))
+    if r.get("left"):
+        lines.append("waited %.0f s; still running: %s" % (r["waited"], ", ".join(
+            "%d (%s)" % (p["pid"], store.clean_text(p["command"], 30)) for p in r["left"][:5])))
+    elif r.get("waited"):
+        lines.append("waited %.1f s for its processes to exit" % r["waited"])
+    return "\n".join(lines) or None
 
 
 # =========================================================================== parser registration

@@ -623,6 +623,19 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         self.resume_interrupted(timeout=60)
 
 
+class CloseThenRemove(h.CloseThenRemove, h.CoordCase):
+    """Claude Code 2.1.197 hung up by `work close`: the remove right after succeeds."""
+
+    harness = "claude"
+
+    def launch_setup(self):
+        self.interactive_claude()
+        return self.launch_env
+
+    def test_close_then_remove_succeeds_first_time(self):
+        self.close_then_remove(timeout=60)
+
+
 # --------------------------------------------------------------------------- safe mode with the real harness (issue 25, pgcodex)
 
 class PgSafeMode(support.PostgresProject, h.CoordCase):

@@ -250,3 +250,16 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
 
     def test_resume_interrupted_brings_copilot_to_its_first_boundary(self):
         self.resume_interrupted()
+
+
+class CloseThenRemove(h.CloseThenRemove, h.CoordCase):
+    """Copilot CLI 1.0.102 hung up by `work close`: the remove right after succeeds."""
+
+    harness = "copilot"
+
+    def launch_setup(self):
+        h.trust_copilot_folder(self.home, self.repo)  # the person trusted the shared checkout once
+        return h.copilot_env(self.home, self.server, self.launch_managed({"COORD_COPILOT_CMD": self.cli}))
+
+    def test_close_then_remove_succeeds_first_time(self):
+        self.close_then_remove()

@@ -198,6 +198,21 @@ class CoordScenarios(h.CoordCase):
         self.assertEqual(listed.get("runtime"), rts[0]["handle"], listed)
 
 
+class CloseThenRemove(h.CloseThenRemove, h.CoordCase):
+    """Gemini CLI 0.61.0 hung up by `work close` (its launcher ignores the hangup and SIGTERM):
+    close ends what it launched, and the remove right after succeeds."""
+
+    harness = "gemini"
+
+    def launch_setup(self):
+        h.write_gemini_user_settings(self.home)
+        h.trust_gemini_folder(self.home, self.repo)  # the person trusted the shared checkout once
+        return h.gemini_env(self.home, self.server, self.launch_managed({"COORD_GEMINI_CMD": self.cli}))
+
+    def test_close_then_remove_succeeds_first_time(self):
+        self.close_then_remove()
+
+
 def tearDownModule():
     h.print_figures()
 

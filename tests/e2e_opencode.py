@@ -158,7 +158,15 @@ class CoordScenarios(h.CoordCase):
         status = subprocess.run(["git", "-C", clone, "status", "--porcelain", "--ignored", ".opencode"],
                                 stdout=subprocess.PIPE, universal_newlines=True).stdout
         self.assertEqual(status.strip(), "", status)
-
+        # It wrote its project ID (the root commit) as .git/opencode: not work, so the only reason
+        # the clone may not go is the agent's own file (docs/harness-opencode.md).
+        with open(os.path.join(clone, ".git", "opencode")) as f:
+            root = f.read()
+        self.assertEqual(root, subprocess.run(["git", "-C", clone, "rev-list", "--max-parents=0", "HEAD"],
+                                              stdout=subprocess.PIPE, universal_newlines=True).stdout.strip())
+        self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e")
+        reply = self.rcoord("work", "remove", work["handle"], "--confirm", work["handle"], check=3)
+        self.assertEqual([r["code"] for r in reply["reasons"]], ["dirty"], reply)
 
 if __name__ == "__main__":
     unittest.main()

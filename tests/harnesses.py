@@ -1031,3 +1031,39 @@ class ResumedFirstBoundary(object):
                                                  if k != "pane_command"}),
                                      json.dumps(seen["data"].get("history"))[-1500:]))
         return work, rec
+
+
+class CloseThenRemove(ResumedFirstBoundary):
+    """Mixed into a CoordCase per harness (before it), with ResumedFirstBoundary's set-up: README's
+    `work close W && work remove W --confirm W` right after the agent's first turn. tmux hangs the
+    harness up, and a real CLI takes its time to exit (Claude Code, Copilot CLI and Qwen Code took
+    5 to 20 s on a real repository; Gemini CLI's launcher ignores the hangup): `work close` waits
+    for the exit it caused (and ends a headless orphan), so the remove right after succeeds on
+    its first try. A subclass sets `harness`, defines launch_setup() and its test, which calls
+    close_then_remove()."""
+
+    def close_then_remove(self, timeout=90):
+        from modelserver import say
+        self.server.load([say("ok")] * 50)
+        work = self.rcoord("work", "create", "closing-" + self.harness, env=self.as_owner)["work"]
+        self.rcoord("work", "start", work["handle"], "--harness", self.harness, "--prompt", "say ok.",
+                    env=self.as_owner)
+        first = self.registered(work["handle"], timeout)
+        retry_until(lambda: self.turn(first) == "idle", timeout=timeout, interval=0.25)
+        self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e", env=self.as_owner)
+        closed = self.rcoord("work", "close", work["handle"], env=self.as_owner)
+        env = dict(self.env, **self.as_owner)
+        proc = subprocess.run([sys.executable, os.path.join(self.repo, ".coord", "coord"), "work", "remove",
+                               work["handle"], "--confirm", work["handle"]], env=env, cwd=self.repo,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+        sys.stderr.write("(%s: close waited %s s%s) " % (self.harness, closed.get("waited"),
+                                                        ", ended %s" % closed["ended"]["pids"] if closed.get("ended")
+                                                        else ""))
+        if proc.returncode != 0:
+            diff = subprocess.run(["jj", "diff", "--git"], cwd=work["path"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, universal_newlines=True, timeout=60).stdout
+            self.fail("close said %r; remove right after it exited %d:\n%s%s\nthe clone's @: %s" % (
+                closed, proc.returncode, proc.stdout, proc.stderr, diff))
+        self.assertFalse(os.path.exists(work["path"]))
+        self.assertNotIn("left", closed, closed)
+        return closed

@@ -925,6 +925,69 @@ class RealShapeTest(LandCase):
         self.write(self.canon, ".git/hooks/pre-commit", "#!/bin/sh\nexit 0\n")
         self.assertEqual(self.remove(handle).returncode, 0)
 
+    def test_a_file_under_git_info_hooks_or_description_that_git_did_not_make_blocks_removal(self):
+        """An agent that wants a file to vanish with the clone (or to survive a removal it
+        should have stopped) writes it where git keeps its own files: .git/info, .git/hooks,
+        .git/description. Each counts as git's only with the bytes of jj's fresh clone or of the
+        shared checkout's file at that path."""
+        handle, path = self.landed("gitinfo")
+        exclude, sample, description = (self.read(path, ".git/" + rel) for rel in (
+            "info/exclude", "hooks/pre-commit.sample", "description"))
+        self.write(path, ".git/info/notes.txt", "kept only here\n")
+        self.write(path, ".git/info/exclude", exclude + "secret-pattern\n")
+        self.write(path, ".git/hooks/notes", "not executable, not a sample\n")
+        self.write(path, ".git/hooks/pre-commit.sample", "a sample rewritten\n")
+        self.write(path, ".git/description", "a description of my own\n")
+        self.write(path, ".git/info/deep/more.txt", "deeper\n")
+        os.symlink(os.path.join(self.tmp, "elsewhere"), os.path.join(path, ".git", "info", "link"))
+        reasons = self.refused_codes(handle, path)
+        self.assertEqual(list(reasons), ["git-only-files"])
+        self.assertEqual(sorted(reasons["git-only-files"]["paths"]), [
+            ".git/description", ".git/hooks/notes", ".git/hooks/pre-commit.sample", ".git/info/deep/more.txt",
+            ".git/info/exclude", ".git/info/link", ".git/info/notes.txt"])
+        self.assertRegex(reasons["git-only-files"]["next"], r"^move them out of \S+ \(a file of git.s own: put its bytes back\), then: coord work remove %s --confirm %s$" % (handle, handle))
+        # the same bytes in the shared checkout capture a file; git's own, put back, are git's
+        self.write(self.canon, ".git/info/notes.txt", "kept only here\n")
+        for rel in ("hooks/notes", "info/link"):
+            os.remove(os.path.join(path, ".git", rel))
+        shutil.rmtree(os.path.join(path, ".git", "info", "deep"))
+        for rel, text in (("info/exclude", exclude), ("hooks/pre-commit.sample", sample), ("description", description)):
+            self.write(path, ".git/" + rel, text)
+        self.assertEqual(self.remove(handle).returncode, 0)
+
+    def test_a_file_in_git_s_object_store_or_refs_that_git_never_reads_blocks_removal(self):
+        handle, path = self.landed("gitstore")
+        self.run_tool(path, "git", "gc", "-q")  # what git itself writes there is git's
+        self.run_tool(path, "git", "commit-graph", "write")
+        self.write(path, ".git/objects/notes.txt", "kept only here\n")
+        self.write(path, ".git/objects/pack/mine.tar", "an archive\n")
+        self.write(path, ".git/refs/notes.txt", "not a ref\n")
+        reasons = self.refused_codes(handle, path)
+        self.assertEqual(sorted(reasons["git-only-files"]["paths"]), [
+            ".git/objects/notes.txt", ".git/objects/pack/mine.tar", ".git/refs/notes.txt"])
+        for rel in ("objects/notes.txt", "objects/pack/mine.tar", "refs/notes.txt"):
+            os.remove(os.path.join(path, ".git", rel))
+        self.assertEqual(self.remove(handle).returncode, 0)
+
+    def test_opencodes_project_id_file_is_not_work_and_any_other_content_is(self):
+        """OpenCode 1.18.33 writes .git/opencode in every repository it runs in: the root
+        commit's ID, 40 hex digits (docs/harness-opencode.md). Exactly that does not block."""
+        handle, path = self.landed("opencode")
+        root = self.run_tool(path, "git", "rev-list", "--max-parents=0", "HEAD").split()[0]
+        for content in (root + "\n", "f" * 40, root + " notes", "a note of my own"):
+            with open(os.path.join(path, ".git", "opencode"), "w") as f:
+                f.write(content)
+            self.assertEqual(self.refused_codes(handle, path)["git-only-files"]["paths"], [".git/opencode"], content)
+        os.remove(os.path.join(path, ".git", "opencode"))
+        os.symlink(os.path.join(self.tmp, "id"), os.path.join(path, ".git", "opencode"))
+        with open(os.path.join(self.tmp, "id"), "w") as f:
+            f.write(root)
+        self.assertEqual(self.refused_codes(handle, path)["git-only-files"]["paths"], [".git/opencode"])
+        os.remove(os.path.join(path, ".git", "opencode"))
+        with open(os.path.join(path, ".git", "opencode"), "w") as f:
+            f.write(root)
+        self.assertEqual(self.remove(handle).returncode, 0)
+
     def test_the_whole_path_with_a_real_test_command(self):
         """Three works on the real shape: one lands with the project's own unittest suite as
         its check and is pushed; one lands over a stale base; one conflicts, is resolved in its

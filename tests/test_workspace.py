@@ -3834,3 +3834,59 @@ class HeadlessOrphanTest(TmuxWorkCase):
         self.assertEqual(rc, 3, out)
         self.assertIn("has a live agent inside its clone", out)
         self.assertIsNone(other.poll())
+
+
+class CloseWaitsForExitTest(TmuxWorkCase):
+    """`work close W && work remove W --confirm W`: tmux hangs the window's harness up, and a real
+    CLI takes its time to exit (Claude Code, Copilot CLI and Qwen Code took 5 to 20 s on a real
+    repository, more than the few seconds remove gives a closed window's harness). `work close`
+    waits for the exit it caused (COORD_CLOSE_WAIT), says so in one line, and names what it left
+    running when the bound ran out; a harness that keeps running headless in the dead pane's
+    session (Gemini CLI's launcher ignores the hangup) is ended on positive evidence. The stand-in
+    (FAKE_LINGER) exits that many seconds after its hangup; FAKE_IGNORE_HUP ignores it."""
+
+    def started(self, task, **fake):
+        for name, value in dict(FAKE_HOOK="1", **fake).items():
+            os.environ[name] = self.env[name] = value
+            self.addCleanup(os.environ.pop, name, None)
+        handle, path, _ = self.create(task)
+        self.work("start", handle, check=0)
+        tm = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
+            self.record(handle)["data"]["tmux"]), timeout=30)
+        st = store.Store(self.db)
+        try:
+            st.set_turn(tm["runtime_id"], "idle")
+            pid = st.runtime(tm["runtime_id"])["pid"]
+        finally:
+            st.close()
+        self.addCleanup(HeadlessOrphanTest.end_session, self, tm["pane_pid"])
+        # another session keeps the tmux server up once the window is closed
+        subprocess.run([self.tmux_bin, "-S", self.sock, "new-session", "-d", "-s", "keep", "sleep 600"],
+                       check=True, timeout=10)
+        self.work("gate", handle, "--waive", "--reason", "test", check=0)
+        return handle, path, pid
+
+    def test_close_waits_for_a_slow_exit_so_the_remove_right_after_succeeds(self):
+        handle, path, pid = self.started("slow-exit", FAKE_LINGER="7")
+        out = self.work("close", handle, check=0).stdout
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertRegex(out, r"^waited \d+\.\d s for its processes to exit\n$")
+        self.assertFalse(os.path.exists(path))
+
+    def test_the_bound_ran_out_it_names_what_it_left_running(self):
+        handle, path, pid = self.started("slower-exit", FAKE_LINGER="30")
+        proc = self.work("close", handle, check=0, env={"COORD_CLOSE_WAIT": "1"})
+        self.assertRegex(proc.stdout, r"^waited 1 s; still running: %d \(\S+\)\n$" % pid)
+        history = self.record(handle)["data"]["history"]
+        self.assertEqual((history[-1].get("state"), history[-1].get("left")), ("closed", [pid]))
+        self.assertEqual(self.work("close", handle, check=2, env={"COORD_CLOSE_WAIT": "nan"}).returncode, 2)
+
+    def test_a_harness_left_headless_is_ended_and_the_remove_succeeds(self):
+        handle, path, pid = self.started("headless-close", FAKE_IGNORE_HUP="1", FAKE_HARNESS="gemini")
+        out = self.work("close", handle, check=0).stdout
+        proc = self.work("remove", handle, "--confirm", handle)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("ended its headless gemini: process %d (SIGTERM)" % pid, out)
+        ended = [h for h in self.record(handle)["data"]["history"] if h.get("step") == "headless-ended"]
+        self.assertEqual([h["pids"] for h in ended], [[pid]])
