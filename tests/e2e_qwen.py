@@ -280,3 +280,17 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
 
     def test_resume_interrupted_brings_qwen_to_its_first_boundary(self):
         self.resume_interrupted()
+
+
+class CloseThenRemove(h.CloseThenRemove, h.CoordCase):
+    """Qwen Code 0.24.4 hung up by `work close`: the remove right after succeeds (its settings
+    rewrite no longer leaves a change: the installer writes `"$version": 4` itself)."""
+
+    harness = "qwen"
+
+    def launch_setup(self):
+        h.write_qwen_user_settings(self.home)
+        return h.qwen_env(self.home, self.server, self.launch_managed({"COORD_QWEN_CMD": self.cli}))
+
+    def test_close_then_remove_succeeds_first_time(self):
+        self.close_then_remove(timeout=60)
