@@ -2298,6 +2298,105 @@ class PersonWorkTest(WorkTestCase):
 
 
 @support.slow
+class AgentTmuxServerTest(TmuxWorkCase):
+    """An agent that `work start` launched (the stand-in harness, running commands as a Bash tool
+    does: no terminal) reaches a shell on a terminal through coord's own tmux server in every way
+    tmux offers; none of them is the person, so the gate of the person's other work refuses and
+    no audit row names the person. The person at their own terminal, with a tmux client attached
+    to that server, or in a pane of a tmux server of their own, still passes."""
+
+    def setUp(self):
+        super().setUp()
+        if store.harness_ancestor(store.ancestor_processes())[0] is not None:
+            self.skipTest("this test process runs under an agent harness, so no caller of it is a person")
+        self.bash = os.path.join(self.tmp, "bash")
+        os.mkdir(self.bash)
+        os.environ["FAKE_BASH"] = self.env["FAKE_BASH"] = self.bash
+        self.addCleanup(os.environ.pop, "FAKE_BASH", None)
+        self.line = "%s %s" % (shlex.quote(sys.executable), shlex.quote(support.COORD))
+        self.term = support.person_terminal(self, self.canon)
+        rc, out = self.term.run("%s work create persons-own" % self.line)
+        self.assertEqual(rc, 0, out)
+        self.own = out.split()[0]
+        self.person = json.loads(self.term.run("%s hello --json 2>/dev/null" % self.line)[1])["runtime"]
+        agent, _path, _ = self.create("agent-side")
+        self.work("start", agent, check=0)
+        support.retry_until(lambda: [n for n in os.listdir(self.rec) if n.endswith(".json")], timeout=30)
+        self.session = self.record(agent)["data"]["tmux"]["session_id"]
+        self.runs = 0
+
+    def agent_runs(self, line):
+        """Run `line` through the stand-in harness's shell tool; -> {rc, out, err}."""
+        self.runs += 1
+        stem = os.path.join(self.bash, "%03d" % self.runs)
+        with open(stem + ".tmp", "w") as f:
+            f.write(line)
+        os.rename(stem + ".tmp", stem + ".cmd")
+        support.retry_until(lambda: os.path.exists(stem + ".json"), timeout=60)
+        with open(stem + ".json") as f:
+            return json.load(f)
+
+    def gate_line(self, name):
+        """A shell line that gates the person's work and leaves its exit status and output in files."""
+        out = os.path.join(self.tmp, name)
+        return "cd %s && %s work gate %s --pass > %s.out 2>&1; echo $? > %s.rc" % (
+            shlex.quote(self.canon), self.line, self.own, shlex.quote(out), shlex.quote(out))
+
+    def outcome(self, name):
+        rc = os.path.join(self.tmp, name + ".rc")
+        support.retry_until(lambda: os.path.exists(rc) and open(rc).read().strip(), timeout=60)
+        with open(rc) as f, open(os.path.join(self.tmp, name + ".out")) as g:
+            return int(f.read()), g.read()
+
+    def test_no_pane_of_coord_s_server_is_the_person(self):
+        q = shlex.quote
+        sock = q(self.sock)
+        bare = self.agent_runs("tmux new-window -d -P -F '#{pane_id}'")["out"].strip()
+        spare = self.agent_runs("tmux new-window -d -P -F '#{pane_id}'")["out"].strip()
+        self.assertTrue(bare.startswith("%") and spare.startswith("%"), (bare, spare))
+        doors = [
+            ("new-window", lambda g: "tmux new-window -d %s" % q(g)),
+            ("split-window", lambda g: "tmux split-window -d %s" % q(g)),
+            ("new-session", lambda g: "tmux new-session -d %s" % q(g)),
+            ("same-socket", lambda g: "env -u TMUX -u TMUX_PANE tmux -S %s new-session -d %s" % (sock, q(g))),
+            ("respawn-pane", lambda g: "tmux respawn-pane -k -t %s %s" % (spare, q(g))),
+            ("run-shell", lambda g: "tmux run-shell -b %s" % q(g)),
+            ("send-keys", lambda g: "tmux send-keys -t %s %s Enter" % (bare, q(g))),
+            ("script", lambda g: "tmux new-window -d %s" % q("script -qc %s /dev/null" % q(g))),
+            ("setsid", lambda g: "tmux new-window -d %s" % q("setsid -w sh -c %s" % q(g))),
+            ("double-fork", lambda g: "tmux new-window -d %s" % q("sh -c %s; sleep 5" % q("(%s &) &" % g))),
+        ]
+        for name, door in doors:
+            with self.subTest(door=name):
+                ran = self.agent_runs(door(self.gate_line(name)))
+                self.assertEqual(ran["rc"], 0, ran)
+                rc, out = self.outcome(name)
+                self.assertEqual(rc, 3, "%s: %s" % (name, out))
+        self.assertEqual(self.record(self.own)["data"]["gate"]["state"], "pending")
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual([e for e in events if e["event"].startswith("work.gate")], [])
+        people = [r["conversation"] for r in self.coord_json("list", "--all")["runtimes"] if r.get("harness") == "person"
+                  and r["conversation"].count(":") > 1]  # a terminal's person, not the user alone (double-fork)
+        self.assertEqual(people, [self.person["conversation"]], "no other terminal became the person")
+
+    def test_the_person_outside_it_still_passes(self):
+        # In a pane of a tmux server of their own, where coord runs no agent.
+        own = os.path.join(self.tmp, "own.sock")
+        env = {k: v for k, v in self.env.items() if k not in ("TMUX", "TMUX_PANE", "FAKE_BASH")}
+        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", own, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=10)
+        subprocess.run([self.tmux_bin, "-S", own, "new-session", "-d", self.gate_line("own-server")], env=env,
+                       check=True, timeout=30)
+        rc, out = self.outcome("own-server")
+        self.assertEqual(rc, 0, out)
+        # At their own terminal while a tmux client of theirs is attached to coord's server.
+        support.TmuxClient(self, self.sock, self.session, env=env)
+        rc, out = self.term.run("%s work gate %s --pass" % (self.line, self.own))
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(self.record(self.own)["data"]["gate"]["state"], "passed")
+
+
+@support.slow
 class AdoptLoopTest(WorkTestCase):
     """A clone adopted into another database: remove, adopt and --forget point at one way out that
     deletes nothing, and the other database still holds the clone."""
