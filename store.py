@@ -3950,13 +3950,25 @@ def number_text(x):
     return ("%d" % x) if x == int(x) else ("%g" % x)
 
 
+# The only text a number may be written as: ASCII digits, an optional sign, and for a float a
+# point and an exponent. float() and int() also take `1_000`, Arabic-Indic or fullwidth digits,
+# surrounding Unicode spaces, `nan` and `inf`: none of those is a number here.
+_INT_TEXT = Pattern(r"\A[+-]?[0-9]+\Z")
+_FLOAT_TEXT = Pattern(r"\A[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+_ASCII_SPACE = " \t\r\n"
+
+
 def check_float(value, what, low, high, unit="seconds", hint=None):
     """`value` (text or number) as a finite float within [low, high]; else a UsageError that
-    names `what` and the allowed range. inf, nan and 1e309 are refused."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        number = None
+    names `what` and the allowed range. Text must be ASCII digits (_FLOAT_TEXT): inf, nan,
+    1e309, `1_000` and non-ASCII digits are refused."""
+    number = None
+    written = not isinstance(value, str) or _FLOAT_TEXT.match(value.strip(_ASCII_SPACE))
+    if written and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            number = None
     if number is None or not low <= number <= high:  # nan fails every comparison
         raise UsageError("%s must be a number of %s from %s to %s, not %s"
                          % (what, unit, number_text(low), number_text(high), _shown(value)), hint)
@@ -3967,10 +3979,11 @@ def check_int(value, what, low, high, hint=None):
     """`value` (text or int) as a whole number within [low, high]; else a UsageError that names
     `what` and the allowed range."""
     number = None
-    if not isinstance(value, (bool, float)):
+    text = value.strip(_ASCII_SPACE) if isinstance(value, str) else value
+    if isinstance(value, int) and not isinstance(value, bool) or isinstance(text, str) and _INT_TEXT.match(text):
         try:
-            number = int(str(value).strip())
-        except ValueError:  # also digit strings longer than int() accepts
+            number = int(text)
+        except ValueError:  # digit strings longer than int() accepts
             number = None
     if number is None or not low <= number <= high:
         raise UsageError("%s must be a whole number from %d to %d, not %s" % (what, low, high, _shown(value)), hint)
@@ -3992,7 +4005,7 @@ def env_number(env, name, default, bounds, strict=True):
 
 
 def _message_id(value):
-    return check_int(str(value).strip().lstrip("#"), "message ID", ID_RANGE[0], ID_RANGE[1],
+    return check_int(str(value).strip(_ASCII_SPACE).lstrip("#"), "message ID", ID_RANGE[0], ID_RANGE[1],
                      "coord inbox --peek lists message IDs")
 
 
