@@ -3272,8 +3272,8 @@ def _inspect_verbose_lines(w, facts):
 def cmd_gate(ctx, args):
     gate_flags(args.passed, args.waive, args.reason)
     w = target_work(ctx, args.handle, default_ok=True)
-    return 0, ok_data(gate_work(ctx.db, caller=ctx.caller(), work=w, passed=args.passed,
-                            reason=args.reason, override=args.override)), None
+    r = gate_work(ctx.db, caller=ctx.caller(), work=w, passed=args.passed, reason=args.reason, override=args.override)
+    return 0, ok_data(r), "%s gate %s" % (r["work"], r["gate"]["state"])
 
 
 def cmd_adopt(ctx, args):
@@ -3299,14 +3299,16 @@ def cmd_start(ctx, args):
     return 0, ok_data(r), started_text(r, args.harness)
 
 
-def started_text(r, harness):
-    """What `work start` says on success: the window and the exact command that shows it, then
-    start_text's approvals or shell-agent lines when there are any."""
+def started_text(r, harness, said=""):
+    """What `work start` and `work resume` say on success: the window and the exact command that
+    shows it (`said`: what else happened, after the window), then start_text's approvals or
+    shell-agent lines when there are any."""
     attach = " ".join(shlex.quote(a) for a in r["attach"])
     more = start_text(r)
     if more:
-        return "%s\nattach: %s" % (more, attach)
-    return "%s runs %s in tmux window %s; attach: %s" % (r["work"], harness, r["tmux"].get("window_id"), attach)
+        return "%s\nattach: %s" % ("%s%s\n%s" % (r["work"], said, more) if said else more, attach)
+    return "%s runs %s in tmux window %s%s; attach: %s" % (r["work"], harness, r["tmux"].get("window_id"), said,
+                                                         attach)
 
 
 def start_text(r):
@@ -3334,11 +3336,9 @@ def cmd_resume(ctx, args):
         raise UsageError("work resume needs a work handle, or --interrupted", "coord work resume HANDLE")
     r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
                     conversation=args.conversation, harness=args.harness, override=args.override)
-    text = start_text(r)
-    if r.get("ended"):
-        text = "\n".join(t for t in ("%s resumed in tmux window %s%s" % (r["work"], r["tmux"].get("window_id"),
-                                                                      ended_text(r)), text) if t)
-    return 0, ok_data(r), text
+    import session
+    r["attach"] = session.attach_command(r["tmux"], None, ctx.environ)
+    return 0, ok_data(r), started_text(r, r["tmux"].get("harness") or "its harness", ended_text(r))
 
 
 def ended_text(r):
@@ -3429,7 +3429,10 @@ def cmd_record_conversation(ctx, args):
 
 def cmd_close(ctx, args):
     r = close_work(ctx.db, caller=ctx.caller(), handle=args.handle, override=args.override)
-    return 0, ok_data(r), (r["window"] if r["window"].startswith("window not") else None)
+    if r["window"].startswith("window not"):
+        return 0, ok_data(r), r["window"]
+    return 0, ok_data(r), "%s closed (%s)" % (r["work"], "no window" if r["window"] == "no window" else
+                                               "tmux window %s" % r["window"][len("closed "):])
 
 
 # =========================================================================== parser registration

@@ -370,7 +370,7 @@ class AgentIsNoPerson(h.CoordCase):
         self.assertEqual([e for e in events if e.startswith("work.gate") or e.startswith("work.integrat")
                           or e in ("work.authority.override", "work.removed")], [], events)
         # The person, at their terminal, still may.
-        self.assertEqual(term.run(".coord/coord work gate %s --pass" % handle), (0, ""))
+        self.assertEqual(term.run(".coord/coord work gate %s --pass" % handle), (0, "%s gate passed\n" % handle))
 
 
 class CloneTrust(h.CoordCase):

@@ -2257,7 +2257,7 @@ class PersonWorkTest(WorkTestCase):
         # The second terminal's person first appears inside the clone, then its shell leaves it.
         self.assertEqual(two.run("cd %s && %s hello >/dev/null; cd %s" % (shlex.quote(path), coord,
                                                                           shlex.quote(self.canon)))[0], 0)
-        self.assertEqual(two.run("%s work gate %s --pass" % (coord, handle)), (0, ""))
+        self.assertEqual(two.run("%s work gate %s --pass" % (coord, handle)), (0, "%s gate passed\n" % handle))
         # The first terminal is still open (its person live): the same person removes it from the second.
         rc, out = two.run("%s work remove %s --confirm %s" % (coord, handle, handle))
         self.assertEqual(rc, 0, out)
@@ -2294,7 +2294,8 @@ class PersonWorkTest(WorkTestCase):
         self.assertTrue(os.path.isdir(path))
         events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         self.assertEqual([e for e in events if e["event"].startswith("work.gate") or e["event"] == "work.authority.override"], [])
-        self.assertEqual(term.run("%s work gate %s --pass" % (coord, handle)), (0, ""), "the person at the terminal may")
+        self.assertEqual(term.run("%s work gate %s --pass" % (coord, handle)), (0, "%s gate passed\n" % handle),
+                         "the person at the terminal may")
 
 
 @support.slow
@@ -3292,6 +3293,31 @@ class StartOutputTest(TmuxWorkCase):
         self.assertIn("coord's hooks stay off there until you approve them", out)
         self.assertTrue(out.endswith("\nattach: tmux -S %s attach-session -t %s\n" % (shlex.quote(self.sock),
                                                                                       tmux["pane_id"])), out)
+
+
+    def test_resume_close_gate_and_remove_each_say_one_line(self):
+        handle, path, _ = self.create("told")
+        with open(os.path.join(self.home, ".claude.json"), "w") as f:
+            json.dump({"projects": {path: {"hasTrustDialogAccepted": True}}}, f)
+        self.work("start", handle, check=0)
+        self.work("park", handle, "--reason", "later", check=0)
+        out = self.work("resume", handle, "--conversation", "conv-told", check=0).stdout
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertEqual(out, "%s runs claude in tmux window %s; attach: tmux -S %s attach-session -t %s\n" % (
+            handle, tmux["window_id"], shlex.quote(self.sock), tmux["pane_id"]), "the line work start prints")
+        self.work("park", handle, "--reason", "again", check=0)
+        self.assertEqual(self.work_json("resume", handle, "--conversation", "conv-told")["attach"],
+                         self.work_json("attach", handle)["command"], "--json has the same command")
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertEqual(self.work("close", handle, check=0).stdout, "%s closed (tmux window %s)\n" % (
+            handle, tmux["window_id"]))
+        self.assertEqual(self.work("gate", handle, "--waive", "--reason", "nothing to land", check=0).stdout,
+                         "%s gate waived\n" % handle)
+        self.assertEqual(self.work("gate", handle, "--pass", check=0).stdout, "%s gate passed\n" % handle)
+        self.assertEqual(self.work("remove", handle, "--confirm", handle, check=0).stdout, "%s removed\n" % handle)
+        self.assertFalse(os.path.lexists(path))
+        self.assertEqual(self.work("remove", handle, "--confirm", handle, check=0).stdout,
+                         "%s was already removed\n" % handle)
 
 
 class ConflictsExitTest(LandingPreviewCase):
