@@ -1017,6 +1017,21 @@ def _adopt_git_identity(path, source, environ):
     jj(["metaedit", "--update-author"], path, environ=environ)
 
 
+def never_page(path, environ=None):
+    """Make jj and git in the clone at `path` never page: an agent's shell has no person to press
+    `q` (a `jj st` sat in jj's pager inside Gemini CLI's shell until the person typed). jj's
+    workspace config `ui.paginate = "never"` (this workspace only, never the shared repository's
+    other workspaces) and, in a colocated clone, git's `core.pager = cat` in the clone's own
+    config. Idempotent: create writes it; setup, start and resume write it again, so clones made
+    before it get it too."""
+    try:
+        jj(["config", "set", "--workspace", "ui.paginate", "never"], path, snapshot=False, environ=environ)
+        if os.path.isdir(os.path.join(path, ".git")):
+            git(["config", "--local", "core.pager", "cat"], path, environ)
+    except store.CoordError:
+        pass  # a pager setting never stops a create, setup or launch; jj itself says what is wrong next
+
+
 class _CreateFailed(Exception):
     def __init__(self, step, reason):
         super().__init__(reason)
@@ -1050,6 +1065,8 @@ def _checkout_steps(w, token, from_rev, environ, check):
             if from_rev:
                 argv += ["-r", from_rev]
             jj(argv + [path], source, environ=environ)
+            step = "pager"
+            never_page(path, environ)
             described = True
         else:
             os.mkdir(path, 0o700)
@@ -1060,6 +1077,8 @@ def _checkout_steps(w, token, from_rev, environ, check):
             jj(["workspace", "rename", workspace_name(work_id)], path, environ=environ)
             step = "identity"
             _adopt_git_identity(path, source, environ)
+            step = "pager"
+            never_page(path, environ)
             described = False
         step = "write ownership marker"
         write_marker(path, work_id, token)
@@ -1411,6 +1430,7 @@ def run_setup(st, *, caller, work, environ):
     w = st.resolve_work(work) if isinstance(work, str) else work
     refuse_state(w, UNUSABLE)
     verified_path(w)
+    never_page(w["path"], environ)
     if not os.path.isfile(os.path.join(w["source"] or "", INCLUDE_FILE)) and \
             not os.path.lexists(os.path.join(w["path"], SETUP_HOOK)):
         result = {"status": "none", "at": now_time()}  # nothing to do: no audit row, one write
@@ -2447,6 +2467,7 @@ def live_tmux(w, strict=False):
 
 def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
     import session
+    never_page(w["path"], environ)  # a clone made before coord set it
     project = store.resolve_project_id(environ, w["source"])
     env = {"COORD_WORK_ID": w["id"], "COORD_PROJECT_ID": project}
     if w["data"].get("port_base") is not None:

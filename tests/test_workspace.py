@@ -3320,6 +3320,57 @@ class StartOutputTest(TmuxWorkCase):
                          "%s was already removed\n" % handle)
 
 
+@support.slow
+class NeverPageTest(TmuxWorkCase):
+    """jj and git in a managed clone never page: run at a real terminal (a tmux pane of 80x24, PAGER
+    set to less) with more history and changes than a screen holds, each returns to the shell. A
+    clone that lacks the settings (made before coord set them) gets them at `work start`."""
+
+    def at_a_terminal(self, path, lines):
+        """Type each line into a shell in a tmux pane in `path`; fail unless each comes back."""
+        env = {k: v for k, v in self.env.items() if k not in ("TMUX", "TMUX_PANE")}
+        sock = os.path.join(self.tmp, "terminal.sock")
+        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", sock, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=10)
+        pane = subprocess.run([self.tmux_bin, "-S", sock, "new-session", "-d", "-P", "-F", "#{pane_id}", "-x", "80",
+                               "-y", "24", "-c", path, "-e", "PAGER=less", "-e", "TERM=xterm", "sh"], env=env,
+                              stdout=subprocess.PIPE, text=True, check=True, timeout=30).stdout.strip()
+
+        def shown():
+            return subprocess.run([self.tmux_bin, "-S", sock, "capture-pane", "-p", "-t", pane], env=env,
+                                  stdout=subprocess.PIPE, text=True, timeout=10).stdout
+        for i, line in enumerate(lines):
+            subprocess.run([self.tmux_bin, "-S", sock, "send-keys", "-t", pane, "-l",
+                            "clear; %s; echo back-$((1000+%d))" % (line, i)], env=env, check=True, timeout=10)
+            subprocess.run([self.tmux_bin, "-S", sock, "send-keys", "-t", pane, "Enter"], env=env, check=True,
+                           timeout=10)
+            try:
+                support.retry_until(lambda: "back-%d" % (1000 + i) in shown(), timeout=20, interval=0.2)
+            except AssertionError:
+                self.fail("%r did not come back to the shell (a pager waits?):\n%s" % (line, shown()))
+
+    def big_history(self, path):
+        for i in range(12):
+            self.write(path, "c%d.txt" % i, "%d\n" % i)
+            self.jj(path, "commit", "-m", "change %d\n\nwith a body\nof some lines\nmore" % i)
+        for i in range(60):
+            self.write(path, "new/f%02d.txt" % i, "x\n")
+
+    def test_jj_and_git_in_a_new_clone_never_page(self):
+        handle, path, _ = self.create("paged")
+        self.big_history(path)
+        self.at_a_terminal(path, ["jj st", "jj log", "git log", "git diff HEAD~3"])
+
+    def test_a_clone_without_the_settings_gets_them_at_start(self):
+        handle, path, _ = self.create("older")
+        self.jj(path, "config", "unset", "--workspace", "ui.paginate", check=False)  # as a clone coord 0.7.0 made
+        self.git(path, "config", "--unset", "core.pager", check=False)
+        self.assertNotIn("paginate", self.jj(path, "config", "list", "--workspace"))
+        self.big_history(path)
+        self.work("start", handle, check=0)
+        self.at_a_terminal(path, ["jj st", "jj log", "git log"])
+
+
 class ConflictsExitTest(LandingPreviewCase):
     """`work conflicts` exits 5 when it finds a pair that would conflict (with another work or with
     the target), 0 when it finds none, overlaps without conflict included."""
