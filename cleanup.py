@@ -761,7 +761,8 @@ def cmd_remove(ctx, args):
     r = remove_work(ctx.db, caller=ctx.caller(), handle=args.handle, confirm=args.confirm,
                     environ=ctx.environ, forget=args.forget, discard_ignored=args.discard_ignored,
                     override=args.override)
-    text = None
+    text = "%s %s" % (r["work"], "was already removed" if r.get("already") else "forgotten" if r.get("forgotten")
+                      else "removed")
     if r.get("kept_directory"):
         text = "forgot %s; its clone stays at %s (its marker names another registration)" % (r["work"],
                                                                                           r["kept_directory"])

@@ -789,6 +789,40 @@ def _worktrees_on(source, ref, environ):
     return found
 
 
+def _flagged_touched(tree, old, new, environ, fork=False):
+    """Paths that moving from `old` to `new` would write and that git is told to ignore in the
+    checkout `tree` (assume-unchanged, skip-worktree: `git status` never lists them) while the
+    file on disk differs from the index; a skip-worktree path absent from disk (a sparse
+    checkout) is no local change. fork: as in _dirty_touched."""
+    span = ["%s...%s" % (old, new)] if fork else [old, new]
+    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames"] + span, tree, environ)
+    touched = [p for p in out.split("\0") if p]
+    if not touched:
+        return []
+    spec = ["--"] + [":(literal)" + t for t in touched] if len(touched) <= 2000 else []
+    _, out, _ = git(["ls-files", "-v", "-z"] + spec, tree, environ)
+    flagged = [e[2:] for e in out.split("\0") if len(e) > 2 and (e[0].islower() or e[0] == "S")
+               and e[2:] in touched and os.path.lexists(os.path.join(tree, e[2:]))]
+    if not flagged:
+        return []
+    _, staged, _ = git(["ls-files", "-s", "-z", "--"] + [":(literal)" + f for f in flagged], tree, environ)
+    index = {}
+    for e in staged.split("\0"):
+        meta, _tab, name = e.partition("\t")
+        if name and len(meta.split()) == 3:
+            index[name] = meta.split()[1]
+    changed = []
+    for f in flagged:
+        full = os.path.join(tree, f)
+        if not os.path.isfile(full) or os.path.islink(full):
+            changed.append(f)
+            continue
+        _, blob, _ = git(["hash-object", "--path", f, "--", full], tree, environ)
+        if blob.strip() != index.get(f):
+            changed.append(f)
+    return sorted(changed)
+
+
 def _dirty_touched(tree, old, new, environ, fork=False):
     """Paths with local changes (tracked, untracked or ignored) in the checkout `tree` that moving
     from `old` to `new` would write (fork: that `new`'s own changes since it forked from `old`
@@ -823,13 +857,23 @@ def _dirty_touched(tree, old, new, environ, fork=False):
 
 def _refuse_dirty(w, into, tree, old, new, environ, fork=False):
     """Refuse (dirty-checkout) when the checkout `tree` of `into` has local changes on a path the
-    landing would write (`_dirty_touched`)."""
+    landing would write (`_dirty_touched`), also in files git is told to ignore (`_flagged_touched`)."""
     dirty = _dirty_touched(tree, old, new, environ, fork=fork)
     if dirty:
         raise Refused("the shared checkout %s has local changes the landing would overwrite: %s"
                       % (tree, named_paths(dirty)),
                       "commit, stash or move them (git -C %s status), then re-run: %s"
                       % (shlex.quote(tree), rerun_command(w, into)), reason="dirty-checkout", paths=dirty)
+    flagged = _flagged_touched(tree, old, new, environ, fork=fork)
+    if flagged:
+        q = shlex.quote(tree)
+        raise Refused("the shared checkout %s has local changes the landing would overwrite, in files git is told"
+                      " to ignore (assume-unchanged or skip-worktree, so git status shows nothing): %s"
+                      % (tree, named_paths(flagged)),
+                      "git -C %s ls-files -v | grep '^[a-zS]' lists them; clear the flag (git -C %s update-index"
+                      " --no-assume-unchanged --no-skip-worktree -- PATH), commit, stash or move the changes,"
+                      " then re-run: %s" % (q, q, rerun_command(w, into)),
+                      reason="dirty-checkout", paths=flagged, flagged=True)
 
 
 def _refuse_early(w, into, push, old, new, environ):

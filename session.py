@@ -62,7 +62,7 @@ _PANE_UNSET = tuple(v for v in _CLIENT_SCRUB if v not in ("TMUX", "TMUX_PANE"))
 THEN = object()
 
 OPT_PROJECT = "@coord-project"
-OPT_WORK = "@coord-work"
+OPT_WORK = store.TMUX_WORK_OPTION
 OPT_CONVERSATION = "@coord-conversation"
 OPT_RUNTIME = "@coord-runtime"
 
@@ -453,6 +453,8 @@ def _label_new_window(tmux, record, created):
         if value:
             seq += [THEN, "set-option", "-w", "-t", window_id, opt, value]
             seq += [THEN, "set-option", "-p", "-t", pane_id, opt, value]
+    # The server now runs an agent: no pane of it is ever the person (store.agent_tmux_server).
+    seq += [THEN, "set-option", "-s", store.TMUX_AGENTS_OPTION, "1"]
     seq += [THEN, "set-option", "-w", "-t", window_id, "automatic-rename", "off"]
     seq += [THEN, "set-option", "-w", "-t", window_id, "allow-rename", "off"]
     try:

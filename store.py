@@ -814,6 +814,65 @@ def _terminal_name(tty):
     return "pts/%d" % ((major - 136) * 256 + minor) if 136 <= major <= 143 else "tty%d:%d" % (major, minor)
 
 
+# The tmux user options coord puts on what it launches agents in (session.py sets them): the
+# server option marks a server coord has launched an agent window in, for the server's life; the
+# window option labels each window it created for an agent.
+TMUX_AGENTS_OPTION = "@coord-agents"
+TMUX_WORK_OPTION = "@coord-work"
+
+
+def _tmux_server_socket(pid, environ):
+    """The socket path tmux server `pid` listens on: the listening Unix socket among its file
+    descriptors (/proc/net/unix), else $TMUX when it names this very server; None when unknown."""
+    try:
+        inodes = set()
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+        with open("/proc/net/unix") as f:
+            for line in f.read().splitlines()[1:]:
+                parts = line.split(None, 7)
+                if len(parts) == 8 and parts[6] in inodes and parts[7].startswith("/"):
+                    return parts[7]
+    except (OSError, ValueError):
+        pass
+    value = (environ or {}).get("TMUX") or ""
+    parts = value.rsplit(",", 2)
+    return parts[0] if len(parts) == 3 and parts[0] and parts[1] == str(pid) else None
+
+
+def agent_tmux_server(chain, environ=None):
+    """(pid, why) of the nearest tmux server in `chain` ([(pid, start)]) that runs coord's agents:
+    one coord launched an agent window in (TMUX_AGENTS_OPTION), or that has a window coord created
+    for an agent (TMUX_WORK_OPTION); (None, None) when there is none. Any pane of such a server
+    may be an agent's (`tmux new-window`, `split-window`, `new-session`, `respawn-pane`,
+    `run-shell`, `send-keys` from an agent's window), so nothing below one is the person. A
+    server that cannot be asked counts as one."""
+    for pid, _start in chain:
+        _parent, comm = process_parent(pid)
+        if comm not in ("tmux: server", "tmux"):
+            continue
+        socket = _tmux_server_socket(pid, environ)
+        if not socket:
+            return pid, "it runs in a pane of tmux server %d, whose socket coord cannot find" % pid
+        import subprocess
+        env = {k: v for k, v in (environ or os.environ).items() if k not in ("TMUX", "TMUX_PANE")}
+        try:
+            out = subprocess.run(["tmux", "-S", socket, "show-options", "-sqv", TMUX_AGENTS_OPTION, ";",
+                                  "list-windows", "-a", "-F", "#{%s}" % TMUX_WORK_OPTION],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=env, timeout=2.0, text=True)
+        except (OSError, subprocess.SubprocessError):
+            return pid, "it runs in a pane of tmux server %d (%s), which does not answer" % (pid, socket)
+        if out.returncode != 0:
+            return pid, "it runs in a pane of tmux server %d (%s), which does not answer" % (pid, socket)
+        if any(line.strip() for line in out.stdout.splitlines()):
+            return pid, "it runs in a pane of the tmux server coord runs agents in (%s, pid %d)" % (socket, pid)
+        return None, None  # the nearest server is someone's own; an outer one holds no pane of this process
+    return None, None
+
+
 def person_user_key(uid):
     """The key of the user alone (`person:UID`: no process, no terminal to watch)."""
     return "%s%d" % (_PERSON_PREFIX, uid)
@@ -841,7 +900,9 @@ def person_evidence(environ=None, skip=()):
     terminal name, why not) where
 
     - key None: an agent is evident (a harness variable, or a harness process among this
-      process's ancestors; `skip`: pids not to count, e.g. a resume wrapper named `claude`);
+      process's ancestors; `skip`: pids not to count, e.g. a resume wrapper named `claude`), or
+      this process runs in a pane of a tmux server coord runs agents in (agent_tmux_server: an
+      agent reaches any pane of it with tmux itself, whatever terminal that pane has);
     - key `person:UID:TTY:SID:START` (why None): the person at that terminal, proven by all of:
       this process has a controlling terminal and one of its standard streams is that
       terminal; it descends from the terminal's session leader (the login shell of the
@@ -865,6 +926,9 @@ def person_evidence(environ=None, skip=()):
     chain = ancestor_processes(me)
     if _harness_in(chain, skip)[0] is not None:
         return None, None, None, None, "an agent harness runs above this process"
+    server, why = agent_tmux_server(chain, env)
+    if server is not None:
+        return None, None, None, None, why
     uid = os.getuid()
     alone = person_user_key(uid)
 
@@ -919,7 +983,8 @@ def require_person(what, command, environ=None):
     key, _pid, _start, _name, why = person_evidence(environ)
     if key is None or why is not None:
         raise Refused("%s is the person's decision; this caller is not positively the person at a terminal (%s)"
-                      % (what, why), "the person runs `%s` themselves, in their own terminal" % command,
+                      % (what, why), "the person runs `%s` themselves, in their own terminal%s" % (
+                          command, " (not a pane of that tmux server)" if "tmux server" in str(why) else ""),
                       reason="not-the-person")
     return key
 
@@ -2699,7 +2764,8 @@ class Store:
                 rt = self.decide_person_runtime(_fact(facts, "person"), register=person, now=now)
                 if rt is not None:
                     return rt
-                tried.append("this terminal's person (not registered yet)")
+                tried.append("this terminal's person (not registered yet)" if _fact(facts, "person")[0] is not None
+                             else "not a person: an agent's variable, or a pane of the tmux server coord runs agents in")
             else:
                 tried.append("not a person: %s (pid %d) runs above this process" % (harness, hpid))
         raise Refused("cannot tell which runtime is calling (tried %s)" % ", ".join(tried),
@@ -3921,13 +3987,25 @@ def number_text(x):
     return ("%d" % x) if x == int(x) else ("%g" % x)
 
 
+# The only text a number may be written as: ASCII digits, an optional sign, and for a float a
+# point and an exponent. float() and int() also take `1_000`, Arabic-Indic or fullwidth digits,
+# surrounding Unicode spaces, `nan` and `inf`: none of those is a number here.
+_INT_TEXT = Pattern(r"\A[+-]?[0-9]+\Z")
+_FLOAT_TEXT = Pattern(r"\A[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+_ASCII_SPACE = " \t\r\n"
+
+
 def check_float(value, what, low, high, unit="seconds", hint=None):
     """`value` (text or number) as a finite float within [low, high]; else a UsageError that
-    names `what` and the allowed range. inf, nan and 1e309 are refused."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        number = None
+    names `what` and the allowed range. Text must be ASCII digits (_FLOAT_TEXT): inf, nan,
+    1e309, `1_000` and non-ASCII digits are refused."""
+    number = None
+    written = not isinstance(value, str) or _FLOAT_TEXT.match(value.strip(_ASCII_SPACE))
+    if written and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            number = None
     if number is None or not low <= number <= high:  # nan fails every comparison
         raise UsageError("%s must be a number of %s from %s to %s, not %s"
                          % (what, unit, number_text(low), number_text(high), _shown(value)), hint)
@@ -3938,10 +4016,11 @@ def check_int(value, what, low, high, hint=None):
     """`value` (text or int) as a whole number within [low, high]; else a UsageError that names
     `what` and the allowed range."""
     number = None
-    if not isinstance(value, (bool, float)):
+    text = value.strip(_ASCII_SPACE) if isinstance(value, str) else value
+    if isinstance(value, int) and not isinstance(value, bool) or isinstance(text, str) and _INT_TEXT.match(text):
         try:
-            number = int(str(value).strip())
-        except ValueError:  # also digit strings longer than int() accepts
+            number = int(text)
+        except ValueError:  # digit strings longer than int() accepts
             number = None
     if number is None or not low <= number <= high:
         raise UsageError("%s must be a whole number from %d to %d, not %s" % (what, low, high, _shown(value)), hint)
@@ -3963,7 +4042,7 @@ def env_number(env, name, default, bounds, strict=True):
 
 
 def _message_id(value):
-    return check_int(str(value).strip().lstrip("#"), "message ID", ID_RANGE[0], ID_RANGE[1],
+    return check_int(str(value).strip(_ASCII_SPACE).lstrip("#"), "message ID", ID_RANGE[0], ID_RANGE[1],
                      "coord inbox --peek lists message IDs")
 
 

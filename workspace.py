@@ -1021,6 +1021,21 @@ def _adopt_git_identity(path, source, environ):
     jj(["metaedit", "--update-author"], path, environ=environ)
 
 
+def never_page(path, environ=None):
+    """Make jj and git in the clone at `path` never page: an agent's shell has no person to press
+    `q` (a `jj st` sat in jj's pager inside Gemini CLI's shell until the person typed). jj's
+    workspace config `ui.paginate = "never"` (this workspace only, never the shared repository's
+    other workspaces) and, in a colocated clone, git's `core.pager = cat` in the clone's own
+    config. Idempotent: create writes it; setup, start and resume write it again, so clones made
+    before it get it too."""
+    try:
+        jj(["config", "set", "--workspace", "ui.paginate", "never"], path, snapshot=False, environ=environ)
+        if os.path.isdir(os.path.join(path, ".git")):
+            git(["config", "--local", "core.pager", "cat"], path, environ)
+    except store.CoordError:
+        pass  # a pager setting never stops a create, setup or launch; jj itself says what is wrong next
+
+
 class _CreateFailed(Exception):
     def __init__(self, step, reason):
         super().__init__(reason)
@@ -1054,6 +1069,8 @@ def _checkout_steps(w, token, from_rev, environ, check):
             if from_rev:
                 argv += ["-r", from_rev]
             jj(argv + [path], source, environ=environ)
+            step = "pager"
+            never_page(path, environ)
             described = True
         else:
             os.mkdir(path, 0o700)
@@ -1064,6 +1081,8 @@ def _checkout_steps(w, token, from_rev, environ, check):
             jj(["workspace", "rename", workspace_name(work_id)], path, environ=environ)
             step = "identity"
             _adopt_git_identity(path, source, environ)
+            step = "pager"
+            never_page(path, environ)
             described = False
         step = "write ownership marker"
         write_marker(path, work_id, token)
@@ -1415,6 +1434,7 @@ def run_setup(st, *, caller, work, environ):
     w = st.resolve_work(work) if isinstance(work, str) else work
     refuse_state(w, UNUSABLE)
     verified_path(w)
+    never_page(w["path"], environ)
     if not os.path.isfile(os.path.join(w["source"] or "", INCLUDE_FILE)) and \
             not os.path.lexists(os.path.join(w["path"], SETUP_HOOK)):
         result = {"status": "none", "at": now_time()}  # nothing to do: no audit row, one write
@@ -2490,6 +2510,7 @@ def live_tmux(w, strict=False):
 
 def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
     import session
+    never_page(w["path"], environ)  # a clone made before coord set it
     project = store.resolve_project_id(environ, w["source"])
     env = {"COORD_WORK_ID": w["id"], "COORD_PROJECT_ID": project}
     if w["data"].get("port_base") is not None:
@@ -3407,8 +3428,8 @@ def _inspect_verbose_lines(w, facts):
 def cmd_gate(ctx, args):
     gate_flags(args.passed, args.waive, args.reason)
     w = target_work(ctx, args.handle, default_ok=True)
-    return 0, ok_data(gate_work(ctx.db, caller=ctx.caller(), work=w, passed=args.passed,
-                            reason=args.reason, override=args.override)), None
+    r = gate_work(ctx.db, caller=ctx.caller(), work=w, passed=args.passed, reason=args.reason, override=args.override)
+    return 0, ok_data(r), "%s gate %s" % (r["work"], r["gate"]["state"])
 
 
 def cmd_adopt(ctx, args):
@@ -3434,14 +3455,16 @@ def cmd_start(ctx, args):
     return 0, ok_data(r), started_text(r, args.harness)
 
 
-def started_text(r, harness):
-    """What `work start` says on success: the window and the exact command that shows it, then
-    start_text's approvals or shell-agent lines when there are any."""
+def started_text(r, harness, said=""):
+    """What `work start` and `work resume` say on success: the window and the exact command that
+    shows it (`said`: what else happened, after the window), then start_text's approvals or
+    shell-agent lines when there are any."""
     attach = " ".join(shlex.quote(a) for a in r["attach"])
     more = start_text(r)
     if more:
-        return "%s\nattach: %s" % (more, attach)
-    return "%s runs %s in tmux window %s; attach: %s" % (r["work"], harness, r["tmux"].get("window_id"), attach)
+        return "%s\nattach: %s" % ("%s%s\n%s" % (r["work"], said, more) if said else more, attach)
+    return "%s runs %s in tmux window %s%s; attach: %s" % (r["work"], harness, r["tmux"].get("window_id"), said,
+                                                         attach)
 
 
 def start_text(r):
@@ -3469,11 +3492,9 @@ def cmd_resume(ctx, args):
         raise UsageError("work resume needs a work handle, or --interrupted", "coord work resume HANDLE")
     r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
                     conversation=args.conversation, harness=args.harness, override=args.override)
-    text = start_text(r)
-    if r.get("ended"):
-        text = "\n".join(t for t in ("%s resumed in tmux window %s%s" % (r["work"], r["tmux"].get("window_id"),
-                                                                      ended_text(r)), text) if t)
-    return 0, ok_data(r), text
+    import session
+    r["attach"] = session.attach_command(r["tmux"], None, ctx.environ)
+    return 0, ok_data(r), started_text(r, r["tmux"].get("harness") or "its harness", ended_text(r))
 
 
 def ended_text(r):
@@ -3568,9 +3589,13 @@ def cmd_close(ctx, args):
 
 
 def close_text(r):
-    """What `work close` says: nothing for a window whose processes were gone at once; one line
+    """What `work close` says: one line naming the window it closed (or why none), and one more
     when it waited, ended a headless harness, or left something running."""
-    lines = [r["window"]] if r["window"].startswith("window not") else []
+    if r["window"].startswith("window not"):
+        lines = [r["window"]]
+    else:
+        lines = ["%s closed (%s)" % (r["work"], "no window" if r["window"] == "no window" else
+                                     "tmux window %s" % r["window"][len("closed "):])]
     if r.get("ended"):
         e = r["ended"]
         lines.append("ended its headless %s: process%s %s (SIG%s)" % (
@@ -3581,7 +3606,7 @@ def close_text(r):
             "%d (%s)" % (p["pid"], store.clean_text(p["command"], 30)) for p in r["left"][:5])))
     elif r.get("waited"):
         lines.append("waited %.1f s for its processes to exit" % r["waited"])
-    return "\n".join(lines) or None
+    return "\n".join(lines)
 
 
 # =========================================================================== parser registration

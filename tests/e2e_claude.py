@@ -370,7 +370,7 @@ class AgentIsNoPerson(h.CoordCase):
         self.assertEqual([e for e in events if e.startswith("work.gate") or e.startswith("work.integrat")
                           or e in ("work.authority.override", "work.removed")], [], events)
         # The person, at their terminal, still may.
-        self.assertEqual(term.run(".coord/coord work gate %s --pass" % handle), (0, ""))
+        self.assertEqual(term.run(".coord/coord work gate %s --pass" % handle), (0, "%s gate passed\n" % handle))
 
 
 class CloneTrust(h.CoordCase):
@@ -598,6 +598,67 @@ class AgentLandsItsOwnWork(h.CoordCase):
             stdout=subprocess.PIPE, universal_newlines=True, timeout=60).stdout.splitlines()]
         self.assertEqual([e for e in events if e["event"].startswith(("work.authority.override", "work.landing"))],
                          [])
+
+
+class AgentOpensATmuxWindow(h.CoordCase):
+    """The person creates a work at a terminal; the real Claude Code that `work start` launched
+    in coord's tmux server (interactive, another work) runs, through its Bash tool,
+    `tmux new-window -d 'coord work gate W --pass'`: the new window's shell has a terminal and
+    descends from the tmux server, not from Claude Code. It is no person: the gate refuses, and
+    no audit row names the person. The person at their terminal still passes it."""
+
+    harness = "claude"
+
+    def setUp(self):
+        super().setUp()
+        self.interactive_claude()
+        self.owner = self.rcoord("hello", env=self.launch_env)["runtime"]
+
+    def test_a_window_the_agent_opens_in_coord_s_server_is_not_the_person(self):
+        term = support.Terminal(self, self.launch_env, self.repo)
+        rc, out = term.run(".coord/coord work create by-the-person --json")
+        self.assertEqual(rc, 0, out)
+        theirs = json.loads(out)["work"]["handle"]
+        person = json.loads(term.run(".coord/coord hello --json")[1])["runtime"]
+        self.assertTrue(person["person"], person)
+        as_owner = dict(self.launch_env, COORD_RUNTIME_ID=self.owner["id"])
+        self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
+        work = self.rcoord("work", "create", "opens-a-window", env=as_owner)["work"]
+        out_file, rc_file = os.path.join(self.tmp, "gate.out"), os.path.join(self.tmp, "gate.rc")
+        inner = "cd %s && .coord/coord work gate %s --pass > %s 2>&1; echo $? > %s.part; mv %s.part %s" % (
+            self.repo, theirs, out_file, rc_file, rc_file, rc_file)
+        steps = [tool("Bash", command="tmux new-window -d '%s'" % inner, description="open a window"),
+                 say("done")]
+        marker = "WINDOW-%d" % os.getpid()
+
+        def turn(req):  # Claude Code's side request for a session title takes no step
+            if TITLE_REQUEST in req.text():
+                return say('{"title": "Open a window"}')
+            return steps.pop(0) if steps else say("ok")
+        self.server.load([say("ok")] * 20, lanes={marker: [turn] * 20})
+        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord"), "work", "start", work["handle"],
+                "--harness", "claude", "--prompt", "%s: gate it" % marker, "--json", "--", "--allowedTools", "Bash"]
+        proc = subprocess.run(argv, cwd=self.repo, env=as_owner, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        try:
+            support.retry_until(lambda: os.path.exists(rc_file), timeout=120, interval=0.5)
+        except AssertionError:
+            self.fail("the window never ran: %d steps left, %d requests" % (
+                len(steps), len(self.server.model_requests(marker))))
+        with open(rc_file) as f, open(out_file) as g:
+            rc, out = f.read().strip(), g.read()
+        self.assertEqual(rc, "3", out)
+        self.assertIn("not a person", out)
+        rec = self.rcoord("work", "inspect", theirs, env=self.launch_env)["work"]
+        self.assertEqual(rec["data"]["gate"]["state"], "pending", rec)
+        events = self.rcoord("audit", env=self.launch_env)["events"]
+        self.assertEqual([e for e in events if e["event"].startswith("work.gate")], [], events)
+        people = [r["conversation"] for r in self.rcoord("list", "--all", env=self.launch_env)["runtimes"]
+                  if r.get("harness") == "person"]
+        self.assertEqual(people, [person["conversation"]], "no other terminal became the person")
+        rc, out = term.run(".coord/coord work gate %s --pass" % theirs)
+        self.assertEqual(rc, 0, out)
 
 
 def tearDownModule():

@@ -159,7 +159,8 @@ class UsagePath(support.CoordTestCase):
         code, again = term.run(".coord/coord hello")
         self.assertEqual(again.strip().splitlines()[-1].split()[0], handle, "one terminal, one runtime")
         code, out = term.run(".coord/coord claim src/app.py")
-        self.assertEqual((code, out.strip()), (0, ""), "a claim prints nothing on success")
+        self.assertEqual((code, out.strip()), (0, "claimed src/app.py (exclusive, ttl 3600s)"),
+                         "a claim says what it claimed in one line")
         code, out = term.run(".coord/coord list")
         self.assertEqual(code, 0, out)
         mine = [line for line in out.splitlines() if "(you)" in line]

@@ -579,6 +579,9 @@ def person_terminal(testcase, cwd, env=None):
     import store
     if store.harness_ancestor(store.ancestor_processes())[0] is not None:
         testcase.skipTest("this test process runs under an agent harness, so no caller of it is a person")
+    if store.agent_tmux_server(store.ancestor_processes())[0] is not None:
+        testcase.skipTest("this test process runs in a pane of a tmux server coord runs agents in, so no caller"
+                          " of it is a person")
     return Terminal(testcase, dict(testcase.env if env is None else env), cwd)
 
 

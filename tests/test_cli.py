@@ -13,6 +13,13 @@ import unittest
 
 import support
 
+import store
+
+
+def claimed(resource):
+    """What a successful `coord claim RESOURCE` prints."""
+    return "claimed %s (exclusive, ttl %ds)\n" % (resource, store.DEFAULT_LEASE_TTL)
+
 
 class CliTest(support.CoordTestCase):
     def test_version_comes_from_VERSION(self):
@@ -59,11 +66,11 @@ class CliTest(support.CoordTestCase):
         self.assertEqual(len(out.strip().split("-")), 5, out)
         self.assertEqual(out.count("\n"), 1)
 
-    def test_claim_success_prints_nothing_and_conflict_exits_3_naming_holder(self):
+    def test_claim_success_prints_one_line_and_conflict_exits_3_naming_holder(self):
         a = self.hello()["runtime"]
         b = self.hello()["runtime"]
         ok = self.coord("claim", "src/a.py", "-p", "refactor parser", runtime=a["handle"], check=0)
-        self.assertEqual((ok.stdout, ok.stderr), ("", ""))
+        self.assertEqual((ok.stdout, ok.stderr), (claimed("src/a.py"), ""))
         refused = self.coord("claim", "src", runtime=b["handle"], check=3)
         self.assertIn(a["handle"], refused.stderr)
         self.assertIn("refactor parser", refused.stderr)
@@ -105,6 +112,21 @@ class CliTest(support.CoordTestCase):
         self.assertEqual(self.coord("check", "other").stdout, "")
         data = json.loads(self.coord("check", "docs", "--json").stdout)
         self.assertFalse(data["free"])
+
+    def test_claim_and_send_each_say_one_line(self):
+        a = self.hello()["runtime"]
+        b = self.hello()["runtime"]
+        self.assertEqual(self.coord("claim", "docs", runtime=a["id"], check=0).stdout,
+                         claimed("docs"))
+        self.assertEqual(self.coord("claim", "a.txt", "b.txt", "--mode", "append", "--ttl", "90", runtime=a["id"],
+                                    check=0).stdout, "claimed a.txt, b.txt (append, ttl 90s)\n")
+        many = self.coord("claim", *["f%d" % i for i in range(7)], runtime=b["id"], check=0).stdout
+        self.assertEqual(many, "claimed f0, f1, f2, f3, f4 (+2 more) (exclusive, ttl %ds)\n" % store.DEFAULT_LEASE_TTL)
+        sent = self.coord("send", "hello", "--to", b["handle"], runtime=a["id"], check=0).stdout
+        msg = self.coord_json("inbox", "--peek", runtime=b["id"])["messages"][0]
+        self.assertEqual(sent, "#%d to %s\n" % (msg["id"], b["handle"]))
+        self.assertEqual(set(self.coord_json("claim", "c.txt", runtime=a["id"])), {"ok", "runtime", "leases"},
+                         "--json keeps its shape")
 
     def test_refusals_say_which_lease_blocks_which_path(self):
         a = self.hello()["runtime"]
@@ -727,7 +749,8 @@ class StartupTest(support.CoordTestCase):
                                   cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
         proc = run("claim", "src/a.py")
-        self.assertEqual((proc.returncode, proc.stdout, proc.stderr), (0, "", ""))
+        self.assertEqual((proc.returncode, proc.stdout, proc.stderr),
+                         (0, claimed("src/a.py"), ""))
         self.assertTrue(os.path.isfile(importlib.util.cache_from_source(real)), os.listdir(install))
         self.assertEqual(sorted(os.listdir(bindir)), ["coord"])  # nothing beside the link
         proc = run("check", "src/a.py", "--json")
@@ -877,7 +900,7 @@ class PersonTest(InstalledRepoCase):
         self.assertEqual(rc, 0, out)
         me = out.strip()
         self.assertEqual(len(me.split("-")), 5, out)
-        self.assertEqual(term.run(".coord/coord claim src/a.py"), (0, ""))
+        self.assertEqual(term.run(".coord/coord claim src/a.py"), (0, claimed("src/a.py")))
         rc, out = term.run(".coord/coord list")
         self.assertEqual(rc, 0, out)
         self.assertRegex(out, r"%s  person on [^ ]+  \(you\)  src/a.py" % me)
@@ -946,7 +969,7 @@ class PersonTest(InstalledRepoCase):
         one.close()  # the terminal closes: its person ends and its leases go with it
         rc, out = two.run(".coord/coord list")
         self.assertNotIn(a, out)
-        self.assertEqual(two.run(".coord/coord claim notes.txt"), (0, ""))
+        self.assertEqual(two.run(".coord/coord claim notes.txt"), (0, claimed("notes.txt")))
 
     def test_an_agent_harness_above_is_never_a_person(self):
         harness = support.FakeHarness(self, "codex")
@@ -1012,7 +1035,8 @@ class PersonTest(InstalledRepoCase):
         rc, _out, err = harness.run([".coord/coord", "claim", "src/a.py", "--runtime", person["handle"]], "",
                                     self.plain, self.repo)
         self.assertEqual(rc, 3, err)
-        self.assertEqual(term.run(".coord/coord claim src/a.py --runtime %s" % person["handle"]), (0, ""),
+        self.assertEqual(term.run(".coord/coord claim src/a.py --runtime %s" % person["handle"]),
+                         (0, claimed("src/a.py")),
                          "from its own terminal, by name too")
 
     def test_coord_keeps_the_person_labels_for_itself(self):
@@ -1027,7 +1051,7 @@ class HintAsTypedTest(InstalledRepoCase):
 
     def test_a_refusals_hint_pasted_from_the_repository_root_runs(self):
         term = self.terminal()
-        self.assertEqual(term.run(".coord/coord claim src/a.py"), (0, ""))
+        self.assertEqual(term.run(".coord/coord claim src/a.py"), (0, claimed("src/a.py")))
         agent = json.loads(subprocess.run([".coord/coord", "hello", "--conversation", "agent-1", "--json"],
                                           cwd=self.repo, env=self.plain, stdout=subprocess.PIPE, text=True,
                                           timeout=60).stdout)["runtime"]
@@ -1036,7 +1060,8 @@ class HintAsTypedTest(InstalledRepoCase):
         import re
         hint = re.search(r"next: ask the holder: (\.coord/coord send [^;]*);", out)
         self.assertIsNotNone(hint, out)
-        self.assertEqual(term.run("COORD_RUNTIME_ID=%s %s" % (agent["id"], hint.group(1))), (0, ""))
+        rc, out = term.run("COORD_RUNTIME_ID=%s %s" % (agent["id"], hint.group(1)))
+        self.assertEqual((rc, out.startswith("#")), (0, True), out)
         rc, out = term.run(".coord/coord inbox")
         self.assertIn("<request>", out)
 

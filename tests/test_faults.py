@@ -513,6 +513,30 @@ class HostileNumberTest(support.CoordTestCase):
             with self.subTest(pid=pid):
                 self.assertUsage(self.coord("hello", "--pid", pid), "--pid")
 
+    def test_only_ascii_digits_make_a_number(self):
+        # int() and float() take `1_000`, Arabic-Indic and fullwidth digits: all in range here, all refused.
+        a = self.hello()["runtime"]
+        self.coord("send", "one", "--to", a["handle"], runtime=a["id"], check=0)
+        odd = ("1_000", "\u0661\u0662\u0660", "\uff11\uff12\uff10", "\u00a0120")
+        for value in odd:
+            with self.subTest(value=value):
+                self.assertUsage(self.coord("claim", "x", "--ttl", value, runtime=a["id"]), "--ttl", "from 1 to 604800")
+                self.assertUsage(self.coord("renew", "--ttl", value, runtime=a["id"]), "--ttl")
+                self.assertUsage(self.coord("hello", "--pid", value), "--pid")
+                self.assertUsage(self.coord("audit", "--since", value), "--since")
+                self.assertUsage(self.coord("ack", value.replace("120", "1").replace("1_000", "1_1"),
+                                            runtime=a["id"]), "message ID")
+                for name in ("COORD_LEASE_TTL", "COORD_RUNTIME_TTL", "COORD_BUSY_TIMEOUT"):
+                    bad = value.replace("1_000", "1_00") if name == "COORD_BUSY_TIMEOUT" else value
+                    self.assertUsage(self.coord("claim", "x", runtime=a["id"], env={name: bad}), name, "from ")
+        for name in ("COORD_LEASE_TTL", "COORD_BUSY_TIMEOUT"):
+            for value in ("nan", "-inf"):
+                with self.subTest(var=name, value=value):
+                    self.assertUsage(self.coord("list", runtime=a["id"], env={name: value}), name, "from ")
+        self.assertEqual(self.coord_json("list")["leases"], [], "nothing was claimed under a bad value")
+        self.assertEqual(len(self.coord_json("inbox", "--peek", runtime=a["id"])["messages"]), 1, "nothing was acked")
+        self.coord("claim", "x", "--ttl", " 1000 ", runtime=a["id"], check=0)  # ASCII digits, spaces around
+
     def test_a_never_expiring_lease_from_an_older_coord_prints_valid_json_and_is_repaired(self):
         a = self.hello()["runtime"]
         b = self.hello()["runtime"]

@@ -277,6 +277,35 @@ class LandGitCheckedOutTest(_LandKinds, LandCase):
         proc = self.land(handle, "--check", "true")
         self.assertEqual(proc.returncode, 0, proc.stderr)
 
+    def test_a_flagged_file_touching_the_landing_is_refused_with_a_hint_that_lists_it(self):
+        # git status shows nothing for a file marked assume-unchanged or skip-worktree, and
+        # git merge --ff-only refuses to overwrite it: the refusal's hint must list it otherwise.
+        handle, path = self.make("flagged", name="shared.txt", text="one\ntwo\nthree\nfour\n")
+        for flag in ("assume-unchanged", "skip-worktree"):
+            with self.subTest(flag=flag):
+                self.run_tool(self.canon, "git", "update-index", "--" + flag, "shared.txt")
+                self.write(self.canon, "shared.txt", "local edit\n")
+                self.assertEqual(self.run_tool(self.canon, "git", "status", "--porcelain"), "")
+                proc = self.land(handle, "--check", "true", "--json")
+                self.assertEqual(proc.returncode, 3, proc.stderr)
+                reply = json.loads(proc.stdout)
+                self.assertEqual((reply["reason"], reply["paths"]), ("dirty-checkout", ["shared.txt"]), reply)
+                self.assertIn(flag, proc.stderr)
+                hint = proc.stderr.split("next: ", 1)[1]
+                lister = hint.split(" lists them", 1)[0]
+                listed = subprocess.run(["/bin/sh", "-c", lister], cwd=self.tmp, env=self.env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, timeout=60)
+                self.assertIn("shared.txt", listed.stdout, (lister, listed.stderr))
+                self.assertEqual(self.read(self.canon, "shared.txt"), "local edit\n")
+                self.assertEqual(self.record(handle)["data"]["landing"]["state"], "refused")
+                self.run_tool(self.canon, "git", "update-index", "--no-" + flag, "shared.txt")
+                self.run_tool(self.canon, "git", "checkout", "--", "shared.txt")
+        # A skip-worktree file a sparse checkout left off the disk is no local change.
+        self.run_tool(self.canon, "git", "update-index", "--skip-worktree", "shared.txt")
+        os.unlink(os.path.join(self.canon, "shared.txt"))
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+
     def test_failing_check_leaves_the_target(self):
         handle, path = self.make("checked")
         before = self.main()

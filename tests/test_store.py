@@ -476,12 +476,14 @@ class NumberTest(support.CoordTestCase):
     def test_helpers_accept_only_finite_numbers_in_range(self):
         self.assertEqual(store.check_float(" 2.5 ", "x", 1, 3), 2.5)
         self.assertEqual(store.check_int("7", "x", 0, 9), 7)
-        for bad in ("inf", "-inf", "nan", "1e309", float("nan"), 10 ** 400, "0x10", "", None, "4"):
+        for bad in ("inf", "-inf", "nan", "1e309", float("nan"), 10 ** 400, "0x10", "", None, "4", "1_2", "\u0662",
+                    "\uff12", "2\u00a0", True):
             with self.subTest(value=bad):
                 with self.assertRaises(UsageError) as cm:
                     store.check_float(bad, "--x", 1, 3)
                 self.assertIn("--x must be a number of seconds from 1 to 3", cm.exception.message)
-        for bad in ("1e3", "1.0", "-1", str(1 << 63), "9" * 5000, 2.0, True, None, "#1"):
+        for bad in ("1e3", "1.0", "-1", str(1 << 63), "9" * 5000, 2.0, True, None, "#1", "1_0", "\u0667", "\uff17",
+                    "\u00a07"):
             with self.subTest(value=str(bad)[:20]):
                 with self.assertRaises(UsageError) as cm:
                     store.check_int(bad, "ID", 0, (1 << 63) - 1)
@@ -491,7 +493,11 @@ class NumberTest(support.CoordTestCase):
     def test_environment_numbers_are_checked_or_defaulted(self):
         base = {"COORD_DB": self.db}
         for name, value in (("COORD_LEASE_TTL", "inf"), ("COORD_RUNTIME_TTL", "nan"), ("COORD_BUSY_TIMEOUT", "inf"),
-                            ("COORD_LEASE_TTL", "0"), ("COORD_RUNTIME_TTL", "1"), ("COORD_BUSY_TIMEOUT", "-1")):
+                            ("COORD_LEASE_TTL", "0"), ("COORD_RUNTIME_TTL", "1"), ("COORD_BUSY_TIMEOUT", "-1"),
+                            ("COORD_LEASE_TTL", "-inf"), ("COORD_BUSY_TIMEOUT", "nan"),
+                            # in range, in forms int() and float() take: not numbers here
+                            ("COORD_LEASE_TTL", "1_000"), ("COORD_RUNTIME_TTL", "\u0666\u0660\u0660"),
+                            ("COORD_BUSY_TIMEOUT", "\uff15"), ("COORD_RUNTIME_TTL", "\u00a0600")):
             with self.subTest(var=name, value=value):
                 with self.assertRaises(UsageError) as cm:
                     store.Store(environ=dict(base, **{name: value}))

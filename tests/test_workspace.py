@@ -2324,7 +2324,7 @@ class PersonWorkTest(WorkTestCase):
         # The second terminal's person first appears inside the clone, then its shell leaves it.
         self.assertEqual(two.run("cd %s && %s hello >/dev/null; cd %s" % (shlex.quote(path), coord,
                                                                           shlex.quote(self.canon)))[0], 0)
-        self.assertEqual(two.run("%s work gate %s --pass" % (coord, handle)), (0, ""))
+        self.assertEqual(two.run("%s work gate %s --pass" % (coord, handle)), (0, "%s gate passed\n" % handle))
         # The first terminal is still open (its person live): the same person removes it from the second.
         rc, out = two.run("%s work remove %s --confirm %s" % (coord, handle, handle))
         self.assertEqual(rc, 0, out)
@@ -2361,7 +2361,107 @@ class PersonWorkTest(WorkTestCase):
         self.assertTrue(os.path.isdir(path))
         events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         self.assertEqual([e for e in events if e["event"].startswith("work.gate") or e["event"] == "work.authority.override"], [])
-        self.assertEqual(term.run("%s work gate %s --pass" % (coord, handle)), (0, ""), "the person at the terminal may")
+        self.assertEqual(term.run("%s work gate %s --pass" % (coord, handle)), (0, "%s gate passed\n" % handle),
+                         "the person at the terminal may")
+
+
+@support.slow
+class AgentTmuxServerTest(TmuxWorkCase):
+    """An agent that `work start` launched (the stand-in harness, running commands as a Bash tool
+    does: no terminal) reaches a shell on a terminal through coord's own tmux server in every way
+    tmux offers; none of them is the person, so the gate of the person's other work refuses and
+    no audit row names the person. The person at their own terminal, with a tmux client attached
+    to that server, or in a pane of a tmux server of their own, still passes."""
+
+    def setUp(self):
+        super().setUp()
+        if store.harness_ancestor(store.ancestor_processes())[0] is not None:
+            self.skipTest("this test process runs under an agent harness, so no caller of it is a person")
+        self.bash = os.path.join(self.tmp, "bash")
+        os.mkdir(self.bash)
+        os.environ["FAKE_BASH"] = self.env["FAKE_BASH"] = self.bash
+        self.addCleanup(os.environ.pop, "FAKE_BASH", None)
+        self.line = "%s %s" % (shlex.quote(sys.executable), shlex.quote(support.COORD))
+        self.term = support.person_terminal(self, self.canon)
+        rc, out = self.term.run("%s work create persons-own" % self.line)
+        self.assertEqual(rc, 0, out)
+        self.own = out.split()[0]
+        self.person = json.loads(self.term.run("%s hello --json 2>/dev/null" % self.line)[1])["runtime"]
+        agent, _path, _ = self.create("agent-side")
+        self.work("start", agent, check=0)
+        support.retry_until(lambda: [n for n in os.listdir(self.rec) if n.endswith(".json")], timeout=30)
+        self.session = self.record(agent)["data"]["tmux"]["session_id"]
+        self.runs = 0
+
+    def agent_runs(self, line):
+        """Run `line` through the stand-in harness's shell tool; -> {rc, out, err}."""
+        self.runs += 1
+        stem = os.path.join(self.bash, "%03d" % self.runs)
+        with open(stem + ".tmp", "w") as f:
+            f.write(line)
+        os.rename(stem + ".tmp", stem + ".cmd")
+        support.retry_until(lambda: os.path.exists(stem + ".json"), timeout=60)
+        with open(stem + ".json") as f:
+            return json.load(f)
+
+    def gate_line(self, name):
+        """A shell line that gates the person's work and leaves its exit status and output in files."""
+        out = os.path.join(self.tmp, name)
+        return "cd %s && %s work gate %s --pass > %s.out 2>&1; echo $? > %s.rc" % (
+            shlex.quote(self.canon), self.line, self.own, shlex.quote(out), shlex.quote(out))
+
+    def outcome(self, name):
+        rc = os.path.join(self.tmp, name + ".rc")
+        support.retry_until(lambda: os.path.exists(rc) and open(rc).read().strip(), timeout=60)
+        with open(rc) as f, open(os.path.join(self.tmp, name + ".out")) as g:
+            return int(f.read()), g.read()
+
+    def test_no_pane_of_coord_s_server_is_the_person(self):
+        q = shlex.quote
+        sock = q(self.sock)
+        bare = self.agent_runs("tmux new-window -d -P -F '#{pane_id}'")["out"].strip()
+        spare = self.agent_runs("tmux new-window -d -P -F '#{pane_id}'")["out"].strip()
+        self.assertTrue(bare.startswith("%") and spare.startswith("%"), (bare, spare))
+        doors = [
+            ("new-window", lambda g: "tmux new-window -d %s" % q(g)),
+            ("split-window", lambda g: "tmux split-window -d %s" % q(g)),
+            ("new-session", lambda g: "tmux new-session -d %s" % q(g)),
+            ("same-socket", lambda g: "env -u TMUX -u TMUX_PANE tmux -S %s new-session -d %s" % (sock, q(g))),
+            ("respawn-pane", lambda g: "tmux respawn-pane -k -t %s %s" % (spare, q(g))),
+            ("run-shell", lambda g: "tmux run-shell -b %s" % q(g)),
+            ("send-keys", lambda g: "tmux send-keys -t %s %s Enter" % (bare, q(g))),
+            ("script", lambda g: "tmux new-window -d %s" % q("script -qc %s /dev/null" % q(g))),
+            ("setsid", lambda g: "tmux new-window -d %s" % q("setsid -w sh -c %s" % q(g))),
+            ("double-fork", lambda g: "tmux new-window -d %s" % q("sh -c %s; sleep 5" % q("(%s &) &" % g))),
+        ]
+        for name, door in doors:
+            with self.subTest(door=name):
+                ran = self.agent_runs(door(self.gate_line(name)))
+                self.assertEqual(ran["rc"], 0, ran)
+                rc, out = self.outcome(name)
+                self.assertEqual(rc, 3, "%s: %s" % (name, out))
+        self.assertEqual(self.record(self.own)["data"]["gate"]["state"], "pending")
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual([e for e in events if e["event"].startswith("work.gate")], [])
+        people = [r["conversation"] for r in self.coord_json("list", "--all")["runtimes"] if r.get("harness") == "person"
+                  and r["conversation"].count(":") > 1]  # a terminal's person, not the user alone (double-fork)
+        self.assertEqual(people, [self.person["conversation"]], "no other terminal became the person")
+
+    def test_the_person_outside_it_still_passes(self):
+        # In a pane of a tmux server of their own, where coord runs no agent.
+        own = os.path.join(self.tmp, "own.sock")
+        env = {k: v for k, v in self.env.items() if k not in ("TMUX", "TMUX_PANE", "FAKE_BASH")}
+        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", own, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=10)
+        subprocess.run([self.tmux_bin, "-S", own, "new-session", "-d", self.gate_line("own-server")], env=env,
+                       check=True, timeout=30)
+        rc, out = self.outcome("own-server")
+        self.assertEqual(rc, 0, out)
+        # At their own terminal while a tmux client of theirs is attached to coord's server.
+        support.TmuxClient(self, self.sock, self.session, env=env)
+        rc, out = self.term.run("%s work gate %s --pass" % (self.line, self.own))
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(self.record(self.own)["data"]["gate"]["state"], "passed")
 
 
 @support.slow
@@ -3262,6 +3362,82 @@ class StartOutputTest(TmuxWorkCase):
                                                                                       tmux["pane_id"])), out)
 
 
+    def test_resume_close_gate_and_remove_each_say_one_line(self):
+        handle, path, _ = self.create("told")
+        with open(os.path.join(self.home, ".claude.json"), "w") as f:
+            json.dump({"projects": {path: {"hasTrustDialogAccepted": True}}}, f)
+        self.work("start", handle, check=0)
+        self.work("park", handle, "--reason", "later", check=0)
+        out = self.work("resume", handle, "--conversation", "conv-told", check=0).stdout
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertEqual(out, "%s runs claude in tmux window %s; attach: tmux -S %s attach-session -t %s\n" % (
+            handle, tmux["window_id"], shlex.quote(self.sock), tmux["pane_id"]), "the line work start prints")
+        self.work("park", handle, "--reason", "again", check=0)
+        self.assertEqual(self.work_json("resume", handle, "--conversation", "conv-told")["attach"],
+                         self.work_json("attach", handle)["command"], "--json has the same command")
+        tmux = self.record(handle)["data"]["tmux"]
+        self.assertEqual(self.work("close", handle, check=0).stdout, "%s closed (tmux window %s)\n" % (
+            handle, tmux["window_id"]))
+        self.assertEqual(self.work("gate", handle, "--waive", "--reason", "nothing to land", check=0).stdout,
+                         "%s gate waived\n" % handle)
+        self.assertEqual(self.work("gate", handle, "--pass", check=0).stdout, "%s gate passed\n" % handle)
+        self.assertEqual(self.work("remove", handle, "--confirm", handle, check=0).stdout, "%s removed\n" % handle)
+        self.assertFalse(os.path.lexists(path))
+        self.assertEqual(self.work("remove", handle, "--confirm", handle, check=0).stdout,
+                         "%s was already removed\n" % handle)
+
+
+@support.slow
+class NeverPageTest(TmuxWorkCase):
+    """jj and git in a managed clone never page: run at a real terminal (a tmux pane of 80x24, PAGER
+    set to less) with more history and changes than a screen holds, each returns to the shell. A
+    clone that lacks the settings (made before coord set them) gets them at `work start`."""
+
+    def at_a_terminal(self, path, lines):
+        """Type each line into a shell in a tmux pane in `path`; fail unless each comes back."""
+        env = {k: v for k, v in self.env.items() if k not in ("TMUX", "TMUX_PANE")}
+        sock = os.path.join(self.tmp, "terminal.sock")
+        self.addCleanup(subprocess.run, [self.tmux_bin, "-S", sock, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=10)
+        pane = subprocess.run([self.tmux_bin, "-S", sock, "new-session", "-d", "-P", "-F", "#{pane_id}", "-x", "80",
+                               "-y", "24", "-c", path, "-e", "PAGER=less", "-e", "TERM=xterm", "sh"], env=env,
+                              stdout=subprocess.PIPE, text=True, check=True, timeout=30).stdout.strip()
+
+        def shown():
+            return subprocess.run([self.tmux_bin, "-S", sock, "capture-pane", "-p", "-t", pane], env=env,
+                                  stdout=subprocess.PIPE, text=True, timeout=10).stdout
+        for i, line in enumerate(lines):
+            subprocess.run([self.tmux_bin, "-S", sock, "send-keys", "-t", pane, "-l",
+                            "clear; %s; echo back-$((1000+%d))" % (line, i)], env=env, check=True, timeout=10)
+            subprocess.run([self.tmux_bin, "-S", sock, "send-keys", "-t", pane, "Enter"], env=env, check=True,
+                           timeout=10)
+            try:
+                support.retry_until(lambda: "back-%d" % (1000 + i) in shown(), timeout=20, interval=0.2)
+            except AssertionError:
+                self.fail("%r did not come back to the shell (a pager waits?):\n%s" % (line, shown()))
+
+    def big_history(self, path):
+        for i in range(12):
+            self.write(path, "c%d.txt" % i, "%d\n" % i)
+            self.jj(path, "commit", "-m", "change %d\n\nwith a body\nof some lines\nmore" % i)
+        for i in range(60):
+            self.write(path, "new/f%02d.txt" % i, "x\n")
+
+    def test_jj_and_git_in_a_new_clone_never_page(self):
+        handle, path, _ = self.create("paged")
+        self.big_history(path)
+        self.at_a_terminal(path, ["jj st", "jj log", "git log", "git diff HEAD~3"])
+
+    def test_a_clone_without_the_settings_gets_them_at_start(self):
+        handle, path, _ = self.create("older")
+        self.jj(path, "config", "unset", "--workspace", "ui.paginate", check=False)  # as a clone coord 0.7.0 made
+        self.git(path, "config", "--unset", "core.pager", check=False)
+        self.assertNotIn("paginate", self.jj(path, "config", "list", "--workspace"))
+        self.big_history(path)
+        self.work("start", handle, check=0)
+        self.at_a_terminal(path, ["jj st", "jj log", "git log"])
+
+
 class ConflictsExitTest(LandingPreviewCase):
     """`work conflicts` exits 5 when it finds a pair that would conflict (with another work or with
     the target), 0 when it finds none, overlaps without conflict included."""
@@ -3871,13 +4047,14 @@ class CloseWaitsForExitTest(TmuxWorkCase):
         out = self.work("close", handle, check=0).stdout
         proc = self.work("remove", handle, "--confirm", handle)
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertRegex(out, r"^waited \d+\.\d s for its processes to exit\n$")
+        self.assertRegex(out, r"^%s closed \(tmux window @\d+\)\nwaited \d+\.\d s for its processes to exit\n$" % handle)
         self.assertFalse(os.path.exists(path))
 
     def test_the_bound_ran_out_it_names_what_it_left_running(self):
         handle, path, pid = self.started("slower-exit", FAKE_LINGER="30")
         proc = self.work("close", handle, check=0, env={"COORD_CLOSE_WAIT": "1"})
-        self.assertRegex(proc.stdout, r"^waited 1 s; still running: %d \(\S+\)\n$" % pid)
+        self.assertRegex(proc.stdout, r"^%s closed \(tmux window @\d+\)\nwaited 1 s; still running: %d \(\S+\)\n$"
+                         % (handle, pid))
         history = self.record(handle)["data"]["history"]
         self.assertEqual((history[-1].get("state"), history[-1].get("left")), ("closed", [pid]))
         self.assertEqual(self.work("close", handle, check=2, env={"COORD_CLOSE_WAIT": "nan"}).returncode, 2)
