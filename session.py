@@ -124,16 +124,18 @@ def socket_from_tmux_env(value):
     return parts[0] if len(parts) == 3 and parts[0] else None
 
 
-def resolve_socket(explicit=None, environ=None):
-    """Socket to use: explicit, else $COORD_TMUX_SOCKET, else the enclosing tmux, else default.
+AGENTS_LABEL = "coord"  # the tmux server agents run in by default: `tmux -L coord`
 
-    A value without a slash is a label, as with `tmux -L`.
+
+def resolve_socket(explicit=None, environ=None):
+    """Socket to use: explicit, else $COORD_TMUX_SOCKET, else coord's own server (`-L coord`).
+
+    Never the tmux server the caller runs in: an agent reaches every pane of its server with tmux
+    itself, so no pane of a server agents run in is the person (store.agent_tmux_server), and the
+    person's own server stays theirs. A value without a slash is a label, as with `tmux -L`.
     """
     environ = os.environ if environ is None else environ
-    value = explicit or environ.get("COORD_TMUX_SOCKET") or socket_from_tmux_env(
-        environ.get("TMUX"))
-    if not value:
-        return default_socket(environ)
+    value = explicit or environ.get("COORD_TMUX_SOCKET") or AGENTS_LABEL
     if "/" not in value:
         return default_socket(environ, value)
     return os.path.abspath(value)
@@ -646,7 +648,8 @@ def descends_from(pid, ancestors):
 
 
 def attach_command(record, inside_tmux=None, environ=None):
-    """The argv that shows the recorded pane: switch-client inside its server, else attach.
+    """The argv that shows the recorded pane: switch-client inside its server, else attach (from a
+    pane of another tmux server too: tmux refuses to nest only a client on one of its own panes).
 
     inside_tmux=None decides from $TMUX: inside only when it names the record's server.
     """

@@ -99,9 +99,10 @@ class HarnessArgvTest(CoordTestCase):
         env = {"TMUX_TMPDIR": self.tmp}
         uid = os.getuid()
         self.assertEqual(session.resolve_socket(environ=env),
-                         os.path.join(tmpdir, "tmux-%d" % uid, "default"))
+                         os.path.join(tmpdir, "tmux-%d" % uid, "coord"))
         env["TMUX"] = "/x/tmux-0/outer,123,4"
-        self.assertEqual(session.resolve_socket(environ=env), "/x/tmux-0/outer")
+        self.assertEqual(session.resolve_socket(environ=env), os.path.join(tmpdir, "tmux-%d" % uid, "coord"),
+                         "never the server the caller runs in: its panes would stop being the person's")
         env["COORD_TMUX_SOCKET"] = "coordlabel"
         self.assertEqual(session.resolve_socket(environ=env),
                          os.path.join(tmpdir, "tmux-%d" % uid, "coordlabel"))
@@ -332,13 +333,13 @@ class LaunchTest(TmuxTestCase):
         self.assertEqual(a["window_name"], b["window_name"])
 
     def test_default_socket_matches_what_tmux_reports(self):
-        # No -S at all: tmux picks its default socket inside this test's TMUX_TMPDIR.
+        # `tmux -L coord`: tmux puts the label's socket inside this test's TMUX_TMPDIR.
         expected = session.resolve_socket(environ=dict(os.environ))
         self.addCleanup(self.kill_server, expected)
         env = session.client_env()
-        subprocess.run(["tmux", "new-session", "-d", "sleep", "60"], env=env, check=True,
+        subprocess.run(["tmux", "-L", session.AGENTS_LABEL, "new-session", "-d", "sleep", "60"], env=env, check=True,
                        timeout=10)
-        out = subprocess.run(["tmux", "display-message", "-p", "#{socket_path}"], env=env,
+        out = subprocess.run(["tmux", "-L", session.AGENTS_LABEL, "display-message", "-p", "#{socket_path}"], env=env,
                              check=True, stdout=subprocess.PIPE, text=True, timeout=10)
         self.assertEqual(out.stdout.strip(), expected)
         self.assertTrue(expected.startswith(os.path.realpath(self.tmp)))
@@ -435,15 +436,31 @@ class AttachTest(TmuxTestCase):
 
     def test_attach_command_outside_and_inside(self):
         rec = self.launch()
-        self.assertEqual(session.attach_command(rec, inside_tmux=False),
+        self.assertEqual(session.attach_command(rec, inside_tmux=False, environ={}),
                          ["tmux", "-S", self.sock, "attach-session", "-t", rec["pane_id"]])
-        self.assertEqual(session.attach_command(rec, inside_tmux=True),
+        self.assertEqual(session.attach_command(rec, inside_tmux=True, environ={}),
                          ["tmux", "-S", self.sock, "switch-client", "-t", rec["pane_id"]])
         inside = {"TMUX": "%s,1,0" % self.sock}
         other = {"TMUX": "/elsewhere/sock,1,0"}
         self.assertEqual(session.attach_command(rec, environ=inside)[3], "switch-client")
         self.assertEqual(session.attach_command(rec, environ=other)[3], "attach-session")
         self.assertEqual(session.attach_command(rec, environ={})[3], "attach-session")
+
+    def test_the_attach_command_works_from_a_pane_of_another_tmux_server(self):
+        """The person's own tmux is not coord's (agents run in `-L coord`): the printed command,
+        typed in a pane of the person's server, attaches a nested client to coord's (tmux 3.3a
+        refuses to nest only a client whose terminal is one of its own panes)."""
+        import shlex
+        rec = self.launch()
+        own = os.path.join(self.tmp, "own.sock")
+        self.addCleanup(self.kill_server, own)
+        argv = session.attach_command(rec, environ={"TMUX": "%s,1,0" % own})
+        subprocess.run(["tmux", "-S", own, "new-session", "-d", "-x", "80", "-y", "24",
+                        " ".join(shlex.quote(a) for a in argv)], check=True, timeout=30)
+        clients = support.retry_until(lambda: subprocess.run(
+            ["tmux", "-S", self.sock, "list-clients", "-F", "#{client_tty}"], stdout=subprocess.PIPE,
+            text=True, timeout=10).stdout.strip(), timeout=30)
+        self.assertTrue(clients, "a client of the person's server attached to coord's")
 
     def test_attach_command_lands_on_the_recorded_pane(self):
         rec = self.launch()
