@@ -3604,7 +3604,7 @@ def close_text(r):
     if r.get("left"):
         lines.append("waited %.0f s; still running: %s" % (r["waited"], ", ".join(
             "%d (%s)" % (p["pid"], store.clean_text(p["command"], 30)) for p in r["left"][:5])))
-    elif r.get("waited"):
+    elif (r.get("waited") or 0) >= 1:  # a hangup's ordinary exit is no news
         lines.append("waited %.1f s for its processes to exit" % r["waited"])
     return "\n".join(lines)
 
