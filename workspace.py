@@ -2456,6 +2456,8 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
             env[name] = environ[name]
     if harness in START_AT_LAUNCH and conversation:
         env[START_AT_LAUNCH[harness]] = conversation
+    if prompt is not None:  # its SessionStart begins a turn (hook.start_turn), not an idle prompt
+        env["COORD_LAUNCH_PROMPT"] = "1"
     no_daemon = harness == "codex" and session.codex_offers_no_daemon(session.harness_command(harness, environ),
                                                                       environ)
     argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt, no_daemon=no_daemon)

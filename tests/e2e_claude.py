@@ -620,7 +620,8 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return self.launch_env
 
     def test_resumed_claude_registers_without_a_prompt(self):
-        self.resume_interrupted(timeout=60)
+        work, rec = self.resume_interrupted(timeout=60)
+        self.nudge_resumed(work, rec)  # idle at its prompt, not "in a turn" that never ends
 
 
 # --------------------------------------------------------------------------- safe mode with the real harness (issue 25, pgcodex)

@@ -218,4 +218,5 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return h.copilot_env(self.home, self.server, self.launch_managed({"COORD_COPILOT_CMD": self.cli}))
 
     def test_resume_interrupted_brings_copilot_to_its_first_boundary(self):
-        self.resume_interrupted()
+        work, rec = self.resume_interrupted()
+        self.nudge_resumed(work, rec)

@@ -263,4 +263,5 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return h.qwen_env(self.home, self.server, self.launch_managed({"COORD_QWEN_CMD": self.cli}))
 
     def test_resume_interrupted_brings_qwen_to_its_first_boundary(self):
-        self.resume_interrupted()
+        work, rec = self.resume_interrupted()
+        self.nudge_resumed(work, rec)

@@ -1031,3 +1031,20 @@ class ResumedFirstBoundary(object):
                                                  if k != "pane_command"}),
                                      json.dumps(seen["data"].get("history"))[-1500:]))
         return work, rec
+
+    def nudge_resumed(self, work, rec, timeout=90):
+        """After resume_interrupted: the resumed agent waits at its prompt (its SessionStart says
+        idle; a harness given the resume prompt once that turn ended), and `send --nudge` from the
+        owner types coord's line there: the next model request carries the message's body."""
+        import session
+        retry_until(lambda: self.turn(rec) == "idle", timeout=timeout, interval=0.25)
+        marker = "RESUMED-NUDGE-%d" % os.getpid()
+        reply = self.rcoord("send", "look at " + marker, "--to", work["handle"], "--nudge", env=self.as_owner)
+        self.assertTrue(reply["nudged"], reply)
+        try:
+            seen = retry_until(lambda: [r for r in list(self.server.requests) if r.api and marker in r.text()],
+                               timeout=timeout, interval=0.25)
+        except AssertionError:
+            raise AssertionError("the nudged %s never sent the message to its model:\n%s"
+                                 % (self.harness, self.pane_text(rec)))
+        self.assertIn(session.NUDGE, seen[0].text())

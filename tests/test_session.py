@@ -696,6 +696,16 @@ class NudgeTest(TmuxTestCase):
         session.nudge(rec, time.time() + 1)
         retry_until(lambda: session.NUDGE in self.screen(rec))
 
+    def test_a_turn_that_began_in_the_second_its_window_opened_is_nudged(self):
+        # tmux counts a session's creation as activity, in whole seconds: a harness that started
+        # and began its turn within that second looked typed into (2 e2e runs of 112 under load).
+        # No client ever attached, so no key was typed: the clock does not matter.
+        rec = self.launch()
+        self.seen(rec)
+        created = int(self.t("display-message", "-p", "-t", rec["pane_id"], "#{session_activity}").strip())
+        self.assertEqual(session.nudge(rec, created + 0.5), rec["pane_id"])
+        retry_until(lambda: session.NUDGE in self.screen(rec))
+
     def test_a_pane_in_copy_mode_is_never_typed_into(self):
         rec = self.launch()
         self.seen(rec)

@@ -2435,7 +2435,7 @@ class WorkMessageTest(TmuxWorkCase):
             self.assertIn("sent; not nudged: " + why, proc.stdout)
             self.assertEqual(len(proc.stdout.strip().splitlines()), 1)
 
-        send("its agent has not ended a turn")  # launched, no turn seen: nothing says its prompt is idle
+        send("its agent has not reached its prompt")  # launched, no boundary seen: nothing says its prompt is idle
         st.set_turn(agent["id"], "busy", now=time.time() - 5, began=True)
         send("its agent is in a turn")
         st.set_turn(agent["id"], "dialog")
