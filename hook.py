@@ -786,7 +786,9 @@ def session_context(h, rt, work=()):
     else:
         mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]
         held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
-    least = ["Your leases: %d (%s list)" % (len(mine), cmd)] if mine else []  # the fallback, reserved
+    # a resumed agent whose work kept its leases while it was away (parked, a killed window) has them again
+    yours = "Your leases, kept for your work while it was away" if mine and db.held_again(rt["id"]) else "Your leases"
+    least = ["%s: %d (%s list)" % (yours, len(mine), cmd)] if mine else []  # the fallback, reserved
     peers = []  # first, as they say what to ask about before editing
     if held:
         groups, listed = {}, 0  # holder's handle -> names, in resource order
@@ -806,7 +808,7 @@ def session_context(h, rt, work=()):
             peers = ["Peers hold %d exclusively (ask before editing): %s list" % (total, cmd)]
     for shown in range(len(mine), 0, -1):
         rest = len(mine) - shown
-        line = "Your leases: %s" % ", ".join(mine[:shown]) + (" (+%d more)" % rest if rest else "")
+        line = "%s: %s" % (yours, ", ".join(mine[:shown])) + (" (+%d more)" % rest if rest else "")
         if size(lines + [line] + peers) <= budget:
             least = [line]
             break
@@ -849,7 +851,10 @@ def on_session_end(h):
     if rt is None or rt["harness"] == PARKED or not h.ours(rt):
         return ""  # nothing live, a parked work's holder, or a stale process: the holder or
         #            the resumed attachment keeps its state
-    db.bye(rt["id"], reason="session-end")
+    if h.payload.get("reason") == "clear":  # /clear: the same process goes on as a new session
+        db.bye(rt["id"], reason="session-end")
+    else:  # a killed window, an exit: a work's leases stay for it unless coord closes it (Store.session_end)
+        db.session_end(rt["id"])
     pid = h.process()[0]
     if pid is not None:
         for sub in db.unended_subagents(h.session, pid):

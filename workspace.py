@@ -661,6 +661,9 @@ WORK_DATA = {
              "_record_tmux"),
     "direct": ("{harness, kind, conversation, pid, ...}: a session a resume wrapper recorded", "record_conversation"),
     "parked": ("{reason, at} while parked, else None", "_record_tmux, record_conversation"),
+    "closing": ("{at, by} while close or archive kills the window: the agent's SessionEnd then releases its "
+                "leases instead of keeping them for the work (Store.session_end); removed by the next state",
+                "_close_window, _record_tmux"),
     "trust": ("{added, notes, ...}: harness trust entries coord carried for the clone", "carry_trust, drop_trust, "
               "_adopt_trust"),
     "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed (also a refused create "
@@ -2469,7 +2472,7 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
 def _record_tmux(st, w, state, rec, caller, **extra):
     with st.transaction():
         cur = st.work(w["id"])
-        data = {"history": with_history(cur, state, caller, **extra)}
+        data = {"history": with_history(cur, state, caller, **extra), "closing": None}
         if rec is not None:
             data["tmux"] = rec
             data["direct"] = None  # a window coord launched is now the newest harness (store.work_conversation)
@@ -2599,8 +2602,11 @@ def harness_processes_inside(st, w, caller=None):
     return out
 
 
-def _close_window(w):
-    """Kill the validated window; a window already gone (or no longer provably ours) is left alone."""
+def _close_window(w, st=None, caller=None):
+    """Kill the validated window; a window already gone (or no longer provably ours) is left alone.
+    With `st` (close, archive: the agent's leases go), the work is marked `closing` while the
+    window dies, so the harness's SessionEnd releases them (Store.session_end); the caller's
+    record of the new state removes the mark (any failure removes it here)."""
     import session
     rec = w["data"].get("tmux")
     if not rec:
@@ -2608,7 +2614,16 @@ def _close_window(w):
     problem = session.problem(rec)
     if problem:
         return "window not closed: " + problem
-    session.close(rec)
+    if st is not None:
+        with st.transaction():
+            st.update_work(w["id"], data={"closing": {"at": now_time(), "by": who_id(caller)}})
+    try:
+        session.close(rec)
+    except BaseException:
+        if st is not None:
+            with st.transaction():
+                st.update_work(w["id"], data={"closing": None})
+        raise
     return "closed %s" % rec["window_id"]
 
 
@@ -2788,7 +2803,7 @@ def close_work(st, *, caller, handle, override=False):
     w = st.resolve_work(handle)
     refuse_state(w, UNUSABLE)
     authorize(st, w, caller, "close", override)
-    what = _close_window(w)
+    what = _close_window(w, st, caller)
     released = end_parked(st, w, "work closed")
     _record_tmux(st, w, "closed", None, caller, outcome=what, released=released or None)
     return {"work": w["handle"], "window": what}
@@ -2817,7 +2832,7 @@ def archive_work(st, *, caller, handle, override=False):
         if rt is not None and rt.get("harness") != store.PARKED and conv != window_conv:
             raise Refused("work %s still has agent %s running outside coord's window" % (w["handle"], rt["handle"]),
                           "end that session (or coord send \"wrap up\" --to %s), then archive" % rt["handle"])
-    what = _close_window(w)
+    what = _close_window(w, st, caller)
     released = end_parked(st, w, "work archived")
     if window_conv and what.startswith("closed"):
         # The window is gone, and with it the agent that ran there: end its attachment now,

@@ -874,6 +874,13 @@ class CoordCase(HarnessCase):
                 " ".join(args), proc.returncode, proc.stdout, proc.stderr))
         return json.loads(proc.stdout) if proc.stdout.strip() else None
 
+    def rcoord_lines(self, *args):
+        """The stdout lines of `.coord/coord ARGS` (no --json), exit 0."""
+        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + list(args)
+        proc = subprocess.run(argv, env=self.env, cwd=self.repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=60, check=True)
+        return proc.stdout.splitlines()
+
     def peer(self):
         """Register a peer runtime with `coord hello`; return its record."""
         return self.rcoord("hello", "--conversation", "peer-%d-%d" % (os.getpid(), time.monotonic_ns()))["runtime"]
@@ -955,7 +962,11 @@ class ResumedFirstBoundary(object):
             raise AssertionError("the %s in work %s never registered: %r\n%s" % (
                 self.harness, handle, now, self.pane_text(now) if now.get("pane_id") else "(no pane)"))
 
-    def resume_interrupted(self, timeout=90):
+    KEPT = "Your leases, kept for your work while it was away: "
+
+    def resume_interrupted(self, timeout=90, lease=None):
+        """... with `lease`: the agent holds it (claimed as its runtime) when its window is killed;
+        the work keeps it (check says held, whether the harness ran SessionEnd or just died)."""
         import workspace
         from modelserver import say
         first_prompt = self.harness in workspace.NO_HOOK_UNTIL_PROMPT
@@ -969,13 +980,24 @@ class ResumedFirstBoundary(object):
         retry_until(lambda: self.turn(first) == "idle", timeout=timeout, interval=0.25)
         retry_until(lambda: [r for r in list(self.server.requests) if r.api and "EARLIER-TURN" in r.text()],
                     timeout=timeout, interval=0.25)
+        if lease:
+            self.rcoord("claim", lease, env=dict(self.as_owner, COORD_RUNTIME_ID=first["runtime_id"]))
         subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", first["window_id"]], check=True,
                        timeout=10)  # the agent is gone without park or close (a reboot, a killed server)
         listed = retry_until(lambda: [w for w in self.rcoord("work", "list", env=self.as_owner)["work"]
                                       if w.get("interrupted")], timeout=30, interval=0.25)
         self.assertEqual([w["handle"] for w in listed], [work["handle"]])
+        if lease:  # its harness has exited (SessionEnd or not): the lease is still the work's
+            pid = [rt for rt in self.runtimes_of(first["conversation"]) if rt["id"] == first["runtime_id"]][0]["pid"]
+            retry_until(lambda: not os.path.exists("/proc/%d" % pid), timeout=30, interval=0.25)
+            held = self.rcoord("check", lease, env=self.as_owner, check=3)
+            self.assertFalse(held["free"], held)
+            audit = [json.loads(l) for l in self.rcoord_lines("audit")]
+            sys.stderr.write("(%s: %s) " % (self.harness, [(a["event"], (a.get("data") or {}).get("reason"))
+                                                          for a in audit if a.get("subject") == first["runtime_id"]
+                                                          and a["event"].startswith("runtime.")]))
         self.rcoord("send", "WELCOME-BACK-MESSAGE", "--to", work["handle"], env=self.as_owner)
-        requests = len(self.server.requests)
+        requests = self.requests_at_resume = len(self.server.requests)
         reply = self.rcoord("work", "resume", "--interrupted", env=self.as_owner, check=None)
         if reply and reply.get("skipped") and "ask the person" in (reply["skipped"][0].get("hint") or ""):
             # Its harness outlived the killed window (Gemini CLI 0.61.0 can: it runs on headless):
@@ -1031,6 +1053,15 @@ class ResumedFirstBoundary(object):
                                                  if k != "pane_command"}),
                                      json.dumps(seen["data"].get("history"))[-1500:]))
         return work, rec
+
+    def told_kept(self, lease, since, timeout=90):
+        """A model request after `since` told the resumed agent it holds `lease` again."""
+        try:
+            retry_until(lambda: [r for r in list(self.server.requests)[since:] if r.api and (self.KEPT + lease)
+                                 in r.text()], timeout=timeout, interval=0.25)
+        except AssertionError:
+            raise AssertionError("the resumed %s was never told it holds %s again:\n%s" % (
+                self.harness, lease, "\n---\n".join(r.text()[-600:] for r in list(self.server.requests)[since:])))
 
     def nudge_resumed(self, work, rec, timeout=90):
         """After resume_interrupted: the resumed agent waits at its prompt (its SessionStart says

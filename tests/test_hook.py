@@ -1351,6 +1351,34 @@ class IdentityTest(HookCase):
         self.run_hook(self.payload("claude-SessionEnd"))
         self.assertEqual(self.st.all_leases(), [])
 
+    def test_a_works_agent_whose_window_is_killed_keeps_its_leases_and_is_told_at_resume(self):
+        # Claude Code runs SessionEnd (reason "other") when tmux hangs its window up: coord did not
+        # close the work, so its unlanded change stays protected, as after a crash.
+        me = self.start()
+        with self.st.transaction():
+            w = self.st.insert_work("killed-window", "active", "token", data={"tmux": {"conversation": CLAUDE_MAIN}})
+        self.st.claim(me["id"], ["src/app.py"])
+        self.run_hook(self.payload("claude-SessionEnd"))
+        peer = self.peer()
+        self.assertEqual([l["resource"] for l in self.st.conflicts(["src/app.py"], as_runtime=peer["id"])],
+                         ["src/app.py"], "check still says held")
+        holder = self.st.runtime(self.st.runtime(me["id"])["superseded_by"])
+        self.assertEqual(holder["harness"], store.PARKED)
+        # resumed (the same conversation, a new process): its leases again, and it is told
+        text = context_of(self.run_hook(self.payload("claude-SessionStart", source="resume"))[0])
+        self.assertIn("Your leases, kept for your work while it was away: src/app.py", text)
+        # /clear is no goodbye to the work but no interruption either: the same process goes on
+        again = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.run_hook(dict(self.payload("claude-SessionEnd"), reason="clear"))
+        self.assertEqual(self.st.all_leases(), [], "released, as before")
+        with self.st.transaction():  # coord closing it: the SessionEnd it caused releases too
+            self.st.update_work(w["id"], data={"closing": {"at": 1, "by": None}})
+        self.start()
+        self.st.claim(self.st.find_conversation_runtime(CLAUDE_MAIN)["id"], ["src/app.py"])
+        self.run_hook(self.payload("claude-SessionEnd"))
+        self.assertEqual(self.st.all_leases(), [])
+        self.assertIsNotNone(again)
+
 
 def shell_copy(testcase, name, source="bash"):
     """A copy of shell `source` under the test's directory, named `name` (a shell no list knows)."""

@@ -1779,6 +1779,35 @@ class StatusTest(TmuxWorkCase):
         line = next(l for l in text.splitlines() if l.strip().startswith(handle))
         self.assertIn("2 leases", line)
 
+    def test_a_killed_window_keeps_the_works_leases_and_close_releases_them(self):
+        # The stand-in runs coord's SessionStart hook, and its SessionEnd when tmux hangs it up
+        # (as Claude Code, Copilot CLI and Qwen Code do).
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"
+        os.environ["FAKE_SESSION_END"] = self.env["FAKE_SESSION_END"] = "1"
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        self.addCleanup(os.environ.pop, "FAKE_SESSION_END", None)
+        handle, path, _ = self.create("hung-up")
+        self.work("start", handle, check=0)
+        rec = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
+            self.record(handle)["data"]["tmux"]), timeout=30)
+        self.coord("claim", "src/work.py", runtime=rec["runtime_id"], cwd=path, check=0)
+        subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", rec["window_id"]], check=True, timeout=10)
+        support.retry_until(lambda: self.events_of(rec["runtime_id"], "runtime.bye"), timeout=30)
+        proc = self.coord("check", "src/work.py", runtime=self.rt["id"], cwd=self.canon)
+        self.assertEqual(proc.returncode, 3, "still held for the work: %s" % proc.stdout)
+        # resumed, then closed by coord: the SessionEnd that close causes releases them
+        self.work("resume", handle, check=0)
+        support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id") not in (None, rec["runtime_id"]),
+                            timeout=30)
+        self.assertEqual([l["resource"] for l in self.coord_json("list")["leases"]], ["src/work.py"])
+        self.work("close", handle, check=0)
+        support.retry_until(lambda: self.coord_json("list")["leases"] == [], timeout=30)
+        self.assertNotIn("closing", self.record(handle)["data"])
+
+    def events_of(self, subject, event):
+        rows = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        return [r for r in rows if r["event"] == event and r["subject"] == subject]
+
     def test_list_says_which_work_an_agent_is_in(self):
         handle, path, _ = self.create("listed")
         inside = self.hello(cwd=path)["runtime"]
