@@ -305,6 +305,45 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     return argv
 
 
+# The harness arguments that belong to one launch only (docs/workspace.md, "Harness arguments"):
+# a first message, or which session to run. `work resume` reuses what `work start` was given after
+# `--` without them: it names the conversation itself, and a prompt would be sent again. Each option
+# maps to what it takes: 0 nothing, 1 a value, None an optional value (the next word unless it
+# starts with `-`). Measured on the pinned CLIs' --help.
+ONE_SHOT_ARGS = {
+    "claude": {"-r": None, "--resume": None, "-c": 0, "--continue": 0, "--session-id": 1, "--fork-session": 0,
+               "--from-pr": None},
+    "codex": {},
+    "copilot": {"-i": None, "--interactive": None, "-p": 1, "--prompt": 1, "--resume": None, "--continue": 0},
+    "gemini": {"-i": 1, "--prompt-interactive": 1, "-p": 1, "--prompt": 1, "-r": None, "--resume": None},
+    "qwen": {"-i": 1, "--prompt-interactive": 1, "-p": 1, "--prompt": 1, "-r": None, "--resume": None,
+             "-c": 0, "--continue": 0, "--session-id": 1, "--fork-session": 0},
+    "opencode": {"--prompt": 1, "-s": 1, "--session": 1, "-c": 0, "--continue": 0, "--fork": 0},
+}
+
+
+def reusable_args(harness, extra):
+    """`extra` (a launch's harness arguments) without the one-shot ones (ONE_SHOT_ARGS: `-o V`,
+    `-o=V`, `--opt V`, `--opt=V`), and without a `--` and all after it (a positional first message)."""
+    one_shot = ONE_SHOT_ARGS.get(harness, {})
+    out, words = [], [str(a) for a in extra]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            break
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name not in one_shot:
+            out.append(word)
+        elif "=" not in word and one_shot[name] == 1 and i + 1 < len(words):
+            i += 1
+        elif "=" not in word and one_shot[name] is None and i + 1 < len(words) and \
+                not words[i + 1].startswith("-"):
+            i += 1
+        i += 1
+    return out
+
+
 def copilot_argv(argv, conversation, extra, prompt):
     """Copilot CLI 1.0.102 takes no positional prompt (`copilot [OPTIONS] [COMMAND]`): the first
     message of an interactive session is `--interactive=PROMPT` (`-i`), and a conversation is

@@ -661,6 +661,8 @@ WORK_DATA = {
              "_record_tmux"),
     "direct": ("{harness, kind, conversation, pid, ...}: a session a resume wrapper recorded", "record_conversation"),
     "parked": ("{reason, at} while parked, else None", "_record_tmux, record_conversation"),
+    "args": ("{harness, argv}: the harness arguments the last `work start -- ARGS` (or `work resume W -- ARGS`) "
+             "gave, without one-shot ones (session.reusable_args); `work resume` reuses them", "start_work, resume_work"),
     "closing": ("{at, by} while close or archive kills the window: the agent's SessionEnd then releases its "
                 "leases instead of keeping them for the work (Store.session_end); removed by the next state",
                 "_close_window, _record_tmux"),
@@ -2469,10 +2471,10 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
                           conversation=conversation, harness=harness, previous=previous, socket=socket)
 
 
-def _record_tmux(st, w, state, rec, caller, **extra):
+def _record_tmux(st, w, state, rec, caller, work_data=None, **extra):
     with st.transaction():
         cur = st.work(w["id"])
-        data = {"history": with_history(cur, state, caller, **extra), "closing": None}
+        data = dict(work_data or {}, history=with_history(cur, state, caller, **extra), closing=None)
         if rec is not None:
             data["tmux"] = rec
             data["direct"] = None  # a window coord launched is now the newest harness (store.work_conversation)
@@ -2671,6 +2673,7 @@ def read_prompt(text=None, path=None):
 def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, override=False):
     """Run a harness for the work in a new tmux window, `prompt` (checked by check_prompt) as its
     first message when given; -> {work, tmux: the window record}."""
+    import session
     if prompt is not None:
         check_prompt(prompt)
     w = _launchable(st, handle, caller)
@@ -2679,6 +2682,7 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"), prompt=prompt)
     _record_launch(st, w, "active", rec, caller, step="started", harness=harness,
+                   work_data={"args": {"harness": harness, "argv": session.reusable_args(harness, extra)}},
                    prompt_bytes=None if prompt is None else len(prompt.encode("utf-8", "surrogateescape")),
                    unarchived=True if w["state"] == "archived" else None)
     out = {"work": w["handle"], "tmux": rec}
@@ -2704,10 +2708,11 @@ START_AT_LAUNCH = {"opencode": "COORD_OPENCODE_RESUME"}
 RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coord inbox), then carry on"
 
 
-def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
+def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False, extra=None):
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
     NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message; one in START_AT_LAUNCH gets the
-    conversation in that variable (_launch)."""
+    conversation in that variable (_launch). The harness arguments are `extra` (recorded in their
+    place), else those recorded for the same harness (WORK_DATA "args"), one-shot ones left out."""
     ended = None
     w = st.resolve_work(handle)  # another host's clone is not on this disk: say where it is first
     refuse_other_host(st, w, "coord work resume %s" % w["handle"])
@@ -2737,8 +2742,15 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
     prompt = RESUME_PROMPT if harness in NO_HOOK_UNTIL_PROMPT else None
-    rec = _launch(environ, w, conversation, harness, [], previous, prompt=prompt)
+    import session
+    recorded_args = w["data"].get("args") or {}
+    if extra is None:
+        args = list(recorded_args.get("argv") or []) if recorded_args.get("harness") == harness else []
+    else:
+        args = session.reusable_args(harness, extra)
+    rec = _launch(environ, w, conversation, harness, args, previous, prompt=prompt)
     _record_launch(st, w, "resumed", rec, caller, conversation=conversation,
+                   work_data={"args": {"harness": harness, "argv": args}},
                    unarchived=True if w["state"] == "archived" else None,
                    first_prompt=True if prompt else None)
     out = {"work": w["handle"], "tmux": rec}
@@ -3350,7 +3362,8 @@ def cmd_resume(ctx, args):
     if not args.handle:
         raise UsageError("work resume needs a work handle, or --interrupted", "coord work resume HANDLE")
     r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
-                    conversation=args.conversation, harness=args.harness, override=args.override)
+                    conversation=args.conversation, harness=args.harness, override=args.override,
+                    extra=getattr(args, "extra", None))
     text = start_text(r)
     if r.get("ended"):
         text = "\n".join(t for t in ("%s resumed in tmux window %s%s" % (r["work"], r["tmux"].get("window_id"),
@@ -3369,9 +3382,9 @@ def ended_text(r):
 def cmd_resume_interrupted(ctx, args):
     """`work resume --interrupted`: resume every interrupted work the caller may resume (after a
     reboot or a dead tmux server), each as `work resume HANDLE` would; one line per work."""
-    if args.handle or args.conversation or args.harness:
-        raise UsageError("--interrupted resumes each work's own recorded conversation; give no handle, "
-                         "--conversation or --harness with it", "coord work resume --interrupted")
+    if args.handle or args.conversation or args.harness or getattr(args, "extra", None) is not None:
+        raise UsageError("--interrupted resumes each work's own recorded conversation with its recorded arguments; "
+                         "give no handle, --conversation, --harness or -- ARGS with it", "coord work resume --interrupted")
     st, caller = ctx.db, ctx.caller()
     done, skipped, lines = [], [], []
     for w in st.works():
@@ -3575,7 +3588,8 @@ def _register_session(ws, both):
     p.add_argument("--reason", required=True)
     override_argument(p)
     p.set_defaults(func=cmd_park)
-    p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
+    p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation, with the "
+                      "arguments its start got after -- (-- ARGS replaces them)")
     p.add_argument("handle", metavar="HANDLE", nargs="?", help=BY_TASK_HELP)
     p.add_argument("--interrupted", action="store_true",
                    help="resume every interrupted work you may resume (its agent gone without park or close)")

@@ -865,8 +865,9 @@ class CoordCase(HarnessCase):
         env = dict(self.env)
         env.update(kw.pop("env", None) or {})
         check = kw.pop("check", 0)
-        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + list(args)
-        argv.append("--json")
+        args = list(args)
+        cut = args.index("--") if "--" in args else len(args)  # what follows `--` is the harness's
+        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + args[:cut] + ["--json"] + args[cut:]
         proc = subprocess.run(argv, env=env, cwd=self.repo, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
         if check is not None and proc.returncode != check:

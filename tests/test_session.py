@@ -555,6 +555,27 @@ class CloseTest(TmuxTestCase):
         self.assertIn(rec["window_id"], self.windows())
 
 
+class ReusableArgsTest(CoordTestCase):
+    """What `work resume` reuses of a start's harness arguments: all but a first message and the
+    choice of session, in each form the CLIs take them."""
+
+    def test_one_shot_arguments_are_left_out(self):
+        self.assertEqual(session.reusable_args("copilot", ["--allow-all-tools", "-i", "do it", "--model", "m",
+                                                           "--interactive=again", "--resume", "--continue"]),
+                         ["--allow-all-tools", "--model", "m"])
+        self.assertEqual(session.reusable_args("gemini", ["--approval-mode", "yolo", "--prompt-interactive=x",
+                                                          "-p", "y", "--", "query"]), ["--approval-mode", "yolo"])
+        self.assertEqual(session.reusable_args("qwen", ["--approval-mode=auto-edit", "-r", "--yolo", "-c"]),
+                         ["--approval-mode=auto-edit", "--yolo"])
+        self.assertEqual(session.reusable_args("claude", ["-r", "abc", "--permission-mode", "plan", "--resume",
+                                                          "--verbose"]), ["--permission-mode", "plan", "--verbose"])
+        self.assertEqual(session.reusable_args("codex", ["--model", "gpt-5.5", "-c", "x=1", "--", "-prompt"]),
+                         ["--model", "gpt-5.5", "-c", "x=1"])
+        self.assertEqual(session.reusable_args("opencode", ["--model", "m", "--session", "s", "--prompt", "p"]),
+                         ["--model", "m"])
+        self.assertEqual(session.reusable_args("shell", ["-l"]), ["-l"])
+
+
 class PromptArgvTest(CoordTestCase):
     """The initial prompt is the harness's last positional, after a `--` (no tmux needed)."""
 

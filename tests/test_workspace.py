@@ -1393,6 +1393,30 @@ class TmuxWorkTest(TmuxWorkCase):
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
 
+    def test_resume_reuses_the_harness_arguments_start_was_given_and_resume_can_replace_them(self):
+        # A resumed Copilot once lost --allow-all-tools and stopped at an approval.
+        handle, path, _ = self.create("with-args")
+        self.work("start", handle, "--", "--permission-mode", "acceptEdits", "--session-id", "s-1", "--verbose",
+                  "--", "first task only", check=0)
+        self.assertEqual(self.launched(1)[0]["args"], ["--permission-mode", "acceptEdits", "--session-id", "s-1",
+                                                       "--verbose", "--", "first task only"])
+        self.assertEqual(self.record(handle)["data"]["args"],
+                         {"harness": "claude", "argv": ["--permission-mode", "acceptEdits", "--verbose"]})
+        self.work("park", handle, "--reason", "later", check=0)
+        self.work("resume", handle, "--conversation", "conv-a", check=0)
+        self.assertIn(["--resume", "conv-a", "--permission-mode", "acceptEdits", "--verbose"],
+                      [r["args"] for r in self.launched(2)], "the mode came back; the prompt and session did not")
+        self.work("park", handle, "--reason", "again", check=0)
+        self.work("resume", handle, "--conversation", "conv-a", "--", "--model", "opus", check=0)
+        self.assertIn(["--resume", "conv-a", "--model", "opus"], [r["args"] for r in self.launched(3)])
+        self.assertEqual(self.record(handle)["data"]["args"]["argv"], ["--model", "opus"], "replaced and recorded")
+        self.work("park", handle, "--reason", "and again", check=0)
+        self.work("resume", handle, "--conversation", "conv-a", check=0)
+        self.assertEqual([r["args"] for r in self.launched(4)].count(["--resume", "conv-a", "--model", "opus"]), 2,
+                         "the replacement is what the next resume reuses")
+        proc = self.work("resume", "--interrupted", "--", "--model", "opus")
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+
     def test_after_the_server_dies_each_work_resumes_its_own_conversation_in_its_own_clone(self):
         """A week's fleet: several windows, then the tmux server is gone (a reboot, a kill). Each
         `work resume` relaunches exactly its own conversation, in its own clone, as its own work."""
