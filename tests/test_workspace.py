@@ -3706,8 +3706,8 @@ class HeadlessOrphanTest(TmuxWorkCase):
             self.addCleanup(os.environ.pop, name, None)
 
     def orphaned(self, task, ignore="1", idle=True, server=False):
-        """Start a work, wait for its stand-in to register, record its turn idle (or leave
-        SessionStart's busy), kill its window (the tmux server runs on: another session holds a
+        """Start a work, wait for its stand-in to register, record its turn idle (or busy: a
+        turn began), kill its window (the tmux server runs on: another session holds a
         window) or, with `server`, the tmux server; -> (handle, runtime pid, pane pid)."""
         os.environ["FAKE_IGNORE_HUP"] = self.env["FAKE_IGNORE_HUP"] = ignore
         handle, path, _ = self.create(task)
@@ -3717,8 +3717,7 @@ class HeadlessOrphanTest(TmuxWorkCase):
         st = store.Store(self.db)
         try:
             pid = st.runtime(tm["runtime_id"])["pid"]
-            if idle:
-                st.set_turn(tm["runtime_id"], "idle")
+            st.set_turn(tm["runtime_id"], "idle" if idle else "busy", began=not idle)
         finally:
             st.close()
         self.addCleanup(self.end_session, tm["pane_pid"])
@@ -3790,7 +3789,7 @@ class HeadlessOrphanTest(TmuxWorkCase):
         self.assertFalse(self.running(pid))
 
     def test_mid_turn_it_is_refused_naming_the_persons_command(self):
-        handle, pid, pane = self.orphaned("busy", idle=False)  # SessionStart recorded busy
+        handle, pid, pane = self.orphaned("busy", idle=False)  # a turn began
         support.retry_until(lambda: "busy  interrupted" in self.work("list", check=0).stdout, timeout=30)
         rc, out = self.coord_at_terminal("work", "resume", handle, "--override", cwd=self.canon)
         self.assertEqual(rc, 3, out)
