@@ -21,7 +21,8 @@ Contract:
   store.HEARTBEAT_EVERY seconds and deliver messages only when some are open.
 - The main agent's turn boundary is recorded for `send --nudge` (store `turns`): busy at
   UserPromptSubmit, idle at Stop, dialog at PermissionRequest (a subagent's marks its parent),
-  busy again at the first PostToolUse after a Stop; SessionStart sets busy (no turn ended yet).
+  busy again at the first PostToolUse after a Stop; SessionStart sets idle (the agent waits at
+  its prompt), busy when coord launched it with a first message, and leaves a compaction's alone.
 - Only os, sys, json and re (json's own dependency) load before the event needs the store.
 
 Paths: the repository root is COORD_REPO_ROOT when set, else REPO (the installed command's
@@ -622,22 +623,23 @@ def on_session_start(h):
     # pgsession: on PostgreSQL the host process answers from its lease copy when fresh, reaps on its
     # timer, and the turn goes in the heartbeat's or the registration's own transaction
     rt = db.hook_conversation_runtime(h.session)["runtime"] if pg else db.find_conversation_runtime(h.session)
+    turn = start_turn(h)
     if rt is not None and rt["pid"] is not None and rt["pid"] == pid and h.ours(rt):
         # same process (compaction, /clear back to it): same attachment, same handle
         if pg:
-            db.heartbeat(rt["id"], turn="busy")
+            db.heartbeat(rt["id"], turn=turn)
         else:
             db.reap()
             db.heartbeat(rt["id"])
     elif pg:
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
-                         source="hook:%s" % str(h.payload.get("source"))[:40], turn="busy")
+                         source="hook:%s" % str(h.payload.get("source"))[:40], turn=turn or "busy")
         h.registered = True  # its lease lines from the database: the copy may not have seen this yet
     else:
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
                          source="hook:%s" % str(h.payload.get("source"))[:40])
-    if not pg:
-        db.set_turn(rt["id"], "busy")  # startup, resume, /clear, compaction: no turn has ended yet here
+    if not pg and (turn or db.turn(rt["id"]) is None):
+        db.set_turn(rt["id"], turn or "busy")
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
         export_runtime(env_file, rt["id"])
@@ -647,6 +649,20 @@ def on_session_start(h):
         if rec:
             label_window(h, rec, rt)
     return reply(h, "SessionStart", session_context(h, rt, work_lines(h, rt)))
+
+
+def start_turn(h):
+    """The turn state SessionStart records (None: leave it as it is). A session that starts or
+    resumes sits idle at its prompt, as after /clear, unless coord launched it with a first
+    message (`COORD_LAUNCH_PROMPT` in its window's environment: work start --prompt, or the
+    resume prompt of a harness that runs no hook until one), which begins a turn at once; its
+    UserPromptSubmit follows. A compaction runs inside a turn or after /compact: unchanged."""
+    source = str(h.payload.get("source") or "")
+    if source == "compact":
+        return None
+    if source not in ("clear",) and h.environ.get("COORD_LAUNCH_PROMPT"):
+        return "busy"
+    return "idle"
 
 
 def clone_work(h):
@@ -807,7 +823,9 @@ def session_context(h, rt, work=()):
     else:
         mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]
         held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
-    least = ["Your leases: %d (%s list)" % (len(mine), cmd)] if mine else []  # the fallback, reserved
+    # a resumed agent whose work kept its leases while it was away (parked, a killed window) has them again
+    yours = "Your leases, kept for your work while it was away" if mine and db.held_again(rt["id"]) else "Your leases"
+    least = ["%s: %d (%s list)" % (yours, len(mine), cmd)] if mine else []  # the fallback, reserved
     peers = []  # first, as they say what to ask about before editing
     if held:
         groups, listed = {}, 0  # holder's handle -> names, in resource order
@@ -827,7 +845,7 @@ def session_context(h, rt, work=()):
             peers = ["Peers hold %d exclusively (ask before editing): %s list" % (total, cmd)]
     for shown in range(len(mine), 0, -1):
         rest = len(mine) - shown
-        line = "Your leases: %s" % ", ".join(mine[:shown]) + (" (+%d more)" % rest if rest else "")
+        line = "%s: %s" % (yours, ", ".join(mine[:shown])) + (" (+%d more)" % rest if rest else "")
         if size(lines + [line] + peers) <= budget:
             least = [line]
             break
@@ -870,7 +888,10 @@ def on_session_end(h):
     if rt is None or rt["harness"] == PARKED or not h.ours(rt):
         return ""  # nothing live, a parked work's holder, or a stale process: the holder or
         #            the resumed attachment keeps its state
-    db.bye(rt["id"], reason="session-end")
+    if h.payload.get("reason") == "clear":  # /clear: the same process goes on as a new session
+        db.bye(rt["id"], reason="session-end")
+    else:  # a killed window, an exit: a work's leases stay for it unless coord closes it (Store.session_end)
+        db.session_end(rt["id"])
     pid = h.process()[0]
     if pid is not None:
         for sub in db.unended_subagents(h.session, pid):

@@ -46,7 +46,7 @@ import store
 HOST_OPS = frozenset("""
     hosts register runtime resolve_runtime usable_runtime runtime_live successor last_runtime_of
     find_conversation_runtime unended_subagents superseded_attachment hold_parked unhold_parked
-    end_parked turn set_turn claim_nudge heartbeat take_lost bye reap live_runtimes
+    end_parked turn set_turn claim_nudge heartbeat take_lost bye session_end held_again reap live_runtimes
     overlapping conflicts write_conflicts peer_exclusive_leases claim leases_of renew release
     all_leases release_landed exclusive_claims_since send work_recipient open_messages unacked_counts inbox ack
     pending_context insert_work work resolve_work update_work works works_of_runtimes

@@ -54,6 +54,7 @@ _CLIENT_SCRUB = (
 )
 _CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
 _CLIENT_SCRUB += ("COORD_OPENCODE_RESUME",)  # workspace.START_AT_LAUNCH: only the resumed window's own
+_CLIENT_SCRUB += ("COORD_LAUNCH_PROMPT",)  # only a window launched with a first message has it (hook.start_turn)
 # Removed from a launched pane unless the caller sets them: an already running server may
 # carry another agent's identity in its global environment.
 _PANE_UNSET = tuple(v for v in _CLIENT_SCRUB if v not in ("TMUX", "TMUX_PANE"))
@@ -67,7 +68,7 @@ OPT_CONVERSATION = "@coord-conversation"
 OPT_RUNTIME = "@coord-runtime"
 
 _PANE_FIELDS = ("pid", "session_id", "window_id", "pane_id", "pane_pid", "pane_dead",
-                "session_activity", "pane_in_mode", "pane_current_command", "pane_start_command")
+                "session_activity", "session_last_attached", "pane_in_mode", "pane_current_command", "pane_start_command")
 _PANE_FORMAT = SEP.join("#{%s}" % f for f in _PANE_FIELDS)
 
 
@@ -208,10 +209,8 @@ class Tmux(object):
             row["pane_pid"] = int(row["pane_pid"])
             row["pane_dead"] = row["pane_dead"] == "1"
             row["pane_in_mode"] = row["pane_in_mode"] not in ("", "0")
-            try:
-                row["session_activity"] = int(row["session_activity"])
-            except ValueError:
-                row["session_activity"] = None
+            for key in ("session_activity", "session_last_attached"):  # empty: never attached
+                row[key] = int(row[key]) if row[key].isdigit() else None
             rows.append(row)
         return rows
 
@@ -308,6 +307,45 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     return argv
 
 
+# The harness arguments that belong to one launch only (docs/workspace.md, "Harness arguments"):
+# a first message, or which session to run. `work resume` reuses what `work start` was given after
+# `--` without them: it names the conversation itself, and a prompt would be sent again. Each option
+# maps to what it takes: 0 nothing, 1 a value, None an optional value (the next word unless it
+# starts with `-`). Measured on the pinned CLIs' --help.
+ONE_SHOT_ARGS = {
+    "claude": {"-r": None, "--resume": None, "-c": 0, "--continue": 0, "--session-id": 1, "--fork-session": 0,
+               "--from-pr": None},
+    "codex": {},
+    "copilot": {"-i": None, "--interactive": None, "-p": 1, "--prompt": 1, "--resume": None, "--continue": 0},
+    "gemini": {"-i": 1, "--prompt-interactive": 1, "-p": 1, "--prompt": 1, "-r": None, "--resume": None},
+    "qwen": {"-i": 1, "--prompt-interactive": 1, "-p": 1, "--prompt": 1, "-r": None, "--resume": None,
+             "-c": 0, "--continue": 0, "--session-id": 1, "--fork-session": 0},
+    "opencode": {"--prompt": 1, "-s": 1, "--session": 1, "-c": 0, "--continue": 0, "--fork": 0},
+}
+
+
+def reusable_args(harness, extra):
+    """`extra` (a launch's harness arguments) without the one-shot ones (ONE_SHOT_ARGS: `-o V`,
+    `-o=V`, `--opt V`, `--opt=V`), and without a `--` and all after it (a positional first message)."""
+    one_shot = ONE_SHOT_ARGS.get(harness, {})
+    out, words = [], [str(a) for a in extra]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            break
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name not in one_shot:
+            out.append(word)
+        elif "=" not in word and one_shot[name] == 1 and i + 1 < len(words):
+            i += 1
+        elif "=" not in word and one_shot[name] is None and i + 1 < len(words) and \
+                not words[i + 1].startswith("-"):
+            i += 1
+        i += 1
+    return out
+
+
 def copilot_argv(argv, conversation, extra, prompt):
     """Copilot CLI 1.0.102 takes no positional prompt (`copilot [OPTIONS] [COMMAND]`): the first
     message of an interactive session is `--interactive=PROMPT` (`-i`), and a conversation is
@@ -386,6 +424,7 @@ def launch(project, work_id, cwd, argv, env=None, task=None, conversation=None, 
     cwd = os.path.abspath(cwd)
     _check_launchable(cwd, argv, env, harness)
     name = window_name(task, work_id)
+    launched_at = time.time()
     fields, created = _open_window(tmux, _reusable_session(tmux, previous, project), name, cwd,
                                    _pane_argv(argv, env))
     session_id, window_id, pane_id, pane_pid, server_pid, start = fields
@@ -394,6 +433,7 @@ def launch(project, work_id, cwd, argv, env=None, task=None, conversation=None, 
         "window_id": window_id, "pane_id": pane_id, "pane_pid": int(pane_pid),
         "pane_command": start, "window_name": name, "project": project, "work_id": work_id,
         "conversation": conversation, "harness": harness,
+        "launched_at": launched_at,  # nudge: an agent idle since its SessionStart, typed into since then?
     }
     _label_new_window(tmux, record, created)
     return record
@@ -589,6 +629,9 @@ def _inspect(record, tmux):
         # send-keys does not count): None when a session does not say.
         "typed_at": None if any(p["session_activity"] is None for p in in_window)
         else max(p["session_activity"] for p in in_window),
+        # No client ever attached to a session showing it (tmux leaves session_last_attached
+        # empty until one does): no key can have been typed there, whatever the clock says.
+        "never_attached": all(p["session_last_attached"] is None for p in in_window),
         "sessions": sorted({p["session_id"] for p in in_window}),
         "panes": [p["pane_id"] for p in in_window],
         "pane_pids": [p["pane_pid"] for p in in_window],
@@ -764,8 +807,9 @@ def nudge(record, since, claim=None, tmux=None):
     "turn ended" boundary (store turns); this adds what only tmux knows, and types nothing unless
     all of it holds: the record validates (window label, pane pid and start command), the harness
     still runs (not dead, not a shell), the pane is not in a tmux mode, and no client typed into a
-    session showing it in or after the second of `since` (when the agent's last turn began: text typed
-    since may still sit in its prompt, and Enter would submit it). `claim()`, when given, runs
+    session showing it (none ever attached to one), or in or after the second of `since` (when the
+    agent's last turn began, or its window opened: text typed since may still sit in its
+    prompt, and Enter would submit it). `claim()`, when given, runs
     last and must return True (one nudge per idle prompt). -> the pane ID; Refused says why not."""
     tmux = tmux or Tmux(record["socket"])
     live = _inspect(record, tmux)
@@ -782,8 +826,10 @@ def nudge(record, since, claim=None, tmux=None):
     if live["in_mode"]:
         raise Refused("pane %s is in a tmux mode (copy or view): keys would go to tmux, not the agent" % pane, wait)
     typed = live["typed_at"]
-    # tmux keeps whole seconds: a key in the same second as the turn began counts as after it
-    if typed is None or since is None or typed >= int(since):
+    # A session's creation counts as activity too, so a turn that began in the second the window
+    # opened would look typed into: a session no client ever attached to had no keys at all.
+    # Else tmux keeps whole seconds: a key in the same second as the turn began counts as after it.
+    if not live["never_attached"] and (typed is None or since is None or typed >= int(since)):
         raise Refused("someone typed into tmux session%s %s since the agent's turn began%s: a half-typed "
                       "prompt there would be submitted with the nudge"
                       % ("s" if len(live["sessions"]) > 1 else "", ", ".join(live["sessions"]),

@@ -2685,6 +2685,39 @@ class Store:
         holder = self.hold_parked(rt["conversation"], w["id"], now=now, source="crash")
         return {"id": holder["id"], "work": w["handle"]} if holder else None
 
+    def session_end(self, runtime_id, reason="session-end", now=None):
+        """The harness said its session ended (SessionEnd). Asked for by coord (`work close` or
+        `archive` marks the work `closing` before killing its window; `park` has already handed the
+        leases to a holder) or outside any live work: end the attachment, releasing its leases,
+        as bye does. Otherwise (a killed window, a hung-up terminal, a reboot, the person's /exit)
+        it is a crash as far as the work is concerned: its leases protect unlanded changes in the
+        clone, so a holder keeps them for the work, as _hold_for_work does for a dead process, until
+        the work resumes (the resumed conversation takes them back), closes or is removed.
+        -> {"held_by": holder ID, "work": handle} when kept, else {"released": [names]}."""
+        now = _now(now)
+        with self.transaction():
+            rt = self.runtime(runtime_id)
+            if rt is None or rt["ended_at"] is not None:
+                return {"released": []}
+            w = self._work_holding(rt, now)
+            if w is not None and not w["data"].get("closing") and \
+                    self.q("SELECT 1 FROM leases WHERE runtime = ? LIMIT 1", (runtime_id,)).fetchone():
+                holder = self.hold_parked(rt["conversation"], w["id"], now=now, source=reason)
+                if holder is not None:
+                    self.audit("runtime.bye", runtime_id, runtime_id, now, reason=reason, released=[],
+                               held_by=holder["id"], work=w["handle"])
+                    return {"held_by": holder["id"], "work": w["handle"]}
+            released = self._drop_leases(runtime_id, "lease.released", now)
+            self.conn.execute("UPDATE runtimes SET ended_at = ?, end_reason = ? WHERE id = ?", (now, reason, runtime_id))
+            self.audit("runtime.bye", runtime_id, runtime_id, now, reason=reason, released=released)
+            return {"released": released}
+
+    def held_again(self, runtime_id):
+        """True when `runtime_id` took over from a holder that kept its work's leases (a parked or
+        interrupted work resumed): SessionStart says which leases it holds again."""
+        return self.q("SELECT 1 FROM runtimes WHERE superseded_by = ? AND harness = ? LIMIT 1",
+                      (runtime_id, PARKED)).fetchone() is not None
+
     def _work_holding(self, rt, now):
         """The live work whose leases dead runtime `rt` holds (read only): rt is an unended
         top-level runtime with a process, its conversation is the one a live work records, and

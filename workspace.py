@@ -665,6 +665,11 @@ WORK_DATA = {
              "_record_tmux"),
     "direct": ("{harness, kind, conversation, pid, ...}: a session a resume wrapper recorded", "record_conversation"),
     "parked": ("{reason, at} while parked, else None", "_record_tmux, record_conversation"),
+    "args": ("{harness, argv}: the harness arguments the last `work start -- ARGS` (or `work resume W -- ARGS`) "
+             "gave, without one-shot ones (session.reusable_args); `work resume` reuses them", "start_work, resume_work"),
+    "closing": ("{at, by} while close or archive kills the window: the agent's SessionEnd then releases its "
+                "leases instead of keeping them for the work (Store.session_end); removed by the next state",
+                "_close_window, _record_tmux"),
     "trust": ("{added, notes, ...}: harness trust entries coord carried for the clone", "carry_trust, drop_trust, "
               "_adopt_trust"),
     "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed (also a refused create "
@@ -2520,6 +2525,8 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
             env[name] = environ[name]
     if harness in START_AT_LAUNCH and conversation:
         env[START_AT_LAUNCH[harness]] = conversation
+    if prompt is not None:  # its SessionStart begins a turn (hook.start_turn), not an idle prompt
+        env["COORD_LAUNCH_PROMPT"] = "1"
     no_daemon = harness == "codex" and session.codex_offers_no_daemon(session.harness_command(harness, environ),
                                                                       environ)
     argv = session.harness_argv(harness, conversation, extra, environ, prompt=prompt, no_daemon=no_daemon)
@@ -2528,10 +2535,10 @@ def _launch(environ, w, conversation, harness, extra, previous, prompt=None):
                           conversation=conversation, harness=harness, previous=previous, socket=socket)
 
 
-def _record_tmux(st, w, state, rec, caller, **extra):
+def _record_tmux(st, w, state, rec, caller, work_data=None, **extra):
     with st.transaction():
         cur = st.work(w["id"])
-        data = {"history": with_history(cur, state, caller, **extra)}
+        data = dict(work_data or {}, history=with_history(cur, state, caller, **extra), closing=None)
         if rec is not None:
             data["tmux"] = rec
             data["direct"] = None  # a window coord launched is now the newest harness (store.work_conversation)
@@ -2661,8 +2668,11 @@ def harness_processes_inside(st, w, caller=None):
     return out
 
 
-def _close_window(w):
-    """Kill the validated window; a window already gone (or no longer provably ours) is left alone."""
+def _close_window(w, st=None, caller=None):
+    """Kill the validated window; a window already gone (or no longer provably ours) is left alone.
+    With `st` (close, archive: the agent's leases go), the work is marked `closing` while the
+    window dies, so the harness's SessionEnd releases them (Store.session_end); the caller's
+    record of the new state removes the mark (any failure removes it here)."""
     import session
     rec = w["data"].get("tmux")
     if not rec:
@@ -2670,7 +2680,16 @@ def _close_window(w):
     problem = session.problem(rec)
     if problem:
         return "window not closed: " + problem
-    session.close(rec)
+    if st is not None:
+        with st.transaction():
+            st.update_work(w["id"], data={"closing": {"at": now_time(), "by": who_id(caller)}})
+    try:
+        session.close(rec)
+    except BaseException:
+        if st is not None:
+            with st.transaction():
+                st.update_work(w["id"], data={"closing": None})
+        raise
     return "closed %s" % rec["window_id"]
 
 
@@ -2718,6 +2737,7 @@ def read_prompt(text=None, path=None):
 def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, override=False):
     """Run a harness for the work in a new tmux window, `prompt` (checked by check_prompt) as its
     first message when given; -> {work, tmux: the window record}."""
+    import session
     if prompt is not None:
         check_prompt(prompt)
     w = _launchable(st, handle, caller)
@@ -2726,6 +2746,7 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
     approvals = trust_pending(w, harness, environ)
     rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"), prompt=prompt)
     _record_launch(st, w, "active", rec, caller, step="started", harness=harness,
+                   work_data={"args": {"harness": harness, "argv": session.reusable_args(harness, extra)}},
                    prompt_bytes=None if prompt is None else len(prompt.encode("utf-8", "surrogateescape")),
                    unarchived=True if w["state"] == "archived" else None)
     out = {"work": w["handle"], "tmux": rec}
@@ -2751,10 +2772,11 @@ START_AT_LAUNCH = {"opencode": "COORD_OPENCODE_RESUME"}
 RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coord inbox), then carry on"
 
 
-def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False):
+def resume_work(st, *, caller, handle, environ, conversation=None, harness=None, override=False, extra=None):
     """Relaunch the harness resuming its (recorded) conversation; -> {work, tmux}. A harness in
     NO_HOOK_UNTIL_PROMPT gets RESUME_PROMPT as its first message; one in START_AT_LAUNCH gets the
-    conversation in that variable (_launch)."""
+    conversation in that variable (_launch). The harness arguments are `extra` (recorded in their
+    place), else those recorded for the same harness (WORK_DATA "args"), one-shot ones left out."""
     ended = None
     w = st.resolve_work(handle)  # another host's clone is not on this disk: say where it is first
     refuse_other_host(st, w, "coord work resume %s" % w["handle"])
@@ -2784,8 +2806,15 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
     w = carry_trust(st, w, caller, environ, (harness,))
     approvals = trust_pending(w, harness, environ)
     prompt = RESUME_PROMPT if harness in NO_HOOK_UNTIL_PROMPT else None
-    rec = _launch(environ, w, conversation, harness, [], previous, prompt=prompt)
+    import session
+    recorded_args = w["data"].get("args") or {}
+    if extra is None:
+        args = list(recorded_args.get("argv") or []) if recorded_args.get("harness") == harness else []
+    else:
+        args = session.reusable_args(harness, extra)
+    rec = _launch(environ, w, conversation, harness, args, previous, prompt=prompt)
     _record_launch(st, w, "resumed", rec, caller, conversation=conversation,
+                   work_data={"args": {"harness": harness, "argv": args}},
                    unarchived=True if w["state"] == "archived" else None,
                    first_prompt=True if prompt else None)
     out = {"work": w["handle"], "tmux": rec}
@@ -2856,7 +2885,7 @@ def close_work(st, *, caller, handle, override=False, environ=None):
     bound = store.env_number(os.environ if environ is None else environ, "COORD_CLOSE_WAIT", CLOSE_EXIT_WAIT,
                              CLOSE_EXIT_RANGE)
     running = window_processes(st, w)
-    what = _close_window(w)
+    what = _close_window(w, st, caller)
     out = {"work": w["handle"], "window": what}
     if what.startswith("closed") and running:
         out.update(_wait_closed(st, w, running, bound, caller))
@@ -2954,7 +2983,7 @@ def archive_work(st, *, caller, handle, override=False):
         if rt is not None and rt.get("harness") != store.PARKED and conv != window_conv:
             raise Refused("work %s still has agent %s running outside coord's window" % (w["handle"], rt["handle"]),
                           "end that session (or coord send \"wrap up\" --to %s), then archive" % rt["handle"])
-    what = _close_window(w)
+    what = _close_window(w, st, caller)
     released = end_parked(st, w, "work archived")
     if window_conv and what.startswith("closed"):
         # The window is gone, and with it the agent that ran there: end its attachment now,
@@ -3491,7 +3520,8 @@ def cmd_resume(ctx, args):
     if not args.handle:
         raise UsageError("work resume needs a work handle, or --interrupted", "coord work resume HANDLE")
     r = resume_work(ctx.db, caller=ctx.caller(), handle=args.handle, environ=ctx.environ,
-                    conversation=args.conversation, harness=args.harness, override=args.override)
+                    conversation=args.conversation, harness=args.harness, override=args.override,
+                    extra=getattr(args, "extra", None))
     import session
     r["attach"] = session.attach_command(r["tmux"], None, ctx.environ)
     return 0, ok_data(r), started_text(r, r["tmux"].get("harness") or "its harness", ended_text(r))
@@ -3508,9 +3538,9 @@ def ended_text(r):
 def cmd_resume_interrupted(ctx, args):
     """`work resume --interrupted`: resume every interrupted work the caller may resume (after a
     reboot or a dead tmux server), each as `work resume HANDLE` would; one line per work."""
-    if args.handle or args.conversation or args.harness:
-        raise UsageError("--interrupted resumes each work's own recorded conversation; give no handle, "
-                         "--conversation or --harness with it", "coord work resume --interrupted")
+    if args.handle or args.conversation or args.harness or getattr(args, "extra", None) is not None:
+        raise UsageError("--interrupted resumes each work's own recorded conversation with its recorded arguments; "
+                         "give no handle, --conversation, --harness or -- ARGS with it", "coord work resume --interrupted")
     st, caller = ctx.db, ctx.caller()
     done, skipped, lines = [], [], []
     for w in st.works():
@@ -3735,7 +3765,8 @@ def _register_session(ws, both):
     p.add_argument("--reason", required=True)
     override_argument(p)
     p.set_defaults(func=cmd_park)
-    p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation")
+    p = ws.add_parser("resume", parents=both, help="relaunch the harness resuming its conversation, with the "
+                      "arguments its start got after -- (-- ARGS replaces them)")
     p.add_argument("handle", metavar="HANDLE", nargs="?", help=BY_TASK_HELP)
     p.add_argument("--interrupted", action="store_true",
                    help="resume every interrupted work you may resume (its agent gone without park or close)")

@@ -681,7 +681,9 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return self.launch_env
 
     def test_resumed_claude_registers_without_a_prompt(self):
-        self.resume_interrupted(timeout=60)
+        work, rec = self.resume_interrupted(timeout=60, lease="src/kept.py")
+        self.nudge_resumed(work, rec)  # idle at its prompt, not "in a turn" that never ends
+        self.told_kept("src/kept.py", self.requests_at_resume)
 
 
 class CloseThenRemove(h.CloseThenRemove, h.CoordCase):

@@ -249,7 +249,9 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return h.copilot_env(self.home, self.server, self.launch_managed({"COORD_COPILOT_CMD": self.cli}))
 
     def test_resume_interrupted_brings_copilot_to_its_first_boundary(self):
-        self.resume_interrupted()
+        work, rec = self.resume_interrupted(lease="src/kept.py")
+        self.nudge_resumed(work, rec)
+        self.told_kept("src/kept.py", self.requests_at_resume)
 
 
 class CloseThenRemove(h.CloseThenRemove, h.CoordCase):
@@ -263,3 +265,44 @@ class CloseThenRemove(h.CloseThenRemove, h.CoordCase):
 
     def test_close_then_remove_succeeds_first_time(self):
         self.close_then_remove()
+
+
+class ResumeKeepsItsArguments(h.ResumedFirstBoundary, h.CoordCase):
+    """`work start W -- --allow-all-tools` launches Copilot CLI 1.0.102 in a mode the person chose;
+    parked and resumed with a plain `work resume W`, it comes back in that mode: its first resumed
+    turn creates a file with no approval asked (a resumed Copilot once lost the flag and stopped at
+    an approval). The start's prompt is not given again."""
+
+    harness = "copilot"
+
+    def launch_setup(self):
+        h.trust_copilot_folder(self.home, self.repo)
+        return h.copilot_env(self.home, self.server, self.launch_managed({"COORD_COPILOT_CMD": self.cli}))
+
+    def test_a_resumed_copilot_keeps_allow_all_tools(self):
+        import workspace
+        work = self.rcoord("work", "create", "keeps-args", env=self.as_owner)["work"]
+        target = os.path.join(work["path"], "RESUMED-WROTE.txt")
+        made = []
+
+        def step(request):
+            if not made and workspace.RESUME_PROMPT in request.user_text():
+                made.append(request)
+                return tool("create", path=target, file_text="resumed\n")
+            return say("ok")
+        self.server.load([step] * 60)
+        self.rcoord("work", "start", work["handle"], "--harness", "copilot", "--prompt", "FIRST-TASK say ok.",
+                    "--", "--allow-all-tools", env=self.as_owner)
+        first = self.registered(work["handle"], 90)
+        h.retry_until(lambda: self.turn(first) == "idle", timeout=90, interval=0.25)
+        self.rcoord("work", "park", work["handle"], "--reason", "back later", env=self.as_owner)
+        reply = self.rcoord("work", "resume", work["handle"], env=self.as_owner)
+        rec = self.registered(work["handle"], 90, other_than=first)
+        try:
+            h.retry_until(lambda: os.path.exists(target), timeout=90, interval=0.25)
+        except AssertionError:
+            raise AssertionError("the resumed Copilot did not write (turn %r):\n%s" % (self.turn(rec),
+                                                                                     self.pane_text(rec)))
+        self.assertNotEqual(self.turn(rec), "dialog", "no approval was asked")
+        self.assertIn("--allow-all-tools", reply["tmux"]["pane_command"])
+        self.assertNotIn("FIRST-TASK", reply["tmux"]["pane_command"], "the start's prompt is one-shot")

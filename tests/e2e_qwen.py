@@ -279,7 +279,9 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return h.qwen_env(self.home, self.server, self.launch_managed({"COORD_QWEN_CMD": self.cli}))
 
     def test_resume_interrupted_brings_qwen_to_its_first_boundary(self):
-        self.resume_interrupted()
+        work, rec = self.resume_interrupted(lease="src/kept.py")
+        self.nudge_resumed(work, rec)
+        self.told_kept("src/kept.py", self.requests_at_resume)
 
 
 class CloseThenRemove(h.CloseThenRemove, h.CoordCase):

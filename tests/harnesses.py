@@ -865,14 +865,22 @@ class CoordCase(HarnessCase):
         env = dict(self.env)
         env.update(kw.pop("env", None) or {})
         check = kw.pop("check", 0)
-        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + list(args)
-        argv.append("--json")
+        args = list(args)
+        cut = args.index("--") if "--" in args else len(args)  # what follows `--` is the harness's
+        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + args[:cut] + ["--json"] + args[cut:]
         proc = subprocess.run(argv, env=env, cwd=self.repo, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
         if check is not None and proc.returncode != check:
             raise AssertionError("coord %s exited %d\nstdout: %s\nstderr: %s" % (
                 " ".join(args), proc.returncode, proc.stdout, proc.stderr))
         return json.loads(proc.stdout) if proc.stdout.strip() else None
+
+    def rcoord_lines(self, *args):
+        """The stdout lines of `.coord/coord ARGS` (no --json), exit 0."""
+        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + list(args)
+        proc = subprocess.run(argv, env=self.env, cwd=self.repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=60, check=True)
+        return proc.stdout.splitlines()
 
     def peer(self):
         """Register a peer runtime with `coord hello`; return its record."""
@@ -955,7 +963,11 @@ class ResumedFirstBoundary(object):
             raise AssertionError("the %s in work %s never registered: %r\n%s" % (
                 self.harness, handle, now, self.pane_text(now) if now.get("pane_id") else "(no pane)"))
 
-    def resume_interrupted(self, timeout=90):
+    KEPT = "Your leases, kept for your work while it was away: "
+
+    def resume_interrupted(self, timeout=90, lease=None):
+        """... with `lease`: the agent holds it (claimed as its runtime) when its window is killed;
+        the work keeps it (check says held, whether the harness ran SessionEnd or just died)."""
         import workspace
         from modelserver import say
         first_prompt = self.harness in workspace.NO_HOOK_UNTIL_PROMPT
@@ -969,13 +981,24 @@ class ResumedFirstBoundary(object):
         retry_until(lambda: self.turn(first) == "idle", timeout=timeout, interval=0.25)
         retry_until(lambda: [r for r in list(self.server.requests) if r.api and "EARLIER-TURN" in r.text()],
                     timeout=timeout, interval=0.25)
+        if lease:
+            self.rcoord("claim", lease, env=dict(self.as_owner, COORD_RUNTIME_ID=first["runtime_id"]))
         subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", first["window_id"]], check=True,
                        timeout=10)  # the agent is gone without park or close (a reboot, a killed server)
         listed = retry_until(lambda: [w for w in self.rcoord("work", "list", env=self.as_owner)["work"]
                                       if w.get("interrupted")], timeout=30, interval=0.25)
         self.assertEqual([w["handle"] for w in listed], [work["handle"]])
+        if lease:  # its harness has exited (SessionEnd or not): the lease is still the work's
+            pid = [rt for rt in self.runtimes_of(first["conversation"]) if rt["id"] == first["runtime_id"]][0]["pid"]
+            retry_until(lambda: not os.path.exists("/proc/%d" % pid), timeout=30, interval=0.25)
+            held = self.rcoord("check", lease, env=self.as_owner, check=3)
+            self.assertFalse(held["free"], held)
+            audit = [json.loads(l) for l in self.rcoord_lines("audit")]
+            sys.stderr.write("(%s: %s) " % (self.harness, [(a["event"], (a.get("data") or {}).get("reason"))
+                                                          for a in audit if a.get("subject") == first["runtime_id"]
+                                                          and a["event"].startswith("runtime.")]))
         self.rcoord("send", "WELCOME-BACK-MESSAGE", "--to", work["handle"], env=self.as_owner)
-        requests = len(self.server.requests)
+        requests = self.requests_at_resume = len(self.server.requests)
         reply = self.rcoord("work", "resume", "--interrupted", env=self.as_owner, check=None)
         if reply and reply.get("skipped") and "ask the person" in (reply["skipped"][0].get("hint") or ""):
             # Its harness outlived the killed window (Gemini CLI 0.61.0 can: it runs on headless):
@@ -1032,6 +1055,31 @@ class ResumedFirstBoundary(object):
                                      json.dumps(seen["data"].get("history"))[-1500:]))
         return work, rec
 
+    def told_kept(self, lease, since, timeout=90):
+        """A model request after `since` told the resumed agent it holds `lease` again."""
+        try:
+            retry_until(lambda: [r for r in list(self.server.requests)[since:] if r.api and (self.KEPT + lease)
+                                 in r.text()], timeout=timeout, interval=0.25)
+        except AssertionError:
+            raise AssertionError("the resumed %s was never told it holds %s again:\n%s" % (
+                self.harness, lease, "\n---\n".join(r.text()[-600:] for r in list(self.server.requests)[since:])))
+
+    def nudge_resumed(self, work, rec, timeout=90):
+        """After resume_interrupted: the resumed agent waits at its prompt (its SessionStart says
+        idle; a harness given the resume prompt once that turn ended), and `send --nudge` from the
+        owner types coord's line there: the next model request carries the message's body."""
+        import session
+        retry_until(lambda: self.turn(rec) == "idle", timeout=timeout, interval=0.25)
+        marker = "RESUMED-NUDGE-%d" % os.getpid()
+        reply = self.rcoord("send", "look at " + marker, "--to", work["handle"], "--nudge", env=self.as_owner)
+        self.assertTrue(reply["nudged"], reply)
+        try:
+            seen = retry_until(lambda: [r for r in list(self.server.requests) if r.api and marker in r.text()],
+                               timeout=timeout, interval=0.25)
+        except AssertionError:
+            raise AssertionError("the nudged %s never sent the message to its model:\n%s"
+                                 % (self.harness, self.pane_text(rec)))
+        self.assertIn(session.NUDGE, seen[0].text())
 
 class CloseThenRemove(ResumedFirstBoundary):
     """Mixed into a CoordCase per harness (before it), with ResumedFirstBoundary's set-up: README's

@@ -447,14 +447,15 @@ class OpenCodeTest(HookCase):
 class TurnTest(HookCase):
     """The hook records where the main agent is in its turn, for send --nudge: busy from its
     prompt, idle at Stop, dialog at a permission request (its subagent's too), busy again at a
-    tool after Stop; a fresh session start is busy until a turn ends. PreToolUse stays silent."""
+    tool after Stop; a session that starts or resumes waits at its prompt (idle) unless coord
+    launched it with a first message. PreToolUse stays silent."""
 
     def turn(self, session=CLAUDE_MAIN):
         return self.st.turn(self.st.find_conversation_runtime(session)["id"])
 
     def test_the_boundaries_of_a_turn(self):
         self.start()
-        self.assertEqual(self.turn()["state"], "busy")
+        self.assertEqual(self.turn()["state"], "idle", "started, at its prompt")
         self.assertIsNone(self.turn()["began"], "no prompt yet")
         self.run_hook(self.payload("claude-UserPromptSubmit"))
         began = self.turn()["began"]
@@ -470,8 +471,29 @@ class TurnTest(HookCase):
         self.assertEqual(self.turn()["state"], "busy")
         self.run_hook(self.payload("claude-Stop"))
         self.assertEqual(self.turn()["state"], "idle")
-        self.start()  # the same process again (/clear, compaction): nothing says the prompt is idle
+        self.run_hook(self.payload("claude-UserPromptSubmit"))
+        self.run_hook(self.payload("claude-SessionStart", source="compact"))  # inside a turn: unchanged
         self.assertEqual(self.turn()["state"], "busy")
+        self.run_hook(self.payload("claude-SessionStart", source="clear"))  # the same process, /clear: at its prompt
+        self.assertEqual(self.turn()["state"], "idle")
+
+    def test_a_resumed_session_waits_at_its_prompt(self):
+        for source in ("startup", "resume"):
+            session = "%s-%s" % (CLAUDE_MAIN[:-8], source[:8].rjust(8, "0"))
+            self.run_hook(self.payload("claude-SessionStart", session_id=session, source=source))
+            self.assertEqual((self.turn(session)["state"], self.turn(session)["began"]), ("idle", None), source)
+        self.run_hook(self.payload("codex-SessionStart", session_id=CODEX_MAIN, source="resume"), harness="codex")
+        self.assertEqual(self.turn(CODEX_MAIN)["state"], "idle")
+
+    def test_a_session_launched_with_a_first_message_is_in_a_turn(self):
+        # work start --prompt (or a resume prompt): its first turn begins at once, its prompt follows
+        self.start(env={"COORD_LAUNCH_PROMPT": "1"})
+        self.assertEqual(self.turn()["state"], "busy")
+        self.run_hook(self.payload("claude-UserPromptSubmit"))
+        self.run_hook(self.payload("claude-Stop"))
+        self.assertEqual(self.turn()["state"], "idle")
+        self.run_hook(self.payload("claude-SessionStart", source="clear"), env={"COORD_LAUNCH_PROMPT": "1"})
+        self.assertEqual(self.turn()["state"], "idle", "/clear starts no turn, whatever the launch had")
 
     def test_a_subagents_permission_request_marks_its_parent(self):
         self.start(CLAUDE_PARENT)
@@ -1349,6 +1371,34 @@ class IdentityTest(HookCase):
         self.st.claim(me["id"], ["src/app.py"])
         self.run_hook(self.payload("claude-SessionEnd"))
         self.assertEqual(self.st.all_leases(), [])
+
+    def test_a_works_agent_whose_window_is_killed_keeps_its_leases_and_is_told_at_resume(self):
+        # Claude Code runs SessionEnd (reason "other") when tmux hangs its window up: coord did not
+        # close the work, so its unlanded change stays protected, as after a crash.
+        me = self.start()
+        with self.st.transaction():
+            w = self.st.insert_work("killed-window", "active", "token", data={"tmux": {"conversation": CLAUDE_MAIN}})
+        self.st.claim(me["id"], ["src/app.py"])
+        self.run_hook(self.payload("claude-SessionEnd"))
+        peer = self.peer()
+        self.assertEqual([l["resource"] for l in self.st.conflicts(["src/app.py"], as_runtime=peer["id"])],
+                         ["src/app.py"], "check still says held")
+        holder = self.st.runtime(self.st.runtime(me["id"])["superseded_by"])
+        self.assertEqual(holder["harness"], store.PARKED)
+        # resumed (the same conversation, a new process): its leases again, and it is told
+        text = context_of(self.run_hook(self.payload("claude-SessionStart", source="resume"))[0])
+        self.assertIn("Your leases, kept for your work while it was away: src/app.py", text)
+        # /clear is no goodbye to the work but no interruption either: the same process goes on
+        again = self.st.find_conversation_runtime(CLAUDE_MAIN)
+        self.run_hook(dict(self.payload("claude-SessionEnd"), reason="clear"))
+        self.assertEqual(self.st.all_leases(), [], "released, as before")
+        with self.st.transaction():  # coord closing it: the SessionEnd it caused releases too
+            self.st.update_work(w["id"], data={"closing": {"at": 1, "by": None}})
+        self.start()
+        self.st.claim(self.st.find_conversation_runtime(CLAUDE_MAIN)["id"], ["src/app.py"])
+        self.run_hook(self.payload("claude-SessionEnd"))
+        self.assertEqual(self.st.all_leases(), [])
+        self.assertIsNotNone(again)
 
 
 def shell_copy(testcase, name, source="bash"):

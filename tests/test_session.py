@@ -572,6 +572,27 @@ class CloseTest(TmuxTestCase):
         self.assertIn(rec["window_id"], self.windows())
 
 
+class ReusableArgsTest(CoordTestCase):
+    """What `work resume` reuses of a start's harness arguments: all but a first message and the
+    choice of session, in each form the CLIs take them."""
+
+    def test_one_shot_arguments_are_left_out(self):
+        self.assertEqual(session.reusable_args("copilot", ["--allow-all-tools", "-i", "do it", "--model", "m",
+                                                           "--interactive=again", "--resume", "--continue"]),
+                         ["--allow-all-tools", "--model", "m"])
+        self.assertEqual(session.reusable_args("gemini", ["--approval-mode", "yolo", "--prompt-interactive=x",
+                                                          "-p", "y", "--", "query"]), ["--approval-mode", "yolo"])
+        self.assertEqual(session.reusable_args("qwen", ["--approval-mode=auto-edit", "-r", "--yolo", "-c"]),
+                         ["--approval-mode=auto-edit", "--yolo"])
+        self.assertEqual(session.reusable_args("claude", ["-r", "abc", "--permission-mode", "plan", "--resume",
+                                                          "--verbose"]), ["--permission-mode", "plan", "--verbose"])
+        self.assertEqual(session.reusable_args("codex", ["--model", "gpt-5.5", "-c", "x=1", "--", "-prompt"]),
+                         ["--model", "gpt-5.5", "-c", "x=1"])
+        self.assertEqual(session.reusable_args("opencode", ["--model", "m", "--session", "s", "--prompt", "p"]),
+                         ["--model", "m"])
+        self.assertEqual(session.reusable_args("shell", ["-l"]), ["-l"])
+
+
 class PromptArgvTest(CoordTestCase):
     """The initial prompt is the harness's last positional, after a `--` (no tmux needed)."""
 
@@ -711,6 +732,16 @@ class NudgeTest(TmuxTestCase):
         self.assertNotIn(session.NUDGE, self.screen(rec))
         # A turn that began after that typing (its prompt was submitted since) may be nudged.
         session.nudge(rec, time.time() + 1)
+        retry_until(lambda: session.NUDGE in self.screen(rec))
+
+    def test_a_turn_that_began_in_the_second_its_window_opened_is_nudged(self):
+        # tmux counts a session's creation as activity, in whole seconds: a harness that started
+        # and began its turn within that second looked typed into (2 e2e runs of 112 under load).
+        # No client ever attached, so no key was typed: the clock does not matter.
+        rec = self.launch()
+        self.seen(rec)
+        created = int(self.t("display-message", "-p", "-t", rec["pane_id"], "#{session_activity}").strip())
+        self.assertEqual(session.nudge(rec, created + 0.5), rec["pane_id"])
         retry_until(lambda: session.NUDGE in self.screen(rec))
 
     def test_a_pane_in_copy_mode_is_never_typed_into(self):

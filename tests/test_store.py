@@ -1464,6 +1464,37 @@ class PersonStoreTest(StoreCase):
         self.assertEqual(self.st.end_parked("conv-crash"), [], "the resumed agent holds them now")
         self.assertEqual(w["state"], "active")
 
+    def test_a_session_end_coord_did_not_ask_for_keeps_the_works_leases(self):
+        # Claude Code, Copilot CLI and Qwen Code run SessionEnd when tmux hangs their window up:
+        # for the work that is a crash (its unlanded change stays protected), not a goodbye.
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        start = store.process_start(proc.pid)
+        agent = self.st.register(conversation="conv-hup", harness="claude", pid=proc.pid, pid_start=start)
+        plain = self.st.register(conversation="conv-plain", harness="claude", pid=proc.pid, pid_start=start)
+        peer = self.st.register(conversation="peer")
+        with self.st.transaction():
+            w = self.st.insert_work("hup-task", "active", "token", data={"tmux": {"conversation": "conv-hup"}})
+        self.st.claim(agent["id"], ["src/unlanded.py"])
+        self.st.claim(plain["id"], ["src/plain.py"])
+        kept = self.st.session_end(agent["id"])
+        self.assertEqual(kept["work"], w["handle"])
+        holder = self.st.runtime(kept["held_by"])
+        self.assertEqual((holder["harness"], holder["ended_at"]), (store.PARKED, None))
+        self.assertEqual([l["resource"] for l in self.st.conflicts(["src/unlanded.py"], as_runtime=peer["id"])],
+                         ["src/unlanded.py"], "check still says held")
+        self.assertEqual(self.st.session_end(plain["id"]), {"released": ["src/plain.py"]}, "in no work: released")
+        resumed = self.st.register(conversation="conv-hup", harness="claude")
+        self.assertEqual([l["resource"] for l in self.st.leases_of(resumed["id"])], ["src/unlanded.py"])
+        self.assertTrue(self.st.held_again(resumed["id"]))
+        self.assertFalse(self.st.held_again(peer["id"]))
+        # coord closing the work: the SessionEnd it caused releases them
+        with self.st.transaction():
+            self.st.update_work(w["id"], data={"closing": {"at": 1, "by": None}})
+        self.assertEqual(self.st.session_end(resumed["id"]), {"released": ["src/unlanded.py"]})
+        self.assertEqual(self.st.all_leases(), [])
+
     def test_a_failed_park_puts_everything_back_and_close_releases(self):
         agent = self.st.register(conversation="conv-x", harness="claude")
         self.st.claim(agent["id"], ["a.txt"])

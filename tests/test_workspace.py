@@ -1459,6 +1459,30 @@ class TmuxWorkTest(TmuxWorkCase):
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
 
+    def test_resume_reuses_the_harness_arguments_start_was_given_and_resume_can_replace_them(self):
+        # A resumed Copilot once lost --allow-all-tools and stopped at an approval.
+        handle, path, _ = self.create("with-args")
+        self.work("start", handle, "--", "--permission-mode", "acceptEdits", "--session-id", "s-1", "--verbose",
+                  "--", "first task only", check=0)
+        self.assertEqual(self.launched(1)[0]["args"], ["--permission-mode", "acceptEdits", "--session-id", "s-1",
+                                                       "--verbose", "--", "first task only"])
+        self.assertEqual(self.record(handle)["data"]["args"],
+                         {"harness": "claude", "argv": ["--permission-mode", "acceptEdits", "--verbose"]})
+        self.work("park", handle, "--reason", "later", check=0)
+        self.work("resume", handle, "--conversation", "conv-a", check=0)
+        self.assertIn(["--resume", "conv-a", "--permission-mode", "acceptEdits", "--verbose"],
+                      [r["args"] for r in self.launched(2)], "the mode came back; the prompt and session did not")
+        self.work("park", handle, "--reason", "again", check=0)
+        self.work("resume", handle, "--conversation", "conv-a", "--", "--model", "opus", check=0)
+        self.assertIn(["--resume", "conv-a", "--model", "opus"], [r["args"] for r in self.launched(3)])
+        self.assertEqual(self.record(handle)["data"]["args"]["argv"], ["--model", "opus"], "replaced and recorded")
+        self.work("park", handle, "--reason", "and again", check=0)
+        self.work("resume", handle, "--conversation", "conv-a", check=0)
+        self.assertEqual([r["args"] for r in self.launched(4)].count(["--resume", "conv-a", "--model", "opus"]), 2,
+                         "the replacement is what the next resume reuses")
+        proc = self.work("resume", "--interrupted", "--", "--model", "opus")
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+
     def test_after_the_server_dies_each_work_resumes_its_own_conversation_in_its_own_clone(self):
         """A week's fleet: several windows, then the tmux server is gone (a reboot, a kill). Each
         `work resume` relaunches exactly its own conversation, in its own clone, as its own work."""
@@ -1844,6 +1868,35 @@ class StatusTest(TmuxWorkCase):
         text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
         line = next(l for l in text.splitlines() if l.strip().startswith(handle))
         self.assertIn("2 leases", line)
+
+    def test_a_killed_window_keeps_the_works_leases_and_close_releases_them(self):
+        # The stand-in runs coord's SessionStart hook, and its SessionEnd when tmux hangs it up
+        # (as Claude Code, Copilot CLI and Qwen Code do).
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"
+        os.environ["FAKE_SESSION_END"] = self.env["FAKE_SESSION_END"] = "1"
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        self.addCleanup(os.environ.pop, "FAKE_SESSION_END", None)
+        handle, path, _ = self.create("hung-up")
+        self.work("start", handle, check=0)
+        rec = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
+            self.record(handle)["data"]["tmux"]), timeout=30)
+        self.coord("claim", "src/work.py", runtime=rec["runtime_id"], cwd=path, check=0)
+        subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", rec["window_id"]], check=True, timeout=10)
+        support.retry_until(lambda: self.events_of(rec["runtime_id"], "runtime.bye"), timeout=30)
+        proc = self.coord("check", "src/work.py", runtime=self.rt["id"], cwd=self.canon)
+        self.assertEqual(proc.returncode, 3, "still held for the work: %s" % proc.stdout)
+        # resumed, then closed by coord: the SessionEnd that close causes releases them
+        self.work("resume", handle, check=0)
+        support.retry_until(lambda: self.record(handle)["data"]["tmux"].get("runtime_id") not in (None, rec["runtime_id"]),
+                            timeout=30)
+        self.assertEqual([l["resource"] for l in self.coord_json("list")["leases"]], ["src/work.py"])
+        self.work("close", handle, check=0)
+        support.retry_until(lambda: self.coord_json("list")["leases"] == [], timeout=30)
+        self.assertNotIn("closing", self.record(handle)["data"])
+
+    def events_of(self, subject, event):
+        rows = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        return [r for r in rows if r["event"] == event and r["subject"] == subject]
 
     def test_list_says_which_work_an_agent_is_in(self):
         handle, path, _ = self.create("listed")
@@ -2602,7 +2655,7 @@ class WorkMessageTest(TmuxWorkCase):
             self.assertIn("sent; not nudged: " + why, proc.stdout)
             self.assertEqual(len(proc.stdout.strip().splitlines()), 1)
 
-        send("its agent has not ended a turn")  # launched, no turn seen: nothing says its prompt is idle
+        send("its agent has not reached its prompt")  # launched, no boundary seen: nothing says its prompt is idle
         st.set_turn(agent["id"], "busy", now=time.time() - 5, began=True)
         send("its agent is in a turn")
         st.set_turn(agent["id"], "dialog")
@@ -3896,8 +3949,8 @@ class HeadlessOrphanTest(TmuxWorkCase):
             self.addCleanup(os.environ.pop, name, None)
 
     def orphaned(self, task, ignore="1", idle=True, server=False):
-        """Start a work, wait for its stand-in to register, record its turn idle (or leave
-        SessionStart's busy), kill its window (the tmux server runs on: another session holds a
+        """Start a work, wait for its stand-in to register, record its turn idle (or busy: a
+        turn began), kill its window (the tmux server runs on: another session holds a
         window) or, with `server`, the tmux server; -> (handle, runtime pid, pane pid)."""
         os.environ["FAKE_IGNORE_HUP"] = self.env["FAKE_IGNORE_HUP"] = ignore
         handle, path, _ = self.create(task)
@@ -3907,8 +3960,7 @@ class HeadlessOrphanTest(TmuxWorkCase):
         st = store.Store(self.db)
         try:
             pid = st.runtime(tm["runtime_id"])["pid"]
-            if idle:
-                st.set_turn(tm["runtime_id"], "idle")
+            st.set_turn(tm["runtime_id"], "idle" if idle else "busy", began=not idle)
         finally:
             st.close()
         self.addCleanup(self.end_session, tm["pane_pid"])
@@ -3980,7 +4032,7 @@ class HeadlessOrphanTest(TmuxWorkCase):
         self.assertFalse(self.running(pid))
 
     def test_mid_turn_it_is_refused_naming_the_persons_command(self):
-        handle, pid, pane = self.orphaned("busy", idle=False)  # SessionStart recorded busy
+        handle, pid, pane = self.orphaned("busy", idle=False)  # a turn began
         support.retry_until(lambda: "busy  interrupted" in self.work("list", check=0).stdout, timeout=30)
         rc, out = self.coord_at_terminal("work", "resume", handle, "--override", cwd=self.canon)
         self.assertEqual(rc, 3, out)
