@@ -828,9 +828,7 @@ class AdoptTest(WorkTestCase):
         wid = self.record(handle)["id"]
         with open(os.path.join(path, ".jj", "coord-owner")) as f:
             old_token = json.load(f)["token"]
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(self.db + suffix):
-                os.unlink(self.db + suffix)
+        self.lose_database()
         self.rt = self.hello()["runtime"]
         self.assertEqual(self.work_json("list")["work"], [])
         proc = self.work("adopt", path, check=0)
@@ -3228,9 +3226,7 @@ class RecoveryAfterDatabaseLossTest(TmuxWorkCase):
         self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
 
     def lose_database(self):
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(self.db + suffix):
-                os.unlink(self.db + suffix)
+        self.lose_database()
         self.rt = self.hello()["runtime"]
 
     def stand_in(self, path):
@@ -3422,6 +3418,11 @@ class ReadmeRecoveryTest(TmuxWorkCase):
         self.assertEqual(proc.returncode, 0, "%s\n%s%s" % (line, proc.stdout, proc.stderr))
         return proc.stdout
 
+    def lose_database(self):
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+
     def test_readme_recovery_commands_as_written(self):
         reboot, lost = self.blocks()
         self.assertEqual(len(reboot), 2)
@@ -3440,9 +3441,7 @@ class ReadmeRecoveryTest(TmuxWorkCase):
         self.jj(done_path, "describe", "-m", "add feature.txt")
         self.git(self.canon, "fetch", "-q", done_path, self.commit_of(done_path, "@"))
         self.git(self.canon, "update-ref", "refs/heads/main", self.commit_of(done_path, "@"))
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(self.db + suffix):
-                os.unlink(self.db + suffix)
+        self.lose_database()
         self.rt = self.hello()["runtime"]
         self.coord_json("hello", "--conversation", "conv-" + wid, "--harness", "claude", "--pid",
                         window["pane_pid"], cwd=path)  # the agent's next prompt registers it again
@@ -3590,11 +3589,29 @@ class ReadmeQuickstartTest(TmuxWorkCase):
             self.assertEqual(proc.returncode, 0, "%s\n%s" % (line, proc.stdout))
         out = typed(land[0].replace("WORK", handle))
         self.assertIn("make test", out)
+        self.assertIn(handle, typed(".coord/coord status"))  # README's table of everyday commands
         shown = subprocess.run(["git", "show", "main:src/parser.py"], cwd=repo, stdout=subprocess.PIPE, text=True,
                                env=env, timeout=60).stdout
         self.assertIn("def tokenize", shown, "the agent's change is on main")
         typed(land[1].replace("WORK", handle))
         self.assertFalse(os.path.exists(clone), "the clone was removed")
+
+
+class PgReadmeQuickstartTest(support.PostgresProject, ReadmeQuickstartTest):
+    """README's install and smallest example, as written, on a project whose records are in
+    PostgreSQL (its URL in the settings file of project my-project, README's ID): every command
+    succeeds on both engines."""
+
+    PG_PROJECT = "my-project"
+
+
+class PgReadmeRecoveryTest(support.PostgresProject, ReadmeRecoveryTest):
+    """README's "After a reboot / after losing the database" on PostgreSQL: losing the database
+    is losing the project's schema on the server."""
+
+    def lose_database(self):
+        support.stop_host_process(self.host_socket)  # the next command starts it on an empty schema
+        self._drop_pg_project(support.require_postgres(self)[0])
 
 
 class OtherHostPidTest(support.CoordTestCase):
