@@ -844,27 +844,7 @@ def main(argv=None):
     if args.command == "join":
         return migrate_main(args, lambda: store.join_project(args.project, os.environ.get("COORD_JOIN_URL", "")))
     if args.command == "setup":  # the pg-security block of store.py does the work; print what it runs
-        try:
-            admin = os.environ.get(store.PG_ADMIN_URL_ENV, "").strip()
-            if not admin:
-                raise store.UsageError("no admin URL: host.py setup reads it from $%s, never from its arguments"
-                                       % store.PG_ADMIN_URL_ENV, "the person runs: %s" % store.pg_setup_command(args.project))
-            show = None if args.json else (lambda sql: print(sql if sql.startswith("--") else sql + ";", flush=True))
-            done = store.pg_setup(admin, args.project, args.login, out=show)
-            names = store.pg_role_names(args.project)
-            if args.json:
-                print(json.dumps({"project": args.project, "owner": names["owner"], "group": names["group"],
-                                  "logins": args.login, "statements": done}), flush=True)
-            else:
-                print("-- %d statements; project %s: owner %s (NOLOGIN), group %s" % (
-                    len(done), args.project, names["owner"], names["group"]))
-            return 0
-        except store.CoordError as exc:
-            if args.json:
-                print(json.dumps(_error_reply(None, exc)["error"]), flush=True)
-            else:
-                print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
-            return exc.exit_code
+        return setup_main(args)
     try:
         if not store.valid_project_id(args.project):
             raise store.UsageError("project ID %r must be letters, digits, '.', '_' or '-'" % args.project)
@@ -900,13 +880,51 @@ def main(argv=None):
         return 0
 
 
+def setup_main(args):
+    """`host.py setup --project ID [--login ROLE]... [--json]` with COORD_ADMIN_URL: the
+    statements store.pg_setup runs, or the error (JSON with --json), never a traceback."""
+    try:
+        admin = os.environ.get(store.PG_ADMIN_URL_ENV, "").strip()
+        if not admin:
+            raise store.UsageError("no admin URL: host.py setup reads it from $%s, never from its arguments"
+                                   % store.PG_ADMIN_URL_ENV, "the person runs: %s" % store.pg_setup_command(args.project))
+        show = None if args.json else (lambda sql: print(sql if sql.startswith("--") else sql + ";", flush=True))
+        done = store.pg_setup(admin, args.project, args.login, out=show)
+        names = store.pg_role_names(args.project)
+        if args.json:
+            print(json.dumps({"project": args.project, "owner": names["owner"], "group": names["group"],
+                              "logins": args.login, "statements": done}), flush=True)
+        else:
+            print("-- %d statements; project %s: owner %s (NOLOGIN), group %s" % (
+                len(done), args.project, names["owner"], names["group"]))
+        return 0
+    except Exception as exc:
+        exc = _surprise(exc, "setup")
+        if args.json:
+            print(json.dumps(_error_reply(None, exc)["error"]), flush=True)
+        else:
+            print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
+        return exc.exit_code
+
+
+def _surprise(exc, command):
+    """exc as a CoordError: a CoordError as it is; anything else (a fault of this code or of the
+    driver) logged with its traceback in errors.log and named in one line that says where."""
+    if isinstance(exc, store.CoordError):
+        return exc
+    where = store.log_traceback("host.py %s" % command)
+    return store.CoordError("internal error in host.py %s: %s: %s" % (command, type(exc).__name__, exc),
+                            "its traceback is in %s" % where if where else None)
+
+
 def migrate_main(args, run=None):
     """`host.py migrate --project ID` with COORD_MIGRATE_TARGET (a URL or "sqlite"): the report of
     store.migrate_project as JSON on stdout, or the error as JSON (class, message, hint) and
     its exit code. `host.py join` passes its own `run` (store.join_project)."""
     try:
         report = run() if run else store.migrate_project(args.project, os.environ.get("COORD_MIGRATE_TARGET", ""))
-    except store.CoordError as exc:
+    except Exception as exc:
+        exc = _surprise(exc, args.command)
         print(json.dumps(_error_reply(None, exc)["error"]), flush=True)
         return exc.exit_code
     print(json.dumps(report, sort_keys=True), flush=True)

@@ -328,6 +328,12 @@ def log_traceback(what, environ=None):
     """Append `what` and the current exception's traceback to <state_dir>/errors.log (kept
     below about 1 MiB by rotating to errors.log.1); return its path, or None when unwritable."""
     import traceback
+    return log_error(what, traceback.format_exc(), environ)
+
+
+def log_error(what, text, environ=None):
+    """Append `what` and `text` (another process's traceback, say) to errors.log, as
+    log_traceback; -> its path, or None when unwritable."""
     try:
         d = state_dir(environ)
         make_private_dirs(d)  # parents too, 0700 whatever the umask
@@ -336,7 +342,7 @@ def log_traceback(what, environ=None):
             os.replace(path, path + ".1")
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a") as f:
-            f.write("%s\n%s\n" % (what, traceback.format_exc()))
+            f.write("%s\n%s\n" % (what, text))
         return path
     except Exception:
         return None
@@ -4156,6 +4162,26 @@ class _PgManyWrites:
         return sum(p.rowcount for p in self.pending)
 
 
+def pg_require_utf8(raw):
+    """Refuse (EnvError, the connection closed) a database whose encoding is not UTF8: names,
+    purposes and messages are UTF-8 text, which SQL_ASCII stores unchecked and the driver cannot
+    read back (a Python traceback in `coord db setup`, once). The server reports its encoding
+    when the connection starts: no round trip."""
+    encoding = raw.info.parameter_status("server_encoding")
+    encoding = encoding.decode("ascii", "replace") if isinstance(encoding, bytes) else (encoding or "")
+    if encoding.upper() in ("UTF8", "UTF-8", ""):
+        return
+    import re
+    name = raw.info.dbname
+    raw.close()
+    typed = name if re.fullmatch(r"[a-z_][a-z0-9_]*", name) else pg_ident(name)
+    name, typed = clean_text(name), clean_text(typed)
+    raise EnvError("PostgreSQL database %s is encoded %s, not UTF8, and coord stores its text as UTF-8"
+                   % (name, clean_text(encoding)),
+                   "an admin creates a UTF8 database for coord (under another name while %s exists, and names it"
+                   " in the URL): CREATE DATABASE %s ENCODING 'UTF8' TEMPLATE template0" % (name, typed))
+
+
 class _PgConnection:
     """The PostgreSQL engine's connection, with the surface Store uses of sqlite3's (execute,
     in_transaction, close) and the transaction steps _Transaction calls (begin, commit,
@@ -4179,6 +4205,7 @@ class _PgConnection:
         except psycopg.Error as exc:
             raise EnvError("cannot connect to the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
                            "check the server and the connection settings; run .coord/install . --doctor")
+        pg_require_utf8(self.raw)
         import threading
         self.thread = threading.get_ident
         self.owner = threading.get_ident()  # one connection, one thread: as a sqlite3 connection
@@ -5359,8 +5386,8 @@ def _last_line(path):
         return "it wrote no log", None
     at = max([i for i, l in enumerate(lines) if l.startswith("host.py: ")] or [-1])
     if at < 0:
-        return (clean_text(lines[-1], 300) if lines else "it wrote nothing in its log"), None
-    why = clean_text(lines[at][len("host.py: "):], 300)
+        return (clean_text(lines[-1]) if lines else "it wrote nothing in its log"), None
+    why = clean_text(lines[at][len("host.py: "):])  # an error is never cut short
     nxt = lines[at + 1] if at + 1 < len(lines) else ""
     fix = nxt[1:-1] if "psycopg" in why and nxt.startswith("(") and nxt.endswith(")") else None
     return why, fix
