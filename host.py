@@ -273,6 +273,17 @@ class LeaseCopyKeeper:
                 "leases": len(self.copy.leases) if self.copy else None, "error": self.last_error}
 
 
+# A request is a few levels deep (the request, kwargs, the caller's facts, the chain, a pair;
+# a work record's data); one nested deeper than HOST_MAX_DEPTH is refused with an error reply,
+# and the connection goes on: json.loads would raise RecursionError (a traceback in the log,
+# once) near a thousand levels, and anything short of that has no business here either.
+HOST_MAX_DEPTH = 32
+
+
+class _TooDeep(Exception):
+    pass
+
+
 def _read_frame(sock):
     head = _read_exact(sock, 4)
     if head is None:
@@ -283,7 +294,28 @@ def _read_frame(sock):
     body = _read_exact(sock, size)
     if body is None:
         return None
-    return json.loads(body.decode("utf-8"))
+    try:
+        req = json.loads(body.decode("utf-8"))
+    except RecursionError:
+        raise _TooDeep()
+    if _deeper_than(req, HOST_MAX_DEPTH):
+        raise _TooDeep()
+    return req
+
+
+def _deeper_than(value, limit):
+    """Whether `value` nests lists and objects more than `limit` levels (iteratively)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((x, depth + 1) for x in v if isinstance(x, (dict, list)))
+    return False
 
 
 def _read_exact(sock, n):
@@ -646,13 +678,20 @@ class Server:
                     req = _read_frame(conn)
                 except (ValueError, UnicodeDecodeError):
                     return
-                if req is None:
-                    return
-                reply, bound = self.answer(req, bound, peer)
+                except _TooDeep:
+                    reply = _error_reply(None, store.UsageError(
+                        "bad request: nested deeper than %d levels" % HOST_MAX_DEPTH,
+                        "send the operation's arguments as coord's own client does"))
+                else:
+                    if req is None:
+                        return
+                    reply, bound = self.answer(req, bound, peer)
                 data = json.dumps(reply, separators=(",", ":")).encode("utf-8")
                 conn.sendall(struct.pack(">I", len(data)) + data)
         except OSError:
             pass
+        except Exception:  # never a traceback in the log: errors.log has it, the client loses its connection
+            store.log_traceback("host process: a client connection")
         finally:
             if bound is not None:
                 self.pool.give(bound)  # rolls back what was not committed

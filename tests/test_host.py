@@ -128,6 +128,39 @@ class HostProtocolTest(HostCase):
         s.close()
         self.assertEqual(self.remote().client.call("ping")["project"], self.project)
 
+    def test_a_request_nested_too_deep_gets_an_error_reply_and_no_traceback(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(self.sock)
+        self.addCleanup(s.close)
+
+        def ask(body):
+            s.sendall(struct.pack(">I", len(body)) + body)
+            (size,) = struct.unpack(">I", self._recv(s, 4))
+            return json.loads(self._recv(s, size))
+        for depth in (40, 200000):  # beyond the limit; beyond json's own recursion limit
+            with self.subTest(depth=depth):
+                nested = b"[" * depth + b"]" * depth
+                reply = ask(b'{"v": 1, "id": 9, "project": "%s", "op": "ping", "args": %s}'
+                            % (self.project.encode(), nested))
+                self.assertFalse(reply["ok"])
+                self.assertEqual(reply["error"]["class"], "UsageError")
+                self.assertEqual(reply["error"]["message"], "bad request: nested deeper than 32 levels")
+        ok = ask(json.dumps({"v": 1, "id": 10, "project": self.project, "op": "ping"}).encode())
+        self.assertTrue(ok["ok"], "the same connection goes on")
+        self.proc.terminate()
+        self.proc.wait(30)
+        log = self.proc.stderr.read()  # the host process's log
+        self.assertNotIn("Traceback", log)
+        self.assertNotIn("RecursionError", log)
+
+    def _recv(self, s, n):
+        data = b""
+        while len(data) < n:
+            chunk = s.recv(n - len(data))
+            self.assertTrue(chunk, "the host process closed the connection")
+            data += chunk
+        return data
+
     def test_the_socket_is_private(self):
         import stat
         self.assertEqual(stat.S_IMODE(os.stat(self.sock).st_mode), 0o600)
