@@ -5153,7 +5153,22 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
     else:
         lines.append((False, "LISTEN connection looks pooled (%s): give the direct endpoint for LISTEN" % why))
     lines.append(pg_doctor_wake_check(st.conn.project))
+    lines.append(pg_doctor_bounds_check(st, me, sup))
     return lines
+
+
+def pg_doctor_bounds_check(st, role, superuser):
+    """(ok, line): a stopped client is cut (docs/postgresql.md): this host's role carries
+    PG_BOUNDS (a direct client of it is bounded too) and the project has coord_cut_stuck."""
+    raw = st.conn.raw
+    missing = [] if superuser else pg_role_bounds_missing(raw, role)
+    cut = raw.execute("SELECT to_regprocedure(%s) IS NOT NULL", (PG_CUT_FUNCTION,)).fetchone()[0]
+    if missing or not cut:
+        return (False, "transaction bounds: %s: a person with admin rights runs %s" % (
+            "role %s lacks them" % role if missing else "the project has no coord_cut_stuck",
+            pg_setup_command(st.conn.project, role if missing else None)))
+    return (True, "transaction bounds: idle in transaction %d s, lock %d s, statement %d s; a holder stuck %g s is"
+                  " ended by every host" % (PG_IDLE_IN_TRANSACTION, PG_LOCK_TIMEOUT, PG_STATEMENT_TIMEOUT, PG_STUCK_AFTER))
 
 
 # --doctor's security exit status (issue 25, pgcodex): which local connection needs no TLS, and the
