@@ -72,7 +72,9 @@ LISTEN_RETRY = 0.1  # seconds before the LISTEN connection is made again, doubli
 # A stopped client (docs/postgresql.md): a transaction a client opened over the socket (begin)
 # is rolled back by this process when no request comes for HOST_TXN_IDLE seconds or once it is
 # HOST_TXN_MAX seconds old, as the server ends a session idle in its transaction (store.PG_BOUNDS).
-HOST_TXN_IDLE, HOST_TXN_MAX = float(store.PG_IDLE_IN_TRANSACTION), float(store.PG_LOCK_TIMEOUT)
+# Sooner than another host would take it for stuck (store.PG_STUCK_AFTER): this process, still
+# running, lets the lock go itself, and the rest of its sessions queued for the lock go on.
+HOST_TXN_IDLE, HOST_TXN_MAX = store.PG_STUCK_AFTER - 1.0, float(store.PG_LOCK_TIMEOUT)
 COPY_OPS = frozenset(["hook_write_decision"])  # what the copy may answer (Server.answer)
 # pgsession: SessionStart's reads from the copy too, and a boundary's notices in one operation.
 COPY_OPS = COPY_OPS | frozenset(["hook_conversation_runtime", "hook_session_leases"])
