@@ -5537,8 +5537,8 @@ def _last_line(path):
         return "it wrote no log", None
     at = max([i for i, l in enumerate(lines) if l.startswith("host.py: ")] or [-1])
     if at < 0:
-        return (clean_text(lines[-1]) if lines else "it wrote nothing in its log"), None
-    why = clean_text(lines[at][len("host.py: "):])  # an error is never cut short
+        return (clean_text(lines[-1], 300) if lines else "it wrote nothing in its log"), None
+    why = clean_text(lines[at][len("host.py: "):], 300)
     nxt = lines[at + 1] if at + 1 < len(lines) else ""
     fix = nxt[1:-1] if "psycopg" in why and nxt.startswith("(") and nxt.endswith(")") else None
     return why, fix

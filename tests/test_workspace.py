@@ -1681,6 +1681,13 @@ class HelperTest(CoordTestCase):
         self.assertIn("Error: broken", err.output)
         self.assertIn("exit 7", err.message)
 
+    def test_a_tool_s_error_line_is_never_cut_short(self):
+        line = "Error: " + " ".join("word%d" % i for i in range(100))
+        with self.assertRaises(workspace.ToolError) as cm:
+            workspace.run_tool(["sh", "-c", "echo '%s' >&2; exit 3" % line])
+        self.assertIn(line, cm.exception.message)
+        self.assertNotIn("\u2026", cm.exception.message)
+
     def test_missing_binary_is_an_env_error(self):
         with self.assertRaises(workspace.EnvError) as cm:
             workspace.run_tool(["coord-no-such-tool-xyz"])
