@@ -828,7 +828,9 @@ class AdoptTest(WorkTestCase):
         wid = self.record(handle)["id"]
         with open(os.path.join(path, ".jj", "coord-owner")) as f:
             old_token = json.load(f)["token"]
-        self.lose_database()
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
         self.rt = self.hello()["runtime"]
         self.assertEqual(self.work_json("list")["work"], [])
         proc = self.work("adopt", path, check=0)
@@ -3233,7 +3235,9 @@ class RecoveryAfterDatabaseLossTest(TmuxWorkCase):
         self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
 
     def lose_database(self):
-        self.lose_database()
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
         self.rt = self.hello()["runtime"]
 
     def stand_in(self, path):
