@@ -69,6 +69,12 @@ REAP_EVERY = 5.0  # seconds between two reaps of the project (Server.keep_reapin
 COPY_EVERY = 1.0
 COPY_STALE = 3.0
 LISTEN_RETRY = 0.1  # seconds before the LISTEN connection is made again, doubling to 5 s
+# A stopped client (docs/postgresql.md): a transaction a client opened over the socket (begin)
+# is rolled back by this process when no request comes for HOST_TXN_IDLE seconds or once it is
+# HOST_TXN_MAX seconds old, as the server ends a session idle in its transaction (store.PG_BOUNDS).
+# Sooner than another host would take it for stuck (store.PG_STUCK_AFTER): this process, still
+# running, lets the lock go itself, and the rest of its sessions queued for the lock go on.
+HOST_TXN_IDLE, HOST_TXN_MAX = store.PG_STUCK_AFTER - 1.0, float(store.PG_LOCK_TIMEOUT)
 COPY_OPS = frozenset(["hook_write_decision"])  # what the copy may answer (Server.answer)
 # pgsession: SessionStart's reads from the copy too, and a boundary's notices in one operation.
 COPY_OPS = COPY_OPS | frozenset(["hook_conversation_runtime", "hook_session_leases"])
@@ -141,6 +147,16 @@ def _connection_gone(st):
     except Exception:  # no socket any more
         return True
     return bool(readable)
+
+
+def _still_there(bound):
+    """EnvError when the server ended the session of a client's open transaction while it waited
+    for the client's next request (a stopped client: the server's idle bound, or another host's
+    coord_cut_stuck): nothing of it was written, since its COMMIT was never sent."""
+    if _connection_gone(bound):
+        raise store.EnvError("the PostgreSQL server ended this transaction while it waited for its next request"
+                             " (a client stopped or slow for %g s or more): nothing of it was written"
+                             % store.PG_STUCK_AFTER, "run the command again")
 
 
 # -- the lease copy (issue 25, pglisten; docs/postgresql.md "The write decision from memory"):
@@ -273,6 +289,17 @@ class LeaseCopyKeeper:
                 "leases": len(self.copy.leases) if self.copy else None, "error": self.last_error}
 
 
+# A request is a few levels deep (the request, kwargs, the caller's facts, the chain, a pair;
+# a work record's data); one nested deeper than HOST_MAX_DEPTH is refused with an error reply,
+# and the connection goes on: json.loads would raise RecursionError (a traceback in the log,
+# once) near a thousand levels, and anything short of that has no business here either.
+HOST_MAX_DEPTH = 32
+
+
+class _TooDeep(Exception):
+    pass
+
+
 def _read_frame(sock):
     head = _read_exact(sock, 4)
     if head is None:
@@ -283,7 +310,28 @@ def _read_frame(sock):
     body = _read_exact(sock, size)
     if body is None:
         return None
-    return json.loads(body.decode("utf-8"))
+    try:
+        req = json.loads(body.decode("utf-8"))
+    except RecursionError:
+        raise _TooDeep()
+    if _deeper_than(req, HOST_MAX_DEPTH):
+        raise _TooDeep()
+    return req
+
+
+def _deeper_than(value, limit):
+    """Whether `value` nests lists and objects more than `limit` levels (iteratively)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((x, depth + 1) for x in v if isinstance(x, (dict, list)))
+    return False
 
 
 def _read_exact(sock, n):
@@ -509,7 +557,10 @@ class Server:
         self.beat_once(first)
         threading.Thread(target=self.keep_host, daemon=True).start()
         self.reaps = 0
+        self.cuts = 0  # client transactions rolled back for waiting too long (_cut)
+        self.stuck_cut = 0  # sessions of any host ended for holding the lock while stuck (keep_cutting)
         threading.Thread(target=self.keep_reaping, args=(reap_every,), daemon=True).start()
+        threading.Thread(target=self.keep_cutting, daemon=True).start()
         # pglisten: the lease copy the hook's write decision is answered from (copy_every 0: none)
         self.copy = LeaseCopyKeeper(dsn, project, self.pool, first, copy_every, retry=listen_retry) \
             if copy_every else None
@@ -569,6 +620,31 @@ class Server:
             except Exception:
                 broken = True
                 store.log_traceback("host process: reap")
+            finally:
+                self.pool.give(st, broken)
+
+    # -- a stopped client (docs/postgresql.md): the server ends a session idle in its transaction
+    #    (store.PG_BOUNDS), but not one stopped between two statements its pipeline sent with no
+    #    Sync after them (a whole host process stopped mid-operation: no server timeout runs
+    #    there). Every host process looks every PG_CUT_EVERY seconds for a session of any host that
+    #    holds the project's lock and has waited for its client PG_IDLE_IN_TRANSACTION seconds,
+    #    and ends it (Store.cut_stuck): its transaction is rolled back, never acknowledged.
+
+    def keep_cutting(self, every=store.PG_CUT_EVERY):
+        while True:
+            time.sleep(every)
+            try:
+                st = self.pool.take()
+            except store.CoordError:
+                continue
+            broken = False
+            try:
+                self.stuck_cut += st.cut_stuck() or 0
+            except store.CoordError:
+                broken = True
+            except Exception:
+                broken = True
+                store.log_traceback("host process: cut stuck")
             finally:
                 self.pool.give(st, broken)
 
@@ -636,29 +712,67 @@ class Server:
 
     def handle(self, conn):
         bound = None  # the Store of an open begin ... commit
+        began = None  # when it began (monotonic)
         self.clients += 1
         try:
             peer = self._peer(conn)  # pgpeer: the kernel's pid of the client (SO_PEERCRED)
             if peer is None:
                 return
             while True:
+                began = (began or time.monotonic()) if bound is not None else None
+                # a stopped client: an open transaction waits HOST_TXN_IDLE for its next request,
+                # and lives HOST_TXN_MAX in all (socket.timeout below)
+                conn.settimeout(None if began is None else max(0.001, min(
+                    HOST_TXN_IDLE, began + HOST_TXN_MAX - time.monotonic())))
                 try:
                     req = _read_frame(conn)
+                except socket.timeout:
+                    cut, bound = bound, None
+                    self._cut(conn, cut, time.monotonic() - began)
+                    return
                 except (ValueError, UnicodeDecodeError):
                     return
-                if req is None:
-                    return
-                reply, bound = self.answer(req, bound, peer)
+                except _TooDeep:
+                    reply = _error_reply(None, store.UsageError(
+                        "bad request: nested deeper than %d levels" % HOST_MAX_DEPTH,
+                        "send the operation's arguments as coord's own client does"))
+                else:
+                    if req is None:
+                        return
+                    reply, bound = self.answer(req, bound, peer)
                 data = json.dumps(reply, separators=(",", ":")).encode("utf-8")
                 conn.sendall(struct.pack(">I", len(data)) + data)
         except OSError:
             pass
+        except Exception:  # never a traceback in the log: errors.log has it, the client loses its connection
+            store.log_traceback("host process: a client connection")
         finally:
             if bound is not None:
                 self.pool.give(bound)  # rolls back what was not committed
             conn.close()
             self.clients -= 1
             self.last = time.monotonic()
+
+    def _cut(self, conn, bound, age):
+        """A client's transaction over the socket waited too long for its next request (a client
+        stopped, or slow): roll it back now, so the project's lock is let go, and answer the next
+        request the client sends with the error, then close. Nothing of it was written."""
+        self.pool.give(bound)  # rolls back (a connection the server ended meanwhile is dropped)
+        self.cuts += 1
+        why = ("no request came for %g s" % HOST_TXN_IDLE if age < HOST_TXN_MAX
+               else "it was open for %g s" % HOST_TXN_MAX)
+        conn.settimeout(None)
+        try:
+            req = _read_frame(conn)
+        except (ValueError, UnicodeDecodeError, _TooDeep):
+            return
+        if req is None:
+            return
+        err = store.EnvError("the host process rolled back this transaction (%s): nothing of it was written" % why,
+                             "run the command again")
+        data = json.dumps(_error_reply(req.get("id") if isinstance(req, dict) else None, err),
+                          separators=(",", ":")).encode("utf-8")
+        conn.sendall(struct.pack(">I", len(data)) + data)
 
     def _peer(self, conn):
         """The client's PeerFacts when it runs as this user (SO_PEERCRED), else None."""
@@ -690,7 +804,9 @@ class Server:
                 if result is not None:
                     return {"id": rid, "ok": True, "result": result}, None
             if bound is not None:
+                _still_there(bound)
                 result = _plain(getattr(bound, op)(*args, **kwargs))
+                bound.settle()  # a stopped client: the server's idle bound runs only after a Sync
                 if op in SAFE_REFRESH_OPS:
                     self.beat_soon.set()  # hosts: the safe-mode file (after the commit, as the next beat)
                 return {"id": rid, "ok": True, "result": result}, bound
@@ -709,19 +825,31 @@ class Server:
         except _Unbound as unbound:  # the commit failed: its Store is gone, the connection unbound
             return _error_reply(rid, unbound.error), None
         except store.CoordError as exc:
-            return _error_reply(rid, exc), bound
+            return _error_reply(rid, exc), self._settled(bound)
         except (TypeError, ValueError) as exc:  # wrong arguments from a client
             return _error_reply(rid, store.UsageError("bad request: %s" % exc)), bound
         except Exception as exc:
             store.log_traceback("host process: %s" % req.get("op") if isinstance(req, dict) else "host process")
             return _error_reply(rid, store.CoordError("internal error in the host process: %s" % exc)), bound
 
+    def _settled(self, bound):
+        """bound after a refused operation, its pipeline synced (Store.settle) so the server's idle
+        bound runs while the client decides; a bound whose connection failed stays for its commit
+        or rollback to report."""
+        if bound is not None:
+            try:
+                bound.settle()
+            except store.CoordError:
+                pass
+        return bound
+
     def _transaction_op(self, rid, op, req, bound):
         if op == "ping":
             return {"id": rid, "ok": True, "result": {"pid": os.getpid(), "project": self.project,
                                                      "now": store.now(), "clock_measurements":
                                                      self.clock.measurements, "host_beats": self.beats,
-                                                     "reaps": self.reaps, "lease_copy":
+                                                     "reaps": self.reaps, "cuts": self.cuts,
+                                                     "stuck_cut": self.stuck_cut, "lease_copy":
                                                      self.copy.status() if self.copy else None}}, bound
         if op == "doctor":  # --doctor's security lines (store.pg_doctor_checks), on this host's own connection
             st = self.pool.take()
@@ -740,13 +868,19 @@ class Server:
             st = self.pool.take()
             try:
                 st.open_transaction(bool((req.get("kwargs") or {}).get("write", True)))
+                st.settle()  # the lock is held once this returns, and the server's idle bound runs
             except BaseException:
                 self.pool.give(st, True)
                 raise
             return {"id": rid, "ok": True, "result": None}, st
         if bound is None:
             raise store.UsageError("no transaction is open on this connection")
+        if op == "rollback" and _connection_gone(bound):  # the server ended it: rolled back already
+            self.pool.give(bound, True)
+            return {"id": rid, "ok": True, "result": None}, None
         try:
+            if op == "commit":
+                _still_there(bound)
             bound.end_transaction(commit=op == "commit")
         except store.CoordError:
             self.pool.give(bound, True)
@@ -844,27 +978,7 @@ def main(argv=None):
     if args.command == "join":
         return migrate_main(args, lambda: store.join_project(args.project, os.environ.get("COORD_JOIN_URL", "")))
     if args.command == "setup":  # the pg-security block of store.py does the work; print what it runs
-        try:
-            admin = os.environ.get(store.PG_ADMIN_URL_ENV, "").strip()
-            if not admin:
-                raise store.UsageError("no admin URL: host.py setup reads it from $%s, never from its arguments"
-                                       % store.PG_ADMIN_URL_ENV, "the person runs: %s" % store.pg_setup_command(args.project))
-            show = None if args.json else (lambda sql: print(sql if sql.startswith("--") else sql + ";", flush=True))
-            done = store.pg_setup(admin, args.project, args.login, out=show)
-            names = store.pg_role_names(args.project)
-            if args.json:
-                print(json.dumps({"project": args.project, "owner": names["owner"], "group": names["group"],
-                                  "logins": args.login, "statements": done}), flush=True)
-            else:
-                print("-- %d statements; project %s: owner %s (NOLOGIN), group %s" % (
-                    len(done), args.project, names["owner"], names["group"]))
-            return 0
-        except store.CoordError as exc:
-            if args.json:
-                print(json.dumps(_error_reply(None, exc)["error"]), flush=True)
-            else:
-                print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
-            return exc.exit_code
+        return setup_main(args)
     try:
         if not store.valid_project_id(args.project):
             raise store.UsageError("project ID %r must be letters, digits, '.', '_' or '-'" % args.project)
@@ -900,13 +1014,51 @@ def main(argv=None):
         return 0
 
 
+def setup_main(args):
+    """`host.py setup --project ID [--login ROLE]... [--json]` with COORD_ADMIN_URL: the
+    statements store.pg_setup runs, or the error (JSON with --json), never a traceback."""
+    try:
+        admin = os.environ.get(store.PG_ADMIN_URL_ENV, "").strip()
+        if not admin:
+            raise store.UsageError("no admin URL: host.py setup reads it from $%s, never from its arguments"
+                                   % store.PG_ADMIN_URL_ENV, "the person runs: %s" % store.pg_setup_command(args.project))
+        show = None if args.json else (lambda sql: print(sql if sql.startswith("--") else sql + ";", flush=True))
+        done = store.pg_setup(admin, args.project, args.login, out=show)
+        names = store.pg_role_names(args.project)
+        if args.json:
+            print(json.dumps({"project": args.project, "owner": names["owner"], "group": names["group"],
+                              "logins": args.login, "statements": done}), flush=True)
+        else:
+            print("-- %d statements; project %s: owner %s (NOLOGIN), group %s" % (
+                len(done), args.project, names["owner"], names["group"]))
+        return 0
+    except Exception as exc:
+        exc = _surprise(exc, "setup")
+        if args.json:
+            print(json.dumps(_error_reply(None, exc)["error"]), flush=True)
+        else:
+            print("host.py: %s%s" % (exc.message, "\n(%s)" % exc.hint if exc.hint else ""), file=sys.stderr)
+        return exc.exit_code
+
+
+def _surprise(exc, command):
+    """exc as a CoordError: a CoordError as it is; anything else (a fault of this code or of the
+    driver) logged with its traceback in errors.log and named in one line that says where."""
+    if isinstance(exc, store.CoordError):
+        return exc
+    where = store.log_traceback("host.py %s" % command)
+    return store.CoordError("internal error in host.py %s: %s: %s" % (command, type(exc).__name__, exc),
+                            "its traceback is in %s" % where if where else None)
+
+
 def migrate_main(args, run=None):
     """`host.py migrate --project ID` with COORD_MIGRATE_TARGET (a URL or "sqlite"): the report of
     store.migrate_project as JSON on stdout, or the error as JSON (class, message, hint) and
     its exit code. `host.py join` passes its own `run` (store.join_project)."""
     try:
         report = run() if run else store.migrate_project(args.project, os.environ.get("COORD_MIGRATE_TARGET", ""))
-    except store.CoordError as exc:
+    except Exception as exc:
+        exc = _surprise(exc, args.command)
         print(json.dumps(_error_reply(None, exc)["error"]), flush=True)
         return exc.exit_code
     print(json.dumps(report, sort_keys=True), flush=True)

@@ -330,6 +330,12 @@ def log_traceback(what, environ=None):
     """Append `what` and the current exception's traceback to <state_dir>/errors.log (kept
     below about 1 MiB by rotating to errors.log.1); return its path, or None when unwritable."""
     import traceback
+    return log_error(what, traceback.format_exc(), environ)
+
+
+def log_error(what, text, environ=None):
+    """Append `what` and `text` (another process's traceback, say) to errors.log, as
+    log_traceback; -> its path, or None when unwritable."""
     try:
         d = state_dir(environ)
         make_private_dirs(d)  # parents too, 0700 whatever the umask
@@ -338,7 +344,7 @@ def log_traceback(what, environ=None):
             os.replace(path, path + ".1")
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a") as f:
-            f.write("%s\n%s\n" % (what, traceback.format_exc()))
+            f.write("%s\n%s\n" % (what, text))
         return path
     except Exception:
         return None
@@ -1575,7 +1581,8 @@ class Store:
         self._gate = None
 
     def _open_pg(self, pg, migrate, env=None):
-        self.conn = _PgConnection(pg["dsn"], pg["project"], role=pg.get("role"), environ=env)
+        self.conn = _PgConnection(pg["dsn"], pg["project"], role=pg.get("role"), environ=env,
+                                  bounded=pg.get("bounded", True))
         self.path = self.conn.where
         try:
             if migrate:
@@ -1610,6 +1617,24 @@ class Store:
         """transaction() (or, write=False, snapshot()) entered and left open: end_transaction ends it."""
         self._held = _Transaction(self, write)
         self._held.__enter__()
+
+    def cut_stuck(self, idle=None):
+        """End the sessions that hold this project's lock and have waited for their client for
+        `idle` seconds (coord_cut_stuck; host.py runs it every PG_CUT_EVERY seconds); -> how many.
+        PostgreSQL only; None when the project has no such function yet (set up by an older coord)."""
+        if not getattr(self, "_cut_there", False):
+            self._cut_there = self.conn.execute("SELECT to_regprocedure(?) IS NOT NULL",
+                                                (PG_CUT_FUNCTION,)).fetchone()[0]
+            if not self._cut_there:
+                return None
+        key = self.conn.lock_key & 0xFFFFFFFFFFFFFFFF  # pg_locks shows a bigint key as two oids
+        return self.conn.execute("SELECT coord_cut_stuck(?::oid, ?::oid, ?)",
+                                 (key >> 32, key & 0xFFFFFFFF, float(idle or PG_STUCK_AFTER))).fetchone()[0]
+
+    def settle(self):
+        """Between two requests of one open transaction (host.py): _PgConnection.settle."""
+        if self.engine == "postgresql":
+            self.conn.settle()
 
     def end_transaction(self, commit):
         """Commit (or roll back) what open_transaction began; a no-op with none open."""
@@ -1676,9 +1701,12 @@ class Store:
                 raise EnvError("database %s has schema v%d, newer than this coord (v%d)"
                                % (self.path, version, SCHEMA_VERSION), upgrade_hint())
             applied = self._applied(version)
-            missing = self.conn.execute("SELECT to_regprocedure('coord_expect(boolean)')").fetchone()[0] is None
-            if applied >= SCHEMA_VERSION and not missing:
+            missing, no_cut = self.conn.execute("SELECT to_regprocedure('coord_expect(boolean)') IS NULL,"
+                                                "to_regprocedure('%s') IS NULL" % PG_CUT_FUNCTION).fetchone()
+            if applied >= SCHEMA_VERSION and not missing and not no_cut:
                 return
+            if applied >= SCHEMA_VERSION and not missing and not pg_may_create(self.conn):
+                return  # a project set up before the stuck-holder cut: coord db setup adds it (--doctor says)
             pg_require_owner(self.conn)  # pg-security block: a login role never migrates (nor makes functions)
             for statement in PG_FUNCTIONS:  # with every migration, so a newer coord's definition replaces the old
                 self.conn.execute_ddl(statement)
@@ -4184,11 +4212,60 @@ _PG_EXTREMA = Pattern(r"\b(max|min)\(")
 # whole transaction on the server. Installed by the first Store of a process (_pg_migrate), in
 # the project's schema, with CREATE OR REPLACE: not a migration, both engines keep one schema.
 PG_EXPECT_STATE = "P0C01"
+# -- bounded transactions (docs/postgresql.md, "A stopped client"): a client stopped inside a
+# write transaction (Ctrl-Z, a suspended or cut-off host) holds the project's advisory lock until
+# its session ends, and every writer of every host waits behind it. So every session coord opens,
+# and every login role `coord db setup` makes, carries these server-side bounds: a session idle
+# inside a transaction for PG_IDLE_IN_TRANSACTION seconds is ended by the server (its transaction
+# rolled back, the lock let go), a wait for a lock ends after PG_LOCK_TIMEOUT, a statement after
+# PG_STATEMENT_TIMEOUT. A writer behind a stopped holder so gets the lock within
+# PG_IDLE_IN_TRANSACTION of the holder's last statement, and never waits past PG_LOCK_TIMEOUT.
+PG_IDLE_IN_TRANSACTION, PG_LOCK_TIMEOUT, PG_STATEMENT_TIMEOUT = 5, 8, 8  # seconds
+PG_BOUNDS = (("idle_in_transaction_session_timeout", "%ds" % PG_IDLE_IN_TRANSACTION),
+             ("lock_timeout", "%ds" % PG_LOCK_TIMEOUT), ("statement_timeout", "%ds" % PG_STATEMENT_TIMEOUT))
+# A person's bulk command (`coord db migrate`'s copy, `coord db setup`'s migrations) holds its
+# transaction while it works between statements: no idle or statement bound there.
+PG_UNBOUNDED = (("idle_in_transaction_session_timeout", "0"), ("lock_timeout", "%ds" % PG_LOCK_TIMEOUT),
+                ("statement_timeout", "0"), ("application_name", "coord-unbounded"))
+PG_CUT_STATES = {"25P03": "it was idle inside its transaction for more than %d s" % PG_IDLE_IN_TRANSACTION,
+                 "55P03": "it waited more than %d s for a lock another transaction held" % PG_LOCK_TIMEOUT,
+                 "57014": "a statement ran past %d s" % PG_STATEMENT_TIMEOUT,
+                 "57P01": "its session was ended: stuck holding the project's lock, or the server stopping"}
+
+
+def pg_bounds_sql(bounds, local=False):
+    """One SELECT that sets `bounds` ((name, value), ...) for the session (local: the transaction)."""
+    return "SELECT " + ", ".join("set_config('%s', '%s', %s)" % (name, value, "true" if local else "false")
+                                 for name, value in bounds)
 PG_FUNCTIONS = (
     "CREATE OR REPLACE FUNCTION coord_expect(ok boolean) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN"
     " IF ok IS NOT TRUE THEN RAISE EXCEPTION 'coord: a speculative operation guessed wrong'"
     " USING ERRCODE = '%s'; END IF; RETURN true; END $$" % PG_EXPECT_STATE,
+    # A stopped client (docs/postgresql.md): a session that holds the project's lock (an advisory
+    # lock: classid, objid of its key) and has waited for its client for `idle` seconds, idle in
+    # its transaction or between two statements of a pipeline the client never ended with a Sync
+    # (then no server timeout runs), is ended, and with it every session of the same coord process
+    # (its application_name, PG_APPLICATION) queued for that lock, which would each hold it in turn,
+    # stopped as well; -> how many. SECURITY DEFINER: as its owner, who sees and may end other
+    # login roles' sessions (coord db setup grants it pg_read_all_stats and pg_signal_backend);
+    # only this project's lock holders and waiters, never a person's bulk command.
+    "CREATE OR REPLACE FUNCTION coord_cut_stuck(lock_class oid, lock_obj oid, idle double precision)"
+    " RETURNS integer LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$"
+    " WITH locks AS (SELECT l.pid, l.granted, a.application_name AS app, a.state, a.wait_event, a.state_change"
+    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
+    " AND l.classid = lock_class AND l.objid = lock_obj AND l.objsubid = 1"
+    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND l.pid <> pg_backend_pid() AND a.application_name <> '%s'),"
+    " stuck AS (SELECT pid, app FROM locks WHERE granted"
+    " AND (state IN ('idle in transaction', 'idle in transaction (aborted)') OR wait_event = 'ClientRead')"
+    " AND state_change < clock_timestamp() - make_interval(secs => idle))"
+    " SELECT count(pg_terminate_backend(pid))::integer FROM (SELECT pid FROM stuck UNION SELECT w.pid FROM locks w"
+    " JOIN stuck s ON s.app = w.app AND s.app LIKE 'coord %%' WHERE NOT w.granted) t $$" % "coord-unbounded",
 )
+PG_CUT_FUNCTION = "coord_cut_stuck(oid,oid,double precision)"
+PG_CUT_EVERY = 1.0  # seconds between two looks for a stuck holder (host.py Server.keep_cutting)
+PG_STUCK_AFTER = 4.0  # a holder waiting this long for its client is stuck: before the server's own idle bound
+PG_APPLICATION = "coord %s" % os.urandom(6).hex()  # this process's sessions (coord_cut_stuck ends them together)
 
 
 def pg_sql(sql):
@@ -4304,14 +4381,35 @@ class _PgManyWrites:
         return sum(p.rowcount for p in self.pending)
 
 
+def pg_require_utf8(raw):
+    """Refuse (EnvError, the connection closed) a database whose encoding is not UTF8: names,
+    purposes and messages are UTF-8 text, which SQL_ASCII stores unchecked and the driver cannot
+    read back (a Python traceback in `coord db setup`, once). The server reports its encoding
+    when the connection starts: no round trip."""
+    encoding = raw.info.parameter_status("server_encoding")
+    encoding = encoding.decode("ascii", "replace") if isinstance(encoding, bytes) else (encoding or "")
+    if encoding.upper() in ("UTF8", "UTF-8", ""):
+        return
+    import re
+    name = raw.info.dbname
+    raw.close()
+    typed = name if re.fullmatch(r"[a-z_][a-z0-9_]*", name) else pg_ident(name)
+    name, typed = clean_text(name), clean_text(typed)
+    raise EnvError("PostgreSQL database %s is encoded %s, not UTF8, and coord stores its text as UTF-8"
+                   % (name, clean_text(encoding)),
+                   "an admin creates a UTF8 database for coord (under another name while %s exists, and names it"
+                   " in the URL): CREATE DATABASE %s ENCODING 'UTF8' TEMPLATE template0" % (name, typed))
+
+
 class _PgConnection:
     """The PostgreSQL engine's connection, with the surface Store uses of sqlite3's (execute,
     in_transaction, close) and the transaction steps _Transaction calls (begin, commit,
     rollback). Driver errors become EnvError here; a text parameter holding NUL (which
     PostgreSQL text cannot store) is a UsageError."""
 
-    def __init__(self, dsn, project_id, connect_timeout=10, role=None, environ=None):
+    def __init__(self, dsn, project_id, connect_timeout=10, role=None, environ=None, bounded=True):
         import sys
+        self.bounds = PG_BOUNDS if bounded else PG_UNBOUNDED
         self.tls = pg_check_url(dsn, environ)  # before anything else: no connection that TLS does not verify
         self.pooled = pg_pooled(dsn, environ)
         psycopg = import_psycopg(environ)
@@ -4327,6 +4425,7 @@ class _PgConnection:
         except psycopg.Error as exc:
             raise EnvError("cannot connect to the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
                            "check the server and the connection settings; run .coord/install . --doctor")
+        pg_require_utf8(self.raw)
         import threading
         self.thread = threading.get_ident
         self.owner = threading.get_ident()  # one connection, one thread: as a sqlite3 connection
@@ -4352,6 +4451,7 @@ class _PgConnection:
         try:
             self.raw.execute("SELECT set_config('synchronous_commit', 'on', false)"
                              " WHERE current_setting('synchronous_commit') = 'off'")
+            self.raw.execute(pg_bounds_sql(self.bounds + ((("application_name", PG_APPLICATION),) if bounded else ())))
         except psycopg.Error as exc:
             self.raw.close()
             raise EnvError("cannot use the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
@@ -4454,6 +4554,11 @@ class _PgConnection:
         self.failed = True
         self.expectation_failed = getattr(exc, "sqlstate", None) == PG_EXPECT_STATE
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        cut = PG_CUT_STATES.get(getattr(exc, "sqlstate", None)) or (
+            PG_CUT_STATES["25P03"] if "idle-in-transaction timeout" in first else None)
+        if cut:  # a stopped client (docs/postgresql.md): rolled back, so nothing of it was written
+            return EnvError("the PostgreSQL server ended this transaction on %s (%s): nothing of it was written"
+                            % (self.where, cut), "run the command again")
         if isinstance(exc, self.psycopg.OperationalError):
             return EnvError("the PostgreSQL server cannot be reached (%s): %s" % (self.where, first),
                             "check the server; the command can be retried")
@@ -4482,6 +4587,7 @@ class _PgConnection:
                 statement, params = pg_stamped(statement, params)  # pgstamp: recorded as of the lock
             cur = self.raw.execute(statement, params)
             if self.txn == "write" and not _PG_READS.search(statement):
+                self.unsynced = True
                 return _PgPendingWrite(self, cur)
             self.round_trips += 1
             if self.pipe is not None and self.txn is None:
@@ -4531,7 +4637,10 @@ class _PgConnection:
             self.cache = {}
             self.failed = self.seeded = self.expectation_failed = self.wake = False
             if write:
+                self.unsynced = True
                 self.raw.execute("BEGIN")
+                if self.pooled:  # a transaction pooler keeps no session setting: the bounds, before the lock
+                    self.raw.execute(pg_bounds_sql(self.bounds, local=True))
                 self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
                 self.raw.execute(_PG_STAMP_LOCK)  # pgstamp: the server's time once the lock is held
             else:
@@ -4542,6 +4651,22 @@ class _PgConnection:
                                  " WHERE current_setting('synchronous_commit') = 'off'")
         except self.psycopg.Error as exc:
             self._end_pipe()
+            raise self._error(exc) from exc
+
+    unsynced = False  # statements sent in this write transaction since the last Sync, maybe
+
+    def settle(self):
+        """Wait for what this open write transaction sent (a Sync) before it goes idle between two
+        requests of a client (host.py, begin ... commit). Until a Sync the server has not said it is
+        ready for the next query, and only then does idle_in_transaction_session_timeout run
+        (PG_BOUNDS): without it a client stopped there would hold the project's lock unbounded."""
+        if self.txn != "write" or self.pipe is None or not self.unsynced:
+            return
+        try:
+            self.round_trips += 1
+            self.pipe.sync()
+            self.unsynced = False
+        except self.psycopg.Error as exc:
             raise self._error(exc) from exc
 
     def _end_pipe(self):
@@ -4954,6 +5079,10 @@ def _pg_tables(conn, schema):
         " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname", (schema,)).fetchall()]
 
 
+def pg_may_create(conn):
+    return bool(conn.execute("SELECT has_schema_privilege(?, 'CREATE')", (conn.schema,)).fetchone()[0])
+
+
 def pg_require_owner(conn):
     """Refuse migrating a project's schema as a role that may not create in it (a host's login
     role): the owner does it, through pg_setup."""
@@ -4961,6 +5090,16 @@ def pg_require_owner(conn):
         raise EnvError("the project's schema %s needs migrating, which only its owner may do (this role: no"
                        " CREATE on it)" % conn.schema,
                        "a person with admin rights runs: " + pg_setup_command(conn.project))
+
+
+def pg_role_bounds_missing(raw, login):
+    """The ALTER ROLE ... SET statements that give login role `login` coord's transaction bounds
+    (PG_BOUNDS) in every session, coord's or a direct client's; none when it has them."""
+    row = raw.execute("SELECT s.setconfig FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole"
+                      " WHERE r.rolname = %s AND s.setdatabase = 0", (login,)).fetchone()
+    have = set(row[0] or []) if row else set()
+    return ["ALTER ROLE %s SET %s = '%s'" % (pg_ident(login), name, value) for name, value in PG_BOUNDS
+            if "%s=%s" % (name, value) not in have]
 
 
 def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
@@ -4975,7 +5114,7 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
     names = pg_role_names(project_id)
     owner, group, schema = names["owner"], names["group"], pg_schema(project_id)
     done = []
-    conn = _PgConnection(admin_dsn, project_id, environ=environ)
+    conn = _PgConnection(admin_dsn, project_id, environ=environ, bounded=False)
     raw = conn.raw
 
     def run(sql, params=None):
@@ -4999,34 +5138,14 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
                     run("CREATE ROLE %s NOLOGIN" % pg_ident(name))
             if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (owner, group)).fetchone()[0]:
                 run("GRANT %s TO %s" % (pg_ident(group), pg_ident(owner)))  # the policy admits migrations
-            for login in logins:
-                if not valid_pg_role(login):
-                    raise UsageError("login role %r: letters, digits, '_', '.', '-', at most 63 bytes" % login)
-                row = role_exists(login)
-                if row is None:
-                    run("CREATE ROLE %s LOGIN" % pg_ident(login))
-                elif row[0]:
-                    raise UsageError("login role %s is a superuser: it would bypass every grant and policy" % login,
-                                     "give this host its own role: " + pg_setup_command(project_id, "ROLE-FOR-THIS-HOST"))
-                if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (login, group)).fetchone()[0]:
-                    run("GRANT %s TO %s" % (pg_ident(group), pg_ident(login)))
-            nsp = raw.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
-                              (schema,)).fetchone()
-            if nsp is None:
-                run("CREATE SCHEMA %s AUTHORIZATION %s" % (pg_ident(schema), pg_ident(owner)))
-            elif nsp[0] != owner:
-                run("ALTER SCHEMA %s OWNER TO %s" % (pg_ident(schema), pg_ident(owner)))
-            for table in _pg_tables(raw, schema):
-                if raw.execute("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = %s::regclass",
-                               ("%s.%s" % (pg_ident(schema), pg_ident(table)),)).fetchone()[0] != owner:
-                    run("ALTER TABLE %s.%s OWNER TO %s" % (pg_ident(schema), pg_ident(table), pg_ident(owner)))
-            for (fn,) in raw.execute(  # functions made before setup (e.g. by a superuser's migration)
-                    "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-                    " WHERE n.nspname = %s AND pg_get_userbyid(p.proowner) <> %s ORDER BY 1", (schema, owner)).fetchall():
-                run("ALTER ROUTINE %s OWNER TO %s" % (fn, pg_ident(owner)))
+            _pg_setup_logins(raw, logins, group, project_id, run)
+            for power in ("pg_read_all_stats", "pg_signal_backend"):  # coord_cut_stuck, as the owner
+                if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (owner, power)).fetchone()[0]:
+                    run("GRANT %s TO %s" % (power, pg_ident(owner)))
+            _pg_setup_ownership(raw, schema, owner, run)
             run("REVOKE ALL ON SCHEMA %s FROM PUBLIC" % pg_ident(schema))
             run("GRANT USAGE ON SCHEMA %s TO %s" % (pg_ident(schema), pg_ident(group)))
-        st = Store(pg={"dsn": admin_dsn, "project": project_id, "role": owner}, environ=environ)
+        st = Store(pg={"dsn": admin_dsn, "project": project_id, "role": owner, "bounded": False}, environ=environ)
         try:  # the migrations (run as the owner by Store above), then every grant and policy
             migrated = "-- schema %s at v%d, migrated as %s" % (schema, st._applied(st._pg_version()), owner)
             done.append(migrated)
@@ -5057,23 +5176,67 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
                 run2("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %s TO %s" % (s, g))
                 run2("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %s FROM PUBLIC" % s)
                 run2("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s" % (s, g))
-                policy = pg_policy_sql(group)
-                for table in _pg_tables(raw2, schema):
-                    t = "%s.%s" % (s, pg_ident(table))
-                    flags = raw2.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = %s::regclass",
-                                         (t,)).fetchone()
-                    if not flags[0]:
-                        run2("ALTER TABLE %s ENABLE ROW LEVEL SECURITY" % t)
-                    if not flags[1]:
-                        run2("ALTER TABLE %s FORCE ROW LEVEL SECURITY" % t)
-                    if not raw2.execute("SELECT 1 FROM pg_policies WHERE schemaname = %s AND tablename = %s"
-                                        " AND policyname = 'coord_members'", (schema, table)).fetchone():
-                        run2("CREATE POLICY coord_members ON %s USING (%s) WITH CHECK (%s)" % (t, policy, policy))
+                _pg_setup_row_security(raw2, schema, group, run2)
         finally:
             st.close()
     finally:
         conn.close()
     return done
+
+
+def _pg_setup_logins(raw, logins, group, project_id, run):
+    """pg_setup's login roles: created (LOGIN, no password) or checked (no superuser), members of
+    the group, with coord's transaction bounds (PG_BOUNDS) as their own settings."""
+    def role_exists(name):
+        return raw.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
+    for login in logins:
+        if not valid_pg_role(login):
+            raise UsageError("login role %r: letters, digits, '_', '.', '-', at most 63 bytes" % login)
+        row = role_exists(login)
+        if row is None:
+            run("CREATE ROLE %s LOGIN" % pg_ident(login))
+        elif row[0]:
+            raise UsageError("login role %s is a superuser: it would bypass every grant and policy" % login,
+                             "give this host its own role: " + pg_setup_command(project_id, "ROLE-FOR-THIS-HOST"))
+        if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (login, group)).fetchone()[0]:
+            run("GRANT %s TO %s" % (pg_ident(group), pg_ident(login)))
+        for sql in pg_role_bounds_missing(raw, login):  # a direct client of the role is bounded too
+            run(sql)
+
+
+def _pg_setup_ownership(raw, schema, owner, run):
+    """pg_setup: the schema, its tables and its routines owned by the project's owner role."""
+    nsp = raw.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
+                      (schema,)).fetchone()
+    if nsp is None:
+        run("CREATE SCHEMA %s AUTHORIZATION %s" % (pg_ident(schema), pg_ident(owner)))
+    elif nsp[0] != owner:
+        run("ALTER SCHEMA %s OWNER TO %s" % (pg_ident(schema), pg_ident(owner)))
+    for table in _pg_tables(raw, schema):
+        if raw.execute("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = %s::regclass",
+                       ("%s.%s" % (pg_ident(schema), pg_ident(table)),)).fetchone()[0] != owner:
+            run("ALTER TABLE %s.%s OWNER TO %s" % (pg_ident(schema), pg_ident(table), pg_ident(owner)))
+    for (fn,) in raw.execute(  # functions made before setup (e.g. by a superuser's migration)
+            "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = %s AND pg_get_userbyid(p.proowner) <> %s ORDER BY 1", (schema, owner)).fetchall():
+        run("ALTER ROUTINE %s OWNER TO %s" % (fn, pg_ident(owner)))
+
+
+def _pg_setup_row_security(raw2, schema, group, run2):
+    """pg_setup, as the owner: row-level security enabled, forced and given coord's policy on every table."""
+    s = pg_ident(schema)
+    policy = pg_policy_sql(group)
+    for table in _pg_tables(raw2, schema):
+        t = "%s.%s" % (s, pg_ident(table))
+        flags = raw2.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = %s::regclass",
+                             (t,)).fetchone()
+        if not flags[0]:
+            run2("ALTER TABLE %s ENABLE ROW LEVEL SECURITY" % t)
+        if not flags[1]:
+            run2("ALTER TABLE %s FORCE ROW LEVEL SECURITY" % t)
+        if not raw2.execute("SELECT 1 FROM pg_policies WHERE schemaname = %s AND tablename = %s"
+                            " AND policyname = 'coord_members'", (schema, table)).fetchone():
+            run2("CREATE POLICY coord_members ON %s USING (%s) WITH CHECK (%s)" % (t, policy, policy))
 
 
 _PG_ROLE_RE = Pattern(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -5138,7 +5301,22 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
     else:
         lines.append((False, "LISTEN connection looks pooled (%s): give the direct endpoint for LISTEN" % why))
     lines.append(pg_doctor_wake_check(st.conn.project))
+    lines.append(pg_doctor_bounds_check(st, me, sup))
     return lines
+
+
+def pg_doctor_bounds_check(st, role, superuser):
+    """(ok, line): a stopped client is cut (docs/postgresql.md): this host's role carries
+    PG_BOUNDS (a direct client of it is bounded too) and the project has coord_cut_stuck."""
+    raw = st.conn.raw
+    missing = [] if superuser else pg_role_bounds_missing(raw, role)
+    cut = raw.execute("SELECT to_regprocedure(%s) IS NOT NULL", (PG_CUT_FUNCTION,)).fetchone()[0]
+    if missing or not cut:
+        return (False, "transaction bounds: %s: a person with admin rights runs %s" % (
+            "role %s lacks them" % role if missing else "the project has no coord_cut_stuck",
+            pg_setup_command(st.conn.project, role if missing else None)))
+    return (True, "transaction bounds: idle in transaction %d s, lock %d s, statement %d s; a holder stuck %g s is"
+                  " ended by every host" % (PG_IDLE_IN_TRANSACTION, PG_LOCK_TIMEOUT, PG_STATEMENT_TIMEOUT, PG_STUCK_AFTER))
 
 
 # --doctor's security exit status (issue 25, pgcodex): which local connection needs no TLS, and the
@@ -6121,9 +6299,9 @@ def migrate_project(project_id, target, environ=None):
             src.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error:
             pass
-        dst = Store(pg={"dsn": target, "project": project_id}, environ=env)
+        dst = Store(pg={"dsn": target, "project": project_id, "bounded": False}, environ=env)
     else:
-        src = Store(pg={"dsn": here["url"], "project": project_id}, environ=env)
+        src = Store(pg={"dsn": here["url"], "project": project_id, "bounded": False}, environ=env)
         path = os.path.join(state_dir(env), project_id + ".sqlite3")
         if os.path.exists(path):
             raise Refused("%s exists already: a project is copied only into an empty database" % path,

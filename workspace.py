@@ -126,7 +126,7 @@ class ToolError(EnvError):
         lines = [l for l in self.output.strip().splitlines() if l.strip()]
         first = next((l for l in lines if l.startswith("Error")), lines[0] if lines else "no output")
         why = "timed out" if returncode is None else "exit %d" % returncode
-        super().__init__("%s failed (%s): %s" % (" ".join(self.argv[:3]), why, store.clean_text(first, 300)),
+        super().__init__("%s failed (%s): %s" % (" ".join(self.argv[:3]), why, store.clean_text(first)),
                          hint or "fix what %s reports and retry; coord work list shows what was recorded"
                          % os.path.basename(self.argv[0] if self.argv else "the tool"),
                          command=self.argv, returncode=returncode)

@@ -207,7 +207,7 @@ def work_record(env, handle):
     --verbose, the preview, COORD_WORK_ID defaulting). env: the test's environment (COORD_DB)."""
     import store
     import workspace
-    st = store.Store(environ=env)
+    st = store.open_project_store(env)  # on PostgreSQL through the host process, as coord
     try:
         return json.loads(json.dumps(workspace.public_work(st.resolve_work(handle), st), default=str))
     finally:

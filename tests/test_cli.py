@@ -1199,6 +1199,11 @@ class PgAckAllTest(support.PostgresProject, AckAllTest):
     pass
 
 
+class PgStatusCliTest(support.PostgresProject, StatusCliTest):
+    # holds SQLite's write lock by hand; on PostgreSQL status reads in a snapshot, never the lock
+    test_status_reads_while_another_process_holds_the_write_lock_and_imports_no_work_code = None
+
+
 class PgCliRoutingTest(support.PostgresProject, support.CoordTestCase):
     """coord's commands on a PostgreSQL project: through the host process, started on demand,
     never the driver in the command's own process."""
@@ -1402,3 +1407,45 @@ class PgSetupCommandTest(InstalledRepoCase):
         self.assertIn("needs the admin URL", out)
         self.assertIn("COORD_ADMIN_URL", out)
         self.assertEqual(self.member(), (None, None), "nothing was created")
+
+    def test_a_database_not_in_utf8_is_refused_in_one_sentence_that_names_the_command(self):
+        db = "coord_ascii_%s" % os.urandom(4).hex()
+        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE %s ENCODING 'SQL_ASCII' LOCALE_PROVIDER 'libc' LOCALE 'C'"
+                         " TEMPLATE template0" % db)
+        self.addCleanup(self._drop_database, db)
+        admin = self.admin.replace("/postgres?", "/%s?" % db)
+        term = self.terminal()
+        for verbose in ("", " --verbose"):
+            rc, out = term.run("COORD_ADMIN_URL='%s' .coord/coord db setup --login %s%s" % (admin, self.login, verbose))
+            self.assertEqual(rc, 4, out)
+            self.assertNotIn("Traceback", out)
+            self.assertNotIn("...", out)
+            self.assertIn("database %s is encoded SQL_ASCII, not UTF8" % db, out)
+            self.assertIn("CREATE DATABASE %s ENCODING 'UTF8' TEMPLATE template0" % db, out)
+        term.close()
+        self.assertEqual(self.member(), (None, None), "nothing was created")
+
+    def test_an_error_of_host_py_is_shown_whole(self):
+        # A host.py that dies before its JSON (here a sitecustomize in its process alone prints a
+        # long last line and exits): coord shows that line whole, never cut with an ellipsis.
+        site = os.path.join(self.tmp, "site")
+        os.mkdir(site)
+        why = "the driver could not load: " + " ".join("part%d" % i for i in range(120))
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write("import os, sys\nif b'host.py' in open('/proc/self/cmdline', 'rb').read():\n"
+                    "    sys.stderr.write('noise\\n%s\\n'); sys.stderr.flush(); os._exit(7)\n" % why)
+        env = dict(self.plain, COORD_ADMIN_URL=self.admin,
+                   PYTHONPATH=os.pathsep.join([site, self.plain["PYTHONPATH"]]))
+        term = support.Terminal(self, env, self.repo)  # the person's command
+        rc, out = term.run(".coord/coord db setup")
+        term.close()
+        self.assertEqual(rc, 4, out)
+        self.assertIn("host.py setup exited 7): %s" % why, out)
+        self.assertNotIn("\u2026", out)
+        with open(os.path.join(self.plain["XDG_STATE_HOME"], "fleet-agent-coord", "errors.log")) as f:
+            self.assertIn("noise\n%s" % why, f.read(), "what it printed, whole, in errors.log")
+
+    def _drop_database(self, db):
+        with self.psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS %s" % db)

@@ -128,6 +128,39 @@ class HostProtocolTest(HostCase):
         s.close()
         self.assertEqual(self.remote().client.call("ping")["project"], self.project)
 
+    def test_a_request_nested_too_deep_gets_an_error_reply_and_no_traceback(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(self.sock)
+        self.addCleanup(s.close)
+
+        def ask(body):
+            s.sendall(struct.pack(">I", len(body)) + body)
+            (size,) = struct.unpack(">I", self._recv(s, 4))
+            return json.loads(self._recv(s, size))
+        for depth in (40, 200000):  # beyond the limit; beyond json's own recursion limit
+            with self.subTest(depth=depth):
+                nested = b"[" * depth + b"]" * depth
+                reply = ask(b'{"v": 1, "id": 9, "project": "%s", "op": "ping", "args": %s}'
+                            % (self.project.encode(), nested))
+                self.assertFalse(reply["ok"])
+                self.assertEqual(reply["error"]["class"], "UsageError")
+                self.assertEqual(reply["error"]["message"], "bad request: nested deeper than 32 levels")
+        ok = ask(json.dumps({"v": 1, "id": 10, "project": self.project, "op": "ping"}).encode())
+        self.assertTrue(ok["ok"], "the same connection goes on")
+        self.proc.terminate()
+        self.proc.wait(30)
+        log = self.proc.stderr.read()  # the host process's log
+        self.assertNotIn("Traceback", log)
+        self.assertNotIn("RecursionError", log)
+
+    def _recv(self, s, n):
+        data = b""
+        while len(data) < n:
+            chunk = s.recv(n - len(data))
+            self.assertTrue(chunk, "the host process closed the connection")
+            data += chunk
+        return data
+
     def test_the_socket_is_private(self):
         import stat
         self.assertEqual(stat.S_IMODE(os.stat(self.sock).st_mode), 0o600)
@@ -651,6 +684,194 @@ class HostPartitionTest(MultiHostCase):
 
     def test_a_paused_host_process(self):
         self.run_cut_off(lambda h: h.command("stop"), lambda h: h.command("cont"))
+
+
+# A direct client of a login role (psql's equivalent, no coord in it): it takes the project's lock
+# in a write transaction, says so, then waits for a line on stdin and tries to write and commit.
+LOCK_HOLDER = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import psycopg
+conn = psycopg.connect(sys.argv[2], autocommit=True)
+conn.execute("BEGIN")
+conn.execute("SELECT pg_advisory_xact_lock(%s)" % sys.argv[3])
+print("locked", flush=True)
+sys.stdin.readline()
+try:
+    conn.execute("SELECT 1")
+    conn.execute("COMMIT")
+    print("committed", flush=True)
+except psycopg.Error as exc:
+    print("error %s" % type(exc).__name__, flush=True)
+"""
+
+
+# coord's own client (a command inside `with st.transaction()`): begins a write transaction over its
+# host process's socket, claims, says so, then waits for a line on stdin and commits.
+COORD_HOLDER = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import store
+st = store.RemoteStore(sys.argv[2], sys.argv[3])
+st.client.call("begin", write=True)
+st.claim(sys.argv[4], ["src/x.py"], ttl=600)
+print("claimed", flush=True)
+sys.stdin.readline()
+try:
+    st.client.call("commit")
+    print(json.dumps({"committed": True}), flush=True)
+except store.CoordError as exc:
+    print(json.dumps({"error": exc.message}), flush=True)
+"""
+
+
+class StoppedClientTest(MultiHostCase):
+    """A client stopped inside a write transaction (Ctrl-Z, a suspended host) holds the project's
+    advisory lock only until the server's idle-in-transaction bound ends its session
+    (store.PG_BOUNDS, set by coord on every session and by `coord db setup` on every login role):
+    another host's claim of the very name goes through meanwhile, the stopped side learns of the
+    cut as an error once it runs again, and what was acknowledged stays."""
+
+    HOST_TTL, LEASE_DELAY = "120", "60"  # the stopped host is not taken for gone meanwhile
+
+    def claim_in_thread(self, h, rt, names):
+        import threading
+        out = {}
+
+        def go():
+            began = time.monotonic()
+            try:
+                out["leases"] = h.st.claim(rt["id"], names, ttl=600)
+            except Exception as exc:  # reported by the caller
+                out["error"] = exc
+            out["took"] = time.monotonic() - began
+        t = threading.Thread(target=go, daemon=True)
+        t.start()
+        t.join(60)  # a failure bound only: the server's bounds end the wait within seconds
+        self.assertFalse(t.is_alive(), "the claim still waits behind the stopped holder")
+        self.assertNotIn("error", out)
+        return out
+
+    def holders(self, st, name):
+        return [l["runtime"] for l in st.all_leases() if l["resource"] == name]
+
+    def test_a_host_process_stopped_inside_a_write_transaction(self):
+        a, b = self.host("a", agents=1), self.host("b", agents=1)
+        ra, rb = self.agent(a), self.agent(b)
+        a.st.claim(ra["id"], ["src/kept.py"], ttl=600)  # acknowledged before the stop
+        held = store.RemoteStore(self.project, a.sock)
+        self.addCleanup(held.close)
+        held.client.call("begin", write=True)
+        held.claim(ra["id"], ["src/x.py"], ttl=600)  # inside a's open transaction: the lock is a's
+        a.command("stop")  # a's host process stopped (SIGSTOP) inside that transaction
+        try:
+            got = self.claim_in_thread(b, rb, ["src/x.py"])
+        finally:
+            a.command("cont")
+        print("\n%s: b's claim took %.2f s behind the stopped holder" % (self.id().rsplit(".", 1)[1], got["took"]),
+              file=sys.stderr)
+        self.assertEqual([l["resource"] for l in got["leases"]], ["src/x.py"])
+        with self.assertRaises(store.EnvError):
+            held.client.call("commit")  # a's side, running again: an error, never a success
+        self.assertEqual(self.holders(b.st, "src/x.py"), [rb["id"]])
+        self.assertEqual(self.holders(b.st, "src/kept.py"), [ra["id"]], "what a had acknowledged stays")
+        self.assertEqual([l["resource"] for l in a.st.claim(ra["id"], ["src/y.py"], ttl=600)], ["src/y.py"])
+        self.audit_ok()
+
+    def test_a_direct_client_of_a_login_role_stopped_inside_a_write_transaction(self):
+        role_url = support.pg_login_url(self, self.server, self.project, self.psycopg)
+        with self.psycopg.connect(role_url) as conn:  # coord db setup gave the role the bounds
+            self.assertEqual([conn.execute("SHOW %s" % name).fetchone()[0] for name, _ in store.PG_BOUNDS],
+                             [value for _, value in store.PG_BOUNDS])
+        b = self.host("b", agents=1)
+        rb = self.agent(b)
+        holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, support.psycopg_dir(), role_url,
+                                   str(store.pg_lock_key(self.project))], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        self.addCleanup(holder.wait, 30)
+        self.addCleanup(holder.kill)
+        self.assertEqual(holder.stdout.readline().strip(), "locked")
+        os.kill(holder.pid, signal.SIGSTOP)
+        try:
+            got = self.claim_in_thread(b, rb, ["src/x.py"])
+        finally:
+            os.kill(holder.pid, signal.SIGCONT)
+        print("\n%s: b's claim took %.2f s behind the stopped holder" % (self.id().rsplit(".", 1)[1], got["took"]),
+              file=sys.stderr)
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        self.assertTrue(holder.stdout.readline().startswith("error "), "the cut client sees an error")
+        self.assertEqual(self.holders(b.st, "src/x.py"), [rb["id"]])
+        self.audit_ok()
+
+    def test_a_coord_client_stopped_inside_a_write_transaction(self):
+        a, b = self.host("a", agents=1), self.host("b", agents=1)
+        ra, rb = self.agent(a), self.agent(b)
+        holder = subprocess.Popen([sys.executable, "-c", COORD_HOLDER, support.ROOT, self.project, a.sock, ra["id"]],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(holder.wait, 30)
+        self.addCleanup(holder.kill)
+        self.assertEqual(holder.stdout.readline().strip(), "claimed")
+        os.kill(holder.pid, signal.SIGSTOP)  # Ctrl-Z inside the transaction
+        try:
+            got = self.claim_in_thread(b, rb, ["src/x.py"])
+        finally:
+            os.kill(holder.pid, signal.SIGCONT)
+        print("\n%s: b's claim took %.2f s behind the stopped holder" % (self.id().rsplit(".", 1)[1], got["took"]),
+              file=sys.stderr)
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        said = json.loads(holder.stdout.readline())
+        self.assertIn("nothing of it was written", said.get("error", ""), said)
+        self.assertEqual(self.holders(b.st, "src/x.py"), [rb["id"]])
+        self.audit_ok()
+
+    @support.stress
+    def test_host_processes_stopped_at_random_moments_lose_nothing_acknowledged(self):
+        """A client on host a claims in write transactions of three requests each, as fast as it can, while a's host process is stopped at random moments for longer than the
+        bounds and b claims the same names: every commit a's client was told of is in the audit,
+        every cut one is an error, and no two exclusive holders ever overlap."""
+        import random
+        import threading
+        a, b = self.host("a", agents=1), self.host("b", agents=1)
+        ra, rb = self.agent(a), self.agent(b)
+        done, told, failed = threading.Event(), [], []
+
+        def churn():
+            i = 0
+            while not done.is_set():
+                i += 1
+                name = "churn/%d.py" % i
+                st = None
+                try:
+                    st = store.RemoteStore(self.project, a.sock)
+                    st.client.call("begin", write=True)
+                    st.claim(ra["id"], [name], ttl=600)
+                    st.client.call("commit")
+                    told.append(name)
+                except store.CoordError:
+                    failed.append(name)
+                finally:
+                    if st is not None:
+                        st.close()
+        t = threading.Thread(target=churn, daemon=True)
+        t.start()
+        for r in range(8):
+            time.sleep(random.uniform(0.0, 0.3))
+            a.command("stop")
+            try:
+                self.claim_in_thread(b, rb, ["round/%d.py" % r])
+                time.sleep(random.uniform(0.0, 6.0))  # sometimes past the idle bound, sometimes not
+            finally:
+                a.command("cont")
+        done.set()
+        t.join(120)
+        self.assertFalse(t.is_alive())
+        mine = set(l["resource"] for l in b.st.all_leases() if l["runtime"] == ra["id"])
+        self.assertEqual(sorted(set(told) - mine), [], "an acknowledged claim was lost")
+        self.assertEqual(sorted(set(failed) & mine), [], "a claim reported failed was written")
+        print("\n%s: %d acknowledged, %d cut" % (self.id().rsplit(".", 1)[1], len(told), len(failed)), file=sys.stderr)
+        self.audit_ok()
 
 
 class AuditCheckerTest(support.CoordTestCase):

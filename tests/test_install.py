@@ -1796,6 +1796,8 @@ class PgDoctorTest(InstallTestCase):
         self.assertIn("database security: row-level security forced on every table of coord_pgdoc", text)
         self.assertIn("database security: TLS: not required (a Unix socket on this host)", text)
         self.assertRegex(text, r"database security: wake-ups: NOTIFY coord_wake_[0-9a-f]{24} with no payload")
+        self.assertIn("database security: transaction bounds: idle in transaction 5 s, lock 8 s, statement 8 s;"
+                      " a holder stuck 4 s is ended by every host", text)
 
     # --doctor's security exit status (issue 25, pgcodex)
     def test_a_failed_security_check_makes_doctor_exit_1_and_names_the_fix(self):

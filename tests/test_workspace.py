@@ -1773,6 +1773,13 @@ class HelperTest(CoordTestCase):
         self.assertIn("Error: broken", err.output)
         self.assertIn("exit 7", err.message)
 
+    def test_a_tool_s_error_line_is_never_cut_short(self):
+        line = "Error: " + " ".join("word%d" % i for i in range(100))
+        with self.assertRaises(workspace.ToolError) as cm:
+            workspace.run_tool(["sh", "-c", "echo '%s' >&2; exit 3" % line])
+        self.assertIn(line, cm.exception.message)
+        self.assertNotIn("\u2026", cm.exception.message)
+
     def test_missing_binary_is_an_env_error(self):
         with self.assertRaises(workspace.EnvError) as cm:
             workspace.run_tool(["coord-no-such-tool-xyz"])
@@ -3718,6 +3725,11 @@ class ReadmeRecoveryTest(TmuxWorkCase):
         self.assertEqual(proc.returncode, 0, "%s\n%s%s" % (line, proc.stdout, proc.stderr))
         return proc.stdout
 
+    def lose_database(self):
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+
     def test_readme_recovery_commands_as_written(self):
         reboot, lost = self.blocks()
         self.assertEqual(len(reboot), 2)
@@ -3736,9 +3748,7 @@ class ReadmeRecoveryTest(TmuxWorkCase):
         self.jj(done_path, "describe", "-m", "add feature.txt")
         self.git(self.canon, "fetch", "-q", done_path, self.commit_of(done_path, "@"))
         self.git(self.canon, "update-ref", "refs/heads/main", self.commit_of(done_path, "@"))
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(self.db + suffix):
-                os.unlink(self.db + suffix)
+        self.lose_database()
         self.rt = self.hello()["runtime"]
         self.coord_json("hello", "--conversation", "conv-" + wid, "--harness", "claude", "--pid",
                         window["pane_pid"], cwd=path)  # the agent's next prompt registers it again
@@ -3886,11 +3896,29 @@ class ReadmeQuickstartTest(TmuxWorkCase):
             self.assertEqual(proc.returncode, 0, "%s\n%s" % (line, proc.stdout))
         out = typed(land[0].replace("WORK", handle))
         self.assertIn("make test", out)
+        self.assertIn(handle, typed(".coord/coord status"))  # README's table of everyday commands
         shown = subprocess.run(["git", "show", "main:src/parser.py"], cwd=repo, stdout=subprocess.PIPE, text=True,
                                env=env, timeout=60).stdout
         self.assertIn("def tokenize", shown, "the agent's change is on main")
         typed(land[1].replace("WORK", handle))
         self.assertFalse(os.path.exists(clone), "the clone was removed")
+
+
+class PgReadmeQuickstartTest(support.PostgresProject, ReadmeQuickstartTest):
+    """README's install and smallest example, as written, on a project whose records are in
+    PostgreSQL (its URL in the settings file of project my-project, README's ID): every command
+    succeeds on both engines."""
+
+    PG_PROJECT = "my-project"
+
+
+class PgReadmeRecoveryTest(support.PostgresProject, ReadmeRecoveryTest):
+    """README's "After a reboot / after losing the database" on PostgreSQL: losing the database
+    is losing the project's schema on the server."""
+
+    def lose_database(self):
+        support.stop_host_process(self.host_socket)  # the next command starts it on an empty schema
+        self._drop_pg_project(support.require_postgres(self)[0])
 
 
 class OtherHostPidTest(support.CoordTestCase):
