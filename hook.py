@@ -484,7 +484,7 @@ def on_pre_tool_use(h):
         db = h.open(migrate=False)
         if db.engine == "postgresql":
             # One request, answered by the host process from its lease copy when that is fresh (else
-            # from one snapshot): the conversation's runtime and what blocks it (pglisten).
+            # from one snapshot): the conversation's runtime and what blocks it.
             import store
             sub = store.subagent_uuid(h.session, h.agent) if h.agent else None
             quick = db.hook_write_decision(h.session, sub, resources)
@@ -506,7 +506,7 @@ def on_pre_tool_use(h):
 
 
 def safe_mode(h, resources, exc):
-    """Safe mode (issue 25, item 3), the one fail-closed case: on a PostgreSQL project whose host
+    """Safe mode, the one fail-closed case: on a PostgreSQL project whose host
     process cannot answer (down, paused, or cut off from the server: an EnvError), a write to a
     path under or above one of this host's exclusive leases that may have lapsed by now is
     refused, decided from the host process's local safe-mode file alone
@@ -620,7 +620,7 @@ def on_session_start(h):
     db = h.open()
     pid, start = h.process()
     pg = db.engine == "postgresql"
-    # pgsession: on PostgreSQL the host process answers from its lease copy when fresh, reaps on its
+    # on PostgreSQL the host process answers from its lease copy when fresh, reaps on its
     # timer, and the turn goes in the heartbeat's or the registration's own transaction
     rt = db.hook_conversation_runtime(h.session)["runtime"] if pg else db.find_conversation_runtime(h.session)
     turn = start_turn(h)
@@ -760,7 +760,7 @@ def link_direct(h, rt, w, chain):
 
 
 def work_pids_here(h, w):
-    """hosts (pgpeer): True when the pids in w's records (its tmux pane, its wrapper) are this
+    """hosts: True when the pids in w's records (its tmux pane, its wrapper) are this
     host's, the only pids this hook may compare with its own ancestry: always on SQLite; on
     PostgreSQL when the work's recorded runtime (the host it lives on, Store.work_hosts) was
     recorded here (Hook.pid_here). A work with no recorded runtime names no other host. One
@@ -817,7 +817,7 @@ def session_context(h, rt, work=()):
     def size(ls):
         return sum(len(l.encode("utf-8", "replace")) + 1 for l in ls)
 
-    if db.engine == "postgresql":  # pgsession: one operation, answered from the host process's lease copy when fresh
+    if db.engine == "postgresql":  # one operation, answered from the host process's lease copy when fresh
         parts = (db.session_leases if getattr(h, "registered", False) else db.hook_session_leases)(rt["id"], SHOWN)
         mine, held, total = [store.clean_text(r, 60) for r in parts["mine"]], parts["held"], parts["total"]
     else:

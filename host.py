@@ -53,17 +53,17 @@ HOST_OPS = frozenset("""
     audit_lines audit_story runtimes_of claim_integration integration_fence confirm_fence
     work_hosts
 """.split())
-# Routing coord and hook.py here (pgroute): the decide half of the caller-side facts (the caller
+# Routing coord and hook.py here: the decide half of the caller-side facts (the caller
 # sends what store.caller_facts / person_key gathered in its own process) and the two Store
 # methods coord's commands use beyond the list above.
 HOST_OPS = HOST_OPS | frozenset(["decide_caller", "decide_person_runtime", "ack_shown", "audit"])
 TRANSACTION_OPS = frozenset(["begin", "commit", "rollback", "ping", "doctor"])
 CLOCK_EVERY = 300.0  # seconds between two measurements of the server's clock
-# hosts (issue 25, item 3): operations after which this host's exclusive leases may be new or
+# hosts: operations after which this host's exclusive leases may be new or
 # longer, so the safe-mode file is rewritten soon (the timer rewrites it every beat anyway).
 SAFE_REFRESH_OPS = frozenset(["claim", "renew", "heartbeat", "register", "hold_parked"])
 REAP_EVERY = 5.0  # seconds between two reaps of the project (Server.keep_reaping)
-# pglisten: the lease copy (LeaseCopyKeeper) is read again at least every COPY_EVERY seconds,
+# the lease copy (LeaseCopyKeeper) is read again at least every COPY_EVERY seconds,
 # and answers only while its last read and the LISTEN connection's last sign of life are younger
 # than COPY_STALE times that.
 COPY_EVERY = 1.0
@@ -76,7 +76,7 @@ LISTEN_RETRY = 0.1  # seconds before the LISTEN connection is made again, doubli
 # running, lets the lock go itself, and the rest of its sessions queued for the lock go on.
 HOST_TXN_IDLE, HOST_TXN_MAX = store.PG_STUCK_AFTER - 1.0, float(store.PG_LOCK_TIMEOUT)
 COPY_OPS = frozenset(["hook_write_decision"])  # what the copy may answer (Server.answer)
-# pgsession: SessionStart's reads from the copy too, and a boundary's notices in one operation.
+# SessionStart's reads from the copy too, and a boundary's notices in one operation.
 COPY_OPS = COPY_OPS | frozenset(["hook_conversation_runtime", "hook_session_leases"])
 HOST_OPS = HOST_OPS | frozenset(["boundary_context", "session_leases"])
 HOST_OPS = HOST_OPS | COPY_OPS
@@ -128,7 +128,7 @@ class _Pool:
         self.sem.release()
 
 
-# -- server crash (issue 25, pgcrash): after the PostgreSQL server crashed or restarted, every
+# -- server crash: after the PostgreSQL server crashed or restarted, every
 # idle connection in the pool is dead, but the driver learns it only when a request uses it, so
 # the first requests after the server is back would each fail (exit 4) on a stale connection.
 # An idle connection has nothing to read (no LISTEN on it, no query in flight): one that is
@@ -159,7 +159,7 @@ def _still_there(bound):
                              % store.PG_STUCK_AFTER, "run the command again")
 
 
-# -- the lease copy (issue 25, pglisten; docs/postgresql.md "The write decision from memory"):
+# -- the lease copy (docs/postgresql.md "The write decision from memory"):
 # the hook's PreToolUse question answered from memory. One thread keeps a LISTEN connection (a
 # session of its own, store.PgListener) and counts the wake-ups; another re-reads the whole copy
 # (store.Store.lease_copy_read, one snapshot on a pooled connection) after each wake-up, every
@@ -353,7 +353,7 @@ def _error_reply(rid, exc):
                                               "details": getattr(exc, "details", {})}}
 
 
-# -- a host clock set ahead (issue 25, pgcrash): every lease decision is on the server's clock.
+# -- a host clock set ahead: every lease decision is on the server's clock.
 # This process stamps every write and judges every expiry with store.now(), the server's time
 # (ServerClock: monotonic clock + measured offset, so even this machine's wall clock is never
 # read). The one way a client's clock could still reach a decision is an explicit `now` argument
@@ -377,7 +377,7 @@ def _refuse_client_time(op, args, kwargs):
                                "send the request without it; the server's clock decides")
 
 
-# -- the caller's facts against the kernel (issue 25, pgpeer; docs/postgresql.md "Who is calling").
+# -- the caller's facts against the kernel (docs/postgresql.md "Who is calling").
 # A client gathers its own ancestry chain, person key and harness pid (store.caller_facts,
 # person_key, Hook.process) and sends them as data; any process of this user can connect, so a
 # client could send another process's chain to be taken for that process's runtime (another
@@ -561,14 +561,14 @@ class Server:
         self.stuck_cut = 0  # sessions of any host ended for holding the lock while stuck (keep_cutting)
         threading.Thread(target=self.keep_reaping, args=(reap_every,), daemon=True).start()
         threading.Thread(target=self.keep_cutting, daemon=True).start()
-        # pglisten: the lease copy the hook's write decision is answered from (copy_every 0: none)
+        # the lease copy the hook's write decision is answered from (copy_every 0: none)
         self.copy = LeaseCopyKeeper(dsn, project, self.pool, first, copy_every, retry=listen_retry) \
             if copy_every else None
 
-    # -- hosts (issue 25, item 3): the host heartbeat, on the server's clock, and the safe-mode file
+    # -- hosts: the host heartbeat, on the server's clock, and the safe-mode file
 
     def beat_once(self, st):
-        """One host heartbeat and the safe-mode file it confirms. It does not reap (pgstamp): the
+        """One host heartbeat and the safe-mode file it confirms. It does not reap: the
         reap timer (keep_reaping) does, every REAP_EVERY seconds, so the beat after a claim
         (beat_soon) is an upsert and one read under the project lock, not a scan of the project
         that the caller's next operation waits behind."""
@@ -597,7 +597,7 @@ class Server:
             finally:
                 self.pool.give(st, broken)
 
-    # -- the reap timer (issue 25, docs/postgresql.md "Reaping on a timer"): on PostgreSQL no hot
+    # -- the reap timer (docs/postgresql.md "Reaping on a timer"): on PostgreSQL no hot
     #    operation scans the project for dead runtimes and expired leases (Store.reap_on_timer);
     #    this thread runs the whole store.Store.reap every `every` seconds instead. Readers judge
     #    expiry and liveness as they read, so what it has not reached yet blocks nobody; it
@@ -715,7 +715,7 @@ class Server:
         began = None  # when it began (monotonic)
         self.clients += 1
         try:
-            peer = self._peer(conn)  # pgpeer: the kernel's pid of the client (SO_PEERCRED)
+            peer = self._peer(conn)  # the kernel's pid of the client (SO_PEERCRED)
             if peer is None:
                 return
             while True:
@@ -798,9 +798,9 @@ class Server:
                 raise store.UsageError("the host process does not run %r" % (op,))
             _refuse_client_time(op, args, kwargs)  # clock: expiry is judged by the server's clock alone
             if peer is not None and op in PEER_CHECKED_OPS:
-                args, kwargs = peer.check(op, args, kwargs)  # pgpeer: the caller's facts against the kernel
+                args, kwargs = peer.check(op, args, kwargs)  # the caller's facts against the kernel
             if op in COPY_OPS and bound is None and self.copy is not None:
-                result = self.copy.answer(op, args, kwargs)  # pglisten: from memory when fresh
+                result = self.copy.answer(op, args, kwargs)  # from memory when fresh
                 if result is not None:
                     return {"id": rid, "ok": True, "result": result}, None
             if bound is not None:
@@ -928,7 +928,7 @@ def supervise(argv_serve):
         code = child[0].wait()
         if stopping[0] or code == 0:
             return 0
-        if code == store.EXIT_ENV:  # pgroute: the worker refused to start (no driver, no server, a bad URL):
+        if code == store.EXIT_ENV:  # the worker refused to start (no driver, no server, a bad URL):
             print("host.py supervise: the host process could not start (exit %d); not restarting it" % code,
                   file=sys.stderr, flush=True)  # restarting cannot fix that; the next command's start says why
             return code
@@ -965,7 +965,7 @@ def main(argv=None):
     setup.add_argument("--project", required=True)
     setup.add_argument("--login", action="append", default=[], help="a host's or person's login role (repeatable)")
     setup.add_argument("--json", action="store_true", help="one JSON object: the statements, or the error")
-    # coord db migrate (pgroute): run here, a process of its own, so coord's CLI never imports the
+    # coord db migrate: run here, a process of its own, so coord's CLI never imports the
     # driver; the target comes in COORD_MIGRATE_TARGET (a URL may hold a password: not in argv).
     cmd = sub.add_parser("migrate", allow_abbrev=False)
     cmd.add_argument("--project", required=True)

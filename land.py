@@ -384,7 +384,7 @@ def _check_ancestry(w, into, candidate, target, environ):
 
 
 # --------------------------------------------------------------------------- integration fencing
-# (issue 25, item 4) integration/B carries a fencing number (store.claim_integration), recorded in
+# integration/B carries a fencing number (store.claim_integration), recorded in
 # the frozen candidate. Right before a landing moves the target, pushes, or proves, it confirms
 # that the number is still the current one and its holder still has the lease (store.confirm_fence):
 # a holder that paused past the lease's expiry while another runtime (on any host) acquired it

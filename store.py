@@ -39,7 +39,7 @@ MAX_PURPOSE = 500                # characters of a lease purpose
 MAX_RESOURCE = 1024              # characters of a resource name
 HEARTBEAT_EVERY = 30.0           # hooks skip a heartbeat younger than this
 
-# -- hosts (issue 25, item 3; PostgreSQL projects: a SQLite project is one host by definition).
+# -- hosts (PostgreSQL projects: a SQLite project is one host by definition).
 # A runtime's pid is judged only by its own host; another host judges it by its host's heartbeat
 # on the server's clock. The host process beats every HOST_BEAT_EVERY seconds (at most a sixth
 # of the host's TTL). DEFAULT_HOST_TTL is six beats: a host is given up only after five missed
@@ -514,7 +514,7 @@ def in_nested_pid_namespace():
 
 
 # --------------------------------------------------------------------------- hosts: who may judge a pid
-# (issue 25, item 3) A pid means something only on the host that recorded it: two hosts (two
+# A pid means something only on the host that recorded it: two hosts (two
 # machines, or two containers with their own PID namespace on one kernel) both record pid 1, and
 # two namespaces on one kernel share the boot id. So a host is its boot id plus its PID
 # namespace's inode; measured: two test hosts in network + PID namespaces recorded the same pid
@@ -1154,7 +1154,7 @@ _MIGRATIONS = {
             began REAL
         )""",
     ],
-    # Hosts (issue 25, item 3): each runtime records the host that registered it (boot id and
+    # Hosts: each runtime records the host that registered it (boot id and
     # PID namespace: hosts.id), whose pid only that host judges; a PostgreSQL project's host
     # process beats its row on the server's clock, and other hosts judge its runtimes by it,
     # with the TTL and lease delay the host recorded. A SQLite project is one host: it records
@@ -1172,7 +1172,7 @@ _MIGRATIONS = {
             lease_delay REAL NOT NULL
         )""",
     ],
-    # Integration fencing (issue 25, item 4): one row per integration/<bookmark> lease, whose
+    # Integration fencing: one row per integration/<bookmark> lease, whose
     # fence strictly increases each time a runtime newly acquires that lease (taken in the same
     # transaction as the claim); a landing records its number and checks it before it moves the
     # target, pushes or proves.
@@ -1821,7 +1821,7 @@ class Store:
             return self.pid_live(rt, now)
         return beat_time(rt["heartbeat_at"]) + self.runtime_ttl > _now(now)
 
-    # -- hosts: the one rule for what a recorded pid means (issue 25, item 3)
+    # -- hosts: the one rule for what a recorded pid means
 
     @property
     def host(self):
@@ -1900,7 +1900,7 @@ class Store:
             sql = ("SELECT l.resource, l.runtime, r.handle, r.conversation, l.expires_at FROM leases l"
                    " JOIN runtimes r ON r.id = l.runtime WHERE r.host = ? AND r.ended_at IS NULL"
                    " AND l.mode = 'exclusive' AND l.expires_at > ? ORDER BY l.resource, l.runtime")
-            if self.engine == "postgresql":  # pgstamp: read with COMMIT, so a beat is one wait under the lock
+            if self.engine == "postgresql":  # read with COMMIT, so a beat is one wait under the lock
                 cur = self.conn.execute_at_commit(sql, (h["id"], now))
                 rows = None
             else:
@@ -1920,7 +1920,7 @@ class Store:
             h["state"] = self.host_state(h["id"], now)
         return out
 
-    # -- integration fencing (issue 25, item 4): the fencing number of integration/<bookmark>
+    # -- integration fencing: the fencing number of integration/<bookmark>
 
     def claim_integration(self, runtime_id, resource, purpose="", ttl=None, now=None):
         """Claim the exclusive integration lease `resource` and take its fencing number in the
@@ -1968,7 +1968,7 @@ class Store:
             return {"ok": False, "current": cur and cur["fence"], "holder": cur and (cur["handle"] or cur["runtime"]),
                     "held": lease is not None and lease[0] > now}
 
-    # -- the host of each work (issue 25, item 4): a clone, its tmux window and the shared checkout
+    # -- the host of each work: a clone, its tmux window and the shared checkout
     # are on one host; another host's work is shown with its host and acted on only there
 
     def work_hosts(self):
@@ -2075,7 +2075,7 @@ class Store:
         open deliveries move to the new runtime; the same harness process (pid and start time)
         keeps its live runtime instead. A subagent (agent_id) gets a deterministic ID and never
         inherits anything. turn: also set_turn(its ID, turn) in the same transaction (SessionStart:
-        one wait less on PostgreSQL; pgsession).
+        one wait less on PostgreSQL).
         """
         now = _now(now)
         conversation = conversation or new_uuid()
@@ -2108,7 +2108,7 @@ class Store:
                         self._turn_row(same["id"], turn, now)
                     return same
                 rid, handle = self._draw_runtime_id(first)
-                if self.engine == "postgresql":  # pgsession: read before the insert (which changes neither)
+                if self.engine == "postgresql":  # read before the insert (which changes neither)
                     taken = self._olds_and_their_leases(conversation, rid)
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
@@ -2172,7 +2172,7 @@ class Store:
         """PostgreSQL, in register before its insert: [(old, its lease names)], the runtimes
         _take_over_conversation supersedes and what _supersede moves from each, as they would
         read them after the insert (which changes neither), both from the reads sent with BEGIN
-        (pgsession)."""
+       ."""
         olds = [r[0] for r in self.q(*self._olds_read(conversation, rid)).fetchall()]
         names = {}
         for runtime, resource in (self.q(self._OLDS_LEASES, (conversation, rid)).fetchall() if olds else []):
@@ -2187,7 +2187,7 @@ class Store:
         for old, names in taken:
             self._supersede(old, rid, now, names)
         if self.engine == "postgresql":
-            # pgsession: the same audit row, its count taken by the server just before the move
+            # the same audit row, its count taken by the server just before the move
             # (under the project lock nothing else moves them), so nothing waits for a rowcount
             self.conn.execute(
                 "INSERT INTO audit (at, event, runtime, subject, data) SELECT ?, 'message.inherited', ?, ?,"
@@ -2340,7 +2340,7 @@ class Store:
     def heartbeat(self, runtime_id, now=None, min_interval=0.0, turn=None):
         """Renew presence and every lease held; skip the write when the last beat is younger than min_interval.
         turn: also set_turn(runtime_id, turn) in the same transaction (SessionStart: one wait less on
-        PostgreSQL; pgsession)."""
+        PostgreSQL)."""
         now = _now(now)
         if min_interval:
             row = self.q("SELECT heartbeat_at FROM runtimes WHERE id = ? AND ended_at IS NULL",
@@ -2489,7 +2489,7 @@ class Store:
         with self.transaction():
             self._reap(_now(now))
 
-    # -- the reads of a hot operation in one round trip (issue 25, PostgreSQL; docs/postgresql.md,
+    # -- the reads of a hot operation in one round trip (PostgreSQL; docs/postgresql.md,
     #    "Round trips"). Each hot operation names the reads it is about to make; the PostgreSQL
     #    engine sends them all with BEGIN (and a write's lock) and waits once, and the operation's
     #    own code then finds each read's rows already there (_PgConnection.prefetch): the rules
@@ -2648,7 +2648,7 @@ class Store:
         cur = self.conn.execute_at_commit(self._LEASES_OF, (runtime_id,))
         return lambda: self._lease_rows(cur.fetchall(), resources)
 
-    # -- reaping off the hot path (issue 25, PostgreSQL; docs/postgresql.md, "Reaping on a timer").
+    # -- reaping off the hot path (PostgreSQL; docs/postgresql.md, "Reaping on a timer").
     #    On SQLite every hot operation (register, claim, renew, send) runs the whole _reap first,
     #    as it always has. Where reap_on_timer is set (the PostgreSQL engine) the host process
     #    reaps on a timer (host.py, Server.keep_reaping) and a hot operation reaps only what it
@@ -2769,8 +2769,8 @@ class Store:
     # -- who is calling: the facts about the caller (its environment's identity variables, its
     #    process ancestry, a terminal's person) are gathered in the calling process
     #    (caller_facts, person_key, ancestor_processes); the decide_* methods take them as data,
-    #    so the host process of a PostgreSQL project runs them for its clients (issue 25,
-    #    pgroute). The methods named as before gather and decide in one process.
+    #    so the host process of a PostgreSQL project runs them for its clients. The methods
+    #    named as before gather and decide in one process.
 
     def caller(self, explicit=None, environ=None, now=None, person=True):
         """Who is calling: --runtime, COORD_RUNTIME_ID, the harness session variable, then the
@@ -3006,7 +3006,7 @@ class Store:
             total = self.q("SELECT count(*)" + where, (runtime_id, now)).fetchone()[0] if rows else 0
         return [dict(zip(("resource", "handle", "purpose"), r)) for r in rows], total
 
-    # -- the host process's lease copy (issue 25, pglisten; docs/postgresql.md "The write
+    # -- the host process's lease copy (docs/postgresql.md "The write
     #    decision from memory"): what the copy holds, read in one snapshot, and the hook's whole
     #    PreToolUse question as one operation, for when the copy cannot answer it
 
@@ -3039,7 +3039,7 @@ class Store:
             blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now=now)
         return {"runtime": rt, "blocking": blocking, "from": "database"}
 
-    # pgsession: SessionStart's reads as operations the lease copy can answer (host.py COPY_OPS;
+    # SessionStart's reads as operations the lease copy can answer (host.py COPY_OPS;
     # LeaseCopy has the same methods), else one snapshot each.
 
     def hook_conversation_runtime(self, conversation, now=None):
@@ -3413,7 +3413,7 @@ class Store:
         nothing is marked delivered that was not injected.
         """
         if self.engine == "postgresql" and not self.conn.in_transaction:
-            done = self._boundary_in_two_waits(runtime_id, prefix, budget, now, lost=False)  # pgsession
+            done = self._boundary_in_two_waits(runtime_id, prefix, budget, now, lost=False)
             if done is not None:
                 return done[1]
         if not self.q("SELECT 1 FROM deliveries WHERE recipient = ? AND state != 'acked' LIMIT 1",
@@ -3435,7 +3435,7 @@ class Store:
                                   % ",".join("?" * len(shown)), [runtime_id] + shown)
         return text
 
-    # -- a hook boundary in few waits (issue 25, pgsession; docs/postgresql.md, "SessionStart and
+    # -- a hook boundary in few waits (docs/postgresql.md, "SessionStart and
     #    message delivery in few waits"). boundary_context is take_lost then pending_context, as
     #    hook.py always called them; SQLite runs exactly those. On PostgreSQL one snapshot reads the
     #    lost-lease notes and the open deliveries with the bodies that can fit (one wait); the
@@ -4115,7 +4115,7 @@ def now():
 def _now(now=None):
     if now is None:
         return _CLOCK[0]()
-    return now if type(now) is _Stamp else float(now)  # pgstamp: a clock reading keeps its tag
+    return now if type(now) is _Stamp else float(now)  # a clock reading keeps its tag
 
 
 # --------------------------------------------------------------------------- PostgreSQL engine
@@ -4169,7 +4169,7 @@ _PG_REWRITES = (
      "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
     ("CASE WHEN pid OR harness IN", "CASE WHEN coalesce(pid, 0) <> 0 OR harness IN"),
     ("length(CAST(m.body AS BLOB))", "octet_length(m.body)"),
-    ("began = CASE WHEN ? THEN", "began = CASE WHEN ? <> 0 THEN"),  # set_turn (found routing the hooks: pgroute)
+    ("began = CASE WHEN ? THEN", "began = CASE WHEN ? <> 0 THEN"),  # set_turn (found routing the hooks:)
     (" IS ?", " IS NOT DISTINCT FROM ?"),
     # In an upsert's DO UPDATE a bare column is ambiguous in PostgreSQL (the row or excluded).
     ("expires_at = max(expires_at, excluded.expires_at)", "expires_at = max(leases.expires_at, excluded.expires_at)"),
@@ -4206,7 +4206,7 @@ def _pg_scalar_extrema(sql):
 
 _PG_EXTREMA = Pattern(r"\b(max|min)\(")
 
-# The one server-side function (issue 25, "Round trips"): coord_expect(ok) raises SQLSTATE
+# The one server-side function ("Round trips"): coord_expect(ok) raises SQLSTATE
 # PG_EXPECT_STATE unless ok. A speculative operation (Store._claim_in_one_wait) sends it with
 # the condition its assumed reads hold, before its writes, so that a wrong guess aborts the
 # whole transaction on the server. Installed by the first Store of a process (_pg_migrate), in
@@ -4442,7 +4442,7 @@ class _PgConnection:
             self.raw.close()
             raise EnvError("cannot use the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
                            "run it connected as a superuser or the service's admin role")
-        # -- server crash (issue 25, pgcrash): an acknowledged claim or message survives a crash of
+        # -- server crash: an acknowledged claim or message survives a crash of
         # the server. A session whose synchronous_commit is off (a server or database default some
         # operators choose for speed) gets COMMIT's reply before the commit's WAL leaves the server's
         # memory, and `pg_ctl stop -m immediate` (or any server crash) loses it: a lease the agent
@@ -4581,10 +4581,10 @@ class _PgConnection:
                 self.cache.clear()
         try:
             if self.txn == "write" and not self.wake and pg_write_wakes(sql):
-                self.wake = True  # pglisten: the wake-up goes with COMMIT (commit())
+                self.wake = True  # the wake-up goes with COMMIT (commit())
             params = tuple(params)
             if self.txn == "write" and not _PG_SELECT.match(statement) and any(type(p) is _Stamp for p in params):
-                statement, params = pg_stamped(statement, params)  # pgstamp: recorded as of the lock
+                statement, params = pg_stamped(statement, params)  # recorded as of the lock
             cur = self.raw.execute(statement, params)
             if self.txn == "write" and not _PG_READS.search(statement):
                 self.unsynced = True
@@ -4642,7 +4642,7 @@ class _PgConnection:
                 if self.pooled:  # a transaction pooler keeps no session setting: the bounds, before the lock
                     self.raw.execute(pg_bounds_sql(self.bounds, local=True))
                 self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
-                self.raw.execute(_PG_STAMP_LOCK)  # pgstamp: the server's time once the lock is held
+                self.raw.execute(_PG_STAMP_LOCK)  # the server's time once the lock is held
             else:
                 self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if self.pooled:  # a transaction pooler may hand this transaction another server session
@@ -4692,7 +4692,7 @@ class _PgConnection:
             return
         try:
             self.round_trips += 1
-            if self.wake:  # pglisten: delivered to every LISTENer when (and only if) this commits
+            if self.wake:  # delivered to every LISTENer when (and only if) this commits
                 self.raw.execute(pg_wake_sql(self.project))
             self.raw.execute("COMMIT")
         except self.psycopg.Error as exc:
@@ -4733,7 +4733,7 @@ class _PgConnection:
         self.txn = self.cache = None
 
     failed = False  # the server reported an error in this transaction (its pipeline waits for a sync)
-    wake = False  # pglisten: this write transaction changed leases or runtimes (pg_write_wakes)
+    wake = False  # this write transaction changed leases or runtimes (pg_write_wakes)
 
     def rollback(self):
         if self.pipe is not None and self.txn is None:
@@ -4796,7 +4796,7 @@ class _PgConnection:
         self.raw.close()
 
 
-# -- stamps after the project lock (issue 25, pgstamp). An operation reads its time (`now`) when it
+# -- stamps after the project lock. An operation reads its time (`now`) when it
 #    starts, before its transaction waits for the project's advisory lock, and judges expiry and
 #    liveness by it (its reads are sent with BEGIN and the lock, keyed by that time, so it cannot
 #    be read later without another wait). What it *records*, though, must follow the order in
@@ -4884,7 +4884,7 @@ class ServerClock:
         self.measurements += 1
 
     def __call__(self):
-        return _Stamp(time.monotonic() + self.offset)  # pgstamp: recorded as of the project lock
+        return _Stamp(time.monotonic() + self.offset)  # recorded as of the project lock
 
 
 def pg_clock(conn):
@@ -4893,7 +4893,7 @@ def pg_clock(conn):
 
 
 # --------------------------------------------------------------------------- PostgreSQL security: roles, RLS, TLS, poolers, wake-ups
-# Issue 25 item 5 (docs/postgresql.md, "Who may do what"). One schema per project, owned by a role
+# (docs/postgresql.md, "Who may do what"). One schema per project, owned by a role
 # that cannot log in (coord_owner_<project>); a group role per project (coord_<project>) holding
 # only DML on its tables, USAGE on its sequences and EXECUTE on its functions; one login role per
 # host or person, a member of the group. Every table has row-level security enabled and FORCED
@@ -5319,7 +5319,7 @@ def pg_doctor_bounds_check(st, role, superuser):
                   " ended by every host" % (PG_IDLE_IN_TRANSACTION, PG_LOCK_TIMEOUT, PG_STATEMENT_TIMEOUT, PG_STUCK_AFTER))
 
 
-# --doctor's security exit status (issue 25, pgcodex): which local connection needs no TLS, and the
+# --doctor's security exit status: which local connection needs no TLS, and the
 # wake-up check. A line with ok False makes `install --doctor` exit 1.
 def pg_local_kind(dsn, environ=None):
     """For a connection pg_check_url judged local: "the server's Unix socket" or "loopback (HOST)"."""
@@ -5341,7 +5341,7 @@ def pg_doctor_wake_check(project_id):
             % clean_text(sql, 80))
 
 
-# --------------------------------------------------------------------------- the host process's lease copy (issue 25, pglisten)
+# --------------------------------------------------------------------------- the host process's lease copy
 # The PreToolUse write decision answered from memory: the host process keeps a copy of the
 # project's leases and of the runtimes and hosts they depend on, fully re-read on each wake-up
 # (a payload-free NOTIFY that every transaction changing leases or runtimes sends on commit) and
@@ -5448,14 +5448,14 @@ class LeaseCopy:
         return blocking
 
     def hook_conversation_runtime(self, conversation, now, judge):
-        """Store.hook_conversation_runtime on the copy, or None (ask the database). pgsession."""
+        """Store.hook_conversation_runtime on the copy, or None (ask the database)."""
         known, rt = self.conversation_runtime(conversation, now, judge)
         return {"runtime": rt, "from": "copy"} if known else None
 
     def hook_session_leases(self, runtime_id, limit, now, judge):
         """Store.hook_session_leases on the copy, or None (ask the database): a peer's exclusive
         lease the copy sees expired (a heartbeat may have lengthened it) or whose holder it does
-        not hold is left to the database. pgsession."""
+        not hold is left to the database."""
         mine, held = [], []
         for lease in self.leases:  # in resource order, as the database's reads
             if lease["runtime"] == runtime_id:
@@ -5548,7 +5548,7 @@ class HostClient:
     or its CoordError raised again here (same class, message, hint, details: exit codes hold)."""
 
     def __init__(self, project, path=None, timeout=30.0, environ=None):
-        # pglisten: the C module, not socket.py, whose enums of every constant cost a hook a few ms
+        # the C module, not socket.py, whose enums of every constant cost a hook a few ms
         import _socket as socket
         self.project = project
         self.path = path or host_socket_path(environ)
@@ -5560,7 +5560,7 @@ class HostClient:
         except OSError as exc:
             sock.close()
             import errno
-            if exc.errno in (errno.EPERM, errno.EACCES):  # pgroute: a sandbox's refusal, not a host process down
+            if exc.errno in (errno.EPERM, errno.EACCES):  # a sandbox's refusal, not a host process down
                 raise EnvError("connecting to coord's host process (%s) was refused: %s; inside Codex's"
                                " workspace-write sandbox a Unix socket needs network access" % (self.path, exc.strerror),
                                SANDBOX_SOCKET_HINT, sandboxed=True)
@@ -5738,7 +5738,7 @@ class RemoteStore:
         self.depth = 0
         self._host_env = environ
 
-    # pgpeer: the pid rule of Store.pid_judged_here for the comparisons a command makes in its own
+    # the pid rule of Store.pid_judged_here for the comparisons a command makes in its own
     # process (its /proc, its tmux panes), answered here without a request: this process's host.
 
     @property
@@ -5748,7 +5748,7 @@ class RemoteStore:
     def pid_judged_here(self, rt):
         return rt.get("host") == self.host["id"]
 
-    # The caller-side facts (pgroute): gathered here, in the calling process, and decided by the
+    # The caller-side facts: gathered here, in the calling process, and decided by the
     # host process (Store.decide_caller, Store.decide_person_runtime).
 
     def caller(self, explicit=None, environ=None, now=None, person=True):
@@ -5804,7 +5804,7 @@ class _RemoteTransaction:
 
 
 # --------------------------------------------------------------------------- a project's database: where it is, how it is reached
-# (issue 25, pgroute.) A project lives in SQLite (<state>/<project>.sqlite3, or the file COORD_DB
+# A project lives in SQLite (<state>/<project>.sqlite3, or the file COORD_DB
 # names) or in PostgreSQL: a postgresql:// (or postgres://) URL in COORD_DB, else in the
 # project's settings file <state>/<project>.url (0600, in the 0700 state directory, beside where
 # its SQLite file would be; never inside the repository). open_project_store gives a Store for
@@ -6018,8 +6018,7 @@ def start_host_in_background(environ=None, start=None):
 
 # --------------------------------------------------------------------------- moving a project between engines
 # copy_project copies every record of one Store into an empty one, SQLite -> PostgreSQL or back
-# (issue 25: "a project moves ... with a command that loses no record"; the command itself is not
-# built yet). Every table at SCHEMA_VERSION, in key order, in one destination transaction; the
+# (`coord db migrate`: a project moves with a command that loses no record). Every table at SCHEMA_VERSION, in key order, in one destination transaction; the
 # engines' own schema bookkeeping in meta (schema.*) is not copied, each destination migrated
 # itself. IDs are kept and the destination's ID sequences are set past the source's, so message
 # and audit IDs only grow; a row PostgreSQL cannot hold (NUL in text) refuses the whole copy.
@@ -6090,7 +6089,7 @@ def copy_project(src, dst):
     return counts
 
 
-# --------------------------------------------------------------------------- safe mode (issue 25, item 3)
+# --------------------------------------------------------------------------- safe mode
 # A host that cannot reach the database (its host process is down, paused or cut off from the
 # server) cannot know whether its exclusive leases still hold: after the lease's own expiry, or
 # after its host's heartbeat has been missed for the host TTL, another host may take them. So its
@@ -6174,7 +6173,7 @@ def safe_mode_reason(refusals, command=".coord/coord"):
                 ", ".join(sorted(set(r["name"] for r in refusals))), host_start_command(command)))
 
 
-# --------------------------------------------------------------------------- coord db migrate (issue 25, pgroute)
+# --------------------------------------------------------------------------- coord db migrate
 # The person's command that moves a project between engines on top of copy_project. It runs in
 # `host.py migrate` (a process of its own: the only kind that may import the driver), never in
 # coord's CLI process. The source is held under its write lock for the whole move, so no write

@@ -3279,7 +3279,7 @@ def listed_works(works, archived=False, everything=False):
 
 
 # --------------------------------------------------------------------------- hosts of works
-# (issue 25, item 4) A clone, its tmux window and the shared checkout it lands into are on one
+# A clone, its tmux window and the shared checkout it lands into are on one
 # host. `work list` and `status` name each work's host once the project spans more than one; a
 # SQLite project is one host by definition. cleanup (remove, gc), resume and nudge act only on
 # works of their own host and, for another host's work, refuse naming the host and the command
