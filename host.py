@@ -605,6 +605,14 @@ class Server:
     #    rows wait) to about `every` plus one reap.
 
     def keep_reaping(self, every):
+        def reap(st):
+            st.reap()
+            self.reaps += 1
+        self._every(every, reap, "reap")
+
+    def _every(self, every, work, what):
+        """Run work(store) on a pooled connection every `every` seconds, forever; a connection
+        that failed goes back to the pool as broken, and an unexpected fault to errors.log."""
         while True:
             time.sleep(every)
             try:
@@ -613,13 +621,12 @@ class Server:
                 continue
             broken = False
             try:
-                st.reap()
-                self.reaps += 1
+                work(st)
             except store.CoordError:
                 broken = True
             except Exception:
                 broken = True
-                store.log_traceback("host process: reap")
+                store.log_traceback("host process: " + what)
             finally:
                 self.pool.give(st, broken)
 
@@ -631,22 +638,9 @@ class Server:
     #    and ends it (Store.cut_stuck): its transaction is rolled back, never acknowledged.
 
     def keep_cutting(self, every=store.PG_CUT_EVERY):
-        while True:
-            time.sleep(every)
-            try:
-                st = self.pool.take()
-            except store.CoordError:
-                continue
-            broken = False
-            try:
-                self.stuck_cut += st.cut_stuck() or 0
-            except store.CoordError:
-                broken = True
-            except Exception:
-                broken = True
-                store.log_traceback("host process: cut stuck")
-            finally:
-                self.pool.give(st, broken)
+        def cut(st):
+            self.stuck_cut += st.cut_stuck() or 0
+        self._every(every, cut, "cut stuck")
 
     def keep_clock(self, every):
         """Measure the server's clock again every `every` seconds (a failed measurement keeps

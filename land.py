@@ -789,14 +789,20 @@ def _worktrees_on(source, ref, environ):
     return found
 
 
+def _written(tree, old, new, environ, fork=False):
+    """The paths moving from `old` to `new` writes (fork: `new`'s own changes since it forked
+    from `old`), read in the checkout `tree`."""
+    span = ["%s...%s" % (old, new)] if fork else [old, new]
+    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames"] + span, tree, environ)
+    return [p for p in out.split("\0") if p]
+
+
 def _flagged_touched(tree, old, new, environ, fork=False):
     """Paths that moving from `old` to `new` would write and that git is told to ignore in the
     checkout `tree` (assume-unchanged, skip-worktree: `git status` never lists them) while the
     file on disk differs from the index; a skip-worktree path absent from disk (a sparse
     checkout) is no local change. fork: as in _dirty_touched."""
-    span = ["%s...%s" % (old, new)] if fork else [old, new]
-    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames"] + span, tree, environ)
-    touched = [p for p in out.split("\0") if p]
+    touched = _written(tree, old, new, environ, fork)
     if not touched:
         return []
     spec = ["--"] + [":(literal)" + t for t in touched] if len(touched) <= 2000 else []
@@ -827,9 +833,7 @@ def _dirty_touched(tree, old, new, environ, fork=False):
     """Paths with local changes (tracked, untracked or ignored) in the checkout `tree` that moving
     from `old` to `new` would write (fork: that `new`'s own changes since it forked from `old`
     would write, for a candidate still to be rebased)."""
-    span = ["%s...%s" % (old, new)] if fork else [old, new]
-    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames"] + span, tree, environ)
-    touched = [p for p in out.split("\0") if p]
+    touched = _written(tree, old, new, environ, fork)
     if not touched:
         return []
     # Limited to the written paths (literal pathspecs) unless there are too many for one argv.
