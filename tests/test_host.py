@@ -791,6 +791,14 @@ class StoppedClientTest(MultiHostCase):
         self.addCleanup(holder.wait, 30)
         self.addCleanup(holder.kill)
         self.assertEqual(holder.stdout.readline().strip(), "locked")
+        self.claim_behind_stopped(holder, b, rb)
+        self.assertTrue(holder.stdout.readline().startswith("error "), "the cut client sees an error")
+        self.assertEqual(self.holders(b.st, "src/x.py"), [rb["id"]])
+        self.audit_ok()
+
+    def claim_behind_stopped(self, holder, b, rb):
+        """Stop `holder` (inside its transaction), claim src/x.py on host b meanwhile, continue it
+        and tell it to go on (it then reports what happened to its transaction)."""
         os.kill(holder.pid, signal.SIGSTOP)
         try:
             got = self.claim_in_thread(b, rb, ["src/x.py"])
@@ -800,9 +808,6 @@ class StoppedClientTest(MultiHostCase):
               file=sys.stderr)
         holder.stdin.write("go\n")
         holder.stdin.flush()
-        self.assertTrue(holder.stdout.readline().startswith("error "), "the cut client sees an error")
-        self.assertEqual(self.holders(b.st, "src/x.py"), [rb["id"]])
-        self.audit_ok()
 
     def test_a_coord_client_stopped_inside_a_write_transaction(self):
         a, b = self.host("a", agents=1), self.host("b", agents=1)
@@ -812,15 +817,7 @@ class StoppedClientTest(MultiHostCase):
         self.addCleanup(holder.wait, 30)
         self.addCleanup(holder.kill)
         self.assertEqual(holder.stdout.readline().strip(), "claimed")
-        os.kill(holder.pid, signal.SIGSTOP)  # Ctrl-Z inside the transaction
-        try:
-            got = self.claim_in_thread(b, rb, ["src/x.py"])
-        finally:
-            os.kill(holder.pid, signal.SIGCONT)
-        print("\n%s: b's claim took %.2f s behind the stopped holder" % (self.id().rsplit(".", 1)[1], got["took"]),
-              file=sys.stderr)
-        holder.stdin.write("go\n")
-        holder.stdin.flush()
+        self.claim_behind_stopped(holder, b, rb)  # Ctrl-Z inside the transaction
         said = json.loads(holder.stdout.readline())
         self.assertIn("nothing of it was written", said.get("error", ""), said)
         self.assertEqual(self.holders(b.st, "src/x.py"), [rb["id"]])

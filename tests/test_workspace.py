@@ -981,6 +981,11 @@ class TmuxWorkCase(WorkTestCase):
         os.environ.update(self.env)
         self.addCleanup(self.kill_server)
 
+    def registered_window(self, handle, timeout=30):
+        """The work's tmux record once its harness registered there (it names runtime_id)."""
+        return support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
+            self.record(handle)["data"]["tmux"]), timeout=timeout)
+
     def kill_server(self):
         subprocess.run([self.tmux_bin, "-S", self.sock, "kill-server"], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=10)
@@ -3983,8 +3988,7 @@ class HeadlessOrphanTest(TmuxWorkCase):
         os.environ["FAKE_IGNORE_HUP"] = self.env["FAKE_IGNORE_HUP"] = ignore
         handle, path, _ = self.create(task)
         self.work("start", handle, check=0)
-        tm = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
-            self.record(handle)["data"]["tmux"]), timeout=30)
+        tm = self.registered_window(handle)
         st = store.Store(self.db)
         try:
             pid = st.runtime(tm["runtime_id"])["pid"]
@@ -4076,8 +4080,7 @@ class HeadlessOrphanTest(TmuxWorkCase):
         handle, path, _ = self.create("by-hand")
         wid = self.record(handle)["id"]
         self.work("start", handle, check=0)
-        tm = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
-            self.record(handle)["data"]["tmux"]), timeout=30)
+        tm = self.registered_window(handle)
         subprocess.run([self.tmux_bin, "-S", self.sock, "kill-window", "-t", tm["window_id"]], check=True, timeout=10)
         other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], cwd=path,
                                  start_new_session=True)
@@ -4107,8 +4110,7 @@ class CloseWaitsForExitTest(TmuxWorkCase):
             self.addCleanup(os.environ.pop, name, None)
         handle, path, _ = self.create(task)
         self.work("start", handle, check=0)
-        tm = support.retry_until(lambda: (lambda t: t if t.get("runtime_id") else None)(
-            self.record(handle)["data"]["tmux"]), timeout=30)
+        tm = self.registered_window(handle)
         st = store.Store(self.db)
         try:
             st.set_turn(tm["runtime_id"], "idle")
