@@ -478,7 +478,8 @@ class Terminal:
 
     def run(self, line, timeout=120):
         os.write(self.fd, ("%s; echo %s$?%s\n" % (line, self._MARK, self._MARK)).encode())
-        pattern = (self._MARK + r"(\d+)" + self._MARK).encode()
+        # up to the end of the mark's line: a newline left unread would open the next command's output
+        pattern = (self._MARK + r"(\d+)" + self._MARK + r"\r?\n").encode()
         buf, m = self._read_until(pattern, timeout)
         out = buf[:m.start()].decode("utf-8", "replace").replace("\r", "")
         return int(m.group(1)), out
