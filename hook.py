@@ -331,12 +331,13 @@ class Hook:
             # Through the host process, never a connection of its own (no driver here). A hook
             # never waits for it: down, this fails open, and SessionStart starts it in the
             # background for the next event.
+            import hostclient
             try:
-                self.db = store.open_project_store(self.environ, self.root() or None, timeout=wait,
-                                                   command=False, strict_env=False)
+                self.db = hostclient.open_project_store(self.environ, self.root() or None, timeout=wait,
+                                                        command=False, strict_env=False)
             except store.EnvError:
                 if self.event == "SessionStart":
-                    store.start_host_in_background(self.environ, self.root() or None)
+                    hostclient.start_host_in_background(self.environ, self.root() or None)
                 raise
             return self.db
         self.db = store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate,
@@ -510,15 +511,16 @@ def safe_mode(h, resources, exc):
     process cannot answer (down, paused, or cut off from the server: an EnvError), a write to a
     path under or above one of this host's exclusive leases that may have lapsed by now is
     refused, decided from the host process's local safe-mode file alone
-    (store.safe_mode_refusals). -> the deny reason, or None (fail open). Never on SQLite, never
+    (hostclient.safe_mode_refusals). -> the deny reason, or None (fail open). Never on SQLite, never
     on the normal path."""
     import store
     try:
         if not isinstance(exc, store.EnvError) or h.database()["engine"] != "postgresql":
             return None
-        sock = store.project_host_socket(h.database()["project"], h.environ)
-        refused = store.safe_mode_refusals(resources, store.safe_state_path(sock))
-        return store.safe_mode_reason(refused, h.command()) if refused else None
+        import hostclient
+        sock = hostclient.project_host_socket(h.database()["project"], h.environ)
+        refused = hostclient.safe_mode_refusals(resources, hostclient.safe_state_path(sock))
+        return hostclient.safe_mode_reason(refused, h.command()) if refused else None
     except Exception:  # a fault here fails open, as every other one does
         return None
 

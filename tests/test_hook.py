@@ -19,6 +19,8 @@ import time
 
 import support
 import store
+import pg
+import hostclient
 import hook
 
 HOOK = os.path.join(support.ROOT, "hook.py")
@@ -1859,7 +1861,7 @@ class LayoutTest(HookCase):
         import ast
         installer = support.load_install()
         local = {n[:-3] for n in os.listdir(support.ROOT) if n.endswith(".py")} | {"coord", "install"}
-        todo, seen = ["hook"], set()
+        todo, seen = ["hook", "host"], set()  # host.py: SessionStart runs it from the copy (PostgreSQL)
         while todo:
             name = todo.pop()
             if name in seen:
@@ -1871,8 +1873,7 @@ class LayoutTest(HookCase):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
                 todo.extend(n.split(".")[0] for n in names if n.split(".")[0] in local)
-        # host.py is no import: SessionStart runs it as the host process of a PostgreSQL project.
-        self.assertEqual(sorted([m + ".py" for m in seen] + ["host.py"]), sorted(installer.HOOK_RUNTIME))
+        self.assertEqual(sorted(m + ".py" for m in seen), sorted(installer.HOOK_RUNTIME))
 
     def test_imported_as_a_module_and_through_the_installer_command(self):
         script = self.install()
@@ -1896,6 +1897,33 @@ class LayoutTest(HookCase):
                 self.assertEqual((p.returncode, p.stderr), (0, b""))
                 self.check_reply(p.stdout.decode())
                 self.assertIn(holder["handle"], p.stdout.decode())
+
+    def test_on_a_sqlite_project_the_installed_hook_loads_no_postgresql_module(self):
+        # The installed command (the runtime copy, as a harness runs it) under `python3 -X importtime`:
+        # on a SQLite project neither the PostgreSQL engine nor the host process's client loads.
+        self.install()
+        env = dict(self.env, CLAUDE_PROJECT_DIR=self.repo)
+        for key in ("COORD_DB", "COORD_PROJECT_ID"):
+            env.pop(key)
+        installer = support.load_install()
+        support.install_hook_runtime(installer=installer)
+        python = os.path.join(self.tmp, "python-importtime")
+        with open(python, "w") as f:
+            f.write('#!/bin/sh\nexec "%s" -X importtime "$@"\n' % sys.executable)
+        os.chmod(python, 0o755)
+        env["COORD_PYTHON"] = python
+        st = store.Store(os.path.join(self.state, "fleet-agent-coord", "layout-test.sqlite3"))
+        self.addCleanup(st.close)
+        st.claim(st.register(harness="codex")["id"], ["src/held.py"])
+        for data in (self.payload("claude-SessionStart"), self.write("src/held.py"), self.write("src/free.py"),
+                     self.payload("claude-PostToolUse-Write")):
+            with self.subTest(event=data.get("hook_event_name")):
+                p = subprocess.run(["sh", "-c", installer.hook_command("claude")], input=json.dumps(data).encode(),
+                                   env=env, cwd=self.repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+                loaded = {line.split("|")[-1].strip() for line in p.stderr.decode().splitlines() if "|" in line}
+                self.assertIn("hook", loaded, p.stderr.decode()[-2000:])
+                self.assertIn("store", loaded)
+                self.assertEqual(loaded & {"pg", "hostclient"}, set())
 
     def test_repo_root_override(self):
         self.peer("src/app.py")
@@ -2501,12 +2529,12 @@ class DatabaseUrlHookTest(HookCase):
 class PostgresHooks(support.PostgresProject):
     def configure_project(self):
         super().configure_project()
-        store.start_host(self.pg_project, self.pg_url, self.host_socket, environ=self.env)
+        hostclient.start_host(self.pg_project, self.pg_url, self.host_socket, environ=self.env)
 
     def reset_project(self):
         st = self.st
         with st.transaction():
-            for table, _key, _cols in reversed(store.COPY_TABLES):
+            for table, _key, _cols in reversed(pg.COPY_TABLES):
                 if table != "meta":
                     st.conn.execute("DELETE FROM %s" % table)
 
@@ -2616,15 +2644,15 @@ class PgHookRoutingTest(PostgresHooks, HookCase):
         self.st.claim(peer["id"], ["src/a.py"])
         self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
         support.stop_host_process(self.host_socket)
-        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        self.assertFalse(hostclient.host_status(self.pg_project, self.host_socket)["running"])
         out, err = self.run_hook(self.write("src/a.py"))
         self.assertEqual(out, "", "allowed: fail open")
         self.assertIn("coord hook: coord's host process is not running", err)
-        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"], "PreToolUse starts nothing")
+        self.assertFalse(hostclient.host_status(self.pg_project, self.host_socket)["running"], "PreToolUse starts nothing")
         out, err = self.run_hook(self.payload("claude-SessionStart"))
         self.assertEqual(out, "")
         self.assertIn("not running", err)
-        support.retry_until(lambda: store.host_status(self.pg_project, self.host_socket)["running"], 60)
+        support.retry_until(lambda: hostclient.host_status(self.pg_project, self.host_socket)["running"], 60)
         self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
 
 
@@ -2642,7 +2670,7 @@ class PgSafeModeHookTest(PostgresHooks, HookCase):
 
     def safe_listed(self, resource):
         try:
-            with open(store.safe_state_path(self.host_socket)) as f:
+            with open(hostclient.safe_state_path(self.host_socket)) as f:
                 return resource in [l["resource"] for l in json.load(f)["leases"]]
         except (OSError, ValueError, KeyError):
             return False
@@ -2654,7 +2682,7 @@ class PgSafeModeHookTest(PostgresHooks, HookCase):
         self.assertEqual(self.run_hook(self.write("src/a.py"))[0], "", "its own lease: allowed")
         support.retry_until(lambda: self.safe_listed("src/a.py"), 60)
         support.stop_host_process(self.host_socket)
-        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        self.assertFalse(hostclient.host_status(self.pg_project, self.host_socket)["running"])
         out, err = self.run_hook(self.write("src/free.py"))
         self.assertEqual(out, "", "a path no lease of this host covers: fail open")
         self.assertIn("host process is not running", err)
@@ -2696,7 +2724,7 @@ class PgHookLeaseCopyTest(PostgresHooks, HookCase):
     release after the next."""
 
     def copy_status(self):
-        client = store.HostClient(self.pg_project, self.host_socket)
+        client = hostclient.HostClient(self.pg_project, self.host_socket)
         try:
             return client.call("ping")["lease_copy"]
         finally:
