@@ -917,6 +917,34 @@ NEEDS_AGENT = ("SubagentStart", "SubagentStop")
 
 # --------------------------------------------------------------------------- entry
 
+_JSON_CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
+
+
+class _JsonScan:  # json.JSONDecoder's settings, as its C scanner reads them
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int, parse_constant = float, int, _JSON_CONSTANTS.__getitem__
+
+
+def read_json(raw):
+    """json.loads(raw) (bytes) without importing json, which loads re with it (a few ms, a third
+    of a bare interpreter's start): json's own C scanner (_json) on the UTF-8 text. Anything it
+    does not take as json.loads would (a BOM, UTF-16 or UTF-32, an error) goes to json.loads
+    itself, so the value or the error is json.loads's."""
+    try:
+        import _json
+        if raw[:3] == b"\xef\xbb\xbf" or b"\x00" in raw[:4]:
+            raise ValueError("not plain UTF-8")
+        text = raw.decode("utf-8", "surrogatepass")
+        value, end = _json.make_scanner(_JsonScan)(text, len(text) - len(text.lstrip(" \t\n\r")))
+        if text[end:].strip(" \t\n\r"):
+            raise ValueError("extra data")
+        return value
+    except Exception:
+        import json
+        return json.loads(raw)
+
+
 def run(raw, argv=(), environ=None):
     """Handle one payload (bytes); return (stdout text, stderr line). Never raises."""
     environ = os.environ if environ is None else environ
@@ -924,9 +952,8 @@ def run(raw, argv=(), environ=None):
     try:
         if len(raw) > MAX_INPUT:
             return "", "coord hook: payload larger than %d bytes; not checked" % MAX_INPUT
-        import json
         try:
-            payload = json.loads(raw)
+            payload = read_json(raw)
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             return "", "coord hook: unreadable payload (%s); allowed" % type(exc).__name__
         if not isinstance(payload, dict):

@@ -15,17 +15,19 @@ Invariants this module keeps:
   must be claimed again.
 - The database directory is 0700 and the database files 0600, whatever the umask.
 
-The hooks import this module on every tool call of every agent, so it imports only json, os,
-re, sqlite3 and time, and compiles its patterns at first use. Hashes (handles, subagent IDs)
-come from CPython's own sha1/sha256 modules, loaded on first use, not from hashlib (OpenSSL,
-~2 ms); a hook's write check hashes only for a subagent. subprocess loads only where there is no /proc.
+The hooks import this module on every tool call of every agent, so at import it loads only os,
+time and SQLite's C module (_sqlite3: the sqlite3 package adds datetime, ~2 ms); json and re load
+where a function needs them (a hook's write check needs neither: json with re costs a hook a few
+ms, a third of a bare interpreter's start), and its patterns compile at first use. Hashes
+(handles, subagent IDs) come from CPython's own sha1/sha256 modules, loaded on first use, not
+from hashlib (OpenSSL, ~2 ms); a hook's write check hashes only for a subagent. subprocess loads
+only where there is no /proc.
 """
 
-import json
 import os
-import re
-import sqlite3
 import time
+
+import _sqlite3 as sqlite3  # the sqlite3 package's own C module: connect, Connection, the errors
 
 SCHEMA_VERSION = 4  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
 DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
@@ -158,6 +160,7 @@ class Pattern:
 
     def __getattr__(self, name):  # match, search, sub, ...: only attributes a Pattern lacks
         if self._compiled is None:
+            import re
             self._compiled = re.compile(*self._args)
         return getattr(self._compiled, name)
 
@@ -277,12 +280,16 @@ def resolve_project_id(environ=None, start=None):
     return pid
 
 
-_PROJECT_ID_RE = Pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_PROJECT_ID_CHARS = _ALNUM | frozenset("._-")
 
 
 def valid_project_id(pid):
-    """The project-ID rule: 1 to 128 letters, digits, '.', '_' or '-', not starting with a mark."""
-    return bool(_PROJECT_ID_RE.match(pid))
+    """The project-ID rule: 1 to 128 letters, digits, '.', '_' or '-', not starting with a mark
+    (as ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ matches it: one trailing newline passes; no re here,
+    which the hook would load for it)."""
+    body = pid[:-1] if pid.endswith("\n") else pid
+    return 0 < len(body) <= 128 and body[0] in _ALNUM and _PROJECT_ID_CHARS.issuperset(body)
 
 
 def state_dir(environ=None):
@@ -305,7 +312,15 @@ def resolve_db_path(environ=None, start=None, project_id=None):
     return os.path.join(state_dir(env), project_id + ".sqlite3")
 
 
-_URL_RE = Pattern(r"^\s*([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCHEME_CHARS = _ALNUM | frozenset("+.-")
+
+
+def url_scheme(value):
+    """The scheme of `value` as written when it is a URL (^\\s*([A-Za-z][A-Za-z0-9+.-]*)://), else None."""
+    head, sep, _rest = (value or "").lstrip().partition("://")
+    if sep and head[:1] in _ALNUM and not head[:1].isdigit() and _SCHEME_CHARS.issuperset(head):
+        return head
+    return None
 
 
 def refuse_database_url(value, source="COORD_DB"):
@@ -314,14 +329,14 @@ def refuse_database_url(value, source="COORD_DB"):
     wherever coord ran, often inside the repository where agents write. Only the scheme is
     named (the rest of a URL may hold a password). A postgresql:// URL is a project in
     PostgreSQL, which only open_project_store opens (through the host process)."""
-    m = _URL_RE.match(value or "")
-    if m and m.group(1).lower() in ("postgresql", "postgres"):
+    scheme = url_scheme(value)
+    if scheme and scheme.lower() in ("postgresql", "postgres"):
         raise EnvError("%s is a PostgreSQL URL (%s://...), not a file: a PostgreSQL project is reached through"
-                       " coord's host process, never opened as a file" % (source, m.group(1)),
+                       " coord's host process, never opened as a file" % (source, scheme),
                        "run coord's commands and hooks on it; unset %s to use the project's own database" % source)
-    if m:
+    if scheme:
         raise EnvError("%s is a URL (%s://...), not a file: coord keeps a project in a SQLite file or in"
-                       " PostgreSQL (a postgresql:// URL); %s:// is not supported" % (source, m.group(1), m.group(1)),
+                       " PostgreSQL (a postgresql:// URL); %s:// is not supported" % (source, scheme, scheme),
                        "unset %s to use the project's database in the state directory, "
                        "or set it to a file path or a postgresql:// URL" % source)
 
@@ -369,7 +384,12 @@ def find_repo_root(start=None):
         d = parent
 
 
-_CONTROL_RE = Pattern(r"[\x00-\x1f\x7f]")
+_CONTROLS = frozenset(map(chr, list(range(32)) + [127]))  # [\x00-\x1f\x7f], no re on the hook's path
+
+
+def _quoted(name):
+    import json
+    return json.dumps(name)
 
 
 def normalize_resource(name, root=None, resolve=True):
@@ -385,10 +405,10 @@ def normalize_resource(name, root=None, resolve=True):
     """
     if not isinstance(name, str) or not name.strip():
         raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
-    if _CONTROL_RE.search(name):
-        raise UsageError("resource name %s contains control characters" % json.dumps(name))
+    if not _CONTROLS.isdisjoint(name):
+        raise UsageError("resource name %s contains control characters" % _quoted(name))
     if text_in(name) != name:
-        raise UsageError("resource name %s is not valid UTF-8" % json.dumps(text_in(name)))
+        raise UsageError("resource name %s is not valid UTF-8" % _quoted(text_in(name)))
     if len(name) > MAX_RESOURCE:
         raise UsageError("resource name is longer than %d characters" % MAX_RESOURCE)
     if name.startswith("/"):
@@ -404,7 +424,7 @@ def normalize_resource(name, root=None, resolve=True):
             raise UsageError("the repository root itself is not a resource name")
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise UsageError("resource %s contains '..'" % json.dumps(name),
+        raise UsageError("resource %s contains '..'" % _quoted(name),
                          "use the plain repository-relative name")
     if not parts:
         raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
@@ -707,6 +727,7 @@ def pasteable(text, prefix):
     if not text or not prefix or prefix == "coord":
         return text
     if not _HINT_RE:
+        import re
         _HINT_RE.append(re.compile(r"(?<![\w./-])coord(?= (?:%s)(?![\w-]))" % "|".join(map(re.escape, HINT_COMMANDS))))
     return _HINT_RE[0].sub(lambda _m: prefix, text)
 
@@ -1477,6 +1498,7 @@ def live_works_readonly(path):
     """[work record] of every work that is neither creating, failed nor removed, read as
     database_facts reads (never creating, locking or writing anything); [] when the database
     is absent, None when it cannot be read. For the installer, which lists out-of-date clones."""
+    import json
     if not os.path.exists(path):
         return []
     from urllib.parse import quote
@@ -1667,6 +1689,7 @@ class Store:
 
     def audit(self, event, runtime=None, subject=None, now=None, **data):
         """Append one audit row; call inside a transaction."""
+        import json
         self.conn.execute(
             "INSERT INTO audit (at, event, runtime, subject, data) VALUES (?, ?, ?, ?, ?)",
             (_now(now), event, runtime, subject, json.dumps(data, sort_keys=True, separators=(",", ":"))))
@@ -1674,6 +1697,7 @@ class Store:
     def exclusive_claims_since(self, since, resources, limit=100000):
         """[{resource, runtime, at}] of the exclusive lease claims the audit recorded at or after
         `since` on a name overlapping any of `resources` (read only, oldest first)."""
+        import json
         names = set(resources)
         rows = self.q("SELECT at, runtime, subject, data FROM audit WHERE event = 'lease.claimed' AND at >= ?"
                       " ORDER BY id LIMIT ?", (since, limit)).fetchall()
@@ -2251,6 +2275,7 @@ class Store:
     def _lose(self, holder, resource, mode, taker, taker_handle, now):
         """A lapsed lease of `holder` was taken by `taker`: drop it, audit it, and keep a note
         (in meta, so no schema change) that the holder's next boundary reports once."""
+        import json
         self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (resource, holder))
         self.audit("lease.lost", holder, resource, now, mode=mode, to=taker)
         self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (
@@ -2260,6 +2285,7 @@ class Store:
     def take_lost(self, runtime_id):
         """The runtime's lost-lease notes not yet reported ([{resource, mode, to, at}]), removed as
         they are returned so each is told once. One indexed read when there are none."""
+        import json
         lo = self._LOST % runtime_id
         hi = lo[:-1] + chr(ord(":") + 1)
         if not self.q("SELECT 1 FROM meta WHERE key >= ? AND key < ? LIMIT 1", (lo, hi)).fetchone():
@@ -3115,6 +3141,7 @@ class Store:
                   "token", "created_at", "updated_at", "data")
 
     def _row_work(self, row):
+        import json
         if row is None:
             return None
         w = dict(zip(self._WORK_COLS, row))
@@ -3124,6 +3151,7 @@ class Store:
     def insert_work(self, task, state, token, path=None, scratch_root=None, source=None, conversation=None,
                     runtime=None, data=None, now=None, work_id=None):
         """Insert a work record with a fresh ID whose handle is free; call inside a transaction."""
+        import json
         now = _now(now)
         for _ in range(16):
             wid = work_id or new_uuid()
@@ -3180,6 +3208,7 @@ class Store:
 
     def update_work(self, work_id, now=None, data=None, **fields):
         """Update columns and merge `data` keys (None deletes a key); call inside a transaction."""
+        import json
         w = self.work(work_id)
         if w is None:
             raise Refused("no work record %s" % work_id)
@@ -3231,6 +3260,7 @@ class Store:
         """Deterministic JSONL: stable order, sorted keys, no clock reads. Data keys containing
         "token" are redacted unless private; no event records one (work tokens stay in the work
         table and the clone's marker), so this guards against a future event leaking one."""
+        import json
         for row in self.q("SELECT id, at, event, runtime, subject, data FROM audit WHERE id > ? ORDER BY id",
                           (check_int(since or 0, "--since", 0, ID_RANGE[1]),)):
             data = json.loads(row[5])
@@ -3245,6 +3275,7 @@ class Store:
         `subject`, and each row of one of `runtimes` whose event starts with one of `kinds`, from
         the subject's first row on and up to its first `end_event` row when it has one (what
         those runtimes did afterwards belongs to something else). Reads only."""
+        import json
         first = self.q("SELECT min(id) FROM audit WHERE subject = ?", (subject,)).fetchone()[0]
         if first is None:
             return []
@@ -3615,6 +3646,7 @@ def unique(items):
 
 
 def _shown(value):
+    import json
     return json.dumps(clean_text(value, 40))
 
 
@@ -3717,8 +3749,8 @@ PG_SCHEMES = ("postgresql", "postgres")
 
 def database_scheme(value):
     """The scheme of a URL ("postgresql"), lower case; None for a file path."""
-    m = _URL_RE.match(value or "")
-    return m.group(1).lower() if m else None
+    scheme = url_scheme(value)
+    return scheme.lower() if scheme else None
 
 
 def project_url_path(project_id, environ=None):

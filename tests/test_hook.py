@@ -1936,14 +1936,45 @@ class LayoutTest(HookCase):
     def test_hot_path_imports_only_what_it_needs(self):
         self.start()
         self.peer("src/other.py")
-        for data in (self.write("src/app.py"), self.payload("claude-PostToolUse-Write")):
+        writing = self.write("src/app.py")  # no write to the database: neither json nor re
+        for data in (writing, self.payload("claude-PostToolUse-Write")):
             p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", HOOK, "--harness", "claude"],
                                input=json.dumps(data).encode(), env=self.env, cwd=self.repo,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
             loaded = {line.split("|")[-1].strip() for line in p.stderr.decode().splitlines() if "|" in line}
             self.assertIn("store", loaded)
-            for heavy in ("subprocess", "argparse", "hashlib", "workspace", "session", "traceback", "tempfile"):
+            # json (and re, which it loads) cost a few ms, the sqlite3 package datetime: the payload is
+            # read by json's C scanner, the database opened through _sqlite3 (hook.read_json, store.py)
+            for heavy in ("subprocess", "argparse", "hashlib", "workspace", "session", "traceback", "tempfile",
+                          "sqlite3", "datetime", "pg", "hostclient") + (("json", "re") if data is writing else ()):
                 self.assertNotIn(heavy, loaded)
+
+    def test_the_payload_reader_gives_json_s_value_or_json_s_error(self):
+        import hook
+        samples = [f for f in sorted(os.listdir(PAYLOADS)) if f.endswith(".json")]
+        raws = []
+        for name in samples:
+            with open(os.path.join(PAYLOADS, name), "rb") as f:
+                raws.append(f.read())
+        raws += [b"", b"  \n", b"{", b'{"a": 1} x', b'{"a": 1}\n\n', b"\xef\xbb\xbf{}", b'{"a": "\xff"}',
+                 b'"\xed\xa0\x80"', b'[NaN, Infinity, -Infinity, 1e999, 12345678901234567890]', b"[" * 100000,
+                 '{"a": "\u00e9"}'.encode("utf-16"), b'{"a": "\\ud800"}', b"\x00{}", b"nul"]
+        rng = random.Random(7)
+        for raw in raws[:20]:
+            cut = bytearray(raw)
+            for _ in range(3):
+                if cut:
+                    cut[rng.randrange(len(cut))] = rng.randrange(256)
+            raws.append(bytes(cut))
+
+        def outcome(read, raw):
+            try:
+                return "value", repr(read(raw))
+            except (ValueError, RecursionError) as exc:
+                return "error", type(exc).__name__, str(exc)
+        for raw in raws:
+            with self.subTest(raw=raw[:40]):
+                self.assertEqual(outcome(hook.read_json, raw), outcome(json.loads, raw))
 
 
 class GarbageTest(HookCase):
