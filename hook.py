@@ -23,7 +23,8 @@ Contract:
   UserPromptSubmit, idle at Stop, dialog at PermissionRequest (a subagent's marks its parent),
   busy again at the first PostToolUse after a Stop; SessionStart sets idle (the agent waits at
   its prompt), busy when coord launched it with a first message, and leaves a compaction's alone.
-- Only os, sys, json and re (json's own dependency) load before the event needs the store.
+- Only os and sys (and json's C scanner, _json: read_json) load before the event needs the store;
+  a write check loads neither json nor re.
 
 Paths: the repository root is COORD_REPO_ROOT when set, else REPO (the installed command's
 walk up to `.coord/hook.py`), else the parent of the `.coord/` directory holding this file, else (a source checkout) the nearest `.coord/`, `.jj/` or `.git/`
