@@ -328,7 +328,7 @@ def refuse_database_url(value, source="COORD_DB"):
     absolute, `postgresql://coord@host/db` would be a SQLite file in a directory `postgresql:`
     wherever coord ran, often inside the repository where agents write. Only the scheme is
     named (the rest of a URL may hold a password). A postgresql:// URL is a project in
-    PostgreSQL, which only open_project_store opens (through the host process)."""
+    PostgreSQL, which only hostclient.open_project_store opens (through the host process)."""
     scheme = url_scheme(value)
     if scheme and scheme.lower() in ("postgresql", "postgres"):
         raise EnvError("%s is a PostgreSQL URL (%s://...), not a file: a PostgreSQL project is reached through"
@@ -2741,7 +2741,7 @@ class Store:
         return {"runtime": rt, "blocking": blocking, "from": "database"}
 
     # SessionStart's reads as operations the lease copy can answer (host.py COPY_OPS;
-    # LeaseCopy has the same methods), else one snapshot each.
+    # pg.LeaseCopy has the same methods), else one snapshot each.
 
     def hook_conversation_runtime(self, conversation, now=None):
         """find_conversation_runtime as one operation: -> {"runtime", "from": "database"}."""
