@@ -2285,11 +2285,11 @@ class Store:
     def take_lost(self, runtime_id):
         """The runtime's lost-lease notes not yet reported ([{resource, mode, to, at}]), removed as
         they are returned so each is told once. One indexed read when there are none."""
-        import json
         lo = self._LOST % runtime_id
         hi = lo[:-1] + chr(ord(":") + 1)
         if not self.q("SELECT 1 FROM meta WHERE key >= ? AND key < ? LIMIT 1", (lo, hi)).fetchone():
             return []
+        import json
         with self.transaction():
             rows = self.q("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key", (lo, hi)).fetchall()
             self.conn.execute("DELETE FROM meta WHERE key >= ? AND key < ?", (lo, hi))
