@@ -552,11 +552,10 @@ def deny(h, blocking, successor):
 
 
 def refusal(reason, harness=None):
-    import json
     reason = reason.rstrip(". ")  # Codex appends ". Command: ..." to the reason
     if harness == GEMINI:  # Gemini CLI: the reason goes to the model as the tool's error
-        return json.dumps({"decision": "deny", "reason": reason})
-    return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+        return write_json({"decision": "deny", "reason": reason})
+    return write_json({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                               "permissionDecisionReason": reason}})
 
 
@@ -925,6 +924,25 @@ class _JsonScan:  # json.JSONDecoder's settings, as its C scanner reads them
     strict = True
     object_hook = object_pairs_hook = None
     parse_float, parse_int, parse_constant = float, int, _JSON_CONSTANTS.__getitem__
+
+
+def write_json(value):
+    """json.dumps(value) for a reply of dicts and strings, without importing json (see read_json):
+    json's own C string encoder (_json), the same separators and ASCII escapes; anything else
+    goes to json.dumps itself."""
+    try:
+        from _json import encode_basestring_ascii as text
+
+        def out(v):
+            if type(v) is str:
+                return text(v)
+            if type(v) is dict and all(type(k) is str for k in v):
+                return "{" + ", ".join(text(k) + ": " + out(x) for k, x in v.items()) + "}"
+            raise TypeError("not a reply")
+        return out(value)
+    except Exception:
+        import json
+        return json.dumps(value)
 
 
 def read_json(raw):

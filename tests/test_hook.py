@@ -1938,7 +1938,8 @@ class LayoutTest(HookCase):
         self.peer("src/other.py")
         idle = self.payload("claude-PostToolUse-Write")
         self.run_hook(idle)  # the first PostToolUse after SessionStart records the turn busy (a write)
-        for data in (self.write("src/app.py"), idle):  # neither writes the database: neither loads json nor re
+        # none writes the database (a deny included): none loads json nor re
+        for data in (self.write("src/app.py"), self.write("src/other.py"), idle):
             p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", HOOK, "--harness", "claude"],
                                input=json.dumps(data).encode(), env=self.env, cwd=self.repo,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
@@ -1949,6 +1950,18 @@ class LayoutTest(HookCase):
             for heavy in ("subprocess", "argparse", "hashlib", "workspace", "session", "traceback", "tempfile",
                           "sqlite3", "datetime", "pg", "hostclient", "json", "re"):
                 self.assertNotIn(heavy, loaded)
+
+    def test_the_reply_writer_writes_what_json_dumps_writes(self):
+        import hook
+        rng = random.Random(11)
+        for _ in range(2000):
+            value = {"".join(chr(rng.randrange(0x3000)) for _ in range(rng.randint(0, 4))):
+                     "".join(chr(rng.randrange(0x110000)) for _ in range(rng.randint(0, 8)))
+                     for _ in range(rng.randint(0, 3))}
+            value = {"hookSpecificOutput": value} if rng.random() < 0.5 else value
+            self.assertEqual(hook.write_json(value), json.dumps(value))
+        for value in ({"a": [1, None]}, {"a": 1.5}, {1: "x"}, "\ud800", {}):
+            self.assertEqual(hook.write_json(value), json.dumps(value))
 
     def test_the_payload_reader_gives_json_s_value_or_json_s_error(self):
         import hook
