@@ -23,7 +23,8 @@ Contract:
   UserPromptSubmit, idle at Stop, dialog at PermissionRequest (a subagent's marks its parent),
   busy again at the first PostToolUse after a Stop; SessionStart sets idle (the agent waits at
   its prompt), busy when coord launched it with a first message, and leaves a compaction's alone.
-- Only os, sys, json and re (json's own dependency) load before the event needs the store.
+- Only os and sys (and json's C scanner, _json: read_json) load before the event needs the store;
+  a write check loads neither json nor re.
 
 Paths: the repository root is COORD_REPO_ROOT when set, else REPO (the installed command's
 walk up to `.coord/hook.py`), else the parent of the `.coord/` directory holding this file, else (a source checkout) the nearest `.coord/`, `.jj/` or `.git/`
@@ -331,12 +332,13 @@ class Hook:
             # Through the host process, never a connection of its own (no driver here). A hook
             # never waits for it: down, this fails open, and SessionStart starts it in the
             # background for the next event.
+            import hostclient
             try:
-                self.db = store.open_project_store(self.environ, self.root() or None, timeout=wait,
-                                                   command=False, strict_env=False)
+                self.db = hostclient.open_project_store(self.environ, self.root() or None, timeout=wait,
+                                                        command=False, strict_env=False)
             except store.EnvError:
                 if self.event == "SessionStart":
-                    store.start_host_in_background(self.environ, self.root() or None)
+                    hostclient.start_host_in_background(self.environ, self.root() or None)
                 raise
             return self.db
         self.db = store.Store(self.db_path(), timeout=wait, environ=self.environ, migrate=migrate,
@@ -510,15 +512,16 @@ def safe_mode(h, resources, exc):
     process cannot answer (down, paused, or cut off from the server: an EnvError), a write to a
     path under or above one of this host's exclusive leases that may have lapsed by now is
     refused, decided from the host process's local safe-mode file alone
-    (store.safe_mode_refusals). -> the deny reason, or None (fail open). Never on SQLite, never
+    (hostclient.safe_mode_refusals). -> the deny reason, or None (fail open). Never on SQLite, never
     on the normal path."""
     import store
     try:
         if not isinstance(exc, store.EnvError) or h.database()["engine"] != "postgresql":
             return None
-        sock = store.project_host_socket(h.database()["project"], h.environ)
-        refused = store.safe_mode_refusals(resources, store.safe_state_path(sock))
-        return store.safe_mode_reason(refused, h.command()) if refused else None
+        import hostclient
+        sock = hostclient.project_host_socket(h.database()["project"], h.environ)
+        refused = hostclient.safe_mode_refusals(resources, hostclient.safe_state_path(sock))
+        return hostclient.safe_mode_reason(refused, h.command()) if refused else None
     except Exception:  # a fault here fails open, as every other one does
         return None
 
@@ -549,11 +552,10 @@ def deny(h, blocking, successor):
 
 
 def refusal(reason, harness=None):
-    import json
     reason = reason.rstrip(". ")  # Codex appends ". Command: ..." to the reason
     if harness == GEMINI:  # Gemini CLI: the reason goes to the model as the tool's error
-        return json.dumps({"decision": "deny", "reason": reason})
-    return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+        return write_json({"decision": "deny", "reason": reason})
+    return write_json({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                               "permissionDecisionReason": reason}})
 
 
@@ -915,6 +917,53 @@ NEEDS_AGENT = ("SubagentStart", "SubagentStop")
 
 # --------------------------------------------------------------------------- entry
 
+_JSON_CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
+
+
+class _JsonScan:  # json.JSONDecoder's settings, as its C scanner reads them
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int, parse_constant = float, int, _JSON_CONSTANTS.__getitem__
+
+
+def write_json(value):
+    """json.dumps(value) for a reply of dicts and strings, without importing json (see read_json):
+    json's own C string encoder (_json), the same separators and ASCII escapes; anything else
+    goes to json.dumps itself."""
+    try:
+        from _json import encode_basestring_ascii as text
+
+        def out(v):
+            if type(v) is str:
+                return text(v)
+            if type(v) is dict and all(type(k) is str for k in v):
+                return "{" + ", ".join(text(k) + ": " + out(x) for k, x in v.items()) + "}"
+            raise TypeError("not a reply")
+        return out(value)
+    except Exception:
+        import json
+        return json.dumps(value)
+
+
+def read_json(raw):
+    """json.loads(raw) (bytes) without importing json, which loads re with it (a few ms, a third
+    of a bare interpreter's start): json's own C scanner (_json) on the UTF-8 text. Anything it
+    does not take as json.loads would (a BOM, UTF-16 or UTF-32, an error) goes to json.loads
+    itself, so the value or the error is json.loads's."""
+    try:
+        import _json
+        if raw[:3] == b"\xef\xbb\xbf" or b"\x00" in raw[:4]:
+            raise ValueError("not plain UTF-8")
+        text = raw.decode("utf-8", "surrogatepass")
+        value, end = _json.make_scanner(_JsonScan)(text, len(text) - len(text.lstrip(" \t\n\r")))
+        if text[end:].strip(" \t\n\r"):
+            raise ValueError("extra data")
+        return value
+    except Exception:
+        import json
+        return json.loads(raw)
+
+
 def run(raw, argv=(), environ=None):
     """Handle one payload (bytes); return (stdout text, stderr line). Never raises."""
     environ = os.environ if environ is None else environ
@@ -922,9 +971,8 @@ def run(raw, argv=(), environ=None):
     try:
         if len(raw) > MAX_INPUT:
             return "", "coord hook: payload larger than %d bytes; not checked" % MAX_INPUT
-        import json
         try:
-            payload = json.loads(raw)
+            payload = read_json(raw)
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             return "", "coord hook: unreadable payload (%s); allowed" % type(exc).__name__
         if not isinstance(payload, dict):

@@ -1,21 +1,21 @@
 #!/usr/bin/env python3
 """The per-host coord process for a PostgreSQL project (docs/postgresql.md): coord's commands
-start it on demand (store.start_host), SessionStart in the background, a person with
+start it on demand (hostclient.start_host), SessionStart in the background, a person with
 `coord db start`.
 
-It is the only process that imports the PostgreSQL driver (psycopg 3, through store's
-PostgreSQL engine) and holds the server connections; hooks and commands stay stdlib and reach
-it over a private Unix socket in the state directory (store.HostClient). One request is one
+It is the only process that imports the PostgreSQL driver (psycopg 3, through the PostgreSQL
+engine, pg.py) and holds the server connections; hooks and commands stay stdlib and reach
+it over a private Unix socket in the state directory (hostclient.HostClient). One request is one
 store operation, run in one transaction here, so a claim is one round trip for its caller.
 `begin` binds one server connection to the client's socket until `commit` or `rollback` (a
 socket that closes first rolls back), for the callers that make several operations one
 read-check-write (`with st.transaction():`).
 
 A module of its own because it is a new outside thing: a long-lived process with a socket,
-threads and a driver, none of which a hook or command may load (the ladder: host -> store).
+threads and a driver, none of which a hook or command may load (the ladder: host -> pg -> hostclient -> store).
 
     python3 host.py serve --dsn DSN --project PROJECT [--socket PATH] [--pool N] [--idle S]
-    python3 host.py supervise ...same options...   (what store.start_host runs, detached)
+    python3 host.py supervise ...same options...   (what hostclient.start_host runs, detached)
 
 `serve` is the process itself, in the foreground. `supervise` runs `serve` as its child and
 starts it again after a crash (after 0.1 s, doubling to 5 s; back to 0.1 s once a child lived a
@@ -36,6 +36,8 @@ import sys
 import threading
 import time
 
+import hostclient
+import pg
 import store
 
 # The Store methods a client may call by name; anything else is refused. Methods that read the
@@ -71,10 +73,10 @@ COPY_STALE = 3.0
 LISTEN_RETRY = 0.1  # seconds before the LISTEN connection is made again, doubling to 5 s
 # A stopped client (docs/postgresql.md): a transaction a client opened over the socket (begin)
 # is rolled back by this process when no request comes for HOST_TXN_IDLE seconds or once it is
-# HOST_TXN_MAX seconds old, as the server ends a session idle in its transaction (store.PG_BOUNDS).
-# Sooner than another host would take it for stuck (store.PG_STUCK_AFTER): this process, still
+# HOST_TXN_MAX seconds old, as the server ends a session idle in its transaction (pg.PG_BOUNDS).
+# Sooner than another host would take it for stuck (pg.PG_STUCK_AFTER): this process, still
 # running, lets the lock go itself, and the rest of its sessions queued for the lock go on.
-HOST_TXN_IDLE, HOST_TXN_MAX = store.PG_STUCK_AFTER - 1.0, float(store.PG_LOCK_TIMEOUT)
+HOST_TXN_IDLE, HOST_TXN_MAX = pg.PG_STUCK_AFTER - 1.0, float(pg.PG_LOCK_TIMEOUT)
 COPY_OPS = frozenset(["hook_write_decision"])  # what the copy may answer (Server.answer)
 # SessionStart's reads from the copy too, and a boundary's notices in one operation.
 COPY_OPS = COPY_OPS | frozenset(["hook_conversation_runtime", "hook_session_leases"])
@@ -104,7 +106,7 @@ class _Pool:
             st = None
         try:
             if st is None:
-                st = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
+                st = pg.Store({"dsn": self.dsn, "project": self.project}, migrate=False)
             st.adopt_thread()
         except BaseException:
             self.sem.release()
@@ -156,12 +158,12 @@ def _still_there(bound):
     if _connection_gone(bound):
         raise store.EnvError("the PostgreSQL server ended this transaction while it waited for its next request"
                              " (a client stopped or slow for %g s or more): nothing of it was written"
-                             % store.PG_STUCK_AFTER, "run the command again")
+                             % pg.PG_STUCK_AFTER, "run the command again")
 
 
 # -- the lease copy (docs/postgresql.md "The write decision from memory"):
 # the hook's PreToolUse question answered from memory. One thread keeps a LISTEN connection (a
-# session of its own, store.PgListener) and counts the wake-ups; another re-reads the whole copy
+# session of its own, pg.PgListener) and counts the wake-ups; another re-reads the whole copy
 # (store.Store.lease_copy_read, one snapshot on a pooled connection) after each wake-up, every
 # COPY_EVERY seconds, and after the LISTEN connection came back. The copy is fresh while the
 # LISTEN connection is up and was seen alive within COPY_STALE, and its read began after the
@@ -176,7 +178,7 @@ class LeaseCopyKeeper:
         self.wakes = 0  # wake-ups counted (a new LISTEN session counts as one)
         self.listening = False
         self.seen = 0.0  # monotonic time the LISTEN connection last answered or delivered
-        self.copy = None  # store.LeaseCopy
+        self.copy = None  # pg.LeaseCopy
         self.due = threading.Event()
         self.listener = None
         self.refreshes = self.hits = self.misses = self.reconnects = 0
@@ -198,7 +200,7 @@ class LeaseCopyKeeper:
         pause = self.retry
         while True:
             try:
-                listener = store.PgListener(self.dsn, self.project)
+                listener = pg.PgListener(self.dsn, self.project)
             except store.CoordError as exc:
                 self.last_error = exc.message
                 time.sleep(pause)
@@ -248,7 +250,7 @@ class LeaseCopyKeeper:
             broken = False
             try:
                 rows = st.lease_copy_read()
-                self.copy = store.LeaseCopy(rows, generation, started)
+                self.copy = pg.LeaseCopy(rows, generation, started)
                 self.refreshes += 1
             except store.CoordError:
                 broken = True
@@ -305,7 +307,7 @@ def _read_frame(sock):
     if head is None:
         return None
     (size,) = struct.unpack(">I", head)
-    if size > store.HOST_MAX_FRAME:
+    if size > hostclient.HOST_MAX_FRAME:
         raise ValueError("frame of %d bytes" % size)
     body = _read_exact(sock, size)
     if body is None:
@@ -367,7 +369,7 @@ _NOW_POSITIONS = {}
 def _refuse_client_time(op, args, kwargs):
     if op not in _NOW_POSITIONS:
         import inspect
-        names = list(inspect.signature(getattr(store.Store, op)).parameters)[1:]  # without self
+        names = list(inspect.signature(getattr(pg.Store, op)).parameters)[1:]  # without self
         _NOW_POSITIONS[op] = names.index("now") if "now" in names else None
     at = _NOW_POSITIONS[op]
     # None is no time at all (the operation's default: the server's clock here), which the
@@ -543,14 +545,14 @@ class Server:
                  copy_every=COPY_EVERY, listen_retry=LISTEN_RETRY):
         self.path, self.project = path, project
         self.pool = _Pool(dsn, project, pool)
-        first = store.Store(pg={"dsn": dsn, "project": project})  # migrates, once, under the project lock
+        first = pg.Store({"dsn": dsn, "project": project})  # migrates, once, under the project lock
         self.clock = first.server_clock()
         store.set_clock(self.clock)  # every timestamp in this process: the server's time
         self.pool.free.append(first)
         self.sock = None
         threading.Thread(target=self.keep_clock, args=(clock_every,), daemon=True).start()
         # hosts: this host's heartbeat, before the first client (its runtimes' host must have a row)
-        self.safe_path = store.safe_state_path(path)
+        self.safe_path = hostclient.safe_state_path(path)
         self.beat_every = min(store.HOST_BEAT_EVERY, first.host_ttl / 6)
         self.beat_soon = threading.Event()
         self.beats = 0
@@ -573,7 +575,7 @@ class Server:
         (beat_soon) is an upsert and one read under the project lock, not a scan of the project
         that the caller's next operation waits behind."""
         beat = st.host_beat(reap=False)
-        store.write_safe_state(self.safe_path, store.safe_state(beat, self.clock.offset,
+        hostclient.write_safe_state(self.safe_path, hostclient.safe_state(beat, self.clock.offset,
                                                                  getattr(self.clock, "rtt", 0.0), st.host))
         self.beats += 1
 
@@ -631,13 +633,13 @@ class Server:
                 self.pool.give(st, broken)
 
     # -- a stopped client (docs/postgresql.md): the server ends a session idle in its transaction
-    #    (store.PG_BOUNDS), but not one stopped between two statements its pipeline sent with no
+    #    (pg.PG_BOUNDS), but not one stopped between two statements its pipeline sent with no
     #    Sync after them (a whole host process stopped mid-operation: no server timeout runs
     #    there). Every host process looks every PG_CUT_EVERY seconds for a session of any host that
     #    holds the project's lock and has waited for its client PG_IDLE_IN_TRANSACTION seconds,
     #    and ends it (Store.cut_stuck): its transaction is rolled back, never acknowledged.
 
-    def keep_cutting(self, every=store.PG_CUT_EVERY):
+    def keep_cutting(self, every=pg.PG_CUT_EVERY):
         def cut(st):
             self.stuck_cut += st.cut_stuck() or 0
         self._every(every, cut, "cut stuck")
@@ -780,9 +782,9 @@ class Server:
     def answer(self, req, bound, peer=None):
         rid = req.get("id") if isinstance(req, dict) else None
         try:
-            if not isinstance(req, dict) or req.get("v") != store.HOST_PROTOCOL:
+            if not isinstance(req, dict) or req.get("v") != hostclient.HOST_PROTOCOL:
                 raise store.UsageError("unknown request (protocol %r, this host process speaks %d)"
-                                       % (req.get("v") if isinstance(req, dict) else None, store.HOST_PROTOCOL))
+                                       % (req.get("v") if isinstance(req, dict) else None, hostclient.HOST_PROTOCOL))
             if req.get("project") != self.project:
                 raise store.EnvError("this host process serves project %s, not %s" % (self.project, req.get("project")))
             op, args, kwargs = req.get("op"), req.get("args") or [], req.get("kwargs") or {}
@@ -845,11 +847,11 @@ class Server:
                                                      "reaps": self.reaps, "cuts": self.cuts,
                                                      "stuck_cut": self.stuck_cut, "lease_copy":
                                                      self.copy.status() if self.copy else None}}, bound
-        if op == "doctor":  # --doctor's security lines (store.pg_doctor_checks), on this host's own connection
+        if op == "doctor":  # --doctor's security lines (pg.pg_doctor_checks), on this host's own connection
             st = self.pool.take()
             broken = False
             try:
-                lines = [[bool(ok), line] for ok, line in store.pg_doctor_checks(st, self.pool.dsn)]
+                lines = [[bool(ok), line] for ok, line in pg.pg_doctor_checks(st, self.pool.dsn)]
             except store.EnvError:
                 broken = True
                 raise
@@ -970,13 +972,13 @@ def main(argv=None):
     if args.command == "migrate":
         return migrate_main(args)
     if args.command == "join":
-        return migrate_main(args, lambda: store.join_project(args.project, os.environ.get("COORD_JOIN_URL", "")))
+        return migrate_main(args, lambda: pg.join_project(args.project, os.environ.get("COORD_JOIN_URL", "")))
     if args.command == "setup":  # the pg-security block of store.py does the work; print what it runs
         return setup_main(args)
     try:
         if not store.valid_project_id(args.project):
             raise store.UsageError("project ID %r must be letters, digits, '.', '_' or '-'" % args.project)
-        path = args.socket or store.project_host_socket(args.project)
+        path = args.socket or hostclient.project_host_socket(args.project)
         dsn = args.dsn or os.environ.get("COORD_HOST_DSN") or store.read_project_url(args.project)
         if not dsn:
             raise store.EnvError("no database for project %s: pass --dsn, or move it to PostgreSQL first"
@@ -1010,15 +1012,15 @@ def main(argv=None):
 
 def setup_main(args):
     """`host.py setup --project ID [--login ROLE]... [--json]` with COORD_ADMIN_URL: the
-    statements store.pg_setup runs, or the error (JSON with --json), never a traceback."""
+    statements pg.pg_setup runs, or the error (JSON with --json), never a traceback."""
     try:
         admin = os.environ.get(store.PG_ADMIN_URL_ENV, "").strip()
         if not admin:
             raise store.UsageError("no admin URL: host.py setup reads it from $%s, never from its arguments"
                                    % store.PG_ADMIN_URL_ENV, "the person runs: %s" % store.pg_setup_command(args.project))
         show = None if args.json else (lambda sql: print(sql if sql.startswith("--") else sql + ";", flush=True))
-        done = store.pg_setup(admin, args.project, args.login, out=show)
-        names = store.pg_role_names(args.project)
+        done = pg.pg_setup(admin, args.project, args.login, out=show)
+        names = pg.pg_role_names(args.project)
         if args.json:
             print(json.dumps({"project": args.project, "owner": names["owner"], "group": names["group"],
                               "logins": args.login, "statements": done}), flush=True)
@@ -1047,10 +1049,10 @@ def _surprise(exc, command):
 
 def migrate_main(args, run=None):
     """`host.py migrate --project ID` with COORD_MIGRATE_TARGET (a URL or "sqlite"): the report of
-    store.migrate_project as JSON on stdout, or the error as JSON (class, message, hint) and
-    its exit code. `host.py join` passes its own `run` (store.join_project)."""
+    pg.migrate_project as JSON on stdout, or the error as JSON (class, message, hint) and
+    its exit code. `host.py join` passes its own `run` (pg.join_project)."""
     try:
-        report = run() if run else store.migrate_project(args.project, os.environ.get("COORD_MIGRATE_TARGET", ""))
+        report = run() if run else pg.migrate_project(args.project, os.environ.get("COORD_MIGRATE_TARGET", ""))
     except Exception as exc:
         exc = _surprise(exc, args.command)
         print(json.dumps(_error_reply(None, exc)["error"]), flush=True)

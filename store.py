@@ -1,6 +1,6 @@
-"""coord's state: one private SQLite WAL database per project on this host or, for a project
-across hosts, one PostgreSQL schema reached through the host process (host.py; the engine
-is at the end of this file).
+"""coord's state: one private SQLite WAL database per project on this host (a project across
+hosts is one PostgreSQL schema: pg.py, the engine, runs only in the host process, host.py, and
+hostclient.py reaches it), and the facts every module shares.
 
 Invariants this module keeps:
 - Every read-check-write runs inside `transaction()` (BEGIN IMMEDIATE), so two processes
@@ -15,17 +15,19 @@ Invariants this module keeps:
   must be claimed again.
 - The database directory is 0700 and the database files 0600, whatever the umask.
 
-The hooks import this module on every tool call of every agent, so it imports only json, os,
-re, sqlite3 and time, and compiles its patterns at first use. Hashes (handles, subagent IDs)
-come from CPython's own sha1/sha256 modules, loaded on first use, not from hashlib (OpenSSL,
-~2 ms); a hook's write check hashes only for a subagent. subprocess loads only where there is no /proc.
+The hooks import this module on every tool call of every agent, so at import it loads only os,
+time and SQLite's C module (_sqlite3: the sqlite3 package adds datetime, ~2 ms); json and re load
+where a function needs them (a hook's write check needs neither: json with re costs a hook a few
+ms, a third of a bare interpreter's start), and its patterns compile at first use. Hashes
+(handles, subagent IDs) come from CPython's own sha1/sha256 modules, loaded on first use, not
+from hashlib (OpenSSL, ~2 ms); a hook's write check hashes only for a subagent. subprocess loads
+only where there is no /proc.
 """
 
-import json
 import os
-import re
-import sqlite3
 import time
+
+import _sqlite3 as sqlite3  # the sqlite3 package's own C module: connect, Connection, the errors
 
 SCHEMA_VERSION = 4  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
 DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
@@ -158,6 +160,7 @@ class Pattern:
 
     def __getattr__(self, name):  # match, search, sub, ...: only attributes a Pattern lacks
         if self._compiled is None:
+            import re
             self._compiled = re.compile(*self._args)
         return getattr(self._compiled, name)
 
@@ -277,12 +280,16 @@ def resolve_project_id(environ=None, start=None):
     return pid
 
 
-_PROJECT_ID_RE = Pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+_PROJECT_ID_CHARS = _ALNUM | frozenset("._-")
 
 
 def valid_project_id(pid):
-    """The project-ID rule: 1 to 128 letters, digits, '.', '_' or '-', not starting with a mark."""
-    return bool(_PROJECT_ID_RE.match(pid))
+    """The project-ID rule: 1 to 128 letters, digits, '.', '_' or '-', not starting with a mark
+    (as ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ matches it: one trailing newline passes; no re here,
+    which the hook would load for it)."""
+    body = pid[:-1] if pid.endswith("\n") else pid
+    return 0 < len(body) <= 128 and body[0] in _ALNUM and _PROJECT_ID_CHARS.issuperset(body)
 
 
 def state_dir(environ=None):
@@ -305,7 +312,15 @@ def resolve_db_path(environ=None, start=None, project_id=None):
     return os.path.join(state_dir(env), project_id + ".sqlite3")
 
 
-_URL_RE = Pattern(r"^\s*([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCHEME_CHARS = _ALNUM | frozenset("+.-")
+
+
+def url_scheme(value):
+    """The scheme of `value` as written when it is a URL (^\\s*([A-Za-z][A-Za-z0-9+.-]*)://), else None."""
+    head, sep, _rest = (value or "").lstrip().partition("://")
+    if sep and head[:1] in _ALNUM and not head[:1].isdigit() and _SCHEME_CHARS.issuperset(head):
+        return head
+    return None
 
 
 def refuse_database_url(value, source="COORD_DB"):
@@ -313,15 +328,15 @@ def refuse_database_url(value, source="COORD_DB"):
     absolute, `postgresql://coord@host/db` would be a SQLite file in a directory `postgresql:`
     wherever coord ran, often inside the repository where agents write. Only the scheme is
     named (the rest of a URL may hold a password). A postgresql:// URL is a project in
-    PostgreSQL, which only open_project_store opens (through the host process)."""
-    m = _URL_RE.match(value or "")
-    if m and m.group(1).lower() in ("postgresql", "postgres"):
+    PostgreSQL, which only hostclient.open_project_store opens (through the host process)."""
+    scheme = url_scheme(value)
+    if scheme and scheme.lower() in ("postgresql", "postgres"):
         raise EnvError("%s is a PostgreSQL URL (%s://...), not a file: a PostgreSQL project is reached through"
-                       " coord's host process, never opened as a file" % (source, m.group(1)),
+                       " coord's host process, never opened as a file" % (source, scheme),
                        "run coord's commands and hooks on it; unset %s to use the project's own database" % source)
-    if m:
+    if scheme:
         raise EnvError("%s is a URL (%s://...), not a file: coord keeps a project in a SQLite file or in"
-                       " PostgreSQL (a postgresql:// URL); %s:// is not supported" % (source, m.group(1), m.group(1)),
+                       " PostgreSQL (a postgresql:// URL); %s:// is not supported" % (source, scheme, scheme),
                        "unset %s to use the project's database in the state directory, "
                        "or set it to a file path or a postgresql:// URL" % source)
 
@@ -369,7 +384,12 @@ def find_repo_root(start=None):
         d = parent
 
 
-_CONTROL_RE = Pattern(r"[\x00-\x1f\x7f]")
+_CONTROLS = frozenset(map(chr, list(range(32)) + [127]))  # [\x00-\x1f\x7f], no re on the hook's path
+
+
+def _quoted(name):
+    import json
+    return json.dumps(name)
 
 
 def normalize_resource(name, root=None, resolve=True):
@@ -385,10 +405,10 @@ def normalize_resource(name, root=None, resolve=True):
     """
     if not isinstance(name, str) or not name.strip():
         raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
-    if _CONTROL_RE.search(name):
-        raise UsageError("resource name %s contains control characters" % json.dumps(name))
+    if not _CONTROLS.isdisjoint(name):
+        raise UsageError("resource name %s contains control characters" % _quoted(name))
     if text_in(name) != name:
-        raise UsageError("resource name %s is not valid UTF-8" % json.dumps(text_in(name)))
+        raise UsageError("resource name %s is not valid UTF-8" % _quoted(text_in(name)))
     if len(name) > MAX_RESOURCE:
         raise UsageError("resource name is longer than %d characters" % MAX_RESOURCE)
     if name.startswith("/"):
@@ -404,7 +424,7 @@ def normalize_resource(name, root=None, resolve=True):
             raise UsageError("the repository root itself is not a resource name")
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise UsageError("resource %s contains '..'" % json.dumps(name),
+        raise UsageError("resource %s contains '..'" % _quoted(name),
                          "use the plain repository-relative name")
     if not parts:
         raise UsageError("empty resource name", "name a repository-relative path such as src/a.py")
@@ -556,11 +576,11 @@ def process_alive(pid, start=None):
     """
     if not pid:
         return True
-    alive = _process_matches(pid, start)
+    alive = process_matches(pid, start)
     return alive or in_nested_pid_namespace()
 
 
-def _process_matches(pid, start):
+def process_matches(pid, start):
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -707,6 +727,7 @@ def pasteable(text, prefix):
     if not text or not prefix or prefix == "coord":
         return text
     if not _HINT_RE:
+        import re
         _HINT_RE.append(re.compile(r"(?<![\w./-])coord(?= (?:%s)(?![\w-]))" % "|".join(map(re.escape, HINT_COMMANDS))))
     return _HINT_RE[0].sub(lambda _m: prefix, text)
 
@@ -765,7 +786,7 @@ def command_as_typed(typed, environ=None, cwd=None):
 
 PERSON = "person"   # harness label of a person's runtime: a terminal, or the user outside any
 PARKED = "parked"   # harness label of the runtime that holds a parked work's leases and messages
-_UNCLOCKED = frozenset((PERSON, PARKED))  # pid-less runtimes the clock never ends (see runtime_live)
+UNCLOCKED = frozenset((PERSON, PARKED))  # pid-less runtimes the clock never ends (see runtime_live)
 _PERSON_PREFIX = PERSON + ":"
 # A runtime no clock ends (a recorded harness process, or a person or parked work without one:
 # runtime_live) stores heartbeat_at BEAT_AHEAD seconds after its real last beat, which beat_time
@@ -782,7 +803,7 @@ def beat_time(value):
 
 def beat_value(now, pid, harness):
     """The heartbeat_at to store for a beat at `now` of a runtime with this pid and harness label."""
-    return now + BEAT_AHEAD if pid or (harness or "") in _UNCLOCKED else now
+    return now + BEAT_AHEAD if pid or (harness or "") in UNCLOCKED else now
 
 
 # Variables a harness sets in the commands its agent runs (COORD_WORK_ID: the resume wrapper
@@ -1015,7 +1036,7 @@ def person_terminal(rt):
 
 def reserved_identity(conversation=None, harness=None):
     """A UsageError when `hello` is asked for a label coord keeps for itself (person, parked)."""
-    if (harness or "") in _UNCLOCKED or str(conversation or "").startswith((_PERSON_PREFIX, PARKED + ":")):
+    if (harness or "") in UNCLOCKED or str(conversation or "").startswith((_PERSON_PREFIX, PARKED + ":")):
         raise UsageError("%r is coord's own label for a person or a parked work" % (harness or conversation),
                          "run coord hello with no options in a terminal; it finds the person by the terminal")
 
@@ -1195,6 +1216,11 @@ _MIGRATIONS = {
 # a clone still running the previous release keeps working after the shared checkout installs
 # a release whose migrations are all additive (DESIGN.md, "Upgrades").
 ADDITIVE_MIGRATIONS = frozenset({2, 3, 4})
+
+
+def migration(target):
+    """The statements of migration `target` (SQLite's DDL; pg.Store translates them, pg_ddl)."""
+    return _MIGRATIONS[target]
 SCHEMA_APPLIED_KEY = "schema.applied"
 
 
@@ -1472,6 +1498,7 @@ def live_works_readonly(path):
     """[work record] of every work that is neither creating, failed nor removed, read as
     database_facts reads (never creating, locking or writing anything); [] when the database
     is absent, None when it cannot be read. For the installer, which lists out-of-date clones."""
+    import json
     if not os.path.exists(path):
         return []
     from urllib.parse import quote
@@ -1519,29 +1546,28 @@ def work_conversations(w):
     return out
 
 
-def read_works(path):
-    """The live work records (id, handle, task, state, path, source), read as live_works_readonly
-    reads; [] when there is no database or it cannot be read. `path` may be a project_database()
-    of a PostgreSQL project (project_live_works)."""
-    works = live_works_readonly(path) if isinstance(path, str) else project_live_works(path)
-    return [{k: w.get(k) for k in ("id", "handle", "task", "state", "path", "source")} for w in works or []]
-
-
 class Store:
-    """One connection to the coordination database plus every operation on it."""
+    """One connection to the coordination database plus every operation on it. The PostgreSQL
+    engine (pg.Store, in the host process only) is a subclass that overrides what differs."""
 
-    def __init__(self, path=None, timeout=None, environ=None, migrate=True, strict_env=True, pg=None):
+    engine = "sqlite"
+
+    def __init__(self, path=None, timeout=None, environ=None, migrate=True, strict_env=True):
         """strict_env=False (the hooks) ignores an out-of-range numeric variable and uses its
-        default; otherwise (the CLI) it is a UsageError naming the variable and its range.
-        pg={"dsn", "project"}: the PostgreSQL engine (the per-host process only)."""
+        default; otherwise (the CLI) it is a UsageError naming the variable and its range."""
         env = os.environ if environ is None else environ
         if path:
             refuse_database_url(path, "the database")
-        self.engine = "sqlite" if pg is None else "postgresql"
-        self.path = path or (resolve_db_path(env) if pg is None else None)
+        self.path = path or resolve_db_path(env)
+        self._settings(env, timeout, strict_env)
+        _ensure_private_dir(os.path.dirname(self.path))
+        self._open_sqlite(self.timeout, migrate)
+
+    def _settings(self, env, timeout, strict_env):
+        """The numbers a Store reads from the environment (both engines)."""
         if timeout is None:
             timeout = env_number(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT, BUSY_TIMEOUT_RANGE, strict_env)
-        self.timeout = timeout = check_float(timeout, "busy timeout", *BUSY_TIMEOUT_RANGE)
+        self.timeout = check_float(timeout, "busy timeout", *BUSY_TIMEOUT_RANGE)
         self.lease_ttl = env_number(env, "COORD_LEASE_TTL", DEFAULT_LEASE_TTL, LEASE_TTL_RANGE, strict_env)
         self.runtime_ttl = env_number(env, "COORD_RUNTIME_TTL", DEFAULT_RUNTIME_TTL, RUNTIME_TTL_RANGE, strict_env)
         self._host_env = env  # hosts: self.host, read at first use (a hook that registers nothing pays nothing)
@@ -1550,11 +1576,8 @@ class Store:
                                            HOST_LEASE_DELAY_RANGE, strict_env)
         self.reading = False  # inside an outermost snapshot()
         self._gate = None  # (turn, gate) file descriptors, opened on the first write: the write gate
-        if pg is not None:
-            self.reap_on_timer = True  # the host process reaps on a timer (host.py); hot operations only what they touch
-            self._open_pg(pg, migrate, env)
-            return
-        _ensure_private_dir(os.path.dirname(self.path))
+
+    def _open_sqlite(self, timeout, migrate):
         try:
             if not os.path.exists(self.path):
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
@@ -1580,73 +1603,6 @@ class Store:
             os.close(fd)
         self._gate = None
 
-    def _open_pg(self, pg, migrate, env=None):
-        self.conn = _PgConnection(pg["dsn"], pg["project"], role=pg.get("role"), environ=env,
-                                  bounded=pg.get("bounded", True))
-        self.path = self.conn.where
-        try:
-            if migrate:
-                self.conn.ensure_schema()
-                self._migrate()
-        except BaseException:
-            self.conn.close()
-            raise
-
-    # -- the host process (host.py): a Store handed between its threads, and a transaction that a
-    #    client holds open across requests (begin ... commit)
-
-    def adopt_thread(self):
-        """Make the calling thread this Store's owner (the PostgreSQL engine's pool hands a Store
-        to one thread at a time)."""
-        import threading
-        self.conn.owner = threading.get_ident()
-
-    def in_transaction(self):
-        return self.conn.in_transaction
-
-    def server_clock(self):
-        """A clock (function -> seconds since the epoch) on the database server's time: the
-        PostgreSQL engine's (pg_clock); this host's for SQLite."""
-        return pg_clock(self.conn) if self.engine == "postgresql" else time.time
-
-    def measure_clock(self, clock):
-        """Measure the server's clock again for `clock` (a ServerClock) on this Store's connection."""
-        clock.measure(self.conn)
-
-    def open_transaction(self, write=True):
-        """transaction() (or, write=False, snapshot()) entered and left open: end_transaction ends it."""
-        self._held = _Transaction(self, write)
-        self._held.__enter__()
-
-    def cut_stuck(self, idle=None):
-        """End the sessions that hold this project's lock and have waited for their client for
-        `idle` seconds (coord_cut_stuck; host.py runs it every PG_CUT_EVERY seconds); -> how many.
-        PostgreSQL only; None when the project has no such function yet (set up by an older coord)."""
-        if not getattr(self, "_cut_there", False):
-            self._cut_there = self.conn.execute("SELECT to_regprocedure(?) IS NOT NULL",
-                                                (PG_CUT_FUNCTION,)).fetchone()[0]
-            if not self._cut_there:
-                return None
-        key = self.conn.lock_key & 0xFFFFFFFFFFFFFFFF  # pg_locks shows a bigint key as two oids
-        return self.conn.execute("SELECT coord_cut_stuck(?::oid, ?::oid, ?)",
-                                 (key >> 32, key & 0xFFFFFFFF, float(idle or PG_STUCK_AFTER))).fetchone()[0]
-
-    def settle(self):
-        """Between two requests of one open transaction (host.py): _PgConnection.settle."""
-        if self.engine == "postgresql":
-            self.conn.settle()
-
-    def end_transaction(self, commit):
-        """Commit (or roll back) what open_transaction began; a no-op with none open."""
-        held, self._held = getattr(self, "_held", None), None
-        if held is not None:
-            if commit:
-                held.__exit__(None, None, None)
-            else:
-                held.__exit__(Refused, Refused("rolled back"), None)
-        elif self.conn.in_transaction:
-            self.conn.rollback() if self.engine == "postgresql" else self.conn.execute("ROLLBACK")
-
     # -- schema
 
     def _migrate(self):
@@ -1654,8 +1610,6 @@ class Store:
         migration an older coord cannot ignore); meta SCHEMA_APPLIED_KEY the newest applied,
         when that is beyond it. A database whose reader level is newer than this coord is
         refused; one that is newer only by additive migrations is used as it is."""
-        if self.engine == "postgresql":
-            return self._pg_migrate()
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
             return
@@ -1684,47 +1638,6 @@ class Store:
             else:  # the newest migration is one every reader must know: user_version says it all
                 self.conn.execute("DELETE FROM meta WHERE key = ?", (SCHEMA_APPLIED_KEY,))
 
-    _PG_READER_KEY = "schema.user_version"  # PostgreSQL has no user_version: the reader level lives in meta
-
-    def _pg_version(self):
-        if self.conn.execute("SELECT to_regclass('meta')").fetchone()[0] is None:
-            return 0
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (self._PG_READER_KEY,)).fetchone()
-        return int(row[0]) if row else 0
-
-    def _pg_migrate(self):
-        """_migrate's rules on PostgreSQL: the same migrations (pg_ddl), the reader level in meta;
-        all in one transaction under the project lock, so racing first users apply them once."""
-        with self.transaction():
-            version = self._pg_version()
-            if version > SCHEMA_VERSION:
-                raise EnvError("database %s has schema v%d, newer than this coord (v%d)"
-                               % (self.path, version, SCHEMA_VERSION), upgrade_hint())
-            applied = self._applied(version)
-            missing, no_cut = self.conn.execute("SELECT to_regprocedure('coord_expect(boolean)') IS NULL,"
-                                                "to_regprocedure('%s') IS NULL" % PG_CUT_FUNCTION).fetchone()
-            if applied >= SCHEMA_VERSION and not missing and not no_cut:
-                return
-            if applied >= SCHEMA_VERSION and not missing and not pg_may_create(self.conn):
-                return  # a project set up before the stuck-holder cut: coord db setup adds it (--doctor says)
-            pg_require_owner(self.conn)  # pg-security block: a login role never migrates (nor makes functions)
-            for statement in PG_FUNCTIONS:  # with every migration, so a newer coord's definition replaces the old
-                self.conn.execute_ddl(statement)
-            if applied >= SCHEMA_VERSION:
-                return
-            for target in range(applied + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[target]:
-                    self.conn.execute_ddl(pg_ddl(statement))
-                if target not in ADDITIVE_MIGRATIONS:
-                    version = target
-                    self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                                      (self._PG_READER_KEY, str(target)))
-            if version != SCHEMA_VERSION:
-                self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                                  (SCHEMA_APPLIED_KEY, str(max(applied, SCHEMA_VERSION))))
-            else:
-                self.conn.execute("DELETE FROM meta WHERE key = ?", (SCHEMA_APPLIED_KEY,))
-
     def _applied(self, version):
         """The newest migration applied to a database whose user_version is `version`."""
         if version < 1:
@@ -1744,17 +1657,29 @@ class Store:
         finally:
             target.close()
 
+    # -- the ID sequences of AUTOINCREMENT tables, for copying a project between engines (pg.copy_project)
+
+    def id_sequence(self, table):
+        """The highest ID `table` ever handed out (sqlite_sequence; pg.Store: its identity sequence)."""
+        row = self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).fetchone()
+        return row[0] if row else 0
+
+    def set_id_sequence(self, table, value):
+        """Make `table`'s next ID come after `value` (never lower what it is)."""
+        if not self.conn.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (value, table)).rowcount:
+            self.conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, value))
+
     # -- transactions
 
     def transaction(self):
         """BEGIN IMMEDIATE ... COMMIT: every read-check-write runs inside one."""
-        return _Transaction(self)
+        return Transaction(self)
 
     def snapshot(self):
         """A read transaction (BEGIN DEFERRED ... COMMIT): every read inside it sees the same state
         of the database (under WAL without waiting for a writer). Read only; inside transaction()
         it is part of that transaction."""
-        return _Transaction(self, write=False)
+        return Transaction(self, write=False)
 
     def q(self, sql, params=()):
         try:
@@ -1764,6 +1689,7 @@ class Store:
 
     def audit(self, event, runtime=None, subject=None, now=None, **data):
         """Append one audit row; call inside a transaction."""
+        import json
         self.conn.execute(
             "INSERT INTO audit (at, event, runtime, subject, data) VALUES (?, ?, ?, ?, ?)",
             (_now(now), event, runtime, subject, json.dumps(data, sort_keys=True, separators=(",", ":"))))
@@ -1771,6 +1697,7 @@ class Store:
     def exclusive_claims_since(self, since, resources, limit=100000):
         """[{resource, runtime, at}] of the exclusive lease claims the audit recorded at or after
         `since` on a name overlapping any of `resources` (read only, oldest first)."""
+        import json
         names = set(resources)
         rows = self.q("SELECT at, runtime, subject, data FROM audit WHERE event = 'lease.claimed' AND at >= ?"
                       " ORDER BY id LIMIT ?", (since, limit)).fetchall()
@@ -1815,7 +1742,7 @@ class Store:
         one, a heartbeat within the presence limit (COORD_RUNTIME_TTL)."""
         if rt is None or rt["ended_at"] is not None:
             return False
-        if not rt["pid"] and rt.get("harness") in _UNCLOCKED:
+        if not rt["pid"] and rt.get("harness") in UNCLOCKED:
             return True  # the user outside any terminal, or a parked work: ended explicitly, never by the clock
         if rt["pid"]:
             return self.pid_live(rt, now)
@@ -1838,24 +1765,20 @@ class Store:
         """True when rt's recorded pid (if any) names a process this process may judge and match
         against its own ancestry: on SQLite every runtime (a SQLite project is one host by
         definition, and nothing changes for it); on PostgreSQL only a runtime this host recorded
-        (same boot id and PID namespace: hosts.id)."""
-        return self.engine == "sqlite" or rt.get("host") == self.host["id"]
+        (same boot id and PID namespace: hosts.id; pg.Store)."""
+        return True
 
     def _here(self, column="host"):
-        """(" AND <column> = ?", [this host]) on PostgreSQL, ("", []) on SQLite: a query that finds
-        runtimes by pid finds only this host's (another host's pid 4242 is not this host's)."""
-        if self.engine == "sqlite":
-            return "", []
-        return " AND %s = ?" % column, [self.host["id"]]
+        """(" AND <column> = ?", [this host]) on PostgreSQL (pg.Store), ("", []) on SQLite: a query
+        that finds runtimes by pid finds only this host's (another host's pid 4242 is not this host's)."""
+        return "", []
 
     def pid_live(self, rt, now=None):
         """Whether the runtime with a recorded pid lives: judged by its pid on its own host (on
         PostgreSQL the host process runs in its host's PID namespace, so a pid it cannot see is
-        gone); by its host's heartbeat on the server's clock everywhere else."""
+        gone: pg.Store); by its host's heartbeat on the server's clock everywhere else."""
         if self.pid_judged_here(rt):
-            if self.engine == "sqlite":
-                return process_alive(rt["pid"], rt["pid_start"])
-            return _process_matches(rt["pid"], rt["pid_start"])
+            return process_alive(rt["pid"], rt["pid_start"])
         return self.host_state(rt.get("host"), now, rt) == "live"
 
     def host_state(self, host_id, now=None, rt=None):
@@ -1879,36 +1802,6 @@ class Store:
         delay past its TTL: its exclusive leases still hold (a paused host is not a dead one)."""
         return bool(rt.get("pid")) and rt.get("ended_at") is None and not self.pid_judged_here(rt) \
             and self.host_state(rt.get("host"), now, rt) == "dying"
-
-    def host_beat(self, now=None, reap=True):
-        """The host process's timer (host.py): record this host's heartbeat on the server's clock
-        (its runtimes stay live for every other host while it beats, idle agents included: an idle
-        agent runs no coord process), reap (this host's dead pids among the rest), and return what
-        safe mode needs: {"now", "heartbeat_at", "ttl", "lease_delay", "leases": this host's
-        unexpired exclusive leases [{resource, runtime, handle, conversation, expires_at}]}."""
-        now = _now(now)
-        h = self.host
-        with self.transaction():
-            self.conn.execute(
-                "INSERT INTO hosts (id, name, boot_id, pid_ns, started_at, heartbeat_at, ttl, lease_delay)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET name = excluded.name,"
-                " heartbeat_at = max(hosts.heartbeat_at, excluded.heartbeat_at), ttl = excluded.ttl,"
-                " lease_delay = excluded.lease_delay",
-                (h["id"], h["name"], h["boot_id"], h["pid_ns"], now, now, self.host_ttl, self.host_lease_delay))
-            if reap:
-                self._reap(now)
-            sql = ("SELECT l.resource, l.runtime, r.handle, r.conversation, l.expires_at FROM leases l"
-                   " JOIN runtimes r ON r.id = l.runtime WHERE r.host = ? AND r.ended_at IS NULL"
-                   " AND l.mode = 'exclusive' AND l.expires_at > ? ORDER BY l.resource, l.runtime")
-            if self.engine == "postgresql":  # read with COMMIT, so a beat is one wait under the lock
-                cur = self.conn.execute_at_commit(sql, (h["id"], now))
-                rows = None
-            else:
-                rows = self.q(sql, (h["id"], now)).fetchall()
-        rows = cur.fetchall() if rows is None else rows
-        keys = ("resource", "runtime", "handle", "conversation", "expires_at")
-        return {"now": now, "heartbeat_at": now, "ttl": self.host_ttl, "lease_delay": self.host_lease_delay,
-                "host": h["id"], "leases": [dict(zip(keys, r)) for r in rows]}
 
     def hosts(self, now=None):
         """Every host that ever beat: [{id, name, boot_id, pid_ns, started_at, heartbeat_at, ttl,
@@ -1994,9 +1887,10 @@ class Store:
 
     def usable_runtime(self, runtime_id, now=None):
         """The runtime record if it may act (renew, release, claim, ack); else a clear refusal."""
-        rt = self.runtime(runtime_id)
-        if rt is not None and self.engine == "postgresql":
-            _PG_KNOWN.remember(self.conn.schema, rt)
+        return self.check_usable(self.runtime(runtime_id), runtime_id, now)
+
+    def check_usable(self, rt, runtime_id, now=None):
+        """usable_runtime on the record `rt` of `runtime_id` (None: there is none), as read."""
         if rt is None:
             raise Refused("no runtime %s" % runtime_id, "register with coord hello")
         if rt["superseded_by"]:
@@ -2083,8 +1977,7 @@ class Store:
             pid_start = process_start(pid)
         taken = None
         with self.transaction():
-            first = new_uuid() if self.engine == "postgresql" and not agent_id else None
-            self._prefetch(self._register_reads, conversation, pid, pid_start, first)
+            first = self._prefetch_register(conversation, pid, pid_start, agent_id)
             self._reap_inline(now, conversation=conversation)
             if agent_id:
                 rid = subagent_uuid(conversation, agent_id)
@@ -2108,8 +2001,7 @@ class Store:
                         self._turn_row(same["id"], turn, now)
                     return same
                 rid, handle = self._draw_runtime_id(first)
-                if self.engine == "postgresql":  # read before the insert (which changes neither)
-                    taken = self._olds_and_their_leases(conversation, rid)
+                taken = self._taken_before_insert(conversation, rid)
             self.conn.execute(
                 "INSERT INTO runtimes (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at,"
                 " heartbeat_at, host) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -2168,38 +2060,21 @@ class Store:
     _OLDS_LEASES = ("SELECT runtime, resource FROM leases WHERE runtime IN (SELECT id FROM runtimes WHERE"
                     " conversation = ? AND agent_id IS NULL AND ended_at IS NULL AND id != ?) ORDER BY resource")
 
-    def _olds_and_their_leases(self, conversation, rid):
-        """PostgreSQL, in register before its insert: [(old, its lease names)], the runtimes
-        _take_over_conversation supersedes and what _supersede moves from each, as they would
-        read them after the insert (which changes neither), both from the reads sent with BEGIN
-       ."""
-        olds = [r[0] for r in self.q(*self._olds_read(conversation, rid)).fetchall()]
-        names = {}
-        for runtime, resource in (self.q(self._OLDS_LEASES, (conversation, rid)).fetchall() if olds else []):
-            names.setdefault(runtime, []).append(resource)
-        return [(old, names.get(old, [])) for old in olds]
+    def _taken_before_insert(self, conversation, rid):
+        """What register reads before inserting runtime `rid` for _take_over_conversation: None on
+        SQLite (it reads after the insert); pg.Store reads it with the reads sent with BEGIN."""
+        return None
 
     def _take_over_conversation(self, conversation, rid, now, taken=None):
         """The new top-level runtime `rid` supersedes the conversation's live ones and inherits
-        the open deliveries of its ended attachments. taken: _olds_and_their_leases, read earlier."""
+        the open deliveries of its ended attachments. taken: _taken_before_insert, read earlier."""
         if taken is None:
             taken = [(old, None) for (old,) in self.q(*self._olds_read(conversation, rid)).fetchall()]
         for old, names in taken:
             self._supersede(old, rid, now, names)
-        if self.engine == "postgresql":
-            # the same audit row, its count taken by the server just before the move
-            # (under the project lock nothing else moves them), so nothing waits for a rowcount
-            self.conn.execute(
-                "INSERT INTO audit (at, event, runtime, subject, data) SELECT ?, 'message.inherited', ?, ?,"
-                " '{\"deliveries\":' || CAST(n AS text) || '}' FROM (SELECT count(*) AS n FROM deliveries"
-                " WHERE state != 'acked' AND recipient IN (SELECT id FROM runtimes WHERE conversation = ? AND"
-                " agent_id IS NULL AND id != ? AND superseded_by IS NULL)) c WHERE n > 0",
-                (now, rid, rid, conversation, rid))
-            self.conn.execute(
-                "UPDATE deliveries SET recipient = ? WHERE state != 'acked' AND recipient IN (SELECT id FROM"
-                " runtimes WHERE conversation = ? AND agent_id IS NULL AND id != ? AND superseded_by IS NULL)",
-                (rid, conversation, rid))
-            return
+        self._inherit_deliveries(conversation, rid, now)
+
+    def _inherit_deliveries(self, conversation, rid, now):
         # Messages to an earlier attachment that ended without a successor (its harness
         # died, or it said bye) are still the conversation's: they follow it here.
         moved = self.conn.execute(
@@ -2210,7 +2085,7 @@ class Store:
             self.audit("message.inherited", rid, rid, now, deliveries=moved)
 
     def _supersede(self, old, new, now, moved=None):
-        if moved is None:  # else read before this transaction's first write (_olds_and_their_leases)
+        if moved is None:  # else read before this transaction's first write (_taken_before_insert)
             moved = [r[0] for r in self.q(self._OLD_LEASES, (old,))]
         self.conn.execute("UPDATE leases SET runtime = ? WHERE runtime = ?", (new, old))
         self.conn.execute("UPDATE deliveries SET recipient = ? WHERE recipient = ? AND state != 'acked'", (new, old))
@@ -2350,16 +2225,13 @@ class Store:
                 if turn:
                     self.set_turn(runtime_id, turn, now)
                 return False
-        if self.engine == "postgresql" and not self.conn.in_transaction:
-            if self._heartbeat_in_one_wait(runtime_id, now, turn):
-                return True
         return self._heartbeat(runtime_id, now, turn=turn)
 
     def _heartbeat(self, runtime_id, now, expect=None, turn=None):
         with self.transaction():
-            if expect is not None:  # _heartbeat_in_one_wait's assumption, checked by the server
+            if expect is not None:  # pg.Store's guess in one wait, checked by the server
                 self.conn.expect(*expect)
-            self._prefetch(self._heartbeat_reads, runtime_id, now)
+            self._prefetch("heartbeat", runtime_id, now)
             rt = self.usable_runtime(runtime_id, now)
             self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, runtime_id))
             self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ? + ttl) WHERE runtime = ?"
@@ -2403,6 +2275,7 @@ class Store:
     def _lose(self, holder, resource, mode, taker, taker_handle, now):
         """A lapsed lease of `holder` was taken by `taker`: drop it, audit it, and keep a note
         (in meta, so no schema change) that the holder's next boundary reports once."""
+        import json
         self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (resource, holder))
         self.audit("lease.lost", holder, resource, now, mode=mode, to=taker)
         self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (
@@ -2416,6 +2289,7 @@ class Store:
         hi = lo[:-1] + chr(ord(":") + 1)
         if not self.q("SELECT 1 FROM meta WHERE key >= ? AND key < ? LIMIT 1", (lo, hi)).fetchone():
             return []
+        import json
         with self.transaction():
             rows = self.q("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key", (lo, hi)).fetchall()
             self.conn.execute("DELETE FROM meta WHERE key >= ? AND key < ?", (lo, hi))
@@ -2489,214 +2363,41 @@ class Store:
         with self.transaction():
             self._reap(_now(now))
 
-    # -- the reads of a hot operation in one round trip (PostgreSQL; docs/postgresql.md,
-    #    "Round trips"). Each hot operation names the reads it is about to make; the PostgreSQL
-    #    engine sends them all with BEGIN (and a write's lock) and waits once, and the operation's
-    #    own code then finds each read's rows already there (_PgConnection.prefetch): the rules
-    #    stay the Python ones, in one place, on both engines. SQLite does nothing here.
+    # -- what the PostgreSQL engine (pg.Store) does otherwise on a hot path (docs/postgresql.md,
+    #    "Round trips", "Reaping on a timer"): SQLite does nothing here, reads what it needs when it
+    #    needs it and reaps the whole project first, as it always has.
+
+    reap_on_timer = False  # pg.Store: the host process reaps on a timer; a hot operation only what it touches
 
     def _prefetch(self, reads, *args):
-        """PostgreSQL, inside a transaction: make the reads `reads(*args)` lists ([(sql, params)])
-        in one round trip; -> the rows of the last one. SQLite: nothing, None."""
-        if self.engine != "postgresql" or not self.conn.in_transaction:
-            return None
-        return self.conn.prefetch(reads(*args))
+        """The reads a hot operation names ("claim": pg.Store._claim_reads, or a function listing
+        them) before it makes them; pg.Store sends them in one round trip. SQLite: nothing, None."""
+        return None
 
-    def _claim_reads(self, runtime_id, resources, now):
-        reads = [self._runtime_read(runtime_id)]
-        for name in resources:
-            reads += [self._overlapping_read(name, now), self._overlapping_read(name, now, lapsed=True)]
-        return reads + [(self._LEASES_OF, (runtime_id,))]
+    def _prefetch_register(self, conversation, pid, pid_start, agent_id):
+        """register's reads before it makes them -> the new runtime's ID to try first (None: drawn
+        when needed). SQLite: nothing, None."""
+        return None
 
-    def _renew_reads(self, runtime_id, now):
-        return [self._runtime_read(runtime_id), (self._LEASES_OF, (runtime_id,)), (self._LAPSED_OF, (runtime_id, now))]
-
-    def _release_reads(self, runtime_id):
-        return [self._runtime_read(runtime_id), (self._LEASES_OF, (runtime_id,))]
-
-    def _heartbeat_reads(self, runtime_id, now):
-        return [self._runtime_read(runtime_id), (self._LAPSED_OF, (runtime_id, now))]
-
-    def _register_reads(self, conversation, pid, pid_start, rid):
-        """What register reads first; rid: a new top-level runtime's ID drawn now (None for a
-        subagent), so that its handle check and the conversation's take-over read go too."""
-        reads = [self._conversation_read(conversation)]
-        if rid is None:
-            return reads
-        if pid:
-            reads.append(self._same_process_read(conversation, pid, pid_start))
-        return reads + [("SELECT 1 FROM runtimes WHERE handle = ?", (handle_for(rid, DOMAIN_RUNTIME),)),
-                        self._olds_read(conversation, rid), (self._OLDS_LEASES, (conversation, rid))]
-
-    def _conversation_read(self, conversation):
-        return ("SELECT %s FROM runtimes WHERE conversation = ? AND ended_at IS NULL ORDER BY started_at, id"
-                % self._RUNTIME_COLS, (conversation,))
+    def _draw_message_id(self, runtime_id, to):
+        """send's reads before it makes them -> the new message's ID, or None: the insert draws it."""
+        return None
 
     def _runtime_at_commit(self, runtime_id):
         """runtime(runtime_id) as this transaction leaves it (see _leases_at_commit)."""
-        if self.engine != "postgresql":
-            out = self.runtime(runtime_id)
-            return lambda: out
-        cur = self.conn.execute_at_commit(*self._runtime_read(runtime_id))
-
-        def later():
-            rt = self._row_runtime((cur.fetchall() or [None])[0])
-            if rt is not None:
-                _PG_KNOWN.remember(self.conn.schema, rt)  # its next claim or heartbeat: one wait
-            return rt
-        return later
-
-    def _write_decision_reads(self, resources, now):
-        return [self._overlapping_read(name, now) for name in resources]
-
-    def _send_reads(self, runtime_id, to):
-        """The sender, the recipient named (a runtime's handle or ID) and a new message ID, drawn
-        now so that the message's insert waits for nothing (-> its rows: [(id,)])."""
-        reads = [self._runtime_read(runtime_id)]
-        if to != "*":
-            try:
-                reads.append(self._resolve_read(to))
-            except CoordError:
-                pass  # not a runtime's name: send reads what it is as it always has
-        return reads + [("SELECT nextval(pg_get_serial_sequence('messages', 'id'))", ())]
-
-    # A claim in one wait (PostgreSQL). The common claim finds its caller usable and no lease
-    # of anyone else on or around its names, and nothing expired there: the whole claim is then
-    # BEGIN, the lock, the writes, the final read and COMMIT, which need no answer before they
-    # are sent. So it runs claim's own code (_claim) on those assumed reads, and sends before
-    # its writes coord_expect(<the server holds exactly that>): one wait. When the guess is
-    # wrong (a peer's lease there, something expired, the caller ended or unknown to this
-    # process) the server rolls all of it back and _claim runs again on what the server holds.
-    # The caller's record (its pid and harness never change) comes from an earlier read
-    # (_PG_KNOWN), and its pid is judged here, as ever, by this host.
-
-    def _caller_guess(self, runtime_id, now):
-        """(rt, assumed, condition, params): the caller `runtime_id` as a hot operation may
-        assume it (usable: its record as this process read it before, unended, not superseded,
-        live), the reads that assumes, and the SQL condition (with its parameters) under which
-        the server holds exactly that; None when this process cannot guess (never read it, or
-        its process is gone: the operation runs as ever and says why)."""
-        row = _PG_KNOWN.row(self.conn.schema, runtime_id)
-        if row is None:
-            return None
-        # heartbeat_at (checked below), ended_at, end_reason, superseded_by; then the host as read
-        assumed_row = row[:9] + (now, None, None, None) + tuple(row[13:])
-        rt = self._row_runtime(assumed_row)
-        if rt["pid"] and (not self.pid_judged_here(rt) or not process_alive(rt["pid"], rt["pid_start"])):
-            return None  # hosts: only a runtime of this host is guessed (another's is judged by its host's beat)
-        clocked = not rt["pid"] and rt["harness"] not in _UNCLOCKED
-        condition = ("EXISTS (SELECT 1 FROM runtimes WHERE id = ? AND ended_at IS NULL AND superseded_by IS NULL"
-                     " AND pid IS NOT DISTINCT FROM ? AND pid_start IS NOT DISTINCT FROM ? AND harness = ?"
-                     " AND host IS NOT DISTINCT FROM ?"  # hosts: still this host's (a hello elsewhere moves it)
-                     " AND (NOT ? OR heartbeat_at + ? > ?))")
-        params = [runtime_id, rt["pid"], rt["pid_start"], rt["harness"], rt.get("host"), clocked, self.runtime_ttl, now]
-        return rt, {self._runtime_read(runtime_id): [assumed_row]}, condition, params
-
-    def _speculate(self, run, guess, condition, params, assumed):
-        """run(expect) with the server checking `condition` first: -> its result, or None when
-        the guess was wrong (the server rolled all of it back)."""
-        try:
-            return run(("SELECT coord_expect(%s)" % condition, params, assumed))
-        except EnvError:
-            if not self.conn.expectation_failed:
-                raise
-            self.conn.expectation_failed = False
-            return None
-
-    def _heartbeat_in_one_wait(self, runtime_id, now, turn=None):
-        """heartbeat's whole transaction in one wait, guessing the caller usable and, when it has
-        a process, none of its leases lapsed (nothing for _revive to do). -> True when done."""
-        guess = self._caller_guess(runtime_id, now) if runtime_id else None
-        if guess is None:
-            return False
-        rt, assumed, condition, params = guess
-        assumed[(self._LAPSED_OF, (runtime_id, now))] = []
-        condition += " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?))"
-        params = params + [not rt["pid"], runtime_id, now]
-        return bool(self._speculate(lambda expect: self._heartbeat(runtime_id, now, expect, turn), guess, condition,
-                                    params, assumed))
-
-    def _claim_in_one_wait(self, runtime_id, resources, mode, purpose, ttl, now):
-        guess = self._caller_guess(runtime_id, now) if resources else None
-        if guess is None:
-            return None
-        rt, assumed, condition, caller_params = guess
-        kept = rt["pid"] is not None or rt["harness"] == PARKED  # its expired leases stay (_reap)
-        assumed[(self._LEASES_OF, (runtime_id,))] = []
-        around, params = [], []
-        for name in resources:
-            for lapsed in (False, True):
-                sql, p = self._overlapping_read(name, now, lapsed)
-                assumed[(sql, tuple(p))] = []
-            names = ancestors(name)
-            around.append("resource IN (%s) OR (resource > ? AND resource < ?)" % ",".join("?" * len(names)))
-            params += names + [name + "/", name + "0"]
-        condition += (" AND NOT EXISTS (SELECT 1 FROM leases WHERE (%s) AND (runtime <> ? OR expires_at <= ?))"
-                      " AND (? OR NOT EXISTS (SELECT 1 FROM leases WHERE runtime = ? AND expires_at <= ?))"
-                      % " OR ".join(around))
-        params = caller_params + params + [runtime_id, now, kept, runtime_id, now]
-        return self._speculate(lambda expect: self._claim(runtime_id, resources, mode, purpose, ttl, now, expect),
-                               guess, condition, params, assumed)
+        out = self.runtime(runtime_id)
+        return lambda: out
 
     def _leases_at_commit(self, runtime_id, resources):
         """leases_of(runtime_id, resources) as this transaction leaves them, for its caller:
-        -> a function returning them once the transaction has committed. PostgreSQL sends the
-        read just before COMMIT, and it comes back with COMMIT's reply; SQLite reads it now."""
-        if self.engine != "postgresql":
-            out = self.leases_of(runtime_id, resources)
-            return lambda: out
-        cur = self.conn.execute_at_commit(self._LEASES_OF, (runtime_id,))
-        return lambda: self._lease_rows(cur.fetchall(), resources)
-
-    # -- reaping off the hot path (PostgreSQL; docs/postgresql.md, "Reaping on a timer").
-    #    On SQLite every hot operation (register, claim, renew, send) runs the whole _reap first,
-    #    as it always has. Where reap_on_timer is set (the PostgreSQL engine) the host process
-    #    reaps on a timer (host.py, Server.keep_reaping) and a hot operation reaps only what it
-    #    touches: the dead holders of leases on the names it claims, those names' expired
-    #    leases, its own expired leases, a registering conversation's dead runtimes. Readers do
-    #    not depend on reaping: every one judges expiry (expires_at > now, on the server's clock)
-    #    and liveness (runtime_live, _work_holding) as it reads, so a row the timer has not
-    #    reached yet never blocks anyone.
-
-    reap_on_timer = False
+        -> a function returning them once the transaction has committed (SQLite reads them now;
+        pg.Store sends the read just before COMMIT)."""
+        out = self.leases_of(runtime_id, resources)
+        return lambda: out
 
     def _reap_inline(self, now, names=(), runtime_id=None, conversation=None):
-        """The reap a hot operation runs first: all of _reap on SQLite; with reap_on_timer only
-        the leases on `names` (their dead holders and expired rows), `runtime_id`'s own expired
-        leases and `conversation`'s dead runtimes."""
-        if not self.reap_on_timer:
-            return self._reap(now)
-        dead, rows = {}, []
-        for name in names:
-            for lease in self.overlapping(name, now) + self.overlapping(name, now, lapsed=True):
-                rows.append(lease)
-                if lease["ended_at"] is None and lease["runtime"] != runtime_id and not self.runtime_live(
-                        lease, now) and not self._dying_holder(lease, now):
-                    dead.setdefault(lease["runtime"], None)
-        if conversation is not None:
-            for row in self.q(*self._conversation_read(conversation)).fetchall():
-                rt = self._row_runtime(row)
-                if not self.runtime_live(rt, now) and not self._dying_holder(rt, now):
-                    dead[rt["id"]] = rt
-        for rid in dead:
-            rt = dead[rid] or self.runtime(rid)
-            if rt is not None and rt["ended_at"] is None:
-                self._reap_runtime(rt, now)
-        # _reap's rule for an expired lease: deleted unless its runtime is unended with a process or parked.
-        expired = set()
-        for lease in rows:
-            if lease["expires_at"] <= now and lease["runtime"] not in dead and not (
-                    lease["ended_at"] is None and (lease["pid"] is not None or lease["harness"] == PARKED)):
-                expired.add((lease["resource"], lease["runtime"], lease["mode"]))
-        if runtime_id is not None:
-            rt = self.runtime(runtime_id)
-            if rt is not None and not (rt["ended_at"] is None and (rt["pid"] is not None or rt["harness"] == PARKED)):
-                for lease in self.leases_of(runtime_id):
-                    if lease["expires_at"] <= now:
-                        expired.add((lease["resource"], runtime_id, lease["mode"]))
-        for resource, runtime, mode in sorted(expired):
-            self.conn.execute("DELETE FROM leases WHERE resource = ? AND runtime = ?", (resource, runtime))
-            self.audit("lease.expired", runtime, resource, now, mode=mode)
+        """The reap a hot operation runs first: all of _reap (pg.Store: only what it touches)."""
+        return self._reap(now)
 
     _HOLDING_STATES = ("active", "resumed")
 
@@ -2753,7 +2454,7 @@ class Store:
         lease as held, as the next reap makes it (_hold_for_work), so `check` and the write hook
         never see a crashed agent's files free in between."""
         if rt is None or rt["ended_at"] is not None or rt["agent_id"] or not rt["conversation"] \
-                or rt["pid"] is None or rt["harness"] in _UNCLOCKED:
+                or rt["pid"] is None or rt["harness"] in UNCLOCKED:
             return None
         other = self.find_conversation_runtime(rt["conversation"], now=now)
         if other is not None and other["id"] != rt["id"]:
@@ -2983,7 +2684,7 @@ class Store:
         """
         now = _now(now)
         with self.snapshot():
-            self._prefetch(self._write_decision_reads, resources, now)
+            self._prefetch("write_decision", resources, now)
             blocking = self.conflicts(resources, "exclusive", runtime_id, now)
             if runtime_id and any(b["mode"] == "append" for b in blocking):
                 mine = [l["resource"] for l in self.leases_of(runtime_id) if l["expires_at"] > now]
@@ -3040,7 +2741,7 @@ class Store:
         return {"runtime": rt, "blocking": blocking, "from": "database"}
 
     # SessionStart's reads as operations the lease copy can answer (host.py COPY_OPS;
-    # LeaseCopy has the same methods), else one snapshot each.
+    # pg.LeaseCopy has the same methods), else one snapshot each.
 
     def hook_conversation_runtime(self, conversation, now=None):
         """find_conversation_runtime as one operation: -> {"runtime", "from": "database"}."""
@@ -3074,17 +2775,13 @@ class Store:
         ttl = self.lease_ttl if ttl is None else check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
         now = _now(now)
         resources = unique(resources)
-        if self.engine == "postgresql" and not self.conn.in_transaction:
-            done = self._claim_in_one_wait(runtime_id, resources, mode, purpose, ttl, now)
-            if done is not None:
-                return done
         return self._claim(runtime_id, resources, mode, purpose, ttl, now)
 
     def _claim(self, runtime_id, resources, mode, purpose, ttl, now, expect=None):
         with self.transaction():
-            if expect is not None:  # _claim_in_one_wait's assumption, checked by the server
+            if expect is not None:  # pg.Store's guess in one wait, checked by the server
                 self.conn.expect(*expect)
-            self._prefetch(self._claim_reads, runtime_id, resources, now)
+            self._prefetch("claim", runtime_id, resources, now)
             self.usable_runtime(runtime_id, now)
             self._reap_inline(now, resources, runtime_id)
             blocking = self.conflicts(resources, mode, runtime_id, now)
@@ -3131,7 +2828,7 @@ class Store:
             ttl = check_float(ttl, "--ttl", *LEASE_TTL_RANGE)
         refusal = None
         with self.transaction():
-            self._prefetch(self._renew_reads, runtime_id, now)
+            self._prefetch("renew", runtime_id, now)
             rt = self.usable_runtime(runtime_id, now)
             self._reap_inline(now, runtime_id=runtime_id)
             held = {l["resource"]: l for l in self.leases_of(runtime_id)}
@@ -3170,7 +2867,7 @@ class Store:
         """Release the named leases (all of them must be held) or, with everything, all leases."""
         now = _now(now)
         with self.transaction():
-            self._prefetch(self._release_reads, runtime_id)
+            self._prefetch("release", runtime_id)
             self.usable_runtime(runtime_id, now)
             if everything:
                 return self._drop_leases(runtime_id, "lease.released", now)
@@ -3239,8 +2936,7 @@ class Store:
         kind = clean_text(kind or "note", 40) or "note"
         waiting = None
         with self.transaction():
-            drawn = self._prefetch(self._send_reads, runtime_id, to)
-            mid = drawn[0][0] if drawn else None
+            mid = self._draw_message_id(runtime_id, to)
             sender = self.usable_runtime(runtime_id, now)
             self._reap_inline(now)
             handles = {}  # recipient ID -> handle, from the records read here
@@ -3271,7 +2967,7 @@ class Store:
                     "INSERT INTO messages (sender, kind, body, digest, broadcast, created_at) VALUES (?, ?, ?, ?, ?, ?)",
                     (runtime_id, kind, body, digest, 1 if to == "*" else 0, now))
                 mid = cur.lastrowid
-            else:  # PostgreSQL: the ID was drawn with the reads (_send_reads), so the insert waits for nothing
+            else:  # PostgreSQL: the ID was drawn with the reads (pg.Store), so the insert waits for nothing
                 self.conn.execute(
                     "INSERT INTO messages (id, sender, kind, body, digest, broadcast, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (mid, runtime_id, kind, body, digest, 1 if to == "*" else 0, now))
@@ -3412,10 +3108,6 @@ class Store:
         it is acknowledged. A body that does not fit stays queued, counted and pointed to inbox:
         nothing is marked delivered that was not injected.
         """
-        if self.engine == "postgresql" and not self.conn.in_transaction:
-            done = self._boundary_in_two_waits(runtime_id, prefix, budget, now, lost=False)
-            if done is not None:
-                return done[1]
         if not self.q("SELECT 1 FROM deliveries WHERE recipient = ? AND state != 'acked' LIMIT 1",
                       (runtime_id,)).fetchone():
             return None  # the common case: one indexed read, no write
@@ -3435,95 +3127,13 @@ class Store:
                                   % ",".join("?" * len(shown)), [runtime_id] + shown)
         return text
 
-    # -- a hook boundary in few waits (docs/postgresql.md, "SessionStart and
-    #    message delivery in few waits"). boundary_context is take_lost then pending_context, as
-    #    hook.py always called them; SQLite runs exactly those. On PostgreSQL one snapshot reads the
-    #    lost-lease notes and the open deliveries with the bodies that can fit (one wait); the
-    #    rules (lost_line, render_context) run on those rows; then one write transaction, sent
-    #    whole, removes the notes shown and marks what was shown, after coord_expect checks that
-    #    the server still holds exactly the notes and open deliveries read (one wait). A changed
-    #    inbox (a parallel boundary, a new message, an ack) fails the check, the server rolls it
-    #    all back, and the old path runs under the lock: a body is never shown twice, nothing not
-    #    shown is marked, a note is told once.
-
     def boundary_context(self, runtime_id, prefix=".coord/coord", budget=CONTEXT_BUDGET, now=None):
         """A hook boundary's notices for this runtime: (the lost-lease line, "" for none; the open
         messages' context in what is left of `budget`, or None), as lost_line(take_lost(...))
         and then pending_context(budget - that line)."""
-        if self.engine == "postgresql" and not self.conn.in_transaction:
-            done = self._boundary_in_two_waits(runtime_id, prefix, budget, now, lost=True)
-            if done is not None:
-                return done
         lost = lost_line(self.take_lost(runtime_id), prefix)
         used = len(lost.encode("utf-8", "replace")) + 1 if lost else 0
         return lost, self.pending_context(runtime_id, prefix=prefix, now=now, budget=max(0, budget - used))
-
-    # The open deliveries as _OPEN_SQL reads them, plus each queued body that can fit in the
-    # budget (queued bodies are shown oldest first and the first that does not fit stops the
-    # rest, so a shown body's queued sizes up to it add up to at most the budget); PostgreSQL only.
-    _OPEN_BODIES_SQL = ("SELECT m.id, m.kind, length(CAST(m.body AS BLOB)), m.digest, s.handle, d.state,"
-                        " CASE WHEN d.state = 'queued' AND sum(CASE WHEN d.state = 'queued'"
-                        " THEN length(CAST(m.body AS BLOB)) ELSE 0 END) OVER (ORDER BY m.id) <= ? THEN m.body END"
-                        " FROM deliveries d JOIN messages m ON m.id = d.message JOIN runtimes s ON s.id = m.sender"
-                        " WHERE d.recipient = ? AND d.state != 'acked' ORDER BY m.id")
-    _OPEN_STATES = ("coalesce((SELECT string_agg(CAST(message AS text) || ':' || state, ',' ORDER BY message)"
-                    " FROM deliveries WHERE recipient = ? AND state != 'acked'), '') = ?")
-    _LOST_NOTES = ("coalesce((SELECT string_agg(key || chr(1) || value, chr(2) ORDER BY key) FROM meta"
-                   " WHERE key >= ? AND key < ?), '') = ?")
-
-    def _boundary_in_two_waits(self, runtime_id, prefix, budget, now, lost):
-        """boundary_context (lost=False: pending_context, as (None, text)) on PostgreSQL in one
-        wait when there is nothing to show, two otherwise; None when the server's state changed
-        between the two (the caller runs the old path)."""
-        now = _now(now)
-        lo = self._LOST % runtime_id
-        hi = lo[:-1] + chr(ord(":") + 1)
-        lost_read = ("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key", (lo, hi))
-        open_read = (self._OPEN_BODIES_SQL, (budget, runtime_id))
-        reads = ([lost_read] if lost else []) + [open_read]
-        with self.snapshot():
-            self._prefetch(lambda: reads)
-            notes = [tuple(r) for r in self.q(*lost_read).fetchall()] if lost else []
-            rows = self.q(*open_read).fetchall()
-        told = []
-        for _, value in notes:
-            try:
-                told.append(json.loads(value))
-            except ValueError:
-                pass
-        line = lost_line(told, prefix)
-        if not rows and not notes:
-            return line, None
-        keys = ("id", "kind", "size", "digest", "sender", "state")
-        msgs = [dict(zip(keys, r[:6])) for r in rows]
-        bodies = {r[0]: r[6] for r in rows}
-        text, fresh, shown = None, [], []
-        if msgs:
-            used = len(line.encode("utf-8", "replace")) + 1 if line else 0
-            text, fresh, shown = render_context(msgs, prefix, max(0, budget - used), lambda m: bodies[m["id"]])
-            if any(bodies[i] is None for i in fresh):
-                return None  # cannot happen (see _OPEN_BODIES_SQL); the old path reads the body
-        if not notes and not fresh and not shown:
-            return line, text
-        condition = self._OPEN_STATES
-        params = [runtime_id, ",".join("%d:%s" % (m["id"], m["state"]) for m in msgs)]
-        if lost:
-            condition += " AND " + self._LOST_NOTES
-            params += [lo, hi, "\x02".join(k + "\x01" + v for k, v in notes)]
-
-        def run(expect):
-            with self.transaction():
-                self.conn.expect(*expect)
-                for key, value in notes:
-                    self.conn.execute("DELETE FROM meta WHERE key = ? AND value = ?", (key, value))
-                self._mark_delivered(runtime_id, fresh, now)
-                if shown:
-                    self.conn.execute("UPDATE deliveries SET shown = shown + 1 WHERE recipient = ? AND message IN (%s)"
-                                      % ",".join("?" * len(shown)), [runtime_id] + shown)
-            return True
-        if not self._speculate(run, None, condition, params, {}):
-            return None
-        return line, text
 
     # -- work records (the `work` commands own their meaning; this is storage only)
 
@@ -3531,6 +3141,7 @@ class Store:
                   "token", "created_at", "updated_at", "data")
 
     def _row_work(self, row):
+        import json
         if row is None:
             return None
         w = dict(zip(self._WORK_COLS, row))
@@ -3540,6 +3151,7 @@ class Store:
     def insert_work(self, task, state, token, path=None, scratch_root=None, source=None, conversation=None,
                     runtime=None, data=None, now=None, work_id=None):
         """Insert a work record with a fresh ID whose handle is free; call inside a transaction."""
+        import json
         now = _now(now)
         for _ in range(16):
             wid = work_id or new_uuid()
@@ -3596,6 +3208,7 @@ class Store:
 
     def update_work(self, work_id, now=None, data=None, **fields):
         """Update columns and merge `data` keys (None deletes a key); call inside a transaction."""
+        import json
         w = self.work(work_id)
         if w is None:
             raise Refused("no work record %s" % work_id)
@@ -3647,6 +3260,7 @@ class Store:
         """Deterministic JSONL: stable order, sorted keys, no clock reads. Data keys containing
         "token" are redacted unless private; no event records one (work tokens stay in the work
         table and the clone's marker), so this guards against a future event leaking one."""
+        import json
         for row in self.q("SELECT id, at, event, runtime, subject, data FROM audit WHERE id > ? ORDER BY id",
                           (check_int(since or 0, "--since", 0, ID_RANGE[1]),)):
             data = json.loads(row[5])
@@ -3661,6 +3275,7 @@ class Store:
         `subject`, and each row of one of `runtimes` whose event starts with one of `kinds`, from
         the subject's first row on and up to its first `end_event` row when it has one (what
         those runtimes did afterwards belongs to something else). Reads only."""
+        import json
         first = self.q("SELECT min(id) FROM audit WHERE subject = ?", (subject,)).fetchone()[0]
         if first is None:
             return []
@@ -3700,10 +3315,11 @@ class Store:
         return [self._row_runtime(r) for r in rows]
 
 
-class _Transaction:
+class Transaction:
     """BEGIN IMMEDIATE ... COMMIT (write=False: BEGIN DEFERRED, a read snapshot), rolled back on
     any exception; nests as a no-op. A write transaction never nests inside a read snapshot: its
-    read-check-write would not hold the write lock from the start."""
+    read-check-write would not hold the write lock from the start. pg.Transaction begins and
+    ends it on PostgreSQL (begin, finish)."""
 
     def __init__(self, store, write=True):
         self.store = store
@@ -3717,46 +3333,35 @@ class _Transaction:
             if self.write and self.store.reading:
                 raise RuntimeError("transaction() inside snapshot(): a read snapshot cannot become a write")
             return self
-        if self.store.engine == "postgresql":
-            conn.begin(self.write)
-            self.outer = True
-            self.store.reading = not self.write
-            return self
+        self.gated = self.begin()
+        self.outer = True
+        self.store.reading = not self.write
+        return self
+
+    def begin(self):
+        """Begin the outermost transaction -> whether it holds the write gate."""
         gated = self.write and _enter_gate(self.store)
         try:
-            conn.execute("BEGIN IMMEDIATE" if self.write else "BEGIN DEFERRED")
+            self.store.conn.execute("BEGIN IMMEDIATE" if self.write else "BEGIN DEFERRED")
         except sqlite3.Error as exc:
             if gated:
                 _leave_gate(self.store)
             raise _translate(exc, self.store.path)
-        self.gated = gated
-        self.outer = True
-        self.store.reading = not self.write
-        return self
+        return gated
 
     def __exit__(self, exc_type, exc, tb):
         if not self.outer:
             return False
         self.store.reading = False
         try:
-            self._finish(exc_type, exc)
+            self.finish(exc_type, exc)
         finally:
             if self.gated:
                 _leave_gate(self.store)
         return False
 
-    def _finish(self, exc_type, exc):
+    def finish(self, exc_type, exc):
         conn = self.store.conn
-        if self.store.engine == "postgresql":
-            if exc_type is None:
-                try:
-                    conn.commit()
-                except BaseException:
-                    conn.rollback()
-                    raise
-            else:
-                conn.rollback()
-            return
         if exc_type is None:
             try:
                 conn.execute("COMMIT")
@@ -3909,9 +3514,18 @@ def text_in(text):
     return str(text).encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
+# Every match of _ESCAPE_RE starts with one of these: text without them is clean as it is, and
+# cleaning it loads no re (a hook's deny: re costs it a few ms).
+_ESCAPE_STARTS = frozenset([chr(c) for c in range(0x00, 0x09)] + [chr(c) for c in range(0x0b, 0x20)]
+                           + [chr(c) for c in range(0x7f, 0xa0)] + list("\u061c\u200e\u200f")
+                           + [chr(c) for c in range(0x202a, 0x202f)] + [chr(c) for c in range(0x2066, 0x206a)])
+
+
 def clean_text(text, limit=None):
     """Text safe for a terminal or a model: escape sequences, control and bidi characters removed."""
-    text = _ESCAPE_RE.sub("", text_in(text))
+    text = text_in(text)
+    if not _ESCAPE_STARTS.isdisjoint(text):
+        text = _ESCAPE_RE.sub("", text)
     if limit is not None and len(text) > limit:
         text = text[:limit - 1] + "\u2026"
     return text
@@ -4041,6 +3655,7 @@ def unique(items):
 
 
 def _shown(value):
+    import json
     return json.dumps(clean_text(value, 40))
 
 
@@ -4115,13 +3730,12 @@ def now():
 def _now(now=None):
     if now is None:
         return _CLOCK[0]()
-    return now if type(now) is _Stamp else float(now)  # a clock reading keeps its tag
+    return now if isinstance(now, float) else float(now)  # a clock reading keeps its tag (pg.Stamp)
 
 
-# --------------------------------------------------------------------------- PostgreSQL engine
-# docs/postgresql.md. Only the per-host coord process constructs Store(pg=...); it is the one
-# process that imports psycopg 3, lazily, in _PgConnection. The statements are the same
-# ones the SQLite engine runs, translated by pg_sql; the migrations' DDL by pg_ddl.
+# --------------------------------------------------------------------------- the clock
+# The time every stored timestamp records: this host's, or in the host process of a PostgreSQL
+# project the server's (pg.ServerClock, set with set_clock).
 
 _CLOCK = [time.time]  # the clock _now() and now() read: the server's, in a PostgreSQL engine's process
 
@@ -4132,1691 +3746,20 @@ def set_clock(clock):
     _CLOCK[0] = clock or time.time
 
 
-def pg_schema(project_id):
-    """The PostgreSQL schema of a project: "coord_<project-id>" (case and punctuation kept: it is
-    always quoted), shortened with a digest past PostgreSQL's 63-byte identifiers."""
-    name = "coord_" + project_id
-    if len(name.encode()) > 63:
-        name = "coord_%s_%s" % (project_id[:40], hashes().sha256(project_id.encode()).hexdigest()[:16])
-    return name
-
-
-def pg_lock_key(project_id):
-    """The project's advisory lock key: every write transaction of the project takes it, so its
-    writers are serialised as SQLite's one writer is; two projects never wait for each other."""
-    digest = hashes().sha256(b"coord-project\0" + project_id.encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-_PG_DDL = (  # SQLite DDL word -> PostgreSQL, in this order
-    (Pattern(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"), "bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY"),
-    (Pattern(r"\bTEXT\b"), 'text COLLATE "C"'),  # byte order, as SQLite's BINARY: `src` vs `src/a.py`
-    (Pattern(r"\bREAL\b"), "double precision"),  # PostgreSQL's real is 4 bytes: a timestamp lost 55 s
-    (Pattern(r"\bINTEGER\b"), "bigint"),
-)
-
-
-def pg_ddl(statement):
-    """A migration statement of _MIGRATIONS in PostgreSQL's dialect."""
-    for pattern, replacement in _PG_DDL:
-        statement = pattern.sub(replacement, statement)
-    return statement
-
-
-# Statements written in SQLite's dialect whose PostgreSQL form is more than the mechanical rules.
-_PG_REWRITES = (
-    ("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-     "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
-    ("CASE WHEN pid OR harness IN", "CASE WHEN coalesce(pid, 0) <> 0 OR harness IN"),
-    ("length(CAST(m.body AS BLOB))", "octet_length(m.body)"),
-    ("began = CASE WHEN ? THEN", "began = CASE WHEN ? <> 0 THEN"),  # set_turn (found routing the hooks:)
-    (" IS ?", " IS NOT DISTINCT FROM ?"),
-    # In an upsert's DO UPDATE a bare column is ambiguous in PostgreSQL (the row or excluded).
-    ("expires_at = max(expires_at, excluded.expires_at)", "expires_at = max(leases.expires_at, excluded.expires_at)"),
-)
-_PG_RETURNING = Pattern(r"^\s*INSERT INTO messages \((?!id\b)")  # callers read lastrowid (send draws its ID: no RETURNING)
-_PG_SQL = {}
-
-
-def _pg_scalar_extrema(sql):
-    """Two-argument max(a, b)/min(a, b) (SQLite's scalar forms) -> GREATEST/LEAST; the
-    one-argument aggregates stay."""
-    out, i = [], 0
-    while True:
-        m = _PG_EXTREMA.search(sql, i)
-        if not m:
-            out.append(sql[i:])
-            return "".join(out)
-        depth, j, comma = 0, m.end(), False
-        while j < len(sql):
-            c = sql[j]
-            if c == "(":
-                depth += 1
-            elif c == ")":
-                if depth == 0:
-                    break
-                depth -= 1
-            elif c == "," and depth == 0:
-                comma = True
-            j += 1
-        out.append(sql[i:m.start()])
-        out.append(("GREATEST(" if m.group(1) == "max" else "LEAST(") if comma else m.group(0))
-        i = m.end()
-
-
-_PG_EXTREMA = Pattern(r"\b(max|min)\(")
-
-# The one server-side function ("Round trips"): coord_expect(ok) raises SQLSTATE
-# PG_EXPECT_STATE unless ok. A speculative operation (Store._claim_in_one_wait) sends it with
-# the condition its assumed reads hold, before its writes, so that a wrong guess aborts the
-# whole transaction on the server. Installed by the first Store of a process (_pg_migrate), in
-# the project's schema, with CREATE OR REPLACE: not a migration, both engines keep one schema.
-PG_EXPECT_STATE = "P0C01"
-# -- bounded transactions (docs/postgresql.md, "A stopped client"): a client stopped inside a
-# write transaction (Ctrl-Z, a suspended or cut-off host) holds the project's advisory lock until
-# its session ends, and every writer of every host waits behind it. So every session coord opens,
-# and every login role `coord db setup` makes, carries these server-side bounds: a session idle
-# inside a transaction for PG_IDLE_IN_TRANSACTION seconds is ended by the server (its transaction
-# rolled back, the lock let go), a wait for a lock ends after PG_LOCK_TIMEOUT, a statement after
-# PG_STATEMENT_TIMEOUT. A writer behind a stopped holder so gets the lock within
-# PG_IDLE_IN_TRANSACTION of the holder's last statement, and never waits past PG_LOCK_TIMEOUT.
-PG_IDLE_IN_TRANSACTION, PG_LOCK_TIMEOUT, PG_STATEMENT_TIMEOUT = 5, 8, 8  # seconds
-PG_BOUNDS = (("idle_in_transaction_session_timeout", "%ds" % PG_IDLE_IN_TRANSACTION),
-             ("lock_timeout", "%ds" % PG_LOCK_TIMEOUT), ("statement_timeout", "%ds" % PG_STATEMENT_TIMEOUT))
-# A person's bulk command (`coord db migrate`'s copy, `coord db setup`'s migrations) holds its
-# transaction while it works between statements: no idle or statement bound there.
-PG_UNBOUNDED = (("idle_in_transaction_session_timeout", "0"), ("lock_timeout", "%ds" % PG_LOCK_TIMEOUT),
-                ("statement_timeout", "0"), ("application_name", "coord-unbounded"))
-PG_CUT_STATES = {"25P03": "it was idle inside its transaction for more than %d s" % PG_IDLE_IN_TRANSACTION,
-                 "55P03": "it waited more than %d s for a lock another transaction held" % PG_LOCK_TIMEOUT,
-                 "57014": "a statement ran past %d s" % PG_STATEMENT_TIMEOUT,
-                 "57P01": "its session was ended: stuck holding the project's lock, or the server stopping"}
-
-
-def pg_bounds_sql(bounds, local=False):
-    """One SELECT that sets `bounds` ((name, value), ...) for the session (local: the transaction)."""
-    return "SELECT " + ", ".join("set_config('%s', '%s', %s)" % (name, value, "true" if local else "false")
-                                 for name, value in bounds)
-PG_FUNCTIONS = (
-    "CREATE OR REPLACE FUNCTION coord_expect(ok boolean) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN"
-    " IF ok IS NOT TRUE THEN RAISE EXCEPTION 'coord: a speculative operation guessed wrong'"
-    " USING ERRCODE = '%s'; END IF; RETURN true; END $$" % PG_EXPECT_STATE,
-    # A stopped client (docs/postgresql.md): a session that holds the project's lock (an advisory
-    # lock: classid, objid of its key) and has waited for its client for `idle` seconds, idle in
-    # its transaction or between two statements of a pipeline the client never ended with a Sync
-    # (then no server timeout runs), is ended, and with it every session of the same coord process
-    # (its application_name, PG_APPLICATION) queued for that lock, which would each hold it in turn,
-    # stopped as well; -> how many. SECURITY DEFINER: as its owner, who sees and may end other
-    # login roles' sessions (coord db setup grants it pg_read_all_stats and pg_signal_backend);
-    # only this project's lock holders and waiters, never a person's bulk command.
-    "CREATE OR REPLACE FUNCTION coord_cut_stuck(lock_class oid, lock_obj oid, idle double precision)"
-    " RETURNS integer LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$"
-    " WITH locks AS (SELECT l.pid, l.granted, a.application_name AS app, a.state, a.wait_event, a.state_change"
-    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
-    " AND l.classid = lock_class AND l.objid = lock_obj AND l.objsubid = 1"
-    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    " AND l.pid <> pg_backend_pid() AND a.application_name <> '%s'),"
-    " stuck AS (SELECT pid, app FROM locks WHERE granted"
-    " AND (state IN ('idle in transaction', 'idle in transaction (aborted)') OR wait_event = 'ClientRead')"
-    " AND state_change < clock_timestamp() - make_interval(secs => idle))"
-    " SELECT count(pg_terminate_backend(pid))::integer FROM (SELECT pid FROM stuck UNION SELECT w.pid FROM locks w"
-    " JOIN stuck s ON s.app = w.app AND s.app LIKE 'coord %%' WHERE NOT w.granted) t $$" % "coord-unbounded",
-)
-PG_CUT_FUNCTION = "coord_cut_stuck(oid,oid,double precision)"
-PG_CUT_EVERY = 1.0  # seconds between two looks for a stuck holder (host.py Server.keep_cutting)
-PG_STUCK_AFTER = 4.0  # a holder waiting this long for its client is stuck: before the server's own idle bound
-PG_APPLICATION = "coord %s" % os.urandom(6).hex()  # this process's sessions (coord_cut_stuck ends them together)
-
-
-def pg_sql(sql):
-    """A statement of this module in PostgreSQL's dialect (cached)."""
-    done = _PG_SQL.get(sql)
-    if done is None:
-        done = sql
-        for old, new in _PG_REWRITES:
-            done = done.replace(old, new)
-        done = _pg_scalar_extrema(done).replace("%", "%%").replace("?", "%s")
-        if _PG_RETURNING.match(done):
-            done += " RETURNING id"
-        _PG_SQL[sql] = done
-    return done
-
-
-class _PgKnown:
-    """Runtime records this process has read ({(schema, id): row}), for what never changes in
-    them (id, handle, conversation, agent_id, harness, pid, pid_start, cwd, started_at): what
-    _claim_in_one_wait assumes, and the server checks. Bounded; a lost entry costs one wait."""
-    LIMIT = 4096
-
-    def __init__(self):
-        self.rows = {}  # each get, set and clear is one step under the GIL: no lock (nor threading on the hook's imports)
-
-    def remember(self, schema, rt):
-        row = tuple(rt.get(k) for k in ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start",
-                                        "cwd", "started_at")) + (None, None, None, None, rt.get("host"))
-        if len(self.rows) >= self.LIMIT:
-            self.rows.clear()
-        self.rows[(schema, rt["id"])] = row
-
-    def row(self, schema, runtime_id):
-        return self.rows.get((schema, runtime_id))
-
-
-_PG_KNOWN = _PgKnown()
-
-
-class _PgCursor:
-    __slots__ = ("rows", "rowcount", "lastrowid")
-
-    def __init__(self, rows, rowcount, lastrowid=None):
-        self.rows, self.rowcount, self.lastrowid = rows, rowcount, lastrowid
-
-    def fetchone(self):
-        return self.rows[0] if self.rows else None
-
-    def fetchall(self):
-        return list(self.rows)
-
-    def __iter__(self):
-        return iter(self.rows)
-
-
-class _PgPendingWrite:
-    """A write sent in pipeline mode inside a write transaction: nothing waits for it until its
-    rowcount is read (or the next read, or COMMIT, brings its result)."""
-    __slots__ = ("conn", "cur")
-    lastrowid = None
-
-    def __init__(self, conn, cur):
-        self.conn, self.cur = conn, cur
-
-    @property
-    def rowcount(self):
-        try:
-            self.conn.round_trips += 1
-            self.conn.pipe.sync()
-        except self.conn.psycopg.Error as exc:
-            raise self.conn._error(exc) from exc
-        return self.cur.rowcount
-
-    def fetchone(self):
-        return None
-
-    def fetchall(self):
-        return []
-
-    def __iter__(self):
-        return iter(())
-
-
-_PG_READS = Pattern(r"^\s*(SELECT|WITH)\b|\bRETURNING\b")
-_PG_SELECT = Pattern(r"^\s*SELECT\b")  # a read that changes nothing: what the prefetch cache may answer
-
-
-class _PgAtCommit:
-    """execute_at_commit's read: its rows come with COMMIT's reply; read before that (the
-    transaction is an outer one's part, as in a host process's begin .. commit), it waits."""
-
-    def __init__(self, conn, cur):
-        self.conn, self.cur = conn, cur
-
-    def fetchall(self):
-        try:
-            if self.conn.txn is not None:
-                self.conn.round_trips += 1
-            return self.cur.fetchall()
-        except self.conn.psycopg.Error as exc:
-            raise self.conn._error(exc) from exc
-
-
-class _PgManyWrites:
-    """executemany's pending writes: nothing waits until the rowcount is read."""
-    lastrowid = None
-
-    def __init__(self, pending):
-        self.pending = pending
-
-    @property
-    def rowcount(self):
-        return sum(p.rowcount for p in self.pending)
-
-
-def pg_require_utf8(raw):
-    """Refuse (EnvError, the connection closed) a database whose encoding is not UTF8: names,
-    purposes and messages are UTF-8 text, which SQL_ASCII stores unchecked and the driver cannot
-    read back (a Python traceback in `coord db setup`, once). The server reports its encoding
-    when the connection starts: no round trip."""
-    encoding = raw.info.parameter_status("server_encoding")
-    encoding = encoding.decode("ascii", "replace") if isinstance(encoding, bytes) else (encoding or "")
-    if encoding.upper() in ("UTF8", "UTF-8", ""):
-        return
-    import re
-    name = raw.info.dbname
-    raw.close()
-    typed = name if re.fullmatch(r"[a-z_][a-z0-9_]*", name) else pg_ident(name)
-    name, typed = clean_text(name), clean_text(typed)
-    raise EnvError("PostgreSQL database %s is encoded %s, not UTF8, and coord stores its text as UTF-8"
-                   % (name, clean_text(encoding)),
-                   "an admin creates a UTF8 database for coord (under another name while %s exists, and names it"
-                   " in the URL): CREATE DATABASE %s ENCODING 'UTF8' TEMPLATE template0" % (name, typed))
-
-
-class _PgConnection:
-    """The PostgreSQL engine's connection, with the surface Store uses of sqlite3's (execute,
-    in_transaction, close) and the transaction steps _Transaction calls (begin, commit,
-    rollback). Driver errors become EnvError here; a text parameter holding NUL (which
-    PostgreSQL text cannot store) is a UsageError."""
-
-    def __init__(self, dsn, project_id, connect_timeout=10, role=None, environ=None, bounded=True):
-        import sys
-        self.bounds = PG_BOUNDS if bounded else PG_UNBOUNDED
-        self.tls = pg_check_url(dsn, environ)  # before anything else: no connection that TLS does not verify
-        self.pooled = pg_pooled(dsn, environ)
-        psycopg = import_psycopg(environ)
-        self.psycopg = psycopg
-        self.project = project_id
-        self.schema = pg_schema(project_id)
-        self.lock_key = pg_lock_key(project_id)
-        self.where = "PostgreSQL schema %s" % self.schema
-        try:
-            self.raw = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
-            if self.pooled:  # a transaction pooler: no server-side prepared statements (pg-security block)
-                self.raw.prepare_threshold = None
-        except psycopg.Error as exc:
-            raise EnvError("cannot connect to the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
-                           "check the server and the connection settings; run .coord/install . --doctor")
-        pg_require_utf8(self.raw)
-        import threading
-        self.thread = threading.get_ident
-        self.owner = threading.get_ident()  # one connection, one thread: as a sqlite3 connection
-        # No automatic prepared statements: a PREPARE pipelined behind a statement that fails (a
-        # speculation the server refuses, _claim_in_one_wait) is skipped by the server, while
-        # psycopg counts it prepared ("prepared statement _pg3_3 does not exist" next time).
-        self.raw.prepare_threshold = None
-        self._quoted = '"%s"' % self.schema.replace('"', '""')
-        try:
-            if role is not None:  # pg_setup: migrations and grants run as the project's owner
-                self.raw.execute("SET ROLE %s" % pg_ident(role))
-            self.raw.execute("SET search_path TO %s" % self._quoted)
-        except psycopg.Error as exc:
-            self.raw.close()
-            raise EnvError("cannot use the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
-                           "run it connected as a superuser or the service's admin role")
-        # -- server crash: an acknowledged claim or message survives a crash of
-        # the server. A session whose synchronous_commit is off (a server or database default some
-        # operators choose for speed) gets COMMIT's reply before the commit's WAL leaves the server's
-        # memory, and `pg_ctl stop -m immediate` (or any server crash) loses it: a lease the agent
-        # was told it holds is gone after the restart, and a peer may take it. So coord's sessions
-        # raise `off` to `on` (stronger settings, remote_write and up, are kept as they are).
-        try:
-            self.raw.execute("SELECT set_config('synchronous_commit', 'on', false)"
-                             " WHERE current_setting('synchronous_commit') = 'off'")
-            self.raw.execute(pg_bounds_sql(self.bounds + ((("application_name", PG_APPLICATION),) if bounded else ())))
-        except psycopg.Error as exc:
-            self.raw.close()
-            raise EnvError("cannot use the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
-                           "check the server; the command can be retried")
-
-    def ensure_schema(self):
-        """Create the project's schema (one transaction under the project lock, so racing first
-        users do not collide). A schema that exists is left alone: a login role may not create."""
-        if self.raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone():
-            return
-        self.begin(True)
-        try:
-            self.raw.execute("CREATE SCHEMA IF NOT EXISTS %s" % self._quoted)
-            self.commit()
-        except BaseException:
-            self.rollback()
-            raise
-
-    trace = None  # set_trace_callback's function: called with each statement (sqlite3's, for tests)
-    round_trips = 0  # times this connection waited for the server (bench/pg, PgRoundTripTest)
-    pipe = None  # psycopg's pipeline while a write transaction is open: writes do not wait
-    _pipe_cm = None
-
-    def set_trace_callback(self, trace):
-        self.trace = trace
-
-    txn = None  # "read" or "write" while a transaction is open (begin .. commit/rollback)
-    cache = None  # {(sql, params): rows} of this transaction's prefetched reads, until its next write
-
-    @property
-    def in_transaction(self):
-        if self.pipe is not None:  # kept open after a snapshot, whose COMMIT has not been waited for
-            return self.txn is not None
-        return self.raw.info.transaction_status != self.psycopg.pq.TransactionStatus.IDLE
-
-    def prefetch(self, reads):
-        """Send every read of `reads` ([(sql, params)], SELECTs) at once and wait once; each
-        later execute() of the same statement and parameters in this transaction is answered
-        from these rows until the transaction writes (a write may change what they say: from
-        then on every read goes to the server again). -> the last read's rows."""
-        if self.txn is None or not reads:
-            return None
-        sent = []
-        try:
-            for sql, params in reads:
-                params = tuple(params)
-                if self.seeded and (sql, params) in self.cache:
-                    continue  # an expectation's assumed rows (expect): the server checks them
-                self._check_params(params)
-                sent.append(((sql, params), self.raw.execute(pg_sql(sql), params)))
-            if not sent:
-                return None
-            self.round_trips += 1
-            self.pipe.sync()
-            for key, cur in sent:
-                self.cache[key] = cur.fetchall()
-        except self.psycopg.Error as exc:
-            raise self._error(exc) from exc
-        return self.cache[sent[-1][0]]
-
-    seeded = False  # this transaction's cache holds assumed rows (expect)
-
-    def expect(self, sql, params, assumed):
-        """Speculate: `assumed` ({(sql, params): rows}) answers those reads in this write
-        transaction without asking the server, and `sql` (a SELECT of coord_expect(...), sent
-        now, before any write) makes the server check that they are what it holds: if not, it
-        raises, everything after it is skipped, and COMMIT fails with expectation_failed set."""
-        params = tuple(params)
-        self._check_params(params)
-        try:
-            self.raw.execute(pg_sql(sql), params)
-        except self.psycopg.Error as exc:
-            raise self._error(exc) from exc
-        self.cache.update(assumed)
-        self.seeded = True
-
-    def execute_at_commit(self, sql, params=()):
-        """A read sent now, inside a write transaction, whose rows arrive with COMMIT's reply
-        (no wait of its own): -> a cursor to read once the transaction has committed."""
-        if self.txn != "write":
-            return self.execute(sql, params)
-        params = tuple(params)
-        self._check_params(params)
-        if self.trace is not None:
-            self.trace(sql)
-        try:
-            return _PgAtCommit(self, self.raw.execute(pg_sql(sql), params))
-        except self.psycopg.Error as exc:
-            raise self._error(exc) from exc
-
-    def _check_params(self, params):
-        for p in params:
-            if isinstance(p, str) and "\0" in p:
-                raise UsageError("text holding a NUL character cannot be stored (PostgreSQL text)",
-                                 "leave the NUL character out")
-
-    expectation_failed = False  # the last error was coord_expect's (_claim_in_one_wait): not a fault
-
-    def _error(self, exc):
-        self.failed = True
-        self.expectation_failed = getattr(exc, "sqlstate", None) == PG_EXPECT_STATE
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        cut = PG_CUT_STATES.get(getattr(exc, "sqlstate", None)) or (
-            PG_CUT_STATES["25P03"] if "idle-in-transaction timeout" in first else None)
-        if cut:  # a stopped client (docs/postgresql.md): rolled back, so nothing of it was written
-            return EnvError("the PostgreSQL server ended this transaction on %s (%s): nothing of it was written"
-                            % (self.where, cut), "run the command again")
-        if isinstance(exc, self.psycopg.OperationalError):
-            return EnvError("the PostgreSQL server cannot be reached (%s): %s" % (self.where, first),
-                            "check the server; the command can be retried")
-        return EnvError("database error on %s: %s" % (self.where, first), "run .coord/install . --doctor")
-
-    def execute(self, sql, params=()):
-        if self.thread() != self.owner:
-            raise EnvError("a store is used only in the thread that opened it (%s)" % self.where,
-                           "open a Store in each thread")
-        self._check_params(params)
-        statement = pg_sql(sql)
-        if self.trace is not None:
-            self.trace(sql)
-        if self.cache is not None:
-            if _PG_SELECT.match(statement):
-                rows = self.cache.get((sql, tuple(params)))
-                if rows is not None:
-                    return _PgCursor(rows, len(rows))
-            elif self.cache:
-                self.cache.clear()
-        try:
-            if self.txn == "write" and not self.wake and pg_write_wakes(sql):
-                self.wake = True  # the wake-up goes with COMMIT (commit())
-            params = tuple(params)
-            if self.txn == "write" and not _PG_SELECT.match(statement) and any(type(p) is _Stamp for p in params):
-                statement, params = pg_stamped(statement, params)  # recorded as of the lock
-            cur = self.raw.execute(statement, params)
-            if self.txn == "write" and not _PG_READS.search(statement):
-                self.unsynced = True
-                return _PgPendingWrite(self, cur)
-            self.round_trips += 1
-            if self.pipe is not None and self.txn is None:
-                # Outside a transaction, with the pipeline kept open: a statement and a Sync (one
-                # wait), else its implicit transaction would stay open up to the next Sync and
-                # the next BEGIN would find it (SET TRANSACTION ISOLATION LEVEL must be called
-                # before any query).
-                self.pipe.sync()
-                if not _PG_READS.search(statement):
-                    return _PgCursor([], cur.rowcount)
-            elif self.pipe is not None and not _PG_READS.search(statement):
-                self.pipe.sync()  # inside a snapshot: a write (none today) waits for its result
-                return _PgCursor([], cur.rowcount)
-            rows = cur.fetchall() if self.pipe is not None or cur.description is not None else []
-        except self.psycopg.Error as exc:
-            raise self._error(exc) from exc
-        lastrowid = rows[0][0] if rows and statement.endswith(" RETURNING id") else None
-        return _PgCursor(rows, cur.rowcount, lastrowid)
-
-    def executemany(self, sql, seq):
-        if self.txn == "write":
-            return _PgManyWrites([self.execute(sql, params) for params in seq])
-        rowcount = 0
-        for params in seq:
-            rowcount += self.execute(sql, params).rowcount
-        return _PgCursor([], rowcount)
-
-    def execute_ddl(self, statement):
-        try:
-            self.raw.execute(statement)
-        except self.psycopg.errors.InsufficientPrivilege as exc:
-            raise EnvError("the project's schema %s needs migrating, which only its owner may do (%s)"
-                           % (self.schema, str(exc).strip().splitlines()[0]),
-                           "a person with admin rights runs: " + pg_setup_command(self.project)) from exc
-        except self.psycopg.Error as exc:
-            raise self._error(exc) from exc
-
-    def begin(self, write):
-        """No round trip of its own: BEGIN and, for a write, the project's advisory lock (READ
-        COMMITTED: each statement after it sees every commit before it) are pipelined and travel
-        with the first read; a read is one snapshot, its BEGIN pipelined the same way."""
-        try:
-            if self.pipe is None:  # else still open after a snapshot, its COMMIT not waited for
-                self._pipe_cm = self.raw.pipeline()
-                self.pipe = self._pipe_cm.__enter__()
-            self.txn = "write" if write else "read"
-            self.cache = {}
-            self.failed = self.seeded = self.expectation_failed = self.wake = False
-            if write:
-                self.unsynced = True
-                self.raw.execute("BEGIN")
-                if self.pooled:  # a transaction pooler keeps no session setting: the bounds, before the lock
-                    self.raw.execute(pg_bounds_sql(self.bounds, local=True))
-                self.raw.execute("SELECT pg_advisory_xact_lock(%d)" % self.lock_key)
-                self.raw.execute(_PG_STAMP_LOCK)  # the server's time once the lock is held
-            else:
-                self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            if self.pooled:  # a transaction pooler may hand this transaction another server session
-                self.raw.execute("SET LOCAL search_path TO %s" % self._quoted)
-                self.raw.execute("SELECT set_config('synchronous_commit', 'on', true)"  # server crash: as at connect
-                                 " WHERE current_setting('synchronous_commit') = 'off'")
-        except self.psycopg.Error as exc:
-            self._end_pipe()
-            raise self._error(exc) from exc
-
-    unsynced = False  # statements sent in this write transaction since the last Sync, maybe
-
-    def settle(self):
-        """Wait for what this open write transaction sent (a Sync) before it goes idle between two
-        requests of a client (host.py, begin ... commit). Until a Sync the server has not said it is
-        ready for the next query, and only then does idle_in_transaction_session_timeout run
-        (PG_BOUNDS): without it a client stopped there would hold the project's lock unbounded."""
-        if self.txn != "write" or self.pipe is None or not self.unsynced:
-            return
-        try:
-            self.round_trips += 1
-            self.pipe.sync()
-            self.unsynced = False
-        except self.psycopg.Error as exc:
-            raise self._error(exc) from exc
-
-    def _end_pipe(self):
-        self.txn = self.cache = None
-        cm, self.pipe, self._pipe_cm = self._pipe_cm, None, None
-        if cm is not None:
-            self.round_trips += 1  # leaving the pipeline syncs it
-            try:
-                cm.__exit__(None, None, None)
-            except self.psycopg.Error:
-                pass
-
-    def commit(self):
-        if self.txn == "read":
-            # A snapshot's COMMIT changes nothing and cannot lose anything: it is sent and not
-            # waited for; its reply comes with the next wait (the pipeline stays open for it).
-            self.txn = self.cache = None
-            try:
-                self.raw.execute("COMMIT")
-            except self.psycopg.Error as exc:
-                self.rollback()
-                raise self._error(exc) from exc
-            return
-        try:
-            self.round_trips += 1
-            if self.wake:  # delivered to every LISTENer when (and only if) this commits
-                self.raw.execute(pg_wake_sql(self.project))
-            self.raw.execute("COMMIT")
-        except self.psycopg.Error as exc:
-            # An earlier statement's error, brought by this execute (psycopg 3.2 reads the
-            # results already there as it sends): the server skips everything up to a Sync.
-            err = self._error(exc)
-            if self.pipe is not None:
-                try:
-                    self.pipe.sync()
-                except self.psycopg.Error:
-                    pass
-                self.txn = self.cache = None
-                self.failed = False
-                try:
-                    self.raw.execute("ROLLBACK")  # not waited for, as below
-                except self.psycopg.Error:
-                    self._end_pipe()
-            else:
-                self.rollback()
-            raise err from exc
-        if self.pipe is not None:
-            try:
-                self.pipe.sync()
-            except self.psycopg.Error as exc:
-                # The sync brought the error (a failed expectation, _claim_in_one_wait, among
-                # them): the server skipped the rest up to it, COMMIT too, and waits for a
-                # ROLLBACK, which is sent and not waited for.
-                err = self._error(exc)
-                self.txn = self.cache = None
-                self.failed = False
-                try:
-                    self.raw.execute("ROLLBACK")
-                except self.psycopg.Error:
-                    self._end_pipe()
-                raise err from exc
-            # The pipeline stays open for the next transaction: leaving it sends a Sync of its
-            # own and waits for it (psycopg's Pipeline.__exit__), one more round trip each time.
-        self.txn = self.cache = None
-
-    failed = False  # the server reported an error in this transaction (its pipeline waits for a sync)
-    wake = False  # this write transaction changed leases or runtimes (pg_write_wakes)
-
-    def rollback(self):
-        if self.pipe is not None and self.txn is None:
-            return  # nothing open: the COMMIT or ROLLBACK sent last ended it
-        if self.pipe is not None and self.txn is not None and not self.failed:
-            # Nothing went wrong on the server (a refusal, or an error in this process): the
-            # ROLLBACK is sent (psycopg sends at once, so the lock is let go as soon as it
-            # arrives) and not waited for; its reply comes with the next wait.
-            self.txn = self.cache = None
-            try:
-                self.raw.execute("ROLLBACK")
-                return
-            except self.psycopg.Error:
-                pass
-        self.failed = False
-        if self.pipe is not None and self.txn is not None:
-            # The server reported an error before COMMIT (psycopg reads the results already there
-            # as it sends, so a failed speculation's error can come with any later statement when
-            # this process is slow to send them): one Sync ends what the server skipped, and the
-            # ROLLBACK is sent and not waited for, as when the error comes with COMMIT's sync
-            # (commit): the same waits however fast this process sent (PgRoundTripTest).
-            self.txn = self.cache = None
-            try:
-                self.round_trips += 1
-                self.pipe.sync()
-            except self.psycopg.Error:
-                pass
-            try:
-                self.raw.execute("ROLLBACK")
-                return
-            except self.psycopg.Error:
-                pass
-        if self.pipe is not None:
-            try:
-                self.round_trips += 1
-                self.pipe.sync()  # what was sent, and its errors, are done with
-            except self.psycopg.Error:
-                pass
-            try:
-                self.raw.execute("ROLLBACK")
-                self.round_trips += 1
-                self.pipe.sync()
-            except self.psycopg.Error:
-                pass
-            self._end_pipe()
-        try:
-            if self.raw.info.transaction_status != self.psycopg.pq.TransactionStatus.IDLE:
-                self.raw.execute("ROLLBACK")
-        except self.psycopg.Error:
-            pass
-
-    def server_time(self):
-        """The server's clock (seconds since the epoch), one round trip."""
-        if self.txn is None:
-            return float(self.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
-        return float(self.raw.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0])
-
-    def close(self):
-        self._end_pipe()
-        self.raw.close()
-
-
-# -- stamps after the project lock. An operation reads its time (`now`) when it
-#    starts, before its transaction waits for the project's advisory lock, and judges expiry and
-#    liveness by it (its reads are sent with BEGIN and the lock, keyed by that time, so it cannot
-#    be read later without another wait). What it *records*, though, must follow the order in
-#    which the transactions held the lock: a claim that queued behind the reap that freed its
-#    name must not be stamped before that reap. So in a write transaction the server reads its
-#    own clock right after the lock is granted (coord.now, begin), and every timestamp a write
-#    statement records from a clock reading of this process (a _Stamp: what ServerClock returns,
-#    and that plus a TTL) is raised by how far the server's time at the lock is past the reading:
-#    stamp + greatest(0, coord.now - reading). No wait of its own: the read of the clock travels
-#    with the lock. A stamp is then never earlier than the lock (so never earlier than anything
-#    committed before it) and never earlier than the time the operation judged by. Reads, and a
-#    write's WHERE, keep the operation's own time: its decisions are the ones it made.
-
-class _Stamp(float):
-    """A reading of the server's clock (ServerClock), or that plus a duration, whose value a
-    PostgreSQL write records as of the project lock (see above). base: the reading."""
-    __slots__ = ("base",)
-
-    def __new__(cls, value, base=None):
-        out = float.__new__(cls, value)
-        out.base = float(value) if base is None else base
-        return out
-
-    def __add__(self, other):
-        if isinstance(other, (int, float)) and not isinstance(other, (bool, _Stamp)):
-            return _Stamp(float(self) + other, self.base)
-        return float(self) + other
-
-    __radd__ = __add__
-
-    def __reduce__(self):
-        return (float, (float(self),))
-
-
-_PG_STAMP_LOCK = "SELECT set_config('coord.now', extract(epoch FROM clock_timestamp())::float8::text, true)"
-_PG_STAMPED = {}  # translated statement -> indexes of its placeholders before WHERE (what it records)
-
-
-def pg_stamped(statement, params):
-    """(statement, params) of a write in which each _Stamp parameter that the statement records
-    (its placeholders before the first WHERE) becomes that value as of the project lock."""
-    marks = _PG_STAMPED.get(statement)
-    if marks is None:
-        marks = _PG_STAMPED[statement] = statement.split(" WHERE ", 1)[0].replace("%%", "").count("%s")
-    pieces, out, start, at, i = [], [], 0, 0, 0
-    while i < len(params):
-        j = statement.find("%", at)
-        if j < 0:
-            break
-        if statement.startswith("%%", j):
-            at = j + 2
-            continue
-        p = params[i]
-        if type(p) is _Stamp:
-            if i < marks:
-                pieces.append(statement[start:j])
-                pieces.append("(%%s + greatest(0::float8, current_setting('coord.now')::float8 - %r::float8))"
-                              % p.base)
-                start = j + 2
-            p = float(p)
-        out.append(p)
-        at = j + 2
-        i += 1
-    pieces.append(statement[start:])
-    return "".join(pieces), tuple(out)
-
-
-class ServerClock:
-    """A clock that reads the server's time without a round trip: this process's monotonic clock
-    plus an offset to the server's (a host whose wall clock is set ahead still writes the
-    server's time). measure() takes the offset again (the monotonic clock drifts some parts per
-    million from the server's: seconds a day), at the middle of the round trip."""
-
-    def __init__(self, conn):
-        self.measurements = 0
-        self.offset = 0.0
-        self.measure(conn)
-
-    def measure(self, conn):
-        t0 = time.monotonic()
-        server = conn.server_time()
-        t1 = time.monotonic()
-        self.offset = server - (t0 + t1) / 2
-        self.rtt = t1 - t0  # hosts: the offset is within half of it (safe mode's margin)
-        self.measurements += 1
-
-    def __call__(self):
-        return _Stamp(time.monotonic() + self.offset)  # recorded as of the project lock
-
-
-def pg_clock(conn):
-    """ServerClock(conn): the server's time in this process."""
-    return ServerClock(conn)
-
-
-# --------------------------------------------------------------------------- PostgreSQL security: roles, RLS, TLS, poolers, wake-ups
-# (docs/postgresql.md, "Who may do what"). One schema per project, owned by a role
-# that cannot log in (coord_owner_<project>); a group role per project (coord_<project>) holding
-# only DML on its tables, USAGE on its sequences and EXECUTE on its functions; one login role per
-# host or person, a member of the group. Every table has row-level security enabled and FORCED
-# with one policy admitting only members of the group. pg_setup (run once by a person with admin
-# rights, and again after a coord upgrade adds migrations) creates all of it and says what it did;
-# the host process connects as a login role. pg_doctor_checks are the `--doctor` lines.
-# pg_check_url is the TLS rule every connection passes; pg_pooled the pooler rule.
-
-_PG_LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
-# The command a person with admin rights types to set a project up (one place), in the
-# project's repository (coord finds the project there): `coord db setup` runs pg_setup in
-# `host.py setup`, the admin URL read from $COORD_ADMIN_URL or asked for at the terminal, never
-# taken from the command line.
-PG_SETUP_COMMAND = "coord db setup"
-PG_ADMIN_URL_ENV = "COORD_ADMIN_URL"
-
-
-def pg_setup_command(project_id=None, login=None):
-    return PG_SETUP_COMMAND + (" --login %s" % login if login else "")
-
-
-def pg_role_names(project_id):
-    """{"owner", "group"}: the project's NOLOGIN roles (schema and tables owner; members' group).
-    The group has the schema's name (roles and schemas are separate namespaces)."""
-    owner = "coord_owner_" + project_id
-    if len(owner.encode()) > 63:
-        owner = "coord_owner_%s_%s" % (project_id[:34], hashes().sha256(project_id.encode()).hexdigest()[:16])
-    return {"owner": owner, "group": pg_schema(project_id)}
-
-
-def pg_ident(name):
-    """A quoted SQL identifier."""
-    return '"%s"' % name.replace('"', '""')
-
-
-def pg_literal(text):
-    return "'%s'" % text.replace("'", "''")
-
-
-def pg_policy_sql(group):
-    """The membership test of every table's policy: a scalar subquery, so PostgreSQL evaluates it
-    once per statement (an InitPlan), not once per row."""
-    return "(SELECT pg_has_role(current_user, %s, 'MEMBER'))" % pg_literal(group)
-
-
-_PG_KV = Pattern(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']+)")
-
-
-def pg_conninfo(dsn):
-    """A libpq connection string (URL or key=value) as a dict of its keywords, stdlib only; None
-    when it cannot be read with certainty (the caller then treats it as the strictest case)."""
-    dsn = (dsn or "").strip()
-    out = {}
-    if dsn.startswith(("postgresql://", "postgres://")):
-        from urllib.parse import parse_qsl, unquote, urlsplit
-        try:
-            parts = urlsplit(dsn)
-            netloc = parts.netloc.rpartition("@")[2]
-            hosts, ports = [], []
-            for item in netloc.split(","):
-                if item.startswith("["):
-                    host, _, rest = item[1:].partition("]")
-                    port = rest[1:] if rest.startswith(":") else ""
-                else:
-                    host, _, port = item.partition(":")
-                hosts.append(unquote(host))
-                ports.append(port)
-            if any(hosts):
-                out["host"] = ",".join(hosts)
-            if any(ports):
-                out["port"] = ",".join(ports)
-            if parts.path.strip("/"):
-                out["dbname"] = unquote(parts.path.lstrip("/"))
-            for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)):
-                out[key] = value
-        except ValueError:
-            return None
-        return out
-    i = 0
-    while i < len(dsn):
-        m = _PG_KV.match(dsn, i)
-        if not m:
-            if dsn[i:].strip():
-                return None
-            break
-        value = m.group(2)
-        if value.startswith("'"):
-            value = value[1:-1].replace("\\'", "'").replace("\\\\", "\\")
-        out[m.group(1)] = value
-        i = m.end()
-    return out
-
-
-def pg_target(dsn, environ=None):
-    """(hosts, sslmode) the connection would use, libpq's environment fallbacks included; hosts
-    empty for the default Unix socket. None when the string cannot be read."""
-    env = os.environ if environ is None else environ
-    info = pg_conninfo(dsn)
-    if info is None:
-        return None
-    host = info.get("host", env.get("PGHOST", ""))
-    addr = info.get("hostaddr", env.get("PGHOSTADDR", ""))
-    hosts = [h for h in (host.split(",") if host else [])] + [a for a in (addr.split(",") if addr else [])]
-    if "service" in info or env.get("PGSERVICE"):
-        hosts.append("(service file)")  # settings from a service file are not read here: not local
-    sslmode = info.get("sslmode", env.get("PGSSLMODE", "prefer"))
-    return hosts, sslmode
-
-
-def pg_local_host(host):
-    """A Unix socket directory (or an abstract one) or a loopback address: TLS is not required."""
-    host = host.strip()
-    return host == "" or host.startswith(("/", "@")) or host in _PG_LOCAL_HOSTS or host.startswith("127.")
-
-
-def pg_check_url(dsn, environ=None):
-    """Refuse (EnvError, exit 4) a connection to a host that is not this machine's unless it
-    verifies the server's certificate and name (sslmode=verify-full). Returns "local" or
-    "verify-full". The URL is never echoed (it may hold a password)."""
-    target = pg_target(dsn, environ)
-    if target is None:
-        raise EnvError("the PostgreSQL connection string cannot be read",
-                       "write it as postgresql://ROLE@HOST/DATABASE?sslmode=verify-full&sslrootcert=CA.crt")
-    hosts, sslmode = target
-    if all(pg_local_host(h) for h in hosts):
-        return "local"
-    if sslmode == "verify-full":
-        return "verify-full"
-    raise EnvError("the PostgreSQL server is on another host and the connection does not verify its"
-                   " certificate (sslmode=%s): coord requires sslmode=verify-full for any host but a"
-                   " Unix socket or 127.0.0.1" % (clean_text(sslmode, 40) or "prefer"),
-                   "add sslmode=verify-full&sslrootcert=PATH-OF-THE-SERVER-CA.crt to the URL"
-                   " (key=value form: sslmode=verify-full sslrootcert=PATH)")
-
-
-# Managed offerings' pooled endpoints (a transaction pooler in front of the server): PgBouncer's
-# default port, Supabase's pooler port and host, Neon's "-pooler" host name, names with "pgbouncer".
-_PG_POOLED_PORTS = ("6432", "6543")
-_PG_POOLED_HOST = Pattern(r"(-pooler\b|pooler\.|pgbouncer)", re.I)
-
-
-def pg_pooled(dsn, environ=None):
-    """A reason (text) when the connection string looks like a pooled endpoint, else None. A
-    transaction pooler gives each transaction any server connection: LISTEN, SET and prepared
-    statements do not survive it; pg_advisory_xact_lock and SET LOCAL do."""
-    env = os.environ if environ is None else environ
-    info = pg_conninfo(dsn) or {}
-    host = info.get("host", env.get("PGHOST", ""))
-    port = info.get("port", env.get("PGPORT", ""))
-    if _PG_POOLED_HOST.search(host):
-        return "its host name looks like a pooler's (%s)" % clean_text(host, 80)
-    if any(p in _PG_POOLED_PORTS for p in port.split(",")):
-        return "its port is a pooler's (%s: PgBouncer 6432, Supabase's transaction pooler 6543)" % clean_text(port, 20)
-    return None
-
-
-def pg_check_listen_url(dsn, environ=None):
-    """The host process's LISTEN connection must be a session (direct) connection: refuse one
-    that looks pooled, with the fix."""
-    why = pg_pooled(dsn, environ)
-    if why:
-        raise EnvError("the LISTEN connection must be a direct (session) connection, and this one looks"
-                       " pooled: %s" % why,
-                       "give the server's direct endpoint for LISTEN (the managed service's"
-                       " \"direct connection\" host and port, usually 5432)")
-
-
-def pg_wake_channel(project_id):
-    """The project's wake-up channel: a digest, so not even the project's name travels (any role on
-    the server may LISTEN on any channel)."""
-    return "coord_wake_" + hashes().sha256(b"coord-wake\0" + project_id.encode()).hexdigest()[:24]
-
-
-def pg_wake_sql(project_id):
-    """The only NOTIFY coord sends: a channel and no payload (wake up and read; the reader's own
-    privileges decide what it sees)."""
-    return "NOTIFY %s" % pg_wake_channel(project_id)
-
-
-def _pg_tables(conn, schema):
-    return [r[0] for r in conn.execute(
-        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname", (schema,)).fetchall()]
-
-
-def pg_may_create(conn):
-    return bool(conn.execute("SELECT has_schema_privilege(?, 'CREATE')", (conn.schema,)).fetchone()[0])
-
-
-def pg_require_owner(conn):
-    """Refuse migrating a project's schema as a role that may not create in it (a host's login
-    role): the owner does it, through pg_setup."""
-    if not conn.execute("SELECT has_schema_privilege(?, 'CREATE')", (conn.schema,)).fetchone()[0]:
-        raise EnvError("the project's schema %s needs migrating, which only its owner may do (this role: no"
-                       " CREATE on it)" % conn.schema,
-                       "a person with admin rights runs: " + pg_setup_command(conn.project))
-
-
-def pg_role_bounds_missing(raw, login):
-    """The ALTER ROLE ... SET statements that give login role `login` coord's transaction bounds
-    (PG_BOUNDS) in every session, coord's or a direct client's; none when it has them."""
-    row = raw.execute("SELECT s.setconfig FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole"
-                      " WHERE r.rolname = %s AND s.setdatabase = 0", (login,)).fetchone()
-    have = set(row[0] or []) if row else set()
-    return ["ALTER ROLE %s SET %s = '%s'" % (pg_ident(login), name, value) for name, value in PG_BOUNDS
-            if "%s=%s" % (name, value) not in have]
-
-
-def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
-    """Create (or bring up to date) a project's roles, schema, migrations, grants and row-level
-    security, connected as a person with admin rights (a superuser or the managed service's admin
-    role, which must be able to SET ROLE to the owner). Idempotent. Login roles are created
-    without a password (the person sets one: ALTER ROLE ... PASSWORD, or the service's IAM) or
-    granted the group when they exist; a superuser login is refused. Returns the statements that
-    ran; `out` (a function) gets each as it runs."""
-    if not valid_project_id(project_id):
-        raise UsageError("project ID %r must be letters, digits, '.', '_' or '-'" % project_id)
-    names = pg_role_names(project_id)
-    owner, group, schema = names["owner"], names["group"], pg_schema(project_id)
-    done = []
-    conn = _PgConnection(admin_dsn, project_id, environ=environ, bounded=False)
-    raw = conn.raw
-
-    def run(sql, params=None):
-        done.append(sql)
-        if out is not None:
-            out(sql)
-        try:
-            raw.execute(sql, params)
-        except conn.psycopg.Error as exc:
-            raise EnvError("setup: %s failed: %s" % (sql.split(" ON ")[0][:60],
-                                                              str(exc).strip().splitlines()[0]),
-                           "run it connected as a superuser or the service's admin role") from exc
-
-    def role_exists(name):
-        return raw.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
-
-    try:
-        with raw.transaction():
-            for name in (owner, group):
-                if role_exists(name) is None:
-                    run("CREATE ROLE %s NOLOGIN" % pg_ident(name))
-            if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (owner, group)).fetchone()[0]:
-                run("GRANT %s TO %s" % (pg_ident(group), pg_ident(owner)))  # the policy admits migrations
-            _pg_setup_logins(raw, logins, group, project_id, run)
-            for power in ("pg_read_all_stats", "pg_signal_backend"):  # coord_cut_stuck, as the owner
-                if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (owner, power)).fetchone()[0]:
-                    run("GRANT %s TO %s" % (power, pg_ident(owner)))
-            _pg_setup_ownership(raw, schema, owner, run)
-            run("REVOKE ALL ON SCHEMA %s FROM PUBLIC" % pg_ident(schema))
-            run("GRANT USAGE ON SCHEMA %s TO %s" % (pg_ident(schema), pg_ident(group)))
-        st = Store(pg={"dsn": admin_dsn, "project": project_id, "role": owner, "bounded": False}, environ=environ)
-        try:  # the migrations (run as the owner by Store above), then every grant and policy
-            migrated = "-- schema %s at v%d, migrated as %s" % (schema, st._applied(st._pg_version()), owner)
-            done.append(migrated)
-            if out is not None:
-                out(migrated)
-            raw2 = st.conn.raw
-            conn2 = st.conn
-
-            def run2(sql):
-                done.append(sql)
-                if out is not None:
-                    out(sql)
-                try:
-                    raw2.execute(sql)
-                except conn2.psycopg.Error as exc:
-                    raise EnvError("setup: %s failed: %s" % (sql[:60], str(exc).strip().splitlines()[0]),
-                                   "run it connected as a superuser or the service's admin role") from exc
-            s, g = pg_ident(schema), pg_ident(group)
-            with raw2.transaction():
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT SELECT, INSERT, UPDATE, DELETE"
-                     " ON TABLES TO %s" % (pg_ident(owner), s, g))
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT USAGE, SELECT, UPDATE"
-                     " ON SEQUENCES TO %s" % (pg_ident(owner), s, g))
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC" % pg_ident(owner))
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT EXECUTE ON FUNCTIONS TO %s"
-                     % (pg_ident(owner), s, g))
-                run2("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s" % (s, g))
-                run2("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %s TO %s" % (s, g))
-                run2("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %s FROM PUBLIC" % s)
-                run2("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s" % (s, g))
-                _pg_setup_row_security(raw2, schema, group, run2)
-        finally:
-            st.close()
-    finally:
-        conn.close()
-    return done
-
-
-def _pg_setup_logins(raw, logins, group, project_id, run):
-    """pg_setup's login roles: created (LOGIN, no password) or checked (no superuser), members of
-    the group, with coord's transaction bounds (PG_BOUNDS) as their own settings."""
-    def role_exists(name):
-        return raw.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
-    for login in logins:
-        if not valid_pg_role(login):
-            raise UsageError("login role %r: letters, digits, '_', '.', '-', at most 63 bytes" % login)
-        row = role_exists(login)
-        if row is None:
-            run("CREATE ROLE %s LOGIN" % pg_ident(login))
-        elif row[0]:
-            raise UsageError("login role %s is a superuser: it would bypass every grant and policy" % login,
-                             "give this host its own role: " + pg_setup_command(project_id, "ROLE-FOR-THIS-HOST"))
-        if not raw.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (login, group)).fetchone()[0]:
-            run("GRANT %s TO %s" % (pg_ident(group), pg_ident(login)))
-        for sql in pg_role_bounds_missing(raw, login):  # a direct client of the role is bounded too
-            run(sql)
-
-
-def _pg_setup_ownership(raw, schema, owner, run):
-    """pg_setup: the schema, its tables and its routines owned by the project's owner role."""
-    nsp = raw.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
-                      (schema,)).fetchone()
-    if nsp is None:
-        run("CREATE SCHEMA %s AUTHORIZATION %s" % (pg_ident(schema), pg_ident(owner)))
-    elif nsp[0] != owner:
-        run("ALTER SCHEMA %s OWNER TO %s" % (pg_ident(schema), pg_ident(owner)))
-    for table in _pg_tables(raw, schema):
-        if raw.execute("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = %s::regclass",
-                       ("%s.%s" % (pg_ident(schema), pg_ident(table)),)).fetchone()[0] != owner:
-            run("ALTER TABLE %s.%s OWNER TO %s" % (pg_ident(schema), pg_ident(table), pg_ident(owner)))
-    for (fn,) in raw.execute(  # functions made before setup (e.g. by a superuser's migration)
-            "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-            " WHERE n.nspname = %s AND pg_get_userbyid(p.proowner) <> %s ORDER BY 1", (schema, owner)).fetchall():
-        run("ALTER ROUTINE %s OWNER TO %s" % (fn, pg_ident(owner)))
-
-
-def _pg_setup_row_security(raw2, schema, group, run2):
-    """pg_setup, as the owner: row-level security enabled, forced and given coord's policy on every table."""
-    s = pg_ident(schema)
-    policy = pg_policy_sql(group)
-    for table in _pg_tables(raw2, schema):
-        t = "%s.%s" % (s, pg_ident(table))
-        flags = raw2.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = %s::regclass",
-                             (t,)).fetchone()
-        if not flags[0]:
-            run2("ALTER TABLE %s ENABLE ROW LEVEL SECURITY" % t)
-        if not flags[1]:
-            run2("ALTER TABLE %s FORCE ROW LEVEL SECURITY" % t)
-        if not raw2.execute("SELECT 1 FROM pg_policies WHERE schemaname = %s AND tablename = %s"
-                            " AND policyname = 'coord_members'", (schema, table)).fetchone():
-            run2("CREATE POLICY coord_members ON %s USING (%s) WITH CHECK (%s)" % (t, policy, policy))
-
-
-_PG_ROLE_RE = Pattern(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-def valid_pg_role(name):
-    return isinstance(name, str) and bool(_PG_ROLE_RE.match(name)) and len(name.encode()) <= 63
-
-
-def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
-    """The `--doctor` lines of a PostgreSQL project's security, on the host process's Store `st`
-    (connected as this host's role): [(ok, line)]. ok False is a problem to fix; each line says
-    how. The checks: the role is not a superuser, cannot bypass RLS and is not (a member of) the
-    owner; every table has RLS enabled and forced with coord's policy; TLS verifies the server
-    (or the server is local); the LISTEN connection is a session connection."""
-    raw = st.conn.raw
-    schema = st.conn.schema
-    names = pg_role_names(st.conn.project)
-    lines = []
-    me, sup, bypass = raw.execute("SELECT current_user, rolsuper, rolbypassrls FROM pg_roles"
-                                  " WHERE rolname = current_user").fetchone()
-    owner = raw.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
-    owns = owner is not None and raw.execute("SELECT pg_has_role(current_user, %s, 'USAGE')", (owner[0],)).fetchone()[0]
-    owns_table = raw.execute(
-        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s"
-        " AND c.relkind IN ('r', 'p') AND pg_has_role(current_user, c.relowner, 'USAGE')", (schema,)).fetchone()[0]
-    if sup or bypass or owns or owns_table:
-        what = "a superuser" if sup else "allowed to bypass row-level security" if bypass else "the owner of the project's schema or tables"
-        lines.append((False, "database role %s is %s: give this host its own login role (a person with"
-                             " admin rights runs: %s)" % (me, what, pg_setup_command(st.conn.project, "ROLE"))))
-    else:
-        lines.append((True, "database role %s: not a superuser, not the owner (%s)" % (me, names["owner"])))
-    bad = []
-    for table in _pg_tables(raw, schema):
-        enabled, forced = raw.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = %s::regclass",
-                                      ("%s.%s" % (pg_ident(schema), pg_ident(table)),)).fetchone()
-        policy = raw.execute("SELECT 1 FROM pg_policies WHERE schemaname = %s AND tablename = %s"
-                             " AND policyname = 'coord_members'", (schema, table)).fetchone()
-        if not (enabled and forced and policy):
-            bad.append("%s (%s)" % (table, "no RLS" if not enabled else "RLS not forced" if not forced else "no coord_members policy"))
-    if bad:
-        lines.append((False, "row-level security missing on %s: a person with admin rights runs %s"
-                             % (", ".join(bad), pg_setup_command(st.conn.project))))
-    else:
-        lines.append((True, "row-level security forced on every table of %s" % schema))
-    try:
-        mode = pg_check_url(dsn, environ)
-    except EnvError as exc:
-        lines.append((False, "TLS: %s; %s" % (exc.message, exc.hint)))
-    else:
-        ssl = raw.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
-        if mode == "local":
-            lines.append((True, "TLS: not required (%s%s)" % (pg_local_kind(dsn, environ), ", TLS on" if ssl and ssl[0] else "")))
-        elif ssl and ssl[0]:
-            lines.append((True, "TLS: on, server certificate and name verified (sslmode=verify-full)"))
-        else:
-            lines.append((False, "TLS: off on this connection although sslmode=verify-full: check the server"))
-    listen = listen_dsn or dsn
-    why = pg_pooled(listen, environ)
-    if why is None:
-        lines.append((True, "LISTEN connection: a session connection (not a pooled endpoint)"))
-    else:
-        lines.append((False, "LISTEN connection looks pooled (%s): give the direct endpoint for LISTEN" % why))
-    lines.append(pg_doctor_wake_check(st.conn.project))
-    lines.append(pg_doctor_bounds_check(st, me, sup))
-    return lines
-
-
-def pg_doctor_bounds_check(st, role, superuser):
-    """(ok, line): a stopped client is cut (docs/postgresql.md): this host's role carries
-    PG_BOUNDS (a direct client of it is bounded too) and the project has coord_cut_stuck."""
-    raw = st.conn.raw
-    missing = [] if superuser else pg_role_bounds_missing(raw, role)
-    cut = raw.execute("SELECT to_regprocedure(%s) IS NOT NULL", (PG_CUT_FUNCTION,)).fetchone()[0]
-    if missing or not cut:
-        return (False, "transaction bounds: %s: a person with admin rights runs %s" % (
-            "role %s lacks them" % role if missing else "the project has no coord_cut_stuck",
-            pg_setup_command(st.conn.project, role if missing else None)))
-    return (True, "transaction bounds: idle in transaction %d s, lock %d s, statement %d s; a holder stuck %g s is"
-                  " ended by every host" % (PG_IDLE_IN_TRANSACTION, PG_LOCK_TIMEOUT, PG_STATEMENT_TIMEOUT, PG_STUCK_AFTER))
-
-
-# --doctor's security exit status: which local connection needs no TLS, and the
-# wake-up check. A line with ok False makes `install --doctor` exit 1.
-def pg_local_kind(dsn, environ=None):
-    """For a connection pg_check_url judged local: "the server's Unix socket" or "loopback (HOST)"."""
-    target = pg_target(dsn, environ)
-    hosts = [h.strip() for h in (target[0] if target else [])]
-    inet = [h for h in hosts if h and not h.startswith(("/", "@"))]
-    if not inet:
-        return "a Unix socket on this host"
-    return "loopback %s on this host" % clean_text(",".join(inet), 80)
-
-
-def pg_doctor_wake_check(project_id):
-    """(ok, line): the NOTIFY coord sends carries no payload, on a channel that is a digest."""
-    sql = pg_wake_sql(project_id)
-    channel = pg_wake_channel(project_id)
-    if sql.strip() == "NOTIFY " + channel and project_id not in channel:
-        return (True, "wake-ups: NOTIFY %s with no payload (nothing of the project travels)" % channel)
-    return (False, "wake-ups carry content (%s): reinstall coord (.coord/install . --doctor names the source)"
-            % clean_text(sql, 80))
-
-
-# --------------------------------------------------------------------------- the host process's lease copy
-# The PreToolUse write decision answered from memory: the host process keeps a copy of the
-# project's leases and of the runtimes and hosts they depend on, fully re-read on each wake-up
-# (a payload-free NOTIFY that every transaction changing leases or runtimes sends on commit) and
-# on a short timer, through one session (non-pooled) LISTEN connection. docs/postgresql.md, "The
-# write decision from memory", has the rules and the correctness argument; the threads are in
-# host.py (LeaseCopyKeeper). The copy answers only what it knows for sure and says None (ask the
-# database) otherwise.
-
-_PG_WAKE_WRITE = Pattern(r"^\s*(INSERT\s+(OR\s+\w+\s+)?INTO|DELETE\s+FROM|UPDATE)\s+(leases|runtimes)\b")
-_PG_WAKE_COLUMNS = Pattern(r"\b(ended_at|superseded_by|pid|pid_start|host|conversation|agent_id|harness)\s*=")
-
-
-def pg_write_wakes(sql):
-    """Whether a write statement (SQLite dialect, as Store writes it) changes what a lease copy
-    decides: any write to leases or runtimes but the two kinds that only lengthen what the copy
-    holds (a lease's expiry pushed later with max(); a runtime's heartbeat), which the copy never
-    relies on (it asks the database about a lease it sees expired, or a holder it sees dead).
-    Only those written with max() are exempt: anything that may move a time back wakes."""
-    if not _PG_WAKE_WRITE.match(sql):
-        return False
-    text = sql.lstrip()
-    if text.startswith("UPDATE leases SET expires_at = max(expires_at,"):
-        return False
-    if text.startswith("UPDATE leases SET expires_at = ? + ?, ttl = min(ttl, ?) WHERE expires_at > ? + ?"):
-        return False  # _reap's clamp of an older coord's endless lease (every reap): a year ahead
-        # either way, and the timer's re-read (COPY_EVERY) sees it long before that matters
-    if text.startswith("UPDATE runtimes SET heartbeat_at = max(heartbeat_at,") and not _PG_WAKE_COLUMNS.search(text):
-        return False
-    return True
-
-
-class LeaseCopy:
-    """One full read of lease_copy_read, and the write decision on it. No SQL, no clock of its own:
-    `now` is the host process's (the server's clock, ServerClock), and `judge` a Store of this
-    host (whose pids it may judge, pid_judged_here, and its runtime_ttl)."""
-
-    _LEASE_KEYS = ("resource", "runtime", "mode", "purpose", "expires_at")
-
-    def __init__(self, rows, generation, at):
-        self.generation, self.at = generation, at
-        self.leases = [dict(zip(self._LEASE_KEYS, r)) for r in rows["leases"]]
-        self.runtimes = {}
-        for row in rows["runtimes"]:
-            rt = dict(zip(Store._RUNTIME_COLS.split(", "), row))
-            self.runtimes[rt["id"]] = rt
-        self.hosts = {r[0]: r[1:] for r in rows["hosts"]}
-
-    def live(self, rt, now, judge):
-        """True only when the database would judge rt live too (runtime_live's rules on this
-        copy: a stored heartbeat only grows, an end or a new record wakes the copy); False or None
-        means: not sure, ask the database."""
-        if rt is None or rt["ended_at"] is not None:
-            return None
-        if not rt["pid"] and rt["harness"] in _UNCLOCKED:
-            return True
-        if rt["pid"]:
-            if judge.pid_judged_here(rt):
-                return _process_matches(rt["pid"], rt["pid_start"]) or None
-            host = self.hosts.get(rt["host"]) if rt["host"] else None
-            if host is not None:
-                return (host[0] + host[1] > now) or None
-        return (beat_time(rt["heartbeat_at"]) + judge.runtime_ttl > now) or None
-
-    def conversation_runtime(self, conversation, now, judge):
-        """(known, rt): find_conversation_runtime on the copy; known False when unsure."""
-        rows = sorted((rt for rt in self.runtimes.values() if rt["conversation"] == conversation
-                       and rt["agent_id"] is None and rt["ended_at"] is None),
-                      key=lambda rt: rt["started_at"], reverse=True)
-        for rt in rows:
-            if self.live(rt, now, judge):
-                out = dict(rt)
-                out["heartbeat_at"] = beat_time(out["heartbeat_at"])
-                return True, out
-            return False, None  # the newest is not surely live: the database decides
-        return True, None
-
-    def write_conflicts(self, runtime_id, resources, now, judge):
-        """write_conflicts on the copy, or None when the copy cannot be sure (a lease it sees
-        expired, which a heartbeat may have lengthened; a holder it cannot see live, whose lease
-        may still hold for a work or a dying host)."""
-        blocking = []
-        for resource in resources:
-            for lease in self.leases:
-                if lease["runtime"] == runtime_id or not overlaps(lease["resource"], resource) \
-                        or compatible(lease["mode"], "exclusive"):
-                    continue
-                if lease["expires_at"] <= now:
-                    return None
-                rt = self.runtimes.get(lease["runtime"])
-                if not self.live(rt, now, judge):
-                    return None
-                b = dict(lease)
-                for key in ("handle", "pid", "pid_start", "heartbeat_at", "ended_at", "harness", "host"):
-                    b[key] = rt[key]
-                b["requested"] = resource
-                blocking.append(b)
-        if runtime_id and any(b["mode"] == "append" for b in blocking):
-            mine = [l for l in self.leases if l["runtime"] == runtime_id]
-            if any(l["expires_at"] <= now for l in mine):
-                return None
-            mine = [l["resource"] for l in mine]
-            blocking = [b for b in blocking if b["mode"] != "append" or
-                        not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
-        return blocking
-
-    def hook_conversation_runtime(self, conversation, now, judge):
-        """Store.hook_conversation_runtime on the copy, or None (ask the database)."""
-        known, rt = self.conversation_runtime(conversation, now, judge)
-        return {"runtime": rt, "from": "copy"} if known else None
-
-    def hook_session_leases(self, runtime_id, limit, now, judge):
-        """Store.hook_session_leases on the copy, or None (ask the database): a peer's exclusive
-        lease the copy sees expired (a heartbeat may have lengthened it) or whose holder it does
-        not hold is left to the database."""
-        mine, held = [], []
-        for lease in self.leases:  # in resource order, as the database's reads
-            if lease["runtime"] == runtime_id:
-                mine.append(lease["resource"])
-                continue
-            if lease["mode"] != "exclusive":
-                continue
-            rt = self.runtimes.get(lease["runtime"])
-            if rt is None or lease["expires_at"] <= now:
-                return None
-            if rt["ended_at"] is None:
-                held.append({"resource": lease["resource"], "handle": rt["handle"], "purpose": lease["purpose"]})
-        return {"mine": mine, "held": held[:max(0, limit)], "total": len(held) if held[:max(0, limit)] else 0,
-                "from": "copy"}
-
-    def hook_write_decision(self, conversation, runtime_id, resources, now, judge):
-        """Store.hook_write_decision on the copy, or None (ask the database)."""
-        rt = None
-        if not runtime_id:
-            known, rt = self.conversation_runtime(conversation, now, judge)
-            if not known:
-                return None
-        blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now, judge)
-        if blocking is None:
-            return None
-        return {"runtime": rt, "blocking": blocking, "from": "copy"}
-
-
-class PgListener:
-    """The host process's LISTEN connection: a session of its own (never a pooled endpoint:
-    pg_check_listen_url), autocommit, LISTENing on the project's wake-up channel."""
-
-    def __init__(self, dsn, project_id, environ=None, connect_timeout=10):
-        import sys
-        pg_check_url(dsn, environ)
-        pg_check_listen_url(dsn, environ)
-        psycopg = import_psycopg(environ)
-        self.psycopg = psycopg
-        self.channel = pg_wake_channel(project_id)
-        try:
-            self.raw = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout)
-            self.raw.execute("LISTEN %s" % self.channel)
-            self.backend_pid = self.raw.info.backend_pid
-        except psycopg.Error as exc:
-            raise EnvError("cannot LISTEN on the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
-                           "check the server; the host process connects again by itself") from exc
-
-    def wait(self, timeout):
-        """Wait up to `timeout` seconds for wake-ups and return at the first (-> how many came
-        with it; 0: none); EnvError when the connection is gone. Ones that arrived between two
-        waits are kept by the driver and returned at once."""
-        try:
-            return sum(1 for _ in self.raw.notifies(timeout=timeout, stop_after=1))  # at the first one
-        except self.psycopg.Error as exc:
-            raise EnvError("the LISTEN connection is gone: %s" % str(exc).strip().splitlines()[0]) from exc
-
-    def probe(self):
-        """One round trip on the LISTEN connection itself (EnvError when it is gone)."""
-        try:
-            self.raw.execute("SELECT 1").fetchone()
-        except self.psycopg.Error as exc:
-            raise EnvError("the LISTEN connection is gone: %s" % str(exc).strip().splitlines()[0]) from exc
-        if self.raw.closed or self.raw.broken:
-            raise EnvError("the LISTEN connection is gone")
-
-    def close(self):
-        try:
-            self.raw.close()
-        except Exception:
-            pass
-
-
-# --------------------------------------------------------------------------- the host process's client
-# Hooks and commands of a PostgreSQL project reach the database only through the per-host coord
-# process (host.py) over a private Unix socket; this side is stdlib only (socket and struct
-# imported at first use). Framing: a 4-byte big-endian length, then UTF-8 JSON, both ways.
-
-HOST_PROTOCOL = 1
-HOST_MAX_FRAME = 16 << 20
-_HOST_ERRORS = {"UsageError": UsageError, "Refused": Refused, "EnvError": EnvError, "CoordError": CoordError}
-
-
-def host_socket_path(environ=None):
-    """<state_dir>/host.sock: the host process's socket (the state directory is 0700)."""
-    return os.path.join(state_dir(environ), "host.sock")
-
-
-class HostClient:
-    """One connection to the host process; call(op, *args, **kwargs) -> the Store method's result,
-    or its CoordError raised again here (same class, message, hint, details: exit codes hold)."""
-
-    def __init__(self, project, path=None, timeout=30.0, environ=None):
-        # the C module, not socket.py, whose enums of every constant cost a hook a few ms
-        import _socket as socket
-        self.project = project
-        self.path = path or host_socket_path(environ)
-        self.next_id = 0
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(self.path)
-        except OSError as exc:
-            sock.close()
-            import errno
-            if exc.errno in (errno.EPERM, errno.EACCES):  # a sandbox's refusal, not a host process down
-                raise EnvError("connecting to coord's host process (%s) was refused: %s; inside Codex's"
-                               " workspace-write sandbox a Unix socket needs network access" % (self.path, exc.strerror),
-                               SANDBOX_SOCKET_HINT, sandboxed=True)
-            raise EnvError("coord's host process is not running for this project (%s: %s)"
-                           % (self.path, exc.strerror or exc), "start it: %s" % host_start_command("coord"))
-        self.sock = sock
-
-    def call(self, op, *args, **kwargs):
-        import struct
-        self.next_id += 1
-        req = {"v": HOST_PROTOCOL, "id": self.next_id, "project": self.project, "op": op,
-               "args": list(args), "kwargs": kwargs}
-        data = json.dumps(req, separators=(",", ":")).encode("utf-8")
-        try:
-            self.sock.sendall(struct.pack(">I", len(data)) + data)
-            head = self._read(4)
-            (size,) = struct.unpack(">I", head)
-            if size > HOST_MAX_FRAME:
-                raise EnvError("the host process sent a reply of %d bytes" % size)
-            reply = json.loads(self._read(size).decode("utf-8"))
-        except OSError as exc:
-            raise EnvError("lost the connection to coord's host process (%s: %s)" % (self.path, exc),
-                           "retry; if it keeps failing: .coord/install . --doctor")
-        if reply.get("ok"):
-            return reply.get("result")
-        err = reply.get("error") or {}
-        cls = _HOST_ERRORS.get(err.get("class"), CoordError)
-        raise cls(err.get("message") or "the host process failed", err.get("hint"), **(err.get("details") or {}))
-
-    def _read(self, n):
-        parts = []
-        while n:
-            chunk = self.sock.recv(n)
-            if not chunk:
-                raise OSError("connection closed")
-            parts.append(chunk)
-            n -= len(chunk)
-        return b"".join(parts)
-
-    def close(self):
-        self.sock.close()
-
-
-def host_doctor(project, path=None, timeout=10.0, environ=None):
-    """For --doctor on a PostgreSQL project: pg_doctor_checks run by its host process (the only
-    process with a server connection, as this host's role): [(ok, line)], or None when the host
-    process does not answer (--doctor says so on its own line)."""
-    try:
-        client = HostClient(project, path, timeout, environ)
-    except EnvError:
-        return None
-    try:
-        return [(bool(ok), line) for ok, line in client.call("doctor")]
-    except CoordError as exc:
-        return [(False, "database security: not checked: %s" % exc.message)]
-    finally:
-        client.close()
-
-
-def host_status(project, path=None, timeout=2.0, environ=None):
-    """For --doctor: {"running": True, "pid", "project", "now", "round_trip_ms"} from a ping, or
-    {"running": False, "reason"}."""
-    try:
-        t0 = time.perf_counter()
-        client = HostClient(project, path, timeout, environ)
-        try:
-            out = dict(client.call("ping"), running=True)
-        finally:
-            client.close()
-        out["round_trip_ms"] = round((time.perf_counter() - t0) * 1000, 2)
-        return out
-    except CoordError as exc:
-        return {"running": False, "reason": exc.message}
-
-
-def start_host(project, dsn, path=None, timeout=30.0, environ=None, python=None):
-    """Start the host process (host.py supervise) detached, in a session of its own, its output
-    appended to <socket>.log, unless one answers already; wait until it answers (or raise
-    EnvError after `timeout` seconds). A second start racing this one finds the lock held and
-    exits; both then find the one that serves."""
-    path = path or host_socket_path(environ)
-    if host_status(project, path, environ=environ)["running"]:
-        return
-    spawn_host(project, dsn, path, environ, python)
-    started = time.monotonic()
-    deadline = started + timeout
-    seen = False
-    while not host_status(project, path, environ=environ)["running"]:
-        held = _host_lock_held(path)
-        seen = seen or held
-        if (not held and (seen or time.monotonic() - started > 5.0)) or time.monotonic() > deadline:
-            # its supervisor ended (it exits when the worker cannot start) or never took the lock
-            why, fix = _last_line(path + ".log")
-            raise EnvError(why, "see %s.log" % path, **({"install": fix} if fix else {}))
-        time.sleep(0.05)
-
-
-def _host_lock_held(path):
-    """Whether a host process (its supervisor) holds <socket>.lock."""
-    import fcntl
-    try:
-        fd = os.open(path + ".lock", os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-
-
-def _last_line(path):
-    """(the host process's last refusal in its log, or its last line; the driver install command
-    when that refusal is the missing driver, else None)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-            lines = [l for l in f.read().decode("utf-8", "replace").splitlines() if l.strip()]
-    except OSError:
-        return "it wrote no log", None
-    at = max([i for i, l in enumerate(lines) if l.startswith("host.py: ")] or [-1])
-    if at < 0:
-        return (clean_text(lines[-1], 300) if lines else "it wrote nothing in its log"), None
-    why = clean_text(lines[at][len("host.py: "):], 300)
-    nxt = lines[at + 1] if at + 1 < len(lines) else ""
-    fix = nxt[1:-1] if "psycopg" in why and nxt.startswith("(") and nxt.endswith(")") else None
-    return why, fix
-
-
-HOST_IDLE = 1800  # seconds: a host process started on demand ends after half an hour with no client
-
-
-def spawn_host(project, dsn, path, environ=None, python=None):
-    """Start `host.py supervise` detached (double fork: no zombie here) without waiting for it.
-    The DSN goes in its environment (COORD_HOST_DSN), never its argv, which every user of the
-    host can read in /proc."""
-    import subprocess
-    make_private_dirs(os.path.dirname(path))
-    argv = [python or sys_executable(), os.path.join(os.path.dirname(os.path.abspath(__file__)), "host.py"),
-            "supervise", "--project", project, "--socket", path, "--idle", str(HOST_IDLE)]
-    env = dict(os.environ if environ is None else environ, COORD_HOST_DSN=dsn)
-    for name in AGENT_MARKERS + ("COORD_RUNTIME_ID", "COORD_DB"):  # the host process is no caller
-        env.pop(name, None)
-    log = os.open(path + ".log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        middle = os.fork()  # the supervisor is the child of a process that exits at once: no zombie here
-        if middle == 0:
-            try:
-                subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                 env=env, cwd="/")
-            finally:
-                os._exit(0)
-        os.waitpid(middle, 0)
-    finally:
-        os.close(log)
-
-
-def sys_executable():
-    import sys
-    return sys.executable
-
-
-class RemoteStore:
-    """A Store whose operations run in the host process: st.claim(...) is one request. Only the
-    operations the host process lists (host.HOST_OPS) answer; transaction()/snapshot() bind
-    the operations inside them to one server transaction (begin ... commit)."""
-
-    engine = "postgresql"
-
-    def __init__(self, project, path=None, timeout=30.0, environ=None):
-        self.client = HostClient(project, path, timeout, environ)
-        self.path = self.client.path  # os.path.dirname(st.path): the state directory, as for SQLite
-        self.depth = 0
-        self._host_env = environ
-
-    # the pid rule of Store.pid_judged_here for the comparisons a command makes in its own
-    # process (its /proc, its tmux panes), answered here without a request: this process's host.
-
-    @property
-    def host(self):
-        return host_identity(self._host_env)
-
-    def pid_judged_here(self, rt):
-        return rt.get("host") == self.host["id"]
-
-    # The caller-side facts: gathered here, in the calling process, and decided by the
-    # host process (Store.decide_caller, Store.decide_person_runtime).
-
-    def caller(self, explicit=None, environ=None, now=None, person=True):
-        return self.client.call("decide_caller", caller_facts(explicit, environ, complete=True), person=person,
-                                **_client_time(now))
-
-    def person_runtime(self, register=True, now=None, environ=None, skip=()):
-        return self.client.call("decide_person_runtime", list(person_key(environ, skip)), register=register,
-                                **_client_time(now))
-
-    def __getattr__(self, op):
-        if op.startswith("_"):
-            raise AttributeError(op)
-        client = self.client
-
-        def call(*args, **kwargs):
-            return client.call(op, *args, **kwargs)
-        call.__name__ = op
-        return call
-
-    def transaction(self):
-        return _RemoteTransaction(self, True)
-
-    def snapshot(self):
-        return _RemoteTransaction(self, False)
-
-    def close(self):
-        self.client.close()
-
-
-def _client_time(now):
-    """{} for now=None: the host process keeps the time and refuses a request that carries one
-    (host.py, _refuse_client_time); a caller's explicit time is passed on, to be refused there."""
-    return {} if now is None else {"now": now}
-
-
-class _RemoteTransaction:
-    def __init__(self, remote, write):
-        self.remote, self.write, self.outer = remote, write, False
-
-    def __enter__(self):
-        if self.remote.depth == 0:
-            self.remote.client.call("begin", write=self.write)
-            self.outer = True
-        self.remote.depth += 1
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.remote.depth -= 1
-        if self.outer:
-            self.remote.client.call("commit" if exc_type is None else "rollback")
-        return False
-
-
 # --------------------------------------------------------------------------- a project's database: where it is, how it is reached
 # A project lives in SQLite (<state>/<project>.sqlite3, or the file COORD_DB
 # names) or in PostgreSQL: a postgresql:// (or postgres://) URL in COORD_DB, else in the
 # project's settings file <state>/<project>.url (0600, in the 0700 state directory, beside where
-# its SQLite file would be; never inside the repository). open_project_store gives a Store for
-# SQLite, a RemoteStore (the host process) for PostgreSQL; no process but host.py imports a driver.
+# its SQLite file would be; never inside the repository). hostclient.open_project_store gives a Store
+# for SQLite, a RemoteStore (the host process) for PostgreSQL; no process but host.py imports a driver.
 
 PG_SCHEMES = ("postgresql", "postgres")
 
 
 def database_scheme(value):
     """The scheme of a URL ("postgresql"), lower case; None for a file path."""
-    m = _URL_RE.match(value or "")
-    return m.group(1).lower() if m else None
+    scheme = url_scheme(value)
+    return scheme.lower() if scheme else None
 
 
 def project_url_path(project_id, environ=None):
@@ -5867,338 +3810,21 @@ def project_database(environ=None, start=None, project_id=None):
     return {"engine": "sqlite", "path": os.path.join(state_dir(env), project_id + ".sqlite3")}
 
 
-def project_host_socket(project, environ=None):
-    """<state_dir>/host-<digest>.sock: the socket of the host process serving `project` (one per
-    project and user; a digest keeps the path within a Unix socket's 108 bytes)."""
-    return os.path.join(state_dir(environ), "host-%s.sock" % hashes().sha256(project.encode("utf-8")).hexdigest()[:16])
+# The command a person with admin rights types to set a PostgreSQL project up (one place), in the
+# project's repository (coord finds the project there): `coord db setup` runs pg_setup in
+# `host.py setup` (pg.py), the admin URL read from $COORD_ADMIN_URL or asked for at the terminal,
+# never taken from the command line.
+PG_SETUP_COMMAND = "coord db setup"
+PG_ADMIN_URL_ENV = "COORD_ADMIN_URL"
 
 
-def host_start_command(prefix=".coord/coord"):
-    return "%s db start" % prefix
+def pg_setup_command(project_id=None, login=None):
+    return PG_SETUP_COMMAND + (" --login %s" % login if login else "")
 
 
-SANDBOX_SOCKET_HINT = ("the person sets network_access = true under [sandbox_workspace_write] in Codex's config.toml"
-                       " (.coord/install . --doctor shows it), or approves running this command outside the sandbox;"
-                       " meanwhile coord's hooks still check every write and deliver messages")
-
-
-def host_down_error(project, path, why, hint=None):
-    return EnvError("coord's host process for project %s is not running and did not start: %s" % (project, why),
-                    hint or "start it: %s (its log: %s.log)" % (host_start_command("coord"), path))
-
-
-def open_project_store(environ=None, start=None, timeout=None, command=True, prefix=".coord/coord", **kw):
-    """The project's store: a Store (SQLite) or a RemoteStore through the host process
-    (PostgreSQL), which a command (command=True) starts first when it is not running; a hook
-    (command=False) never waits for it: EnvError, and it fails open."""
-    env = os.environ if environ is None else environ
-    db = project_database(env, start)
-    if db["engine"] == "sqlite":
-        return Store(db["path"], timeout=timeout, environ=env, **kw)
-    project, path = db["project"], project_host_socket(db["project"], env)
-    wait = timeout if timeout is not None else env_number(env, "COORD_BUSY_TIMEOUT", BUSY_TIMEOUT,
-                                                          BUSY_TIMEOUT_RANGE, kw.get("strict_env", True))
-    wait = max(float(wait), 1.0) + 30.0 if command else float(wait)
-    try:
-        return RemoteStore(project, path, timeout=wait, environ=env)
-    except EnvError as exc:
-        if not command or exc.details.get("sandboxed"):
-            raise
-        if in_nested_pid_namespace():  # a sandbox or container: a host process started here would live in it
-            raise EnvError(exc.message + "; this process runs in a nested PID namespace (a sandbox or a container),"
-                           " where coord does not start it", "start it outside: %s" % host_start_command("coord"))
-    try:
-        start_host(project, db["url"], path, timeout=30.0, environ=env)
-        return RemoteStore(project, path, timeout=wait, environ=env)
-    except EnvError as exc:
-        fix = exc.details.get("install")
-        raise host_down_error(project, path, exc.message, fix and "install the driver: %s ; then: %s"
-                              % (fix, host_start_command("coord")))
-
-
-def project_live_works(db, environ=None):
-    """live_works_readonly for a project_database() `db`: for PostgreSQL through its host process
-    when it runs (never starting it: the installer only reads); None when it cannot be read."""
-    if db["engine"] == "sqlite":
-        return live_works_readonly(db["path"])
-    try:
-        st = RemoteStore(db["project"], project_host_socket(db["project"], environ), timeout=5.0, environ=environ)
-    except EnvError:
-        return None
-    try:
-        works = st.works()
-    except CoordError:
-        return None
-    finally:
-        st.close()
-    out = []
-    for w in works:
-        if w.get("state") not in ("creating", "failed", "removed"):
-            w.pop("token", None)
-            out.append(w)
-    return out
-
-
-def driver_dir(version=None, environ=None):
-    """<state>/driver/python<major>.<minor>: where the command coord prints installs psycopg for one
-    interpreter (`pip install --target`: nothing goes into the system's or the user's site-packages,
-    so a distribution's externally-managed interpreter, Debian 12's python3 among them, takes it
-    without an override; the binary wheel is built for one Python version, hence one directory
-    each). The state directory is private and outside every repository."""
-    import sys
-    major, minor = tuple(version or sys.version_info[:2])[:2]
-    return os.path.join(state_dir(environ), "driver", "python%d.%d" % (major, minor))
-
-
-def import_psycopg(environ=None):
-    """psycopg 3 for the host process: importable as installed (a venv, a distribution package),
-    else from driver_dir(); EnvError (exit 4) with the install command when neither has it."""
-    import sys
-    try:
-        import psycopg
-        return psycopg
-    except ImportError:
-        pass
-    where = driver_dir(environ=environ)
-    if os.path.isdir(where) and where not in sys.path:
-        sys.path.append(where)
-    try:
-        import psycopg
-        return psycopg
-    except ImportError:
-        raise EnvError("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable,
-                       psycopg_install_command(sys.executable, sys.version_info[:2], environ))
-
-
-def psycopg_install_command(python, version=None, environ=None):
-    """The exact command that installs the driver for interpreter `python` into driver_dir()
-    (version: its (major, minor), default this interpreter's; psycopg 3.3 needs Python >= 3.10,
-    so 3.9 gets 3.2)."""
-    import shlex
-    import sys
-    version = tuple(version or sys.version_info[:2])
-    pin = "==3.2.13" if version < (3, 10) else "==3.3.9"
-    return "%s -m pip install --upgrade --target %s 'psycopg[binary]%s'" % (
-        shlex.quote(python), shlex.quote(driver_dir(version, environ)), pin)
-
-
-def driver_status(python=None, environ=None):
-    """Whether `python` (default: this interpreter) imports psycopg 3 as the host process would
-    (import_psycopg), checked in a child process (importing it here would cost the caller 100+
-    ms): {"ok", "python", "version", "install"}."""
-    import subprocess
-    python = python or sys_executable()
-    code = ("import os, sys\nv = sys.version_info[:2]\nprint('%%d.%%d' %% v)\n"
-            "try:\n    import psycopg\nexcept ImportError:\n"
-            "    sys.path.append(os.path.join(%r, 'python%%d.%%d' %% v))\n    import psycopg\n"
-            "print(psycopg.__version__)" % os.path.join(state_dir(environ), "driver"))
-    try:
-        proc = subprocess.run([python, "-c", code], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
-        lines = proc.stdout.decode("utf-8", "replace").split()
-    except (OSError, subprocess.SubprocessError):
-        proc, lines = None, []
-    version = tuple(int(x) for x in lines[0].split(".")) if lines and lines[0].count(".") == 1 else None
-    ok = proc is not None and proc.returncode == 0 and len(lines) >= 2
-    return {"ok": ok, "python": python, "version": lines[1] if ok else None,
-            "install": psycopg_install_command(python, version, environ)}
-
-
-def start_host_in_background(environ=None, start=None):
-    """SessionStart on a PostgreSQL project whose host process is down: start it without waiting
-    (the next event finds it). Never raises."""
-    try:
-        env = os.environ if environ is None else environ
-        db = project_database(env, start)
-        if db["engine"] == "postgresql":
-            spawn_host(db["project"], db["url"], project_host_socket(db["project"], env), env)
-    except Exception:
-        pass
-
-
-# --------------------------------------------------------------------------- moving a project between engines
-# copy_project copies every record of one Store into an empty one, SQLite -> PostgreSQL or back
-# (`coord db migrate`: a project moves with a command that loses no record). Every table at SCHEMA_VERSION, in key order, in one destination transaction; the
-# engines' own schema bookkeeping in meta (schema.*) is not copied, each destination migrated
-# itself. IDs are kept and the destination's ID sequences are set past the source's, so message
-# and audit IDs only grow; a row PostgreSQL cannot hold (NUL in text) refuses the whole copy.
-
-COPY_TABLES = (  # (table, key columns for the order, every column)
-    ("meta", "key", ("key", "value")),
-    ("runtimes", "id", ("id", "handle", "conversation", "agent_id", "harness", "pid", "pid_start", "cwd",
-                        "started_at", "heartbeat_at", "ended_at", "end_reason", "superseded_by", "host")),
-    ("hosts", "id", ("id", "name", "boot_id", "pid_ns", "started_at", "heartbeat_at", "ttl", "lease_delay")),
-    ("leases", "resource, runtime", ("resource", "runtime", "mode", "purpose", "acquired_at", "expires_at", "ttl")),
-    ("messages", "id", ("id", "sender", "kind", "body", "digest", "broadcast", "created_at")),
-    ("deliveries", "message, recipient", ("message", "recipient", "state", "delivered_at", "acked_at", "shown")),
-    ("work", "id", ("id", "handle", "task", "state", "path", "scratch_root", "source", "conversation", "runtime",
-                    "token", "created_at", "updated_at", "data")),
-    ("audit", "id", ("id", "at", "event", "runtime", "subject", "data")),
-    ("turns", "runtime", ("runtime", "state", "at", "began")),
-    ("fences", "resource", ("resource", "fence", "runtime", "at")),
-)
-_ID_TABLES = ("messages", "audit")  # AUTOINCREMENT / identity: their next ID is copied too
-
-
-def _next_ids(st):
-    """{table: the highest ID the table ever handed out} (SQLite's sqlite_sequence, PostgreSQL's
-    identity sequence), at least its highest row."""
-    out = {}
-    for table in _ID_TABLES:
-        top = st.conn.execute("SELECT max(id) FROM %s" % table).fetchone()[0] or 0
-        if st.engine == "postgresql":
-            row = st.conn.execute("SELECT last_value, is_called FROM %s" % st.conn.execute(
-                "SELECT pg_get_serial_sequence(?, 'id')", (table,)).fetchone()[0]).fetchone()
-            seq = row[0] if row[1] else 0
-        else:
-            row = st.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).fetchone()
-            seq = row[0] if row else 0
-        out[table] = max(top, seq or 0)
-    return out
-
-
-def _set_next_ids(st, ids):
-    for table, value in ids.items():
-        if not value:
-            continue
-        if st.engine == "postgresql":
-            st.conn.execute("SELECT setval(pg_get_serial_sequence(?, 'id'), ?)", (table, value))
-        elif not st.conn.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (value, table)).rowcount:
-            st.conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, value))
-
-
-def copy_project(src, dst):
-    """Copy every record of Store `src` into the empty Store `dst` (either engine); -> {table:
-    rows copied}. Refused (nothing written) when `dst` holds any record."""
-    counts = {}
-    with src.snapshot():
-        with dst.transaction():
-            for table, _key, _cols in COPY_TABLES:
-                if dst.conn.execute("SELECT 1 FROM %s%s LIMIT 1" % (
-                        table, " WHERE key NOT LIKE 'schema.%'" if table == "meta" else "")).fetchone():
-                    raise Refused("the destination %s already holds records (table %s): a project is copied only"
-                                  " into an empty database" % (dst.path, table))
-            for table, key, cols in COPY_TABLES:
-                where = " WHERE key NOT LIKE 'schema.%'" if table == "meta" else ""
-                rows = src.conn.execute("SELECT %s FROM %s%s ORDER BY %s" % (", ".join(cols), table, where, key)).fetchall()
-                if rows:
-                    dst.conn.executemany("INSERT INTO %s (%s) VALUES (%s)" % (
-                        table, ", ".join(cols), ", ".join("?" * len(cols))), rows)
-                counts[table] = len(rows)
-            _set_next_ids(dst, _next_ids(src))
-    return counts
-
-
-# --------------------------------------------------------------------------- safe mode
-# A host that cannot reach the database (its host process is down, paused or cut off from the
-# server) cannot know whether its exclusive leases still hold: after the lease's own expiry, or
-# after its host's heartbeat has been missed for the host TTL, another host may take them. So its
-# hooks deny writes to paths it holds exclusively once those leases may have lapsed, and say why:
-# the only fail-closed case (everything else fails open, as for an unreadable database). The
-# hook cannot ask the server, so the host process keeps a small local file beside its socket,
-# rewritten after every heartbeat it got through (and soon after every claim or renewal it
-# served): this host's unexpired exclusive leases, each with the server time it may lapse at,
-# and the offset from this machine's monotonic clock to the server's. The hook's check reads only
-# that file (stdlib, no subprocess): a write is refused when the server's time, estimated from
-# the monotonic clock, is within the margin of a lease's lapse. Reading it costs a hook only when
-# the database is out of reach.
-
-SAFE_STATE_VERSION = 1
-
-
-def safe_state_path(socket_path=None, environ=None):
-    """The host process's safe-mode file, beside its socket and named after it: <state>/host.safe
-    for <state>/host.sock, <state>/host-<digest>.safe for a project's <state>/host-<digest>.sock
-    (project_host_socket), so two projects' host processes in one state directory never write
-    (or read) each other's leases."""
-    sock = socket_path or host_socket_path(environ)
-    base = sock[:-len(".sock")] if sock.endswith(".sock") else sock
-    return base + ".safe"
-
-
-def safe_state(beat, clock_offset, clock_rtt=0.0, host=None):
-    """The safe-mode file's content from a host_beat() result (server times) and the host
-    process's ServerClock (server time = time.monotonic() + clock_offset, within clock_rtt / 2).
-    Each lease may lapse at the earlier of its expiry and the moment other hosts stop taking this
-    host for live (its last confirmed beat plus its TTL); the lease delay after that is kept for
-    writes already allowed, never spent by the hooks."""
-    host = host or host_identity()
-    gone_at = beat["heartbeat_at"] + beat["ttl"]
-    return {"v": SAFE_STATE_VERSION, "host": host["id"], "boot_id": host["boot_id"],
-            "offset": clock_offset, "margin": SAFE_MARGIN + clock_rtt / 2, "confirmed_at": beat["now"],
-            "leases": [{"resource": l["resource"], "handle": l["handle"], "conversation": l["conversation"],
-                        "lapse_at": min(l["expires_at"], gone_at)} for l in beat["leases"]]}
-
-
-def write_safe_state(path, state):
-    atomic_write(path, json.dumps(state, sort_keys=True, separators=(",", ":")).encode("utf-8"))
-
-
-def safe_mode_refusals(names, path=None, mono=None):
-    """For a hook that could not reach the database: [{name, resource, handle, lapse_at}] for each
-    of `names` (resource names) under or above an exclusive lease of this host that may have
-    lapsed by now (server time estimated from the monotonic clock, minus the file's margin).
-    [] when nothing is refused, and when the file is missing, unreadable, from another boot (its
-    monotonic clock means nothing now) or from another version: fail open."""
-    try:
-        with open(path or safe_state_path(), "rb") as f:
-            state = json.loads(f.read().decode("utf-8"))
-        if state.get("v") != SAFE_STATE_VERSION or state.get("boot_id") != host_identity()["boot_id"]:
-            return []
-        server_now = (time.monotonic() if mono is None else mono) + float(state["offset"])
-        margin = float(state["margin"])
-        out = []
-        for lease in state["leases"]:
-            if server_now + margin < float(lease["lapse_at"]):
-                continue
-            for name in names:
-                if overlaps(name, lease["resource"]):
-                    out.append({"name": name, "resource": lease["resource"], "handle": lease["handle"],
-                                "lapse_at": float(lease["lapse_at"])})
-        return out
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return []
-
-
-def safe_mode_reason(refusals, command=".coord/coord"):
-    """The hook's deny reason for safe_mode_refusals(...) (non-empty); `command`: how the agent
-    runs coord from its cwd."""
-    first = refusals[0]
-    return ("coord cannot reach its database, and this host's exclusive lease on %s (held by %s) may have lapsed"
-            " since %s (server time): another host may hold it now, so writes to %s are refused until this host"
-            " reaches the database again (if its host process is down: %s; then the lease is renewed, or you"
-            " are told who took it)" % (
-                first["resource"], first["handle"],
-                time.strftime("%H:%M:%S", time.gmtime(first["lapse_at"])) + " UTC",
-                ", ".join(sorted(set(r["name"] for r in refusals))), host_start_command(command)))
-
-
-# --------------------------------------------------------------------------- coord db migrate
-# The person's command that moves a project between engines on top of copy_project. It runs in
-# `host.py migrate` (a process of its own: the only kind that may import the driver), never in
-# coord's CLI process. The source is held under its write lock for the whole move, so no write
-# lands between the copy and the switch; nothing is deleted: a SQLite source is renamed aside
-# (<file>.migrated-<time>, its -wal with it), a PostgreSQL source keeps its schema and only the
-# settings file is renamed aside.
-
-def audit_digest(st):
-    """(number of audit lines, SHA-256 of the deterministic export with private data)."""
-    import hashlib
-    h, n = hashlib.sha256(), 0
-    for line in st.audit_lines(private=True):
-        h.update(line.encode("utf-8") + b"\n")
-        n += 1
-    return n, h.hexdigest()
-
-
-def table_counts(st):
-    return {table: st.conn.execute("SELECT count(*) FROM %s%s" % (
-        table, " WHERE key NOT LIKE 'schema.%'" if table == "meta" else "")).fetchone()[0]
-        for table, _key, _cols in COPY_TABLES}
-
-
-def _aside(path, stamp):
-    """Rename `path` (and a SQLite file's -wal and -shm beside it) to <path>.migrated-<stamp>."""
+def move_aside(path, stamp):
+    """Rename `path` (and a SQLite file's -wal and -shm beside it) to <path>.migrated-<stamp>
+    (`coord db migrate`, `join`, `leave`: nothing is deleted)."""
     dest = "%s.migrated-%s" % (path, stamp)
     if os.path.exists(dest):
         raise EnvError("%s exists already" % dest, "retry in a second")
@@ -6208,124 +3834,3 @@ def _aside(path, stamp):
             os.rename(path + suffix, dest + suffix)
     fsync_dir(os.path.dirname(path))
     return dest
-
-
-# --------------------------------------------------------------------------- joining a project from another host
-# `coord db join URL` on a host whose clone of the repository is to use a project that another host
-# already moved to PostgreSQL, and `coord db leave` before the project moves back (README, "Several
-# hosts"). join_project runs in host.py (the driver); leave_project is stdlib.
-
-def join_project(project_id, url, environ=None):
-    """This host uses project `project_id`'s records in PostgreSQL at `url`: the URL must reach
-    the project's schema (made by `coord db migrate` on another host) at a schema version this
-    coord reads; then it goes into this host's settings, and a SQLite database this host kept for
-    the project is renamed aside (never deleted; refused while an agent is live in it: its leases
-    would not follow). -> {"project", "settings", "aside", "runtimes", "leases", "works"}."""
-    env = os.environ if environ is None else environ
-    if database_scheme(url) not in PG_SCHEMES:
-        raise UsageError("coord db join takes a postgresql:// URL, not %r"
-                         % (url if database_scheme(url) is None else database_scheme(url) + "://..."),
-                         "coord db join postgresql://USER@HOST/DB")
-    here = project_database(dict(env, COORD_DB="", COORD_PROJECT_ID=project_id))
-    if here["engine"] == "postgresql":
-        raise Refused("project %s is in PostgreSQL already on this host (URL in %s)" % (project_id, here["source"]),
-                      "to use another URL, first: coord db leave")
-    conn = _PgConnection(url, project_id, environ=env)
-    try:
-        if conn.raw.execute("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                            " WHERE n.nspname = %s AND c.relname = 'meta'", (conn.schema,)).fetchone() is None:
-            raise Refused("the server at that URL has no records of project %s" % project_id,
-                          "on the host that holds them, the person runs: coord db migrate URL")
-        row = conn.raw.execute("SELECT value FROM meta WHERE key = 'schema.user_version'").fetchone()
-        version = int(row[0]) if row and str(row[0]).isdigit() else 0
-        if version > SCHEMA_VERSION:
-            raise EnvError("project %s has schema v%d there, newer than this coord (v%d)"
-                           % (project_id, version, SCHEMA_VERSION), upgrade_hint())
-        found = {t: conn.raw.execute("SELECT count(*) FROM %s" % t).fetchone()[0]
-                 for t in ("runtimes", "leases", "work")}
-    finally:
-        conn.close()
-    aside = None
-    if os.path.exists(here["path"]):
-        local = Store(here["path"], environ=env)
-        try:
-            live = [rt for rt in local.live_runtimes() if not rt.get("person")]
-        finally:
-            local.close()
-        if live:
-            raise Refused("%d agent(s) are live in this host's SQLite database of project %s (%s): their leases"
-                          " would not follow" % (len(live), project_id, ", ".join(rt["handle"] for rt in live[:3])),
-                          "end or park them first, then: coord db join URL")
-        aside = _aside(here["path"], time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
-    settings = write_project_url(project_id, url, env)
-    return {"project": project_id, "settings": settings, "aside": aside, "runtimes": found["runtimes"],
-            "leases": found["leases"], "works": found["work"]}
-
-
-def leave_project(project_id, environ=None):
-    """This host stops using the project's PostgreSQL records (`coord db leave`): its URL file is
-    renamed aside (never deleted); the records stay on the server. -> {"project", "aside"}."""
-    env = os.environ if environ is None else environ
-    here = project_database(dict(env, COORD_DB="", COORD_PROJECT_ID=project_id))
-    if here["engine"] != "postgresql":
-        raise Refused("project %s is in SQLite on this host (%s): nothing to leave" % (project_id, here["path"]))
-    return {"project": project_id,
-            "aside": _aside(here["source"], time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))}
-
-
-def migrate_project(project_id, target, environ=None):
-    """Move project `project_id` from where it is (project_database) to `target`: a
-    postgresql:// URL or "sqlite". -> a report: {"from", "to", "counts", "audit", "aside", "settings"}."""
-    env = os.environ if environ is None else environ
-    here = project_database(dict(env, COORD_DB="", COORD_PROJECT_ID=project_id))
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    to_pg = database_scheme(target) in PG_SCHEMES
-    if not to_pg and target != "sqlite":
-        raise UsageError("coord db migrate takes a postgresql:// URL or `sqlite`, not %r"
-                         % (target if database_scheme(target) is None else database_scheme(target) + "://..."),
-                         "coord db migrate postgresql://USER@HOST/DB")
-    if to_pg and here["engine"] == "postgresql":
-        raise Refused("project %s is in PostgreSQL already (%s)" % (project_id, here["source"]),
-                      "to move it back: coord db migrate sqlite")
-    if not to_pg and here["engine"] == "sqlite":
-        raise Refused("project %s is in SQLite already (%s)" % (project_id, here["path"]))
-    if here["engine"] == "sqlite":
-        if not os.path.exists(here["path"]):
-            raise Refused("project %s has no database yet (%s): nothing to move" % (project_id, here["path"]),
-                          "write its URL instead: coord db migrate works on a project that has records")
-        src = Store(here["path"], environ=env)
-        try:
-            src.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.Error:
-            pass
-        dst = Store(pg={"dsn": target, "project": project_id, "bounded": False}, environ=env)
-    else:
-        src = Store(pg={"dsn": here["url"], "project": project_id, "bounded": False}, environ=env)
-        path = os.path.join(state_dir(env), project_id + ".sqlite3")
-        if os.path.exists(path):
-            raise Refused("%s exists already: a project is copied only into an empty database" % path,
-                          "move that file away yourself first (coord never deletes it)")
-        dst = Store(path, environ=env)
-    try:
-        with src.transaction():  # the source's write lock: no write lands between copy and switch
-            counts = copy_project(src, dst)
-            with dst.snapshot():
-                got = table_counts(dst)
-                dst_audit = audit_digest(dst)
-            src_audit = audit_digest(src)
-            if got != counts or src_audit != dst_audit:
-                raise EnvError("the copy does not match its source (counts %s vs %s, audit %s vs %s); the source is"
-                               " unchanged and still in use" % (counts, got, src_audit[1][:12], dst_audit[1][:12]),
-                               "the destination holds the partial copy: empty it before retrying")
-            if to_pg:
-                settings = write_project_url(project_id, target, env)
-                aside = _aside(here["path"], stamp)
-            else:
-                settings = path
-                aside = _aside(project_url_path(project_id, env), stamp)
-    finally:
-        src.close()
-        dst.close()
-    return {"project": project_id, "from": "postgresql" if here["engine"] == "postgresql" else "sqlite",
-            "to": "postgresql" if to_pg else "sqlite", "counts": counts,
-            "audit": {"lines": src_audit[0], "sha256": src_audit[1]}, "aside": aside, "settings": settings}

@@ -19,6 +19,7 @@ from modelserver import say, tool  # noqa: E402
 
 sys.path.insert(0, h.ROOT)
 import store  # noqa: E402
+import hostclient
 
 TITLE_REQUEST = "Generate a concise, sentence-case title"
 
@@ -721,7 +722,7 @@ class PgSafeMode(support.PostgresProject, h.CoordCase):
     def setUp(self):
         super().setUp()
         self.rcoord("db", "start")  # outside the agent, with the short TTL above
-        self.safe_file = store.safe_state_path(self.host_socket)
+        self.safe_file = hostclient.safe_state_path(self.host_socket)
 
     def safe_listed(self, resource):
         try:
@@ -741,7 +742,7 @@ class PgSafeMode(support.PostgresProject, h.CoordCase):
             server.crash()  # the host process stays up; every request now fails
             self.addCleanup(server.start)
             # the hook's own check on the host process's file: once the last beat + TTL has passed
-            support.retry_until(lambda: store.safe_mode_refusals(["src/mine.py"], self.safe_file), 60)
+            support.retry_until(lambda: hostclient.safe_mode_refusals(["src/mine.py"], self.safe_file), 60)
             return tool("Write", file_path=os.path.join(self.repo, "src", "mine.py"), content="agent\n")
 
         def elsewhere(req):

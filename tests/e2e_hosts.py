@@ -35,6 +35,8 @@ import support  # noqa: E402
 from modelserver import say, shell, tool  # noqa: E402
 
 import store  # noqa: E402 (support put the project root on sys.path)
+import pg
+import hostclient
 
 # The first process of a host's namespaces (pid 1 there). It brings its loopback up, pumps its
 # 127.0.0.1:PORT to the test's Unix socket (the scripted model), prints one line, then runs one
@@ -174,7 +176,7 @@ class Machine:
                               text=True, timeout=60)
         case.assertEqual(proc.returncode, 0, "install on host %s failed:\n%s%s" % (name, proc.stdout, proc.stderr))
         store.write_project_url(case.project, case.pg_url, self.env)
-        self.socket = store.project_host_socket(case.project, self.env)
+        self.socket = hostclient.project_host_socket(case.project, self.env)
         bridge = ModelBridge(os.path.join(base, "model.sock"), case.server.port)
         case.addCleanup(bridge.close)
         self.lock = threading.Lock()
@@ -235,8 +237,8 @@ class TwoHosts(support.CoordTestCase):
 
     def setUp(self):
         super().setUp()
-        pg, self.psycopg = support.require_postgres(self)
-        self.pg_url = support.pg_url(pg)
+        server, self.psycopg = support.require_postgres(self)
+        self.pg_url = support.pg_url(server)
         self.cli = h.require_cli(self, self.harness)
         support.require_tool(self, "unshare")
         support.require_tool(self, "git")
@@ -268,12 +270,12 @@ class TwoHosts(support.CoordTestCase):
         self.a = Machine(self, "a", origin)
         self.b = Machine(self, "b", origin)
         # The test's own view of the project: the engine in this process, as in test_host.
-        self.db = store.Store(pg={"dsn": pg.dsn(), "project": self.project}, migrate=False)
+        self.db = pg.Store({"dsn": server.dsn(), "project": self.project}, migrate=False)
         self.addCleanup(self.db.close)
 
     def _drop_schema(self):
         with self.psycopg.connect(support.require_postgres(self)[0].dsn(), autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema(self.project))
 
     def peer_on_a(self, claim=True):
         """A runtime of host A (its process an idle process there) holding src/a.py exclusively,

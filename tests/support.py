@@ -206,8 +206,9 @@ def work_record(env, handle):
     record's state throws away. `work inspect` itself keeps its CLI tests (its text, --json,
     --verbose, the preview, COORD_WORK_ID defaulting). env: the test's environment (COORD_DB)."""
     import store
+    import hostclient
     import workspace
-    st = store.open_project_store(env)  # on PostgreSQL through the host process, as coord
+    st = hostclient.open_project_store(env)  # on PostgreSQL through the host process, as coord
     try:
         return json.loads(json.dumps(workspace.public_work(st.resolve_work(handle), st), default=str))
     finally:
@@ -771,24 +772,25 @@ def pg_url(server, database="postgres"):
 
 
 def pg_login_url(testcase, server, project, psycopg):
-    """A URL for `project` as a login role of its own, set up by store.pg_setup as the test
+    """A URL for `project` as a login role of its own, set up by pg.pg_setup as the test
     server's superuser (roles, schema at the current version, grants, forced row-level security):
     the role a host is meant to run as, so --doctor's security checks pass. The project's schema
     and roles are dropped at cleanup (roles are the server's, not a database's)."""
     import re
     import store
+    import pg
     login = "host_%s" % re.sub(r"[^a-z0-9_]", "_", project.lower())[:40]
 
     def drop():
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
-            conn.execute("DROP SCHEMA IF EXISTS %s CASCADE" % store.pg_ident(store.pg_schema(project)))
-            for role in [login] + list(store.pg_role_names(project).values()):
+            conn.execute("DROP SCHEMA IF EXISTS %s CASCADE" % pg.pg_ident(pg.pg_schema(project)))
+            for role in [login] + list(pg.pg_role_names(project).values()):
                 if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
-                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
-                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+                    conn.execute("DROP OWNED BY %s CASCADE" % pg.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % pg.pg_ident(role))
     drop()  # a role left by a killed run
     testcase.addCleanup(drop)
-    store.pg_setup(server.dsn(), project, [login])
+    pg.pg_setup(server.dsn(), project, [login])
     return pg_url(server).replace("postgresql://coord@", "postgresql://%s@" % login, 1)
 
 
@@ -835,6 +837,7 @@ class PostgresProject:
     def configure_project(self):
         server, self.psycopg = require_postgres(self)
         import store
+        import hostclient
         import uuid
         self.pg_url = pg_url(server)
         # An installed .coord/coord (and the host process it starts) runs on this interpreter, the
@@ -850,7 +853,7 @@ class PostgresProject:
                              "PYTHONPATH": psycopg_dir()})
         os.environ.update(self.env)
         self.db = self.pg_url
-        self.host_socket = store.project_host_socket(self.pg_project, self.env)
+        self.host_socket = hostclient.project_host_socket(self.pg_project, self.env)
         self.addCleanup(self._drop_pg_project, server)
         self.addCleanup(stop_host_process, self.host_socket)
         self.addCleanup(self._no_url_became_a_file, os.getcwd())
@@ -862,14 +865,16 @@ class PostgresProject:
 
     def _drop_pg_project(self, server):
         import store
+        import pg
         with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.pg_project))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema(self.pg_project))
 
     def open_project(self):
         """The test's own store of the project, to arrange and inspect records (the PostgreSQL
         engine in this process, as a SQLite test opens the file); coord and the hooks under test
         reach the same project only through the host process."""
         import store
-        st = store.Store(pg={"dsn": self.pg_url, "project": self.pg_project}, environ=self.env)
+        import pg
+        st = pg.Store({"dsn": self.pg_url, "project": self.pg_project}, environ=self.env)
         self.addCleanup(st.close)
         return st

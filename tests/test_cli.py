@@ -14,6 +14,8 @@ import unittest
 import support
 
 import store
+import pg
+import hostclient
 
 
 def claimed(resource):
@@ -1210,9 +1212,10 @@ class PgCliRoutingTest(support.PostgresProject, support.CoordTestCase):
 
     def test_a_command_starts_the_host_process_on_demand(self):
         import store
-        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        import hostclient
+        self.assertFalse(hostclient.host_status(self.pg_project, self.host_socket)["running"])
         me = self.hello()["runtime"]
-        self.assertTrue(store.host_status(self.pg_project, self.host_socket)["running"])
+        self.assertTrue(hostclient.host_status(self.pg_project, self.host_socket)["running"])
         self.coord("claim", "src/a.py", runtime=me["id"], check=0)
         self.assertEqual([l["resource"] for l in self.open_project().leases_of(me["id"])], ["src/a.py"])
         status = self.coord_json("db", "status")
@@ -1253,18 +1256,20 @@ class PgMigrateTest(InstalledRepoCase):
     def setUp(self):
         super().setUp()
         import store
+        import hostclient
         server, self.psycopg = support.require_postgres(self)
         self.url = support.pg_url(server)
         self.plain.update(PYTHONPATH=support.psycopg_dir(), COORD_PYTHON=sys.executable)
         self.sqlite = os.path.join(self.state, "fleet-agent-coord", "my-project.sqlite3")
         self.settings = store.project_url_path("my-project", self.plain)
         self.addCleanup(self._drop, server)
-        self.addCleanup(support.stop_host_process, store.project_host_socket("my-project", self.plain))
+        self.addCleanup(support.stop_host_process, hostclient.project_host_socket("my-project", self.plain))
 
     def _drop(self, server):
         import store
+        import pg
         with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema("my-project"))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema("my-project"))
 
     def run_plain(self, *args, **env):
         return subprocess.run([".coord/coord"] + list(args), cwd=self.repo, env=dict(self.plain, **env), text=True,
@@ -1341,28 +1346,30 @@ class PgMigrateTest(InstalledRepoCase):
 
 class PgSetupCommandTest(InstalledRepoCase):
     """coord db setup: the person creates the project's PostgreSQL roles, schema, grants and
-    row-level security (store.pg_setup), the admin URL typed at a prompt or read from
+    row-level security (pg.pg_setup), the admin URL typed at a prompt or read from
     $COORD_ADMIN_URL, never an argument; an agent may not."""
 
     def setUp(self):
         super().setUp()
         import store
+        import pg
         server, self.psycopg = support.require_postgres(self)
         self.admin = support.pg_url(server)
         self.dsn = server.dsn()
         self.plain.update(PYTHONPATH=support.psycopg_dir(), COORD_PYTHON=sys.executable)
         self.login = "coord_host_%s" % os.urandom(4).hex()
-        self.names = store.pg_role_names("my-project")
+        self.names = pg.pg_role_names("my-project")
         self.addCleanup(self._drop)
 
     def _drop(self):
         import store
+        import pg
         with self.psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % store.pg_ident(store.pg_schema("my-project")))
+            conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % pg.pg_ident(pg.pg_schema("my-project")))
             for role in [self.login] + list(self.names.values()):
                 if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
-                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
-                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+                    conn.execute("DROP OWNED BY %s CASCADE" % pg.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % pg.pg_ident(role))
 
     def member(self):
         with self.psycopg.connect(self.dsn, autocommit=True) as conn:

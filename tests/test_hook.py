@@ -19,6 +19,8 @@ import time
 
 import support
 import store
+import pg
+import hostclient
 import hook
 
 HOOK = os.path.join(support.ROOT, "hook.py")
@@ -1859,7 +1861,7 @@ class LayoutTest(HookCase):
         import ast
         installer = support.load_install()
         local = {n[:-3] for n in os.listdir(support.ROOT) if n.endswith(".py")} | {"coord", "install"}
-        todo, seen = ["hook"], set()
+        todo, seen = ["hook", "host"], set()  # host.py: SessionStart runs it from the copy (PostgreSQL)
         while todo:
             name = todo.pop()
             if name in seen:
@@ -1871,8 +1873,7 @@ class LayoutTest(HookCase):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
                 todo.extend(n.split(".")[0] for n in names if n.split(".")[0] in local)
-        # host.py is no import: SessionStart runs it as the host process of a PostgreSQL project.
-        self.assertEqual(sorted([m + ".py" for m in seen] + ["host.py"]), sorted(installer.HOOK_RUNTIME))
+        self.assertEqual(sorted(m + ".py" for m in seen), sorted(installer.HOOK_RUNTIME))
 
     def test_imported_as_a_module_and_through_the_installer_command(self):
         script = self.install()
@@ -1897,6 +1898,33 @@ class LayoutTest(HookCase):
                 self.check_reply(p.stdout.decode())
                 self.assertIn(holder["handle"], p.stdout.decode())
 
+    def test_on_a_sqlite_project_the_installed_hook_loads_no_postgresql_module(self):
+        # The installed command (the runtime copy, as a harness runs it) under `python3 -X importtime`:
+        # on a SQLite project neither the PostgreSQL engine nor the host process's client loads.
+        self.install()
+        env = dict(self.env, CLAUDE_PROJECT_DIR=self.repo)
+        for key in ("COORD_DB", "COORD_PROJECT_ID"):
+            env.pop(key)
+        installer = support.load_install()
+        support.install_hook_runtime(installer=installer)
+        python = os.path.join(self.tmp, "python-importtime")
+        with open(python, "w") as f:
+            f.write('#!/bin/sh\nexec "%s" -X importtime "$@"\n' % sys.executable)
+        os.chmod(python, 0o755)
+        env["COORD_PYTHON"] = python
+        st = store.Store(os.path.join(self.state, "fleet-agent-coord", "layout-test.sqlite3"))
+        self.addCleanup(st.close)
+        st.claim(st.register(harness="codex")["id"], ["src/held.py"])
+        for data in (self.payload("claude-SessionStart"), self.write("src/held.py"), self.write("src/free.py"),
+                     self.payload("claude-PostToolUse-Write")):
+            with self.subTest(event=data.get("hook_event_name")):
+                p = subprocess.run(["sh", "-c", installer.hook_command("claude")], input=json.dumps(data).encode(),
+                                   env=env, cwd=self.repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+                loaded = {line.split("|")[-1].strip() for line in p.stderr.decode().splitlines() if "|" in line}
+                self.assertIn("hook", loaded, p.stderr.decode()[-2000:])
+                self.assertIn("store", loaded)
+                self.assertEqual(loaded & {"pg", "hostclient"}, set())
+
     def test_repo_root_override(self):
         self.peer("src/app.py")
         elsewhere = tempfile.mkdtemp(dir=self.tmp)
@@ -1908,14 +1936,59 @@ class LayoutTest(HookCase):
     def test_hot_path_imports_only_what_it_needs(self):
         self.start()
         self.peer("src/other.py")
-        for data in (self.write("src/app.py"), self.payload("claude-PostToolUse-Write")):
+        idle = self.payload("claude-PostToolUse-Write")
+        self.run_hook(idle)  # the first PostToolUse after SessionStart records the turn busy (a write)
+        # none writes the database (a deny included): none loads json nor re
+        for data in (self.write("src/app.py"), self.write("src/other.py"), idle):
             p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", HOOK, "--harness", "claude"],
                                input=json.dumps(data).encode(), env=self.env, cwd=self.repo,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
             loaded = {line.split("|")[-1].strip() for line in p.stderr.decode().splitlines() if "|" in line}
             self.assertIn("store", loaded)
-            for heavy in ("subprocess", "argparse", "hashlib", "workspace", "session", "traceback", "tempfile"):
+            # json (and re, which it loads) cost a few ms, the sqlite3 package datetime: the payload is
+            # read by json's C scanner, the database opened through _sqlite3 (hook.read_json, store.py)
+            for heavy in ("subprocess", "argparse", "hashlib", "workspace", "session", "traceback", "tempfile",
+                          "sqlite3", "datetime", "pg", "hostclient", "json", "re"):
                 self.assertNotIn(heavy, loaded)
+
+    def test_the_reply_writer_writes_what_json_dumps_writes(self):
+        import hook
+        rng = random.Random(11)
+        for _ in range(2000):
+            value = {"".join(chr(rng.randrange(0x3000)) for _ in range(rng.randint(0, 4))):
+                     "".join(chr(rng.randrange(0x110000)) for _ in range(rng.randint(0, 8)))
+                     for _ in range(rng.randint(0, 3))}
+            value = {"hookSpecificOutput": value} if rng.random() < 0.5 else value
+            self.assertEqual(hook.write_json(value), json.dumps(value))
+        for value in ({"a": [1, None]}, {"a": 1.5}, {1: "x"}, "\ud800", {}):
+            self.assertEqual(hook.write_json(value), json.dumps(value))
+
+    def test_the_payload_reader_gives_json_s_value_or_json_s_error(self):
+        import hook
+        samples = [f for f in sorted(os.listdir(PAYLOADS)) if f.endswith(".json")]
+        raws = []
+        for name in samples:
+            with open(os.path.join(PAYLOADS, name), "rb") as f:
+                raws.append(f.read())
+        raws += [b"", b"  \n", b"{", b'{"a": 1} x', b'{"a": 1}\n\n', b"\xef\xbb\xbf{}", b'{"a": "\xff"}',
+                 b'"\xed\xa0\x80"', b'[NaN, Infinity, -Infinity, 1e999, 12345678901234567890]', b"[" * 100000,
+                 '{"a": "\u00e9"}'.encode("utf-16"), b'{"a": "\\ud800"}', b"\x00{}", b"nul"]
+        rng = random.Random(7)
+        for raw in raws[:20]:
+            cut = bytearray(raw)
+            for _ in range(3):
+                if cut:
+                    cut[rng.randrange(len(cut))] = rng.randrange(256)
+            raws.append(bytes(cut))
+
+        def outcome(read, raw):
+            try:
+                return "value", repr(read(raw))
+            except (ValueError, RecursionError) as exc:
+                return "error", type(exc).__name__, str(exc)
+        for raw in raws:
+            with self.subTest(raw=raw[:40]):
+                self.assertEqual(outcome(hook.read_json, raw), outcome(json.loads, raw))
 
 
 class GarbageTest(HookCase):
@@ -2501,12 +2574,12 @@ class DatabaseUrlHookTest(HookCase):
 class PostgresHooks(support.PostgresProject):
     def configure_project(self):
         super().configure_project()
-        store.start_host(self.pg_project, self.pg_url, self.host_socket, environ=self.env)
+        hostclient.start_host(self.pg_project, self.pg_url, self.host_socket, environ=self.env)
 
     def reset_project(self):
         st = self.st
         with st.transaction():
-            for table, _key, _cols in reversed(store.COPY_TABLES):
+            for table, _key, _cols in reversed(pg.COPY_TABLES):
                 if table != "meta":
                     st.conn.execute("DELETE FROM %s" % table)
 
@@ -2616,15 +2689,15 @@ class PgHookRoutingTest(PostgresHooks, HookCase):
         self.st.claim(peer["id"], ["src/a.py"])
         self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
         support.stop_host_process(self.host_socket)
-        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        self.assertFalse(hostclient.host_status(self.pg_project, self.host_socket)["running"])
         out, err = self.run_hook(self.write("src/a.py"))
         self.assertEqual(out, "", "allowed: fail open")
         self.assertIn("coord hook: coord's host process is not running", err)
-        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"], "PreToolUse starts nothing")
+        self.assertFalse(hostclient.host_status(self.pg_project, self.host_socket)["running"], "PreToolUse starts nothing")
         out, err = self.run_hook(self.payload("claude-SessionStart"))
         self.assertEqual(out, "")
         self.assertIn("not running", err)
-        support.retry_until(lambda: store.host_status(self.pg_project, self.host_socket)["running"], 60)
+        support.retry_until(lambda: hostclient.host_status(self.pg_project, self.host_socket)["running"], 60)
         self.assertIn("permissionDecision", self.run_hook(self.write("src/a.py"))[0])
 
 
@@ -2642,7 +2715,7 @@ class PgSafeModeHookTest(PostgresHooks, HookCase):
 
     def safe_listed(self, resource):
         try:
-            with open(store.safe_state_path(self.host_socket)) as f:
+            with open(hostclient.safe_state_path(self.host_socket)) as f:
                 return resource in [l["resource"] for l in json.load(f)["leases"]]
         except (OSError, ValueError, KeyError):
             return False
@@ -2654,7 +2727,7 @@ class PgSafeModeHookTest(PostgresHooks, HookCase):
         self.assertEqual(self.run_hook(self.write("src/a.py"))[0], "", "its own lease: allowed")
         support.retry_until(lambda: self.safe_listed("src/a.py"), 60)
         support.stop_host_process(self.host_socket)
-        self.assertFalse(store.host_status(self.pg_project, self.host_socket)["running"])
+        self.assertFalse(hostclient.host_status(self.pg_project, self.host_socket)["running"])
         out, err = self.run_hook(self.write("src/free.py"))
         self.assertEqual(out, "", "a path no lease of this host covers: fail open")
         self.assertIn("host process is not running", err)
@@ -2696,7 +2769,7 @@ class PgHookLeaseCopyTest(PostgresHooks, HookCase):
     release after the next."""
 
     def copy_status(self):
-        client = store.HostClient(self.pg_project, self.host_socket)
+        client = hostclient.HostClient(self.pg_project, self.host_socket)
         try:
             return client.call("ping")["lease_copy"]
         finally:

@@ -14,6 +14,8 @@ import uuid
 
 import support
 import store
+import pg
+import hostclient
 
 HOST = os.path.join(support.ROOT, "host.py")
 
@@ -34,7 +36,7 @@ class HostCase(support.CoordTestCase):
 
     def _drop_schema(self):
         with self.psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema(self.project))
 
     def start_host(self, *extra):
         env = dict(self.env, PYTHONPATH=support.psycopg_dir())
@@ -54,7 +56,7 @@ class HostCase(support.CoordTestCase):
         proc.stderr.close()
 
     def remote(self):
-        st = store.RemoteStore(self.project, self.sock)
+        st = hostclient.RemoteStore(self.project, self.sock)
         self.addCleanup(st.close)
         return st
 
@@ -101,7 +103,7 @@ class HostProtocolTest(HostCase):
                 raise store.Refused("changed my mind")
         self.assertEqual(sorted(l["resource"] for l in a.leases_of(rt["id"])), ["one", "two"])
         # A client that dies inside a transaction: nothing of it stays, and the project lock is free.
-        gone = store.RemoteStore(self.project, self.sock)
+        gone = hostclient.RemoteStore(self.project, self.sock)
         gone.client.call("begin", write=True)
         gone.release(rt["id"], everything=True)
         gone.close()
@@ -170,20 +172,20 @@ class HostDownTest(HostCase):
     def test_a_command_gets_exit_4_naming_how_to_start_it(self):
         self.stop_host(self.proc)
         with self.assertRaises(store.EnvError) as caught:
-            store.RemoteStore(self.project, self.sock)
+            hostclient.RemoteStore(self.project, self.sock)
         self.assertEqual(caught.exception.exit_code, 4)
         self.assertIn("host process is not running", caught.exception.message)
         self.assertEqual("start it: coord db start", caught.exception.hint)
 
     def test_a_request_for_another_project_is_refused(self):
-        other = store.RemoteStore("someone-else", self.sock)
+        other = hostclient.RemoteStore("someone-else", self.sock)
         self.addCleanup(other.close)
         with self.assertRaises(store.EnvError):
             other.register(harness="x")
 
 
 class HostLifecycleTest(HostCase):
-    """store.start_host starts `host.py supervise` detached; one per state directory (flock); the
+    """hostclient.start_host starts `host.py supervise` detached; one per state directory (flock); the
     supervisor starts the process again after a crash; SIGTERM ends both; --idle ends them."""
 
     AUTO_START = False
@@ -204,28 +206,28 @@ class HostLifecycleTest(HostCase):
         support.retry_until(lambda: not store.process_alive(pid), timeout=30)
 
     def start(self):
-        store.start_host(self.project, self.dsn, self.sock, environ=self.host_env)
+        hostclient.start_host(self.project, self.dsn, self.sock, environ=self.host_env)
         self.addCleanup(self.stop_all)
-        return store.host_status(self.project, self.sock)
+        return hostclient.host_status(self.project, self.sock)
 
     def test_started_on_demand_once_restarted_after_a_crash_and_ended_by_sigterm(self):
         first = self.start()
         self.assertTrue(first["running"], first)
-        store.start_host(self.project, self.dsn, self.sock, environ=self.host_env)  # answers already: nothing new
+        hostclient.start_host(self.project, self.dsn, self.sock, environ=self.host_env)  # answers already: nothing new
         again = subprocess.run([sys.executable, HOST, "supervise", "--dsn", self.dsn, "--project", self.project,
                                 "--socket", self.sock], env=self.host_env, capture_output=True, text=True, timeout=60)
         self.assertEqual(again.returncode, 0, again.stderr)
         self.assertIn("already running", again.stdout)
-        self.assertEqual(store.host_status(self.project, self.sock)["pid"], first["pid"])
-        rt = store.RemoteStore(self.project, self.sock)
+        self.assertEqual(hostclient.host_status(self.project, self.sock)["pid"], first["pid"])
+        rt = hostclient.RemoteStore(self.project, self.sock)
         me = rt.register(harness="x")
         rt.claim(me["id"], ["kept.txt"])
         rt.close()
         os.kill(first["pid"], 9)  # the host process crashes
         now = support.retry_until(lambda: (lambda s: s if s["running"] and s["pid"] != first["pid"] else None)(
-            store.host_status(self.project, self.sock)), timeout=60)
+            hostclient.host_status(self.project, self.sock)), timeout=60)
         self.assertNotEqual(now["pid"], first["pid"])
-        rt = store.RemoteStore(self.project, self.sock)
+        rt = hostclient.RemoteStore(self.project, self.sock)
         self.addCleanup(rt.close)
         self.assertEqual([l["resource"] for l in rt.leases_of(me["id"])], ["kept.txt"])
         with open(self.sock + ".log") as f:
@@ -234,10 +236,10 @@ class HostLifecycleTest(HostCase):
         os.kill(supervisor, 15)
         support.retry_until(lambda: not store.process_alive(supervisor) and not store.process_alive(now["pid"]),
                             timeout=60)
-        down = store.host_status(self.project, self.sock)
+        down = hostclient.host_status(self.project, self.sock)
         self.assertFalse(down["running"])
         with self.assertRaises(store.EnvError) as caught:
-            store.RemoteStore(self.project, self.sock)
+            hostclient.RemoteStore(self.project, self.sock)
         self.assertEqual(caught.exception.exit_code, 4)
 
     def test_an_idle_host_process_ends_and_starts_again_on_demand(self):
@@ -245,7 +247,7 @@ class HostLifecycleTest(HostCase):
                                  "--socket", self.sock, "--idle", "1"], env=self.host_env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
-        support.retry_until(lambda: store.host_status(self.project, self.sock)["running"], timeout=60)
+        support.retry_until(lambda: hostclient.host_status(self.project, self.sock)["running"], timeout=60)
         self.assertEqual(proc.wait(60), 0)  # idle: the child ended cleanly, the supervisor with it
         self.assertFalse(os.path.exists(self.sock))
         self.assertTrue(self.start()["running"])
@@ -291,7 +293,7 @@ class HostBeatTest(HostCase):
         leases = support.retry_until(lambda: self.safe_leases(), timeout=30)
         self.assertEqual([(l["resource"], l["handle"]) for l in leases], [("src/a.py", rt["handle"])])
         self.assertEqual(oct(os.stat(self.safe).st_mode & 0o777), "0o600")
-        self.assertEqual(store.safe_mode_refusals(["src/a.py"], self.safe), [])  # beating: nothing lapses
+        self.assertEqual(hostclient.safe_mode_refusals(["src/a.py"], self.safe), [])  # beating: nothing lapses
 
     def test_a_paused_host_process_s_hooks_refuse_once_its_leases_may_have_lapsed(self):
         st = self.remote()
@@ -300,13 +302,13 @@ class HostBeatTest(HostCase):
         support.retry_until(lambda: self.safe_leases(), timeout=30)
         os.kill(self.proc.pid, signal.SIGSTOP)
         try:
-            got = support.retry_until(lambda: store.safe_mode_refusals(["src/a.py", "README"], self.safe),
+            got = support.retry_until(lambda: hostclient.safe_mode_refusals(["src/a.py", "README"], self.safe),
                                       timeout=30)
             self.assertEqual([r["name"] for r in got], ["src/a.py"])
         finally:
             os.kill(self.proc.pid, signal.SIGCONT)
         # Beating again: the file is confirmed afresh and the write is allowed again.
-        support.retry_until(lambda: store.safe_mode_refusals(["src/a.py"], self.safe) == [], timeout=30)
+        support.retry_until(lambda: hostclient.safe_mode_refusals(["src/a.py"], self.safe) == [], timeout=30)
 
 
 # --------------------------------------------------------------------------- several hosts on one machine
@@ -459,7 +461,7 @@ class NsHost:
 
     def _connect(self, project):
         try:
-            return store.RemoteStore(project, self.sock)
+            return hostclient.RemoteStore(project, self.sock)
         except store.EnvError:  # not listening yet
             return None
 
@@ -496,7 +498,7 @@ def exclusive_overlaps(lines, key="id"):
     reported is ((name, runtime, first ID, last ID), ...).
 
     key="at" (pgstamp): the same intervals by the rows' stamps. Since a write records its time as
-    of the project lock (store._Stamp), the stamps follow the lock order too, and a claim that
+    of the project lock (pg._Stamp), the stamps follow the lock order too, and a claim that
     queued behind the reap that freed its name is stamped no earlier than that reap."""
     open_, done = {}, []
     for row in map(json.loads, lines):
@@ -541,11 +543,11 @@ class MultiHostCase(support.CoordTestCase):
         self.host_env = dict(self.env, PYTHONPATH=support.psycopg_dir(), COORD_HOST_TTL=self.HOST_TTL,
                              COORD_HOST_LEASE_DELAY=self.LEASE_DELAY)
         # The schema once, before the hosts race to migrate it.
-        store.Store(pg={"dsn": self.server.dsn(), "project": self.project}).close()
+        pg.Store({"dsn": self.server.dsn(), "project": self.project}).close()
 
     def _drop_schema(self):
         with self.psycopg.connect(self.server.dsn(), autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema(self.project))
 
     def host(self, name, proxy=False, agents=2):
         dsn = self.server.dsn()
@@ -561,7 +563,7 @@ class MultiHostCase(support.CoordTestCase):
         return h.st.register(conversation=conversation or "%s-agent-%d" % (h.name, i), harness="x", pid=h.agents[i])
 
     def audit_ok(self):
-        st = store.Store(pg={"dsn": self.server.dsn(), "project": self.project}, migrate=False)
+        st = pg.Store({"dsn": self.server.dsn(), "project": self.project}, migrate=False)
         try:
             lines = list(st.audit_lines())
         finally:
@@ -604,7 +606,7 @@ class MultiHostTest(MultiHostCase):
             won = [None] * 3
 
             def go(i):
-                st = store.RemoteStore(self.project, hosts[i].sock)
+                st = hostclient.RemoteStore(self.project, hosts[i].sock)
                 try:
                     barrier.wait(30)
                     try:
@@ -644,14 +646,14 @@ class HostPartitionTest(MultiHostCase):
         deadline = time.monotonic() + 60  # bounded: TTL 2 s + delay 1.5 s, with room for a loaded machine
         while time.monotonic() < deadline:
             now = time.time()
-            if not store.safe_mode_refusals(["src/x.py"], a.safe):
+            if not hostclient.safe_mode_refusals(["src/x.py"], a.safe):
                 last_allowed = now  # a's hook would still allow its agent's write
             if got is None:
                 try:
                     got = b.st.claim(rb["id"], ["src"], ttl=600)
                 except store.Refused:
                     pass
-            if got is not None and store.safe_mode_refusals(["src/x.py"], a.safe):
+            if got is not None and hostclient.safe_mode_refusals(["src/x.py"], a.safe):
                 break
             time.sleep(0.02)
         self.assertIsNotNone(got, "b never got the directory")
@@ -712,7 +714,9 @@ COORD_HOLDER = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import store
-st = store.RemoteStore(sys.argv[2], sys.argv[3])
+import pg
+import hostclient
+st = hostclient.RemoteStore(sys.argv[2], sys.argv[3])
 st.client.call("begin", write=True)
 st.claim(sys.argv[4], ["src/x.py"], ttl=600)
 print("claimed", flush=True)
@@ -728,7 +732,7 @@ except store.CoordError as exc:
 class StoppedClientTest(MultiHostCase):
     """A client stopped inside a write transaction (Ctrl-Z, a suspended host) holds the project's
     advisory lock only until the server's idle-in-transaction bound ends its session
-    (store.PG_BOUNDS, set by coord on every session and by `coord db setup` on every login role):
+    (pg.PG_BOUNDS, set by coord on every session and by `coord db setup` on every login role):
     another host's claim of the very name goes through meanwhile, the stopped side learns of the
     cut as an error once it runs again, and what was acknowledged stays."""
 
@@ -759,7 +763,7 @@ class StoppedClientTest(MultiHostCase):
         a, b = self.host("a", agents=1), self.host("b", agents=1)
         ra, rb = self.agent(a), self.agent(b)
         a.st.claim(ra["id"], ["src/kept.py"], ttl=600)  # acknowledged before the stop
-        held = store.RemoteStore(self.project, a.sock)
+        held = hostclient.RemoteStore(self.project, a.sock)
         self.addCleanup(held.close)
         held.client.call("begin", write=True)
         held.claim(ra["id"], ["src/x.py"], ttl=600)  # inside a's open transaction: the lock is a's
@@ -781,12 +785,12 @@ class StoppedClientTest(MultiHostCase):
     def test_a_direct_client_of_a_login_role_stopped_inside_a_write_transaction(self):
         role_url = support.pg_login_url(self, self.server, self.project, self.psycopg)
         with self.psycopg.connect(role_url) as conn:  # coord db setup gave the role the bounds
-            self.assertEqual([conn.execute("SHOW %s" % name).fetchone()[0] for name, _ in store.PG_BOUNDS],
-                             [value for _, value in store.PG_BOUNDS])
+            self.assertEqual([conn.execute("SHOW %s" % name).fetchone()[0] for name, _ in pg.PG_BOUNDS],
+                             [value for _, value in pg.PG_BOUNDS])
         b = self.host("b", agents=1)
         rb = self.agent(b)
         holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, support.psycopg_dir(), role_url,
-                                   str(store.pg_lock_key(self.project))], stdin=subprocess.PIPE,
+                                   str(pg.pg_lock_key(self.project))], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         self.addCleanup(holder.wait, 30)
         self.addCleanup(holder.kill)
@@ -841,7 +845,7 @@ class StoppedClientTest(MultiHostCase):
                 name = "churn/%d.py" % i
                 st = None
                 try:
-                    st = store.RemoteStore(self.project, a.sock)
+                    st = hostclient.RemoteStore(self.project, a.sock)
                     st.client.call("begin", write=True)
                     st.claim(ra["id"], [name], ttl=600)
                     st.client.call("commit")
@@ -921,7 +925,7 @@ class StampAfterLockTest(HostCase):
         conn = self.psycopg.connect(self.dsn, autocommit=True)
         self.addCleanup(conn.close)
         conn.execute("BEGIN")
-        conn.execute("SELECT pg_advisory_xact_lock(%d)" % store.pg_lock_key(self.project))
+        conn.execute("SELECT pg_advisory_xact_lock(%d)" % pg.pg_lock_key(self.project))
         return conn
 
     def waiting(self, conn):
@@ -1015,7 +1019,7 @@ class LeaseCopyTest(HostCase):
         start = store.process_start(os.getpid())
         self.me = self.a.register(conversation="mine", harness="x", pid=os.getpid(), pid_start=start)
         # the peer: another connection, the engine in this process (as another host process would be)
-        self.peer_store = store.Store(pg={"dsn": self.dsn, "project": self.project}, environ=self.env)
+        self.peer_store = pg.Store({"dsn": self.dsn, "project": self.project}, environ=self.env)
         self.addCleanup(self.peer_store.close)
         self.peer = self.peer_store.register(conversation="peer", harness="x", pid=os.getpid(), pid_start=start)
         self.wait_fresh()
@@ -1096,6 +1100,8 @@ CLAIMANT = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import store
+import pg
+import hostclient
 project, sock, log, me, peer_file, stop, deadline, pid = sys.argv[2:10]
 deadline = time.monotonic() + float(deadline)
 out = open(log, "a", buffering=1)
@@ -1108,7 +1114,7 @@ while time.monotonic() < deadline and not os.path.exists(stop):  # bounded: the 
     step, name = "connect", None
     try:
         if st is None:
-            st = store.RemoteStore(project, sock)
+            st = hostclient.RemoteStore(project, sock)
         if rt is None:
             step = "register"
             rt = st.register(conversation=me, harness="x", pid=int(pid))  # an agent that outlives this loop
@@ -1235,7 +1241,7 @@ class ServerCrashTest(HostCase):
         late = [e for e in errors if any(back <= e["start"] and e["end"] < crash for back, crash in up)]
         self.assertEqual(late, [], "calls failed after the server was back")
 
-        st = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
+        st = pg.Store({"dsn": self.dsn, "project": self.project}, migrate=False)
         self.addCleanup(st.close)
         bodies = {m["body"] for m in st.open_messages(peer["id"])}
         held = {}
@@ -1325,7 +1331,7 @@ class ClockAheadTest(HostCase):
         self.assertLess(abs(mine["acquired_at"] - time.time()), 600, mine)
         self.assertEqual(mine["expires_at"] - mine["acquired_at"], 5)
         # Another host with a right clock (this process, the engine itself).
-        b = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
+        b = pg.Store({"dsn": self.dsn, "project": self.project}, migrate=False)
         self.addCleanup(b.close)
         rb = b.register(conversation="c-right", harness="x", pid=os.getpid())
         b.claim(rb["id"], ["src/b.py"], ttl=600)
@@ -1354,8 +1360,8 @@ class ClockAheadTest(HostCase):
             except (OSError, ValueError):
                 return False
         support.retry_until(listed, timeout=60)
-        hook = subprocess.run([sys.executable, "-c", "import sys, json, store; print(json.dumps("
-                               "store.safe_mode_refusals(['docs/long.md'], sys.argv[1])))", safe],
+        hook = subprocess.run([sys.executable, "-c", "import sys, json, hostclient; print(json.dumps("
+                               "hostclient.safe_mode_refusals(['docs/long.md'], sys.argv[1])))", safe],
                               env=dict(env, PYTHONPATH=shim + os.pathsep + support.ROOT), cwd=support.ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
         self.assertEqual((hook.returncode, hook.stdout.strip()), (0, "[]"), hook.stderr)
@@ -1382,15 +1388,15 @@ class DriverDirTest(HostCase):
 
     def test_the_host_process_imports_the_driver_from_the_state_directory(self):
         env = {k: v for k, v in self.env.items() if k != "PYTHONPATH"}
-        where = store.driver_dir(environ=env)
+        where = hostclient.driver_dir(environ=env)
         self.assertTrue(where.startswith(os.path.join(self.state, "fleet-agent-coord", "driver", "python")), where)
-        before = store.driver_status(sys.executable, env)
+        before = hostclient.driver_status(sys.executable, env)
         self.assertFalse(before["ok"], before)
         self.assertEqual(before["install"], "%s -m pip install --upgrade --target %s 'psycopg[binary]==%s'"
                          % (sys.executable, where, support.psycopg_pin()))
         os.makedirs(os.path.dirname(where))
         os.symlink(support.psycopg_dir(), where)  # the layout pip --target writes (tests/provision uses it)
-        self.assertEqual(store.driver_status(sys.executable, env)["version"], support.psycopg_pin())
+        self.assertEqual(hostclient.driver_status(sys.executable, env)["version"], support.psycopg_pin())
         proc = subprocess.Popen([sys.executable, HOST, "serve", "--dsn", self.dsn, "--project", self.project,
                                  "--socket", self.sock], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
@@ -1415,11 +1421,11 @@ class JoinLeaveTest(support.CoordTestCase):
         self.plain = {k: v for k, v in self.env.items() if k != "COORD_DB"}
         self.plain.update(PYTHONPATH=support.psycopg_dir(), COORD_PYTHON=sys.executable,
                           COORD_PROJECT_ID=self.project)
-        self.addCleanup(support.stop_host_process, store.project_host_socket(self.project, self.plain))
+        self.addCleanup(support.stop_host_process, hostclient.project_host_socket(self.project, self.plain))
 
     def _drop(self):
         with self.psycopg.connect(self.server.dsn(), autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema(self.project))
 
     def test_join_checks_the_records_and_keeps_what_it_stops_using(self):
         url = support.pg_url(self.server)
@@ -1431,7 +1437,7 @@ class JoinLeaveTest(support.CoordTestCase):
         self.assertFalse(os.path.exists(store.project_url_path(self.project, self.plain)), "nothing was written")
         # Records there (another host moved them: here a Store on the server), and a live agent in
         # this host's own SQLite database of the project.
-        far = store.Store(pg={"dsn": url, "project": self.project})
+        far = pg.Store({"dsn": url, "project": self.project})
         far.register(conversation="far-agent", harness="claude")
         far.close()
         local = store.Store(store.resolve_db_path(self.plain))
@@ -1506,15 +1512,15 @@ class ReadmePostgresTest(support.CoordTestCase):
         self.roles = []
         self.addCleanup(self._drop)
         for env in (self.plain, self.other):
-            self.addCleanup(support.stop_host_process, store.project_host_socket("my-project", env))
+            self.addCleanup(support.stop_host_process, hostclient.project_host_socket("my-project", env))
 
     def _drop(self):
         with self.psycopg.connect(self.server.dsn(), autocommit=True) as conn:
-            conn.execute("DROP SCHEMA IF EXISTS %s CASCADE" % store.pg_ident(store.pg_schema("my-project")))
-            for role in self.roles + list(store.pg_role_names("my-project").values()):
+            conn.execute("DROP SCHEMA IF EXISTS %s CASCADE" % pg.pg_ident(pg.pg_schema("my-project")))
+            for role in self.roles + list(pg.pg_role_names("my-project").values()):
                 if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
-                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
-                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+                    conn.execute("DROP OWNED BY %s CASCADE" % pg.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % pg.pg_ident(role))
 
     def url(self, readme_url):
         """README's URL with its user kept and its host replaced by the test server's socket."""
@@ -1566,7 +1572,7 @@ class ReadmePostgresTest(support.CoordTestCase):
         # The driver: README's line is the command coord prints for `python3` 3.11 with the default
         # state directory, written with `~` (test_host.DriverDirTest runs that layout).
         home = os.path.expanduser("~")
-        printed = store.psycopg_install_command("python3", (3, 11), {"XDG_STATE_HOME": ""})
+        printed = hostclient.psycopg_install_command("python3", (3, 11), {"XDG_STATE_HOME": ""})
         self.assertEqual([self.re.sub(r"\s{2,}# .*$", "", l) for l in driver],
                          [printed.replace(" %s/" % home, " ~/")])
 
@@ -1599,13 +1605,15 @@ class ReadmePostgresTest(support.CoordTestCase):
 
 # pgpeer: a client's caller facts are taken only as far as the kernel shows them for the process
 # that connected (SO_PEERCRED and its /proc ancestry). The forging client is a real process of
-# the same user speaking the real protocol through store.HostClient.
+# the same user speaking the real protocol through hostclient.HostClient.
 FORGER = r"""
 import json, os, sys
 import store
+import pg
+import hostclient
 project, sock, victim, victim_start, how = sys.argv[1:6]
 victim = int(victim)
-client = store.HostClient(project, sock)
+client = hostclient.HostClient(project, sock)
 facts = store.caller_facts(None, {}, complete=True)
 try:
     if how == "chain":  # another process's ancestry in place of its own

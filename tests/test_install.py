@@ -16,11 +16,13 @@ import tempfile
 
 import support
 import store
+import pg
+import hostclient
 
 ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
 RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "land.py", "cleanup.py", "session.py", "install", "host.py",
-           "VERSION")
+           "pg.py", "hostclient.py", "VERSION")
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PermissionRequest",
           "SessionEnd", "SubagentStart", "SubagentStop")
 
@@ -360,6 +362,15 @@ class DriftTest(InstallTestCase):
             os.unlink(self.t(".coord", "store.py"))
             return ".coord/store.py"
 
+        def missing_engine_file():  # the PostgreSQL modules are runtime files like any other
+            os.unlink(self.t(".coord", "pg.py"))
+            return ".coord/pg.py"
+
+        def stale_client_file():
+            with open(self.t(".coord", "hostclient.py"), "ab") as f:
+                f.write(b"# edited\n")
+            return ".coord/hostclient.py"
+
         def stale_file():
             with open(self.t(".agents", "skills", "coord", "SKILL.md"), "ab") as f:
                 f.write(b"edited\n")
@@ -390,7 +401,7 @@ class DriftTest(InstallTestCase):
             os.unlink(self.t(".claude", "coord", "coord"))
             return ".claude/coord/coord"
 
-        return [missing_file, stale_file, mode_changed, extra_skill_file, missing_hook_entry,
+        return [missing_file, missing_engine_file, stale_client_file, stale_file, mode_changed, extra_skill_file, missing_hook_entry,
                 stale_hook_entry, missing_shim]
 
     def test_check_clean_then_dirty_for_each_drift_and_repair_fixes_it(self):
@@ -1019,7 +1030,7 @@ class RuntimeCopyTest(InstallTestCase):
         self.assertIn("hook runtime copy (the hooks run it, never the repository's files): %s\n"
                       % os.path.join(data, "fleet-agent-coord", "runtime", self.digest), out)
         self.assertEqual(installer.runtime_state(self.copy), "ok")
-        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "host.py", "session.py", "store.py"])
+        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "host.py", "hostclient.py", "pg.py", "session.py", "store.py"])
         self.assertEqual(stat.S_IMODE(os.stat(self.copy).st_mode), 0o500)
         for name in os.listdir(self.copy):
             self.assertEqual(stat.S_IMODE(os.stat(os.path.join(self.copy, name)).st_mode), 0o400)
@@ -1732,13 +1743,13 @@ class PgDoctorTest(InstallTestCase):
         self.url = support.pg_login_url(self, self.server, "pgdoc", self.psycopg)
         self.fresh("pgdoc")
         store.write_project_url("pgdoc", self.url, self.env)
-        self.sock = store.project_host_socket("pgdoc", self.env)
+        self.sock = hostclient.project_host_socket("pgdoc", self.env)
         self.addCleanup(support.stop_host_process, self.sock)
         self.addCleanup(self._drop, self.server)
 
     def _drop(self, server):
         with self.psycopg.connect(server.dsn(), autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema("pgdoc"))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema("pgdoc"))
 
     def doctor(self, check=None, env=None):
         return json.loads(self.install("--doctor", "--json", check=check, env=env).stdout)
@@ -1754,7 +1765,7 @@ class PgDoctorTest(InstallTestCase):
         text = self.install("--doctor", check=0).stdout
         self.assertIn("database: PostgreSQL, project pgdoc (URL in %s)" % store.project_url_path("pgdoc", self.env), text)
         self.assertIn("host process: not running", text)
-        store.start_host("pgdoc", self.url, self.sock, environ=self.env)
+        hostclient.start_host("pgdoc", self.url, self.sock, environ=self.env)
         db = self.doctor(check=0)["database"]
         self.assertTrue(db["host"]["running"])
         self.assertIsInstance(db["host"]["round_trip_ms"], float)
@@ -1788,7 +1799,7 @@ class PgDoctorTest(InstallTestCase):
         self.assertIsNone(db["security"], "not checked while the host process is down")
         self.assertIn("database security: not checked (the host process is not running: .coord/coord db start",
                       self.install("--doctor", check=0).stdout)
-        store.start_host("pgdoc", self.url, self.sock, environ=self.env)
+        hostclient.start_host("pgdoc", self.url, self.sock, environ=self.env)
         checks = self.doctor(check=0)["database"]["security"]
         self.assertEqual([c for c in checks if not c["ok"]], [], "a login role of a set-up project is clean")
         text = self.install("--doctor", check=0).stdout
@@ -1803,7 +1814,7 @@ class PgDoctorTest(InstallTestCase):
     def test_a_failed_security_check_makes_doctor_exit_1_and_names_the_fix(self):
         # The same project, its host connected as the server's superuser: the role check fails.
         store.write_project_url("pgdoc", support.pg_url(self.server), self.env)
-        store.start_host("pgdoc", support.pg_url(self.server), self.sock, environ=self.env)
+        hostclient.start_host("pgdoc", support.pg_url(self.server), self.sock, environ=self.env)
         checks = self.doctor(check=1)["database"]["security"]
         self.assertEqual([c["line"].split(":")[0] for c in checks if not c["ok"]], ["database role coord is a superuser"])
         text = self.install("--doctor", check=1).stdout
@@ -1831,7 +1842,7 @@ class PgDoctorTest(InstallTestCase):
         self.assertNotIn("the state directory", self.install("--doctor", check=0).stdout)
 
     def test_tls_is_not_required_on_a_unix_socket_or_loopback_and_the_line_says_which(self):
-        self.assertEqual(store.pg_local_kind("host=/run/postgresql dbname=x", {}), "a Unix socket on this host")
-        self.assertEqual(store.pg_local_kind("dbname=x", {}), "a Unix socket on this host")
-        self.assertEqual(store.pg_local_kind("postgresql://u@127.0.0.1:5432/x", {}), "loopback 127.0.0.1 on this host")
-        self.assertEqual(store.pg_local_kind("postgresql://u@localhost/x", {}), "loopback localhost on this host")
+        self.assertEqual(pg.pg_local_kind("host=/run/postgresql dbname=x", {}), "a Unix socket on this host")
+        self.assertEqual(pg.pg_local_kind("dbname=x", {}), "a Unix socket on this host")
+        self.assertEqual(pg.pg_local_kind("postgresql://u@127.0.0.1:5432/x", {}), "loopback 127.0.0.1 on this host")
+        self.assertEqual(pg.pg_local_kind("postgresql://u@localhost/x", {}), "loopback localhost on this host")

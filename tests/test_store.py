@@ -13,10 +13,13 @@ import stat
 import subprocess
 import sys
 import time
+import unittest
 import uuid
 
 import support
 import store
+import pg
+import hostclient
 from store import Refused, UsageError
 
 
@@ -24,7 +27,7 @@ def _open(db, **kw):
     """A store on `db`: a SQLite path, or a PostgreSQL engine's {"dsn", "project"} (PostgresEngine)."""
     if isinstance(db, dict):
         support.import_psycopg()
-        return store.Store(pg=db, **kw)
+        return pg.Store(db, **kw)
     return store.Store(db, **kw)
 
 
@@ -243,8 +246,8 @@ class IdentityTest(StoreCase):
     def test_caller_by_process_ancestry_needs_matching_start_time(self):
         me = os.getpid()
         rt = self.st.register(pid=me)
-        proc = subprocess.run([sys.executable, "-c", "import sys, store, json; db = json.loads(sys.argv[1]);"
-                               "st = store.Store(pg=db) if isinstance(db, dict) else store.Store();"
+        proc = subprocess.run([sys.executable, "-c", "import sys, store, pg, json; db = json.loads(sys.argv[1]);"
+                               "st = pg.Store(db) if isinstance(db, dict) else store.Store();"
                                "print(st.caller(None, {})['id'])", json.dumps(self.db_spec())],
                               env=self.child_env(), stdout=subprocess.PIPE, text=True)
         self.assertEqual(proc.stdout.strip(), rt["id"])
@@ -425,6 +428,21 @@ class LeaseTest(StoreCase):
 
     def audit_count(self):
         return self.st.q("SELECT count(*) FROM audit").fetchone()[0]
+
+
+class CleanTextTest(unittest.TestCase):
+    """clean_text skips its pattern for text without any character a match starts with (so a
+    hook's deny loads no re): the same text either way."""
+
+    def test_the_skip_never_changes_the_result(self):
+        import random
+        pattern = re.compile(*store._ESCAPE_RE._args)
+        rng = random.Random(5)
+        alphabet = [chr(c) for c in range(0x250)] + list("\u061c\u200e\u200f\u202a\u202e\u2066\u2069\u2070") + [
+            "\x1b[31m", "\x1b]0;title\x07", "\x1b]8;;x\x1b\\", "\udc80", "\u00e9"]
+        for _ in range(20000):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10)))
+            self.assertEqual(store.clean_text(text), pattern.sub("", store.text_in(text)), repr(text))
 
 
 class ResourceNameTest(support.CoordTestCase):
@@ -1172,9 +1190,9 @@ class LivenessTest(StoreCase):
         child = (
             "import json, sys\n"
             "sys.path.insert(0, sys.argv[1])\n"
-            "import store\n"
+            "import pg, store\n"
             "db = json.loads(sys.argv[2])\n"
-            "st = store.Store(**({'pg': db} if isinstance(db, dict) else {'path': db}), environ=json.loads(sys.argv[3]))\n"
+            "st = (pg.Store if isinstance(db, dict) else store.Store)(db, environ=json.loads(sys.argv[3]))\n"
             "try:\n"
             "    st.caller(environ={'COORD_RUNTIME_ID': sys.argv[4]})\n"
             "except store.Refused as exc:\n"
@@ -1196,11 +1214,18 @@ class ModuleLadderTest(support.CoordTestCase):
     uses another's private names, and the commands on every tool call load none of the work
     modules."""
 
-    RANK = {"store": 0, "session": 1, "trust": 1, "workspace": 2, "land": 3, "cleanup": 4,
+    RANK = {"store": 0, "session": 1, "trust": 1, "hostclient": 1, "pg": 2, "workspace": 2, "land": 3, "cleanup": 4,
             "hook": 5, "coord": 5, "install": 5, "host": 5}
     FILES = {"store": "store.py", "session": "session.py", "trust": "trust.py", "workspace": "workspace.py",
              "land": "land.py", "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord", "install": "install",
-             "host": "host.py"}
+             "host": "host.py", "hostclient": "hostclient.py", "pg": "pg.py"}
+    # The PostgreSQL engine is the host process's alone; its client, only where a PostgreSQL
+    # project is reached (the hook and the commands import it lazily, for such a project only).
+    IMPORTED_ONLY_BY = {"pg": {"host"}, "hostclient": {"host", "pg", "hook", "coord", "install"}}
+
+    def test_every_product_module_is_on_the_ladder(self):
+        modules = {n[:-3] for n in os.listdir(support.ROOT) if n.endswith(".py")} | {"coord", "install"}
+        self.assertEqual(modules, set(self.FILES))
 
     def trees(self):
         import ast
@@ -1224,6 +1249,18 @@ class ModuleLadderTest(support.CoordTestCase):
                         wrong.append("%s line %d imports %s" % (name, node.lineno, target))
         self.assertEqual(wrong, [])
 
+    def test_the_postgresql_modules_are_imported_only_by_their_users(self):
+        import ast
+        wrong = []
+        for name, tree in self.trees():
+            for node in ast.walk(tree):
+                targets = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+                for target in targets:
+                    if name not in self.IMPORTED_ONLY_BY.get(target, {name}):
+                        wrong.append("%s line %d imports %s" % (name, node.lineno, target))
+        self.assertEqual(wrong, [])
+
     def test_no_module_uses_another_s_private_names(self):
         import ast
         wrong = []
@@ -1241,18 +1278,24 @@ class ModuleLadderTest(support.CoordTestCase):
                                   cwd=self.tmp, capture_output=True, text=True, timeout=60)
             loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
             self.assertIn("store", loaded, proc.stderr[-2000:])
-            self.assertEqual(loaded & {"workspace", "land", "cleanup", "session", "trust"}, set(), argv)
+            # nor, on a SQLite project, the PostgreSQL engine or the host process's client
+            self.assertEqual(loaded & {"workspace", "land", "cleanup", "session", "trust", "pg", "hostclient"}, set(),
+                             argv)
 
 
 class SqlOnlyInStoreTest(support.CoordTestCase):
-    """store.py is the one file that speaks SQL, so another storage backend means one file."""
+    """store.py is the one file that speaks SQL, so another storage backend means one file; the
+    PostgreSQL engine (pg.py, the host process's alone) holds its own PostgreSQL-only SQL beside it."""
 
     SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|BEGIN|PRAGMA|CREATE|DROP|ALTER|FROM|WHERE)\s")
 
     def test_no_other_module_queries_the_database(self):
         import ast
-        for name in ("hook.py", "coord", "workspace.py", "land.py", "cleanup.py", "session.py", "trust.py", "install",
-                     "host.py"):
+        names = sorted({n for n in os.listdir(support.ROOT) if n.endswith(".py")} | {"coord", "install"})
+        self.assertIn("hostclient.py", names)
+        for name in names:
+            if name in ("store.py", "pg.py"):
+                continue
             with open(os.path.join(support.ROOT, name), encoding="utf-8") as f:
                 tree = ast.parse(f.read(), name)
             found = []
@@ -1576,7 +1619,7 @@ class DatabaseUrlTest(support.CoordTestCase):
         self.assertEqual(proc.returncode, 4, proc.stderr)
         self.assertIn("the PostgreSQL driver psycopg 3 is not installed for %s" % sys.executable, proc.stderr)
         self.assertIn("next: install the driver: %s -m pip install --upgrade --target %s 'psycopg[binary]==3."
-                      % (sys.executable, store.driver_dir(environ=self.env)), proc.stderr)
+                      % (sys.executable, hostclient.driver_dir(environ=self.env)), proc.stderr)
         self.assertIn("then: %s db start" % support.COORD, proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "postgresql:")))
         reply = json.loads(self.coord("status", "--json", env={"COORD_DB": url}).stdout)
@@ -1602,7 +1645,7 @@ class PostgresEngine:
             self.pg_dsn = server.dsn()
             self.pg_project = "pgtest-%s" % uuid.uuid4().hex[:12]
             self.addCleanup(self._drop_pg_schema, psycopg)
-        return store.Store(pg=self.db_spec(), environ=self.store_env(), **kw)
+        return pg.Store(self.db_spec(), environ=self.store_env(), **kw)
 
     def db_spec(self):
         if not hasattr(self, "pg_project"):
@@ -1614,7 +1657,7 @@ class PostgresEngine:
 
     def _drop_pg_schema(self, psycopg):
         with psycopg.connect(self.pg_dsn, autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.pg_project))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema(self.pg_project))
 
 
 class PgEngineTest(PostgresEngine, StoreCase):
@@ -1630,7 +1673,7 @@ class PgEngineTest(PostgresEngine, StoreCase):
     def test_every_text_column_sorts_by_byte_and_every_real_is_eight_bytes(self):
         rows = self.st.conn.raw.execute(
             "SELECT table_name, column_name, data_type, collation_name FROM information_schema.columns"
-            " WHERE table_schema = %s", (store.pg_schema(self.pg_project),)).fetchall()
+            " WHERE table_schema = %s", (pg.pg_schema(self.pg_project),)).fetchall()
         self.assertTrue(rows)
         for table, column, kind, collation in rows:
             self.assertIn(kind, ("text", "double precision", "bigint"), (table, column))
@@ -1662,11 +1705,11 @@ class PgEngineTest(PostgresEngine, StoreCase):
             self.open_store()
 
     def test_sql_translation(self):
-        self.assertEqual(store.pg_sql("UPDATE t SET a = max(a, ? + ttl), b = min(b, ?) WHERE c IS ?"),
+        self.assertEqual(pg.pg_sql("UPDATE t SET a = max(a, ? + ttl), b = min(b, ?) WHERE c IS ?"),
                          "UPDATE t SET a = GREATEST(a, %s + ttl), b = LEAST(b, %s) WHERE c IS NOT DISTINCT FROM %s")
-        self.assertEqual(store.pg_sql("SELECT min(id) FROM audit WHERE x = '%'"),
+        self.assertEqual(pg.pg_sql("SELECT min(id) FROM audit WHERE x = '%'"),
                          "SELECT min(id) FROM audit WHERE x = '%%'")
-        self.assertTrue(store.pg_sql("INSERT INTO messages (a) VALUES (?)").endswith(" RETURNING id"))
+        self.assertTrue(pg.pg_sql("INSERT INTO messages (a) VALUES (?)").endswith(" RETURNING id"))
 
 
 class PgIdentityTest(PostgresEngine, IdentityTest):
@@ -1703,7 +1746,7 @@ class PgWriteDecisionTest(PostgresEngine, WriteDecisionTest):
 
 
 class CopyAgreesTest(StoreCase):
-    """One write decision, computed twice: the host process's lease copy (store.LeaseCopy, built
+    """One write decision, computed twice: the host process's lease copy (pg.LeaseCopy, built
     from lease_copy_read) must give the database's answer (Store.write_conflicts) whenever it
     answers at all, on random lease sets: nested names, both modes, expired leases, holders live
     by pid or by heartbeat, stale, ended or dead, writers known and unknown."""
@@ -1754,7 +1797,7 @@ class CopyAgreesTest(StoreCase):
         for round_ in range(self.ROUNDS):
             now = time.time()
             rts = self.population(rnd, now)
-            copy = store.LeaseCopy(self.st.lease_copy_read(), (0, 0), 0.0)
+            copy = pg.LeaseCopy(self.st.lease_copy_read(), (0, 0), 0.0)
             for writer in [None] + rts + [str(uuid.uuid4())]:
                 for _ in range(4):
                     names = rnd.sample(self.NAMES + ["src/new.py", "docsx", "src/lib/y/z.py"], rnd.randint(1, 3))
@@ -1798,7 +1841,7 @@ class PgRaceTest(PostgresEngine, RaceTest):
 
 
 class CopyProjectTest(PostgresEngine, StoreCase):
-    """store.copy_project: a project moves SQLite -> PostgreSQL -> SQLite and loses no record: every
+    """pg.copy_project: a project moves SQLite -> PostgreSQL -> SQLite and loses no record: every
     table equal row for row, the audit export identical, IDs still growing after the move."""
 
     def sqlite_store(self, name):
@@ -1826,7 +1869,7 @@ class CopyProjectTest(PostgresEngine, StoreCase):
 
     def dump(self, st):
         out = {}
-        for table, key, cols in store.COPY_TABLES:
+        for table, key, cols in pg.COPY_TABLES:
             where = " WHERE key NOT LIKE 'schema.%'" if table == "meta" else ""
             out[table] = [list(r) for r in st.conn.execute(
                 "SELECT %s FROM %s%s ORDER BY %s" % (", ".join(cols), table, where, key)).fetchall()]
@@ -1836,7 +1879,7 @@ class CopyProjectTest(PostgresEngine, StoreCase):
         lite = self.sqlite_store("a.sqlite3")
         a2, b = self.story(lite)
         before = self.dump(lite)
-        counts = store.copy_project(lite, self.st)
+        counts = pg.copy_project(lite, self.st)
         self.assertEqual(counts, {t: len(rows) for t, rows in before.items()})
         self.assertEqual(self.dump(self.st), before)
         self.assertEqual(list(self.st.audit_lines(private=True)), list(lite.audit_lines(private=True)))
@@ -1847,7 +1890,7 @@ class CopyProjectTest(PostgresEngine, StoreCase):
         top = max(r[0] for r in before["messages"])
         self.assertGreater(self.st.send(b["id"], "after the move", a2["handle"])["id"], top)
         back = self.sqlite_store("b.sqlite3")
-        store.copy_project(self.st, back)
+        pg.copy_project(self.st, back)
         self.assertEqual(self.dump(back), self.dump(self.st))
         self.assertGreater(back.send(b["id"], "back again", a2["handle"])["id"],
                            max(r[0] for r in self.dump(self.st)["messages"]))
@@ -1858,18 +1901,18 @@ class CopyProjectTest(PostgresEngine, StoreCase):
         rt = lite.register(harness="x")
         lite.send(rt["id"], "one\0two", "*")
         with self.assertRaises(UsageError):
-            store.copy_project(lite, self.st)
+            pg.copy_project(lite, self.st)
         self.assertEqual({t: rows for t, rows in self.dump(self.st).items() if rows}, {}, "nothing copied")
         self.st.register(harness="y")
         with self.assertRaises(Refused):
-            store.copy_project(self.sqlite_store("c.sqlite3"), self.st)
+            pg.copy_project(self.sqlite_store("c.sqlite3"), self.st)
 
     def test_every_column_of_the_schema_is_copied(self):
         lite = self.sqlite_store("a.sqlite3")
         tables = {r[0] for r in lite.conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").fetchall()}
-        self.assertEqual(tables, {t for t, _, _ in store.COPY_TABLES})
-        for table, _key, cols in store.COPY_TABLES:
+        self.assertEqual(tables, {t for t, _, _ in pg.COPY_TABLES})
+        for table, _key, cols in pg.COPY_TABLES:
             have = tuple(r[1] for r in lite.conn.execute("PRAGMA table_info(%s)" % table).fetchall())
             self.assertEqual(set(have), set(cols), table)
 
@@ -1948,7 +1991,7 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
 
 class PgStampedRoundTripTest(PgRoundTripTest):
     """pgstamp: the same figures with the host process's clock (ServerClock), whose readings a
-    write records as of the project lock (store._Stamp): the server's time travels with the
+    write records as of the project lock (pg._Stamp): the server's time travels with the
     lock, so no operation waits once more for it. And the host process's beat (no reap: the
     reap timer reaps) is one wait under the lock."""
 
@@ -1958,8 +2001,8 @@ class PgStampedRoundTripTest(PgRoundTripTest):
         self.addCleanup(store.set_clock, None)
 
     def test_the_clock_s_readings_are_stamps(self):
-        self.assertIs(type(store.now()), store._Stamp)
-        self.assertIs(type(store.now() + 30), store._Stamp)
+        self.assertIs(type(store.now()), pg._Stamp)
+        self.assertIs(type(store.now() + 30), pg._Stamp)
 
     def test_a_host_beat_without_a_reap_is_one_wait(self):
         a = self.rt()
@@ -2103,11 +2146,11 @@ class SafeModeTest(support.CoordTestCase):
     def write(self, leases, offset=0.0, boot=None, **extra):
         path = os.path.join(self.state, "safe", "host.safe")
         beat = {"now": 1000.0, "heartbeat_at": 1000.0, "ttl": 30.0, "lease_delay": 30.0, "leases": leases}
-        state = store.safe_state(beat, offset, 0.2)
+        state = hostclient.safe_state(beat, offset, 0.2)
         if boot is not None:
             state["boot_id"] = boot
         state.update(extra)
-        store.write_safe_state(path, state)
+        hostclient.write_safe_state(path, state)
         return path
 
     def lease(self, resource, expires_at):
@@ -2119,35 +2162,35 @@ class SafeModeTest(support.CoordTestCase):
         margin = store.SAFE_MARGIN + 0.1
         # offset 0: monotonic time is server time. src/a.py lapses at its expiry (1020); src/b at
         # the host's last beat + TTL (1030), when other hosts stop taking this host for live.
-        self.assertEqual(store.safe_mode_refusals(["src/a.py", "src/b/x.py"], path, mono=1020 - margin - 0.01), [])
-        got = store.safe_mode_refusals(["src/a.py", "src/b/x.py", "README"], path, mono=1020 - margin)
+        self.assertEqual(hostclient.safe_mode_refusals(["src/a.py", "src/b/x.py"], path, mono=1020 - margin - 0.01), [])
+        got = hostclient.safe_mode_refusals(["src/a.py", "src/b/x.py", "README"], path, mono=1020 - margin)
         self.assertEqual([(r["name"], r["lapse_at"]) for r in got], [("src/a.py", 1020.0)])
-        got = store.safe_mode_refusals(["src/a.py", "src/b/x.py", "src", "README"], path, mono=1030 - margin)
+        got = hostclient.safe_mode_refusals(["src/a.py", "src/b/x.py", "src", "README"], path, mono=1030 - margin)
         self.assertEqual(sorted((r["name"], r["resource"]) for r in got),
                          [("src", "src/a.py"), ("src", "src/b"), ("src/a.py", "src/a.py"), ("src/b/x.py", "src/b")])
-        reason = store.safe_mode_reason(got)
+        reason = hostclient.safe_mode_reason(got)
         self.assertIn("may have lapsed", reason)
         self.assertIn("ant-bee-cat-dog-elk", reason)
 
     def test_the_offset_is_the_server_s_clock(self):
         path = self.write([self.lease("src/a.py", 1020.0)], offset=500.0)
-        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=518.0), [])
-        self.assertTrue(store.safe_mode_refusals(["src/a.py"], path, mono=520.0))
+        self.assertEqual(hostclient.safe_mode_refusals(["src/a.py"], path, mono=518.0), [])
+        self.assertTrue(hostclient.safe_mode_refusals(["src/a.py"], path, mono=520.0))
 
     def test_anything_but_a_readable_file_of_this_boot_fails_open(self):
-        self.assertEqual(store.safe_mode_refusals(["src/a.py"], os.path.join(self.state, "none"), mono=1e9), [])
+        self.assertEqual(hostclient.safe_mode_refusals(["src/a.py"], os.path.join(self.state, "none"), mono=1e9), [])
         path = self.write([self.lease("src/a.py", 1020.0)], boot="another-boot")
-        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
+        self.assertEqual(hostclient.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
         path = self.write([self.lease("src/a.py", 1020.0)], v=99)
-        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
+        self.assertEqual(hostclient.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
         with open(path, "wb") as f:
             f.write(b"{garbled")
-        self.assertEqual(store.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
+        self.assertEqual(hostclient.safe_mode_refusals(["src/a.py"], path, mono=1e9), [])
 
     def test_the_check_imports_nothing_a_hook_must_not(self):
         path = self.write([self.lease("src/a.py", 1020.0)])
-        code = ("import sys; sys.path.insert(0, %r); import store; before = set(sys.modules);"
-                " r = store.safe_mode_refusals(['src/a.py'], %r, mono=1e9); assert r, r;"
+        code = ("import sys; sys.path.insert(0, %r); import store, hostclient; before = set(sys.modules);"
+                " r = hostclient.safe_mode_refusals(['src/a.py'], %r, mono=1e9); assert r, r;"
                 " new = set(sys.modules) - before; assert 'subprocess' not in sys.modules, new; print(sorted(new))"
                 % (support.ROOT, path))
         out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -2159,10 +2202,10 @@ class SafeModeTest(support.CoordTestCase):
         # One host process per project (project_host_socket), all in one state directory: a
         # file shared by two of them would hold one project's leases and refuse the other's writes.
         env = dict(os.environ, XDG_STATE_HOME=self.state)
-        a, b = store.project_host_socket("proj-a", env), store.project_host_socket("proj-b", env)
-        self.assertNotEqual(store.safe_state_path(a), store.safe_state_path(b))
-        self.assertEqual(os.path.dirname(store.safe_state_path(a)), os.path.dirname(a))
-        self.assertEqual(store.safe_state_path(os.path.join(self.state, "host.sock")), os.path.join(self.state, "host.safe"))
+        a, b = hostclient.project_host_socket("proj-a", env), hostclient.project_host_socket("proj-b", env)
+        self.assertNotEqual(hostclient.safe_state_path(a), hostclient.safe_state_path(b))
+        self.assertEqual(os.path.dirname(hostclient.safe_state_path(a)), os.path.dirname(a))
+        self.assertEqual(hostclient.safe_state_path(os.path.join(self.state, "host.sock")), os.path.join(self.state, "host.safe"))
 
 
 # --------------------------------------------------------------------------- PostgreSQL security (issue 25 item 5)
@@ -2174,7 +2217,7 @@ def _pg_as(dsn, role):
 
 
 class PgSecurityCase(support.CoordTestCase):
-    """Two projects, A and B, each set up by store.pg_setup as the admin (the test server's
+    """Two projects, A and B, each set up by pg.pg_setup as the admin (the test server's
     superuser), each with one login role."""
 
     def setUp(self):
@@ -2185,29 +2228,29 @@ class PgSecurityCase(support.CoordTestCase):
         self.a, self.b = "seca-%s" % tag, "secb-%s" % tag
         self.la, self.lb = "host_a_%s" % tag, "host_b_%s" % tag
         self.addCleanup(self._drop)
-        self.setup_a = store.pg_setup(self.admin, self.a, [self.la])
-        store.pg_setup(self.admin, self.b, [self.lb])
+        self.setup_a = pg.pg_setup(self.admin, self.a, [self.la])
+        pg.pg_setup(self.admin, self.b, [self.lb])
 
     def _drop_project(self, project):
         with self.psycopg.connect(self.admin, autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % store.pg_ident(store.pg_schema(project)))
-            for role in store.pg_role_names(project).values():
+            conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % pg.pg_ident(pg.pg_schema(project)))
+            for role in pg.pg_role_names(project).values():
                 if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
-                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
-                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+                    conn.execute("DROP OWNED BY %s CASCADE" % pg.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % pg.pg_ident(role))
 
     def _drop(self):
         with self.psycopg.connect(self.admin, autocommit=True) as conn:
             for project in (self.a, self.b):
-                conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % store.pg_ident(store.pg_schema(project)))
-            roles = [self.la, self.lb] + [n for p in (self.a, self.b) for n in store.pg_role_names(p).values()]
+                conn.execute('DROP SCHEMA IF EXISTS %s CASCADE' % pg.pg_ident(pg.pg_schema(project)))
+            roles = [self.la, self.lb] + [n for p in (self.a, self.b) for n in pg.pg_role_names(p).values()]
             for role in roles:
                 if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
-                    conn.execute("DROP OWNED BY %s CASCADE" % store.pg_ident(role))
-                    conn.execute("DROP ROLE %s" % store.pg_ident(role))
+                    conn.execute("DROP OWNED BY %s CASCADE" % pg.pg_ident(role))
+                    conn.execute("DROP ROLE %s" % pg.pg_ident(role))
 
     def login_store(self, login, project):
-        return store.Store(pg={"dsn": _pg_as(self.admin, login), "project": project})
+        return pg.Store({"dsn": _pg_as(self.admin, login), "project": project})
 
     def raw(self, role):
         conn = self.psycopg.connect(_pg_as(self.admin, role), autocommit=True)
@@ -2217,7 +2260,7 @@ class PgSecurityCase(support.CoordTestCase):
 
 class PgRoleTest(PgSecurityCase):
     def test_setup_creates_nologin_owner_group_and_member_login(self):
-        owner, group = store.pg_role_names(self.a)["owner"], store.pg_schema(self.a)
+        owner, group = pg.pg_role_names(self.a)["owner"], pg.pg_schema(self.a)
         conn = self.raw("coord")
         rows = dict((r[0], r[1:]) for r in conn.execute(
             "SELECT rolname, rolcanlogin, rolsuper FROM pg_roles WHERE rolname IN (%s, %s, %s)", (owner, group, self.la)))
@@ -2228,7 +2271,7 @@ class PgRoleTest(PgSecurityCase):
         self.assertFalse(conn.execute("SELECT pg_has_role(%s, %s, 'MEMBER')", (self.la, owner)).fetchone()[0])
         self.assertIn('CREATE ROLE "%s" NOLOGIN' % owner, self.setup_a)  # what it prints is what it ran
         # Run again: nothing to create, nothing changes.
-        again = store.pg_setup(self.admin, self.a, [self.la])
+        again = pg.pg_setup(self.admin, self.a, [self.la])
         self.assertFalse([s for s in again if s.startswith(("CREATE ROLE", "CREATE POLICY", "GRANT \""))], again)
 
     def test_a_login_role_works_its_own_project(self):
@@ -2245,7 +2288,7 @@ class PgRoleTest(PgSecurityCase):
         self.addCleanup(st.close)
         rt = st.register(harness="test")["id"]
         st.claim(rt, ["src/a.py"])
-        schema = store.pg_ident(store.pg_schema(self.a))
+        schema = pg.pg_ident(pg.pg_schema(self.a))
         b = self.raw(self.lb)
         with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):
             b.execute("SELECT * FROM %s.leases" % schema)
@@ -2254,9 +2297,9 @@ class PgRoleTest(PgSecurityCase):
         # A mistaken grant (schema and table privileges handed to B's role): row-level security
         # still admits only members of A's group. Zero rows read; a write refused.
         admin = self.raw("coord")
-        admin.execute("GRANT USAGE ON SCHEMA %s TO %s" % (schema, store.pg_ident(self.lb)))
+        admin.execute("GRANT USAGE ON SCHEMA %s TO %s" % (schema, pg.pg_ident(self.lb)))
         admin.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s"
-                      % (schema, store.pg_ident(self.lb)))
+                      % (schema, pg.pg_ident(self.lb)))
         self.assertEqual(self.raw(self.la).execute("SELECT count(*) FROM %s.leases" % schema).fetchone()[0], 1)
         self.assertEqual(b.execute("SELECT count(*) FROM %s.leases" % schema).fetchone()[0], 0)
         self.assertEqual(b.execute("SELECT count(*) FROM %s.runtimes" % schema).fetchone()[0], 0)
@@ -2266,7 +2309,7 @@ class PgRoleTest(PgSecurityCase):
 
     def test_a_login_role_cannot_alter_drop_or_create(self):
         self.login_store(self.la, self.a).close()
-        schema = store.pg_ident(store.pg_schema(self.a))
+        schema = pg.pg_ident(pg.pg_schema(self.a))
         a = self.raw(self.la)
         for sql in ("ALTER TABLE %s.leases ADD COLUMN x integer" % schema,
                     "ALTER TABLE %s.leases NO FORCE ROW LEVEL SECURITY" % schema,
@@ -2280,8 +2323,8 @@ class PgRoleTest(PgSecurityCase):
 
     def test_a_login_role_does_not_migrate_it_says_who_does(self):
         admin = self.raw("coord")
-        schema = store.pg_ident(store.pg_schema(self.a))
-        admin.execute("UPDATE %s.meta SET value = '1' WHERE key = %%s" % schema, (store.Store._PG_READER_KEY,))
+        schema = pg.pg_ident(pg.pg_schema(self.a))
+        admin.execute("UPDATE %s.meta SET value = '1' WHERE key = %%s" % schema, (pg.Store._PG_READER_KEY,))
         admin.execute("DELETE FROM %s.meta WHERE key = %%s" % schema, (store.SCHEMA_APPLIED_KEY,))
         with self.assertRaises(store.EnvError) as cm:
             self.login_store(self.la, self.a)
@@ -2293,21 +2336,21 @@ class PgRoleTest(PgSecurityCase):
         # setup existed): setup hands them to the owner, and the login role then works.
         c = "secc-%s" % uuid.uuid4().hex[:10]
         self.addCleanup(self._drop_project, c)
-        store.Store(pg={"dsn": self.admin, "project": c}).close()
-        schema = store.pg_ident(store.pg_schema(c))
+        pg.Store({"dsn": self.admin, "project": c}).close()
+        schema = pg.pg_ident(pg.pg_schema(c))
         self.raw("coord").execute("CREATE FUNCTION %s.f() RETURNS int LANGUAGE sql AS 'SELECT 1'" % schema)
-        ran = store.pg_setup(self.admin, c, [self.la])
-        self.assertIn("ALTER SCHEMA %s OWNER TO %s" % (schema, store.pg_ident(store.pg_role_names(c)["owner"])), ran)
+        ran = pg.pg_setup(self.admin, c, [self.la])
+        self.assertIn("ALTER SCHEMA %s OWNER TO %s" % (schema, pg.pg_ident(pg.pg_role_names(c)["owner"])), ran)
         st = self.login_store(self.la, c)
         self.addCleanup(st.close)
         st.register(harness="test")
         self.assertEqual(self.raw(self.la).execute("SELECT %s.f()" % schema).fetchone()[0], 1)
-        checks = store.pg_doctor_checks(st, _pg_as(self.admin, self.la))
+        checks = pg.pg_doctor_checks(st, _pg_as(self.admin, self.la))
         self.assertEqual([ok for ok, _ in checks], [True] * len(checks))
         self.assertGreaterEqual(len(checks), 4)
         self.assertEqual(self.raw("coord").execute(
             "SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE oid = %s::regprocedure", ("%s.f()" % schema,)).fetchone()[0],
-            store.pg_role_names(c)["owner"])
+            pg.pg_role_names(c)["owner"])
         self.assertFalse(self.raw("coord").execute(  # and PUBLIC may not run it
             "SELECT has_function_privilege('public', %s, 'EXECUTE')", ("%s.f()" % schema,)).fetchone()[0])
         with self.assertRaises(self.psycopg.errors.InsufficientPrivilege):  # the owner's now, not the login's
@@ -2315,12 +2358,12 @@ class PgRoleTest(PgSecurityCase):
 
     def test_a_superuser_login_is_refused_by_setup(self):
         with self.assertRaises(UsageError) as cm:
-            store.pg_setup(self.admin, self.a, ["coord"])
+            pg.pg_setup(self.admin, self.a, ["coord"])
         self.assertIn("superuser", cm.exception.message)
 
     def test_the_policy_is_evaluated_once_per_statement(self):
         self.login_store(self.la, self.a).close()
-        schema = store.pg_ident(store.pg_schema(self.a))
+        schema = pg.pg_ident(pg.pg_schema(self.a))
         plan = "\n".join(r[0] for r in self.raw(self.la).execute(
             "EXPLAIN (VERBOSE) SELECT * FROM %s.leases WHERE resource > 'a'" % schema))
         self.assertIn("InitPlan", plan)  # the membership test, once, not a filter per row
@@ -2329,7 +2372,7 @@ class PgRoleTest(PgSecurityCase):
 
 class PgDoctorTest(PgSecurityCase):
     def lines(self, st, dsn, listen=None):
-        return store.pg_doctor_checks(st, dsn, listen)
+        return pg.pg_doctor_checks(st, dsn, listen)
 
     def test_all_good_for_a_login_role(self):
         st = self.login_store(self.la, self.a)
@@ -2341,19 +2384,19 @@ class PgDoctorTest(PgSecurityCase):
         self.assertIn("transaction bounds: idle in transaction 5 s, lock 8 s, statement 8 s", got[5][1])
 
     def test_a_role_without_the_transaction_bounds_is_reported(self):
-        self.raw("coord").execute("ALTER ROLE %s RESET ALL" % store.pg_ident(self.la))
+        self.raw("coord").execute("ALTER ROLE %s RESET ALL" % pg.pg_ident(self.la))
         st = self.login_store(self.la, self.a)
         self.addCleanup(st.close)
         ok, line = self.lines(st, _pg_as(self.admin, self.la))[5]
         self.assertFalse(ok)
         self.assertIn("role %s lacks them" % self.la, line)
         self.assertIn(store.pg_setup_command(self.a, self.la), line)
-        store.pg_setup(self.admin, self.a, [self.la])  # setup puts them back
+        pg.pg_setup(self.admin, self.a, [self.la])  # setup puts them back
         self.assertTrue(self.lines(st, _pg_as(self.admin, self.la))[5][0])
 
     def test_a_table_without_force_is_reported(self):
         admin = self.raw("coord")
-        schema = store.pg_ident(store.pg_schema(self.a))
+        schema = pg.pg_ident(pg.pg_schema(self.a))
         admin.execute("ALTER TABLE %s.leases NO FORCE ROW LEVEL SECURITY" % schema)
         admin.execute("ALTER TABLE %s.messages DISABLE ROW LEVEL SECURITY" % schema)
         st = self.login_store(self.la, self.a)
@@ -2363,17 +2406,17 @@ class PgDoctorTest(PgSecurityCase):
         self.assertIn("leases (RLS not forced)", line)
         self.assertIn("messages (no RLS)", line)
         self.assertIn(store.pg_setup_command(self.a), line)
-        store.pg_setup(self.admin, self.a, [])  # setup puts it back
+        pg.pg_setup(self.admin, self.a, [])  # setup puts it back
         self.assertTrue(self.lines(st, _pg_as(self.admin, self.la))[1][0])
 
     def test_a_superuser_or_the_owner_is_reported(self):
-        st = store.Store(pg={"dsn": self.admin, "project": self.a})
+        st = pg.Store({"dsn": self.admin, "project": self.a})
         self.addCleanup(st.close)
         ok, line = self.lines(st, self.admin)[0]
         self.assertFalse(ok)
         self.assertIn("is a superuser", line)
-        self.raw("coord").execute("GRANT %s TO %s" % (store.pg_ident(store.pg_role_names(self.a)["owner"]),
-                                                       store.pg_ident(self.la)))
+        self.raw("coord").execute("GRANT %s TO %s" % (pg.pg_ident(pg.pg_role_names(self.a)["owner"]),
+                                                       pg.pg_ident(self.la)))
         st2 = self.login_store(self.la, self.a)
         self.addCleanup(st2.close)
         ok, line = self.lines(st2, _pg_as(self.admin, self.la))[0]
@@ -2394,17 +2437,17 @@ class PgWakeTest(PgSecurityCase):
         # Any role may LISTEN on any channel: B's role hears A's wake-up, and learns nothing but
         # that something happened (the channel is a digest, not even A's name).
         listener = self.raw(self.lb)
-        channel = store.pg_wake_channel(self.a)
+        channel = pg.pg_wake_channel(self.a)
         self.assertNotIn(self.a, channel)
         listener.execute("LISTEN %s" % channel)
         # A's login role sends the wake-up coord sends (its own autocommit connection: the engine
         # keeps a pipeline open between transactions, which would hold a raw statement back).
-        self.raw(self.la).execute(store.pg_wake_sql(self.a))
+        self.raw(self.la).execute(pg.pg_wake_sql(self.a))
         got = list(listener.notifies(timeout=10, stop_after=1))
         self.assertEqual([(n.channel, n.payload) for n in got], [(channel, "")])
 
     def test_no_notify_in_coord_carries_a_payload(self):
-        for name in ("store.py", "host.py"):
+        for name in ("store.py", "pg.py", "hostclient.py", "host.py"):
             with open(os.path.join(support.ROOT, name)) as f:
                 text = f.read()
             self.assertNotRegex(text, r"(?i)pg_notify\s*\(", name)
@@ -2416,7 +2459,7 @@ class PgUrlTest(support.CoordTestCase):
 
     def refused(self, dsn, environ=None):
         with self.assertRaises(store.EnvError) as cm:
-            store.pg_check_url(dsn, environ or {})
+            pg.pg_check_url(dsn, environ or {})
         return cm.exception
 
     def test_a_remote_host_without_verify_full_is_refused_with_the_fix(self):
@@ -2437,20 +2480,20 @@ class PgUrlTest(support.CoordTestCase):
     def test_the_environment_counts(self):
         self.refused("dbname=coord", {"PGHOST": "db.example.com"})
         self.refused("host=db.example.com", {"PGSSLMODE": "require"})
-        self.assertEqual(store.pg_check_url("host=db.example.com", {"PGSSLMODE": "verify-full"}), "verify-full")
+        self.assertEqual(pg.pg_check_url("host=db.example.com", {"PGSSLMODE": "verify-full"}), "verify-full")
 
     def test_verify_full_a_unix_socket_and_loopback_pass(self):
-        self.assertEqual(store.pg_check_url("postgresql://c@db.example.com/c?sslmode=verify-full&sslrootcert=/ca.crt", {}),
+        self.assertEqual(pg.pg_check_url("postgresql://c@db.example.com/c?sslmode=verify-full&sslrootcert=/ca.crt", {}),
                          "verify-full")
         for dsn in ("host=/var/run/postgresql user=coord", "postgresql:///coord", "host=127.0.0.1 sslmode=disable",
                     "postgresql://coord@localhost/coord", "postgresql://coord@[::1]:5432/coord", ""):
             with self.subTest(dsn=dsn):
-                self.assertEqual(store.pg_check_url(dsn, {}), "local")
+                self.assertEqual(pg.pg_check_url(dsn, {}), "local")
 
     def test_the_engine_refuses_before_connecting(self):
         support.import_psycopg()
         with self.assertRaises(store.EnvError) as cm:  # no server there: refused before any connect
-            store.Store(pg={"dsn": "host=db.invalid connect_timeout=1 sslmode=require", "project": "p"}, environ={})
+            pg.Store({"dsn": "host=db.invalid connect_timeout=1 sslmode=require", "project": "p"}, environ={})
         self.assertIn("verify-full", cm.exception.hint)
 
     def test_pooled_endpoints_are_recognised_and_refused_for_listen(self):
@@ -2458,12 +2501,12 @@ class PgUrlTest(support.CoordTestCase):
                     "postgresql://u@aws-0-eu-central-1.pooler.supabase.com:6543/postgres",
                     "host=db.example.com port=6432"):
             with self.subTest(dsn=dsn):
-                self.assertTrue(store.pg_pooled(dsn, {}))
+                self.assertTrue(pg.pg_pooled(dsn, {}))
                 with self.assertRaises(store.EnvError) as cm:
-                    store.pg_check_listen_url(dsn, {})
+                    pg.pg_check_listen_url(dsn, {})
                 self.assertIn("direct", cm.exception.hint)
-        self.assertIsNone(store.pg_pooled("postgresql://u@db.example.com:5432/db", {}))
-        store.pg_check_listen_url("host=/run/postgresql", {})
+        self.assertIsNone(pg.pg_pooled("postgresql://u@db.example.com:5432/db", {}))
+        pg.pg_check_listen_url("host=/run/postgresql", {})
 
 
 class PgTlsTest(support.CoordTestCase):
@@ -2526,24 +2569,24 @@ class PgTlsTest(support.CoordTestCase):
     def test_verify_full_connects_and_doctor_says_verified(self):
         self.start()
         project = "tls-%s" % uuid.uuid4().hex[:8]
-        st = store.Store(pg={"dsn": self.dsn("verify-full"), "project": project}, environ={})
+        st = pg.Store({"dsn": self.dsn("verify-full"), "project": project}, environ={})
         self.addCleanup(st.close)
         self.assertTrue(st.conn.raw.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()[0])
         self.assertEqual(st.conn.tls, "verify-full")
-        tls = [line for ok, line in store.pg_doctor_checks(st, self.dsn("verify-full")) if line.startswith("TLS")]
+        tls = [line for ok, line in pg.pg_doctor_checks(st, self.dsn("verify-full")) if line.startswith("TLS")]
         self.assertEqual(tls, ["TLS: on, server certificate and name verified (sslmode=verify-full)"])
 
     def test_less_than_verify_full_is_refused_though_the_server_would_accept(self):
         psycopg = self.start()
         psycopg.connect(self.dsn("require"), connect_timeout=10).close()  # libpq alone would connect
         with self.assertRaises(store.EnvError) as cm:
-            store.Store(pg={"dsn": self.dsn("require"), "project": "tls-x"}, environ={})
+            pg.Store({"dsn": self.dsn("require"), "project": "tls-x"}, environ={})
         self.assertIn("sslmode=verify-full", cm.exception.hint)
 
     def test_a_certificate_from_another_ca_is_not_accepted(self):
         self.start()
         with self.assertRaises(store.EnvError) as cm:
-            store.Store(pg={"dsn": self.dsn("verify-full", ca="other"), "project": "tls-x"}, environ={})
+            pg.Store({"dsn": self.dsn("verify-full", ca="other"), "project": "tls-x"}, environ={})
         self.assertIn("cannot connect", cm.exception.message)
 
 
@@ -2556,8 +2599,8 @@ class PgPooledTest(PgSecurityCase):
         os.symlink(self.server.dir, link)
         self.addCleanup(os.unlink, link)
         dsn = _pg_as(self.admin, self.la).replace("host=%s " % self.server.dir, "host=%s " % link)
-        self.assertTrue(store.pg_pooled(dsn, {}))
-        st = store.Store(pg={"dsn": dsn, "project": self.a}, environ={})
+        self.assertTrue(pg.pg_pooled(dsn, {}))
+        st = pg.Store({"dsn": dsn, "project": self.a}, environ={})
         self.addCleanup(st.close)
         rt = st.register(harness="test")["id"]
         for i in range(8):
@@ -2680,7 +2723,7 @@ class PgCodeOffTheHookPathTest(support.CoordTestCase):
 # --------------------------------------------------------------------------- the lease copy's wake-ups and rules
 # (issue 25, pglisten) Every transaction that changes what the host process's lease copy decides
 # sends the payload-free wake-up on commit; writes that only lengthen what the copy holds do not.
-# The copy's own rules (store.LeaseCopy) answer only what they are sure of. test_host.LeaseCopyTest
+# The copy's own rules (pg.LeaseCopy) answer only what they are sure of. test_host.LeaseCopyTest
 # runs them in a real host process.
 
 class PgLeaseWakeTest(PostgresEngine, StoreCase):
@@ -2689,7 +2732,7 @@ class PgLeaseWakeTest(PostgresEngine, StoreCase):
     def setUp(self):
         super().setUp()
         self.listener = self.raw()
-        self.channel = store.pg_wake_channel(self.pg_project)
+        self.channel = pg.pg_wake_channel(self.pg_project)
         self.listener.execute("LISTEN %s" % self.channel)
         self.listener.execute("LISTEN %s" % self.MARK)
         self.marker = self.raw()
@@ -2743,17 +2786,17 @@ class PgLeaseWakeTest(PostgresEngine, StoreCase):
                            ("DELETE FROM leases WHERE runtime = ?", True),
                            ("INSERT INTO runtimes (id) VALUES (?)", True)):
             with self.subTest(sql=sql):
-                self.assertEqual(store.pg_write_wakes(sql), wakes)
+                self.assertEqual(pg.pg_write_wakes(sql), wakes)
 
 
 class LeaseCopyRulesTest(StoreCase):
-    """store.LeaseCopy on rows as lease_copy_read gives them (a SQLite Store as the judge: every
+    """pg.LeaseCopy on rows as lease_copy_read gives them (a SQLite Store as the judge: every
     pid is this host's)."""
 
     def copy(self, leases, runtimes):
         cols = store.Store._RUNTIME_COLS.split(", ")
         rows = [tuple(rt.get(c) for c in cols) for rt in runtimes]
-        return store.LeaseCopy({"leases": leases, "runtimes": rows, "hosts": []}, (1, 1), 0.0)
+        return pg.LeaseCopy({"leases": leases, "runtimes": rows, "hosts": []}, (1, 1), 0.0)
 
     def runtime(self, rid, pid=None, **kw):
         rt = {"id": rid, "handle": "h-" + rid, "conversation": "conv-" + rid, "harness": "x", "pid": pid,

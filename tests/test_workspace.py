@@ -22,6 +22,7 @@ import support
 from support import CoordTestCase
 
 import store
+import pg
 import cleanup
 import land
 import workspace
@@ -3778,7 +3779,8 @@ class OtherHostWorkTest(support.CoordTestCase):
 import sys, json
 sys.path.insert(0, sys.argv[1])
 import store
-st = store.Store(pg={"dsn": sys.argv[2], "project": sys.argv[3]})
+import pg
+st = pg.Store({"dsn": sys.argv[2], "project": sys.argv[3]})
 st.host_beat(reap=False)  # as that host's host process does before its first client
 rt = st.register(conversation="conv-elsewhere", harness="claude")
 with st.transaction():
@@ -3796,10 +3798,10 @@ print(json.dumps({"work": w["handle"], "host": st.host["id"]}))
 
     def _drop(self, psycopg):
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema(self.project))
 
     def test_another_host_s_work_is_shown_with_its_host_and_not_acted_on_here(self):
-        st = store.Store(pg={"dsn": self.dsn, "project": self.project})
+        st = pg.Store({"dsn": self.dsn, "project": self.project})
         self.addCleanup(st.close)
         me = st.register(conversation="conv-here", harness="claude")
         env = dict(self.env, COORD_HOST_NAME="far-host",
@@ -3943,7 +3945,7 @@ class OtherHostPidTest(support.CoordTestCase):
 
     def _drop(self, psycopg):
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % store.pg_schema(self.project))
+            conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % pg.pg_schema(self.project))
 
     def test_another_host_s_runtime_is_not_this_host_s_process_with_its_pid(self):
         clone = os.path.realpath(os.path.join(self.tmp, "clone"))
@@ -3952,12 +3954,12 @@ class OtherHostPidTest(support.CoordTestCase):
         self.addCleanup(local.wait)
         self.addCleanup(local.kill)
         support.retry_until(lambda: (workspace.process_cwds() or {}).get(local.pid) == clone, timeout=30)
-        far = store.Store(pg={"dsn": self.dsn, "project": self.project})
+        far = pg.Store({"dsn": self.dsn, "project": self.project})
         self.addCleanup(far.close)
         far.host = dict(self.FAR)
         far.host_beat(reap=False)  # that host is live: its runtimes are live for every host
         theirs = far.register(conversation="conv-far", harness="claude", pid=local.pid, pid_start="1")
-        st = store.Store(pg={"dsn": self.dsn, "project": self.project}, migrate=False)
+        st = pg.Store({"dsn": self.dsn, "project": self.project}, migrate=False)
         self.addCleanup(st.close)
         self.assertIn(theirs["id"], [rt["id"] for rt in st.live_runtimes()])
         w = {"id": store.new_uuid(), "handle": "w", "path": clone, "data": {}}
