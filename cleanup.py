@@ -461,7 +461,7 @@ def _rule_local_changes_landed(look):
     those changes are all within the frozen candidate and that candidate was proven integrated,
     or released with a waived gate."""
     w, environ = look["w"], look["environ"]
-    local = land.local_revset(w, environ)
+    local = workspace.local_revset(w, environ)
     rows = workspace.local_changes(w["path"], local, environ)
     if not rows:
         return []

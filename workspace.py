@@ -207,6 +207,44 @@ def local_changes(path, revset, environ=None):
     return rows
 
 
+def local_revset(w, environ=None, keep_empty=False):
+    """The revset of commits that exist only in this checkout (see LOCAL_WORK).
+
+    A clone's remote-tracking bookmarks are a cache of the canonical repository: one that
+    was deleted or moved there since the last fetch must not make commits look safe. So only
+    targets that a current canonical branch or tag contains count, checked with git in the
+    canonical repository. A native workspace shares the canonical store: its own work is
+    what @ added above its recorded base.
+    """
+    if w["data"].get("kind") == "native":
+        parent = (w["data"].get("base") or {}).get("parent")
+        return ("(::@ ~ ::%s)" if keep_empty else "(::@ ~ ::%s) ~ empty()") % (parent or "root()")
+    _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
+                    'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
+                   w["path"], snapshot=False, environ=environ)
+    # Tags too (local and remote): a release tagged on a commit no branch contains is the shared
+    # repository's history, not the work's, and must neither block cleanup nor become a candidate.
+    _, tags, _ = jj(["tag", "list", "--all-remotes", "-T", 'if(normal_target, normal_target.commit_id() ++ "\\n")'],
+                    w["path"], snapshot=False, environ=environ)
+    targets = sorted({t for t in (out + "\n" + tags).split() if FULL_COMMIT_RE.match(t)})
+    safe = ["root()"]
+    if targets:
+        gargs = git_dir_args(w["source"])
+        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
+                          w["source"], environ)
+        current = set(heads.split())
+        for t in targets:
+            if t in current:  # the common case: one call for every unmoved bookmark or tag
+                safe.append(t)
+                continue
+            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", t] + list(CANONICAL_REFS),
+                                 w["source"], environ, check=False)
+            if code == 0 and found.strip():
+                safe.append(t)
+    if keep_empty:
+        return "~::(%s)" % " | ".join(safe)
+    return LOCAL_WORK % " | ".join(safe)
+
 
 # --------------------------------------------------------------------------- paths and names
 
