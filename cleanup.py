@@ -21,6 +21,7 @@ import shlex
 import time
 
 import store
+import trust
 import workspace
 from workspace import (CANONICAL_REFS, blocker, git, jj, git_dir_args, named_paths, now_time,
                        who_id, integration_of, gate_of, landing_of)
@@ -684,7 +685,7 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
         problems = [p["code"] for p in workspace.directory_problems(w)] if os.path.lexists(w["path"] or "") else ["missing"]
         if "missing" in problems:
             _mark_removed(st, w, caller, "forgotten (directory was already gone)")
-            workspace.drop_trust(st, w, caller, environ)
+            trust.drop_trust(st, w, caller, environ)
             return {"work": w["handle"], "removed": True, "forgotten": True}
         if "token-mismatch" in problems:
             marker = workspace.read_marker(w["path"]) or {}
@@ -709,7 +710,7 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
     out = {"work": w["handle"], "removed": True}
     if discard:
         out["discarded_ignored"] = discard
-    left = workspace.drop_trust(st, w, caller, environ)
+    left = trust.drop_trust(st, w, caller, environ)
     if left:
         out["trust_left"] = left
     return out
@@ -749,7 +750,7 @@ def gc_works(st, *, caller, environ=None, dry_run=False, discard_ignored=False):
                      "next": "coord work inspect %s" % w["handle"]}]})
                 continue
             _mark_removed(st, w, caller, "gc", discard, evidence["current"])
-            workspace.drop_trust(st, w, caller, environ)
+            trust.drop_trust(st, w, caller, environ)
         r = {"handle": w["handle"], "task": w["task"]}
         if discard:
             r["discarded_ignored"] = discard

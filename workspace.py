@@ -708,8 +708,8 @@ WORK_DATA = {
     "closing": ("{at, by} while close or archive kills the window: the agent's SessionEnd then releases its "
                 "leases instead of keeping them for the work (Store.session_end); removed by the next state",
                 "_close_window, _record_tmux"),
-    "trust": ("{added, notes, ...}: harness trust entries coord carried for the clone", "carry_trust, drop_trust, "
-              "_adopt_trust"),
+    "trust": ("{added, notes, ...}: harness trust entries coord carried for the clone", "trust.carry_trust, "
+              "trust.drop_trust, trust.adopt_trust"),
     "removed": ("{at, by, how, discarded_ignored, candidate_ref}: how the clone was removed (also a refused create "
                 "that left nothing on disk)", "cleanup._mark_removed, _record_failed_create"),
 }
@@ -826,7 +826,8 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
     w, token = _insert_creating(st, caller, plan, from_rev)
     ids, gaps = _checkout_or_fail(st, w, caller, token, from_rev, environ, allow_unprotected)
     w = _record_created(st, w, caller, ids, gaps)
-    w = carry_trust(st, w, caller, environ)
+    import trust
+    w = trust.carry_trust(st, w, caller, environ)
     if no_setup:
         with st.transaction():
             w = st.update_work(w["id"], data={"setup": {"status": "skipped", "at": now_time()}})
@@ -1991,30 +1992,14 @@ def adopt_work(st, *, caller, root, path, environ=None, scratch_root=None, work_
                            data=data, work_id=work_id)
         st.audit("work.adopted", who_id(caller), work_id, path=path, bookmark=bookmark, commit=commit)
     write_marker(path, work_id, token)
-    w = _adopt_trust(st, w, caller, environ)
+    import trust
+    w = trust.adopt_trust(st, w, caller, environ)
     for derive in (adopt_landed, adopt_window):  # what the repository and tmux prove; the record stands without
         try:
             w = derive(st, w, caller, environ)
         except store.CoordError:
             store.log_traceback("%s %s" % (derive.__name__, w["id"]))
     return w
-
-
-def _adopt_trust(st, w, caller, environ):
-    """Record the harness entries that name the adopted clone's own path as carried, so that
-    its removal takes them away as it would have before the database was lost."""
-    import trust
-    try:
-        found = trust.entries_for(w["path"], environ)
-    except Exception:
-        store.log_traceback("entries_for %s" % w["id"])
-        return w
-    if not found:
-        return w
-    with st.transaction():
-        cur = st.update_work(w["id"], data={"trust": {"added": found, "notes": [], "adopted": True}})
-        st.audit("work.trust-carried", who_id(caller), w["id"], added=found, adopted=True)
-    return cur
 
 
 # --------------------------------------------------------------------------- adopt: what the clone proves
@@ -2241,84 +2226,10 @@ def _adopted_bookmark(path, work_id, environ):
     return bookmarks[0], task, fields[0], fields[1]
 
 
-# =========================================================================== harness trust (trust.py)
+# =========================================================================== the harness in a work
 
 REGISTER_GRACE = 20.0  # seconds a started harness gets to register before `work list` says so
 UNREGISTERED = "started, agent not registered: trust prompt?"
-
-
-def carry_trust(st, w, caller, environ, harnesses=("codex", "claude", "qwen", "gemini", "copilot")):
-    """With the person's opt-in (`coord trust --carry-over on`), carry their approvals of the
-    shared checkout over to the clone and record exactly what was added; -> the record."""
-    import trust
-    if not trust.carry_enabled(environ) or not w.get("path") or not w.get("source"):
-        return w
-    try:
-        result = trust.carry_over(w["source"], w["path"], environ, harnesses)
-    except Exception as exc:  # never a failed create or start: the note says what happened
-        store.log_traceback("carry_over %s" % w["id"])
-        result = {"added": {}, "notes": ["not carried over: %s: %s" % (type(exc).__name__, exc)]}
-    if not result["added"] and not result["notes"]:
-        return w
-    with st.transaction():
-        cur = st.work(w["id"])
-        old = cur["data"].get("trust") or {}
-        rec = {"added": trust.merge_added(old.get("added"), result["added"]),
-               "notes": [store.clean_text(n, 300) for n in result["notes"]][:10]}
-        cur = st.update_work(w["id"], data={"trust": rec})
-        st.audit("work.trust-carried", who_id(caller), w["id"], added=result["added"], notes=rec["notes"])
-    return cur
-
-
-def trust_pending(w, harness, environ):
-    """What a person must approve in the window for `harness` (a list; None when it cannot be told)."""
-    import trust
-    if not w.get("path") or not w.get("source"):
-        return None
-    try:
-        return trust.pending_approvals(w["source"], w["path"], harness, environ)
-    except store.CoordError as exc:
-        return ["%s: %s" % (harness, exc.message)]
-    except Exception:
-        store.log_traceback("pending_approvals %s" % w["id"])
-        return None
-
-
-def drop_trust(st, w, caller, environ):
-    """Remove the harness trust entries carried over for a removed work; -> what stayed (notes)."""
-    added = (w["data"].get("trust") or {}).get("added")
-    if not added:
-        return []
-    import trust
-    try:
-        notes = trust.remove_carried(added, environ)
-    except Exception as exc:  # the clone is gone either way; say what stayed
-        store.log_traceback("remove_carried %s" % w["id"])
-        notes = ["not removed: %s: %s" % (type(exc).__name__, exc)]
-    with st.transaction():
-        cur = st.work(w["id"])
-        rec = dict(cur["data"].get("trust") or {}, removed_at=now_time(), left=notes or None)
-        st.update_work(w["id"], data={"trust": rec})
-        st.audit("work.trust-removed", who_id(caller), w["id"], removed=added, left=notes or None)
-    return notes
-
-
-def trust_lines(w):
-    """One line on what was carried over to the clone (and why not), or none."""
-    rec = w["data"].get("trust") or {}
-    added, bits = rec.get("added") or {}, []
-    c = added.get("codex") or {}
-    if c.get("project") or c.get("hooks"):
-        bits.append("codex %s%d hook%s" % ("project, " if c.get("project") else "", len(c.get("hooks") or {}),
-                                          "" if len(c.get("hooks") or {}) == 1 else "s"))
-    if (added.get("claude") or {}).get("project"):
-        bits.append("claude workspace")
-    if (added.get("qwen") or {}).get("project"):
-        bits.append("qwen folder")
-    if (added.get("copilot") or {}).get("folder"):
-        bits.append("copilot folder")
-    lines = ["approvals carried over from the shared checkout: " + "; ".join(bits)] if bits else []
-    return lines + [store.clean_text(n, 300) for n in rec.get("notes") or []]
 
 
 INTERRUPTED = "interrupted"  # shown, never stored: a work whose agent is gone without park, close or archive
@@ -2780,8 +2691,9 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
         check_prompt(prompt)
     w = _launchable(st, handle, caller)
     authorize(st, w, caller, "start", override)
-    w = carry_trust(st, w, caller, environ, (harness,))
-    approvals = trust_pending(w, harness, environ)
+    import trust
+    w = trust.carry_trust(st, w, caller, environ, (harness,))
+    approvals = trust.trust_pending(w, harness, environ)
     rec = _launch(environ, w, None, harness, list(extra), w["data"].get("tmux"), prompt=prompt)
     _record_launch(st, w, "active", rec, caller, step="started", harness=harness,
                    work_data={"args": {"harness": harness, "argv": session.reusable_args(harness, extra)}},
@@ -2841,8 +2753,9 @@ def resume_work(st, *, caller, handle, environ, conversation=None, harness=None,
         raise UsageError("no conversation is recorded for %s, so there is nothing to resume" % w["handle"],
                          "coord work resume %s --conversation ID, or start afresh: coord work start %s"
                          % (w["handle"], w["handle"]))
-    w = carry_trust(st, w, caller, environ, (harness,))
-    approvals = trust_pending(w, harness, environ)
+    import trust
+    w = trust.carry_trust(st, w, caller, environ, (harness,))
+    approvals = trust.trust_pending(w, harness, environ)
     prompt = RESUME_PROMPT if harness in NO_HOOK_UNTIL_PROMPT else None
     import session
     recorded_args = w["data"].get("args") or {}
@@ -3294,7 +3207,8 @@ def cmd_create(ctx, args):
     if w["data"].get("unprotected"):
         lines.append("warning: unprotected: agents in this clone run without coord's hooks (no registration, "
                      "messages or write checks): %s" % "; ".join(w["data"]["unprotected"]))
-    lines += trust_lines(w)
+    import trust
+    lines += trust.trust_lines(w)
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, "\n".join(lines)
 
 
