@@ -20,6 +20,8 @@ import os
 import shlex
 import time
 
+import launch
+import session
 import store
 import trust
 import workspace
@@ -425,14 +427,14 @@ def _rule_nothing_live_inside(look):
 def _wait_for_closed_window(st, w):
     """`work close W && work remove W`: tmux hangs the closed window's harness up, but it exits in
     its own time (a real CLI takes a moment; a stand-in under load was seen to), so give its pane
-    process and the runtime it registered up to workspace.CLOSED_EXIT_WAIT seconds to go before
+    process and the runtime it registered up to launch.CLOSED_EXIT_WAIT seconds to go before
     they are counted as live inside the clone. Nothing to wait for while the window still runs
     (the tmux-open rule speaks then) or when no window was recorded."""
     rec = w["data"].get("tmux") or {}
     if not rec.get("pane_pid") or _tmux_alive(w):
         return
     rt = st.runtime(rec["runtime_id"]) if rec.get("runtime_id") else None
-    deadline = time.monotonic() + workspace.CLOSED_EXIT_WAIT
+    deadline = time.monotonic() + launch.CLOSED_EXIT_WAIT
     while time.monotonic() < deadline:
         pane_gone = not store.process_alive(rec["pane_pid"])
         rt_gone = rt is None or not rt.get("pid") or not st.pid_judged_here(rt) \
@@ -597,7 +599,7 @@ def _stopped_landing_rule(w, h):
 
 
 def _tmux_alive(w):
-    live, _ = workspace.live_tmux(w, strict=True)
+    live, _ = session.live_window(w["data"].get("tmux"), True, w["handle"])
     return "its tmux window %s still runs" % live["window_id"] if live else None
 
 
@@ -706,7 +708,7 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
                       reasons=[reason_json(b) for b in blockers])
     _delete_checkout(environ, dict(w, evidence_at=evidence["evidence_at"]))
     _mark_removed(st, w, caller, "remove", discard, evidence["current"])
-    workspace.end_parked(st, w, "work removed")
+    launch.end_parked(st, w, "work removed")
     out = {"work": w["handle"], "removed": True}
     if discard:
         out["discarded_ignored"] = discard

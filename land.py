@@ -1997,13 +1997,14 @@ def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
 @workspace.by_task
 def cmd_inspect(ctx, args):
     w = workspace.target_work(ctx, args.handle, default_ok=True)
-    facts = workspace.inspect_work(ctx.db, work=w, environ=ctx.environ, observe=ctx.verbose)
+    import launch  # the harness's window and processes: only for `work inspect`
+    facts = launch.inspect_work(ctx.db, work=w, environ=ctx.environ, observe=ctx.verbose)
     data = {"ok": True, "work": workspace.public_work(w, ctx.db)}
     if "observed" in facts:
         data["observed"] = facts["observed"]
     if facts.get("headless"):
         data["headless"] = facts["headless"]
-    lines = workspace.inspect_lines(facts, ctx.verbose, landing=landing_lines(w))
+    lines = launch.inspect_lines(facts, ctx.verbose, landing=landing_lines(w))
     data["space"] = facts.get("space")
     # On a full disk the clone's last snapshot is stale (jj cannot write a new one): no preview from it.
     data["preview"] = None if data["space"] else inspect_preview(w, ctx.environ)

@@ -53,7 +53,7 @@ _CLIENT_SCRUB = (
     "COPILOT_AGENT_SESSION_ID", "COPILOT_CLI",  # Copilot CLI's shell: its session (Store.caller reads it)
 )
 _CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
-_CLIENT_SCRUB += ("COORD_OPENCODE_RESUME",)  # workspace.START_AT_LAUNCH: only the resumed window's own
+_CLIENT_SCRUB += ("COORD_OPENCODE_RESUME",)  # launch.START_AT_LAUNCH: only the resumed window's own
 _CLIENT_SCRUB += ("COORD_LAUNCH_PROMPT",)  # only a window launched with a first message has it (hook.start_turn)
 # Removed from a launched pane unless the caller sets them: an already running server may
 # carry another agent's identity in its global environment.
@@ -585,6 +585,41 @@ def validate(record, tmux=None):
     live = _inspect(record, tmux)
     del live["all_panes"]
     return live
+
+
+def window_state(record):
+    """"alive", "gone" or "unknown" (tmux missing or failing) for a recorded window, validated by
+    its IDs; None when no window was recorded. Never raises."""
+    if not record:
+        return None
+    try:
+        validate(record)
+    except Refused:
+        return "gone"
+    except EnvError:
+        return "unknown"
+    return "alive"
+
+
+def live_window(record, strict=False, owner=None):
+    """The recorded window when it still validates, else None (with the reason).
+
+    strict: when tmux cannot answer (not on PATH, failing), raise EnvError instead of
+    calling the window gone; cleanup needs evidence, not the absence of an answer. owner (the
+    work's handle) names it in that error.
+    """
+    if not record:
+        return None, "no recorded window"
+    try:
+        validate(record)
+    except EnvError as exc:
+        if strict:
+            raise EnvError("cannot check tmux window %s of %s: %s" % (record.get("window_id"), owner,
+                                                                      exc.message), exc.hint)
+        return None, exc.message
+    except Refused as exc:
+        return None, exc.message
+    return record, None
 
 
 def _inspect(record, tmux):

@@ -19,8 +19,8 @@ import store
 
 ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
-RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "land.py", "cleanup.py", "session.py", "install", "host.py",
-           "VERSION")
+RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "launch.py", "land.py", "cleanup.py", "session.py", "install",
+           "host.py", "VERSION")
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PermissionRequest",
           "SessionEnd", "SubagentStart", "SubagentStop")
 

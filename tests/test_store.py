@@ -1196,11 +1196,11 @@ class ModuleLadderTest(support.CoordTestCase):
     uses another's private names, and the commands on every tool call load none of the work
     modules."""
 
-    RANK = {"store": 0, "session": 1, "trust": 1, "workspace": 2, "land": 3, "cleanup": 4,
+    RANK = {"store": 0, "session": 1, "trust": 1, "workspace": 2, "launch": 2.5, "land": 3, "cleanup": 4,
             "hook": 5, "coord": 5, "install": 5, "host": 5}
     FILES = {"store": "store.py", "session": "session.py", "trust": "trust.py", "workspace": "workspace.py",
-             "land": "land.py", "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord", "install": "install",
-             "host": "host.py"}
+             "launch": "launch.py", "land": "land.py", "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord",
+             "install": "install", "host": "host.py"}
 
     def trees(self):
         import ast
@@ -1241,7 +1241,7 @@ class ModuleLadderTest(support.CoordTestCase):
                                   cwd=self.tmp, capture_output=True, text=True, timeout=60)
             loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
             self.assertIn("store", loaded, proc.stderr[-2000:])
-            self.assertEqual(loaded & {"workspace", "land", "cleanup", "session", "trust"}, set(), argv)
+            self.assertEqual(loaded & {"workspace", "launch", "land", "cleanup", "session", "trust"}, set(), argv)
 
 
 class SqlOnlyInStoreTest(support.CoordTestCase):
@@ -1251,8 +1251,8 @@ class SqlOnlyInStoreTest(support.CoordTestCase):
 
     def test_no_other_module_queries_the_database(self):
         import ast
-        for name in ("hook.py", "coord", "workspace.py", "land.py", "cleanup.py", "session.py", "trust.py", "install",
-                     "host.py"):
+        for name in ("hook.py", "coord", "workspace.py", "launch.py", "land.py", "cleanup.py", "session.py", "trust.py",
+                     "install", "host.py"):
             with open(os.path.join(support.ROOT, name), encoding="utf-8") as f:
                 tree = ast.parse(f.read(), name)
             found = []
