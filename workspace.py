@@ -20,8 +20,9 @@ Invariants this module keeps:
 
 Layout, top-down: external tools, paths and names, the ownership marker, records and
 ownership, operations (keyword arguments: the Store, the caller and what they need; they
-return plain dicts and raise store.CoordError subclasses), tmux glue, the `cmd_*` handlers
-(unpack args, call one operation, render), and the parser registration.
+return plain dicts and raise store.CoordError subclasses), the `cmd_*` handlers (unpack args,
+call one operation, render), and the parser registration. The harness launched into a clone and
+its tmux window are launch.py's; the harness trust carried for a clone is trust.py's.
 """
 
 import json
