@@ -77,7 +77,7 @@ ORPHAN_IDLE = (None, "idle")  # the last recorded turn boundaries at which coord
 # Harnesses whose hung-up launcher does not pass the hangup on (docs/harness-gemini.md): `work close`
 # ends one left headless after CLOSED_EXIT_WAIT; any other harness hung up is saving its session
 # and is only waited for.
-HANGUP_NOT_PASSED = frozenset(("gemini",))
+HANGUP_NOT_PASSED = frozenset(name for name, row in session.HARNESSES.items() if not row["hangup_passed"])
 
 
 def _proc_stat(pid):
@@ -496,9 +496,10 @@ def start_work(st, *, caller, handle, harness, extra=(), environ, prompt=None, o
 # with the resume: they are NO_HOOK_UNTIL_PROMPT, and `work resume` gives them RESUME_PROMPT on the
 # command line. OpenCode 1.18.33's plugin runs nothing for a resumed TUI session until its first
 # message, and the TUI ignores --prompt with --session: `work resume` names the session in the
-# pane's START_AT_LAUNCH variable instead, and coord's plugin runs its SessionStart at load.
-NO_HOOK_UNTIL_PROMPT = frozenset(("codex", "copilot"))
-START_AT_LAUNCH = {"opencode": "COORD_OPENCODE_RESUME"}
+# pane's START_AT_LAUNCH variable instead, and coord's plugin runs its SessionStart at load. Both
+# are the harness table's (harness_facts.py: resume_prompt, resume_env).
+NO_HOOK_UNTIL_PROMPT = frozenset(name for name, row in session.HARNESSES.items() if row["resume_prompt"])
+START_AT_LAUNCH = {name: row["resume_env"] for name, row in session.HARNESSES.items() if row["resume_env"]}
 RESUME_PROMPT = "coord: this session was resumed; read your messages (.coord/coord inbox), then carry on"
 
 
@@ -1272,7 +1273,7 @@ def _parse_list(ws, both):
     p.set_defaults(func=cmd_work_list)
 
 
-LAUNCHABLE = ("claude", "codex", "copilot", "gemini", "qwen", "opencode", "shell")  # session.HARNESSES, without importing session
+LAUNCHABLE = tuple(session.HARNESSES)  # the harness table's rows, "shell" last (resume has no shell)
 
 
 def _parse_start(ws, both):
