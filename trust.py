@@ -38,10 +38,14 @@ import sys
 import time
 
 import store
+from harness_facts import HARNESSES
 from store import EnvError, Refused, UsageError
 
 SETTINGS_FILE = "settings.json"
 CARRY_KEY = "carry_trust"
+# The harnesses with a trust gate coord can carry over (the harness table's `trust` file), in the
+# order `work create` carries them.
+CARRIED = tuple(name for name, row in HARNESSES.items() if row["trust"])
 CODEX_HOOKS = os.path.join(".codex", "hooks.json")
 APP_SERVER_TIMEOUT = 30.0
 
@@ -916,7 +920,7 @@ def gemini_assess(source, clone, environ=None):
             "clone_trusted": gemini_trusted(clone, environ)[0], "gate": gemini_folder_trust_enabled(environ)}
 
 
-def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen", "gemini", "copilot")):
+def carry_over(source, clone, environ=None, harnesses=CARRIED):
     """Carry the person's approvals of `source` over to `clone`; -> {"added": {...}, "notes": [...]}.
 
     Adds only what is missing and approved in the shared checkout; records exactly what it
@@ -1150,7 +1154,7 @@ def _who(caller):
     return caller["id"] if caller else None
 
 
-def carry_trust(st, w, caller, environ, harnesses=("codex", "claude", "qwen", "gemini", "copilot")):
+def carry_trust(st, w, caller, environ, harnesses=CARRIED):
     """With the person's opt-in (`coord trust --carry-over on`), carry their approvals of the
     shared checkout over to the clone and record exactly what was added; -> the record."""
     if not carry_enabled(environ) or not w.get("path") or not w.get("source"):
