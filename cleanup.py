@@ -20,7 +20,10 @@ import os
 import shlex
 import time
 
+import launch
+import session
 import store
+import trust
 import workspace
 from workspace import (CANONICAL_REFS, blocker, git, jj, git_dir_args, named_paths, now_time,
                        who_id, integration_of, gate_of, landing_of)
@@ -424,14 +427,14 @@ def _rule_nothing_live_inside(look):
 def _wait_for_closed_window(st, w):
     """`work close W && work remove W`: tmux hangs the closed window's harness up, but it exits in
     its own time (a real CLI takes a moment; a stand-in under load was seen to), so give its pane
-    process and the runtime it registered up to workspace.CLOSED_EXIT_WAIT seconds to go before
+    process and the runtime it registered up to launch.CLOSED_EXIT_WAIT seconds to go before
     they are counted as live inside the clone. Nothing to wait for while the window still runs
     (the tmux-open rule speaks then) or when no window was recorded."""
     rec = w["data"].get("tmux") or {}
     if not rec.get("pane_pid") or _tmux_alive(w):
         return
     rt = st.runtime(rec["runtime_id"]) if rec.get("runtime_id") else None
-    deadline = time.monotonic() + workspace.CLOSED_EXIT_WAIT
+    deadline = time.monotonic() + launch.CLOSED_EXIT_WAIT
     while time.monotonic() < deadline:
         pane_gone = not store.process_alive(rec["pane_pid"])
         rt_gone = rt is None or not rt.get("pid") or not st.pid_judged_here(rt) \
@@ -461,7 +464,7 @@ def _rule_local_changes_landed(look):
     those changes are all within the frozen candidate and that candidate was proven integrated,
     or released with a waived gate."""
     w, environ = look["w"], look["environ"]
-    local = land.local_revset(w, environ)
+    local = workspace.local_revset(w, environ)
     rows = workspace.local_changes(w["path"], local, environ)
     if not rows:
         return []
@@ -596,7 +599,7 @@ def _stopped_landing_rule(w, h):
 
 
 def _tmux_alive(w):
-    live, _ = workspace.live_tmux(w, strict=True)
+    live, _ = session.live_window(w["data"].get("tmux"), True, w["handle"])
     return "its tmux window %s still runs" % live["window_id"] if live else None
 
 
@@ -684,7 +687,7 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
         problems = [p["code"] for p in workspace.directory_problems(w)] if os.path.lexists(w["path"] or "") else ["missing"]
         if "missing" in problems:
             _mark_removed(st, w, caller, "forgotten (directory was already gone)")
-            workspace.drop_trust(st, w, caller, environ)
+            trust.drop_trust(st, w, caller, environ)
             return {"work": w["handle"], "removed": True, "forgotten": True}
         if "token-mismatch" in problems:
             marker = workspace.read_marker(w["path"]) or {}
@@ -705,11 +708,11 @@ def remove_work(st, *, caller, handle, confirm, environ=None, forget=False, disc
                       reasons=[reason_json(b) for b in blockers])
     _delete_checkout(environ, dict(w, evidence_at=evidence["evidence_at"]))
     _mark_removed(st, w, caller, "remove", discard, evidence["current"])
-    workspace.end_parked(st, w, "work removed")
+    launch.end_parked(st, w, "work removed")
     out = {"work": w["handle"], "removed": True}
     if discard:
         out["discarded_ignored"] = discard
-    left = workspace.drop_trust(st, w, caller, environ)
+    left = trust.drop_trust(st, w, caller, environ)
     if left:
         out["trust_left"] = left
     return out
@@ -749,7 +752,7 @@ def gc_works(st, *, caller, environ=None, dry_run=False, discard_ignored=False):
                      "next": "coord work inspect %s" % w["handle"]}]})
                 continue
             _mark_removed(st, w, caller, "gc", discard, evidence["current"])
-            workspace.drop_trust(st, w, caller, environ)
+            trust.drop_trust(st, w, caller, environ)
         r = {"handle": w["handle"], "task": w["task"]}
         if discard:
             r["discarded_ignored"] = discard

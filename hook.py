@@ -39,15 +39,17 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 REPO = None  # the repository the installed command found; it sets this before main()
 
+try:  # plain data: each harness's events, tools, writes and reply shapes
+    from harness_facts import HARNESSES
+    MISSING = None
+except ImportError as exc:  # a damaged copy: every call is allowed, and run() says why (fails open)
+    HARNESSES, MISSING = {}, exc
+
 GEMINI = "gemini"       # the harness label of Gemini CLI's runtimes
-# Gemini CLI (0.61.0) runs `.gemini/settings.json` hooks under its own event names: each one coord
-# handles -> the event of the same meaning here (Notification only for a permission dialog).
-GEMINI_EVENTS = {"SessionStart": "SessionStart", "BeforeAgent": "UserPromptSubmit", "BeforeTool": "PreToolUse",
-                 "AfterTool": "PostToolUse", "AfterAgent": "Stop", "Notification": "PermissionRequest",
-                 "SessionEnd": "SessionEnd"}
-# Its file tools -> the Claude name they are checked under (WRITES["gemini"]), its shell
-# (run_shell_command {command}) -> Bash, advisory like every shell.
-GEMINI_TOOLS = {"write_file": "Write", "replace": "Edit", "run_shell_command": "Bash"}
+# Gemini CLI's own event names -> the event of the same meaning here; its tools -> the name they
+# are checked under (a shell as Bash, advisory like every shell).
+GEMINI_EVENTS = (HARNESSES.get(GEMINI) or {}).get("events") or {}
+GEMINI_TOOLS = (HARNESSES.get(GEMINI) or {}).get("tools") or {}
 QWEN = "qwen"
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
@@ -55,40 +57,9 @@ COPILOT = "copilot"     # the harness label of Copilot CLI's runtimes
 PARKED = "parked"       # store.PARKED: the runtime that holds a parked work's leases (no process)
 OPENCODE = "opencode"
 # The write tools of each harness (by the label harness_of gives and the tool name the hook
-# receives) -> (the arguments naming the path the harness writes, the arguments holding patch
-# text it applies: every Add, Update, Delete and Move-to path). A tool missing here is not a
-# write. A call is checked on these AND on every other argument that names a path (named_paths:
-# a decoy `file_path` beside the `path` Copilot writes, a list, a nested edit), and is denied when
-# any of them overlaps a peer's lease. A whole-string input is patch text. As measured:
-WRITES = {
-    # Claude Code 2.1.197: Write {file_path, content}, Edit {file_path, old_string, new_string},
-    # NotebookEdit {notebook_path, ...}; it has no MultiEdit. The installer's matcher names these.
-    "claude": {"Write": (("file_path",), ()), "Edit": (("file_path",), ()),
-               "NotebookEdit": (("notebook_path",), ())},
-    # Copilot CLI 1.0.102 runs the Claude entries under Claude's names with its own arguments:
-    # create -> Write {path, file_text}, edit -> Edit {path, old_str, new_str}, and apply_patch
-    # (GPT models) -> Edit whose whole input is the patch text. It writes `path` and ignores any
-    # other argument the model adds (a `file_path` beside it is not what it writes).
-    COPILOT: {"Write": (("path",), ()), "Edit": (("path",), ())},
-    # Codex 0.171.0: apply_patch {command: PATCH}, paths relative to cwd (its matcher also names
-    # the aliases Edit and Write, read the same way); its shell (Bash) is checked only for the
-    # apply_patch heredocs Codex applies itself (shell_patch_targets).
-    "codex": {"apply_patch": ((), ("command", "input", "patch")), "Edit": ((), ("command", "input", "patch")),
-              "Write": ((), ("command", "input", "patch"))},
-    # Gemini CLI 0.61.0 (named by GEMINI_TOOLS): write_file {file_path, content} and replace
-    # {file_path, old_string, new_string, ...}, file_path absolute or relative to the payload's cwd.
-    GEMINI: {"Write": (("file_path",), ()), "Edit": (("file_path",), ())},
-    # Qwen Code 0.24.4, its own tool ids: write_file {file_path, content}, edit {file_path,
-    # old_string, new_string}, notebook_edit {notebook_path, ...}; its shell is advisory, unmatched.
-    QWEN: {"write_file": (("file_path",), ()), "edit": (("file_path",), ()),
-           "notebook_edit": (("notebook_path",), ())},
-    # OpenCode 1.18.33 through coord's plugin (.opencode/plugins/coord-hook.js), which sends only
-    # these at PreToolUse: write {filePath, content}, edit {filePath, oldString, newString} and, for
-    # GPT models, apply_patch {patchText} (Codex's grammar; paths relative to the session's
-    # directory). Its shell (bash) never reaches the hook before it runs: advisory, as elsewhere.
-    OPENCODE: {"write": (("filePath",), ()), "edit": (("filePath",), ()),
-               "apply_patch": ((), ("patchText",))},
-}
+# receives) -> (the arguments naming the path it writes, the arguments holding patch text it
+# applies), as measured: the harness table's `writes` (harness_facts.py says how they are read).
+WRITES = {name: row["writes"] for name, row in HARNESSES.items() if row["writes"]}
 NAMED_PATHS = 64         # paths read from arguments that name one, beyond the written ones
 NAMED_NODES = 4096       # values of tool_input visited looking for them
 MAX_INPUT = 64 << 20     # bytes of payload read; beyond this the hook fails open
@@ -467,9 +438,10 @@ def reply(h, event, text):
     top-level additionalContext at SessionStart, UserPromptSubmit and PostToolUse (it ignores
     Claude's hookSpecificOutput there), Claude Code and Codex read hookSpecificOutput."""
     import json
-    if h.harness == COPILOT:
+    shape = (HARNESSES.get(h.harness) or {}).get("context")
+    if shape == "top-level":
         return json.dumps({"additionalContext": text})
-    if h.harness == GEMINI:
+    if shape == "gemini":
         return gemini_reply(h, text)
     return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
 
@@ -553,7 +525,7 @@ def deny(h, blocking, successor):
 
 def refusal(reason, harness=None):
     reason = reason.rstrip(". ")  # Codex appends ". Command: ..." to the reason
-    if harness == GEMINI:  # Gemini CLI: the reason goes to the model as the tool's error
+    if (HARNESSES.get(harness) or {}).get("deny") == "decision":  # Gemini CLI: the reason goes to the model
         return write_json({"decision": "deny", "reason": reason})
     return write_json({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                               "permissionDecisionReason": reason}})
@@ -969,6 +941,8 @@ def run(raw, argv=(), environ=None):
     environ = os.environ if environ is None else environ
     h = None
     try:
+        if MISSING is not None:
+            raise MISSING
         if len(raw) > MAX_INPUT:
             return "", "coord hook: payload larger than %d bytes; not checked" % MAX_INPUT
         try:
@@ -1105,7 +1079,7 @@ def failure(exc):
     in the state directory's errors.log."""
     try:
         if isinstance(exc, ImportError):
-            return "coord hook: cannot load store.py from %s (%s); allowed" % (HERE, exc)
+            return "coord hook: cannot load store.py or harness_facts.py from %s (%s); allowed" % (HERE, exc)
         import store
         if isinstance(exc, store.CoordError):
             return "coord hook: %s; allowed" % store.clean_text(exc.message, 300).replace("\n", " ")

@@ -30,7 +30,7 @@ import time
 
 import store
 import workspace
-from workspace import (CANONICAL_REFS, git, jj, git_dir_args, named_paths, now_time, who_id,
+from workspace import (git, jj, git_dir_args, named_paths, now_time, who_id,
                        integration_of, gate_of, landing_of)
 from store import EnvError, Refused, UsageError
 
@@ -95,9 +95,10 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
         workspace.authorize(st, w, caller, "acquire", override, into=into)
     path = workspace.verified_path(w)
     ids = workspace.head_ids(path, environ=environ)  # snapshots the clone
-    cand_change, cand_commit = _candidate_of(w, ids, workspace.local_changes(path, local_revset(w, environ), environ))
+    local = workspace.local_changes(path, workspace.local_revset(w, environ), environ)
+    cand_change, cand_commit = _candidate_of(w, ids, local)
     refuse_placeholder(w, cand_change, cand_commit, environ)
-    refuse_undescribed_below(w, cand_commit, local_revset(w, environ, keep_empty=True), environ)
+    refuse_undescribed_below(w, cand_commit, workspace.local_revset(w, environ, keep_empty=True), environ)
     with st.transaction():
         fence = st.claim_integration(caller["id"], resource, "integrate %s" % w["handle"])["fence"]
         cur = st.resolve_work(w["id"])
@@ -191,45 +192,6 @@ def _resources(st, w):
     if w.get("runtime"):
         res["actual"] = [l["resource"] for l in st.leases_of(w["runtime"])]
     return res
-
-
-def local_revset(w, environ=None, keep_empty=False):
-    """The revset of commits that exist only in this checkout (see LOCAL_WORK).
-
-    A clone's remote-tracking bookmarks are a cache of the canonical repository: one that
-    was deleted or moved there since the last fetch must not make commits look safe. So only
-    targets that a current canonical branch or tag contains count, checked with git in the
-    canonical repository. A native workspace shares the canonical store: its own work is
-    what @ added above its recorded base.
-    """
-    if w["data"].get("kind") == "native":
-        parent = (w["data"].get("base") or {}).get("parent")
-        return ("(::@ ~ ::%s)" if keep_empty else "(::@ ~ ::%s) ~ empty()") % (parent or "root()")
-    _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
-                    'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
-                   w["path"], snapshot=False, environ=environ)
-    # Tags too (local and remote): a release tagged on a commit no branch contains is the shared
-    # repository's history, not the work's, and must neither block cleanup nor become a candidate.
-    _, tags, _ = jj(["tag", "list", "--all-remotes", "-T", 'if(normal_target, normal_target.commit_id() ++ "\\n")'],
-                    w["path"], snapshot=False, environ=environ)
-    targets = sorted({t for t in (out + "\n" + tags).split() if workspace.FULL_COMMIT_RE.match(t)})
-    safe = ["root()"]
-    if targets:
-        gargs = git_dir_args(w["source"])
-        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
-                          w["source"], environ)
-        current = set(heads.split())
-        for t in targets:
-            if t in current:  # the common case: one call for every unmoved bookmark or tag
-                safe.append(t)
-                continue
-            code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", t] + list(CANONICAL_REFS),
-                                 w["source"], environ, check=False)
-            if code == 0 and found.strip():
-                safe.append(t)
-    if keep_empty:
-        return "~::(%s)" % " | ".join(safe)
-    return workspace.LOCAL_WORK % " | ".join(safe)
 
 
 def _candidate_for(w, caller, st=None):
@@ -2035,13 +1997,14 @@ def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
 @workspace.by_task
 def cmd_inspect(ctx, args):
     w = workspace.target_work(ctx, args.handle, default_ok=True)
-    facts = workspace.inspect_work(ctx.db, work=w, environ=ctx.environ, observe=ctx.verbose)
+    import launch  # the harness's window and processes: only for `work inspect`
+    facts = launch.inspect_work(ctx.db, work=w, environ=ctx.environ, observe=ctx.verbose)
     data = {"ok": True, "work": workspace.public_work(w, ctx.db)}
     if "observed" in facts:
         data["observed"] = facts["observed"]
     if facts.get("headless"):
         data["headless"] = facts["headless"]
-    lines = workspace.inspect_lines(facts, ctx.verbose, landing=landing_lines(w))
+    lines = launch.inspect_lines(facts, ctx.verbose, landing=landing_lines(w))
     data["space"] = facts.get("space")
     # On a full disk the clone's last snapshot is stale (jj cannot write a new one): no preview from it.
     data["preview"] = None if data["space"] else inspect_preview(w, ctx.environ)

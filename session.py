@@ -24,23 +24,16 @@ import shutil
 import subprocess
 import time
 
+import harness_facts
 import store
 from store import EnvError, Refused, UsageError
 
 TIMEOUT = 10.0
 SEP = "\t"
 
-# Harness name -> (environment variable holding its command, resume argv after the command).
-HARNESSES = {
-    "claude": ("COORD_CLAUDE_CMD", ("--resume",)),
-    "codex": ("COORD_CODEX_CMD", ("resume",)),
-    "gemini": ("COORD_GEMINI_CMD", ("--resume",)),  # Gemini CLI 0.61.0: --resume <session UUID>, same folder
-    "qwen": ("COORD_QWEN_CMD", ("--resume",)),
-    "opencode": ("COORD_OPENCODE_CMD", ("--session",)),  # its TUI: `opencode --session ID`
-    "copilot": ("COORD_COPILOT_CMD", ("--resume",)),
-    # An agent with no hooks (Aider, a plain shell): its command runs in the window, nothing to resume.
-    "shell": ("COORD_SHELL_CMD", None),
-}
+# Harness name -> its row of facts (harness_facts.py): `command`, the variable holding its command,
+# and `resume`, the argv after the command that resumes a conversation (None: nothing to resume).
+HARNESSES = harness_facts.HARNESSES
 
 # Never handed to a tmux client: a client that starts the server gives the server its
 # environment, and every later window inherits it.
@@ -53,7 +46,7 @@ _CLIENT_SCRUB = (
     "COPILOT_AGENT_SESSION_ID", "COPILOT_CLI",  # Copilot CLI's shell: its session (Store.caller reads it)
 )
 _CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
-_CLIENT_SCRUB += ("COORD_OPENCODE_RESUME",)  # workspace.START_AT_LAUNCH: only the resumed window's own
+_CLIENT_SCRUB += ("COORD_OPENCODE_RESUME",)  # launch.START_AT_LAUNCH: only the resumed window's own
 _CLIENT_SCRUB += ("COORD_LAUNCH_PROMPT",)  # only a window launched with a first message has it (hook.start_turn)
 # Removed from a launched pane unless the caller sets them: an already running server may
 # carry another agent's identity in its global environment.
@@ -260,7 +253,7 @@ def harness_command(harness, environ=None):
         raise UsageError("unknown harness %r: use one of %s" % (
             harness, ", ".join(sorted(HARNESSES))), "coord work start <work> --harness claude")
     environ = os.environ if environ is None else environ
-    var = HARNESSES[harness][0]
+    var = HARNESSES[harness]["command"]
     raw = environ.get(var, "").strip()
     if not raw and harness == "shell":
         return [environ.get("SHELL") or "sh"]
@@ -289,7 +282,7 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
                              "coord work start WORK --harness shell, then give the task in its window")
         return argv + [str(a) for a in extra]
     if conversation:
-        argv += list(HARNESSES[harness][1]) + [conversation]
+        argv += list(HARNESSES[harness]["resume"]) + [conversation]
     if no_daemon and harness == "codex" and "--no-daemon" not in [str(a) for a in extra]:
         argv.append("--no-daemon")
     argv += [str(a) for a in extra]
@@ -307,21 +300,8 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     return argv
 
 
-# The harness arguments that belong to one launch only (docs/workspace.md, "Harness arguments"):
-# a first message, or which session to run. `work resume` reuses what `work start` was given after
-# `--` without them: it names the conversation itself, and a prompt would be sent again. Each option
-# maps to what it takes: 0 nothing, 1 a value, None an optional value (the next word unless it
-# starts with `-`). Measured on the pinned CLIs' --help.
-ONE_SHOT_ARGS = {
-    "claude": {"-r": None, "--resume": None, "-c": 0, "--continue": 0, "--session-id": 1, "--fork-session": 0,
-               "--from-pr": None},
-    "codex": {},
-    "copilot": {"-i": None, "--interactive": None, "-p": 1, "--prompt": 1, "--resume": None, "--continue": 0},
-    "gemini": {"-i": 1, "--prompt-interactive": 1, "-p": 1, "--prompt": 1, "-r": None, "--resume": None},
-    "qwen": {"-i": 1, "--prompt-interactive": 1, "-p": 1, "--prompt": 1, "-r": None, "--resume": None,
-             "-c": 0, "--continue": 0, "--session-id": 1, "--fork-session": 0},
-    "opencode": {"--prompt": 1, "-s": 1, "--session": 1, "-c": 0, "--continue": 0, "--fork": 0},
-}
+# The harness arguments that belong to one launch only: each harness's `one_shot` (harness_facts.py).
+ONE_SHOT_ARGS = {name: row["one_shot"] for name, row in HARNESSES.items() if row["resume"]}
 
 
 def reusable_args(harness, extra):
@@ -447,7 +427,7 @@ def _check_launchable(cwd, argv, env, harness):
                       "coord work inspect <work> (is the clone still there?)")
     program = str(argv[0]) if argv else ""
     if program and "/" not in program and shutil.which(program, path=(env or {}).get("PATH")) is None:
-        var = HARNESSES[harness][0] if harness in HARNESSES else "COORD_CLAUDE_CMD / COORD_CODEX_CMD"
+        var = HARNESSES[harness]["command"] if harness in HARNESSES else "COORD_CLAUDE_CMD / COORD_CODEX_CMD"
         raise EnvError("%s not found on PATH" % program,
                        "install it, or export %s='/path/to/%s', then retry" % (var, program))
 
@@ -585,6 +565,41 @@ def validate(record, tmux=None):
     live = _inspect(record, tmux)
     del live["all_panes"]
     return live
+
+
+def window_state(record):
+    """"alive", "gone" or "unknown" (tmux missing or failing) for a recorded window, validated by
+    its IDs; None when no window was recorded. Never raises."""
+    if not record:
+        return None
+    try:
+        validate(record)
+    except Refused:
+        return "gone"
+    except EnvError:
+        return "unknown"
+    return "alive"
+
+
+def live_window(record, strict=False, owner=None):
+    """The recorded window when it still validates, else None (with the reason).
+
+    strict: when tmux cannot answer (not on PATH, failing), raise EnvError instead of
+    calling the window gone; cleanup needs evidence, not the absence of an answer. owner (the
+    work's handle) names it in that error.
+    """
+    if not record:
+        return None, "no recorded window"
+    try:
+        validate(record)
+    except EnvError as exc:
+        if strict:
+            raise EnvError("cannot check tmux window %s of %s: %s" % (record.get("window_id"), owner,
+                                                                      exc.message), exc.hint)
+        return None, exc.message
+    except Refused as exc:
+        return None, exc.message
+    return record, None
 
 
 def _inspect(record, tmux):

@@ -29,6 +29,8 @@ import time
 
 import _sqlite3 as sqlite3  # the sqlite3 package's own C module: connect, Connection, the errors
 
+from harness_facts import HARNESSES
+
 SCHEMA_VERSION = 4  # the newest migration this coord knows (see _MIGRATIONS and ADDITIVE_MIGRATIONS)
 DEFAULT_LEASE_TTL = 3600.0       # seconds a lease lives without renewal
 DEFAULT_RUNTIME_TTL = 4 * 3600.0  # seconds a runtime stays live without a heartbeat
@@ -598,8 +600,8 @@ def process_matches(pid, start):
 
 # Names a harness process is known by (its command name, its executable, or the script a
 # runtime such as node runs); shells that usually stand between the harness and its hooks.
-HARNESS_NAMES = frozenset(("codex", "claude", "copilot", "qwen", "opencode"))  # opencode: its native binary (npm: .../bin/opencode.exe)
-HARNESS_NAMES |= frozenset(("gemini",))  # Gemini CLI 0.61.0: node running .../bundle/gemini.js
+# Gemini CLI 0.61.0 is node running .../bundle/gemini.js; OpenCode's native binary .../bin/opencode.exe.
+HARNESS_NAMES = frozenset(name for name, row in HARNESSES.items() if row["program"])  # harness_facts.py
 KNOWN_SHELLS = frozenset(("sh", "bash", "dash", "zsh", "fish", "ksh", "mksh"))
 _SCRIPT_RUNNERS = frozenset(("node", "nodejs", "bun", "deno"))
 _SCRIPT_INTERPRETERS = ("python", "pypy", "perl", "ruby", "php", "lua", "tclsh", "osascript")

@@ -38,10 +38,14 @@ import sys
 import time
 
 import store
+from harness_facts import HARNESSES
 from store import EnvError, Refused, UsageError
 
 SETTINGS_FILE = "settings.json"
 CARRY_KEY = "carry_trust"
+# The harnesses with a trust gate coord can carry over (the harness table's `trust` file), in the
+# order `work create` carries them.
+CARRIED = tuple(name for name, row in HARNESSES.items() if row["trust"])
 CODEX_HOOKS = os.path.join(".codex", "hooks.json")
 APP_SERVER_TIMEOUT = 30.0
 
@@ -916,7 +920,7 @@ def gemini_assess(source, clone, environ=None):
             "clone_trusted": gemini_trusted(clone, environ)[0], "gate": gemini_folder_trust_enabled(environ)}
 
 
-def carry_over(source, clone, environ=None, harnesses=("codex", "claude", "qwen", "gemini", "copilot")):
+def carry_over(source, clone, environ=None, harnesses=CARRIED):
     """Carry the person's approvals of `source` over to `clone`; -> {"added": {...}, "notes": [...]}.
 
     Adds only what is missing and approved in the shared checkout; records exactly what it
@@ -1140,6 +1144,101 @@ def pending_approvals(source, clone, harness, environ=None):
         out.append("Copilot CLI: trust the folder %s when Copilot asks (until then it runs no repository hooks: "
                    "no registration, no messages, no write blocking)" % clone)
     return out
+
+
+# --------------------------------------------------------------------------- the work record
+# What was carried for a clone is recorded in its work (WORK_DATA "trust"), so that removing the
+# clone takes exactly that away.
+
+def _who(caller):
+    return caller["id"] if caller else None
+
+
+def carry_trust(st, w, caller, environ, harnesses=CARRIED):
+    """With the person's opt-in (`coord trust --carry-over on`), carry their approvals of the
+    shared checkout over to the clone and record exactly what was added; -> the record."""
+    if not carry_enabled(environ) or not w.get("path") or not w.get("source"):
+        return w
+    try:
+        result = carry_over(w["source"], w["path"], environ, harnesses)
+    except Exception as exc:  # never a failed create or start: the note says what happened
+        store.log_traceback("carry_over %s" % w["id"])
+        result = {"added": {}, "notes": ["not carried over: %s: %s" % (type(exc).__name__, exc)]}
+    if not result["added"] and not result["notes"]:
+        return w
+    with st.transaction():
+        cur = st.work(w["id"])
+        old = cur["data"].get("trust") or {}
+        rec = {"added": merge_added(old.get("added"), result["added"]),
+               "notes": [store.clean_text(n, 300) for n in result["notes"]][:10]}
+        cur = st.update_work(w["id"], data={"trust": rec})
+        st.audit("work.trust-carried", _who(caller), w["id"], added=result["added"], notes=rec["notes"])
+    return cur
+
+
+def trust_pending(w, harness, environ):
+    """What a person must approve in the window for `harness` (a list; None when it cannot be told)."""
+    if not w.get("path") or not w.get("source"):
+        return None
+    try:
+        return pending_approvals(w["source"], w["path"], harness, environ)
+    except store.CoordError as exc:
+        return ["%s: %s" % (harness, exc.message)]
+    except Exception:
+        store.log_traceback("pending_approvals %s" % w["id"])
+        return None
+
+
+def drop_trust(st, w, caller, environ):
+    """Remove the harness trust entries carried over for a removed work; -> what stayed (notes)."""
+    added = (w["data"].get("trust") or {}).get("added")
+    if not added:
+        return []
+    try:
+        notes = remove_carried(added, environ)
+    except Exception as exc:  # the clone is gone either way; say what stayed
+        store.log_traceback("remove_carried %s" % w["id"])
+        notes = ["not removed: %s: %s" % (type(exc).__name__, exc)]
+    with st.transaction():
+        cur = st.work(w["id"])
+        rec = dict(cur["data"].get("trust") or {}, removed_at=time.time(), left=notes or None)
+        st.update_work(w["id"], data={"trust": rec})
+        st.audit("work.trust-removed", _who(caller), w["id"], removed=added, left=notes or None)
+    return notes
+
+
+def trust_lines(w):
+    """One line on what was carried over to the clone (and why not), or none."""
+    rec = w["data"].get("trust") or {}
+    added, bits = rec.get("added") or {}, []
+    c = added.get("codex") or {}
+    if c.get("project") or c.get("hooks"):
+        bits.append("codex %s%d hook%s" % ("project, " if c.get("project") else "", len(c.get("hooks") or {}),
+                                          "" if len(c.get("hooks") or {}) == 1 else "s"))
+    if (added.get("claude") or {}).get("project"):
+        bits.append("claude workspace")
+    if (added.get("qwen") or {}).get("project"):
+        bits.append("qwen folder")
+    if (added.get("copilot") or {}).get("folder"):
+        bits.append("copilot folder")
+    lines = ["approvals carried over from the shared checkout: " + "; ".join(bits)] if bits else []
+    return lines + [store.clean_text(n, 300) for n in rec.get("notes") or []]
+
+
+def adopt_trust(st, w, caller, environ):
+    """Record the harness entries that name the adopted clone's own path as carried, so that
+    its removal takes them away as it would have before the database was lost."""
+    try:
+        found = entries_for(w["path"], environ)
+    except Exception:
+        store.log_traceback("entries_for %s" % w["id"])
+        return w
+    if not found:
+        return w
+    with st.transaction():
+        cur = st.update_work(w["id"], data={"trust": {"added": found, "notes": [], "adopted": True}})
+        st.audit("work.trust-carried", _who(caller), w["id"], added=found, adopted=True)
+    return cur
 
 
 # --------------------------------------------------------------------------- command

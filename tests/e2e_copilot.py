@@ -280,13 +280,13 @@ class ResumeKeepsItsArguments(h.ResumedFirstBoundary, h.CoordCase):
         return h.copilot_env(self.home, self.server, self.launch_managed({"COORD_COPILOT_CMD": self.cli}))
 
     def test_a_resumed_copilot_keeps_allow_all_tools(self):
-        import workspace
+        import launch
         work = self.rcoord("work", "create", "keeps-args", env=self.as_owner)["work"]
         target = os.path.join(work["path"], "RESUMED-WROTE.txt")
         made = []
 
         def step(request):
-            if not made and workspace.RESUME_PROMPT in request.user_text():
+            if not made and launch.RESUME_PROMPT in request.user_text():
                 made.append(request)
                 return tool("create", path=target, file_text="resumed\n")
             return say("ok")

@@ -921,7 +921,7 @@ class ResumedFirstBoundary(object):
     """Mixed into a CoordCase per harness (before it): a work started in tmux with `work start`,
     its window killed (the work is interrupted), a message sent to it, then `work resume
     --interrupted`. The resumed agent must register and link to its work with nothing typed
-    into its pane. A harness in workspace.NO_HOOK_UNTIL_PROMPT runs no hook on resume until its
+    into its pane. A harness in launch.NO_HOOK_UNTIL_PROMPT runs no hook on resume until its
     first prompt: `work resume` gives it RESUME_PROMPT on its command line, and the model must see
     that prompt, the message and the earlier turn in the same conversation. One that runs its
     SessionStart hook at once gets no first message and makes no model turn.
@@ -968,9 +968,9 @@ class ResumedFirstBoundary(object):
     def resume_interrupted(self, timeout=90, lease=None):
         """... with `lease`: the agent holds it (claimed as its runtime) when its window is killed;
         the work keeps it (check says held, whether the harness ran SessionEnd or just died)."""
-        import workspace
+        import launch
         from modelserver import say
-        first_prompt = self.harness in workspace.NO_HOOK_UNTIL_PROMPT
+        first_prompt = self.harness in launch.NO_HOOK_UNTIL_PROMPT
         self.server.load([say("ok")] * 50)
         work = self.rcoord("work", "create", "resumed-" + self.harness, env=self.as_owner)["work"]
         self.rcoord("work", "start", work["handle"], "--harness", self.harness, "--prompt", "EARLIER-TURN say ok.",

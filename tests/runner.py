@@ -238,6 +238,7 @@ def failed_ids(result):
 # Product files whose tests live in a module of another name.
 _TESTS_OF = {"coord": ["test_cli", "test_compile"], "install": ["test_install", "test_upgrade"],
              "hook.py": ["test_hook"], "workspace.py": ["test_workspace", "test_land"],
+             "launch.py": ["test_workspace", "test_wrappers"],
              "land.py": ["test_land", "test_workspace"], "cleanup.py": ["test_cleanup", "test_workspace"]}
 
 

@@ -736,7 +736,7 @@ class StartupTest(support.CoordTestCase):
     def test_the_sh_start_caches_bytecode_beside_the_real_file_and_runs_without(self):
         install = os.path.join(self.tmp, "project", ".coord")
         os.makedirs(install)
-        for name in ("coord", "store.py", "VERSION"):
+        for name in ("coord", "store.py", "harness_facts.py", "VERSION"):
             shutil.copy2(os.path.join(support.ROOT, name), install)
         real = os.path.join(install, "coord")
         bindir = os.path.join(self.tmp, "bin")

@@ -290,7 +290,7 @@ class DamagedDatabaseTest(support.CoordTestCase):
             bindir = tempfile.mkdtemp(prefix="coord-bin-", dir=shared[0])
             os.chmod(bindir, 0o755)
             self.addCleanup(shutil.rmtree, bindir, True)
-            for name in ("coord", "store.py", "VERSION"):
+            for name in ("coord", "store.py", "harness_facts.py", "VERSION"):
                 shutil.copy(os.path.join(support.ROOT, name), bindir)
             proc = subprocess.run([python, "-I", os.path.join(bindir, "coord"), "list"], env=self.env, cwd="/",
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=run_as)

@@ -1831,7 +1831,7 @@ class LayoutTest(HookCase):
 
     def install(self):
         coord_dir = os.path.join(self.repo, ".coord")
-        for name in ("hook.py", "store.py"):
+        for name in ("hook.py", "store.py", "harness_facts.py"):
             shutil.copy(os.path.join(support.ROOT, name), coord_dir)
         with open(os.path.join(coord_dir, "project-id"), "w") as f:
             f.write("layout-test\n")

@@ -22,7 +22,7 @@ import hostclient
 ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
 RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "land.py", "cleanup.py", "session.py", "install", "host.py",
-           "pg.py", "hostclient.py", "VERSION")
+           "pg.py", "hostclient.py", "VERSION", "launch.py", "harness_facts.py")
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PermissionRequest",
           "SessionEnd", "SubagentStart", "SubagentStop")
 
@@ -1030,7 +1030,8 @@ class RuntimeCopyTest(InstallTestCase):
         self.assertIn("hook runtime copy (the hooks run it, never the repository's files): %s\n"
                       % os.path.join(data, "fleet-agent-coord", "runtime", self.digest), out)
         self.assertEqual(installer.runtime_state(self.copy), "ok")
-        self.assertEqual(sorted(os.listdir(self.copy)), ["hook.py", "host.py", "hostclient.py", "pg.py", "session.py", "store.py"])
+        self.assertEqual(sorted(os.listdir(self.copy)), ["harness_facts.py", "hook.py", "host.py", "hostclient.py", "pg.py",
+                                                          "session.py", "store.py"])
         self.assertEqual(stat.S_IMODE(os.stat(self.copy).st_mode), 0o500)
         for name in os.listdir(self.copy):
             self.assertEqual(stat.S_IMODE(os.stat(os.path.join(self.copy, name)).st_mode), 0o400)

@@ -1214,11 +1214,12 @@ class ModuleLadderTest(support.CoordTestCase):
     uses another's private names, and the commands on every tool call load none of the work
     modules."""
 
-    RANK = {"store": 0, "session": 1, "trust": 1, "hostclient": 1, "pg": 2, "workspace": 2, "land": 3, "cleanup": 4,
-            "hook": 5, "coord": 5, "install": 5, "host": 5}
-    FILES = {"store": "store.py", "session": "session.py", "trust": "trust.py", "workspace": "workspace.py",
-             "land": "land.py", "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord", "install": "install",
-             "host": "host.py", "hostclient": "hostclient.py", "pg": "pg.py"}
+    RANK = {"harness_facts": -1, "store": 0, "session": 1, "trust": 1, "hostclient": 1, "pg": 2, "workspace": 2,
+            "launch": 2.5, "land": 3, "cleanup": 4, "hook": 5, "coord": 5, "install": 5, "host": 5}
+    FILES = {"harness_facts": "harness_facts.py", "store": "store.py", "session": "session.py", "trust": "trust.py",
+             "workspace": "workspace.py", "launch": "launch.py", "land": "land.py", "cleanup": "cleanup.py",
+             "hook": "hook.py", "coord": "coord", "install": "install", "host": "host.py", "hostclient": "hostclient.py",
+             "pg": "pg.py"}
     # The PostgreSQL engine is the host process's alone; its client, only where a PostgreSQL
     # project is reached (the hook and the commands import it lazily, for such a project only).
     IMPORTED_ONLY_BY = {"pg": {"host"}, "hostclient": {"host", "pg", "hook", "coord", "install"}}
@@ -1279,7 +1280,7 @@ class ModuleLadderTest(support.CoordTestCase):
             loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
             self.assertIn("store", loaded, proc.stderr[-2000:])
             # nor, on a SQLite project, the PostgreSQL engine or the host process's client
-            self.assertEqual(loaded & {"workspace", "land", "cleanup", "session", "trust", "pg", "hostclient"}, set(),
+            self.assertEqual(loaded & {"workspace", "launch", "land", "cleanup", "session", "trust", "pg", "hostclient"}, set(),
                              argv)
 
 

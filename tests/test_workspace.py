@@ -25,6 +25,7 @@ import store
 import pg
 import cleanup
 import land
+import launch
 import workspace
 
 
@@ -1403,7 +1404,7 @@ class ResumeFirstBoundaryTest(TmuxWorkCase):
         handle, _, _ = self.create("started-opencode")
         self.work("start", handle, "--harness", "opencode", env=env, check=0)
         started = self.started(self.record(handle)["id"])
-        self.assertEqual(runs["copilot"]["args"], ["--resume=conv-copilot", "--interactive=" + workspace.RESUME_PROMPT])
+        self.assertEqual(runs["copilot"]["args"], ["--resume=conv-copilot", "--interactive=" + launch.RESUME_PROMPT])
         self.assertEqual(runs["opencode"]["args"], ["--session", "ses_resumed"])
         self.assertEqual(runs["claude"]["args"], ["--resume", "conv-claude"])
         self.assertEqual([r["env"].get("COORD_OPENCODE_RESUME") for r in (runs["copilot"], runs["opencode"],
@@ -1940,11 +1941,11 @@ class OperationsTest(WorkTestCase):
         self.assertEqual(workspace.read_marker(w["path"])["work"], w["id"])
         self.assertEqual(w["data"]["gate"], {"state": "pending"})
         self.assertEqual(w["data"]["base"]["parent"], self.main0)
-        facts = workspace.inspect_work(self.st, work=w["handle"], environ=self.env, observe=True)
+        facts = launch.inspect_work(self.st, work=w["handle"], environ=self.env, observe=True)
         self.assertEqual(facts["owner"]["id"], self.rt["id"])
         self.assertEqual(facts["observed"]["commit"], w["data"]["current"]["commit"])
         self.assertIn("observed @ change %s" % facts["observed"]["change"],
-                      "\n".join(workspace.inspect_lines(facts, verbose=True)))
+                      "\n".join(launch.inspect_lines(facts, verbose=True)))
         with self.assertRaises(store.Refused) as caught:
             cleanup.remove_work(self.st, caller=self.caller, handle=w["handle"], confirm=w["handle"],
                                   environ=self.env)
@@ -2046,7 +2047,7 @@ class StartPromptTest(TmuxWorkCase):
         handle, _, _ = self.create("prompted")
         big = os.path.join(self.tmp, "big.md")
         with open(big, "w") as f:
-            f.write("x" * (workspace.MAX_PROMPT + 1))
+            f.write("x" * (launch.MAX_PROMPT + 1))
         for extra in (["--prompt", " "], ["--prompt-file", big], ["--prompt-file", os.path.join(self.tmp, "none")],
                       ["--prompt", "a", "--prompt-file", big]):
             proc = self.work("start", handle, *extra)
@@ -3825,7 +3826,7 @@ print(json.dumps({"work": w["handle"], "host": st.host["id"]}))
         self.assertEqual(cm.exception.hint, "on host far-host run: coord work remove %s --confirm %s"
                          % (w["handle"], w["handle"]))
         with self.assertRaises(store.Refused) as cm:
-            workspace.resume_work(st, caller=me, handle=w["handle"], environ=self.env)
+            launch.resume_work(st, caller=me, handle=w["handle"], environ=self.env)
         self.assertEqual(cm.exception.hint, "on host far-host run: coord work resume %s" % w["handle"])
         cli = support.load_install(support.COORD, name="coord_other_host")
         ctx = types.SimpleNamespace(db=st, environ=self.env, verbose=False)
@@ -3833,7 +3834,7 @@ print(json.dumps({"work": w["handle"], "host": st.host["id"]}))
                          "%s lives on host far-host, where its pane is; the message waits for its agent's next turn "
                          "(to nudge, send from host far-host: coord send \"BODY\" --to %s --nudge)"
                          % (w["handle"], w["handle"]))
-        _, data, text = workspace.cmd_work_list(ctx, types.SimpleNamespace(all=False, archived=False))
+        _, data, text = launch.cmd_work_list(ctx, types.SimpleNamespace(all=False, archived=False))
         self.assertIn("  host far-host", text)
         self.assertEqual([r.get("host") for r in data["work"]], ["far-host"])
         got = cleanup.gc_works(st, caller=me, environ=self.env)
@@ -4011,14 +4012,14 @@ class HeadlessOrphanTest(TmuxWorkCase):
 
     def end_session(self, sid):
         import signal
-        for pid, _, _ in workspace.session_processes(sid):
+        for pid, _, _ in launch.session_processes(sid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
 
     def running(self, pid):
-        stat = workspace._proc_stat(pid)
+        stat = launch._proc_stat(pid)
         return stat is not None and stat[0] != "Z"
 
     def test_list_status_inspect_name_it_and_the_persons_resume_ends_it(self):

@@ -18,6 +18,7 @@ import support
 from support import CoordTestCase
 
 import store
+import launch
 import workspace
 
 BIN = os.path.join(support.ROOT, "bin")
@@ -159,7 +160,7 @@ class InteractiveTest(WrapperCase):
             return runs if len(runs) >= 2 else None
         runs = support.retry_until(sessions)
         # (a resumed Codex runs no hook until its first prompt, so work resume gives it one)
-        self.assertEqual(runs[1]["argv"], ["resume", conv, "--", workspace.RESUME_PROMPT])
+        self.assertEqual(runs[1]["argv"], ["resume", conv, "--", launch.RESUME_PROMPT])
         w = self.record(handle)
         self.assertEqual((w["state"], w["data"]["tmux"]["conversation"]), ("resumed", conv))
         self.assertNotIn("direct", w["data"], "the window coord launched is now the newest record")
@@ -367,10 +368,10 @@ class OtherDirectoryTest(WrapperCase):
 
 
 class SessionArgvTest(CoordTestCase):
-    """workspace.wrapped_session: which command lines start, resume or fork a session."""
+    """launch.wrapped_session: which command lines start, resume or fork a session."""
 
     def test_claude_and_codex_command_lines(self):
-        import workspace
+        import launch
         u = str(uuid.uuid4())
         cases = [
             ("claude", [], {"kind": "start", "conversation": None}),
@@ -395,7 +396,7 @@ class SessionArgvTest(CoordTestCase):
             ("codex", ["-V"], None), ("codex", ["app-server"], None),
         ]
         for harness, argv, want in cases:
-            self.assertEqual(workspace.wrapped_session(harness, argv), want, (harness, argv))
+            self.assertEqual(launch.wrapped_session(harness, argv), want, (harness, argv))
 
 
 if __name__ == "__main__":
