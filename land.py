@@ -880,7 +880,7 @@ def _refuse_dirty(w, into, tree, old, new, environ, fork=False):
                       reason="dirty-checkout", paths=flagged, flagged=True)
 
 
-def _refuse_early(w, into, push, old, new, environ):
+def _refuse_early(w, into, push, old, new, environ, stale):
     """Before the checks (minutes, for a real test suite): the cheap refusals the move and the
     push would meet after them (a git ls-remote and a git status, tens of milliseconds), so a
     moved remote or a dirty shared checkout stops the landing before the checks run. Both are
@@ -891,7 +891,7 @@ def _refuse_early(w, into, push, old, new, environ):
         return  # jj's bookmark moves by update-ref: no working copy is written
     trees = _worktrees_on(w["source"], "refs/heads/" + into, environ)
     if trees:
-        _refuse_dirty(w, into, trees[0], old, new, environ, fork=not _is_ancestor(w["source"], old, new, environ))
+        _refuse_dirty(w, into, trees[0], old, new, environ, fork=stale)
 
 
 def _refuse_installed(st, w, caller, into, old, cand, override, environ):
@@ -997,15 +997,15 @@ def _move_target(w, into, old, new, environ):
     return "fast-forward"
 
 
-def _push(st, w, caller, into, remote, old, new, environ):
+def _push(st, w, caller, into, remote, old, new, environ, fence=None):
     """Publish `new` to REMOTE's bookmark, expecting exactly `old` there; -> the pushed facts.
-    Raises Refused (keeping push/<remote>/<bookmark>) when the outcome is not a clean success."""
+    fence: a landing's frozen candidate, whose fencing number is confirmed first (a later publish
+    of a finished landing has none). Raises Refused (keeping push/<remote>/<bookmark>) when the
+    outcome is not a clean success."""
     source = w["source"]
     ref = "refs/heads/" + into
-    integ = integration_of(st.work(w["id"]))
-    cand = integ.get("candidate") or {}
-    if cand.get("commit") == new and not integ.get("released"):  # a landing's push (not a later publish)
-        confirm_fence(st, w, caller, cand, "push to %s" % remote, rerun_command(w, into, push=remote))
+    if fence is not None:
+        confirm_fence(st, w, caller, fence, "push to %s" % remote, rerun_command(w, into, push=remote))
     _stop_point(environ, "before-push")
     try:
         code, out, err = git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old),
@@ -1068,17 +1068,45 @@ def _push_refusal(output, ref):
     return None
 
 
-def _stop_before_move(st, w, caller, state, environ, exc, **facts):
+class Landing:
+    """One landing of one work (land_work), read once and passed down its steps: the work record
+    as the landing lock found it, the options, the target's commit read once, the frozen candidate
+    and its fencing number, and the landing record as this process last wrote it (`record` keeps
+    `w` and `landing` current, so no step reads the work again to learn what the landing wrote)."""
+
+    def __init__(self, st, caller, w, into, environ, push=None, check=None, override=False):
+        self.st, self.caller, self.w, self.into, self.environ = st, caller, w, into, environ
+        self.push, self.check_arg, self.override = push, check, override
+        self.source, self.ref = w["source"], "refs/heads/" + into
+        self.landing = landing_of(w)
+        self.check, self.checks = None, []   # the command recorded and shown, each command run (_land_checks)
+        self.old = None                      # the target's commit when the landing began
+        self.resource, self.fence = _integration_resource(into), None
+        self.stopped = False                 # the stop is recorded (a conflict, a failed check)
+
+    def record(self, step, state="running", **facts):
+        """_land_record for this landing; -> the landing dict, also kept in `landing` and `w`."""
+        self.landing = _land_record(self.st, self.w, self.caller, step, self.environ, state=state, **facts)
+        self.w = dict(self.w, data=dict(self.w["data"], landing=self.landing))
+        return self.landing
+
+    def frozen(self, commit=None):
+        """The frozen candidate as confirm_fence reads it: this runtime's, under its fencing number."""
+        return {"commit": commit, "runtime": self.caller["id"], "resource": self.resource, "fence": self.fence}
+
+    def rerun(self, push=None):
+        return rerun_command(self.w, self.into, push=push)
+
+
+def _stop_before_move(ld, state, exc, **facts):
     """A landing stopped before the target moved: record why, release the integration lease."""
     reason = exc.message if isinstance(exc, store.CoordError) else str(exc)
-    _land_record(st, w, caller, None, environ, state=state, reason=store.clean_text(reason, 500), **facts)
-    cur = st.work(w["id"])
-    cand = integration_of(cur).get("candidate") or {}
-    if cand.get("runtime") == caller["id"] and not integration_of(cur).get("released"):
-        try:
-            release_integration(st, caller=caller, handle=w["id"])
-        except store.CoordError:
-            pass
+    ld.record(None, state=state, reason=store.clean_text(reason, 500), **facts)
+    ld.stopped = True
+    try:
+        release_integration(ld.st, caller=ld.caller, handle=ld.w["id"])
+    except store.CoordError:
+        pass
 
 
 def land_work(st, *, caller, handle, into, environ, push=None, check=None, override=False):
@@ -1097,7 +1125,8 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
     # runtime, and two landings of the same person must not both move B. A second one waits
     # here, then reads B afresh (and rebases onto the first one's result).
     with workspace.repo_lock(w["source"], _lock_dir(st, w), "land-" + into):
-        return _land_serialised(st, st.work(w["id"]), caller, into, environ, push, check, override)
+        ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, override=override)
+        return _land_serialised(ld)
 
 
 def _lock_dir(st, w):
@@ -1105,40 +1134,38 @@ def _lock_dir(st, w):
     return os.path.dirname(path) if path and os.path.isabs(path) else w["scratch_root"]
 
 
-def _land_serialised(st, w, caller, into, environ, push, check, override):
+def _land_serialised(ld):
     """land_work, holding the landing lock of `into`: finish a landing that already moved the
     target, refuse what is not ready, or run the steps (LAND_STEPS) one function each."""
-    source = w["source"]
-    ref = "refs/heads/" + into
-    landing = landing_of(w)
-    integ = integration_of(w)
-    landed_before = landing.get("state") == "landed" and landing.get("into") == into and \
-        integ.get("state") == "integrated" and landing.get("landed") and _rev(source, ref, environ) and \
-        _is_ancestor(source, landing["landed"], _rev(source, ref, environ), environ)
-    resume = landing.get("state") in LAND_RESUMABLE and landing.get("into") == into and landing.get("candidate")
-    if resume and _rev(source, landing["candidate"], environ) and _rev(source, ref, environ) and \
-            _is_ancestor(source, landing["candidate"], _rev(source, ref, environ), environ):
-        return _land_after_move(st, w, caller, into, push or landing.get("remote"), environ)
-    check_arg = check
-    check, checks = _land_checks(w, check, environ)
-    _refuse_unready(st, w, checks)
-    old = _rev(source, ref, environ)
-    if old is None:
-        raise Refused("the canonical repository %s has no bookmark %s" % (source, into),
+    st, w, source, environ = ld.st, ld.w, ld.source, ld.environ
+    landing, integ = ld.landing, integration_of(w)
+    target = _rev(source, ld.ref, environ)  # read once: the lock keeps other landings out
+    landed_before = landing.get("state") == "landed" and landing.get("into") == ld.into and \
+        integ.get("state") == "integrated" and landing.get("landed") and target and \
+        _is_ancestor(source, landing["landed"], target, environ)
+    resume = landing.get("state") in LAND_RESUMABLE and landing.get("into") == ld.into and landing.get("candidate")
+    if resume and _rev(source, landing["candidate"], environ) and target and \
+            _is_ancestor(source, landing["candidate"], target, environ):
+        ld.push = ld.push or landing.get("remote")
+        return _land_after_move(ld)
+    ld.check, ld.checks = _land_checks(w, ld.check_arg, environ)
+    _refuse_unready(st, w, ld.checks)
+    if target is None:
+        raise Refused("the canonical repository %s has no bookmark %s" % (source, ld.into),
                       "name an existing bookmark: git -C %s branch --list" % source)
+    ld.old = target
     if landed_before:  # a re-run after a finished landing, unless the clone has moved on since
         ids = workspace.head_ids(workspace.verified_path(w), environ=environ)
         if ids["commit"] == landing["landed"] or (ids["empty"] and ids["parents"] == [landing["landed"]]):
-            if push and not (landing.get("remote") == push and landing.get("published", True)
-                             and "pushed" in [s["step"] for s in landing.get("steps") or []]):
-                return _publish_landed(st, w, caller, into, push, landing, environ)
+            if ld.push and not (landing.get("remote") == ld.push and landing.get("published", True)
+                                and "pushed" in [s["step"] for s in landing.get("steps") or []]):
+                return _publish_landed(st, w, ld.caller, ld.into, ld.push, landing, environ)
             return _land_result(w, landing, already=True)
-    w, cand = _land_acquire(st, w, caller, into, push, old, check_arg, environ)
-    cand, how = _land_until_moved(st, w, caller, into, push, old, cand, check, checks, override, environ)
-    _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"],
-                 held_by_peers=_held_while_working(st, w, caller, old, cand["commit"], environ) or None)
-    fence = (integration_of(st.work(w["id"])).get("candidate") or {}).get("fence")
-    return _land_after_move(st, w, caller, into, push, environ, fence=fence)
+    cand = _land_acquire(ld)
+    cand, how = _land_until_moved(ld, cand)
+    ld.record("moved", moved_by=how, landed=cand["commit"],
+              held_by_peers=_held_while_working(st, ld.w, ld.caller, ld.old, cand["commit"], environ) or None)
+    return _land_after_move(ld, moved=True)
 
 
 def _land_checks(w, check, environ):
@@ -1169,79 +1196,77 @@ def _refuse_unready(st, w, checks):
                       "land those first (coord work integrate queue)", reason="depends")
 
 
-def _land_acquire(st, w, caller, into, push, old, check_arg, environ):
-    """Step `acquired`: freeze the candidate and start a new landing record; -> (the work with
-    that landing, so the re-run hints read its options, the candidate)."""
-    got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ, authorized=True)
+def _land_acquire(ld):
+    """Step `acquired`: freeze the candidate and start a new landing record (so the re-run hints
+    read its options); -> the candidate."""
+    got = acquire(ld.st, caller=ld.caller, handle=ld.w["id"], into=ld.into, environ=ld.environ, authorized=True)
     cand = dict(got["candidate"])
-    with st.transaction():
-        st.update_work(w["id"], data={"landing": None})
-    landing = _land_record(st, w, caller, "acquired", environ, into=into, remote=push, runtime=caller["id"],
-                           started_at=now_time(), old_target=old, candidate=cand["commit"],
-                           change=cand["change"], original=cand["commit"], check_arg=check_arg,
-                           fence=got.get("fence"))
-    return dict(w, data=dict(w["data"], landing=landing)), cand
+    ld.fence = got.get("fence")
+    with ld.st.transaction():
+        ld.st.update_work(ld.w["id"], data={"landing": None})
+    ld.record("acquired", into=ld.into, remote=ld.push, runtime=ld.caller["id"], started_at=now_time(),
+              old_target=ld.old, candidate=cand["commit"], change=cand["change"], original=cand["commit"],
+              check_arg=ld.check_arg, fence=ld.fence)
+    return cand
 
 
-def _land_until_moved(st, w, caller, into, push, old, cand, check, checks, override, environ):
+def _land_until_moved(ld, cand):
     """Steps `fetched` to the move: fetch the candidate, rebase and check it (in the clone, or in
     a scratch clone when something works in the clone), refuse peers' leases and LFS content,
     take the push lease, move the target; -> (the candidate, how the target moved). On a
     refusal or failure nothing has moved: the landing is recorded stopped and the push lease
     dropped."""
-    source = w["source"]
+    st, caller, into, push, old, environ = ld.st, ld.caller, ld.into, ld.push, ld.old, ld.environ
     try:
-        fetch_candidate(w, cand["commit"], environ)
-        _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
-        _refuse_early(w, into, push, old, cand["commit"], environ)
-        _refuse_installed(st, w, caller, into, old, cand, override, environ)
-        live = workspace.live_inside(st, w, workspace.process_cwds() or {})
-        if live and (check or not _is_ancestor(source, old, cand["commit"], environ)):
-            with _Scratch(w, environ) as scratch:
-                cand = _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, environ)
+        fetch_candidate(ld.w, cand["commit"], environ)
+        ld.record("fetched", candidate=cand["commit"])
+        stale = not _is_ancestor(ld.source, old, cand["commit"], environ)
+        _refuse_early(ld.w, into, push, old, cand["commit"], environ, stale)
+        _refuse_installed(st, ld.w, caller, into, old, cand, ld.override, environ)
+        live = workspace.live_inside(st, ld.w, workspace.process_cwds() or {})
+        if live and (ld.check or stale):
+            with _Scratch(ld.w, environ) as scratch:
+                cand = _prepare_in_scratch(ld, cand, stale, scratch, live)
         else:
-            cand = _prepare_in_clone(st, w, caller, into, old, cand, checks, environ)
-        _land_record(st, w, caller, "checked", environ, check=check, checks=checks or None,
-                     check_cwd=cand.get("check_cwd"), check_set_aside=cand.get("set_aside"))
-        _refuse_peer_leases(st, w, caller, old, cand["commit"], override, environ)
-        _refuse_lfs_content(w, old, cand["commit"], environ)
+            cand = _prepare_in_clone(ld, cand, stale)
+        ld.record("checked", check=ld.check, checks=ld.checks or None, check_cwd=cand.get("check_cwd"),
+                  check_set_aside=cand.get("set_aside"))
+        _refuse_peer_leases(st, ld.w, caller, old, cand["commit"], ld.override, environ)
+        _refuse_lfs_content(ld.w, old, cand["commit"], environ)
         if push:
-            _take_push(st, w, caller, into, push, old, environ)
-        confirm_fence(st, w, caller, integration_of(st.work(w["id"])).get("candidate") or {},
-                      "move %s" % into, rerun_command(w, into, push=push))
-        how = _move_target(w, into, old, cand["commit"], environ)
+            _take_push(ld)
+        confirm_fence(st, ld.w, caller, ld.frozen(cand["commit"]), "move %s" % into, ld.rerun(push=push))
+        how = _move_target(ld.w, into, old, cand["commit"], environ)
     except store.CoordError as exc:
-        if not getattr(exc, "landing_recorded", False):
-            _stop_before_move(st, w, caller, "refused" if isinstance(exc, Refused) else "failed", environ, exc)
+        if not ld.stopped:
+            _stop_before_move(ld, "refused" if isinstance(exc, Refused) else "failed", exc)
         if push:
             _drop_push(st, caller, push, into)
         raise
     return cand, how
 
 
-def _prepare_in_clone(st, w, caller, into, old, cand, checks, environ):
+def _prepare_in_clone(ld, cand, stale):
     """Rebase (when stale) and check in the clone itself, nothing live being inside; -> the candidate."""
-    source = w["source"]
-    rebased = False
-    if not _is_ancestor(source, old, cand["commit"], environ):
+    st, w, caller, into, old, environ = ld.st, ld.w, ld.caller, ld.into, ld.old, ld.environ
+    if stale:
         paths = _rebase_in_clone(st, w, caller, into, old, cand, environ)
         if paths:
-            _land_conflict(st, w, caller, into, old, cand, paths, environ)
-        cand = dict(acquire(st, caller=caller, handle=w["id"], into=into, environ=environ,
-                            authorized=True)["candidate"])  # land_work authorized the caller
+            _land_conflict(ld, cand, paths)
+        got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ,
+                      authorized=True)  # land_work authorized the caller
+        cand, ld.fence = dict(got["candidate"]), got.get("fence")
         fetch_candidate(w, cand["commit"], environ)
-        rebased = True
-        if not _is_ancestor(source, old, cand["commit"], environ):
+        if not _is_ancestor(ld.source, old, cand["commit"], environ):
             raise Refused("the rebased candidate %s of %s is still not based on %s" % (cand["commit"],
                           w["handle"], old), "coord work inspect %s --verbose" % w["handle"])
-    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], change=cand["change"],
-                 rebased=rebased, where="clone")
-    if checks:
+    ld.record("rebased", candidate=cand["commit"], change=cand["change"], rebased=stale, where="clone")
+    if ld.checks:
         result = None
-        for command in checks:  # in order; the first failure stops the landing
+        for command in ld.checks:  # in order; the first failure stops the landing
             result = _check_in_clone(st, w, command, cand, environ)
             if result["exit"] != 0:
-                _land_check_failed(st, w, caller, into, cand, result, environ)
+                _land_check_failed(ld, cand, result)
             if result.get("set_aside"):
                 cand = dict(cand, set_aside=result["set_aside"])
         cand = dict(cand, check_cwd=result["cwd"])
@@ -1249,27 +1274,25 @@ def _prepare_in_clone(st, w, caller, into, old, cand, checks, environ):
         if cand["commit"] not in [now_ids["commit"]] + now_ids["parents"] or \
                 (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
             raise Refused("the clone of %s changed while the check ran" % w["handle"],
-                          "re-run: %s" % rerun_command(w, into), reason="changed-during-check")
-        _gate_from_check(st, w, caller, checks, cand)
+                          "re-run: %s" % ld.rerun(), reason="changed-during-check")
+        _gate_from_check(st, w, caller, ld.checks, cand)
     return cand
 
 
-def _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, environ):
+def _prepare_in_scratch(ld, cand, stale, scratch, live):
     """Rebase (when stale) and check in a private scratch checkout, because something live works
     in the clone (`live`, cleanup's blockers); the clone is not touched. -> the candidate."""
-    source = w["source"]
-    rebased = False
-    if _is_ancestor(source, old, cand["commit"], environ):
+    st, w, caller, environ, source = ld.st, ld.w, ld.caller, ld.environ, ld.source
+    if not stale:
         scratch.checkout(cand["commit"])
     else:
-        new, paths = scratch.rebase(old, cand["commit"])
+        new, paths = scratch.rebase(ld.old, cand["commit"])
         if paths:
-            _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=True)
+            _land_conflict(ld, cand, paths, scratch=True)
         ref = "refs/coord/work/%s" % w["id"]
         git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
                                     "+%s:%s" % (new, ref)], source, environ)
         cand = {"change": cand["change"], "commit": new, "rebased_from": cand["commit"]}
-        rebased = True
         with st.transaction():
             cur = st.work(w["id"])
             integ = integration_of(cur)
@@ -1279,15 +1302,15 @@ def _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, e
             st.update_work(w["id"], data={"integration": integ})
             st.audit("work.integration.rebased", caller["id"], w["id"], candidate_commit=new,
                      rebased_from=cand["rebased_from"], where="scratch")
-    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], rebased=rebased, where="scratch",
-                 live_inside=store.clean_text(live[0]["message"], 300))
-    if checks:
-        for command in checks:
+    ld.record("rebased", candidate=cand["commit"], rebased=stale, where="scratch",
+              live_inside=store.clean_text(live[0]["message"], 300))
+    if ld.checks:
+        for command in ld.checks:
             result = _run_check(w, command, environ, cwd=scratch.path)
             if result["exit"] != 0:
-                _land_check_failed(st, w, caller, into, cand, result, environ)
+                _land_check_failed(ld, cand, result)
         cand = dict(cand, check_cwd="a scratch checkout of the candidate (the clone was in use)")
-        _gate_from_check(st, w, caller, checks, cand)
+        _gate_from_check(st, w, caller, ld.checks, cand)
     return cand
 
 
@@ -1306,11 +1329,11 @@ def _push_resource(remote, into):
     return store.normalize_resource("push/%s/%s" % (remote, into))
 
 
-def _take_push(st, w, caller, into, remote, old, environ):
-    """Take push/<remote>/<bookmark> and require the remote to be at `old`, read over the wire."""
-    st.claim(caller["id"], [_push_resource(remote, into)], "exclusive", "land %s" % w["handle"])
-    _remote_at_target(w, into, remote, old, environ)
-    _land_record(st, w, caller, "push-read", environ, remote=remote, remote_before=old)
+def _take_push(ld):
+    """Take push/<remote>/<bookmark> and require the remote to be at the old target, read over the wire."""
+    ld.st.claim(ld.caller["id"], [_push_resource(ld.push, ld.into)], "exclusive", "land %s" % ld.w["handle"])
+    _remote_at_target(ld.w, ld.into, ld.push, ld.old, ld.environ)
+    ld.record("push-read", remote=ld.push, remote_before=ld.old)
 
 
 def _drop_push(st, caller, remote, into):
@@ -1319,71 +1342,77 @@ def _drop_push(st, caller, remote, into):
         st.release(caller["id"], [res])
 
 
-def _land_after_move(st, w, caller, into, push, environ, fence=None):
+def _land_after_move(ld, moved=False):
     """The steps after the target moved: publish, prove, release. Each is skipped when done.
-    fence: the landing's own fencing number when it goes on in the process that moved the
-    target; a re-run (None) acquires integration/B again and records its new number."""
-    w = st.work(w["id"])
-    landing = landing_of(w)
+    moved: this process moved the target just now, under its own fencing number; else (a re-run
+    of a landing found moved) integration/B is acquired again and its new number recorded."""
+    st, caller, into, push, environ = ld.st, ld.caller, ld.into, ld.push, ld.environ
+    landing = ld.landing
     new, old = landing["candidate"], landing["old_target"]
     if landing.get("step") != "moved" and "moved" not in [s["step"] for s in landing.get("steps") or []]:
-        landing = _land_record(st, w, caller, "moved", environ, moved_by="found moved", landed=new)
-    resource = _integration_resource(into)
-    integ = integration_of(st.work(w["id"]))
-    cand = integ.get("candidate") or {}
-    if fence is None:
-        fence = st.claim_integration(caller["id"], resource, "land %s" % w["handle"])["fence"]
-    if cand.get("commit") != new or cand.get("runtime") != caller["id"] or integ.get("released") or \
-            cand.get("fence") != fence:
-        with st.transaction():
-            cur = st.work(w["id"])
-            integ = integration_of(cur)
-            integ.update({"state": "integrating", "into": into, "candidate": {
-                "change": landing.get("change"), "commit": new, "at": now_time(), "runtime": caller["id"],
-                "resource": resource, "fence": fence}})
-            integ.pop("released", None)
-            integ.pop("proof", None)
-            st.update_work(w["id"], data={"integration": integ})
-            st.audit("work.integration.acquired", caller["id"], w["id"], resource=resource, candidate_commit=new,
-                     resumed_landing=True, fence=fence)
+        landing = ld.record("moved", moved_by="found moved", landed=new)
+    if not moved:
+        _refreeze_moved(ld, new)
     done = [s["step"] for s in landing.get("steps") or []]
     if push and "pushed" not in done:
         res = _push_resource(push, into)
         if not st.leases_of(caller["id"], [res]):
-            st.claim(caller["id"], [res], "exclusive", "land %s" % w["handle"])
-        now = _remote_at(st, w, push, into, new, environ)
+            st.claim(caller["id"], [res], "exclusive", "land %s" % ld.w["handle"])
+        now = _remote_at(st, ld.w, push, into, new, environ)
         if now != new:
             expect = landing.get("remote_before") or old
             if now != expect:
-                _land_record(st, w, caller, None, environ, state="publish-refused", remote_after=now, remote=push)
+                ld.record(None, state="publish-refused", remote_after=now, remote=push)
                 raise Refused("remote %s %s is at %s, not the expected %s; nothing was pushed" % (
                     push, into, now, expect), "reconcile %s by hand (push/%s/%s stays held by you), then re-run: %s"
-                    % (push, push, into, rerun_command(w, into, push=push)),
-                    reason="publish-refused", remote_after=now)
+                    % (push, push, into, ld.rerun(push=push)), reason="publish-refused", remote_after=now)
             try:
-                _push(st, w, caller, into, push, expect, new, environ)
+                _push(st, ld.w, caller, into, push, expect, new, environ, fence=ld.frozen(new))
             except Refused as exc:
                 if not exc.details.get("remote_unchanged"):
                     raise
-                return _land_unpublished(st, w, caller, into, push, new, expect, exc, environ)
-        landing = _land_record(st, w, caller, "pushed", environ, remote=push, remote_after=new, published=True)
+                return _land_unpublished(st, ld.w, caller, into, push, new, expect, exc, environ)
+        landing = ld.record("pushed", remote=push, remote_after=new, published=True)
     if push:
         _drop_push(st, caller, push, into)  # after the re-read, or on a re-run after a kill there
     if "proven" not in done:
-        proof = prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
-        landing = _land_record(st, w, caller, "proven", environ, proof_target=new,
-                               leases_released=proof["released"] or None, agent_told=proof["agent_told"])
-    release_integration(st, caller=caller, handle=w["id"])
+        proof = prove(st, caller=caller, handle=ld.w["id"], target=new, environ=environ)
+        landing = ld.record("proven", proof_target=new, leases_released=proof["released"] or None,
+                            agent_told=proof["agent_told"])
+    release_integration(st, caller=caller, handle=ld.w["id"])
     told = None
     if landing.get("rebased") and landing.get("where") == "scratch" and "released" not in done:
-        told = _tell_owner(st, w, caller, (
+        told = _tell_owner(st, ld.w, caller, (
             "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
             "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
-            "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
-    settled = _settle_clone(st, w, new, environ)  # None after a rebase in scratch: @ is not `new`
-    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), owner_told=told,
-                           clone_settled=settled)
-    return _land_result(st.work(w["id"]), landing)
+            "jj rebase -b @ -d %s@origin --skip-emptied" % (ld.w["handle"], into, new, ld.w["path"], into)))
+    settled = _settle_clone(st, ld.w, new, environ)  # None after a rebase in scratch: @ is not `new`
+    landing = ld.record("released", state="landed", finished_at=now_time(), owner_told=told, clone_settled=settled)
+    return _land_result(ld.w, landing)
+
+
+def _refreeze_moved(ld, new):
+    """A re-run of a landing that already moved the target: take integration/B again (a new
+    fencing number) and, unless the work's frozen candidate is exactly this runtime's under that
+    number, freeze the landed commit as its candidate."""
+    st, caller = ld.st, ld.caller
+    ld.fence = st.claim_integration(caller["id"], ld.resource, "land %s" % ld.w["handle"])["fence"]
+    integ = integration_of(ld.w)  # as the landing lock found it: nothing of this run changed it
+    cand = integ.get("candidate") or {}
+    if cand.get("commit") == new and cand.get("runtime") == caller["id"] and not integ.get("released") and \
+            cand.get("fence") == ld.fence:
+        return
+    with st.transaction():
+        cur = st.work(ld.w["id"])
+        integ = integration_of(cur)
+        integ.update({"state": "integrating", "into": ld.into, "candidate": {
+            "change": ld.landing.get("change"), "commit": new, "at": now_time(), "runtime": caller["id"],
+            "resource": ld.resource, "fence": ld.fence}})
+        integ.pop("released", None)
+        integ.pop("proof", None)
+        st.update_work(ld.w["id"], data={"integration": integ})
+        st.audit("work.integration.acquired", caller["id"], ld.w["id"], resource=ld.resource, candidate_commit=new,
+                 resumed_landing=True, fence=ld.fence)
 
 
 def _settle_clone(st, w, landed, environ):
@@ -1612,9 +1641,10 @@ def _land_result(w, landing, already=False):
             "leases_released": landing.get("leases_released") or [], "agent_told": landing.get("agent_told")}
 
 
-def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False):
+def _land_conflict(ld, cand, paths, scratch=False):
     """The rebase onto the current target conflicts: record it, tell the owner, stop (nothing moved).
     scratch: the rebase was tried in a scratch copy, so the clone is unchanged and its owner rebases."""
+    st, w, caller, into, old = ld.st, ld.w, ld.caller, ld.into, ld.old
     how = ("jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list)" % into if scratch else
            "jj status; edit; jj resolve --list")
     body = ("coord: landing %s into %s stopped: rebasing onto %s conflicts in %s. Resolve it in %s "
@@ -1629,13 +1659,13 @@ def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False
                    % (w["path"], how, "; it was told" if told else "", rerun_command(w, into))) if scratch else
                   "resolve in %s (jj resolve --list), then re-run: %s" % (w["path"], rerun_command(w, into)),
                   reason="conflict", paths=paths, owner_told=told)
-    _stop_before_move(st, w, caller, "conflict", environ, exc, paths=paths, owner_told=told)
-    exc.landing_recorded = True
+    _stop_before_move(ld, "conflict", exc, paths=paths, owner_told=told)
     raise exc
 
 
-def _land_check_failed(st, w, caller, into, cand, result, environ):
+def _land_check_failed(ld, cand, result):
     """The check failed on the frozen candidate: record it as the gate result, stop (nothing moved)."""
+    st, w, caller, into = ld.st, ld.w, ld.caller, ld.into
     gate = {"state": "failed", "at": now_time(), "by": caller["id"], "by_handle": caller["handle"], "user": workspace.user_name(),
             "check": {"command": result["command"], "exit": result["exit"], "tail": result["tail"],
                       "candidate": cand["commit"]}}
@@ -1649,8 +1679,7 @@ def _land_check_failed(st, w, caller, into, cand, result, environ):
         store.clean_text(result["tail"], CHECK_TAIL + 100)),
         "fix it in %s, then re-run: %s" % (w["path"], rerun_command(w, into)),
         reason="check-failed", exit=result["exit"])
-    _stop_before_move(st, w, caller, "check-failed", environ, exc, check_exit=result["exit"])
-    exc.landing_recorded = True
+    _stop_before_move(ld, "check-failed", exc, check_exit=result["exit"])
     raise exc
 # --------------------------------------------------------------------------- landing preview
 # What a landing would do, seen before it happens: commits ahead of the target, how far the
