@@ -300,9 +300,9 @@ def prove(st, *, caller, handle, target, environ=None):
         st.audit("work.integrated", caller["id"], w["id"], candidate=cand["commit"], target=target,
                  into=integ["into"], resource=cand["resource"], **workspace.provenance(st, cur, caller))
         agent, freed = _release_landed(st, cur, caller, paths)
-    told = _tell_landed(st, w, caller, agent, freed, integ["into"], target)
+    told, woke = _tell_landed(st, w, caller, agent, freed, integ["into"], target)
     return {"work": w["handle"], "candidate": cand["commit"], "target": target,
-            "released": freed, "agent_told": told}
+            "released": freed, "agent_told": told, "agent_nudged": woke}
 
 
 def _landed_paths(w, commit, environ):
@@ -345,17 +345,29 @@ def _release_landed(st, w, caller, paths):
 
 def _tell_landed(st, w, caller, agent, freed, into, target):
     """A durable message to the work's agent that its work landed (delivered at its next hook
-    boundary); not to the caller itself, who sees the landing's output. -> the handle told or None."""
+    boundary, or at once when it sits idle at its prompt: _wake); not to the caller itself, who
+    sees the landing's output. -> (the handle told or None, _wake's answer)."""
     if agent is None or agent["id"] == caller["id"] or store.person_uid(agent) is not None:
-        return None
+        return None, None
     body = "coord: work %s landed on %s as %s%s. Before the next edit in its clone: jj git fetch (the next edit " \
            "starts a new change); claim again what you change next." % (
                w["handle"], into, target, "; your leases on %s were released" % named_paths(freed) if freed else "")
     try:
-        st.send(caller["id"], body, w["id"], kind="landed")
+        msg = st.send(caller["id"], body, w["id"], kind="landed")
     except store.CoordError:
-        return None
-    return agent["handle"]
+        return None, None
+    return agent["handle"], _wake(st, caller, w, msg)
+
+
+def _wake(st, caller, w, msg):
+    """Nudge the work's agent about message `msg` when it sits idle at its prompt (the nudge of
+    `send --nudge`, workspace.nudge_work); a fault here never fails the landing.
+    -> True when nudged, else why not (one line)."""
+    try:
+        problem = workspace.nudge_work(st, caller, w, msg)
+    except store.CoordError as exc:
+        problem = exc.message
+    return True if problem is None else store.clean_text(problem, 200)
 
 
 def _check_ancestry(w, into, candidate, target, environ):
@@ -569,7 +581,8 @@ class _Scratch:
 def _tell_owner(st, w, caller, body):
     """Send a coord message to whoever works on the work: the agent running it (as `send --to
     WORK` finds it), else its live owner; never the caller itself (a person landing the work
-    they created still reaches the agent they launched for it). -> the handle told, or None."""
+    they created still reaches the agent they launched for it), nudged when idle (_wake).
+    -> (the handle told or None, _wake's answer or None)."""
     candidates = []
     try:
         candidates.append(st.work_recipient(w))
@@ -580,11 +593,11 @@ def _tell_owner(st, w, caller, body):
         if to is None or to["id"] == caller["id"]:
             continue
         try:
-            st.send(caller["id"], body, to["id"], kind="landing")
+            msg = st.send(caller["id"], body, to["id"], kind="landing")
         except Refused:
             continue
-        return to["handle"]
-    return None
+        return to["handle"], _wake(st, caller, w, msg)
+    return None, None
 
 
 def _run_check(w, command, environ, cwd=None):
@@ -1074,9 +1087,10 @@ class Landing:
     and its fencing number, and the landing record as this process last wrote it (`record` keeps
     `w` and `landing` current, so no step reads the work again to learn what the landing wrote)."""
 
-    def __init__(self, st, caller, w, into, environ, push=None, check=None, override=False):
+    def __init__(self, st, caller, w, into, environ, push=None, check=None, override=False, queued=False):
         self.st, self.caller, self.w, self.into, self.environ = st, caller, w, into, environ
         self.push, self.check_arg, self.override = push, check, override
+        self.queued = queued                 # run by the queue (land_queue), which tells the owner itself
         self.source, self.ref = w["source"], "refs/heads/" + into
         self.landing = landing_of(w)
         self.check, self.checks = None, []   # the command recorded and shown, each command run (_land_checks)
@@ -1109,7 +1123,7 @@ def _stop_before_move(ld, state, exc, **facts):
         pass
 
 
-def land_work(st, *, caller, handle, into, environ, push=None, check=None, override=False):
+def land_work(st, *, caller, handle, into, environ, push=None, check=None, override=False, queued=False):
     """Take the work's candidate all the way onto bookmark `into` of the canonical repository
     (and REMOTE's `into` with push), leaving proof, or stop safely saying why. Each step is
     recorded in data["landing"] and the audit log; re-running finishes an interrupted landing.
@@ -1125,7 +1139,8 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
     # runtime, and two landings of the same person must not both move B. A second one waits
     # here, then reads B afresh (and rebases onto the first one's result).
     with workspace.repo_lock(w["source"], _lock_dir(st, w), "land-" + into):
-        ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, override=override)
+        ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, override=override,
+                     queued=queued)
         return _land_serialised(ld)
 
 
@@ -1378,11 +1393,11 @@ def _land_after_move(ld, moved=False):
     if "proven" not in done:
         proof = prove(st, caller=caller, handle=ld.w["id"], target=new, environ=environ)
         landing = ld.record("proven", proof_target=new, leases_released=proof["released"] or None,
-                            agent_told=proof["agent_told"])
+                            agent_told=proof["agent_told"], agent_nudged=proof["agent_nudged"])
     release_integration(st, caller=caller, handle=ld.w["id"])
     told = None
     if landing.get("rebased") and landing.get("where") == "scratch" and "released" not in done:
-        told = _tell_owner(st, ld.w, caller, (
+        told, _ = _tell_owner(st, ld.w, caller, (
             "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
             "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
             "jj rebase -b @ -d %s@origin --skip-emptied" % (ld.w["handle"], into, new, ld.w["path"], into)))
@@ -1620,6 +1635,11 @@ def land_command(handle, into, push=None, check=None):
     return " ".join(shlex.quote(b) if b != "coord" else b for b in bits)
 
 
+def queue_command(into, push=None, check=None):
+    """The command that lands the queue into `into` (again), with its options."""
+    return land_command("--queued", into, push=push, check=check)
+
+
 def rerun_command(w, into=None, push=None):
     """The command that re-runs the work's recorded landing with the options it was given (its
     --push, unless `push` names the remote this run publishes to, and its own --check; a
@@ -1638,7 +1658,8 @@ def _land_result(w, landing, already=False):
             "held_by_peers": landing.get("held_by_peers") or [],
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
             "clone_settled": landing.get("clone_settled"), "already": already,
-            "leases_released": landing.get("leases_released") or [], "agent_told": landing.get("agent_told")}
+            "leases_released": landing.get("leases_released") or [], "agent_told": landing.get("agent_told"),
+            "agent_nudged": landing.get("agent_nudged")}
 
 
 def _land_conflict(ld, cand, paths, scratch=False):
@@ -1651,14 +1672,14 @@ def _land_conflict(ld, cand, paths, scratch=False):
             "(%s), then tell the integration owner %s; they re-run: %s"
             % (w["handle"], into, old[:12], ", ".join(paths[:20]), w["path"], how, caller["handle"],
                rerun_command(w, into)))
-    told = _tell_owner(st, w, caller, body)
+    told, woke = _tell_owner(st, w, caller, body) if not ld.queued else (None, None)
     exc = Refused("landing %s stopped: rebasing onto %s %s conflicts in %s; %s%s, nothing else changed" % (
                   w["handle"], into, old, named_paths(paths), "the clone is in use and was not touched" if scratch
                   else "the clone keeps the conflict for its owner", " (told %s)" % told if told else ""),
                   ("the work's agent rebases and resolves in its clone (%s: %s)%s, then re-run: %s"
                    % (w["path"], how, "; it was told" if told else "", rerun_command(w, into))) if scratch else
                   "resolve in %s (jj resolve --list), then re-run: %s" % (w["path"], rerun_command(w, into)),
-                  reason="conflict", paths=paths, owner_told=told)
+                  reason="conflict", paths=paths, owner_told=told, owner_nudged=woke)
     _stop_before_move(ld, "conflict", exc, paths=paths, owner_told=told)
     raise exc
 
@@ -1678,9 +1699,202 @@ def _land_check_failed(ld, cand, result):
         store.clean_text(result["command"], 200), cand["commit"], why, into,
         store.clean_text(result["tail"], CHECK_TAIL + 100)),
         "fix it in %s, then re-run: %s" % (w["path"], rerun_command(w, into)),
-        reason="check-failed", exit=result["exit"])
+        reason="check-failed", exit=result["exit"], command=result["command"])
     _stop_before_move(ld, "check-failed", exc, check_exit=result["exit"])
     raise exc
+
+
+# --------------------------------------------------------------------------- the landing queue
+# `work integrate land --queued --into B` lands every queued work for B, one after another, each
+# exactly as `land_work` lands one (it reads B afresh, so each is rebased onto the one before).
+# What is the work's own to fix (a conflict, a failed check, a candidate it must change) goes
+# back to its agent: out of the queue, with a message naming the steps, nudged when idle. What
+# the person decides (dependencies, a gate, a peer's lease, authority) waits in the queue. What
+# is the shared checkout's or the remote's (they moved, are dirty, refused a push) stops the
+# queue: every later work would meet it too. Nothing is kept in memory between works: a queue
+# interrupted (SIGINT) and run again lands what is left, each work once.
+
+QUEUE_STOPS = frozenset(("remote-moved", "dirty-checkout", "target-moved", "fenced", "checkout-busy", "merge-failed",
+                         "publish-refused", "publish-ambiguous", "interrupted"))
+QUEUE_WAITS = frozenset(("depends", "ungated", "person-lands", "not-authorized", "override-is-the-person-s",
+                         "peer-leased", "other-host"))
+SENT_BACK_TAIL = 600   # characters of a failed check's output a sent-back message carries
+
+
+def queue_order(st, into):
+    """The works queued (or under way) for bookmark `into`, in landing order: queue order, each
+    after the queued works it depends on."""
+    rows = []
+    for w in st.works():
+        integ = integration_of(w)
+        if integ["state"] in workspace.QUEUED and integ.get("into") == into:
+            rows.append(((integ.get("queued_at") or (integ.get("candidate") or {}).get("at") or 0, w["handle"]), w))
+    rows.sort(key=lambda r: r[0])
+    by_id = {w["id"]: w for _, w in rows}
+    out, placed = [], set()
+
+    def place(w, seen):
+        if w["id"] in placed or w["id"] in seen:
+            return
+        seen.add(w["id"])
+        for dep in w["data"].get("depends", []):
+            if dep in by_id:
+                place(by_id[dep], seen)
+        placed.add(w["id"])
+        out.append(w)
+
+    for _, w in rows:
+        place(w, set())
+    return out
+
+
+def land_queue(st, *, caller, into, environ, push=None, check=None):
+    """Land every work queued for `into`, in queue_order, each as land_work does (checked, moved,
+    pushed with --push, proven, released). -> {into, works: [{work, outcome: landed|sent-back|
+    waiting|stopped|interrupted, ...}], landed, sent_back, waiting, stopped}."""
+    into = workspace.check_bookmark(into)
+    if push is not None and (not push or push.startswith("-")):
+        raise UsageError("--push %r is not a remote name" % push, "coord work integrate land --queued --into main "
+                         "--push origin")
+    order = queue_order(st, into)
+    if order and not workspace.is_person(caller) and not workspace.agents_land(order[0]["source"], environ):
+        raise Refused("%s may not land the queue into %s: the person lands queued work, agents queue it"
+                      % (caller["handle"], into), "coord work integrate queue --into %s shows it; the person "
+                      "lands it" % into, reason="person-lands", action="land")
+    results, tried = [], set()
+    while True:
+        order = [w for w in queue_order(st, into) if w["id"] not in tried]
+        if not order:
+            break
+        w = order[0]
+        tried.add(w["id"])
+        got = _land_queued(st, caller, w, into, environ, push, check)
+        results.append(got)
+        if got["outcome"] in ("stopped", "interrupted"):
+            break
+    count = lambda what: sum(1 for r in results if r["outcome"] == what)  # noqa: E731
+    stop = results[-1] if results and results[-1]["outcome"] in ("stopped", "interrupted") else None
+    return {"into": into, "remote": push, "works": results, "landed": count("landed"),
+            "sent_back": count("sent-back"), "waiting": count("waiting"),
+            "stopped": stop and {"work": stop["work"], "outcome": stop["outcome"], "reason": stop.get("reason")}}
+
+
+def _land_queued(st, caller, w, into, environ, push, check):
+    """One work of the queue: land it, or say what became of it (see the section's comment)."""
+    queued_at = integration_of(w).get("queued_at")
+    try:
+        r = land_work(st, caller=caller, handle=w["id"], into=into, environ=environ, push=push, check=check,
+                      queued=True)
+    except KeyboardInterrupt:
+        _queue_interrupted(st, caller, w, into, push, queued_at)
+        return {"work": w["handle"], "outcome": "interrupted", "reason": "interrupted",
+                "message": "interrupted; run the same command again to land what is left"}
+    except store.CoordError as exc:
+        return _queue_refusal(st, caller, w, into, exc, queued_at, push, check)
+    return dict(r, outcome="landed")
+
+
+def _queue_refusal(st, caller, w, into, exc, queued_at, push=None, check=None):
+    """A queued work's landing refused or failed: stop the queue, keep it waiting, or send it
+    back to its agent (QUEUE_STOPS, QUEUE_WAITS, anything else that is its own to fix)."""
+    reason = exc.details.get("reason") if isinstance(exc, Refused) else None
+    out = {"work": w["handle"], "reason": reason or exc.kind, "message": store.clean_text(exc.message, 2000),
+           "hint": exc.hint}
+    if reason in QUEUE_STOPS or not isinstance(exc, Refused):
+        _requeue(st, caller, w, into, queued_at)
+        rerun = queue_command(into, push=push, check=check)
+        steps = _RERUN_RE.sub("", exc.hint or "").strip()
+        return dict(out, outcome="stopped", hint="%s%sthen re-run: %s" % (steps, "; " if steps else "", rerun))
+    if reason in QUEUE_WAITS:
+        _requeue(st, caller, w, into, queued_at)
+        return dict(out, outcome="waiting")
+    with st.transaction():
+        cur = st.work(w["id"])
+        integ = integration_of(cur)
+        if integ["state"] == "queued":  # refused before it was acquired: it leaves the queue all the same
+            integ["state"] = "none"
+        integ["sent_back"] = {"at": now_time(), "by": caller["id"], "reason": out["reason"]}
+        st.update_work(w["id"], data={"integration": integ})
+        st.audit("work.queue.sent-back", caller["id"], w["id"], into=into, reason=out["reason"])
+    told, woke = _tell_owner(st, w, caller, _sent_back_body(w, into, exc))
+    return dict(out, outcome="sent-back", told=told, nudged=woke)
+
+
+def _requeue(st, caller, w, into, queued_at):
+    """Put a work whose landing stopped (its integration lock released) back in the queue at its
+    old place: the queue stopped or it waits for the person, not for its agent."""
+    with st.transaction():
+        cur = st.work(w["id"])
+        integ = integration_of(cur)
+        if integ["state"] != "lock-released":
+            return
+        integ.update({"state": "queued", "into": into, "queued_at": queued_at or now_time()})
+        st.update_work(w["id"], data={"integration": integ})
+        st.audit("work.queued", caller["id"], w["id"], into=into, requeued=True)
+
+
+def _queue_interrupted(st, caller, w, into, push, queued_at):
+    """SIGINT while the queue landed `w`: a landing that had not moved the target yet is recorded
+    stopped, its locks released and the work put back in its place; one that had moved it stays
+    as it is, and the next run finishes it (land_work's re-run)."""
+    try:
+        cur = st.work(w["id"])
+        landing = landing_of(cur)
+        if "moved" in [s["step"] for s in landing.get("steps") or []] or landing.get("state") != "running":
+            return
+        ld = Landing(st, caller, cur, into, None, push=push)
+        _stop_before_move(ld, "interrupted", Refused("interrupted before %s moved" % into))
+        if push:
+            _drop_push(st, caller, push, into)
+        _requeue(st, caller, w, into, queued_at)
+    except (store.CoordError, KeyboardInterrupt):
+        store.log_traceback("queue interrupted at %s" % w["id"])
+
+
+_RERUN_RE = re.compile(r"[;,]?\s*(then )?re-run\b.*$", re.S)
+
+
+def _sent_back_body(w, into, exc):
+    """The message to a work's agent when the queue sends its work back: what stopped it and the
+    steps that are the agent's (never the landing, which is the person's), then enqueue again."""
+    what = exc.message
+    steps = _RERUN_RE.sub("", exc.hint or "").strip()
+    if exc.details.get("reason") == "check-failed":
+        head, _, tail = what.partition("\n")
+        what = head.rstrip(":") + ("; its output ended:\n%s" % tail.strip()[-SENT_BACK_TAIL:] if tail.strip() else "")
+        steps += " (run the check there: %s)" % exc.details.get("command")
+    return ("coord: the landing queue into %s sent back work %s: %s\nSteps: %s%sthen queue it again: coord work "
+            "integrate enqueue %s --into %s" % (into, w["handle"], store.clean_text(what, 2500),
+                                                store.clean_text(steps, 800), "; " if steps else "", w["handle"], into))
+
+
+def queue_lines(r):
+    """The text of `land --queued`: one line per work, then a summary."""
+    lines = []
+    for x in r["works"]:
+        if x["outcome"] == "landed":
+            lines.append("%s landed %s on %s%s" % (x["work"], x["landed"], x["into"],
+                                                   " and %s/%s" % (x["remote"], x["into"]) if x["remote"] else ""))
+            continue
+        first = store.clean_text(x["message"].splitlines()[0] if x["message"] else x["reason"], 200)
+        if x["outcome"] == "sent-back":
+            told = "; told %s%s" % (x["told"], ", nudged" if x.get("nudged") is True else "") if x.get("told") else \
+                "; nobody to tell"
+            lines.append("%s sent back (%s): %s%s" % (x["work"], x["reason"], first, told))
+        elif x["outcome"] == "waiting":
+            lines.append("%s waits (%s): %s" % (x["work"], x["reason"], first))
+        else:
+            lines.append("%s %s the queue (%s): %s" % (x["work"], x["outcome"] == "interrupted" and "interrupted"
+                                                       or "stopped", x["reason"], first))
+            if x.get("hint"):
+                lines.append(store.hint("next: %s" % x["hint"]))
+    summary = "queue into %s: %d landed, %d sent back, %d waiting" % (r["into"], r["landed"], r["sent_back"],
+                                                                       r["waiting"])
+    if r["stopped"]:
+        summary += "; %s at %s, run it again to go on" % (r["stopped"]["outcome"], r["stopped"]["work"])
+    return lines + [summary]
+
+
 # --------------------------------------------------------------------------- landing preview
 # What a landing would do, seen before it happens: commits ahead of the target, how far the
 # base is behind it, and the paths `git merge-tree --write-tree` says would conflict. It runs
@@ -2157,6 +2371,11 @@ def cmd_prove(ctx, args):
 
 
 def cmd_land(ctx, args):
+    if args.queued:
+        return cmd_land_queue(ctx, args)
+    if not args.handle:
+        raise UsageError("name the work to land, or --queued for every queued work",
+                         "coord work integrate land WORK --into %s, or: %s" % (args.into, queue_command(args.into)))
     r = land_work(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ,
                   push=args.push, check=args.check, override=args.override)
     text = "%s landed %s on %s%s%s" % (r["work"], r["landed"], r["into"],
@@ -2176,6 +2395,19 @@ def cmd_land(ctx, args):
     if r.get("clone_settled") == "in use" and not r["already"]:
         text += "\nbefore the next edit in the clone: jj git fetch (else the edit amends the landed change)"
     return 0, workspace.ok_data(r), text
+
+
+def cmd_land_queue(ctx, args):
+    """`land --queued`: exit 0 when the queue ran through (works sent back included), 3 when a
+    refusal of the shared checkout's or the remote's stopped it, 130 when interrupted."""
+    if args.handle or args.override:
+        raise UsageError("--queued lands every queued work: no WORK and no --override with it",
+                         queue_command(args.into, push=args.push, check=args.check))
+    r = land_queue(ctx.db, caller=ctx.caller(), into=args.into, environ=ctx.environ, push=args.push, check=args.check)
+    code = 0
+    if r["stopped"]:
+        code = 130 if r["stopped"]["outcome"] == "interrupted" else store.EXIT_REFUSED
+    return code, dict(r, ok=code == 0), "\n".join(queue_lines(r))
 
 
 def landing_lines(w):
@@ -2240,9 +2472,11 @@ def _parse_integrate(ws, both):
     p = isub.add_parser("release", parents=both, help="release the integration lock (not evidence)")
     p.add_argument("handle", metavar="HANDLE")
     p.set_defaults(func=cmd_integrate_release)
-    p = isub.add_parser("land", parents=both, help="land the work: freeze, rebase if stale, check, move the "
-                        "bookmark, push, prove, release")
-    p.add_argument("handle", metavar="HANDLE")
+    p = isub.add_parser("land", parents=both, help="land the work (or with --queued every queued work, in "
+                        "order): freeze, rebase if stale, check, move the bookmark, push, prove, release")
+    p.add_argument("handle", metavar="HANDLE", nargs="?")
+    p.add_argument("--queued", action="store_true", help="land every work queued for --into, in queue order; "
+                   "what conflicts or fails its check goes back to its agent, the rest lands")
     p.add_argument("--into", required=True, metavar="BOOKMARK")
     p.add_argument("--push", metavar="REMOTE", help="also publish to this remote of the shared checkout")
     p.add_argument("--check", metavar="CMD", help="also run this on the frozen candidate, after git config %s of "

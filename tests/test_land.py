@@ -1753,3 +1753,134 @@ class LandPushRaceTest(LandCase):
         self.assertEqual(rc, 3, out + err)
         self.assertEqual(self.remote_main(), first, "the landing pushed over a rewound remote")
         self.assertIn("moved to %s while landing (expected %s)" % (first, upstream), err)
+
+
+class LandQueueTest(LandCase):
+    """`work integrate land --queued`: every queued work lands in queue order with one command,
+    each rebased onto the one before; what conflicts or fails the check goes back to its agent
+    with its steps, the rest lands; nothing is lost and a re-run lands nothing twice."""
+    kind = "git"
+
+    def agent_work(self, task, name, text):
+        """A work the person made and launched an agent for (as `work start` records its harness's
+        conversation), edited and queued by that agent."""
+        if not hasattr(self, "term"):
+            self.term = support.person_terminal(self, self.canon)
+        rc, out = self.term.coord("work", "create", task)
+        self.assertEqual(rc, 0, out)
+        handle, path = out.split()[:2]
+        self.write(path, name, text)
+        self.run_tool(path, "jj", "describe", "-m", "add " + name)
+        conversation = "agent-%s" % handle
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        with st.transaction():
+            st.update_work(st.resolve_work(handle)["id"], data={"tmux": {"conversation": conversation}})
+        agent = self.hello(conversation)["runtime"]
+        proc = self.work("integrate", "enqueue", handle, "--into", "main", runtime=agent["id"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return agent, handle, path
+
+    def test_a_queue_lands_the_rest_and_sends_the_conflict_and_the_broken_check_back(self):
+        a1, w1, _ = self.agent_work("first", "shared.txt", "one\nTWO (first)\nthree\n")
+        a2, w2, p2 = self.agent_work("clash", "shared.txt", "one\nTWO (clash)\nthree\n")
+        a3, w3, p3 = self.agent_work("breaks", "broken.txt", "broken\n")
+        a4, w4, _ = self.agent_work("fourth", "fourth.txt", "fourth\n")
+        self.coord("claim", "shared.txt", "notes.txt", runtime=a1["id"], cwd=self.canon, check=0)
+        term = self.term
+        rc, out = term.coord("work", "integrate", "land", "--queued", "--into", "main", "--push", "origin",
+                             "--check", "test ! -f broken.txt", "--json", stderr=False)
+        self.assertEqual(rc, 0, out)
+        reply = json.loads(out)
+        self.assertEqual([(x["work"], x["outcome"], x["reason"] if x["outcome"] != "landed" else None)
+                          for x in reply["works"]],
+                         [(w1, "landed", None), (w2, "sent-back", "conflict"), (w3, "sent-back", "check-failed"),
+                          (w4, "landed", None)])
+        self.assertEqual((reply["landed"], reply["sent_back"], reply["waiting"], reply["stopped"]), (2, 2, 0, None))
+        first, fourth = reply["works"][0]["landed"], reply["works"][3]["landed"]
+        self.assertEqual(self.main(), fourth)
+        self.assertEqual(self.remote_main(), fourth, "--push published each landing")
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", fourth + "^").strip(), first,
+                         "the fourth was rebased onto the first's landing")
+        for handle, landed in ((w1, first), (w4, fourth)):
+            integ = self.record(handle)["data"]["integration"]
+            self.assertEqual((integ["state"], integ["proof"]["target"]), ("integrated", landed))
+        # The two sent back left the queue, their clones keep their changes, their agents have the steps.
+        self.assertEqual(self.coord_json("work", "integrate", "queue", "--into", "main", runtime=a1["id"])["queue"], [])
+        for agent, handle, path, step in ((a2, w2, p2, "jj resolve --list"), (a3, w3, p3, "fix it in")):
+            self.assertEqual(self.record(handle)["data"]["integration"]["state"], "lock-released")
+            body = json.dumps(self.coord_json("inbox", runtime=agent["id"]))
+            self.assertIn("sent back work %s" % handle, body)
+            self.assertIn(step, body)
+            self.assertIn("coord work integrate enqueue %s --into main" % handle, body)
+            self.assertNotIn("integrate land", body, "landing is the person's: the agent is told to enqueue")
+        self.assertEqual(self.read(p3, "broken.txt"), "broken\n")
+        self.assertIn("check ", json.dumps(self.coord_json("inbox", runtime=a3["id"])))
+        # Those that landed: their agents are told, the first one's lease on what landed released.
+        self.assertIn("work %s landed on main" % w1, json.dumps(self.coord_json("inbox", runtime=a1["id"])))
+        self.assertIn("work %s landed on main" % w4, json.dumps(self.coord_json("inbox", runtime=a4["id"])))
+        self.assertEqual([l["resource"] for l in self.coord_json("list", runtime=a1["id"])["leases"]
+                          if l.get("handle") == a1["handle"]], ["notes.txt"])
+        # Fixed and queued again, the broken one lands; a further run lands nothing twice.
+        os.remove(os.path.join(p3, "broken.txt"))
+        self.write(p3, "fixed.txt", "fixed\n")
+        self.assertEqual(self.work("integrate", "enqueue", w3, "--into", "main", runtime=a3["id"]).returncode, 0)
+        rc, out = term.coord("work", "integrate", "land", "--queued", "--into", "main", "--push", "origin",
+                             "--check", "test ! -f broken.txt", stderr=False)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(out.strip().splitlines()[-1], "queue into main: 1 landed, 0 sent back, 0 waiting")
+        self.assertEqual(self.remote_main(), self.record(w3)["data"]["landing"]["landed"])
+        rc, out = term.coord("work", "integrate", "land", "--queued", "--into", "main", stderr=False)
+        self.assertEqual((rc, out.strip()), (0, "queue into main: 0 landed, 0 sent back, 0 waiting"))
+        integrated = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        integrated = [e["subject"] for e in integrated if e["event"] == "work.integrated"]
+        self.assertEqual(len(integrated), 3)
+        self.assertEqual(len(set(integrated)), 3, "each work was proven once")
+
+    def test_an_agent_may_not_land_the_queue_unless_the_repository_opts_in(self):
+        self.run_tool(self.canon, "git", "config", "--unset", "coord.agentsLand")
+        agent, handle, _ = self.agent_work("queued", "q.txt", "q\n")
+        before = self.main()
+        proc = self.work("integrate", "land", "--queued", "--into", "main", "--check", "true", "--json",
+                         runtime=agent["id"])
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "person-lands"), proc.stderr)
+        self.assertEqual(self.main(), before)
+        self.assertEqual(self.record(handle)["data"]["integration"]["state"], "queued")
+
+    def test_sigint_during_a_check_then_a_rerun_lands_every_work_once(self):
+        started, go_on = os.path.join(self.tmp, "check-started"), os.path.join(self.tmp, "go-on")
+        check = "if [ -f slow.txt ] && [ ! -f %s ]; then touch %s; sleep 60; fi; true" % (go_on, started)
+        handles = []
+        for task, name in (("one", "one.txt"), ("slow", "slow.txt"), ("three", "three.txt")):
+            handle, _ = self.make(task, name=name, text=task + "\n")
+            self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+            handles.append(handle)
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"])
+        child = subprocess.Popen([sys.executable, "-S", support.COORD, "work", "integrate", "land", "--queued",
+                                  "--into", "main", "--push", "origin", "--check", check],
+                                 env=env, cwd=self.canon, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: child.poll() is None and child.kill())
+        support.retry_until(lambda: os.path.exists(started) or child.poll() is not None, timeout=120)
+        self.assertIsNone(child.poll(), "coord was still checking the second work")
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        self.assertEqual(child.returncode, 130, out + err)
+        self.assertIn("%s landed" % handles[0], out)
+        self.assertIn("%s interrupted the queue" % handles[1], out)
+        self.assertEqual(self.record(handles[1])["data"]["integration"]["state"], "queued",
+                         "the interrupted work is back in its place")
+        self.assertEqual([r["handle"] for r in self.coord_json("work", "integrate", "queue", "--into", "main",
+                                                                   runtime=self.rt["id"])["queue"]], handles[1:])
+        open(go_on, "w").close()
+        proc = self.work("integrate", "land", "--queued", "--into", "main", "--push", "origin", "--check", check)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stdout.strip().splitlines()[-1], "queue into main: 2 landed, 0 sent back, 0 waiting")
+        landed = [self.record(h)["data"]["landing"]["landed"] for h in handles]
+        self.assertEqual(self.main(), landed[2])
+        self.assertEqual(self.remote_main(), landed[2])
+        log = self.run_tool(self.canon, "git", "log", "--format=%s", "main").splitlines()
+        self.assertEqual(sorted(log), sorted(["initial", "add a feature", "add a feature", "add a feature"]),
+                         "every work landed exactly once")
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual(sorted(e["subject"] for e in events if e["event"] == "work.integrated"),
+                         sorted(self.record(h)["id"] for h in handles))
