@@ -2249,6 +2249,196 @@ def _report_group(ov, members, heads, into, default, report):
             report["pairs"].append({"a": a["handle"], "b": b["handle"], "overlap": overlap, "conflicts": conflicts})
 
 
+# --------------------------------------------------------------------------- review
+# `work review WORK`: one screen of what the person decides a landing on, read without changing
+# anything (the candidate's objects through the preview's overlay): the change against its
+# target (stat and a bounded diff), its description, the files it touched and who held leases on
+# them, the conflict forecast of `work conflicts`, the last check. `--queued` does it for the
+# queue in order, and the queue's combined diff: each work merged in turn onto the target in the
+# overlay (merge-tree, commit-tree: nothing outside it), those that would conflict left out.
+
+REVIEW_DIFF_LINES = 40      # diff lines shown by default
+REVIEW_DIFF_VERBOSE = 400   # with --verbose
+
+
+def _bounded_diff(ov, old, new, limit):
+    """(stat text, the first `limit` diff lines, how many lines the whole diff has)."""
+    _, stat, _ = ov.git(["diff", "--no-color", "--stat=100", "--no-renames", old, new])
+    _, diff, _ = ov.git(["diff", "--no-color", "--no-renames", old, new])
+    lines = diff.splitlines()
+    return stat.rstrip("\n"), lines[:limit], len(lines)
+
+
+def _review_leases(st, w, files):
+    """[{path, holder, now}]: who holds a lease overlapping a touched file now, and who claimed
+    one exclusively since the work was created (the lease audit)."""
+    out, seen = [], set()
+    for lease in st.all_leases():
+        for p in files:
+            if store.overlaps(lease["resource"], p) and (p, lease["handle"]) not in seen:
+                seen.add((p, lease["handle"]))
+                out.append({"path": p, "holder": lease["handle"], "mode": lease["mode"], "now": True})
+    names = {}
+    for c in st.exclusive_claims_since(w["created_at"], files) if files else []:
+        if c["runtime"] not in names:
+            rt = st.runtime(c["runtime"]) if c["runtime"] else None
+            names[c["runtime"]] = rt["handle"] if rt else None
+        for p in files:
+            if names[c["runtime"]] and store.overlaps(c["resource"], p) and (p, names[c["runtime"]]) not in seen:
+                seen.add((p, names[c["runtime"]]))
+                out.append({"path": p, "holder": names[c["runtime"]], "mode": "exclusive", "now": False})
+    return out
+
+
+def review_work(st, w, *, into=None, environ=None, limit=REVIEW_DIFF_LINES, report=None):
+    """-> {work, task, into, target, candidate, frozen, ahead, behind, description, commits, stat,
+    diff, diff_lines, files, leases, forecast: {target, pairs}, check, landing}. `report`: a
+    conflict_report already computed (the queue's review computes it once)."""
+    integ = integration_of(w)
+    into = workspace.check_bookmark(into) if into else workspace.target_bookmark(w, environ)
+    frozen = integ.get("candidate") if integ["state"] == "integrating" else None
+    commit = frozen["commit"] if frozen else work_tip(w, environ)
+    target = branch_commits(w["source"], environ).get(into)
+    if not commit or not target:
+        raise Refused("work %s has nothing to review against %s: %s" % (
+            w["handle"], into, "no bookmark %s" % into if commit else "no change"), "coord work inspect %s"
+            % w["handle"])
+    out = {"work": w["handle"], "task": w["task"], "into": into, "target": target, "candidate": commit,
+           "frozen": bool(frozen)}
+    with _Overlay(_store_dirs(w, environ), environ, sha256=len(target) == 64) as ov:
+        out["ahead"], out["behind"] = _ahead_behind(ov, target, commit)
+        base = ov.git(["merge-base", target, commit])[1].strip()
+        out["stat"], out["diff"], out["diff_lines"] = _bounded_diff(ov, base, commit, limit)
+        out["files"] = sorted(_changed_paths(ov, target, commit))
+        _, log, _ = ov.git(["log", "--format=%h %s", "%s..%s" % (target, commit)])
+        out["commits"] = log.splitlines()
+        out["description"] = ov.git(["log", "-1", "--format=%B", commit])[1].strip()
+    out["leases"] = _review_leases(st, w, out["files"])
+    report = report if report is not None else conflict_report(st, into=into, environ=environ)
+    row = next((r for r in report["works"] if r["handle"] == w["handle"]), {})
+    out["forecast"] = {"target": row.get("target_conflicts"), "error": report["error"],
+                       "pairs": [p for p in report["pairs"] if w["handle"] in (p["a"], p["b"])]}
+    gate = gate_of(w)
+    out["check"] = dict(gate.get("check") or {}, state=gate["state"])
+    landing = landing_of(w)
+    out["landing"] = {k: landing.get(k) for k in ("state", "step", "reason") if landing.get(k)} or None
+    return out
+
+
+def review_queue(st, *, into, environ=None, limit=REVIEW_DIFF_LINES):
+    """`work review --queued`: review_work for each queued work in queue_order and the combined
+    diff of the queue. -> {into, works, combined: {stat, diff, diff_lines, left_out, error}}."""
+    into = workspace.check_bookmark(into)
+    order = queue_order(st, into)
+    report = conflict_report(st, into=into, environ=environ)
+    works = [review_work(st, w, into=into, environ=environ, limit=limit, report=report) for w in order]
+    combined = {"stat": "", "diff": [], "diff_lines": 0, "left_out": [], "error": None}
+    if works:
+        dirs = []
+        for w in order:
+            dirs += _store_dirs(w, environ)
+        target = works[0]["target"]
+        try:
+            with _Overlay(dirs, environ, sha256=len(target) == 64) as ov:
+                cur = target
+                for r in works:
+                    code, out, _ = ov.git(["merge-tree", "--write-tree", "--no-messages", cur, r["candidate"]],
+                                          check=False)
+                    if code != 0:
+                        combined["left_out"].append(r["work"])
+                        continue
+                    tree = out.split()[0]
+                    cur = ov.git(["commit-tree", tree, "-p", cur, "-p", r["candidate"], "-m", "queue"])[1].strip()
+                combined["stat"], combined["diff"], combined["diff_lines"] = _bounded_diff(ov, target, cur, limit)
+        except store.CoordError as exc:
+            combined["error"] = exc.message
+    return {"into": into, "works": works, "combined": combined}
+
+
+def review_lines(r, verbose=False):
+    """One screen for one work's review."""
+    where = "frozen candidate" if r["frozen"] else "tip"
+    lines = ["%s  %s  -> %s: %s %s, %d ahead, base %s" % (
+        r["work"], store.clean_text(r["task"], 60), r["into"], where, r["candidate"][:12], r["ahead"],
+        "current" if not r["behind"] else "%d behind" % r["behind"])]
+    desc = store.clean_text(r["description"], 4000).splitlines() or ["(no description)"]
+    lines.append("description: %s" % desc[0])
+    lines += ["  " + l for l in desc[1:]] if verbose else []
+    if len(r["commits"]) > 1:
+        lines.append("commits: %d (%s)" % (len(r["commits"]), "; ".join(store.clean_text(c, 80) for c in
+                                                                           r["commits"][:5 if not verbose else 50])))
+    lines.append("files: %s" % (named_paths(r["files"]) if r["files"] else "none"))
+    if r["leases"]:
+        lines.append("leases: %s" % "; ".join("%s %s by %s" % (l["path"], "held" if l["now"] else "was held",
+                                                               l["holder"]) for l in r["leases"][:10]))
+    f = r["forecast"]
+    bits = ["with %s in %s" % (r["into"], named_paths(f["target"]))] if f["target"] else []
+    bits += ["with %s in %s" % (p["b"] if p["a"] == r["work"] else p["a"], named_paths(p["conflicts"]))
+             for p in f["pairs"] if p["conflicts"]]
+    lines.append("forecast: %s" % ("would conflict " + "; ".join(bits) if bits else
+                                   "unknown (%s)" % store.clean_text(f["error"], 200) if f["error"] else
+                                   "no conflicts"))
+    c = r["check"]
+    if c.get("command"):
+        lines.append("last check: %s %s on %s%s" % (c["state"], store.clean_text(c["command"], 200),
+                                                    (c.get("candidate") or "?")[:12],
+                                                    " (exit %s)" % c.get("exit") if c.get("exit") else ""))
+    else:
+        lines.append("last check: none (gate %s)" % c["state"])
+    if r["landing"] and r["landing"].get("state") != "landed":
+        lines.append("last landing: %s after %s" % (r["landing"].get("state"), r["landing"].get("step")))
+    return lines + _diff_lines(r)
+
+
+def _diff_lines(r):
+    lines = [l for l in r["stat"].splitlines()]
+    lines += [store.clean_text(l, 300) for l in r["diff"]]
+    if r["diff_lines"] > len(r["diff"]):
+        lines.append("... %d more diff lines (--verbose shows up to %d)" % (r["diff_lines"] - len(r["diff"]),
+                                                                          REVIEW_DIFF_VERBOSE))
+    return lines
+
+
+def cmd_review(ctx, args):
+    limit = REVIEW_DIFF_VERBOSE if ctx.verbose else REVIEW_DIFF_LINES
+    if args.queued:
+        if args.handle or not args.into:
+            raise UsageError("--queued reviews the queue of one bookmark: --into B, and no WORK",
+                             "coord work review --queued --into main")
+        r = review_queue(ctx.db, into=args.into, environ=ctx.environ, limit=limit)
+        lines = []
+        for i, x in enumerate(r["works"], 1):
+            one = review_lines(dict(x, stat="", diff=[], diff_lines=0) if not ctx.verbose else x, ctx.verbose)
+            lines += ["%d. %s" % (i, one[0])] + ["   " + l for l in one[1:]]
+        c = r["combined"]
+        if not r["works"]:
+            lines.append("nothing queued for %s" % r["into"])
+        elif c["error"]:
+            lines.append("combined: not computed: %s" % store.clean_text(c["error"], 300))
+        else:
+            lines.append("combined (%d work%s onto %s%s):" % (
+                len(r["works"]) - len(c["left_out"]), "" if len(r["works"]) == 1 else "s", r["into"],
+                "; would conflict, left out: %s" % ", ".join(c["left_out"]) if c["left_out"] else ""))
+            lines += _diff_lines(c)
+        return 0, dict(r, ok=True), "\n".join(lines)
+    if not args.handle:
+        raise UsageError("name the work to review, or --queued --into B", "coord work review WORK")
+    w = workspace.target_work(ctx, args.handle)
+    r = review_work(ctx.db, w, into=args.into, environ=ctx.environ, limit=limit)
+    return 0, dict(r, ok=True), "\n".join(review_lines(r, ctx.verbose))
+
+
+def _parse_review(ws, both):
+    p = ws.add_parser("review", parents=both, help="what to decide a landing on: the diff against the target, "
+                      "description, files and their leases, conflict forecast, last check (reads only)")
+    p.add_argument("handle", nargs="?", metavar="HANDLE", help=workspace.BY_TASK_HELP)
+    p.add_argument("--into", metavar="BOOKMARK", help="the target (default: the one it integrates into, else the "
+                   "repository's main bookmark)")
+    p.add_argument("--queued", action="store_true", help="every work queued for --into, in order, and their "
+                   "combined diff")
+    p.set_defaults(func=cmd_review)
+
+
 # --------------------------------------------------------------------------- remote
 
 def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
@@ -2504,7 +2694,8 @@ def _parse_conflicts(ws, both):
 
 
 # The `work` subcommands this module builds and handles (coord chooses the module; see workspace.register).
-PARSERS = {"inspect": _parse_inspect, "integrate": _parse_integrate, "conflicts": _parse_conflicts}
+PARSERS = {"inspect": _parse_inspect, "integrate": _parse_integrate, "conflicts": _parse_conflicts,
+           "review": _parse_review}
 
 
 def register_remote(sub, common, ident):

@@ -3702,8 +3702,8 @@ def override_argument(p):
 
 
 # Every `work` subcommand, in the order help lists them (a test compares this with the parser).
-WORK_COMMANDS = ("create", "setup", "list", "inspect", "gate", "integrate", "conflicts", "remove", "gc", "adopt",
-                 "start", "attach", "park", "resume", "close", "record-conversation", "archive")
+WORK_COMMANDS = ("create", "setup", "list", "inspect", "gate", "integrate", "conflicts", "review", "remove", "gc",
+                 "adopt", "start", "attach", "park", "resume", "close", "record-conversation", "archive")
 
 
 class _Some:

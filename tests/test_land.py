@@ -1884,3 +1884,44 @@ class LandQueueTest(LandCase):
         events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
         self.assertEqual(sorted(e["subject"] for e in events if e["event"] == "work.integrated"),
                          sorted(self.record(h)["id"] for h in handles))
+
+
+class ReviewTest(LandCase):
+    """`work review`: one screen of what the person decides a landing on, read only."""
+    kind = "git"
+
+    def test_one_work_and_the_queue_with_its_combined_diff(self):
+        w1, p1 = self.make("first", name="shared.txt", text="one\nTWO (first)\nthree\n", describe="first change")
+        w2, p2 = self.make("clash", name="shared.txt", text="one\nTWO (clash)\nthree\n", describe="clashing change")
+        w3, p3 = self.make("third", name="third.txt", text="".join("line %d\n" % i for i in range(100)),
+                           describe="third change\n\nwith a body")
+        peer = self.hello()["runtime"]
+        self.coord("claim", "third.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        self.assertEqual(self.land(w3, "--check", "false").returncode, 3)  # a failed check, recorded
+        before = (self.main(), self.run_tool(self.canon, "git", "for-each-ref").strip())
+        r = self.coord_json("work", "review", w3, runtime=self.rt["id"])
+        self.assertEqual((r["files"], r["description"], r["frozen"]), (["third.txt"], "third change\n\nwith a body",
+                                                                       False))
+        self.assertEqual([(l["path"], l["holder"], l["now"]) for l in r["leases"]],
+                         [("third.txt", peer["handle"], True)])
+        self.assertEqual((r["check"]["state"], r["check"]["command"], r["check"]["exit"]), ("failed", "false", 1))
+        self.assertEqual((len(r["diff"]), r["diff_lines"]), (40, 106))
+        self.assertIn("third.txt | 100 +", r["stat"])
+        r = self.coord_json("work", "review", w1, runtime=self.rt["id"])
+        self.assertEqual([(p["a"], p["b"], p["conflicts"]) for p in r["forecast"]["pairs"]],
+                         [(w1, w2, ["shared.txt"])])
+        text = self.work("review", w1).stdout
+        self.assertIn("forecast: would conflict with %s in shared.txt" % w2, text)
+        self.assertIn("last check: none (gate pending)", text)
+        self.assertIn("+TWO (first)", text)
+        for h in (w1, w2, w3):
+            self.assertEqual(self.work("integrate", "enqueue", h, "--into", "main").returncode, 0)
+        q = self.coord_json("work", "review", "--queued", "--into", "main", runtime=self.rt["id"])
+        self.assertEqual([x["work"] for x in q["works"]], [w1, w2, w3])
+        self.assertEqual(q["combined"]["left_out"], [w2])
+        self.assertIn("shared.txt", q["combined"]["stat"])
+        self.assertIn("third.txt", q["combined"]["stat"])
+        text = self.work("review", "--queued", "--into", "main").stdout
+        self.assertIn("combined (2 works onto main; would conflict, left out: %s):" % w2, text)
+        self.assertEqual((self.main(), self.run_tool(self.canon, "git", "for-each-ref").strip()), before,
+                         "a review changes nothing")
