@@ -367,6 +367,9 @@ def _wake(st, caller, w, msg):
         problem = workspace.nudge_work(st, caller, w, msg)
     except store.CoordError as exc:
         problem = exc.message
+    except Exception as exc:  # noqa: BLE001 - the landing is done; waking its agent is a courtesy
+        store.log_traceback("nudge after landing %s" % w["id"])
+        problem = "the nudge failed: %s" % exc
     return True if problem is None else store.clean_text(problem, 200)
 
 
@@ -426,8 +429,10 @@ def confirm_fence(st, w, caller, cand, what, rerun):
 
 
 def release_integration(st, *, caller, handle):
-    """Release the integration lease the caller froze the candidate with (not evidence);
-    -> {work, integration: the integration state after it}."""
+    """Release the integration lease the caller froze the candidate with (not evidence), unless
+    the same holder still has another work's candidate frozen under it (a batch of the landing
+    queue, or two works acquired by hand): the lease then stays for that one, whose proof needs
+    it; -> {work, integration: the integration state after it}."""
     w = st.resolve_work(handle)
     integ, cand = _candidate_for(w, caller, st)
     holder = _freezer_holder(st, cand, caller) or caller["id"]
@@ -436,7 +441,7 @@ def release_integration(st, *, caller, handle):
                       % w["handle"])
     with st.transaction():
         held = [l["resource"] for l in st.leases_of(holder, [cand["resource"]])]
-        if cand["resource"] in held:
+        if cand["resource"] in held and not _frozen_elsewhere(st, w, holder, cand["resource"]):
             st.release(holder, [cand["resource"]])
         cur = st.resolve_work(w["id"])
         now_integ, _ = _candidate_for(cur, caller, st)
@@ -448,6 +453,18 @@ def release_integration(st, *, caller, handle):
         st.audit("work.integration.released", caller["id"], w["id"], resource=cand["resource"],
                  proven=now_integ["state"] == "integrated")
     return {"work": w["handle"], "integration": now_integ["state"]}
+
+
+def _frozen_elsewhere(st, w, holder, resource):
+    """Whether `holder` froze another work's candidate under `resource` that is neither proven nor
+    released: releasing the lease would take it from under that one."""
+    for other in st.works():
+        integ = integration_of(other)
+        cand = integ.get("candidate") or {}
+        if other["id"] != w["id"] and integ["state"] == "integrating" and not integ.get("released") and \
+                cand.get("resource") == resource and cand.get("runtime") == holder:
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- landing
@@ -1097,6 +1114,7 @@ class Landing:
         self.old = None                      # the target's commit when the landing began
         self.resource, self.fence = _integration_resource(into), None
         self.stopped = False                 # the stop is recorded (a conflict, a failed check)
+        self.cand, self.queued_at = None, None  # a batch's: the candidate frozen, the work's place in the queue
 
     def record(self, step, state="running", **facts):
         """_land_record for this landing; -> the landing dict, also kept in `landing` and `w`."""
@@ -1297,26 +1315,14 @@ def _prepare_in_clone(ld, cand, stale):
 def _prepare_in_scratch(ld, cand, stale, scratch, live):
     """Rebase (when stale) and check in a private scratch checkout, because something live works
     in the clone (`live`, cleanup's blockers); the clone is not touched. -> the candidate."""
-    st, w, caller, environ, source = ld.st, ld.w, ld.caller, ld.environ, ld.source
+    st, w, caller, environ = ld.st, ld.w, ld.caller, ld.environ
     if not stale:
         scratch.checkout(cand["commit"])
     else:
         new, paths = scratch.rebase(ld.old, cand["commit"])
         if paths:
             _land_conflict(ld, cand, paths, scratch=True)
-        ref = "refs/coord/work/%s" % w["id"]
-        git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
-                                    "+%s:%s" % (new, ref)], source, environ)
-        cand = {"change": cand["change"], "commit": new, "rebased_from": cand["commit"]}
-        with st.transaction():
-            cur = st.work(w["id"])
-            integ = integration_of(cur)
-            frozen = dict(integ.get("candidate") or {})
-            frozen.update({"commit": new, "rebased_from": cand["rebased_from"], "at": now_time()})
-            integ["candidate"] = frozen
-            st.update_work(w["id"], data={"integration": integ})
-            st.audit("work.integration.rebased", caller["id"], w["id"], candidate_commit=new,
-                     rebased_from=cand["rebased_from"], where="scratch")
+        cand = _freeze_scratch(ld, cand, new, scratch, "scratch")
     ld.record("rebased", candidate=cand["commit"], rebased=stale, where="scratch",
               live_inside=store.clean_text(live[0]["message"], 300))
     if ld.checks:
@@ -1327,6 +1333,24 @@ def _prepare_in_scratch(ld, cand, stale, scratch, live):
         cand = dict(cand, check_cwd="a scratch checkout of the candidate (the clone was in use)")
         _gate_from_check(st, w, caller, ld.checks, cand)
     return cand
+
+
+def _freeze_scratch(ld, cand, new, scratch, where):
+    """The candidate rebased in a scratch checkout as `new`: fetch it to the work's private ref
+    and freeze it as the candidate. -> the new candidate."""
+    st, w, source = ld.st, ld.w, ld.source
+    git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
+                                "+%s:%s" % (new, candidate_ref(w["id"]))], source, ld.environ)
+    with st.transaction():
+        cur = st.work(w["id"])
+        integ = integration_of(cur)
+        frozen = dict(integ.get("candidate") or {})
+        frozen.update({"commit": new, "rebased_from": cand["commit"], "at": now_time()})
+        integ["candidate"] = frozen
+        st.update_work(w["id"], data={"integration": integ})
+        st.audit("work.integration.rebased", ld.caller["id"], w["id"], candidate_commit=new,
+                 rebased_from=cand["commit"], where=where)
+    return {"change": cand["change"], "commit": new, "rebased_from": cand["commit"]}
 
 
 def _gate_from_check(st, w, caller, checks, cand):
@@ -1396,11 +1420,13 @@ def _land_after_move(ld, moved=False):
                             agent_told=proof["agent_told"], agent_nudged=proof["agent_nudged"])
     release_integration(st, caller=caller, handle=ld.w["id"])
     told = None
-    if landing.get("rebased") and landing.get("where") == "scratch" and "released" not in done:
+    if landing.get("rebased") and landing.get("where") in ("scratch", "batch") and "released" not in done:
         told, _ = _tell_owner(st, ld.w, caller, (
-            "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
+            "coord: %s landed on %s as %s, rebased in a scratch copy %s. The clone still "
             "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
-            "jj rebase -b @ -d %s@origin --skip-emptied" % (ld.w["handle"], into, new, ld.w["path"], into)))
+            "jj rebase -b @ -d %s@origin --skip-emptied" % (
+                ld.w["handle"], into, new, "because the clone was in use" if landing["where"] == "scratch" else
+                "with the works queued before it", ld.w["path"], into)))
     settled = _settle_clone(st, ld.w, new, environ)  # None after a rebase in scratch: @ is not `new`
     landing = ld.record("released", state="landed", finished_at=now_time(), owner_told=told, clone_settled=settled)
     return _land_result(ld.w, landing)
@@ -1748,11 +1774,14 @@ def queue_order(st, into):
     return out
 
 
-def land_queue(st, *, caller, into, environ, push=None, check=None):
+def land_queue(st, *, caller, into, environ, push=None, check=None, batch=None):
     """Land every work queued for `into`, in queue_order, each as land_work does (checked, moved,
-    pushed with --push, proven, released). -> {into, works: [{work, outcome: landed|sent-back|
-    waiting|stopped|interrupted, ...}], landed, sent_back, waiting, stopped}."""
+    pushed with --push, proven, released); with batch N > 1, N at a time (_land_batch).
+    -> {into, works: [{work, outcome: landed|sent-back|waiting|stopped|interrupted, ...}],
+    batches: [{works, check_runs}], check_runs, landed, sent_back, waiting, stopped}."""
     into = workspace.check_bookmark(into)
+    if batch is not None:
+        batch = store.check_int(batch, "--batch", 1, 1000)
     if push is not None and (not push or push.startswith("-")):
         raise UsageError("--push %r is not a remote name" % push, "coord work integrate land --queued --into main "
                          "--push origin")
@@ -1766,15 +1795,21 @@ def land_queue(st, *, caller, into, environ, push=None, check=None):
         order = [w for w in queue_order(st, into) if w["id"] not in tried]
         if not order:
             break
-        w = order[0]
-        tried.add(w["id"])
-        got = _land_queued(st, caller, w, into, environ, push, check)
-        results.append(got)
-        if got["outcome"] in ("stopped", "interrupted"):
+        fresh = [w for w in order[:batch or 1] if landing_of(w).get("state") not in LAND_RESUMABLE]
+        if batch and batch > 1 and fresh and fresh[0] is order[0]:
+            tried |= _land_batch(st, caller, fresh, into, environ, push, check, results)
+        else:
+            tried.add(order[0]["id"])
+            results.append(_land_queued(st, caller, order[0], into, environ, push, check))
+        if results and results[-1]["outcome"] in ("stopped", "interrupted"):
             break
+    batches = [r for r in results if r["outcome"] == "batch"]
+    results = [r for r in results if r["outcome"] != "batch"]
     count = lambda what: sum(1 for r in results if r["outcome"] == what)  # noqa: E731
     stop = results[-1] if results and results[-1]["outcome"] in ("stopped", "interrupted") else None
-    return {"into": into, "remote": push, "works": results, "landed": count("landed"),
+    return {"into": into, "remote": push, "works": results, "batches": batches,
+            "check_runs": sum(b["check_runs"] for b in batches) if batch and batch > 1 else None,
+            "landed": count("landed"),
             "sent_back": count("sent-back"), "waiting": count("waiting"),
             "stopped": stop and {"work": stop["work"], "outcome": stop["outcome"], "reason": stop.get("reason")}}
 
@@ -1851,6 +1886,204 @@ def _queue_interrupted(st, caller, w, into, push, queued_at):
         store.log_traceback("queue interrupted at %s" % w["id"])
 
 
+# `--batch N`: N queued works at once. Each is acquired, fetched and refused as a single landing
+# would be, then all are rebased one onto the other in one scratch checkout (cherry-picks, as a
+# landing whose clone is in use), and the checks run once on the combined result. When they
+# fail, the batch is bisected on its prefixes (the first k works), as merge queues do, to find the
+# first work whose addition breaks them: that one goes back to its agent, the works before it
+# land (their prefix passed), the works after it go back to their place and the queue goes on
+# with them. The target moves once, to the last landed work; then each landed work is pushed
+# (from the one before it, so a re-run after a kill finishes each alone), proven and released
+# by `_land_after_move`, with its own landing and proof record.
+
+def _land_batch(st, caller, works, into, environ, push, check, results):
+    """Land `works` (the next ones in queue order) as one batch; appends to `results` what became
+    of each work it finished with. -> the IDs of the works it finished with (a work sent back to
+    its place after a bisection is not one of them)."""
+    source, done = works[0]["source"], set()
+    started = []
+    with workspace.repo_lock(source, _lock_dir(st, works[0]), "land-" + into):
+        old = _rev(source, "refs/heads/" + into, environ)
+        try:
+            for w in works:
+                ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, queued=True)
+                ld.queued_at = integration_of(w).get("queued_at")
+                started.append(ld)
+                cand = _batch_start(ld, old, results)
+                done.add(w["id"])
+                if cand is None and results[-1]["outcome"] == "stopped":
+                    return done | _batch_requeue([l for l in started if l.cand], "the queue stopped at %s"
+                                                 % w["handle"])
+                ld.cand = cand
+            ready = [ld for ld in started if ld.cand]
+            if not ready:
+                return done
+            with _Scratch(ready[0].w, environ) as scratch:
+                chain = _batch_chain(ready, old, scratch, results)
+                passed, culprit, failed, runs = _batch_check(chain, scratch)
+            results.append({"outcome": "batch", "works": [ld.w["handle"] for ld in ready], "check_runs": runs})
+            if culprit is not None:
+                _batch_culprit(chain, passed, culprit, failed, results, done)
+            return done | _batch_land(chain[:passed], old, results)
+        except KeyboardInterrupt:
+            for ld in started:
+                _queue_interrupted(st, caller, ld.w, into, push, ld.queued_at)
+            results.append({"work": started[-1].w["handle"] if started else "-", "outcome": "interrupted",
+                            "reason": "interrupted", "message": "interrupted; run the same command again to "
+                            "land what is left"})
+            return done
+
+
+def _batch_start(ld, old, results):
+    """A batch's work up to its rebase: what a single landing refuses (authority, readiness, the
+    candidate, what the move and the push would meet) refuses it here. -> the candidate, or None
+    with its outcome appended to `results`."""
+    st, w, caller, environ = ld.st, ld.w, ld.caller, ld.environ
+    try:
+        workspace.authorize(st, w, caller, "land", False, into=ld.into)
+        workspace.refuse_state(w, workspace.UNUSABLE)
+        ld.check, ld.checks = _land_checks(w, ld.check_arg, environ)
+        _refuse_unready(st, w, ld.checks)
+        ld.old = old
+        cand = _land_acquire(ld)
+        fetch_candidate(ld.w, cand["commit"], environ)
+        ld.record("fetched", candidate=cand["commit"])
+        stale = not _is_ancestor(ld.source, old, cand["commit"], environ)
+        _refuse_early(ld.w, ld.into, ld.push, old, cand["commit"], environ, stale)
+        _refuse_installed(st, ld.w, caller, ld.into, old, cand, ld.override, environ)
+        _refuse_peer_leases(st, ld.w, caller, old, cand["commit"], ld.override, environ)
+        _refuse_lfs_content(ld.w, old, cand["commit"], environ)
+        return cand
+    except store.CoordError as exc:
+        _batch_refused(ld, exc, results)
+        return None
+
+
+def _batch_refused(ld, exc, results):
+    """One work of a batch refused or failed: stop its landing (when it began) and say what becomes
+    of it, as the queue does for a single landing."""
+    if ld.fence is not None and not ld.stopped:
+        _stop_before_move(ld, "refused" if isinstance(exc, Refused) else "failed", exc)
+    results.append(_queue_refusal(ld.st, ld.caller, ld.w, ld.into, exc, ld.queued_at, ld.push, ld.check_arg))
+
+
+def _batch_requeue(lds, why):
+    """Stop the landings of `lds` (nothing moved for them) and put each back at its place."""
+    for ld in lds:
+        if ld.fence is not None and not ld.stopped:
+            _stop_before_move(ld, "requeued", Refused(why))
+        _requeue(ld.st, ld.caller, ld.w, ld.into, ld.queued_at)
+    return set()
+
+
+def _batch_chain(ready, old, scratch, results):
+    """Rebase each ready work onto the one before it (the first onto `old`) in the scratch
+    checkout; one that conflicts goes back to its agent and the chain goes on without it.
+    -> [(Landing, candidate)] in order, each recorded `rebased` with the one before as its old target."""
+    cur, chain = old, []
+    for ld in ready:
+        cand = ld.cand
+        try:
+            if _is_ancestor(ld.source, cur, cand["commit"], ld.environ):
+                rebased = False
+            else:
+                new, paths = scratch.rebase(cur, cand["commit"])
+                if paths:
+                    ld.old = cur
+                    _land_conflict(ld, cand, paths, scratch=True)
+                cand, rebased = _freeze_scratch(ld, cand, new, scratch, "batch"), True
+            ld.record("rebased", candidate=cand["commit"], rebased=rebased, where="batch", old_target=cur)
+        except store.CoordError as exc:
+            _batch_refused(ld, exc, results)
+            continue
+        chain.append((ld, cand))
+        cur = cand["commit"]
+    return chain
+
+
+def _batch_check(chain, scratch):
+    """Run the checks on the chain's combined result; when they fail, bisect its prefixes.
+    -> (how many works from the start passed, the index of the first that broke them or None,
+    its failed check result, how many check runs it took)."""
+    runs = [0]
+
+    def failing(k):  # the first failed check of the first k works' result, or None
+        ld = chain[k - 1][0]
+        scratch.checkout(chain[k - 1][1]["commit"])
+        for command in ld.checks:
+            runs[0] += 1
+            result = _run_check(ld.w, command, ld.environ, cwd=scratch.path)
+            if result["exit"] != 0:
+                return result
+        return None
+
+    if not chain or not chain[-1][0].checks:
+        return len(chain), None, None, 0
+    bad = failing(len(chain))
+    if bad is None:
+        return len(chain), None, None, runs[0]
+    lo, hi = 0, len(chain)  # the first lo pass (none, trivially), the first hi fail
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        got = failing(mid)
+        if got is None:
+            lo = mid
+        else:
+            hi, bad = mid, got
+    return lo, hi - 1, bad, runs[0]
+
+
+def _batch_culprit(chain, passed, culprit, failed, results, done):
+    """The work whose addition broke the checks goes back to its agent; those after it go back to
+    their place in the queue, for the next batch."""
+    ld, cand = chain[culprit]
+    try:
+        _land_check_failed(ld, cand, failed)
+    except Refused as exc:
+        results.append(_queue_refusal(ld.st, ld.caller, ld.w, ld.into, exc, ld.queued_at, ld.push, ld.check_arg))
+    later = [l for l, _ in chain[culprit + 1:]]
+    _batch_requeue(later, "the batch's check failed with %s; it lands in the next batch" % ld.w["handle"])
+    done.difference_update(l.w["id"] for l in later)
+
+
+def _batch_land(chain, old, results):
+    """Move the target once, from `old` to the last work of the chain, then finish each work as a
+    single landing does after its move. -> the IDs finished."""
+    if not chain:
+        return set()
+    first, (last, tip) = chain[0][0], chain[-1]
+    st, caller, into, environ = first.st, first.caller, first.into, first.environ
+    handles = [ld.w["handle"] for ld, _ in chain]
+    try:
+        for ld, cand in chain:
+            if ld.checks:
+                _gate_from_check(st, ld.w, caller, ld.checks, {"commit": tip["commit"]})
+            ld.record("checked", check=ld.check, checks=ld.checks or None, batch=handles, batch_tip=tip["commit"],
+                      check_cwd="a scratch checkout of the batch's combined result")
+        if first.push:
+            first.old = old
+            _take_push(first)
+        confirm_fence(st, first.w, caller, first.frozen(chain[0][1]["commit"]), "move %s" % into, first.rerun())
+        how = _move_target(first.w, into, old, tip["commit"], environ)
+    except store.CoordError as exc:
+        if first.push:
+            _drop_push(st, caller, first.push, into)
+        _batch_requeue([ld for ld, _ in chain[1:]], "the batch stopped at %s" % first.w["handle"])
+        _batch_refused(first, exc, results)
+        return {first.w["id"]}
+    for ld, cand in chain:
+        ld.record("moved", moved_by=how, landed=cand["commit"])
+    finished = set()
+    for ld, cand in chain:
+        finished.add(ld.w["id"])
+        try:
+            results.append(dict(_land_after_move(ld, moved=True), outcome="landed"))
+        except store.CoordError as exc:
+            results.append(_queue_refusal(st, caller, ld.w, into, exc, ld.queued_at, ld.push, ld.check_arg))
+            break
+    return finished
+
+
 _RERUN_RE = re.compile(r"[;,]?\s*(then )?re-run\b.*$", re.S)
 
 
@@ -1890,6 +2123,9 @@ def queue_lines(r):
                 lines.append(store.hint("next: %s" % x["hint"]))
     summary = "queue into %s: %d landed, %d sent back, %d waiting" % (r["into"], r["landed"], r["sent_back"],
                                                                        r["waiting"])
+    if r.get("check_runs") is not None:
+        summary += "; %d check run%s in %d batch%s" % (r["check_runs"], "" if r["check_runs"] == 1 else "s",
+                                                       len(r["batches"]), "" if len(r["batches"]) == 1 else "es")
     if r["stopped"]:
         summary += "; %s at %s, run it again to go on" % (r["stopped"]["outcome"], r["stopped"]["work"])
     return lines + [summary]
@@ -2561,7 +2797,7 @@ def cmd_prove(ctx, args):
 
 
 def cmd_land(ctx, args):
-    if args.queued:
+    if args.queued or args.batch is not None:
         return cmd_land_queue(ctx, args)
     if not args.handle:
         raise UsageError("name the work to land, or --queued for every queued work",
@@ -2590,10 +2826,13 @@ def cmd_land(ctx, args):
 def cmd_land_queue(ctx, args):
     """`land --queued`: exit 0 when the queue ran through (works sent back included), 3 when a
     refusal of the shared checkout's or the remote's stopped it, 130 when interrupted."""
+    if args.batch is not None and not args.queued:
+        raise UsageError("--batch lands queued works together: it needs --queued", queue_command(args.into))
     if args.handle or args.override:
         raise UsageError("--queued lands every queued work: no WORK and no --override with it",
                          queue_command(args.into, push=args.push, check=args.check))
-    r = land_queue(ctx.db, caller=ctx.caller(), into=args.into, environ=ctx.environ, push=args.push, check=args.check)
+    r = land_queue(ctx.db, caller=ctx.caller(), into=args.into, environ=ctx.environ, push=args.push, check=args.check,
+                   batch=args.batch)
     code = 0
     if r["stopped"]:
         code = 130 if r["stopped"]["outcome"] == "interrupted" else store.EXIT_REFUSED
@@ -2667,6 +2906,8 @@ def _parse_integrate(ws, both):
     p.add_argument("handle", metavar="HANDLE", nargs="?")
     p.add_argument("--queued", action="store_true", help="land every work queued for --into, in queue order; "
                    "what conflicts or fails its check goes back to its agent, the rest lands")
+    p.add_argument("--batch", metavar="N", help="with --queued: check N works together (their combined result); "
+                   "when that fails, bisect to the work that broke it")
     p.add_argument("--into", required=True, metavar="BOOKMARK")
     p.add_argument("--push", metavar="REMOTE", help="also publish to this remote of the shared checkout")
     p.add_argument("--check", metavar="CMD", help="also run this on the frozen candidate, after git config %s of "

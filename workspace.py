@@ -3328,7 +3328,8 @@ def nudge_withheld(st, rt, work, msg):
                "its agent's next turn" % (owner, work["handle"])
     if msg.get("waiting"):
         return "its agent is not running; the message waits for its resume"
-    if not work["data"].get("tmux"):
+    rec = work["data"].get("tmux") or {}
+    if not (rec.get("socket") and rec.get("pane_id")):
         return "it has no recorded tmux window"
     turn = st.turn(st.work_recipient(work)["id"])
     when = (lambda t: time.strftime("%H:%M:%S", time.localtime(t)))

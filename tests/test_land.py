@@ -1858,7 +1858,10 @@ class LandQueueTest(LandCase):
         env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"])
         child = subprocess.Popen([sys.executable, "-S", support.COORD, "work", "integrate", "land", "--queued",
                                   "--into", "main", "--push", "origin", "--check", check],
-                                 env=env, cwd=self.canon, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 env=env, cwd=self.canon, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 # as at a terminal: a runner started in the background ignores SIGINT,
+                                 # and a child would inherit that
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.addCleanup(lambda: child.poll() is None and child.kill())
         support.retry_until(lambda: os.path.exists(started) or child.poll() is not None, timeout=120)
         self.assertIsNone(child.poll(), "coord was still checking the second work")
@@ -1925,3 +1928,36 @@ class ReviewTest(LandCase):
         self.assertIn("combined (2 works onto main; would conflict, left out: %s):" % w2, text)
         self.assertEqual((self.main(), self.run_tool(self.canon, "git", "for-each-ref").strip()), before,
                          "a review changes nothing")
+
+
+class LandBatchTest(LandCase):
+    """`land --queued --batch N`: N works checked together; a failed check is bisected to the work
+    that broke it, which goes back to its agent; the others land, each with its own proof."""
+    kind = "git"
+
+    def test_a_batch_bisects_to_the_work_that_broke_the_check_and_lands_the_rest(self):
+        handles = []
+        for task, name in (("b1", "b1.txt"), ("b2", "b2.txt"), ("b3", "broken.txt"), ("b4", "b4.txt")):
+            handle, _ = self.make(task, name=name, text=task + "\n", describe="add " + name)
+            self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+            handles.append(handle)
+        proc = self.work("integrate", "land", "--queued", "--batch", "4", "--into", "main", "--push", "origin",
+                         "--check", "test ! -f broken.txt", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        r = json.loads(proc.stdout)
+        self.assertEqual([(x["work"], x["outcome"]) for x in r["works"]],
+                         [(handles[2], "sent-back"), (handles[0], "landed"), (handles[1], "landed"),
+                          (handles[3], "landed")])
+        self.assertEqual([b["check_runs"] for b in r["batches"]], [3, 1], "full, bisect 2 (pass) and 3 (fail); then "
+                         "the rest")
+        self.assertEqual(r["check_runs"], 4)
+        landed = [self.record(h)["data"]["landing"]["landed"] for h in (handles[0], handles[1], handles[3])]
+        self.assertEqual(self.main(), landed[2])
+        self.assertEqual(self.remote_main(), landed[2])
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-list", "--reverse", "main", "^" + landed[0]).split(),
+                         landed[1:])
+        for h, commit in zip((handles[0], handles[1], handles[3]), landed):
+            integ = self.record(h)["data"]["integration"]
+            self.assertEqual((integ["state"], integ["proof"]["candidate"]), ("integrated", commit))
+        self.assertNotIn("broken.txt", self.run_tool(self.canon, "git", "ls-tree", "--name-only", "main"))
+        self.assertEqual(self.record(handles[2])["data"]["integration"]["state"], "lock-released")
