@@ -95,9 +95,10 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
         workspace.authorize(st, w, caller, "acquire", override, into=into)
     path = workspace.verified_path(w)
     ids = workspace.head_ids(path, environ=environ)  # snapshots the clone
-    cand_change, cand_commit = _candidate_of(w, ids, workspace.local_changes(path, local_revset(w, environ), environ))
+    local, with_empty = local_revsets(w, environ)
+    cand_change, cand_commit = _candidate_of(w, ids, workspace.local_changes(path, local, environ))
     refuse_placeholder(w, cand_change, cand_commit, environ)
-    refuse_undescribed_below(w, cand_commit, local_revset(w, environ, keep_empty=True), environ)
+    refuse_undescribed_below(w, cand_commit, with_empty, environ)
     with st.transaction():
         fence = st.claim_integration(caller["id"], resource, "integrate %s" % w["handle"])["fence"]
         cur = st.resolve_work(w["id"])
@@ -119,8 +120,10 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
         d = st.work(dep)
         if d is None or integration_of(d)["state"] != "integrated":
             waiting.append("%s (%s)" % (d["handle"] if d else dep, integration_of(d)["state"] if d else "unknown"))
+    # A landing (authorized) fetches the candidate itself and shows no preview.
     return {"work": w["handle"], "resource": resource, "candidate": {"change": cand_change, "commit": cand_commit},
-            "fence": fence, "waiting_on": waiting, "preview": _acquire_preview(w, cand_commit, into, environ)}
+            "fence": fence, "waiting_on": waiting,
+            "preview": None if authorized else _acquire_preview(w, cand_commit, into, environ)}
 
 
 def _acquire_preview(w, commit, into, environ):
@@ -193,6 +196,13 @@ def _resources(st, w):
     return res
 
 
+def local_revsets(w, environ=None):
+    """(local_revset(w), local_revset(w, keep_empty=True)), reading the clone and the canonical
+    refs once for both."""
+    safe = _safe_targets(w, environ)
+    return _local_from(w, safe, False), _local_from(w, safe, True)
+
+
 def local_revset(w, environ=None, keep_empty=False):
     """The revset of commits that exist only in this checkout (see LOCAL_WORK).
 
@@ -202,9 +212,23 @@ def local_revset(w, environ=None, keep_empty=False):
     canonical repository. A native workspace shares the canonical store: its own work is
     what @ added above its recorded base.
     """
+    return _local_from(w, _safe_targets(w, environ), keep_empty)
+
+
+def _local_from(w, safe, keep_empty):
     if w["data"].get("kind") == "native":
         parent = (w["data"].get("base") or {}).get("parent")
         return ("(::@ ~ ::%s)" if keep_empty else "(::@ ~ ::%s) ~ empty()") % (parent or "root()")
+    if keep_empty:
+        return "~::(%s)" % " | ".join(safe)
+    return workspace.LOCAL_WORK % " | ".join(safe)
+
+
+def _safe_targets(w, environ):
+    """The clone's remote bookmark and tag targets that a current canonical branch or tag
+    contains (local_revset), with root(); a native workspace needs none."""
+    if w["data"].get("kind") == "native":
+        return []
     _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
                     'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
                    w["path"], snapshot=False, environ=environ)
@@ -227,9 +251,7 @@ def local_revset(w, environ=None, keep_empty=False):
                                  w["source"], environ, check=False)
             if code == 0 and found.strip():
                 safe.append(t)
-    if keep_empty:
-        return "~::(%s)" % " | ".join(safe)
-    return workspace.LOCAL_WORK % " | ".join(safe)
+    return safe
 
 
 def _candidate_for(w, caller, st=None):
@@ -1115,6 +1137,7 @@ class Landing:
         self.resource, self.fence = _integration_resource(into), None
         self.stopped = False                 # the stop is recorded (a conflict, a failed check)
         self.cand, self.queued_at = None, None  # a batch's: the candidate frozen, the work's place in the queue
+        self.remote_now = None               # a batch's: what its one push left on the remote
 
     def record(self, step, state="running", **facts):
         """_land_record for this landing; -> the landing dict, also kept in `landing` and `w`."""
@@ -1397,8 +1420,9 @@ def _land_after_move(ld, moved=False):
         res = _push_resource(push, into)
         if not st.leases_of(caller["id"], [res]):
             st.claim(caller["id"], [res], "exclusive", "land %s" % ld.w["handle"])
-        now = _remote_at(st, ld.w, push, into, new, environ)
-        if now != new:
+        now = ld.remote_now or _remote_at(st, ld.w, push, into, new, environ)
+        batched = now != new and now is not None and now == landing.get("batch_tip")  # pushed with its batch
+        if now != new and not batched:
             expect = landing.get("remote_before") or old
             if now != expect:
                 ld.record(None, state="publish-refused", remote_after=now, remote=push)
@@ -1411,7 +1435,7 @@ def _land_after_move(ld, moved=False):
                 if not exc.details.get("remote_unchanged"):
                     raise
                 return _land_unpublished(st, ld.w, caller, into, push, new, expect, exc, environ)
-        landing = ld.record("pushed", remote=push, remote_after=new, published=True)
+        landing = ld.record("pushed", remote=push, remote_after=now if batched else new, published=True)
     if push:
         _drop_push(st, caller, push, into)  # after the re-read, or on a re-run after a kill there
     if "proven" not in done:
@@ -1909,7 +1933,7 @@ def _land_batch(st, caller, works, into, environ, push, check, results):
                 ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, queued=True)
                 ld.queued_at = integration_of(w).get("queued_at")
                 started.append(ld)
-                cand = _batch_start(ld, old, results)
+                cand = _batch_start(ld, old, results, first=len(started) == 1)
                 done.add(w["id"])
                 if cand is None and results[-1]["outcome"] == "stopped":
                     return done | _batch_requeue([l for l in started if l.cand], "the queue stopped at %s"
@@ -1934,10 +1958,11 @@ def _land_batch(st, caller, works, into, environ, push, check, results):
             return done
 
 
-def _batch_start(ld, old, results):
+def _batch_start(ld, old, results, first):
     """A batch's work up to its rebase: what a single landing refuses (authority, readiness, the
-    candidate, what the move and the push would meet) refuses it here. -> the candidate, or None
-    with its outcome appended to `results`."""
+    candidate, what the move and the push would meet; the remote is read for the first work only,
+    since it is the same for all) refuses it here. -> the candidate, or None with its outcome
+    appended to `results`."""
     st, w, caller, environ = ld.st, ld.w, ld.caller, ld.environ
     try:
         workspace.authorize(st, w, caller, "land", False, into=ld.into)
@@ -1949,7 +1974,7 @@ def _batch_start(ld, old, results):
         fetch_candidate(ld.w, cand["commit"], environ)
         ld.record("fetched", candidate=cand["commit"])
         stale = not _is_ancestor(ld.source, old, cand["commit"], environ)
-        _refuse_early(ld.w, ld.into, ld.push, old, cand["commit"], environ, stale)
+        _refuse_early(ld.w, ld.into, ld.push if first else None, old, cand["commit"], environ, stale)
         _refuse_installed(st, ld.w, caller, ld.into, old, cand, ld.override, environ)
         _refuse_peer_leases(st, ld.w, caller, old, cand["commit"], ld.override, environ)
         _refuse_lfs_content(ld.w, old, cand["commit"], environ)
@@ -2073,6 +2098,15 @@ def _batch_land(chain, old, results):
         return {first.w["id"]}
     for ld, cand in chain:
         ld.record("moved", moved_by=how, landed=cand["commit"])
+    if first.push:  # one push for the batch; each work's own step then finds it there (batch_tip)
+        try:
+            _push(st, first.w, caller, into, first.push, old, tip["commit"], environ,
+                  fence=first.frozen(chain[0][1]["commit"]))
+        except Refused:
+            pass  # each work's own step below reads the remote again and says what happened
+        else:
+            for ld, _ in chain:
+                ld.remote_now = tip["commit"]
     finished = set()
     for ld, cand in chain:
         finished.add(ld.w["id"])

@@ -1961,3 +1961,26 @@ class LandBatchTest(LandCase):
             self.assertEqual((integ["state"], integ["proof"]["candidate"]), ("integrated", commit))
         self.assertNotIn("broken.txt", self.run_tool(self.canon, "git", "ls-tree", "--name-only", "main"))
         self.assertEqual(self.record(handles[2])["data"]["integration"]["state"], "lock-released")
+
+    def test_a_batch_killed_after_moving_or_pushing_is_finished_by_a_rerun_each_work_once(self):
+        for step in ("moved", "pushed"):
+            with self.subTest(step=step):
+                handles = []
+                for i in range(3):
+                    handle, _ = self.make("%s%d" % (step, i), name="%s%d.txt" % (step, i), describe="add %s%d" % (step, i))
+                    self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+                    handles.append(handle)
+                argv = ("integrate", "land", "--queued", "--batch", "3", "--into", "main", "--push", "origin",
+                        "--check", "true")
+                killed = self.work(*argv, env={LAND_KILL_ENV: step})
+                self.assertEqual(killed.returncode, -signal.SIGKILL, killed.stdout + killed.stderr)
+                proc = self.work(*argv)
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                landed = [self.record(h)["data"]["landing"]["landed"] for h in handles]
+                self.assertEqual((self.main(), self.remote_main()), (landed[2], landed[2]))
+                for h in handles:
+                    self.assertEqual(self.record(h)["data"]["integration"]["state"], "integrated")
+                events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+                proofs = [e["subject"] for e in events if e["event"] == "work.integrated"]
+                self.assertEqual(sorted(self.record(h)["id"] for h in handles),
+                                 sorted(p for p in proofs if p in {self.record(h)["id"] for h in handles}))
