@@ -1937,17 +1937,19 @@ class LandBatchTest(LandCase):
 
     def test_a_batch_bisects_to_the_work_that_broke_the_check_and_lands_the_rest(self):
         handles = []
-        for task, name in (("b1", "b1.txt"), ("b2", "b2.txt"), ("b3", "broken.txt"), ("b4", "b4.txt")):
-            handle, _ = self.make(task, name=name, text=task + "\n", describe="add " + name)
+        for task, name, text in (("b1", "shared.txt", "one\nTWO (b1)\nthree\n"), ("b2", "b2.txt", "b2\n"),
+                                 ("b3", "broken.txt", "b3\n"), ("b4", "b4.txt", "b4\n"),
+                                 ("b5", "shared.txt", "one\nTWO (b5)\nthree\n")):
+            handle, _ = self.make(task, name=name, text=text, describe="change " + task)
             self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
             handles.append(handle)
-        proc = self.work("integrate", "land", "--queued", "--batch", "4", "--into", "main", "--push", "origin",
+        proc = self.work("integrate", "land", "--queued", "--batch", "5", "--into", "main", "--push", "origin",
                          "--check", "test ! -f broken.txt", "--json")
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         r = json.loads(proc.stdout)
-        self.assertEqual([(x["work"], x["outcome"]) for x in r["works"]],
-                         [(handles[2], "sent-back"), (handles[0], "landed"), (handles[1], "landed"),
-                          (handles[3], "landed")])
+        self.assertEqual([(x["work"], x["outcome"], x.get("reason")) for x in r["works"]],
+                         [(handles[4], "sent-back", "conflict"), (handles[2], "sent-back", "check-failed"),
+                          (handles[0], "landed", None), (handles[1], "landed", None), (handles[3], "landed", None)])
         self.assertEqual([b["check_runs"] for b in r["batches"]], [3, 1], "full, bisect 2 (pass) and 3 (fail); then "
                          "the rest")
         self.assertEqual(r["check_runs"], 4)
@@ -1960,7 +1962,9 @@ class LandBatchTest(LandCase):
             integ = self.record(h)["data"]["integration"]
             self.assertEqual((integ["state"], integ["proof"]["candidate"]), ("integrated", commit))
         self.assertNotIn("broken.txt", self.run_tool(self.canon, "git", "ls-tree", "--name-only", "main"))
-        self.assertEqual(self.record(handles[2])["data"]["integration"]["state"], "lock-released")
+        for h in (handles[2], handles[4]):
+            self.assertEqual(self.record(h)["data"]["integration"]["state"], "lock-released")
+        self.assertEqual(self.read(self.canon, "shared.txt"), "one\nTWO (b1)\nthree\n")
 
     def test_a_batch_killed_after_moving_or_pushing_is_finished_by_a_rerun_each_work_once(self):
         for step in ("moved", "pushed"):
@@ -1984,3 +1988,37 @@ class LandBatchTest(LandCase):
                 proofs = [e["subject"] for e in events if e["event"] == "work.integrated"]
                 self.assertEqual(sorted(self.record(h)["id"] for h in handles),
                                  sorted(p for p in proofs if p in {self.record(h)["id"] for h in handles}))
+
+    def test_sigint_during_a_batch_check_puts_the_batch_back_and_a_rerun_lands_it_once(self):
+        started, go_on = os.path.join(self.tmp, "check-started"), os.path.join(self.tmp, "go-on")
+        check = "if [ ! -f %s ]; then touch %s; sleep 60; fi; true" % (go_on, started)
+        handles = []
+        for i in range(3):
+            handle, _ = self.make("int%d" % i, name="int%d.txt" % i, describe="add int%d" % i)
+            self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+            handles.append(handle)
+        argv = ["work", "integrate", "land", "--queued", "--batch", "3", "--into", "main", "--push", "origin",
+                "--check", check]
+        child = subprocess.Popen([sys.executable, "-S", support.COORD] + argv,
+                                 env=dict(self.env, COORD_RUNTIME_ID=self.rt["id"]), cwd=self.canon,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.addCleanup(lambda: child.poll() is None and child.kill())
+        support.retry_until(lambda: os.path.exists(started) or child.poll() is not None, timeout=120)
+        self.assertIsNone(child.poll(), "coord was still checking the batch")
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        self.assertEqual(child.returncode, 130, out + err)
+        before = self.main()
+        self.assertEqual([r["handle"] for r in self.coord_json("work", "integrate", "queue", "--into", "main",
+                                                                   runtime=self.rt["id"])["queue"]], handles)
+        self.assertEqual([self.record(h)["data"]["integration"]["state"] for h in handles], ["queued"] * 3)
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [], "nothing held")
+        open(go_on, "w").close()
+        proc = self.work(*argv[1:])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertNotEqual(self.main(), before)
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual(sorted(e["subject"] for e in events if e["event"] == "work.integrated"),
+                         sorted(self.record(h)["id"] for h in handles))
+        self.assertEqual(self.remote_main(), self.main())
