@@ -1981,7 +1981,8 @@ class OperationsTest(WorkTestCase):
         self.jj(w["path"], "git", "push", "--bookmark", "main")
         self.assertEqual(land.prove(self.st, caller=self.caller, handle=w["handle"], target=cand,
                                          environ=self.env), {"work": w["handle"], "candidate": cand, "target": cand,
-                                                             "released": [], "agent_told": None})
+                                                             "released": [], "agent_told": None,
+                                                             "agent_nudged": None})
         self.assertEqual(land.release_integration(self.st, caller=self.caller, handle=w["handle"]),
                          {"work": w["handle"], "integration": "integrated"})
         queue = land.integration_queue(self.st)
