@@ -1971,7 +1971,8 @@ class LandBatchTest(LandCase):
             with self.subTest(step=step):
                 handles = []
                 for i in range(3):
-                    handle, _ = self.make("%s%d" % (step, i), name="%s%d.txt" % (step, i), describe="add %s%d" % (step, i))
+                    name = "%s%d" % (step, i)
+                    handle, _ = self.make(name, name=name + ".txt", describe="add " + name)
                     self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
                     handles.append(handle)
                 argv = ("integrate", "land", "--queued", "--batch", "3", "--into", "main", "--push", "origin",
