@@ -1451,7 +1451,9 @@ def _land_after_move(ld, moved=False):
             "jj rebase -b @ -d %s@origin --skip-emptied" % (
                 ld.w["handle"], into, new, "because the clone was in use" if landing["where"] == "scratch" else
                 "with the works queued before it", ld.w["path"], into)))
-    settled = _settle_clone(st, ld.w, new, environ)  # None after a rebase in scratch: @ is not `new`
+    # After a rebase in scratch (or a batch's) the clone's @ is not `new`: nothing to settle.
+    rebased_away = landing.get("rebased") and landing.get("where") in ("scratch", "batch")
+    settled = None if rebased_away else _settle_clone(st, ld.w, new, environ)
     landing = ld.record("released", state="landed", finished_at=now_time(), owner_told=told, clone_settled=settled)
     return _land_result(ld.w, landing)
 
