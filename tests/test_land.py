@@ -1889,6 +1889,20 @@ class LandQueueTest(LandCase):
                          sorted(self.record(h)["id"] for h in handles))
 
 
+    def test_a_work_lands_after_the_queued_work_it_depends_on_even_when_queued_first(self):
+        first, _ = self.make("base", name="base.txt", describe="add base")
+        proc = self.work("create", "on-top", "--depends", first)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        later, path = proc.stdout.splitlines()[:2]
+        self.write(path, "top.txt", "top\n")
+        self.run_tool(path, "jj", "describe", "-m", "add top")
+        for h in (later, first):  # the dependent work is queued first
+            self.assertEqual(self.work("integrate", "enqueue", h, "--into", "main").returncode, 0)
+        proc = self.work("integrate", "land", "--queued", "--into", "main", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual([(x["work"], x["outcome"]) for x in json.loads(proc.stdout)["works"]],
+                         [(first, "landed"), (later, "landed")])
+
 class ReviewTest(LandCase):
     """`work review`: one screen of what the person decides a landing on, read only."""
     kind = "git"
