@@ -95,10 +95,10 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
         workspace.authorize(st, w, caller, "acquire", override, into=into)
     path = workspace.verified_path(w)
     ids = workspace.head_ids(path, environ=environ)  # snapshots the clone
-    local = workspace.local_changes(path, workspace.local_revset(w, environ), environ)
-    cand_change, cand_commit = _candidate_of(w, ids, local)
+    local, with_empty = workspace.local_revsets(w, environ)
+    cand_change, cand_commit = _candidate_of(w, ids, workspace.local_changes(path, local, environ))
     refuse_placeholder(w, cand_change, cand_commit, environ)
-    refuse_undescribed_below(w, cand_commit, workspace.local_revset(w, environ, keep_empty=True), environ)
+    refuse_undescribed_below(w, cand_commit, with_empty, environ)
     with st.transaction():
         fence = st.claim_integration(caller["id"], resource, "integrate %s" % w["handle"])["fence"]
         cur = st.resolve_work(w["id"])
@@ -120,8 +120,10 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
         d = st.work(dep)
         if d is None or integration_of(d)["state"] != "integrated":
             waiting.append("%s (%s)" % (d["handle"] if d else dep, integration_of(d)["state"] if d else "unknown"))
+    # A landing (authorized) fetches the candidate itself and shows no preview.
     return {"work": w["handle"], "resource": resource, "candidate": {"change": cand_change, "commit": cand_commit},
-            "fence": fence, "waiting_on": waiting, "preview": _acquire_preview(w, cand_commit, into, environ)}
+            "fence": fence, "waiting_on": waiting,
+            "preview": None if authorized else _acquire_preview(w, cand_commit, into, environ)}
 
 
 def _acquire_preview(w, commit, into, environ):
@@ -262,9 +264,9 @@ def prove(st, *, caller, handle, target, environ=None):
         st.audit("work.integrated", caller["id"], w["id"], candidate=cand["commit"], target=target,
                  into=integ["into"], resource=cand["resource"], **workspace.provenance(st, cur, caller))
         agent, freed = _release_landed(st, cur, caller, paths)
-    told = _tell_landed(st, w, caller, agent, freed, integ["into"], target)
+    told, woke = _tell_landed(st, w, caller, agent, freed, integ["into"], target)
     return {"work": w["handle"], "candidate": cand["commit"], "target": target,
-            "released": freed, "agent_told": told}
+            "released": freed, "agent_told": told, "agent_nudged": woke}
 
 
 def _landed_paths(w, commit, environ):
@@ -307,17 +309,32 @@ def _release_landed(st, w, caller, paths):
 
 def _tell_landed(st, w, caller, agent, freed, into, target):
     """A durable message to the work's agent that its work landed (delivered at its next hook
-    boundary); not to the caller itself, who sees the landing's output. -> the handle told or None."""
+    boundary, or at once when it sits idle at its prompt: _wake); not to the caller itself, who
+    sees the landing's output. -> (the handle told or None, _wake's answer)."""
     if agent is None or agent["id"] == caller["id"] or store.person_uid(agent) is not None:
-        return None
+        return None, None
     body = "coord: work %s landed on %s as %s%s. Before the next edit in its clone: jj git fetch (the next edit " \
            "starts a new change); claim again what you change next." % (
                w["handle"], into, target, "; your leases on %s were released" % named_paths(freed) if freed else "")
     try:
-        st.send(caller["id"], body, w["id"], kind="landed")
+        msg = st.send(caller["id"], body, w["id"], kind="landed")
     except store.CoordError:
-        return None
-    return agent["handle"]
+        return None, None
+    return agent["handle"], _wake(st, caller, w, msg)
+
+
+def _wake(st, caller, w, msg):
+    """Nudge the work's agent about message `msg` when it sits idle at its prompt (the nudge of
+    `send --nudge`, workspace.nudge_work); a fault here never fails the landing.
+    -> True when nudged, else why not (one line)."""
+    try:
+        problem = workspace.nudge_work(st, caller, w, msg)
+    except store.CoordError as exc:
+        problem = exc.message
+    except Exception as exc:  # noqa: BLE001 - the landing is done; waking its agent is a courtesy
+        store.log_traceback("nudge after landing %s" % w["id"])
+        problem = "the nudge failed: %s" % exc
+    return True if problem is None else store.clean_text(problem, 200)
 
 
 def _check_ancestry(w, into, candidate, target, environ):
@@ -376,8 +393,10 @@ def confirm_fence(st, w, caller, cand, what, rerun):
 
 
 def release_integration(st, *, caller, handle):
-    """Release the integration lease the caller froze the candidate with (not evidence);
-    -> {work, integration: the integration state after it}."""
+    """Release the integration lease the caller froze the candidate with (not evidence), unless
+    the same holder still has another work's candidate frozen under it (a batch of the landing
+    queue, or two works acquired by hand): the lease then stays for that one, whose proof needs
+    it; -> {work, integration: the integration state after it}."""
     w = st.resolve_work(handle)
     integ, cand = _candidate_for(w, caller, st)
     holder = _freezer_holder(st, cand, caller) or caller["id"]
@@ -386,7 +405,7 @@ def release_integration(st, *, caller, handle):
                       % w["handle"])
     with st.transaction():
         held = [l["resource"] for l in st.leases_of(holder, [cand["resource"]])]
-        if cand["resource"] in held:
+        if cand["resource"] in held and not _frozen_elsewhere(st, w, holder, cand["resource"]):
             st.release(holder, [cand["resource"]])
         cur = st.resolve_work(w["id"])
         now_integ, _ = _candidate_for(cur, caller, st)
@@ -398,6 +417,18 @@ def release_integration(st, *, caller, handle):
         st.audit("work.integration.released", caller["id"], w["id"], resource=cand["resource"],
                  proven=now_integ["state"] == "integrated")
     return {"work": w["handle"], "integration": now_integ["state"]}
+
+
+def _frozen_elsewhere(st, w, holder, resource):
+    """Whether `holder` froze another work's candidate under `resource` that is neither proven nor
+    released: releasing the lease would take it from under that one."""
+    for other in st.works():
+        integ = integration_of(other)
+        cand = integ.get("candidate") or {}
+        if other["id"] != w["id"] and integ["state"] == "integrating" and not integ.get("released") and \
+                cand.get("resource") == resource and cand.get("runtime") == holder:
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- landing
@@ -531,7 +562,8 @@ class _Scratch:
 def _tell_owner(st, w, caller, body):
     """Send a coord message to whoever works on the work: the agent running it (as `send --to
     WORK` finds it), else its live owner; never the caller itself (a person landing the work
-    they created still reaches the agent they launched for it). -> the handle told, or None."""
+    they created still reaches the agent they launched for it), nudged when idle (_wake).
+    -> (the handle told or None, _wake's answer or None)."""
     candidates = []
     try:
         candidates.append(st.work_recipient(w))
@@ -542,11 +574,11 @@ def _tell_owner(st, w, caller, body):
         if to is None or to["id"] == caller["id"]:
             continue
         try:
-            st.send(caller["id"], body, to["id"], kind="landing")
+            msg = st.send(caller["id"], body, to["id"], kind="landing")
         except Refused:
             continue
-        return to["handle"]
-    return None
+        return to["handle"], _wake(st, caller, w, msg)
+    return None, None
 
 
 def _run_check(w, command, environ, cwd=None):
@@ -842,7 +874,7 @@ def _refuse_dirty(w, into, tree, old, new, environ, fork=False):
                       reason="dirty-checkout", paths=flagged, flagged=True)
 
 
-def _refuse_early(w, into, push, old, new, environ):
+def _refuse_early(w, into, push, old, new, environ, stale):
     """Before the checks (minutes, for a real test suite): the cheap refusals the move and the
     push would meet after them (a git ls-remote and a git status, tens of milliseconds), so a
     moved remote or a dirty shared checkout stops the landing before the checks run. Both are
@@ -853,7 +885,7 @@ def _refuse_early(w, into, push, old, new, environ):
         return  # jj's bookmark moves by update-ref: no working copy is written
     trees = _worktrees_on(w["source"], "refs/heads/" + into, environ)
     if trees:
-        _refuse_dirty(w, into, trees[0], old, new, environ, fork=not _is_ancestor(w["source"], old, new, environ))
+        _refuse_dirty(w, into, trees[0], old, new, environ, fork=stale)
 
 
 def _refuse_installed(st, w, caller, into, old, cand, override, environ):
@@ -959,15 +991,15 @@ def _move_target(w, into, old, new, environ):
     return "fast-forward"
 
 
-def _push(st, w, caller, into, remote, old, new, environ):
+def _push(st, w, caller, into, remote, old, new, environ, fence=None):
     """Publish `new` to REMOTE's bookmark, expecting exactly `old` there; -> the pushed facts.
-    Raises Refused (keeping push/<remote>/<bookmark>) when the outcome is not a clean success."""
+    fence: a landing's frozen candidate, whose fencing number is confirmed first (a later publish
+    of a finished landing has none). Raises Refused (keeping push/<remote>/<bookmark>) when the
+    outcome is not a clean success."""
     source = w["source"]
     ref = "refs/heads/" + into
-    integ = integration_of(st.work(w["id"]))
-    cand = integ.get("candidate") or {}
-    if cand.get("commit") == new and not integ.get("released"):  # a landing's push (not a later publish)
-        confirm_fence(st, w, caller, cand, "push to %s" % remote, rerun_command(w, into, push=remote))
+    if fence is not None:
+        confirm_fence(st, w, caller, fence, "push to %s" % remote, rerun_command(w, into, push=remote))
     _stop_point(environ, "before-push")
     try:
         code, out, err = git(git_dir_args(source) + ["push", "--porcelain", "--force-with-lease=%s:%s" % (ref, old),
@@ -1030,20 +1062,51 @@ def _push_refusal(output, ref):
     return None
 
 
-def _stop_before_move(st, w, caller, state, environ, exc, **facts):
+class Landing:
+    """One landing of one work (land_work), read once and passed down its steps: the work record
+    as the landing lock found it, the options, the target's commit read once, the frozen candidate
+    and its fencing number, and the landing record as this process last wrote it (`record` keeps
+    `w` and `landing` current, so no step reads the work again to learn what the landing wrote)."""
+
+    def __init__(self, st, caller, w, into, environ, push=None, check=None, override=False, queued=False):
+        self.st, self.caller, self.w, self.into, self.environ = st, caller, w, into, environ
+        self.push, self.check_arg, self.override = push, check, override
+        self.queued = queued                 # run by the queue (land_queue), which tells the owner itself
+        self.source, self.ref = w["source"], "refs/heads/" + into
+        self.landing = landing_of(w)
+        self.check, self.checks = None, []   # the command recorded and shown, each command run (_land_checks)
+        self.old = None                      # the target's commit when the landing began
+        self.resource, self.fence = _integration_resource(into), None
+        self.stopped = False                 # the stop is recorded (a conflict, a failed check)
+        self.cand, self.queued_at = None, None  # a batch's: the candidate frozen, the work's place in the queue
+        self.remote_now = None               # a batch's: what its one push left on the remote
+
+    def record(self, step, state="running", **facts):
+        """_land_record for this landing; -> the landing dict, also kept in `landing` and `w`."""
+        self.landing = _land_record(self.st, self.w, self.caller, step, self.environ, state=state, **facts)
+        self.w = dict(self.w, data=dict(self.w["data"], landing=self.landing))
+        return self.landing
+
+    def frozen(self, commit=None):
+        """The frozen candidate as confirm_fence reads it: this runtime's, under its fencing number."""
+        return {"commit": commit, "runtime": self.caller["id"], "resource": self.resource, "fence": self.fence}
+
+    def rerun(self, push=None):
+        return rerun_command(self.w, self.into, push=push)
+
+
+def _stop_before_move(ld, state, exc, **facts):
     """A landing stopped before the target moved: record why, release the integration lease."""
     reason = exc.message if isinstance(exc, store.CoordError) else str(exc)
-    _land_record(st, w, caller, None, environ, state=state, reason=store.clean_text(reason, 500), **facts)
-    cur = st.work(w["id"])
-    cand = integration_of(cur).get("candidate") or {}
-    if cand.get("runtime") == caller["id"] and not integration_of(cur).get("released"):
-        try:
-            release_integration(st, caller=caller, handle=w["id"])
-        except store.CoordError:
-            pass
+    ld.record(None, state=state, reason=store.clean_text(reason, 500), **facts)
+    ld.stopped = True
+    try:
+        release_integration(ld.st, caller=ld.caller, handle=ld.w["id"])
+    except store.CoordError:
+        pass
 
 
-def land_work(st, *, caller, handle, into, environ, push=None, check=None, override=False):
+def land_work(st, *, caller, handle, into, environ, push=None, check=None, override=False, queued=False):
     """Take the work's candidate all the way onto bookmark `into` of the canonical repository
     (and REMOTE's `into` with push), leaving proof, or stop safely saying why. Each step is
     recorded in data["landing"] and the audit log; re-running finishes an interrupted landing.
@@ -1059,7 +1122,9 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
     # runtime, and two landings of the same person must not both move B. A second one waits
     # here, then reads B afresh (and rebases onto the first one's result).
     with workspace.repo_lock(w["source"], _lock_dir(st, w), "land-" + into):
-        return _land_serialised(st, st.work(w["id"]), caller, into, environ, push, check, override)
+        ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, override=override,
+                     queued=queued)
+        return _land_serialised(ld)
 
 
 def _lock_dir(st, w):
@@ -1067,40 +1132,38 @@ def _lock_dir(st, w):
     return os.path.dirname(path) if path and os.path.isabs(path) else w["scratch_root"]
 
 
-def _land_serialised(st, w, caller, into, environ, push, check, override):
+def _land_serialised(ld):
     """land_work, holding the landing lock of `into`: finish a landing that already moved the
     target, refuse what is not ready, or run the steps (LAND_STEPS) one function each."""
-    source = w["source"]
-    ref = "refs/heads/" + into
-    landing = landing_of(w)
-    integ = integration_of(w)
-    landed_before = landing.get("state") == "landed" and landing.get("into") == into and \
-        integ.get("state") == "integrated" and landing.get("landed") and _rev(source, ref, environ) and \
-        _is_ancestor(source, landing["landed"], _rev(source, ref, environ), environ)
-    resume = landing.get("state") in LAND_RESUMABLE and landing.get("into") == into and landing.get("candidate")
-    if resume and _rev(source, landing["candidate"], environ) and _rev(source, ref, environ) and \
-            _is_ancestor(source, landing["candidate"], _rev(source, ref, environ), environ):
-        return _land_after_move(st, w, caller, into, push or landing.get("remote"), environ)
-    check_arg = check
-    check, checks = _land_checks(w, check, environ)
-    _refuse_unready(st, w, checks)
-    old = _rev(source, ref, environ)
-    if old is None:
-        raise Refused("the canonical repository %s has no bookmark %s" % (source, into),
+    st, w, source, environ = ld.st, ld.w, ld.source, ld.environ
+    landing, integ = ld.landing, integration_of(w)
+    target = _rev(source, ld.ref, environ)  # read once: the lock keeps other landings out
+    landed_before = landing.get("state") == "landed" and landing.get("into") == ld.into and \
+        integ.get("state") == "integrated" and landing.get("landed") and target and \
+        _is_ancestor(source, landing["landed"], target, environ)
+    resume = landing.get("state") in LAND_RESUMABLE and landing.get("into") == ld.into and landing.get("candidate")
+    if resume and _rev(source, landing["candidate"], environ) and target and \
+            _is_ancestor(source, landing["candidate"], target, environ):
+        ld.push = ld.push or landing.get("remote")
+        return _land_after_move(ld)
+    ld.check, ld.checks = _land_checks(w, ld.check_arg, environ)
+    _refuse_unready(st, w, ld.checks)
+    if target is None:
+        raise Refused("the canonical repository %s has no bookmark %s" % (source, ld.into),
                       "name an existing bookmark: git -C %s branch --list" % source)
+    ld.old = target
     if landed_before:  # a re-run after a finished landing, unless the clone has moved on since
         ids = workspace.head_ids(workspace.verified_path(w), environ=environ)
         if ids["commit"] == landing["landed"] or (ids["empty"] and ids["parents"] == [landing["landed"]]):
-            if push and not (landing.get("remote") == push and landing.get("published", True)
-                             and "pushed" in [s["step"] for s in landing.get("steps") or []]):
-                return _publish_landed(st, w, caller, into, push, landing, environ)
+            if ld.push and not (landing.get("remote") == ld.push and landing.get("published", True)
+                                and "pushed" in [s["step"] for s in landing.get("steps") or []]):
+                return _publish_landed(st, w, ld.caller, ld.into, ld.push, landing, environ)
             return _land_result(w, landing, already=True)
-    w, cand = _land_acquire(st, w, caller, into, push, old, check_arg, environ)
-    cand, how = _land_until_moved(st, w, caller, into, push, old, cand, check, checks, override, environ)
-    _land_record(st, w, caller, "moved", environ, moved_by=how, landed=cand["commit"],
-                 held_by_peers=_held_while_working(st, w, caller, old, cand["commit"], environ) or None)
-    fence = (integration_of(st.work(w["id"])).get("candidate") or {}).get("fence")
-    return _land_after_move(st, w, caller, into, push, environ, fence=fence)
+    cand = _land_acquire(ld)
+    cand, how = _land_until_moved(ld, cand)
+    ld.record("moved", moved_by=how, landed=cand["commit"],
+              held_by_peers=_held_while_working(st, ld.w, ld.caller, ld.old, cand["commit"], environ) or None)
+    return _land_after_move(ld, moved=True)
 
 
 def _land_checks(w, check, environ):
@@ -1131,79 +1194,77 @@ def _refuse_unready(st, w, checks):
                       "land those first (coord work integrate queue)", reason="depends")
 
 
-def _land_acquire(st, w, caller, into, push, old, check_arg, environ):
-    """Step `acquired`: freeze the candidate and start a new landing record; -> (the work with
-    that landing, so the re-run hints read its options, the candidate)."""
-    got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ, authorized=True)
+def _land_acquire(ld):
+    """Step `acquired`: freeze the candidate and start a new landing record (so the re-run hints
+    read its options); -> the candidate."""
+    got = acquire(ld.st, caller=ld.caller, handle=ld.w["id"], into=ld.into, environ=ld.environ, authorized=True)
     cand = dict(got["candidate"])
-    with st.transaction():
-        st.update_work(w["id"], data={"landing": None})
-    landing = _land_record(st, w, caller, "acquired", environ, into=into, remote=push, runtime=caller["id"],
-                           started_at=now_time(), old_target=old, candidate=cand["commit"],
-                           change=cand["change"], original=cand["commit"], check_arg=check_arg,
-                           fence=got.get("fence"))
-    return dict(w, data=dict(w["data"], landing=landing)), cand
+    ld.fence = got.get("fence")
+    with ld.st.transaction():
+        ld.st.update_work(ld.w["id"], data={"landing": None})
+    ld.record("acquired", into=ld.into, remote=ld.push, runtime=ld.caller["id"], started_at=now_time(),
+              old_target=ld.old, candidate=cand["commit"], change=cand["change"], original=cand["commit"],
+              check_arg=ld.check_arg, fence=ld.fence)
+    return cand
 
 
-def _land_until_moved(st, w, caller, into, push, old, cand, check, checks, override, environ):
+def _land_until_moved(ld, cand):
     """Steps `fetched` to the move: fetch the candidate, rebase and check it (in the clone, or in
     a scratch clone when something works in the clone), refuse peers' leases and LFS content,
     take the push lease, move the target; -> (the candidate, how the target moved). On a
     refusal or failure nothing has moved: the landing is recorded stopped and the push lease
     dropped."""
-    source = w["source"]
+    st, caller, into, push, old, environ = ld.st, ld.caller, ld.into, ld.push, ld.old, ld.environ
     try:
-        fetch_candidate(w, cand["commit"], environ)
-        _land_record(st, w, caller, "fetched", environ, candidate=cand["commit"])
-        _refuse_early(w, into, push, old, cand["commit"], environ)
-        _refuse_installed(st, w, caller, into, old, cand, override, environ)
-        live = workspace.live_inside(st, w, workspace.process_cwds() or {})
-        if live and (check or not _is_ancestor(source, old, cand["commit"], environ)):
-            with _Scratch(w, environ) as scratch:
-                cand = _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, environ)
+        fetch_candidate(ld.w, cand["commit"], environ)
+        ld.record("fetched", candidate=cand["commit"])
+        stale = not _is_ancestor(ld.source, old, cand["commit"], environ)
+        _refuse_early(ld.w, into, push, old, cand["commit"], environ, stale)
+        _refuse_installed(st, ld.w, caller, into, old, cand, ld.override, environ)
+        live = workspace.live_inside(st, ld.w, workspace.process_cwds() or {})
+        if live and (ld.check or stale):
+            with _Scratch(ld.w, environ) as scratch:
+                cand = _prepare_in_scratch(ld, cand, stale, scratch, live)
         else:
-            cand = _prepare_in_clone(st, w, caller, into, old, cand, checks, environ)
-        _land_record(st, w, caller, "checked", environ, check=check, checks=checks or None,
-                     check_cwd=cand.get("check_cwd"), check_set_aside=cand.get("set_aside"))
-        _refuse_peer_leases(st, w, caller, old, cand["commit"], override, environ)
-        _refuse_lfs_content(w, old, cand["commit"], environ)
+            cand = _prepare_in_clone(ld, cand, stale)
+        ld.record("checked", check=ld.check, checks=ld.checks or None, check_cwd=cand.get("check_cwd"),
+                  check_set_aside=cand.get("set_aside"))
+        _refuse_peer_leases(st, ld.w, caller, old, cand["commit"], ld.override, environ)
+        _refuse_lfs_content(ld.w, old, cand["commit"], environ)
         if push:
-            _take_push(st, w, caller, into, push, old, environ)
-        confirm_fence(st, w, caller, integration_of(st.work(w["id"])).get("candidate") or {},
-                      "move %s" % into, rerun_command(w, into, push=push))
-        how = _move_target(w, into, old, cand["commit"], environ)
+            _take_push(ld)
+        confirm_fence(st, ld.w, caller, ld.frozen(cand["commit"]), "move %s" % into, ld.rerun(push=push))
+        how = _move_target(ld.w, into, old, cand["commit"], environ)
     except store.CoordError as exc:
-        if not getattr(exc, "landing_recorded", False):
-            _stop_before_move(st, w, caller, "refused" if isinstance(exc, Refused) else "failed", environ, exc)
+        if not ld.stopped:
+            _stop_before_move(ld, "refused" if isinstance(exc, Refused) else "failed", exc)
         if push:
             _drop_push(st, caller, push, into)
         raise
     return cand, how
 
 
-def _prepare_in_clone(st, w, caller, into, old, cand, checks, environ):
+def _prepare_in_clone(ld, cand, stale):
     """Rebase (when stale) and check in the clone itself, nothing live being inside; -> the candidate."""
-    source = w["source"]
-    rebased = False
-    if not _is_ancestor(source, old, cand["commit"], environ):
+    st, w, caller, into, old, environ = ld.st, ld.w, ld.caller, ld.into, ld.old, ld.environ
+    if stale:
         paths = _rebase_in_clone(st, w, caller, into, old, cand, environ)
         if paths:
-            _land_conflict(st, w, caller, into, old, cand, paths, environ)
-        cand = dict(acquire(st, caller=caller, handle=w["id"], into=into, environ=environ,
-                            authorized=True)["candidate"])  # land_work authorized the caller
+            _land_conflict(ld, cand, paths)
+        got = acquire(st, caller=caller, handle=w["id"], into=into, environ=environ,
+                      authorized=True)  # land_work authorized the caller
+        cand, ld.fence = dict(got["candidate"]), got.get("fence")
         fetch_candidate(w, cand["commit"], environ)
-        rebased = True
-        if not _is_ancestor(source, old, cand["commit"], environ):
+        if not _is_ancestor(ld.source, old, cand["commit"], environ):
             raise Refused("the rebased candidate %s of %s is still not based on %s" % (cand["commit"],
                           w["handle"], old), "coord work inspect %s --verbose" % w["handle"])
-    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], change=cand["change"],
-                 rebased=rebased, where="clone")
-    if checks:
+    ld.record("rebased", candidate=cand["commit"], change=cand["change"], rebased=stale, where="clone")
+    if ld.checks:
         result = None
-        for command in checks:  # in order; the first failure stops the landing
+        for command in ld.checks:  # in order; the first failure stops the landing
             result = _check_in_clone(st, w, command, cand, environ)
             if result["exit"] != 0:
-                _land_check_failed(st, w, caller, into, cand, result, environ)
+                _land_check_failed(ld, cand, result)
             if result.get("set_aside"):
                 cand = dict(cand, set_aside=result["set_aside"])
         cand = dict(cand, check_cwd=result["cwd"])
@@ -1211,46 +1272,50 @@ def _prepare_in_clone(st, w, caller, into, old, cand, checks, environ):
         if cand["commit"] not in [now_ids["commit"]] + now_ids["parents"] or \
                 (now_ids["commit"] != cand["commit"] and not now_ids["empty"]):
             raise Refused("the clone of %s changed while the check ran" % w["handle"],
-                          "re-run: %s" % rerun_command(w, into), reason="changed-during-check")
-        _gate_from_check(st, w, caller, checks, cand)
+                          "re-run: %s" % ld.rerun(), reason="changed-during-check")
+        _gate_from_check(st, w, caller, ld.checks, cand)
     return cand
 
 
-def _prepare_in_scratch(st, w, caller, into, old, cand, checks, scratch, live, environ):
+def _prepare_in_scratch(ld, cand, stale, scratch, live):
     """Rebase (when stale) and check in a private scratch checkout, because something live works
     in the clone (`live`, cleanup's blockers); the clone is not touched. -> the candidate."""
-    source = w["source"]
-    rebased = False
-    if _is_ancestor(source, old, cand["commit"], environ):
+    st, w, caller, environ = ld.st, ld.w, ld.caller, ld.environ
+    if not stale:
         scratch.checkout(cand["commit"])
     else:
-        new, paths = scratch.rebase(old, cand["commit"])
+        new, paths = scratch.rebase(ld.old, cand["commit"])
         if paths:
-            _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=True)
-        ref = "refs/coord/work/%s" % w["id"]
-        git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
-                                    "+%s:%s" % (new, ref)], source, environ)
-        cand = {"change": cand["change"], "commit": new, "rebased_from": cand["commit"]}
-        rebased = True
-        with st.transaction():
-            cur = st.work(w["id"])
-            integ = integration_of(cur)
-            frozen = dict(integ.get("candidate") or {})
-            frozen.update({"commit": new, "rebased_from": cand["rebased_from"], "at": now_time()})
-            integ["candidate"] = frozen
-            st.update_work(w["id"], data={"integration": integ})
-            st.audit("work.integration.rebased", caller["id"], w["id"], candidate_commit=new,
-                     rebased_from=cand["rebased_from"], where="scratch")
-    _land_record(st, w, caller, "rebased", environ, candidate=cand["commit"], rebased=rebased, where="scratch",
-                 live_inside=store.clean_text(live[0]["message"], 300))
-    if checks:
-        for command in checks:
+            _land_conflict(ld, cand, paths, scratch=True)
+        cand = _freeze_scratch(ld, cand, new, scratch, "scratch")
+    ld.record("rebased", candidate=cand["commit"], rebased=stale, where="scratch",
+              live_inside=store.clean_text(live[0]["message"], 300))
+    if ld.checks:
+        for command in ld.checks:
             result = _run_check(w, command, environ, cwd=scratch.path)
             if result["exit"] != 0:
-                _land_check_failed(st, w, caller, into, cand, result, environ)
+                _land_check_failed(ld, cand, result)
         cand = dict(cand, check_cwd="a scratch checkout of the candidate (the clone was in use)")
-        _gate_from_check(st, w, caller, checks, cand)
+        _gate_from_check(st, w, caller, ld.checks, cand)
     return cand
+
+
+def _freeze_scratch(ld, cand, new, scratch, where):
+    """The candidate rebased in a scratch checkout as `new`: fetch it to the work's private ref
+    and freeze it as the candidate. -> the new candidate."""
+    st, w, source = ld.st, ld.w, ld.source
+    git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
+                                "+%s:%s" % (new, candidate_ref(w["id"]))], source, ld.environ)
+    with st.transaction():
+        cur = st.work(w["id"])
+        integ = integration_of(cur)
+        frozen = dict(integ.get("candidate") or {})
+        frozen.update({"commit": new, "rebased_from": cand["commit"], "at": now_time()})
+        integ["candidate"] = frozen
+        st.update_work(w["id"], data={"integration": integ})
+        st.audit("work.integration.rebased", ld.caller["id"], w["id"], candidate_commit=new,
+                 rebased_from=cand["commit"], where=where)
+    return {"change": cand["change"], "commit": new, "rebased_from": cand["commit"]}
 
 
 def _gate_from_check(st, w, caller, checks, cand):
@@ -1268,11 +1333,11 @@ def _push_resource(remote, into):
     return store.normalize_resource("push/%s/%s" % (remote, into))
 
 
-def _take_push(st, w, caller, into, remote, old, environ):
-    """Take push/<remote>/<bookmark> and require the remote to be at `old`, read over the wire."""
-    st.claim(caller["id"], [_push_resource(remote, into)], "exclusive", "land %s" % w["handle"])
-    _remote_at_target(w, into, remote, old, environ)
-    _land_record(st, w, caller, "push-read", environ, remote=remote, remote_before=old)
+def _take_push(ld):
+    """Take push/<remote>/<bookmark> and require the remote to be at the old target, read over the wire."""
+    ld.st.claim(ld.caller["id"], [_push_resource(ld.push, ld.into)], "exclusive", "land %s" % ld.w["handle"])
+    _remote_at_target(ld.w, ld.into, ld.push, ld.old, ld.environ)
+    ld.record("push-read", remote=ld.push, remote_before=ld.old)
 
 
 def _drop_push(st, caller, remote, into):
@@ -1281,71 +1346,82 @@ def _drop_push(st, caller, remote, into):
         st.release(caller["id"], [res])
 
 
-def _land_after_move(st, w, caller, into, push, environ, fence=None):
+def _land_after_move(ld, moved=False):
     """The steps after the target moved: publish, prove, release. Each is skipped when done.
-    fence: the landing's own fencing number when it goes on in the process that moved the
-    target; a re-run (None) acquires integration/B again and records its new number."""
-    w = st.work(w["id"])
-    landing = landing_of(w)
+    moved: this process moved the target just now, under its own fencing number; else (a re-run
+    of a landing found moved) integration/B is acquired again and its new number recorded."""
+    st, caller, into, push, environ = ld.st, ld.caller, ld.into, ld.push, ld.environ
+    landing = ld.landing
     new, old = landing["candidate"], landing["old_target"]
     if landing.get("step") != "moved" and "moved" not in [s["step"] for s in landing.get("steps") or []]:
-        landing = _land_record(st, w, caller, "moved", environ, moved_by="found moved", landed=new)
-    resource = _integration_resource(into)
-    integ = integration_of(st.work(w["id"]))
-    cand = integ.get("candidate") or {}
-    if fence is None:
-        fence = st.claim_integration(caller["id"], resource, "land %s" % w["handle"])["fence"]
-    if cand.get("commit") != new or cand.get("runtime") != caller["id"] or integ.get("released") or \
-            cand.get("fence") != fence:
-        with st.transaction():
-            cur = st.work(w["id"])
-            integ = integration_of(cur)
-            integ.update({"state": "integrating", "into": into, "candidate": {
-                "change": landing.get("change"), "commit": new, "at": now_time(), "runtime": caller["id"],
-                "resource": resource, "fence": fence}})
-            integ.pop("released", None)
-            integ.pop("proof", None)
-            st.update_work(w["id"], data={"integration": integ})
-            st.audit("work.integration.acquired", caller["id"], w["id"], resource=resource, candidate_commit=new,
-                     resumed_landing=True, fence=fence)
+        landing = ld.record("moved", moved_by="found moved", landed=new)
+    if not moved:
+        _refreeze_moved(ld, new)
     done = [s["step"] for s in landing.get("steps") or []]
     if push and "pushed" not in done:
         res = _push_resource(push, into)
         if not st.leases_of(caller["id"], [res]):
-            st.claim(caller["id"], [res], "exclusive", "land %s" % w["handle"])
-        now = _remote_at(st, w, push, into, new, environ)
-        if now != new:
+            st.claim(caller["id"], [res], "exclusive", "land %s" % ld.w["handle"])
+        now = ld.remote_now or _remote_at(st, ld.w, push, into, new, environ)
+        batched = now != new and now is not None and now == landing.get("batch_tip")  # pushed with its batch
+        if now != new and not batched:
             expect = landing.get("remote_before") or old
             if now != expect:
-                _land_record(st, w, caller, None, environ, state="publish-refused", remote_after=now, remote=push)
+                ld.record(None, state="publish-refused", remote_after=now, remote=push)
                 raise Refused("remote %s %s is at %s, not the expected %s; nothing was pushed" % (
                     push, into, now, expect), "reconcile %s by hand (push/%s/%s stays held by you), then re-run: %s"
-                    % (push, push, into, rerun_command(w, into, push=push)),
-                    reason="publish-refused", remote_after=now)
+                    % (push, push, into, ld.rerun(push=push)), reason="publish-refused", remote_after=now)
             try:
-                _push(st, w, caller, into, push, expect, new, environ)
+                _push(st, ld.w, caller, into, push, expect, new, environ, fence=ld.frozen(new))
             except Refused as exc:
                 if not exc.details.get("remote_unchanged"):
                     raise
-                return _land_unpublished(st, w, caller, into, push, new, expect, exc, environ)
-        landing = _land_record(st, w, caller, "pushed", environ, remote=push, remote_after=new, published=True)
+                return _land_unpublished(st, ld.w, caller, into, push, new, expect, exc, environ)
+        landing = ld.record("pushed", remote=push, remote_after=now if batched else new, published=True)
     if push:
         _drop_push(st, caller, push, into)  # after the re-read, or on a re-run after a kill there
     if "proven" not in done:
-        proof = prove(st, caller=caller, handle=w["id"], target=new, environ=environ)
-        landing = _land_record(st, w, caller, "proven", environ, proof_target=new,
-                               leases_released=proof["released"] or None, agent_told=proof["agent_told"])
-    release_integration(st, caller=caller, handle=w["id"])
+        proof = prove(st, caller=caller, handle=ld.w["id"], target=new, environ=environ)
+        landing = ld.record("proven", proof_target=new, leases_released=proof["released"] or None,
+                            agent_told=proof["agent_told"], agent_nudged=proof["agent_nudged"])
+    release_integration(st, caller=caller, handle=ld.w["id"])
     told = None
-    if landing.get("rebased") and landing.get("where") == "scratch" and "released" not in done:
-        told = _tell_owner(st, w, caller, (
-            "coord: %s landed on %s as %s, rebased in a scratch copy because the clone was in use. The clone still "
+    if landing.get("rebased") and landing.get("where") in ("scratch", "batch") and "released" not in done:
+        told, _ = _tell_owner(st, ld.w, caller, (
+            "coord: %s landed on %s as %s, rebased in a scratch copy %s. The clone still "
             "holds the commits from before the rebase; before coord work remove, in %s: jj git fetch; "
-            "jj rebase -b @ -d %s@origin --skip-emptied" % (w["handle"], into, new, w["path"], into)))
-    settled = _settle_clone(st, w, new, environ)  # None after a rebase in scratch: @ is not `new`
-    landing = _land_record(st, w, caller, "released", environ, state="landed", finished_at=now_time(), owner_told=told,
-                           clone_settled=settled)
-    return _land_result(st.work(w["id"]), landing)
+            "jj rebase -b @ -d %s@origin --skip-emptied" % (
+                ld.w["handle"], into, new, "because the clone was in use" if landing["where"] == "scratch" else
+                "with the works queued before it", ld.w["path"], into)))
+    # After a rebase in scratch (or a batch's) the clone's @ is not `new`: nothing to settle.
+    rebased_away = landing.get("rebased") and landing.get("where") in ("scratch", "batch")
+    settled = None if rebased_away else _settle_clone(st, ld.w, new, environ)
+    landing = ld.record("released", state="landed", finished_at=now_time(), owner_told=told, clone_settled=settled)
+    return _land_result(ld.w, landing)
+
+
+def _refreeze_moved(ld, new):
+    """A re-run of a landing that already moved the target: take integration/B again (a new
+    fencing number) and, unless the work's frozen candidate is exactly this runtime's under that
+    number, freeze the landed commit as its candidate."""
+    st, caller = ld.st, ld.caller
+    ld.fence = st.claim_integration(caller["id"], ld.resource, "land %s" % ld.w["handle"])["fence"]
+    integ = integration_of(ld.w)  # as the landing lock found it: nothing of this run changed it
+    cand = integ.get("candidate") or {}
+    if cand.get("commit") == new and cand.get("runtime") == caller["id"] and not integ.get("released") and \
+            cand.get("fence") == ld.fence:
+        return
+    with st.transaction():
+        cur = st.work(ld.w["id"])
+        integ = integration_of(cur)
+        integ.update({"state": "integrating", "into": ld.into, "candidate": {
+            "change": ld.landing.get("change"), "commit": new, "at": now_time(), "runtime": caller["id"],
+            "resource": ld.resource, "fence": ld.fence}})
+        integ.pop("released", None)
+        integ.pop("proof", None)
+        st.update_work(ld.w["id"], data={"integration": integ})
+        st.audit("work.integration.acquired", caller["id"], ld.w["id"], resource=ld.resource, candidate_commit=new,
+                 resumed_landing=True, fence=ld.fence)
 
 
 def _settle_clone(st, w, landed, environ):
@@ -1553,6 +1629,11 @@ def land_command(handle, into, push=None, check=None):
     return " ".join(shlex.quote(b) if b != "coord" else b for b in bits)
 
 
+def queue_command(into, push=None, check=None):
+    """The command that lands the queue into `into` (again), with its options."""
+    return land_command("--queued", into, push=push, check=check)
+
+
 def rerun_command(w, into=None, push=None):
     """The command that re-runs the work's recorded landing with the options it was given (its
     --push, unless `push` names the remote this run publishes to, and its own --check; a
@@ -1571,33 +1652,35 @@ def _land_result(w, landing, already=False):
             "held_by_peers": landing.get("held_by_peers") or [],
             "moved_by": landing.get("moved_by"), "steps": [s["step"] for s in landing.get("steps") or []],
             "clone_settled": landing.get("clone_settled"), "already": already,
-            "leases_released": landing.get("leases_released") or [], "agent_told": landing.get("agent_told")}
+            "leases_released": landing.get("leases_released") or [], "agent_told": landing.get("agent_told"),
+            "agent_nudged": landing.get("agent_nudged")}
 
 
-def _land_conflict(st, w, caller, into, old, cand, paths, environ, scratch=False):
+def _land_conflict(ld, cand, paths, scratch=False):
     """The rebase onto the current target conflicts: record it, tell the owner, stop (nothing moved).
     scratch: the rebase was tried in a scratch copy, so the clone is unchanged and its owner rebases."""
+    st, w, caller, into, old = ld.st, ld.w, ld.caller, ld.into, ld.old
     how = ("jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list)" % into if scratch else
            "jj status; edit; jj resolve --list")
     body = ("coord: landing %s into %s stopped: rebasing onto %s conflicts in %s. Resolve it in %s "
             "(%s), then tell the integration owner %s; they re-run: %s"
             % (w["handle"], into, old[:12], ", ".join(paths[:20]), w["path"], how, caller["handle"],
                rerun_command(w, into)))
-    told = _tell_owner(st, w, caller, body)
+    told, woke = _tell_owner(st, w, caller, body) if not ld.queued else (None, None)
     exc = Refused("landing %s stopped: rebasing onto %s %s conflicts in %s; %s%s, nothing else changed" % (
                   w["handle"], into, old, named_paths(paths), "the clone is in use and was not touched" if scratch
                   else "the clone keeps the conflict for its owner", " (told %s)" % told if told else ""),
                   ("the work's agent rebases and resolves in its clone (%s: %s)%s, then re-run: %s"
                    % (w["path"], how, "; it was told" if told else "", rerun_command(w, into))) if scratch else
                   "resolve in %s (jj resolve --list), then re-run: %s" % (w["path"], rerun_command(w, into)),
-                  reason="conflict", paths=paths, owner_told=told)
-    _stop_before_move(st, w, caller, "conflict", environ, exc, paths=paths, owner_told=told)
-    exc.landing_recorded = True
+                  reason="conflict", paths=paths, owner_told=told, owner_nudged=woke)
+    _stop_before_move(ld, "conflict", exc, paths=paths, owner_told=told)
     raise exc
 
 
-def _land_check_failed(st, w, caller, into, cand, result, environ):
+def _land_check_failed(ld, cand, result):
     """The check failed on the frozen candidate: record it as the gate result, stop (nothing moved)."""
+    st, w, caller, into = ld.st, ld.w, ld.caller, ld.into
     gate = {"state": "failed", "at": now_time(), "by": caller["id"], "by_handle": caller["handle"], "user": workspace.user_name(),
             "check": {"command": result["command"], "exit": result["exit"], "tail": result["tail"],
                       "candidate": cand["commit"]}}
@@ -1610,10 +1693,422 @@ def _land_check_failed(st, w, caller, into, cand, result, environ):
         store.clean_text(result["command"], 200), cand["commit"], why, into,
         store.clean_text(result["tail"], CHECK_TAIL + 100)),
         "fix it in %s, then re-run: %s" % (w["path"], rerun_command(w, into)),
-        reason="check-failed", exit=result["exit"])
-    _stop_before_move(st, w, caller, "check-failed", environ, exc, check_exit=result["exit"])
-    exc.landing_recorded = True
+        reason="check-failed", exit=result["exit"], command=result["command"])
+    _stop_before_move(ld, "check-failed", exc, check_exit=result["exit"])
     raise exc
+
+
+# --------------------------------------------------------------------------- the landing queue
+# `work integrate land --queued --into B` lands every queued work for B, one after another, each
+# exactly as `land_work` lands one (it reads B afresh, so each is rebased onto the one before).
+# What is the work's own to fix (a conflict, a failed check, a candidate it must change) goes
+# back to its agent: out of the queue, with a message naming the steps, nudged when idle. What
+# the person decides (dependencies, a gate, a peer's lease, authority) waits in the queue. What
+# is the shared checkout's or the remote's (they moved, are dirty, refused a push) stops the
+# queue: every later work would meet it too. Nothing is kept in memory between works: a queue
+# interrupted (SIGINT) and run again lands what is left, each work once.
+
+QUEUE_STOPS = frozenset(("remote-moved", "dirty-checkout", "target-moved", "fenced", "checkout-busy", "merge-failed",
+                         "publish-refused", "publish-ambiguous", "interrupted"))
+QUEUE_WAITS = frozenset(("depends", "ungated", "person-lands", "not-authorized", "override-is-the-person-s",
+                         "peer-leased", "other-host"))
+SENT_BACK_TAIL = 600   # characters of a failed check's output a sent-back message carries
+
+
+def queue_order(st, into):
+    """The works queued (or under way) for bookmark `into`, in landing order: queue order, each
+    after the queued works it depends on."""
+    rows = []
+    for w in st.works():
+        integ = integration_of(w)
+        if integ["state"] in workspace.QUEUED and integ.get("into") == into:
+            rows.append(((integ.get("queued_at") or (integ.get("candidate") or {}).get("at") or 0, w["handle"]), w))
+    rows.sort(key=lambda r: r[0])
+    by_id = {w["id"]: w for _, w in rows}
+    out, placed = [], set()
+
+    def place(w, seen):
+        if w["id"] in placed or w["id"] in seen:
+            return
+        seen.add(w["id"])
+        for dep in w["data"].get("depends", []):
+            if dep in by_id:
+                place(by_id[dep], seen)
+        placed.add(w["id"])
+        out.append(w)
+
+    for _, w in rows:
+        place(w, set())
+    return out
+
+
+def land_queue(st, *, caller, into, environ, push=None, check=None, batch=None):
+    """Land every work queued for `into`, in queue_order, each as land_work does (checked, moved,
+    pushed with --push, proven, released); with batch N > 1, N at a time (_land_batch).
+    -> {into, works: [{work, outcome: landed|sent-back|waiting|stopped|interrupted, ...}],
+    batches: [{works, check_runs}], check_runs, landed, sent_back, waiting, stopped}."""
+    into = workspace.check_bookmark(into)
+    if batch is not None:
+        batch = store.check_int(batch, "--batch", 1, 1000)
+    if push is not None and (not push or push.startswith("-")):
+        raise UsageError("--push %r is not a remote name" % push, "coord work integrate land --queued --into main "
+                         "--push origin")
+    order = queue_order(st, into)
+    if order and not workspace.is_person(caller) and not workspace.agents_land(order[0]["source"], environ):
+        raise Refused("%s may not land the queue into %s: the person lands queued work, agents queue it"
+                      % (caller["handle"], into), "coord work integrate queue --into %s shows it; the person "
+                      "lands it" % into, reason="person-lands", action="land")
+    results, tried = [], set()
+    while True:
+        order = [w for w in queue_order(st, into) if w["id"] not in tried]
+        if not order:
+            break
+        fresh = [w for w in order[:batch or 1] if landing_of(w).get("state") not in LAND_RESUMABLE]
+        if batch and batch > 1 and fresh and fresh[0] is order[0]:
+            tried |= _land_batch(st, caller, fresh, into, environ, push, check, results)
+        else:
+            tried.add(order[0]["id"])
+            results.append(_land_queued(st, caller, order[0], into, environ, push, check))
+        if results and results[-1]["outcome"] in ("stopped", "interrupted"):
+            break
+    batches = [r for r in results if r["outcome"] == "batch"]
+    results = [r for r in results if r["outcome"] != "batch"]
+    count = lambda what: sum(1 for r in results if r["outcome"] == what)  # noqa: E731
+    stop = results[-1] if results and results[-1]["outcome"] in ("stopped", "interrupted") else None
+    return {"into": into, "remote": push, "works": results, "batches": batches,
+            "check_runs": sum(b["check_runs"] for b in batches) if batch and batch > 1 else None,
+            "landed": count("landed"),
+            "sent_back": count("sent-back"), "waiting": count("waiting"),
+            "stopped": stop and {"work": stop["work"], "outcome": stop["outcome"], "reason": stop.get("reason")}}
+
+
+def _land_queued(st, caller, w, into, environ, push, check):
+    """One work of the queue: land it, or say what became of it (see the section's comment)."""
+    queued_at = integration_of(w).get("queued_at")
+    try:
+        r = land_work(st, caller=caller, handle=w["id"], into=into, environ=environ, push=push, check=check,
+                      queued=True)
+    except KeyboardInterrupt:
+        _queue_interrupted(st, caller, w, into, push, queued_at)
+        return {"work": w["handle"], "outcome": "interrupted", "reason": "interrupted",
+                "message": "interrupted; run the same command again to land what is left"}
+    except store.CoordError as exc:
+        return _queue_refusal(st, caller, w, into, exc, queued_at, push, check)
+    return dict(r, outcome="landed")
+
+
+def _queue_refusal(st, caller, w, into, exc, queued_at, push=None, check=None):
+    """A queued work's landing refused or failed: stop the queue, keep it waiting, or send it
+    back to its agent (QUEUE_STOPS, QUEUE_WAITS, anything else that is its own to fix)."""
+    reason = exc.details.get("reason") if isinstance(exc, Refused) else None
+    out = {"work": w["handle"], "reason": reason or exc.kind, "message": store.clean_text(exc.message, 2000),
+           "hint": exc.hint}
+    if reason in QUEUE_STOPS or not isinstance(exc, Refused):
+        _requeue(st, caller, w, into, queued_at)
+        rerun = queue_command(into, push=push, check=check)
+        steps = _RERUN_RE.sub("", exc.hint or "").strip()
+        return dict(out, outcome="stopped", hint="%s%sthen re-run: %s" % (steps, "; " if steps else "", rerun))
+    if reason in QUEUE_WAITS:
+        _requeue(st, caller, w, into, queued_at)
+        return dict(out, outcome="waiting")
+    with st.transaction():
+        cur = st.work(w["id"])
+        integ = integration_of(cur)
+        if integ["state"] == "queued":  # refused before it was acquired: it leaves the queue all the same
+            integ["state"] = "none"
+        integ["sent_back"] = {"at": now_time(), "by": caller["id"], "reason": out["reason"]}
+        st.update_work(w["id"], data={"integration": integ})
+        st.audit("work.queue.sent-back", caller["id"], w["id"], into=into, reason=out["reason"])
+    told, woke = _tell_owner(st, w, caller, _sent_back_body(w, into, exc))
+    return dict(out, outcome="sent-back", told=told, nudged=woke)
+
+
+def _requeue(st, caller, w, into, queued_at):
+    """Put a work whose landing stopped (its integration lock released) back in the queue at its
+    old place: the queue stopped or it waits for the person, not for its agent."""
+    with st.transaction():
+        cur = st.work(w["id"])
+        integ = integration_of(cur)
+        if integ["state"] != "lock-released":
+            return
+        integ.update({"state": "queued", "into": into, "queued_at": queued_at or now_time()})
+        st.update_work(w["id"], data={"integration": integ})
+        st.audit("work.queued", caller["id"], w["id"], into=into, requeued=True)
+
+
+def _queue_interrupted(st, caller, w, into, push, queued_at):
+    """SIGINT while the queue landed `w`: a landing that had not moved the target yet is recorded
+    stopped, its locks released and the work put back in its place; one that had moved it stays
+    as it is, and the next run finishes it (land_work's re-run)."""
+    try:
+        cur = st.work(w["id"])
+        landing = landing_of(cur)
+        if "moved" in [s["step"] for s in landing.get("steps") or []] or landing.get("state") != "running":
+            return
+        ld = Landing(st, caller, cur, into, None, push=push)
+        _stop_before_move(ld, "interrupted", Refused("interrupted before %s moved" % into))
+        if push:
+            _drop_push(st, caller, push, into)
+        _requeue(st, caller, w, into, queued_at)
+    except (store.CoordError, KeyboardInterrupt):
+        store.log_traceback("queue interrupted at %s" % w["id"])
+
+
+# `--batch N`: N queued works at once. Each is acquired, fetched and refused as a single landing
+# would be, then all are rebased one onto the other in one scratch checkout (cherry-picks, as a
+# landing whose clone is in use), and the checks run once on the combined result. When they
+# fail, the batch is bisected on its prefixes (the first k works), as merge queues do, to find the
+# first work whose addition breaks them: that one goes back to its agent, the works before it
+# land (their prefix passed), the works after it go back to their place and the queue goes on
+# with them. The target moves once, to the last landed work; then each landed work is pushed
+# (from the one before it, so a re-run after a kill finishes each alone), proven and released
+# by `_land_after_move`, with its own landing and proof record.
+
+def _land_batch(st, caller, works, into, environ, push, check, results):
+    """Land `works` (the next ones in queue order) as one batch; appends to `results` what became
+    of each work it finished with. -> the IDs of the works it finished with (a work sent back to
+    its place after a bisection is not one of them)."""
+    source, done = works[0]["source"], set()
+    started = []
+    with workspace.repo_lock(source, _lock_dir(st, works[0]), "land-" + into):
+        old = _rev(source, "refs/heads/" + into, environ)
+        try:
+            for w in works:
+                ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, queued=True)
+                ld.queued_at = integration_of(w).get("queued_at")
+                started.append(ld)
+                cand = _batch_start(ld, old, results, first=len(started) == 1)
+                done.add(w["id"])
+                if cand is None and results[-1]["outcome"] == "stopped":
+                    return done | _batch_requeue([l for l in started if l.cand], "the queue stopped at %s"
+                                                 % w["handle"])
+                ld.cand = cand
+            ready = [ld for ld in started if ld.cand]
+            if not ready:
+                return done
+            with _Scratch(ready[0].w, environ) as scratch:
+                chain = _batch_chain(ready, old, scratch, results)
+                passed, culprit, failed, runs = _batch_check(chain, scratch)
+            results.append({"outcome": "batch", "works": [ld.w["handle"] for ld in ready], "check_runs": runs})
+            if culprit is not None:
+                _batch_culprit(chain, passed, culprit, failed, results, done)
+            return done | _batch_land(chain[:passed], old, results)
+        except KeyboardInterrupt:
+            for ld in started:
+                _queue_interrupted(st, caller, ld.w, into, push, ld.queued_at)
+            results.append({"work": started[-1].w["handle"] if started else "-", "outcome": "interrupted",
+                            "reason": "interrupted", "message": "interrupted; run the same command again to "
+                            "land what is left"})
+            return done
+
+
+def _batch_start(ld, old, results, first):
+    """A batch's work up to its rebase: what a single landing refuses (authority, readiness, the
+    candidate, what the move and the push would meet; the remote is read for the first work only,
+    since it is the same for all) refuses it here. -> the candidate, or None with its outcome
+    appended to `results`."""
+    st, w, caller, environ = ld.st, ld.w, ld.caller, ld.environ
+    try:
+        workspace.authorize(st, w, caller, "land", False, into=ld.into)
+        workspace.refuse_state(w, workspace.UNUSABLE)
+        ld.check, ld.checks = _land_checks(w, ld.check_arg, environ)
+        _refuse_unready(st, w, ld.checks)
+        ld.old = old
+        cand = _land_acquire(ld)
+        fetch_candidate(ld.w, cand["commit"], environ)
+        ld.record("fetched", candidate=cand["commit"])
+        stale = not _is_ancestor(ld.source, old, cand["commit"], environ)
+        _refuse_early(ld.w, ld.into, ld.push if first else None, old, cand["commit"], environ, stale)
+        _refuse_installed(st, ld.w, caller, ld.into, old, cand, ld.override, environ)
+        _refuse_peer_leases(st, ld.w, caller, old, cand["commit"], ld.override, environ)
+        _refuse_lfs_content(ld.w, old, cand["commit"], environ)
+        return cand
+    except store.CoordError as exc:
+        _batch_refused(ld, exc, results)
+        return None
+
+
+def _batch_refused(ld, exc, results):
+    """One work of a batch refused or failed: stop its landing (when it began) and say what becomes
+    of it, as the queue does for a single landing."""
+    if ld.fence is not None and not ld.stopped:
+        _stop_before_move(ld, "refused" if isinstance(exc, Refused) else "failed", exc)
+    results.append(_queue_refusal(ld.st, ld.caller, ld.w, ld.into, exc, ld.queued_at, ld.push, ld.check_arg))
+
+
+def _batch_requeue(lds, why):
+    """Stop the landings of `lds` (nothing moved for them) and put each back at its place."""
+    for ld in lds:
+        if ld.fence is not None and not ld.stopped:
+            _stop_before_move(ld, "requeued", Refused(why))
+        _requeue(ld.st, ld.caller, ld.w, ld.into, ld.queued_at)
+    return set()
+
+
+def _batch_chain(ready, old, scratch, results):
+    """Rebase each ready work onto the one before it (the first onto `old`) in the scratch
+    checkout; one that conflicts goes back to its agent and the chain goes on without it.
+    -> [(Landing, candidate)] in order, each recorded `rebased` with the one before as its old target."""
+    cur, chain = old, []
+    for ld in ready:
+        cand = ld.cand
+        try:
+            if _is_ancestor(ld.source, cur, cand["commit"], ld.environ):
+                rebased = False
+            else:
+                new, paths = scratch.rebase(cur, cand["commit"])
+                if paths:
+                    ld.old = cur
+                    _land_conflict(ld, cand, paths, scratch=True)
+                cand, rebased = _freeze_scratch(ld, cand, new, scratch, "batch"), True
+            ld.record("rebased", candidate=cand["commit"], rebased=rebased, where="batch", old_target=cur)
+        except store.CoordError as exc:
+            _batch_refused(ld, exc, results)
+            continue
+        chain.append((ld, cand))
+        cur = cand["commit"]
+    return chain
+
+
+def _batch_check(chain, scratch):
+    """Run the checks on the chain's combined result; when they fail, bisect its prefixes.
+    -> (how many works from the start passed, the index of the first that broke them or None,
+    its failed check result, how many check runs it took)."""
+    runs = [0]
+
+    def failing(k):  # the first failed check of the first k works' result, or None
+        ld = chain[k - 1][0]
+        scratch.checkout(chain[k - 1][1]["commit"])
+        for command in ld.checks:
+            runs[0] += 1
+            result = _run_check(ld.w, command, ld.environ, cwd=scratch.path)
+            if result["exit"] != 0:
+                return result
+        return None
+
+    if not chain or not chain[-1][0].checks:
+        return len(chain), None, None, 0
+    bad = failing(len(chain))
+    if bad is None:
+        return len(chain), None, None, runs[0]
+    lo, hi = 0, len(chain)  # the first lo pass (none, trivially), the first hi fail
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        got = failing(mid)
+        if got is None:
+            lo = mid
+        else:
+            hi, bad = mid, got
+    return lo, hi - 1, bad, runs[0]
+
+
+def _batch_culprit(chain, passed, culprit, failed, results, done):
+    """The work whose addition broke the checks goes back to its agent; those after it go back to
+    their place in the queue, for the next batch."""
+    ld, cand = chain[culprit]
+    try:
+        _land_check_failed(ld, cand, failed)
+    except Refused as exc:
+        results.append(_queue_refusal(ld.st, ld.caller, ld.w, ld.into, exc, ld.queued_at, ld.push, ld.check_arg))
+    later = [l for l, _ in chain[culprit + 1:]]
+    _batch_requeue(later, "the batch's check failed with %s; it lands in the next batch" % ld.w["handle"])
+    done.difference_update(l.w["id"] for l in later)
+
+
+def _batch_land(chain, old, results):
+    """Move the target once, from `old` to the last work of the chain, then finish each work as a
+    single landing does after its move. -> the IDs finished."""
+    if not chain:
+        return set()
+    first, (last, tip) = chain[0][0], chain[-1]
+    st, caller, into, environ = first.st, first.caller, first.into, first.environ
+    handles = [ld.w["handle"] for ld, _ in chain]
+    try:
+        for ld, cand in chain:
+            if ld.checks:
+                _gate_from_check(st, ld.w, caller, ld.checks, {"commit": tip["commit"]})
+            ld.record("checked", check=ld.check, checks=ld.checks or None, batch=handles, batch_tip=tip["commit"],
+                      check_cwd="a scratch checkout of the batch's combined result")
+        if first.push:
+            first.old = old
+            _take_push(first)
+        confirm_fence(st, first.w, caller, first.frozen(chain[0][1]["commit"]), "move %s" % into, first.rerun())
+        how = _move_target(first.w, into, old, tip["commit"], environ)
+    except store.CoordError as exc:
+        if first.push:
+            _drop_push(st, caller, first.push, into)
+        _batch_requeue([ld for ld, _ in chain[1:]], "the batch stopped at %s" % first.w["handle"])
+        _batch_refused(first, exc, results)
+        return {first.w["id"]}
+    for ld, cand in chain:
+        ld.record("moved", moved_by=how, landed=cand["commit"])
+    if first.push:  # one push for the batch; each work's own step then finds it there (batch_tip)
+        try:
+            _push(st, first.w, caller, into, first.push, old, tip["commit"], environ,
+                  fence=first.frozen(chain[0][1]["commit"]))
+        except Refused:
+            pass  # each work's own step below reads the remote again and says what happened
+        else:
+            for ld, _ in chain:
+                ld.remote_now = tip["commit"]
+    finished = set()
+    for ld, cand in chain:
+        finished.add(ld.w["id"])
+        try:
+            results.append(dict(_land_after_move(ld, moved=True), outcome="landed"))
+        except store.CoordError as exc:
+            results.append(_queue_refusal(st, caller, ld.w, into, exc, ld.queued_at, ld.push, ld.check_arg))
+            break
+    return finished
+
+
+_RERUN_RE = re.compile(r"[;,]?\s*(then )?re-run\b.*$", re.S)
+
+
+def _sent_back_body(w, into, exc):
+    """The message to a work's agent when the queue sends its work back: what stopped it and the
+    steps that are the agent's (never the landing, which is the person's), then enqueue again."""
+    what = exc.message
+    steps = _RERUN_RE.sub("", exc.hint or "").strip()
+    if exc.details.get("reason") == "check-failed":
+        head, _, tail = what.partition("\n")
+        what = head.rstrip(":") + ("; its output ended:\n%s" % tail.strip()[-SENT_BACK_TAIL:] if tail.strip() else "")
+        steps += " (run the check there: %s)" % exc.details.get("command")
+    return ("coord: the landing queue into %s sent back work %s: %s\nSteps: %s%sthen queue it again: coord work "
+            "integrate enqueue %s --into %s" % (into, w["handle"], store.clean_text(what, 2500),
+                                                store.clean_text(steps, 800), "; " if steps else "", w["handle"], into))
+
+
+def queue_lines(r):
+    """The text of `land --queued`: one line per work, then a summary."""
+    lines = []
+    for x in r["works"]:
+        if x["outcome"] == "landed":
+            lines.append("%s landed %s on %s%s" % (x["work"], x["landed"], x["into"],
+                                                   " and %s/%s" % (x["remote"], x["into"]) if x["remote"] else ""))
+            continue
+        first = store.clean_text(x["message"].splitlines()[0] if x["message"] else x["reason"], 200)
+        if x["outcome"] == "sent-back":
+            told = "; told %s%s" % (x["told"], ", nudged" if x.get("nudged") is True else "") if x.get("told") else \
+                "; nobody to tell"
+            lines.append("%s sent back (%s): %s%s" % (x["work"], x["reason"], first, told))
+        elif x["outcome"] == "waiting":
+            lines.append("%s waits (%s): %s" % (x["work"], x["reason"], first))
+        else:
+            lines.append("%s %s the queue (%s): %s" % (x["work"], x["outcome"] == "interrupted" and "interrupted"
+                                                       or "stopped", x["reason"], first))
+            if x.get("hint"):
+                lines.append(store.hint("next: %s" % x["hint"]))
+    summary = "queue into %s: %d landed, %d sent back, %d waiting" % (r["into"], r["landed"], r["sent_back"],
+                                                                       r["waiting"])
+    if r.get("check_runs") is not None:
+        summary += "; %d check run%s in %d batch%s" % (r["check_runs"], "" if r["check_runs"] == 1 else "s",
+                                                       len(r["batches"]), "" if len(r["batches"]) == 1 else "es")
+    if r["stopped"]:
+        summary += "; %s at %s, run it again to go on" % (r["stopped"]["outcome"], r["stopped"]["work"])
+    return lines + [summary]
+
+
 # --------------------------------------------------------------------------- landing preview
 # What a landing would do, seen before it happens: commits ahead of the target, how far the
 # base is behind it, and the paths `git merge-tree --write-tree` says would conflict. It runs
@@ -1968,6 +2463,196 @@ def _report_group(ov, members, heads, into, default, report):
             report["pairs"].append({"a": a["handle"], "b": b["handle"], "overlap": overlap, "conflicts": conflicts})
 
 
+# --------------------------------------------------------------------------- review
+# `work review WORK`: one screen of what the person decides a landing on, read without changing
+# anything (the candidate's objects through the preview's overlay): the change against its
+# target (stat and a bounded diff), its description, the files it touched and who held leases on
+# them, the conflict forecast of `work conflicts`, the last check. `--queued` does it for the
+# queue in order, and the queue's combined diff: each work merged in turn onto the target in the
+# overlay (merge-tree, commit-tree: nothing outside it), those that would conflict left out.
+
+REVIEW_DIFF_LINES = 40      # diff lines shown by default
+REVIEW_DIFF_VERBOSE = 400   # with --verbose
+
+
+def _bounded_diff(ov, old, new, limit):
+    """(stat text, the first `limit` diff lines, how many lines the whole diff has)."""
+    _, stat, _ = ov.git(["diff", "--no-color", "--stat=100", "--no-renames", old, new])
+    _, diff, _ = ov.git(["diff", "--no-color", "--no-renames", old, new])
+    lines = diff.splitlines()
+    return stat.rstrip("\n"), lines[:limit], len(lines)
+
+
+def _review_leases(st, w, files):
+    """[{path, holder, now}]: who holds a lease overlapping a touched file now, and who claimed
+    one exclusively since the work was created (the lease audit)."""
+    out, seen = [], set()
+    for lease in st.all_leases():
+        for p in files:
+            if store.overlaps(lease["resource"], p) and (p, lease["handle"]) not in seen:
+                seen.add((p, lease["handle"]))
+                out.append({"path": p, "holder": lease["handle"], "mode": lease["mode"], "now": True})
+    names = {}
+    for c in st.exclusive_claims_since(w["created_at"], files) if files else []:
+        if c["runtime"] not in names:
+            rt = st.runtime(c["runtime"]) if c["runtime"] else None
+            names[c["runtime"]] = rt["handle"] if rt else None
+        for p in files:
+            if names[c["runtime"]] and store.overlaps(c["resource"], p) and (p, names[c["runtime"]]) not in seen:
+                seen.add((p, names[c["runtime"]]))
+                out.append({"path": p, "holder": names[c["runtime"]], "mode": "exclusive", "now": False})
+    return out
+
+
+def review_work(st, w, *, into=None, environ=None, limit=REVIEW_DIFF_LINES, report=None):
+    """-> {work, task, into, target, candidate, frozen, ahead, behind, description, commits, stat,
+    diff, diff_lines, files, leases, forecast: {target, pairs}, check, landing}. `report`: a
+    conflict_report already computed (the queue's review computes it once)."""
+    integ = integration_of(w)
+    into = workspace.check_bookmark(into) if into else workspace.target_bookmark(w, environ)
+    frozen = integ.get("candidate") if integ["state"] == "integrating" else None
+    commit = frozen["commit"] if frozen else work_tip(w, environ)
+    target = branch_commits(w["source"], environ).get(into)
+    if not commit or not target:
+        raise Refused("work %s has nothing to review against %s: %s" % (
+            w["handle"], into, "no bookmark %s" % into if commit else "no change"), "coord work inspect %s"
+            % w["handle"])
+    out = {"work": w["handle"], "task": w["task"], "into": into, "target": target, "candidate": commit,
+           "frozen": bool(frozen)}
+    with _Overlay(_store_dirs(w, environ), environ, sha256=len(target) == 64) as ov:
+        out["ahead"], out["behind"] = _ahead_behind(ov, target, commit)
+        base = ov.git(["merge-base", target, commit])[1].strip()
+        out["stat"], out["diff"], out["diff_lines"] = _bounded_diff(ov, base, commit, limit)
+        out["files"] = sorted(_changed_paths(ov, target, commit))
+        _, log, _ = ov.git(["log", "--format=%h %s", "%s..%s" % (target, commit)])
+        out["commits"] = log.splitlines()
+        out["description"] = ov.git(["log", "-1", "--format=%B", commit])[1].strip()
+    out["leases"] = _review_leases(st, w, out["files"])
+    report = report if report is not None else conflict_report(st, into=into, environ=environ)
+    row = next((r for r in report["works"] if r["handle"] == w["handle"]), {})
+    out["forecast"] = {"target": row.get("target_conflicts"), "error": report["error"],
+                       "pairs": [p for p in report["pairs"] if w["handle"] in (p["a"], p["b"])]}
+    gate = gate_of(w)
+    out["check"] = dict(gate.get("check") or {}, state=gate["state"])
+    landing = landing_of(w)
+    out["landing"] = {k: landing.get(k) for k in ("state", "step", "reason") if landing.get(k)} or None
+    return out
+
+
+def review_queue(st, *, into, environ=None, limit=REVIEW_DIFF_LINES):
+    """`work review --queued`: review_work for each queued work in queue_order and the combined
+    diff of the queue. -> {into, works, combined: {stat, diff, diff_lines, left_out, error}}."""
+    into = workspace.check_bookmark(into)
+    order = queue_order(st, into)
+    report = conflict_report(st, into=into, environ=environ)
+    works = [review_work(st, w, into=into, environ=environ, limit=limit, report=report) for w in order]
+    combined = {"stat": "", "diff": [], "diff_lines": 0, "left_out": [], "error": None}
+    if works:
+        dirs = []
+        for w in order:
+            dirs += _store_dirs(w, environ)
+        target = works[0]["target"]
+        try:
+            with _Overlay(dirs, environ, sha256=len(target) == 64) as ov:
+                cur = target
+                for r in works:
+                    code, out, _ = ov.git(["merge-tree", "--write-tree", "--no-messages", cur, r["candidate"]],
+                                          check=False)
+                    if code != 0:
+                        combined["left_out"].append(r["work"])
+                        continue
+                    tree = out.split()[0]
+                    cur = ov.git(["commit-tree", tree, "-p", cur, "-p", r["candidate"], "-m", "queue"])[1].strip()
+                combined["stat"], combined["diff"], combined["diff_lines"] = _bounded_diff(ov, target, cur, limit)
+        except store.CoordError as exc:
+            combined["error"] = exc.message
+    return {"into": into, "works": works, "combined": combined}
+
+
+def review_lines(r, verbose=False):
+    """One screen for one work's review."""
+    where = "frozen candidate" if r["frozen"] else "tip"
+    lines = ["%s  %s  -> %s: %s %s, %d ahead, base %s" % (
+        r["work"], store.clean_text(r["task"], 60), r["into"], where, r["candidate"][:12], r["ahead"],
+        "current" if not r["behind"] else "%d behind" % r["behind"])]
+    desc = store.clean_text(r["description"], 4000).splitlines() or ["(no description)"]
+    lines.append("description: %s" % desc[0])
+    lines += ["  " + l for l in desc[1:]] if verbose else []
+    if len(r["commits"]) > 1:
+        lines.append("commits: %d (%s)" % (len(r["commits"]), "; ".join(store.clean_text(c, 80) for c in
+                                                                           r["commits"][:5 if not verbose else 50])))
+    lines.append("files: %s" % (named_paths(r["files"]) if r["files"] else "none"))
+    if r["leases"]:
+        lines.append("leases: %s" % "; ".join("%s %s by %s" % (l["path"], "held" if l["now"] else "was held",
+                                                               l["holder"]) for l in r["leases"][:10]))
+    f = r["forecast"]
+    bits = ["with %s in %s" % (r["into"], named_paths(f["target"]))] if f["target"] else []
+    bits += ["with %s in %s" % (p["b"] if p["a"] == r["work"] else p["a"], named_paths(p["conflicts"]))
+             for p in f["pairs"] if p["conflicts"]]
+    lines.append("forecast: %s" % ("would conflict " + "; ".join(bits) if bits else
+                                   "unknown (%s)" % store.clean_text(f["error"], 200) if f["error"] else
+                                   "no conflicts"))
+    c = r["check"]
+    if c.get("command"):
+        lines.append("last check: %s %s on %s%s" % (c["state"], store.clean_text(c["command"], 200),
+                                                    (c.get("candidate") or "?")[:12],
+                                                    " (exit %s)" % c.get("exit") if c.get("exit") else ""))
+    else:
+        lines.append("last check: none (gate %s)" % c["state"])
+    if r["landing"] and r["landing"].get("state") != "landed":
+        lines.append("last landing: %s after %s" % (r["landing"].get("state"), r["landing"].get("step")))
+    return lines + _diff_lines(r)
+
+
+def _diff_lines(r):
+    lines = [l for l in r["stat"].splitlines()]
+    lines += [store.clean_text(l, 300) for l in r["diff"]]
+    if r["diff_lines"] > len(r["diff"]):
+        lines.append("... %d more diff lines (--verbose shows up to %d)" % (r["diff_lines"] - len(r["diff"]),
+                                                                          REVIEW_DIFF_VERBOSE))
+    return lines
+
+
+def cmd_review(ctx, args):
+    limit = REVIEW_DIFF_VERBOSE if ctx.verbose else REVIEW_DIFF_LINES
+    if args.queued:
+        if args.handle or not args.into:
+            raise UsageError("--queued reviews the queue of one bookmark: --into B, and no WORK",
+                             "coord work review --queued --into main")
+        r = review_queue(ctx.db, into=args.into, environ=ctx.environ, limit=limit)
+        lines = []
+        for i, x in enumerate(r["works"], 1):
+            one = review_lines(dict(x, stat="", diff=[], diff_lines=0) if not ctx.verbose else x, ctx.verbose)
+            lines += ["%d. %s" % (i, one[0])] + ["   " + l for l in one[1:]]
+        c = r["combined"]
+        if not r["works"]:
+            lines.append("nothing queued for %s" % r["into"])
+        elif c["error"]:
+            lines.append("combined: not computed: %s" % store.clean_text(c["error"], 300))
+        else:
+            lines.append("combined (%d work%s onto %s%s):" % (
+                len(r["works"]) - len(c["left_out"]), "" if len(r["works"]) == 1 else "s", r["into"],
+                "; would conflict, left out: %s" % ", ".join(c["left_out"]) if c["left_out"] else ""))
+            lines += _diff_lines(c)
+        return 0, dict(r, ok=True), "\n".join(lines)
+    if not args.handle:
+        raise UsageError("name the work to review, or --queued --into B", "coord work review WORK")
+    w = workspace.target_work(ctx, args.handle)
+    r = review_work(ctx.db, w, into=args.into, environ=ctx.environ, limit=limit)
+    return 0, dict(r, ok=True), "\n".join(review_lines(r, ctx.verbose))
+
+
+def _parse_review(ws, both):
+    p = ws.add_parser("review", parents=both, help="what to decide a landing on: the diff against the target, "
+                      "description, files and their leases, conflict forecast, last check (reads only)")
+    p.add_argument("handle", nargs="?", metavar="HANDLE", help=workspace.BY_TASK_HELP)
+    p.add_argument("--into", metavar="BOOKMARK", help="the target (default: the one it integrates into, else the "
+                   "repository's main bookmark)")
+    p.add_argument("--queued", action="store_true", help="every work queued for --into, in order, and their "
+                   "combined diff")
+    p.set_defaults(func=cmd_review)
+
+
 # --------------------------------------------------------------------------- remote
 
 def verify_remote(*, root, work_of, remote, bookmark, expect, environ=None):
@@ -2091,6 +2776,11 @@ def cmd_prove(ctx, args):
 
 
 def cmd_land(ctx, args):
+    if args.queued or args.batch is not None:
+        return cmd_land_queue(ctx, args)
+    if not args.handle:
+        raise UsageError("name the work to land, or --queued for every queued work",
+                         "coord work integrate land WORK --into %s, or: %s" % (args.into, queue_command(args.into)))
     r = land_work(ctx.db, caller=ctx.caller(), handle=args.handle, into=args.into, environ=ctx.environ,
                   push=args.push, check=args.check, override=args.override)
     text = "%s landed %s on %s%s%s" % (r["work"], r["landed"], r["into"],
@@ -2110,6 +2800,22 @@ def cmd_land(ctx, args):
     if r.get("clone_settled") == "in use" and not r["already"]:
         text += "\nbefore the next edit in the clone: jj git fetch (else the edit amends the landed change)"
     return 0, workspace.ok_data(r), text
+
+
+def cmd_land_queue(ctx, args):
+    """`land --queued`: exit 0 when the queue ran through (works sent back included), 3 when a
+    refusal of the shared checkout's or the remote's stopped it, 130 when interrupted."""
+    if args.batch is not None and not args.queued:
+        raise UsageError("--batch lands queued works together: it needs --queued", queue_command(args.into))
+    if args.handle or args.override:
+        raise UsageError("--queued lands every queued work: no WORK and no --override with it",
+                         queue_command(args.into, push=args.push, check=args.check))
+    r = land_queue(ctx.db, caller=ctx.caller(), into=args.into, environ=ctx.environ, push=args.push, check=args.check,
+                   batch=args.batch)
+    code = 0
+    if r["stopped"]:
+        code = 130 if r["stopped"]["outcome"] == "interrupted" else store.EXIT_REFUSED
+    return code, dict(r, ok=code == 0), "\n".join(queue_lines(r))
 
 
 def landing_lines(w):
@@ -2174,9 +2880,13 @@ def _parse_integrate(ws, both):
     p = isub.add_parser("release", parents=both, help="release the integration lock (not evidence)")
     p.add_argument("handle", metavar="HANDLE")
     p.set_defaults(func=cmd_integrate_release)
-    p = isub.add_parser("land", parents=both, help="land the work: freeze, rebase if stale, check, move the "
-                        "bookmark, push, prove, release")
-    p.add_argument("handle", metavar="HANDLE")
+    p = isub.add_parser("land", parents=both, help="land the work (or with --queued every queued work, in "
+                        "order): freeze, rebase if stale, check, move the bookmark, push, prove, release")
+    p.add_argument("handle", metavar="HANDLE", nargs="?")
+    p.add_argument("--queued", action="store_true", help="land every work queued for --into, in queue order; "
+                   "what conflicts or fails its check goes back to its agent, the rest lands")
+    p.add_argument("--batch", metavar="N", help="with --queued: check N works together (their combined result); "
+                   "when that fails, bisect to the work that broke it")
     p.add_argument("--into", required=True, metavar="BOOKMARK")
     p.add_argument("--push", metavar="REMOTE", help="also publish to this remote of the shared checkout")
     p.add_argument("--check", metavar="CMD", help="also run this on the frozen candidate, after git config %s of "
@@ -2204,7 +2914,8 @@ def _parse_conflicts(ws, both):
 
 
 # The `work` subcommands this module builds and handles (coord chooses the module; see workspace.register).
-PARSERS = {"inspect": _parse_inspect, "integrate": _parse_integrate, "conflicts": _parse_conflicts}
+PARSERS = {"inspect": _parse_inspect, "integrate": _parse_integrate, "conflicts": _parse_conflicts,
+           "review": _parse_review}
 
 
 def register_remote(sub, common, ident):

@@ -208,6 +208,13 @@ def local_changes(path, revset, environ=None):
     return rows
 
 
+def local_revsets(w, environ=None):
+    """(local_revset(w), local_revset(w, keep_empty=True)), reading the clone and the canonical
+    refs once for both."""
+    safe = _safe_targets(w, environ)
+    return _local_from(w, safe, False), _local_from(w, safe, True)
+
+
 def local_revset(w, environ=None, keep_empty=False):
     """The revset of commits that exist only in this checkout (see LOCAL_WORK).
 
@@ -217,9 +224,23 @@ def local_revset(w, environ=None, keep_empty=False):
     canonical repository. A native workspace shares the canonical store: its own work is
     what @ added above its recorded base.
     """
+    return _local_from(w, _safe_targets(w, environ), keep_empty)
+
+
+def _local_from(w, safe, keep_empty):
     if w["data"].get("kind") == "native":
         parent = (w["data"].get("base") or {}).get("parent")
         return ("(::@ ~ ::%s)" if keep_empty else "(::@ ~ ::%s) ~ empty()") % (parent or "root()")
+    if keep_empty:
+        return "~::(%s)" % " | ".join(safe)
+    return LOCAL_WORK % " | ".join(safe)
+
+
+def _safe_targets(w, environ):
+    """The clone's remote bookmark and tag targets that a current canonical branch or tag
+    contains (local_revset), with root(); a native workspace needs none."""
+    if w["data"].get("kind") == "native":
+        return []
     _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
                     'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
                    w["path"], snapshot=False, environ=environ)
@@ -242,9 +263,8 @@ def local_revset(w, environ=None, keep_empty=False):
                                  w["source"], environ, check=False)
             if code == 0 and found.strip():
                 safe.append(t)
-    if keep_empty:
-        return "~::(%s)" % " | ".join(safe)
-    return LOCAL_WORK % " | ".join(safe)
+    return safe
+
 
 
 # --------------------------------------------------------------------------- paths and names
@@ -697,7 +717,7 @@ WORK_DATA = {
     "setup": ("{status, at, includes, output_tail, ...}: the clone's setup (run_setup)", "create_work, run_setup"),
     "gate": ("{state: pending|passed|waived, reason, ...} (gate_of)", "gate_work, land._gate_from_check"),
     "integration": ("{state, into, candidate, proof, released, ...} (integration_of)", "land.py: enqueue, "
-                    "acquire, prove, release_integration, land_work"),
+                    "acquire, prove, release_integration, land_work, land_queue (sent_back)"),
     "landing": ("{state, step, steps, into, remote, check_arg, ...}: the last landing (landing_of)",
                 "land._land_record, land_work"),
     "check_created": ("{path: hash}: ignored files a landing check made (cleanup accepts them unchanged)",
@@ -2303,6 +2323,62 @@ def refuse_other_host(st, w, command):
                       "on host %s run: %s" % (h["name"], command), reason="other-host", host=h["name"])
 
 
+def nudge_withheld(st, rt, work, msg):
+    """Why `rt` may not nudge `work` now (one line), or None. The turn facts come from the hook's
+    lifecycle events (store turns); the pane's own facts are session.nudge's."""
+    elsewhere = other_host(st, work)
+    if elsewhere:  # its tmux pane is on that host
+        return "%s lives on host %s, where its pane is; the message waits for its agent's next turn (to nudge, " \
+               "send from host %s: coord send \"BODY\" --to %s --nudge)" % (
+                   work["handle"], elsewhere["name"], elsewhere["name"], work["handle"])
+    if authority(st, work, rt) not in ("owner", "successor", "person") and not store.is_terminal_person(rt):
+        start = st.runtime(work["runtime"]) if work.get("runtime") else None
+        owner = " %s" % st.successor(start)["handle"] if start is not None else ""
+        return "only the person or the work's owner%s (or its successor) may nudge %s; the message waits for " \
+               "its agent's next turn" % (owner, work["handle"])
+    if msg.get("waiting"):
+        return "its agent is not running; the message waits for its resume"
+    rec = work["data"].get("tmux") or {}
+    if not (rec.get("socket") and rec.get("pane_id")):
+        return "it has no recorded tmux window"
+    turn = st.turn(st.work_recipient(work)["id"])
+    when = (lambda t: time.strftime("%H:%M:%S", time.localtime(t)))
+    state = turn["state"] if turn else None
+    if state == "busy":
+        return "its agent is in a turn (since %s); it sees the message at its next tool call or turn" % when(turn["at"])
+    if state == "dialog":
+        return "its agent is showing a permission dialog (since %s); a keystroke would answer it" % when(turn["at"])
+    if state == "nudged":
+        return "it was already nudged at %s; the message waits for that turn" % when(turn["at"])
+    if state != "idle":
+        return "its agent has not reached its prompt since it started, so nothing shows its prompt is idle"
+    return None
+
+
+def nudge_work(st, rt, work, msg):
+    """After message `msg` to `work` was stored: type session.NUDGE into the work's validated pane
+    (never the body), audited, but only for the person or the work's owner (or its successor), and
+    only with positive evidence that the agent sits at an idle, empty prompt with no dialog: its
+    hook saw the turn end (Stop) and nothing since, and tmux saw no typing since the turn began.
+    Otherwise nothing is typed. -> None when nudged, else why not (one line); the message waits
+    for its agent's next boundary either way. `send --nudge` and landing use it."""
+    problem = nudge_withheld(st, rt, work, msg)
+    if problem is not None:
+        return problem
+    import session
+    rid = st.work_recipient(work)["id"]
+    turn, rec = st.turn(rid), work["data"]["tmux"]
+    # since its turn began, or (idle since its SessionStart) since its window opened
+    since = turn["began"] if turn["began"] is not None else rec.get("launched_at") or turn["at"]
+    try:
+        pane = session.nudge(rec, since, claim=lambda: st.claim_nudge(rid, turn["at"]))
+    except store.CoordError as exc:
+        return exc.message
+    with st.transaction():
+        st.audit("message.nudged", rt["id"], str(msg["id"]), work=work["id"], pane=pane)
+    return None
+
+
 def cmd_gate(ctx, args):
     gate_flags(args.passed, args.waive, args.reason)
     w = target_work(ctx, args.handle, default_ok=True)
@@ -2331,8 +2407,8 @@ def override_argument(p):
 
 
 # Every `work` subcommand, in the order help lists them (a test compares this with the parser).
-WORK_COMMANDS = ("create", "setup", "list", "inspect", "gate", "integrate", "conflicts", "remove", "gc", "adopt",
-                 "start", "attach", "park", "resume", "close", "record-conversation", "archive")
+WORK_COMMANDS = ("create", "setup", "list", "inspect", "gate", "integrate", "conflicts", "review", "remove", "gc",
+                 "adopt", "start", "attach", "park", "resume", "close", "record-conversation", "archive")
 
 
 class _Some:

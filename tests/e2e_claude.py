@@ -662,6 +662,70 @@ class AgentOpensATmuxWindow(h.CoordCase):
         self.assertEqual(rc, 0, out)
 
 
+class TheQueueSendsWorkBackAndWakesItsAgent(h.CoordCase):
+    """The person makes a work and starts the real Claude Code for it (interactive, in tmux); the
+    scripted model queues it (`work integrate enqueue`) and ends its turn. The person lands the
+    queue with a check the change breaks: the work goes back to its agent, and the agent, idle at
+    its prompt, is nudged, runs a turn, and reads the message with its steps in that turn's context."""
+
+    harness = "claude"
+
+    def setUp(self):
+        super().setUp()
+        self.interactive_claude()
+
+    def test_a_sent_back_work_reaches_its_idle_agent_in_its_next_turn(self):
+        self.coord_at_terminal("trust", "--carry-over", "on", env=self.launch_env, cwd=self.repo, check=0)
+        rc, out = self.coord_at_terminal("work", "create", "queued-e2e", env=self.launch_env, cwd=self.repo)
+        self.assertEqual(rc, 0, out)
+        handle, path = out.split()[:2]
+        with open(os.path.join(path, "broken.txt"), "w") as f:
+            f.write("breaks the check\n")
+        subprocess.run(["jj", "--no-pager", "describe", "-m", "add broken.txt"], cwd=path, env=dict(self.env,
+                       **self.launch_env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60, check=True)
+        marker = "QUEUE-IT-%d" % os.getpid()
+        steps = [tool("Bash", command=".coord/coord work integrate enqueue %s --into main" % handle,
+                      description="queue"), say("queued for the person")]
+
+        def turn(req):  # Claude Code's side request for a session title takes no step
+            if TITLE_REQUEST in req.text():
+                return say('{"title": "Queue the work"}')
+            return steps.pop(0) if steps else say("ok")
+        self.server.load([say("ok")] * 20, lanes={marker: [turn] * 20})
+        rc, out = self.coord_at_terminal("work", "start", handle, "--harness", "claude", "--prompt",
+                                         "%s: queue your work" % marker, "--", "--allowedTools", "Bash",
+                                         env=self.launch_env, cwd=self.repo)
+        self.assertEqual(rc, 0, out)
+        st = store.Store(environ=dict(self.env, **self.launch_env))
+        self.addCleanup(st.close)
+
+        def idle_and_queued():
+            w = st.resolve_work(handle)
+            if (w["data"].get("integration") or {}).get("state") != "queued" or steps:
+                return None
+            turn_now = st.turn(st.work_recipient(w)["id"])
+            return turn_now if turn_now and turn_now["state"] == "idle" else None
+        try:
+            support.retry_until(idle_and_queued, timeout=120, interval=0.5)
+        except AssertionError:
+            self.fail("the agent did not queue its work and stop: %d steps left" % len(steps))
+        rc, out = self.coord_at_terminal("work", "integrate", "land", "--queued", "--into", "main", "--check",
+                                         "test ! -f broken.txt", "--json", env=self.launch_env, cwd=self.repo)
+        self.assertEqual(rc, 0, out)
+        reply = json.loads(out[out.index("{"):])
+        self.assertEqual([(x["work"], x["outcome"], x["reason"], x["nudged"]) for x in reply["works"]],
+                         [(handle, "sent-back", "check-failed", True)])
+
+        def told():
+            return [r for r in self.server.model_requests(marker) if "sent back work %s" % handle in r.text()]
+        try:
+            seen = support.retry_until(told, timeout=120, interval=0.5)
+        except AssertionError:
+            self.fail("the nudged agent's next turn did not carry the message")
+        self.assertIn("coord work integrate enqueue %s --into main" % handle, seen[0].text())
+        self.assertIn("test ! -f broken.txt", seen[0].text())
+
+
 def tearDownModule():
     h.print_figures()
 

@@ -1753,3 +1753,287 @@ class LandPushRaceTest(LandCase):
         self.assertEqual(rc, 3, out + err)
         self.assertEqual(self.remote_main(), first, "the landing pushed over a rewound remote")
         self.assertIn("moved to %s while landing (expected %s)" % (first, upstream), err)
+
+
+class LandQueueTest(LandCase):
+    """`work integrate land --queued`: every queued work lands in queue order with one command,
+    each rebased onto the one before; what conflicts or fails the check goes back to its agent
+    with its steps, the rest lands; nothing is lost and a re-run lands nothing twice."""
+    kind = "git"
+
+    def agent_work(self, task, name, text):
+        """A work the person made and launched an agent for (as `work start` records its harness's
+        conversation), edited and queued by that agent."""
+        if not hasattr(self, "term"):
+            self.term = support.person_terminal(self, self.canon)
+        rc, out = self.term.coord("work", "create", task)
+        self.assertEqual(rc, 0, out)
+        handle, path = out.split()[:2]
+        self.write(path, name, text)
+        self.run_tool(path, "jj", "describe", "-m", "add " + name)
+        conversation = "agent-%s" % handle
+        st = store.Store(environ=self.env)
+        self.addCleanup(st.close)
+        with st.transaction():
+            st.update_work(st.resolve_work(handle)["id"], data={"tmux": {"conversation": conversation}})
+        agent = self.hello(conversation)["runtime"]
+        proc = self.work("integrate", "enqueue", handle, "--into", "main", runtime=agent["id"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return agent, handle, path
+
+    def test_a_queue_lands_the_rest_and_sends_the_conflict_and_the_broken_check_back(self):
+        a1, w1, _ = self.agent_work("first", "shared.txt", "one\nTWO (first)\nthree\n")
+        a2, w2, p2 = self.agent_work("clash", "shared.txt", "one\nTWO (clash)\nthree\n")
+        a3, w3, p3 = self.agent_work("breaks", "broken.txt", "broken\n")
+        a4, w4, _ = self.agent_work("fourth", "fourth.txt", "fourth\n")
+        self.coord("claim", "shared.txt", "notes.txt", runtime=a1["id"], cwd=self.canon, check=0)
+        term = self.term
+        rc, out = term.coord("work", "integrate", "land", "--queued", "--into", "main", "--push", "origin",
+                             "--check", "test ! -f broken.txt", "--json", stderr=False)
+        self.assertEqual(rc, 0, out)
+        reply = json.loads(out)
+        self.assertEqual([(x["work"], x["outcome"], x["reason"] if x["outcome"] != "landed" else None)
+                          for x in reply["works"]],
+                         [(w1, "landed", None), (w2, "sent-back", "conflict"), (w3, "sent-back", "check-failed"),
+                          (w4, "landed", None)])
+        self.assertEqual((reply["landed"], reply["sent_back"], reply["waiting"], reply["stopped"]), (2, 2, 0, None))
+        first, fourth = reply["works"][0]["landed"], reply["works"][3]["landed"]
+        self.assertEqual(self.main(), fourth)
+        self.assertEqual(self.remote_main(), fourth, "--push published each landing")
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-parse", fourth + "^").strip(), first,
+                         "the fourth was rebased onto the first's landing")
+        for handle, landed in ((w1, first), (w4, fourth)):
+            integ = self.record(handle)["data"]["integration"]
+            self.assertEqual((integ["state"], integ["proof"]["target"]), ("integrated", landed))
+        # The two sent back left the queue, their clones keep their changes, their agents have the steps.
+        self.assertEqual(self.coord_json("work", "integrate", "queue", "--into", "main", runtime=a1["id"])["queue"], [])
+        for agent, handle, path, step in ((a2, w2, p2, "jj resolve --list"), (a3, w3, p3, "fix it in")):
+            self.assertEqual(self.record(handle)["data"]["integration"]["state"], "lock-released")
+            body = json.dumps(self.coord_json("inbox", runtime=agent["id"]))
+            self.assertIn("sent back work %s" % handle, body)
+            self.assertIn(step, body)
+            self.assertIn("coord work integrate enqueue %s --into main" % handle, body)
+            self.assertNotIn("integrate land", body, "landing is the person's: the agent is told to enqueue")
+        self.assertEqual(self.read(p3, "broken.txt"), "broken\n")
+        self.assertIn("check ", json.dumps(self.coord_json("inbox", runtime=a3["id"])))
+        # Those that landed: their agents are told, the first one's lease on what landed released.
+        self.assertIn("work %s landed on main" % w1, json.dumps(self.coord_json("inbox", runtime=a1["id"])))
+        self.assertIn("work %s landed on main" % w4, json.dumps(self.coord_json("inbox", runtime=a4["id"])))
+        self.assertEqual([l["resource"] for l in self.coord_json("list", runtime=a1["id"])["leases"]
+                          if l.get("handle") == a1["handle"]], ["notes.txt"])
+        # Fixed and queued again, the broken one lands; a further run lands nothing twice.
+        os.remove(os.path.join(p3, "broken.txt"))
+        self.write(p3, "fixed.txt", "fixed\n")
+        self.assertEqual(self.work("integrate", "enqueue", w3, "--into", "main", runtime=a3["id"]).returncode, 0)
+        rc, out = term.coord("work", "integrate", "land", "--queued", "--into", "main", "--push", "origin",
+                             "--check", "test ! -f broken.txt", stderr=False)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(out.strip().splitlines()[-1], "queue into main: 1 landed, 0 sent back, 0 waiting")
+        self.assertEqual(self.remote_main(), self.record(w3)["data"]["landing"]["landed"])
+        rc, out = term.coord("work", "integrate", "land", "--queued", "--into", "main", stderr=False)
+        self.assertEqual((rc, out.strip()), (0, "queue into main: 0 landed, 0 sent back, 0 waiting"))
+        integrated = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        integrated = [e["subject"] for e in integrated if e["event"] == "work.integrated"]
+        self.assertEqual(len(integrated), 3)
+        self.assertEqual(len(set(integrated)), 3, "each work was proven once")
+
+    def test_an_agent_may_not_land_the_queue_unless_the_repository_opts_in(self):
+        self.run_tool(self.canon, "git", "config", "--unset", "coord.agentsLand")
+        agent, handle, _ = self.agent_work("queued", "q.txt", "q\n")
+        before = self.main()
+        proc = self.work("integrate", "land", "--queued", "--into", "main", "--check", "true", "--json",
+                         runtime=agent["id"])
+        self.assertEqual((proc.returncode, json.loads(proc.stdout)["reason"]), (3, "person-lands"), proc.stderr)
+        self.assertEqual(self.main(), before)
+        self.assertEqual(self.record(handle)["data"]["integration"]["state"], "queued")
+
+    def test_sigint_during_a_check_then_a_rerun_lands_every_work_once(self):
+        started, go_on = os.path.join(self.tmp, "check-started"), os.path.join(self.tmp, "go-on")
+        check = "if [ -f slow.txt ] && [ ! -f %s ]; then touch %s; sleep 60; fi; true" % (go_on, started)
+        handles = []
+        for task, name in (("one", "one.txt"), ("slow", "slow.txt"), ("three", "three.txt")):
+            handle, _ = self.make(task, name=name, text=task + "\n")
+            self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+            handles.append(handle)
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"])
+        child = subprocess.Popen([sys.executable, "-S", support.COORD, "work", "integrate", "land", "--queued",
+                                  "--into", "main", "--push", "origin", "--check", check],
+                                 env=env, cwd=self.canon, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 # as at a terminal: a runner started in the background ignores SIGINT,
+                                 # and a child would inherit that
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.addCleanup(lambda: child.poll() is None and child.kill())
+        support.retry_until(lambda: os.path.exists(started) or child.poll() is not None, timeout=120)
+        self.assertIsNone(child.poll(), "coord was still checking the second work")
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        self.assertEqual(child.returncode, 130, out + err)
+        self.assertIn("%s landed" % handles[0], out)
+        self.assertIn("%s interrupted the queue" % handles[1], out)
+        self.assertEqual(self.record(handles[1])["data"]["integration"]["state"], "queued",
+                         "the interrupted work is back in its place")
+        self.assertEqual([r["handle"] for r in self.coord_json("work", "integrate", "queue", "--into", "main",
+                                                                   runtime=self.rt["id"])["queue"]], handles[1:])
+        open(go_on, "w").close()
+        proc = self.work("integrate", "land", "--queued", "--into", "main", "--push", "origin", "--check", check)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stdout.strip().splitlines()[-1], "queue into main: 2 landed, 0 sent back, 0 waiting")
+        landed = [self.record(h)["data"]["landing"]["landed"] for h in handles]
+        self.assertEqual(self.main(), landed[2])
+        self.assertEqual(self.remote_main(), landed[2])
+        log = self.run_tool(self.canon, "git", "log", "--format=%s", "main").splitlines()
+        self.assertEqual(sorted(log), sorted(["initial", "add a feature", "add a feature", "add a feature"]),
+                         "every work landed exactly once")
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual(sorted(e["subject"] for e in events if e["event"] == "work.integrated"),
+                         sorted(self.record(h)["id"] for h in handles))
+
+
+    def test_a_work_lands_after_the_queued_work_it_depends_on_even_when_queued_first(self):
+        first, _ = self.make("base", name="base.txt", describe="add base")
+        proc = self.work("create", "on-top", "--depends", first)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        later, path = proc.stdout.splitlines()[:2]
+        self.write(path, "top.txt", "top\n")
+        self.run_tool(path, "jj", "describe", "-m", "add top")
+        for h in (later, first):  # the dependent work is queued first
+            self.assertEqual(self.work("integrate", "enqueue", h, "--into", "main").returncode, 0)
+        proc = self.work("integrate", "land", "--queued", "--into", "main", "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual([(x["work"], x["outcome"]) for x in json.loads(proc.stdout)["works"]],
+                         [(first, "landed"), (later, "landed")])
+
+class ReviewTest(LandCase):
+    """`work review`: one screen of what the person decides a landing on, read only."""
+    kind = "git"
+
+    def test_one_work_and_the_queue_with_its_combined_diff(self):
+        w1, p1 = self.make("first", name="shared.txt", text="one\nTWO (first)\nthree\n", describe="first change")
+        w2, p2 = self.make("clash", name="shared.txt", text="one\nTWO (clash)\nthree\n", describe="clashing change")
+        w3, p3 = self.make("third", name="third.txt", text="".join("line %d\n" % i for i in range(100)),
+                           describe="third change\n\nwith a body")
+        peer = self.hello()["runtime"]
+        self.coord("claim", "third.txt", runtime=peer["id"], cwd=self.canon, check=0)
+        self.assertEqual(self.land(w3, "--check", "false").returncode, 3)  # a failed check, recorded
+        before = (self.main(), self.run_tool(self.canon, "git", "for-each-ref").strip())
+        r = self.coord_json("work", "review", w3, runtime=self.rt["id"])
+        self.assertEqual((r["files"], r["description"], r["frozen"]), (["third.txt"], "third change\n\nwith a body",
+                                                                       False))
+        self.assertEqual([(l["path"], l["holder"], l["now"]) for l in r["leases"]],
+                         [("third.txt", peer["handle"], True)])
+        self.assertEqual((r["check"]["state"], r["check"]["command"], r["check"]["exit"]), ("failed", "false", 1))
+        self.assertEqual((len(r["diff"]), r["diff_lines"]), (40, 106))
+        self.assertIn("third.txt | 100 +", r["stat"])
+        r = self.coord_json("work", "review", w1, runtime=self.rt["id"])
+        self.assertEqual([(p["a"], p["b"], p["conflicts"]) for p in r["forecast"]["pairs"]],
+                         [(w1, w2, ["shared.txt"])])
+        text = self.work("review", w1).stdout
+        self.assertIn("forecast: would conflict with %s in shared.txt" % w2, text)
+        self.assertIn("last check: none (gate pending)", text)
+        self.assertIn("+TWO (first)", text)
+        for h in (w1, w2, w3):
+            self.assertEqual(self.work("integrate", "enqueue", h, "--into", "main").returncode, 0)
+        q = self.coord_json("work", "review", "--queued", "--into", "main", runtime=self.rt["id"])
+        self.assertEqual([x["work"] for x in q["works"]], [w1, w2, w3])
+        self.assertEqual(q["combined"]["left_out"], [w2])
+        self.assertIn("shared.txt", q["combined"]["stat"])
+        self.assertIn("third.txt", q["combined"]["stat"])
+        text = self.work("review", "--queued", "--into", "main").stdout
+        self.assertIn("combined (2 works onto main; would conflict, left out: %s):" % w2, text)
+        self.assertEqual((self.main(), self.run_tool(self.canon, "git", "for-each-ref").strip()), before,
+                         "a review changes nothing")
+
+
+class LandBatchTest(LandCase):
+    """`land --queued --batch N`: N works checked together; a failed check is bisected to the work
+    that broke it, which goes back to its agent; the others land, each with its own proof."""
+    kind = "git"
+
+    def test_a_batch_bisects_to_the_work_that_broke_the_check_and_lands_the_rest(self):
+        handles = []
+        for task, name, text in (("b1", "shared.txt", "one\nTWO (b1)\nthree\n"), ("b2", "b2.txt", "b2\n"),
+                                 ("b3", "broken.txt", "b3\n"), ("b4", "b4.txt", "b4\n"),
+                                 ("b5", "shared.txt", "one\nTWO (b5)\nthree\n")):
+            handle, _ = self.make(task, name=name, text=text, describe="change " + task)
+            self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+            handles.append(handle)
+        proc = self.work("integrate", "land", "--queued", "--batch", "5", "--into", "main", "--push", "origin",
+                         "--check", "test ! -f broken.txt", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        r = json.loads(proc.stdout)
+        self.assertEqual([(x["work"], x["outcome"], x.get("reason")) for x in r["works"]],
+                         [(handles[4], "sent-back", "conflict"), (handles[2], "sent-back", "check-failed"),
+                          (handles[0], "landed", None), (handles[1], "landed", None), (handles[3], "landed", None)])
+        self.assertEqual([b["check_runs"] for b in r["batches"]], [3, 1], "full, bisect 2 (pass) and 3 (fail); then "
+                         "the rest")
+        self.assertEqual(r["check_runs"], 4)
+        landed = [self.record(h)["data"]["landing"]["landed"] for h in (handles[0], handles[1], handles[3])]
+        self.assertEqual(self.main(), landed[2])
+        self.assertEqual(self.remote_main(), landed[2])
+        self.assertEqual(self.run_tool(self.canon, "git", "rev-list", "--reverse", "main", "^" + landed[0]).split(),
+                         landed[1:])
+        for h, commit in zip((handles[0], handles[1], handles[3]), landed):
+            integ = self.record(h)["data"]["integration"]
+            self.assertEqual((integ["state"], integ["proof"]["candidate"]), ("integrated", commit))
+        self.assertNotIn("broken.txt", self.run_tool(self.canon, "git", "ls-tree", "--name-only", "main"))
+        for h in (handles[2], handles[4]):
+            self.assertEqual(self.record(h)["data"]["integration"]["state"], "lock-released")
+        self.assertEqual(self.read(self.canon, "shared.txt"), "one\nTWO (b1)\nthree\n")
+
+    def test_a_batch_killed_after_moving_or_pushing_is_finished_by_a_rerun_each_work_once(self):
+        for step in ("moved", "pushed"):
+            with self.subTest(step=step):
+                handles = []
+                for i in range(3):
+                    name = "%s%d" % (step, i)
+                    handle, _ = self.make(name, name=name + ".txt", describe="add " + name)
+                    self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+                    handles.append(handle)
+                argv = ("integrate", "land", "--queued", "--batch", "3", "--into", "main", "--push", "origin",
+                        "--check", "true")
+                killed = self.work(*argv, env={LAND_KILL_ENV: step})
+                self.assertEqual(killed.returncode, -signal.SIGKILL, killed.stdout + killed.stderr)
+                proc = self.work(*argv)
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                landed = [self.record(h)["data"]["landing"]["landed"] for h in handles]
+                self.assertEqual((self.main(), self.remote_main()), (landed[2], landed[2]))
+                for h in handles:
+                    self.assertEqual(self.record(h)["data"]["integration"]["state"], "integrated")
+                events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+                proofs = [e["subject"] for e in events if e["event"] == "work.integrated"]
+                self.assertEqual(sorted(self.record(h)["id"] for h in handles),
+                                 sorted(p for p in proofs if p in {self.record(h)["id"] for h in handles}))
+
+    def test_sigint_during_a_batch_check_puts_the_batch_back_and_a_rerun_lands_it_once(self):
+        started, go_on = os.path.join(self.tmp, "check-started"), os.path.join(self.tmp, "go-on")
+        check = "if [ ! -f %s ]; then touch %s; sleep 60; fi; true" % (go_on, started)
+        handles = []
+        for i in range(3):
+            handle, _ = self.make("int%d" % i, name="int%d.txt" % i, describe="add int%d" % i)
+            self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+            handles.append(handle)
+        argv = ["work", "integrate", "land", "--queued", "--batch", "3", "--into", "main", "--push", "origin",
+                "--check", check]
+        child = subprocess.Popen([sys.executable, "-S", support.COORD] + argv,
+                                 env=dict(self.env, COORD_RUNTIME_ID=self.rt["id"]), cwd=self.canon,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.addCleanup(lambda: child.poll() is None and child.kill())
+        support.retry_until(lambda: os.path.exists(started) or child.poll() is not None, timeout=120)
+        self.assertIsNone(child.poll(), "coord was still checking the batch")
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+        self.assertEqual(child.returncode, 130, out + err)
+        before = self.main()
+        self.assertEqual([r["handle"] for r in self.coord_json("work", "integrate", "queue", "--into", "main",
+                                                                   runtime=self.rt["id"])["queue"]], handles)
+        self.assertEqual([self.record(h)["data"]["integration"]["state"] for h in handles], ["queued"] * 3)
+        self.assertEqual(self.coord_json("list", runtime=self.rt["id"])["leases"], [], "nothing held")
+        open(go_on, "w").close()
+        proc = self.work(*argv[1:])
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertNotEqual(self.main(), before)
+        events = [json.loads(l) for l in self.coord("audit", check=0).stdout.splitlines()]
+        self.assertEqual(sorted(e["subject"] for e in events if e["event"] == "work.integrated"),
+                         sorted(self.record(h)["id"] for h in handles))
+        self.assertEqual(self.remote_main(), self.main())

@@ -1983,7 +1983,8 @@ class OperationsTest(WorkTestCase):
         self.jj(w["path"], "git", "push", "--bookmark", "main")
         self.assertEqual(land.prove(self.st, caller=self.caller, handle=w["handle"], target=cand,
                                          environ=self.env), {"work": w["handle"], "candidate": cand, "target": cand,
-                                                             "released": [], "agent_told": None})
+                                                             "released": [], "agent_told": None,
+                                                             "agent_nudged": None})
         self.assertEqual(land.release_integration(self.st, caller=self.caller, handle=w["handle"]),
                          {"work": w["handle"], "integration": "integrated"})
         queue = land.integration_queue(self.st)
@@ -2698,6 +2699,30 @@ class WorkMessageTest(TmuxWorkCase):
         reply = self.coord_json("send", "status please", "--to", handle, "--nudge", runtime=self.rt["id"])
         self.assertTrue(reply["nudged"], reply)
         support.retry_until(lambda: session.NUDGE in screen())
+
+    def test_a_landing_wakes_the_idle_agent_it_tells(self):
+        import session
+        handle, path, _ = self.create("woken")
+        self.work("start", handle, check=0)
+        self.work("park", handle, "--reason", "to record a conversation", check=0)
+        self.work("resume", handle, "--conversation", "conv-l", check=0)
+        rec = self.record(handle)["data"]["tmux"]
+        agent = self.agent(handle, "conv-l")
+        support.retry_until(lambda: os.path.exists(os.path.join(self.rec, "%d.json" % rec["pane_pid"])))
+        st = store.Store(self.db)
+        self.addCleanup(st.close)
+        st.set_turn(agent["id"], "busy", now=time.time() + 1.5, began=True)  # a turn began, a second on
+        st.set_turn(agent["id"], "idle")  # and ended: the agent sits at its prompt
+        self.write(path, "woken.txt", "woken\n")
+        self.jj(path, "describe", "-m", "add woken.txt")
+        reply = self.coord_json("work", "integrate", "land", handle, "--into", "main", "--check", "true",
+                                runtime=self.rt["id"])
+        self.assertEqual((reply["agent_told"], reply["agent_nudged"]), (agent["handle"], True), reply)
+        support.retry_until(lambda: session.NUDGE in subprocess.run(
+            [self.tmux_bin, "-S", self.sock, "capture-pane", "-p", "-J", "-t", rec["pane_id"]],
+            stdout=subprocess.PIPE, text=True, timeout=10).stdout)
+        inbox = self.coord_json("inbox", runtime=agent["id"])
+        self.assertIn("work %s landed on main" % handle, inbox["messages"][-1]["body"])
 
     def test_a_work_with_nothing_to_deliver_to_is_refused(self):
         handle, _path, _ = self.create("silent")
