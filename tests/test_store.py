@@ -1196,10 +1196,11 @@ class ModuleLadderTest(support.CoordTestCase):
     uses another's private names, and the commands on every tool call load none of the work
     modules."""
 
-    RANK = {"store": 0, "session": 1, "trust": 1, "workspace": 2, "land": 3, "cleanup": 4,
+    RANK = {"store": 0, "session": 1, "trust": 1, "workspace": 2, "land": 3, "view": 3, "cleanup": 4,
             "hook": 5, "coord": 5, "install": 5, "host": 5}
     FILES = {"store": "store.py", "session": "session.py", "trust": "trust.py", "workspace": "workspace.py",
-             "land": "land.py", "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord", "install": "install",
+             "land": "land.py", "view": "view.py", "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord",
+             "install": "install",
              "host": "host.py"}
 
     def trees(self):
