@@ -2329,6 +2329,13 @@ class Store:
             "UPDATE SET state = excluded.state, at = excluded.at, began = CASE WHEN ? THEN excluded.began "
             "ELSE turns.began END", (runtime_id, state, now, now if began else None, 1 if began else 0))
 
+    def data_version(self):
+        """SQLite's PRAGMA data_version on this connection: it changes when another connection
+        committed (the live view's wake-up); None on PostgreSQL (the host process's wake-ups)."""
+        if self.engine != "sqlite":
+            return None
+        return self.conn.execute("PRAGMA data_version").fetchone()[0]
+
     def turns(self):
         """{runtime id: {"state", "at", "began"}} of every recorded boundary (one read; the live
         view and `status` read all at once)."""

@@ -108,7 +108,8 @@ def _work_row(st, w, environ, window, held, unacked, state_of, changes, host):
            "unacked": unacked.get(rid, 0) if rid else 0, "tmux": window,
            "agent": agent["handle"] if agent else None, "harness": (agent or {}).get("harness") or harness,
            "queue": integ.get("state", "none"), "landing": landing.get("state"),
-           "landing_at": landing.get("at"), "gate": gate.get("state"), "host": host, "recipient": rid}
+           "landing_at": landing.get("at"), "gate": gate.get("state"), "host": host, "recipient": rid,
+           "window": (w["data"].get("tmux") or {}).get("window_id")}
     row["agent_state"], row["since"], row["tool"] = _work_state(w, agent, window, integ, landing, state_of)
     if w["state"] in ("active", "resumed") and window in ("gone", None) and store.work_conversations(w):
         cut = workspace.interrupted(st, w, window=window)
@@ -224,3 +225,426 @@ def _work_lines(r, verbose, now, counted):
         lines.append(store.hint("    %s: coord work resume --interrupted" % (
             "window gone, " + workspace.headless_text(r["headless"]) if r.get("headless") else "agent gone")))
     return lines
+
+
+# --------------------------------------------------------------------------- the frame
+
+COLUMNS = (("handle", 22), ("task", 16), ("harness", 7), ("state", 17), ("L", 2), ("M", 2), ("landing", 14),
+           ("host", 8))
+KEYS = "up/down move  enter go  n nudge  l land  p park  c close  q quit"
+
+
+def rows(data):
+    """The view's rows: one per work not archived or removed, then one per top-level agent in no
+    work (the person, an agent in the shared checkout). -> [{"kind", "handle", "work", ...}]."""
+    out, shown = [], set()
+    for r in data["work"]:
+        if r["state"] == "removed":
+            continue
+        shown.add(r["agent"])
+        out.append({"kind": "work", "handle": r["handle"], "work": r["handle"], "task": r["task"],
+                    "harness": r["harness"] or "-", "state": r["agent_state"], "since": r["since"], "tool": r["tool"],
+                    "leases": len(r["leases"]), "unread": r["unacked"], "landing": landing_text(r),
+                    "host": r.get("host") or "", "interrupted": bool(r.get("interrupted")), "id": r["id"],
+                    "tmux": r["tmux"], "agent": r["agent"], "landing_state": r["landing"],
+                    "landing_at": r["landing_at"], "window": r["window"]})
+    for a in data["agents"]:
+        if a["subagent"] or a["handle"] in shown or a["work"]:
+            continue
+        out.append({"kind": "agent", "handle": a["handle"], "work": None, "task": "-", "harness": a["harness"] or "-",
+                    "state": a["state"], "since": a["since"], "tool": a["tool"], "leases": len(a["leases"]),
+                    "unread": a["unacked"], "landing": "", "host": "", "interrupted": False, "id": a["id"],
+                    "tmux": None, "agent": a["handle"], "landing_state": None, "landing_at": None,
+                    "window": None})
+    return out
+
+
+def row_text(r, now):
+    cells = {"handle": r["handle"], "task": store.clean_text(r["task"], 60), "harness": r["harness"],
+             "state": state_text(r["state"], r["since"], r["tool"], now), "L": str(r["leases"] or ""),
+             "M": str(r["unread"] or ""), "landing": r["landing"], "host": r["host"]}
+    return fit(" ".join(fit(cells[k], w).ljust(w) if k not in ("L", "M") else cells[k].rjust(w)
+                        for k, w in COLUMNS).rstrip())
+
+
+def frame(data, notices=None, now=None):
+    """One frame of the view as lines of at most WIDTH columns: a title, the column names, a row
+    per work and per agent in none, and the keys."""
+    now = data["at"] if now is None else now
+    items = rows(data)
+    waiting = sum(1 for r in items if r["state"] == "waiting")
+    title = "coord watch  %d work  %d agents  %s%s" % (
+        sum(1 for r in items if r["kind"] == "work"), len(data["agents"]),
+        ("%d waiting for you  " % waiting) if waiting else "", time.strftime("%H:%M:%S", time.localtime(now)))
+    if notices is not None:
+        title += "  notices " + ("on" if notices else "off (not the person at a terminal)")
+    head = " ".join(k.ljust(w) if k not in ("L", "M") else k.rjust(w) for k, w in COLUMNS).rstrip()
+    lines = [fit(title), fit(head)] + [row_text(r, now) for r in items]
+    if not items:
+        lines.append("no live agents and no work")
+    return lines
+
+
+def once(st, environ=None):
+    """`coord watch --once`: one frame as text (no terminal needed)."""
+    return "\n".join(frame(fleet(st, environ)))
+
+
+# --------------------------------------------------------------------------- notices
+
+class Notices:
+    """Tell the person when an agent starts waiting for them, finishes its turn or its work, a
+    landing stops or a window dies: one notice per event (its key: what happened, to which row,
+    and the event's own time or window; shared by every watch of this user through a marker file
+    created exclusively), at most NOTICE_BURST per NOTICE_WINDOW seconds (the rest summed up in
+    one), only from the person's own watch, with the person's command (`coord.notify`)."""
+
+    def __init__(self, environ, root, sockets=(), tty=None):
+        self.environ, self.root, self.tty = environ, root, tty
+        self.sockets = set(sockets)
+        self.sent, self.held, self.children = [], [], []
+        self.command = notify_command(root, environ)
+        self.folder = os.path.join(store.state_dir(environ), "notices")
+
+    @staticmethod
+    def events(before, after):
+        """[(key, kind, text, row)] of what changed from the rows `before` to `after` ({id: row})."""
+        out = []
+        for rid, r in after.items():
+            p = before.get(rid)
+            if p is not None:
+                for kind, when, text in _changes(p, r):
+                    out.append(("%s:%s:%s" % (kind, rid, when), kind, text, r))
+        return out
+
+    def claim(self, key):
+        """True once per event key for all watches of this user (a marker file, created exclusively)."""
+        try:
+            os.makedirs(self.folder, 0o700, exist_ok=True)
+            fd = os.open(os.path.join(self.folder, store.hashes().sha256(key.encode("utf-8")).hexdigest()[:32]),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.close(fd)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:
+            return True  # no marker directory: dedupe within this watch only
+
+    def send(self, events, now=None):
+        """Deliver each new event, within the burst limit; -> the texts delivered."""
+        now = time.time() if now is None else now
+        self.sent = [t for t in self.sent if now - t < NOTICE_WINDOW]
+        self.children = [c for c in self.children if c.poll() is None]
+        out = []
+        for key, kind, text, row in events:
+            if not self.claim(key):
+                continue
+            if len(self.sent) >= NOTICE_BURST:
+                self.held.append(text)
+                continue
+            self.sent.append(now)
+            out.append(self.deliver(kind, "coord: " + text, row))
+        if self.held and len(self.sent) < NOTICE_BURST:
+            text = "coord: %d more: %s" % (len(self.held), "; ".join(self.held))[:300]
+            self.held = []
+            self.sent.append(now)
+            out.append(self.deliver("more", text, None))
+        return out
+
+    def deliver(self, kind, text, row):
+        """A tmux message and bell on each client of the agents' tmux servers, the terminal's
+        notification escapes (OSC 9, OSC 777) on the watch's own terminal outside tmux,
+        notify-send where present, and the person's command. Failures are dropped."""
+        import shutil
+        import subprocess
+        text = store.clean_text(text, 300).replace("\n", " ")
+        for socket in sorted(s for s in self.sockets if s):
+            _tmux_notice(socket, text)
+        if self.tty is not None:
+            inside = bool(self.environ.get("TMUX"))
+            data = "\a" if inside else "\a\x1b]9;%s\x07\x1b]777;notify;coord;%s\x07" % (text, text)
+            try:
+                os.write(self.tty, data.encode("utf-8", "replace"))
+            except OSError:
+                pass
+        env = dict(self.environ, COORD_NOTICE=text, COORD_NOTICE_KIND=kind,
+                   COORD_NOTICE_WORK=(row or {}).get("work") or "", COORD_NOTICE_AGENT=(row or {}).get("agent") or "")
+        argvs = []
+        if shutil.which("notify-send", path=self.environ.get("PATH")) and any(
+                self.environ.get(k) for k in ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS")):
+            argvs.append(["notify-send", "coord", text])
+        if self.command:
+            argvs.append(["/bin/sh", "-c", self.command])
+        for argv in argvs:
+            try:
+                self.children.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                                      start_new_session=True))
+            except OSError:
+                pass
+        return text
+
+
+def _changes(p, r):
+    """[(kind, the event's own time or window, text)] between a row's last frame `p` and now `r`."""
+    name = "%s (%s)" % (r["handle"], store.clean_text(r["task"], 30)) if r["kind"] == "work" else r["handle"]
+    out = []
+    if r["state"] == "waiting" and (p["state"] != "waiting" or p["since"] != r["since"]):
+        out.append(("waiting", r["since"], "%s waits for you%s" % (name, ": it asks to run " + r["tool"]
+                                                                   if r["tool"] else "")))
+    elif r["state"] == "idle" and p["state"] in ("working", "stuck", "waiting"):
+        out.append(("idle", r["since"], "%s finished its turn" % name))
+    elif r["state"] == "done" and p["state"] != "done":
+        out.append(("done", r["since"], "%s is done: %s" % (name, r["landing"] or "queued")))
+    if r["landing_state"] not in (None, "running", "landed") and r["landing_state"] != p["landing_state"]:
+        out.append(("landing", r["landing_at"], "the landing of %s stopped: %s" % (name, r["landing_state"])))
+    if (r["state"] == "gone" or r["interrupted"]) and not (p["state"] == "gone" or p["interrupted"]):
+        out.append(("gone", r["window"], "%s: its agent is gone (window closed or died)" % name))
+    return out
+
+
+def _tmux_notice(socket, text):
+    """display-message on every client of the tmux server at `socket`, and a bell on its terminal."""
+    import session
+    tmux = session.Tmux(socket)
+    try:
+        out = tmux.run("list-clients", "-F", "#{client_name}\t#{client_tty}")
+    except CoordError:
+        return
+    for line in out.splitlines():
+        name, _, tty = line.partition("\t")
+        try:
+            tmux.run("display-message", "-c", name, "-d", "5000", text.replace("#", "##"))
+        except CoordError:
+            pass
+        try:
+            fd = os.open(tty, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+            try:
+                os.write(fd, b"\a")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+def notify_command(root, environ=None):
+    """The person's notice command: `git config coord.notify` in the shared checkout's own config
+    (never a clone's, which an agent writes), or None."""
+    import subprocess
+    if not root:
+        return None
+    try:
+        proc = subprocess.run(["git", "-C", root, "config", "--local", "--get", NOTIFY_KEY], env=environ,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              timeout=10, universal_newlines=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def is_person(environ=None):
+    """The watch sends notices only for the person at a terminal (store.person_evidence)."""
+    key, _pid, _start, _name, why = store.person_evidence(environ)
+    return key is not None and why is None
+
+
+# --------------------------------------------------------------------------- the loop
+
+REMOTE_EVERY = 2.0  # seconds between two reads of a PostgreSQL project (another host's events)
+
+
+class Watcher:
+    """Reads the fleet again only when something may have changed: SQLite's data_version moved
+    (another connection committed), the activity directory changed (a hook event on this host),
+    REMOTE_EVERY passed on PostgreSQL, or REDRAW_EVERY passed (ages, stuck agents, dead windows).
+    Between two reads it costs a stat and one PRAGMA per WAKE_EVERY seconds."""
+
+    def __init__(self, st, environ, root):
+        self.st, self.environ, self.root = st, environ, root
+        self.folder = os.path.join(store.state_dir(environ), store.Store.ACTIVITY_DIR)
+        self.mark, self.read_at, self.data = None, 0.0, None
+        self.rows = {}
+        source = next((w["source"] for w in st.works() if w.get("source")), None)
+        self.notices = Notices(environ, source or root, tty=_tty()) if is_person(environ) else None
+
+    def _mark(self):
+        try:
+            seen = os.stat(self.folder).st_mtime_ns
+        except OSError:
+            seen = None
+        version = self.st.data_version() if getattr(self.st, "engine", None) == "sqlite" else None
+        return (version, seen)
+
+    def due(self, now):
+        mark = self._mark()
+        every = REDRAW_EVERY if mark[0] is not None else REMOTE_EVERY
+        if mark != self.mark or now - self.read_at >= every or self.data is None:
+            self.mark = mark
+            return True
+        return False
+
+    def read(self, now=None):
+        """Read the fleet; send the notices of what changed since the last read. -> the data."""
+        self.read_at = time.monotonic() if now is None else now
+        self.mark = self._mark()  # before the read: a change during it wakes the next one
+        self.data = fleet(self.st, self.environ)
+        after = {r["id"]: r for r in rows(self.data)}
+        if self.notices is not None:
+            self.notices.sockets = set((w["data"].get("tmux") or {}).get("socket") for w in self.st.works()
+                                       if w["state"] in ("active", "resumed"))
+            if self.rows:
+                self.notices.send(Notices.events(self.rows, after))
+        self.rows = after
+        return self.data
+
+
+def _tty():
+    """A descriptor of the watch's own terminal (for the notification escapes), or None."""
+    try:
+        return sys.stdout.fileno() if os.isatty(sys.stdout.fileno()) else None
+    except (OSError, ValueError):
+        return None
+
+
+def notify_loop(st, environ, root, stop=None):
+    """`coord watch --notify-only`: the notices without drawing, until interrupted."""
+    w = Watcher(st, environ, root)
+    if w.notices is None:
+        raise store.Refused("notices are the person's: this caller is not positively the person at a terminal",
+                            "run coord watch --notify-only in your own terminal")
+    w.due(time.monotonic())
+    data = w.read()
+    print("coord: notices on for %d work and %d agents (Ctrl-C ends)" % (len(data["work"]), len(data["agents"])),
+          flush=True)
+    while stop is None or not stop():
+        time.sleep(WAKE_EVERY)
+        if w.due(time.monotonic()):
+            w.read()
+
+
+def coord_argv(*args):
+    """The coord command a key runs: the same script as the view, with the same environment, so
+    it has exactly the authority the person (or agent) would have typing it."""
+    return [sys.executable, os.path.join(os.path.dirname(os.path.realpath(__file__)), "coord")] + list(args)
+
+
+ACTIONS = {  # key -> (label, the command for a work row's handle, asks first)
+    "n": ("nudge", lambda h, body: ["send", body, "--to", h, "--nudge"], False),
+    "l": ("land", lambda h, body: ["work", "integrate", "land", h], True),
+    "p": ("park", lambda h, body: ["work", "park", h], True),
+    "c": ("close", lambda h, body: ["work", "close", h], True),
+}
+
+
+def run_action(argv, environ, take_terminal=False):
+    """Run one coord command as typed; -> the line to show (its output's last line, or its exit)."""
+    import subprocess
+    if take_terminal:
+        code = subprocess.call(argv, env=environ)
+        return "%s: exit %d" % (" ".join(argv[2:4]), code)
+    proc = subprocess.run(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, errors="backslashreplace")
+    lines = [l for l in proc.stdout.splitlines() if l.strip()]
+    return store.clean_text(" ".join(lines[-2:]) if lines else "exit %d" % proc.returncode, 300)
+
+
+def watch(st, environ, root):
+    """`coord watch`: the live view in curses until q."""
+    import curses
+    w = Watcher(st, environ, root)
+    return curses.wrapper(lambda scr: _screen(scr, w))
+
+
+def _screen(scr, w):
+    import curses
+    try:
+        curses.curs_set(0)
+    except curses.error:
+        pass
+    scr.timeout(int(WAKE_EVERY * 1000))
+    cursor, message = 0, ""
+    while True:
+        if w.due(time.monotonic()):
+            w.read()
+        items = rows(w.data)
+        cursor = max(0, min(cursor, len(items) - 1))
+        _draw(scr, w, items, cursor, message)
+        key = scr.getch()
+        if key in (ord("q"), 27):
+            return 0
+        if key in (curses.KEY_DOWN, ord("j")):
+            cursor += 1
+        elif key in (curses.KEY_UP, ord("k")):
+            cursor -= 1
+        elif items and key in (10, 13, curses.KEY_ENTER, ord("g")):
+            message = _go(scr, w, items[cursor])
+        elif items and key in tuple(ord(k) for k in ACTIONS):
+            message = _act(scr, w, items[cursor], chr(key))
+        if key != -1:
+            w.mark = None  # read again after a key: an action changes the records
+
+
+def _draw(scr, w, items, cursor, message):
+    import curses
+    height, width = scr.getmaxyx()
+    lines = frame(w.data, notices=w.notices is not None)
+    scr.erase()
+    for y, line in enumerate(lines[:max(0, height - 2)]):
+        attr = curses.A_REVERSE if y - 2 == cursor and items else (curses.A_BOLD if y == 0 else 0)
+        try:
+            scr.addnstr(y, 0, line, width - 1, attr)
+        except curses.error:
+            pass
+    try:
+        scr.addnstr(height - 1, 0, fit(message or KEYS), width - 1, curses.A_DIM)
+    except curses.error:
+        pass
+    scr.refresh()
+
+
+def _ask(scr, prompt):
+    """A line typed at the bottom of the screen ("" when Escape)."""
+    import curses
+    height, width = scr.getmaxyx()
+    scr.timeout(-1)
+    curses.echo()
+    try:
+        scr.move(height - 1, 0)
+        scr.clrtoeol()
+        scr.addnstr(height - 1, 0, prompt, width - 1)
+        raw = scr.getstr(height - 1, min(len(prompt), width - 2), 200)
+    except curses.error:
+        raw = b""
+    finally:
+        curses.noecho()
+        scr.timeout(int(WAKE_EVERY * 1000))
+    return raw.decode("utf-8", "replace").strip()
+
+
+def _go(scr, w, item):
+    """Show the row's pane: `coord work attach W --execute` (switch-client inside tmux)."""
+    import curses
+    if item["kind"] != "work" or not item["tmux"]:
+        return "%s has no window coord launched" % item["handle"]
+    argv = coord_argv("work", "attach", item["work"], "--execute")
+    if w.environ.get("TMUX"):
+        return run_action(argv, w.environ)
+    curses.endwin()
+    try:
+        return run_action(argv, w.environ, take_terminal=True)
+    finally:
+        scr.refresh()
+
+
+def _act(scr, w, item, key):
+    label, build, confirm = ACTIONS[key]
+    if item["kind"] != "work":
+        return "%s: only a work's row can be %sed" % (item["handle"], label)
+    body = None
+    if key == "n":
+        body = _ask(scr, "message to %s (Enter sends and nudges, empty cancels): " % item["handle"])
+        if not body:
+            return "nothing sent"
+    elif confirm and _ask(scr, "%s %s? type y: " % (label, item["handle"])).lower() != "y":
+        return "not %sed" % label
+    return run_action(coord_argv(*build(item["work"], body)), w.environ)

@@ -1,0 +1,209 @@
+"""The live view (view.py): `coord watch --once` and `status` show each agent's state from real
+hook runs, in 100 columns; the notices come once per event, never as a storm, and only from the
+person's own watch, with the person's command."""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import unittest
+
+import support
+import store
+import view
+
+HOOK = os.path.join(support.ROOT, "hook.py")
+
+
+class ViewCase(support.CoordTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.repo = os.path.join(self.tmp, "repo")
+        os.makedirs(self.repo)
+        subprocess.run(["git", "init", "-q", self.repo], check=True, env=self.env)
+
+    def event(self, conversation, event, harness="claude", **fields):
+        """Run the real hook for one event of `conversation`, as its harness does."""
+        payload = dict(fields, hook_event_name=event, session_id=conversation, cwd=self.repo)
+        proc = support.run_hook([sys.executable, "-I", "-S", HOOK, "--harness", harness], payload,
+                                dict(self.env, COORD_REPO_ROOT=self.repo), self.repo)
+        self.assertEqual((proc.returncode, proc.stderr), (0, ""))
+
+    def agents(self):
+        """Three agents: one working in Bash, one waiting on a permission dialog, one idle."""
+        out = {}
+        for name, harness in (("busy", "claude"), ("asks", "codex"), ("rests", "claude")):
+            conv = "%s-%d" % (name, os.getpid())
+            out[name] = dict(self.coord_json("hello", "--conversation", conv, "--harness", harness,
+                                             cwd=self.repo)["runtime"], conv=conv)
+        self.event(out["busy"]["conv"], "UserPromptSubmit", prompt="go")
+        self.event(out["busy"]["conv"], "PreToolUse", tool_name="Bash", tool_input={"command": "make test"})
+        self.event(out["asks"]["conv"], "PermissionRequest", harness="codex", tool_name="Bash",
+                   tool_input={"command": "touch X"})
+        self.event(out["rests"]["conv"], "Stop")
+        return out
+
+
+class WatchOnceTest(ViewCase):
+
+    def test_once_shows_each_agent_s_state_from_its_events_in_100_columns(self):
+        agents = self.agents()
+        text = self.coord("watch", "--once", cwd=self.repo, check=0).stdout
+        lines = text.splitlines()
+        self.assertTrue(all(len(l) <= 100 for l in lines), text)
+        self.assertIn("1 waiting for you", lines[0])
+        row = {name: next(l for l in lines if l.startswith(a["handle"][:20])) for name, a in agents.items()}
+        self.assertIn("working Bash", row["busy"])
+        self.assertIn("waiting Bash", row["asks"])
+        self.assertIn("idle", row["rests"])
+        self.assertNotIn("make test", text, "a tool's name, never its input")
+        rows = {r["handle"]: r for r in self.coord_json("watch", "--once", cwd=self.repo)["rows"]}
+        self.assertEqual([rows[a["handle"]]["state"] for a in agents.values()], ["working", "waiting", "idle"])
+
+    def test_status_shows_the_same_states(self):
+        agents = self.agents()
+        reply = {a["handle"]: a for a in self.coord_json("status", cwd=self.repo)["agents"]}
+        self.assertEqual([(reply[a["handle"]]["state"], reply[a["handle"]]["tool"]) for a in agents.values()],
+                         [("working", "Bash"), ("waiting", "Bash"), ("idle", None)])
+
+    def test_the_view_wakes_on_a_hook_event_and_on_a_commit(self):
+        st = self.open_project()
+        w = view.Watcher(st, self.env, self.repo)
+        self.assertTrue(w.due(0.0))
+        w.read(0.0)
+        self.assertFalse(w.due(0.1), "nothing changed: no read")
+        rt = self.coord_json("hello", "--conversation", "wake-%d" % os.getpid(), cwd=self.repo)["runtime"]
+        self.assertTrue(w.due(0.2), "another connection committed (data_version)")
+        w.read(0.2)
+        self.event("wake-%d" % os.getpid(), "PreToolUse", tool_name="Bash", tool_input={"command": "ls"})
+        self.assertTrue(w.due(0.3), "a hook event that writes no record (the activity directory)")
+        self.assertEqual(w.read(0.3)["agents"][0]["id"], rt["id"])
+        self.assertTrue(w.due(0.3 + view.REDRAW_EVERY), "ages move on")
+
+    def test_without_a_terminal_watch_says_how_to_get_one_frame(self):
+        proc = self.coord("watch", cwd=self.repo)
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("coord watch --once", proc.stderr)
+
+
+class NoticesTest(ViewCase):
+    """Notices.events and Notices.send with the person's command: one per event, shared by every
+    watch of the user, at most NOTICE_BURST per window and the rest summed up in one."""
+
+    def row(self, state, since=1.0, **kw):
+        r = {"kind": "work", "handle": "amber-otter", "task": "fix the parser", "state": state, "since": since,
+             "tool": None, "landing": "", "landing_state": None, "landing_at": None, "interrupted": False,
+             "window": "@1", "work": "amber-otter", "agent": "blue-heron", "id": "w1"}
+        r.update(kw)
+        return r
+
+    def notices(self, out):
+        n = view.Notices(self.env, self.repo)
+        n.command = "printf '%%s|%%s|%%s\\n' \"$COORD_NOTICE_KIND\" \"$COORD_NOTICE_WORK\" \"$COORD_NOTICE\" >> %s" \
+            % shlex.quote(out)
+        return n
+
+    def lines(self, out, n):
+        def read():
+            try:
+                with open(out) as f:
+                    got = f.read().splitlines()
+            except OSError:
+                return None
+            return got if len(got) >= n else None
+        return support.retry_until(read, timeout=30)
+
+    def test_each_change_is_one_event(self):
+        ev = view.Notices.events
+        self.assertEqual([e[1] for e in ev({"w1": self.row("working")}, {"w1": self.row("waiting", tool="Bash")})],
+                         ["waiting"])
+        self.assertEqual(ev({"w1": self.row("waiting")}, {"w1": self.row("waiting")}), [], "no change, no event")
+        self.assertEqual([e[1] for e in ev({"w1": self.row("working")}, {"w1": self.row("idle", 2.0)})], ["idle"])
+        self.assertEqual([e[1] for e in ev({"w1": self.row("working")}, {"w1": self.row("done", 2.0)})], ["done"])
+        self.assertEqual([e[1] for e in ev({"w1": self.row("working")}, {"w1": self.row("gone", None)})], ["gone"])
+        stopped = ev({"w1": self.row("working", landing_state="running")},
+                     {"w1": self.row("working", landing_state="failed", landing_at=5.0)})
+        self.assertEqual([e[1] for e in stopped], ["landing"])
+        self.assertEqual(ev({}, {"w1": self.row("waiting")}), [], "a row seen for the first time is no event")
+
+    def test_one_notice_per_event_across_watches_and_never_a_storm(self):
+        out = os.path.join(self.tmp, "notices.txt")
+        first, second = self.notices(out), self.notices(out)
+        events = view.Notices.events({"w1": self.row("working")}, {"w1": self.row("waiting", tool="Bash")})
+        self.assertEqual(len(first.send(events, now=100.0)), 1)
+        self.assertEqual(second.send(events, now=100.0), [], "another watch saw the same event: not again")
+        self.assertEqual(first.send(events, now=101.0), [], "the same watch reads it again: not again")
+        self.assertEqual(self.lines(out, 1), ["waiting|amber-otter|coord: amber-otter (fix the parser) waits for "
+                                              "you: it asks to run Bash"])
+        many = []
+        for i in range(8):
+            many += view.Notices.events({"w%d" % i: self.row("working", id="w%d" % i)},
+                                        {"w%d" % i: self.row("waiting", since=200.0 + i, id="w%d" % i)})
+        self.assertEqual(len(first.send(many, now=200.0)), view.NOTICE_BURST, "a burst, then held")
+        summed = first.send([], now=200.0 + view.NOTICE_WINDOW)
+        self.assertEqual(len(summed), 1)
+        self.assertTrue(summed[0].startswith("coord: %d more: " % (8 - view.NOTICE_BURST)), summed)
+        got = self.lines(out, 2 + view.NOTICE_BURST)
+        self.assertEqual(len(got), 2 + view.NOTICE_BURST, got)
+        self.assertTrue(got[-1].startswith("more||coord: 5 more: "), got[-1])
+
+
+class PersonNoticeTest(ViewCase):
+    """The person's own watch sends the notices with the command the person configured in the
+    shared checkout (`git config coord.notify`); an agent's watch sends none."""
+
+    def test_the_person_s_watch_tells_them_once_when_an_agent_asks(self):
+        out = os.path.join(self.tmp, "told.txt")
+        subprocess.run(["git", "-C", self.repo, "config", "coord.notify",
+                        "printf '%%s\\n' \"$COORD_NOTICE\" >> %s" % shlex.quote(out)], check=True, env=self.env)
+        conv = "asks-%d" % os.getpid()
+        rt = self.coord_json("hello", "--conversation", conv, "--harness", "claude", cwd=self.repo)["runtime"]
+        self.event(conv, "UserPromptSubmit", prompt="go")
+        term = support.Terminal(self, self.env, self.repo)
+        os.write(term.fd, ("%s %s watch --notify-only\n" % (sys.executable, support.COORD)).encode())
+        term._read_until(rb"notices on for 0 work and 1 agents", timeout=60)  # it read the fleet once
+        self.event(conv, "PermissionRequest", tool_name="Bash", tool_input={"command": "touch X"})
+        told = "coord: %s waits for you: it asks to run Bash" % rt["handle"]
+        self.assertEqual(self.lines(out), [told])
+        self.assertTrue(term._read_until(b"\x1b]9;" + told.encode() + b"\x07"), "OSC 9 on its own terminal")
+        self.event(conv, "Stop")
+        self.assertEqual(self.lines(out, 2), [told, "coord: %s finished its turn" % rt["handle"]])
+        os.write(term.fd, b"\x03")  # Ctrl-C: the watch ends
+
+    def lines(self, out, n=1):
+        def read():
+            try:
+                with open(out) as f:
+                    got = f.read().splitlines()
+            except OSError:
+                return None
+            return got if len(got) >= n else None
+        return support.retry_until(read, timeout=30)
+
+    def test_an_agent_s_watch_sends_no_notice(self):
+        proc = self.coord("watch", "--notify-only", cwd=self.repo, env={"CLAUDECODE": "1"})
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("notices are the person's", proc.stderr)
+        text = self.coord("watch", "--once", cwd=self.repo, env={"CLAUDECODE": "1"}, check=0).stdout
+        self.assertIn("coord watch", text)
+
+
+class PgWatchOnceTest(support.PostgresProject, WatchOnceTest):
+    """The same on PostgreSQL: the records through the host process, the events' files on this host."""
+
+    def test_the_view_wakes_on_a_hook_event_and_on_a_commit(self):
+        st = self.open_project()
+        w = view.Watcher(st, self.env, self.repo)
+        w.read(0.0)
+        self.assertFalse(w.due(0.1), "nothing changed: no read")
+        self.coord_json("hello", "--conversation", "wake-%d" % os.getpid(), cwd=self.repo)
+        self.assertTrue(w.due(view.REMOTE_EVERY), "another host's commit: read at most REMOTE_EVERY later")
+        w.read(view.REMOTE_EVERY)
+        self.event("wake-%d" % os.getpid(), "PreToolUse", tool_name="Bash", tool_input={"command": "ls"})
+        self.assertTrue(w.due(view.REMOTE_EVERY + 0.1), "a hook event on this host: at once")
+
+
+if __name__ == "__main__":
+    unittest.main()
