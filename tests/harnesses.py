@@ -1140,6 +1140,8 @@ class CloseThenRemove(ResumedFirstBoundary):
                     env=self.as_owner)
         first = self.registered(work["handle"], timeout)
         retry_until(lambda: self.turn(first) == "idle", timeout=timeout, interval=0.25)
+        row = self.watch_state(work, "idle")  # the live view reads the same from the harness's events
+        self.assertEqual(row["harness"], self.harness)
         self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e", env=self.as_owner)
         closed = self.rcoord("work", "close", work["handle"], env=self.as_owner)
         env = dict(self.env, **self.as_owner)
