@@ -528,11 +528,11 @@ def coord_argv(*args):
     return [sys.executable, os.path.join(os.path.dirname(os.path.realpath(__file__)), "coord")] + list(args)
 
 
-ACTIONS = {  # key -> (label, the command for a work row's handle, asks first)
-    "n": ("nudge", lambda h, body: ["send", body, "--to", h, "--nudge"], False),
-    "l": ("land", lambda h, body: ["work", "integrate", "land", h], True),
-    "p": ("park", lambda h, body: ["work", "park", h], True),
-    "c": ("close", lambda h, body: ["work", "close", h], True),
+ACTIONS = {  # key -> (label, its past, the command for a work row's handle, asks first)
+    "n": ("nudge", "nudged", lambda h, body: ["send", body, "--to", h, "--nudge"], False),
+    "l": ("land", "landed", lambda h, body: ["work", "integrate", "land", h], True),
+    "p": ("park", "parked", lambda h, body: ["work", "park", h], True),
+    "c": ("close", "closed", lambda h, body: ["work", "close", h], True),
 }
 
 
@@ -637,14 +637,14 @@ def _go(scr, w, item):
 
 
 def _act(scr, w, item, key):
-    label, build, confirm = ACTIONS[key]
+    label, past, build, confirm = ACTIONS[key]
     if item["kind"] != "work":
-        return "%s: only a work's row can be %sed" % (item["handle"], label)
+        return "%s: only a work's row can be %s" % (item["handle"], past)
     body = None
     if key == "n":
         body = _ask(scr, "message to %s (Enter sends and nudges, empty cancels): " % item["handle"])
         if not body:
             return "nothing sent"
     elif confirm and _ask(scr, "%s %s? type y: " % (label, item["handle"])).lower() != "y":
-        return "not %sed" % label
+        return "not %s" % past
     return run_action(coord_argv(*build(item["work"], body)), w.environ)

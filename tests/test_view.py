@@ -190,6 +190,72 @@ class PersonNoticeTest(ViewCase):
         self.assertIn("coord watch", text)
 
 
+class TmuxViewTest(ViewCase):
+    """coord watch in a real tmux pane of the person's own server, read with capture-pane; and a
+    notice on a tmux client's terminal."""
+
+    def server(self, command, name="person"):
+        tmux = support.require_tool(self, "tmux")
+        sock = os.path.join(self.tmp, name + ".sock")
+        env = {k: v for k, v in self.env.items() if k not in ("TMUX", "TMUX_PANE")}
+        subprocess.run([tmux, "-S", sock, "-f", "/dev/null", "new-session", "-d", "-x", "100", "-y", "20",
+                        "-c", self.repo, command], env=env, check=True, timeout=30)
+        self.addCleanup(subprocess.run, [tmux, "-S", sock, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=10)
+        return tmux, sock
+
+    def test_the_view_draws_redraws_on_an_event_moves_and_quits(self):
+        conv = "seen-%d" % os.getpid()
+        rt = self.coord_json("hello", "--conversation", conv, "--harness", "claude", cwd=self.repo)["runtime"]
+        self.event(conv, "UserPromptSubmit", prompt="go")
+        tmux, sock = self.server("%s %s watch" % (shlex.quote(sys.executable), shlex.quote(support.COORD)))
+
+        def screen(want):
+            text = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE,
+                                  universal_newlines=True, timeout=10).stdout
+            return text if want in text else None
+        text = support.retry_until(lambda: screen("working"), timeout=30)
+        self.assertIn("notices on", text, "the person's own terminal")
+        self.assertIn(rt["handle"][:20], text)
+        self.assertTrue(all(len(l.rstrip()) <= 100 for l in text.splitlines()), text)
+        self.event(conv, "PermissionRequest", tool_name="Bash", tool_input={"command": "touch X"})
+        support.retry_until(lambda: screen("waiting Bash"), timeout=30)  # redrawn on the event alone
+        subprocess.run([tmux, "-S", sock, "send-keys", "n"], check=True, timeout=10)
+        support.retry_until(lambda: screen("only a work's row can be nudged"), timeout=30)
+        subprocess.run([tmux, "-S", sock, "send-keys", "q"], check=True, timeout=10)
+        support.retry_until(lambda: subprocess.run([tmux, "-S", sock, "has-session"], stderr=subprocess.DEVNULL,
+                                                   timeout=10).returncode != 0, timeout=30)
+
+    def test_a_notice_reaches_each_client_of_a_tmux_server_with_a_bell(self):
+        import pty
+        tmux, sock = self.server("sleep 600", name="agents")
+        pid, fd = pty.fork()
+        if pid == 0:
+            try:
+                os.execvpe(tmux, [tmux, "-S", sock, "attach-session"], dict(self.env, TERM="xterm-256color"))
+            finally:
+                os._exit(127)
+        self.addCleanup(os.close, fd)
+        self.addCleanup(lambda: (os.kill(pid, 9), os.waitpid(pid, 0)))
+        got = bytearray()
+
+        def read(want):
+            import select
+            while select.select([fd], [], [], 0.2)[0]:
+                try:
+                    got.extend(os.read(fd, 65536))
+                except OSError:
+                    break
+            return want in got
+        support.retry_until(lambda: subprocess.run([tmux, "-S", sock, "list-clients"], stdout=subprocess.PIPE,
+                                                   timeout=10).stdout.strip() or None, timeout=30)
+        read(b"")
+        del got[:]
+        view.Notices(self.env, self.repo, sockets=[sock]).deliver("waiting", "coord: amber-otter waits for you", None)
+        support.retry_until(lambda: read(b"coord: amber-otter waits for you"), timeout=30)
+        self.assertIn(b"\a", bytes(got))
+
+
 class PgWatchOnceTest(support.PostgresProject, WatchOnceTest):
     """The same on PostgreSQL: the records through the host process, the events' files on this host."""
 
