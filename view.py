@@ -528,11 +528,13 @@ def coord_argv(*args):
     return [sys.executable, os.path.join(os.path.dirname(os.path.realpath(__file__)), "coord")] + list(args)
 
 
-ACTIONS = {  # key -> (label, its past, the command for a work row's handle, asks first)
-    "n": ("nudge", "nudged", lambda h, body: ["send", body, "--to", h, "--nudge"], False),
-    "l": ("land", "landed", lambda h, body: ["work", "integrate", "land", h], True),
-    "p": ("park", "parked", lambda h, body: ["work", "park", h], True),
-    "c": ("close", "closed", lambda h, body: ["work", "close", h], True),
+ACTIONS = {  # key -> (label, its past, the command for a work row's handle and the answer, the question)
+    "n": ("nudge", "nudged", lambda h, a: ["send", a, "--to", h, "--nudge"],
+          "message to %s (Enter sends and nudges, empty cancels): "),
+    "l": ("land", "landed", lambda h, a: ["work", "integrate", "land", h, "--into", a],
+          "land %s into which bookmark (empty cancels): "),
+    "p": ("park", "parked", lambda h, a: ["work", "park", h, "--reason", a], "park %s, why (empty cancels): "),
+    "c": ("close", "closed", lambda h, a: ["work", "close", h] if a.lower() == "y" else None, "close %s? type y: "),
 }
 
 
@@ -637,14 +639,11 @@ def _go(scr, w, item):
 
 
 def _act(scr, w, item, key):
-    label, past, build, confirm = ACTIONS[key]
+    label, past, build, question = ACTIONS[key]
     if item["kind"] != "work":
         return "%s: only a work's row can be %s" % (item["handle"], past)
-    body = None
-    if key == "n":
-        body = _ask(scr, "message to %s (Enter sends and nudges, empty cancels): " % item["handle"])
-        if not body:
-            return "nothing sent"
-    elif confirm and _ask(scr, "%s %s? type y: " % (label, item["handle"])).lower() != "y":
+    answer = _ask(scr, question % item["handle"])
+    args = build(item["work"], answer) if answer else None
+    if args is None:
         return "not %s" % past
-    return run_action(coord_argv(*build(item["work"], body)), w.environ)
+    return run_action(coord_argv(*args), w.environ)

@@ -31,6 +31,16 @@ class ViewCase(support.CoordTestCase):
                                 dict(self.env, COORD_REPO_ROOT=self.repo), self.repo)
         self.assertEqual((proc.returncode, proc.stderr), (0, ""))
 
+    def server(self, command, name="person"):
+        tmux = support.require_tool(self, "tmux")
+        sock = os.path.join(self.tmp, name + ".sock")
+        env = {k: v for k, v in self.env.items() if k not in ("TMUX", "TMUX_PANE")}
+        subprocess.run([tmux, "-S", sock, "-f", "/dev/null", "new-session", "-d", "-x", "100", "-y", "20",
+                        "-c", self.repo, command], env=env, check=True, timeout=30)
+        self.addCleanup(subprocess.run, [tmux, "-S", sock, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=10)
+        return tmux, sock
+
     def agents(self):
         """Three agents: one working in Bash, one waiting on a permission dialog, one idle."""
         out = {}
@@ -194,16 +204,6 @@ class TmuxViewTest(ViewCase):
     """coord watch in a real tmux pane of the person's own server, read with capture-pane; and a
     notice on a tmux client's terminal."""
 
-    def server(self, command, name="person"):
-        tmux = support.require_tool(self, "tmux")
-        sock = os.path.join(self.tmp, name + ".sock")
-        env = {k: v for k, v in self.env.items() if k not in ("TMUX", "TMUX_PANE")}
-        subprocess.run([tmux, "-S", sock, "-f", "/dev/null", "new-session", "-d", "-x", "100", "-y", "20",
-                        "-c", self.repo, command], env=env, check=True, timeout=30)
-        self.addCleanup(subprocess.run, [tmux, "-S", sock, "kill-server"], stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL, timeout=10)
-        return tmux, sock
-
     def test_the_view_draws_redraws_on_an_event_moves_and_quits(self):
         conv = "seen-%d" % os.getpid()
         rt = self.coord_json("hello", "--conversation", conv, "--harness", "claude", cwd=self.repo)["runtime"]
@@ -254,6 +254,58 @@ class TmuxViewTest(ViewCase):
         view.Notices(self.env, self.repo, sockets=[sock]).deliver("waiting", "coord: amber-otter waits for you", None)
         support.retry_until(lambda: read(b"coord: amber-otter waits for you"), timeout=30)
         self.assertIn(b"\a", bytes(got))
+
+
+class WorkKeysTest(ViewCase):
+    """A key on a work's row runs the coord command as typed, with the watch's own authority: a peer
+    agent's view is refused closing the person's work, and says why; the person's view (another of
+    their terminals) parks it."""
+
+    def setUp(self):
+        super().setUp()
+        self.use_jj()
+        self.repo = os.path.join(self.tmp, "canon")
+        subprocess.run(["jj", "git", "init", "--colocate", self.repo], env=self.env, check=True, timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(self.repo, "README"), "w") as f:
+            f.write("hello\n")
+        for argv in (["commit", "-m", "initial"], ["bookmark", "create", "main", "-r", "@-"]):
+            subprocess.run(["jj"] + argv, cwd=self.repo, env=self.env, check=True, timeout=120,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def screen(self, tmux, sock, want):
+        text = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE,
+                              universal_newlines=True, timeout=10).stdout
+        return text if want in text else None
+
+    def press(self, tmux, sock, *keys):
+        for key in keys:
+            subprocess.run([tmux, "-S", sock, "send-keys", key], check=True, timeout=10)
+
+    def state_of(self, handle):
+        return self.coord_json("work", "inspect", handle, cwd=self.repo)["work"]["state"]
+
+    def test_keys_run_the_command_with_the_watch_s_own_authority(self):
+        peer = self.coord_json("hello", "--conversation", "peer-%d" % os.getpid(), cwd=self.repo)["runtime"]
+        rc, out = self.coord_at_terminal("--json", "work", "create", "keyed", cwd=self.repo)  # the person's work
+        self.assertEqual(rc, 0, out)
+        work = json.loads(out.strip().splitlines()[-1])["work"]
+        watch = "%s %s watch" % (shlex.quote(sys.executable), shlex.quote(support.COORD))
+        agent = "env CLAUDECODE=1 COORD_RUNTIME_ID=%s %s" % (peer["id"], watch)
+        tmux, sock = self.server(agent, name="agent")
+        support.retry_until(lambda: self.screen(tmux, sock, "notices off"), timeout=30)
+        self.press(tmux, sock, "c", "y", "Enter")
+        text = support.retry_until(lambda: self.screen(tmux, sock, "may not close"), timeout=60)
+        self.assertEqual(self.state_of(work["handle"]), "active", text)
+        self.press(tmux, sock, "q")
+        tmux, sock = self.server(watch, name="person")
+        support.retry_until(lambda: self.screen(tmux, sock, "keyed"), timeout=30)
+        self.press(tmux, sock, "p", "back after lunch", "Enter")
+        try:
+            support.retry_until(lambda: self.state_of(work["handle"]) == "parked" or None, timeout=20)
+        except AssertionError:
+            self.fail(self.screen(tmux, sock, ""))
+        support.retry_until(lambda: self.screen(tmux, sock, "parked"), timeout=30)
 
 
 class PgWatchOnceTest(support.PostgresProject, WatchOnceTest):
