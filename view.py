@@ -120,7 +120,12 @@ def _work_row(st, w, environ, window, held, unacked, state_of, changes, host):
                 row["headless"] = orphan
     if changes:
         row.update(workspace.status_facts(w, environ, changes if isinstance(changes, str) else None))
+    else:  # the keys `status --json` always had: null until --changes reads the clone
+        row.update(dict(NO_FACTS, errors=[]))
     return row
+
+
+NO_FACTS = {"dirty": None, "dirty_from": None, "into": None, "ahead": None, "behind": None}
 
 
 def _work_state(w, agent, window, integ, landing, state_of):

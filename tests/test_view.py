@@ -308,6 +308,22 @@ class WorkKeysTest(ViewCase):
         support.retry_until(lambda: self.screen(tmux, sock, "parked"), timeout=30)
 
 
+class StatusJsonTest(WorkKeysTest):
+    """`status --json` keeps the keys it always had: each work's dirty, ahead, behind and into,
+    null unless --changes read the clone."""
+
+    test_keys_run_the_command_with_the_watch_s_own_authority = None
+
+    def test_each_work_keeps_its_clone_keys(self):
+        rc, out = self.coord_at_terminal("--json", "work", "create", "kept", cwd=self.repo)
+        self.assertEqual(rc, 0, out)
+        keys = ("dirty", "dirty_from", "ahead", "behind", "into")
+        row = self.coord_json("status", cwd=self.repo)["work"][0]
+        self.assertEqual({k: row.get(k, "absent") for k in keys}, dict.fromkeys(keys))
+        row = self.coord_json("status", "--changes", cwd=self.repo)["work"][0]
+        self.assertEqual((row["dirty"], row["ahead"], row["into"]), (False, 0, "main"))
+
+
 class PgWatchOnceTest(support.PostgresProject, WatchOnceTest):
     """The same on PostgreSQL: the records through the host process, the events' files on this host."""
 
