@@ -308,6 +308,33 @@ class WorkKeysTest(ViewCase):
         support.retry_until(lambda: self.screen(tmux, sock, "parked"), timeout=30)
 
 
+class ActivityPruneTest(ViewCase):
+    """The activity files of conversations that ended here go (at SessionEnd, and at `work gc` for
+    the rest); a live conversation's, and one this project never recorded, stay."""
+
+    def path(self, conv):
+        return os.path.join(store.state_dir(self.env), store.Store.ACTIVITY_DIR, conv.encode().hex())
+
+    def test_ended_conversations_lose_their_file_live_ones_keep_it(self):
+        convs = {n: "%s-%d" % (n, os.getpid()) for n in ("ends", "quits", "lives", "elsewhere")}
+        for n in ("ends", "quits", "lives"):
+            self.coord_json("hello", "--conversation", convs[n], "--harness", "claude", cwd=self.repo)
+        for n in ("ends", "quits", "lives"):
+            self.event(convs[n], "PreToolUse", tool_name="Bash", tool_input={"command": "ls"})
+        with open(self.path(convs["elsewhere"]), "w") as f:  # another project's conversation
+            f.write("Stop\t\n")
+        os.utime(self.path(convs["elsewhere"]), (1, 1))
+        self.assertTrue(all(os.path.exists(self.path(c)) for c in convs.values()))
+        self.event(convs["ends"], "SessionEnd", reason="other")
+        self.assertFalse(os.path.exists(self.path(convs["ends"])), "SessionEnd prunes its own file")
+        st = self.open_project()
+        st.bye(st.find_conversation_runtime(convs["quits"])["id"])
+        self.assertTrue(os.path.exists(self.path(convs["quits"])))
+        self.coord_json("work", "gc", cwd=self.repo)
+        self.assertEqual([os.path.exists(self.path(convs[n])) for n in ("quits", "lives", "elsewhere")],
+                         [False, True, True])
+
+
 class StatusJsonTest(WorkKeysTest):
     """`status --json` keeps the keys it always had: each work's dirty, ahead, behind and into,
     null unless --changes read the clone."""
