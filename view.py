@@ -109,7 +109,8 @@ def _work_row(st, w, environ, window, held, unacked, state_of, changes, host):
            "agent": agent["handle"] if agent else None, "harness": (agent or {}).get("harness") or harness,
            "queue": integ.get("state", "none"), "landing": landing.get("state"),
            "landing_at": landing.get("at"), "gate": gate.get("state"), "host": host, "recipient": rid,
-           "window": (w["data"].get("tmux") or {}).get("window_id")}
+           "window": (w["data"].get("tmux") or {}).get("window_id"), "check": last_check(gate),
+           "target": integ.get("into") or landing.get("into"), "updated_at": w.get("updated_at")}
     row["agent_state"], row["since"], row["tool"] = _work_state(w, agent, window, integ, landing, state_of)
     if w["state"] in ("active", "resumed") and window in ("gone", None) and store.work_conversations(w):
         cut = workspace.interrupted(st, w, window=window)
@@ -126,6 +127,15 @@ def _work_row(st, w, environ, window, held, unacked, state_of, changes, host):
 
 
 NO_FACTS = {"dirty": None, "dirty_from": None, "into": None, "ahead": None, "behind": None}
+
+
+def last_check(gate):
+    """The last landing check the work record holds (land.py records it in the gate: passed or
+    failed, with the command and its exit), or None."""
+    check = gate.get("check") if isinstance(gate.get("check"), dict) else None
+    if not check or gate.get("state") not in ("passed", "failed"):
+        return None
+    return {"state": gate["state"], "at": gate.get("at"), "command": check.get("command"), "exit": check.get("exit")}
 
 
 def _work_state(w, agent, window, integ, landing, state_of):
@@ -236,7 +246,7 @@ def _work_lines(r, verbose, now, counted):
 
 COLUMNS = (("handle", 22), ("task", 16), ("harness", 7), ("state", 17), ("L", 2), ("M", 2), ("landing", 14),
            ("host", 8))
-KEYS = "up/down move  enter go  n nudge  l land  p park  c close  q quit"
+KEYS = "up/down move  enter go  n nudge  l land  p park  c close  f forecast  q quit"
 
 
 def rows(data):
@@ -252,7 +262,8 @@ def rows(data):
                     "leases": len(r["leases"]), "unread": r["unacked"], "landing": landing_text(r),
                     "host": r.get("host") or "", "interrupted": bool(r.get("interrupted")), "id": r["id"],
                     "tmux": r["tmux"], "agent": r["agent"], "landing_state": r["landing"],
-                    "landing_at": r["landing_at"], "window": r["window"]})
+                    "landing_at": r["landing_at"], "window": r["window"], "check": r.get("check"),
+                    "target": r.get("target"), "updated_at": r.get("updated_at")})
     for a in data["agents"]:
         if a["subagent"] or a["handle"] in shown or a["work"]:
             continue
@@ -260,7 +271,7 @@ def rows(data):
                     "state": a["state"], "since": a["since"], "tool": a["tool"], "leases": len(a["leases"]),
                     "unread": a["unacked"], "landing": "", "host": "", "interrupted": False, "id": a["id"],
                     "tmux": None, "agent": a["handle"], "landing_state": None, "landing_at": None,
-                    "window": None})
+                    "window": None, "check": None, "target": None, "updated_at": None})
     return out
 
 
@@ -270,6 +281,80 @@ def row_text(r, now):
              "M": str(r["unread"] or ""), "landing": r["landing"], "host": r["host"]}
     return fit(" ".join(fit(cells[k], w).ljust(w) if k not in ("L", "M") else cells[k].rjust(w)
                         for k, w in COLUMNS).rstrip())
+
+
+def detail(item, now, forecast=None):
+    """The line below the table for one work's row: its landing, its last check and, in the
+    curses view (`forecast` given; the row under the cursor, so no handle), the conflicts forecast."""
+    if item["kind"] != "work":
+        return ""
+    bits = [item["handle"] + ":" if forecast is None else "", (item["landing"] or "not queued").split(" gate:")[0]]
+    if item.get("target"):
+        bits.append("into " + item["target"])
+    c = item.get("check")
+    if c:
+        bits.append("check %s %s ago: %s%s" % (c["state"], age(now - c["at"]) if c.get("at") else "?",
+                                              store.clean_text(c.get("command") or "-", 30),
+                                              "" if c.get("exit") in (0, None) else " (exit %s)" % c["exit"]))
+    else:
+        bits.append("no check yet")
+    bits.append(forecast.text(item, now) if forecast is not None else "")
+    return fit(" ".join(b for b in bits if b))
+
+
+class Forecast:
+    """The conflicts a landing would meet, per work: `coord --json work conflicts` (jj per work, so
+    never on the redraw path) run only when the person presses f, in a background thread, as
+    typed with the watch's environment. Kept per work until its record changes, then shown stale
+    (press f again); its age shows too, since the target may have moved meanwhile."""
+
+    def __init__(self, environ):
+        self.environ, self.running, self.error = environ, False, None
+        self.seen = {}  # handle -> (the record's updated_at when forecast, {"target": [...], "peers": [...]}, at)
+
+    def start(self, items):
+        if self.running:
+            return "forecast already running"
+        self.running = True
+        marks = {i["handle"]: i.get("updated_at") for i in items if i["kind"] == "work"}
+        import threading
+        threading.Thread(target=self._run, args=(marks,), daemon=True).start()
+        return "forecasting the conflicts of %d work (coord work conflicts)" % len(marks)
+
+    def _run(self, marks):
+        import json
+        import subprocess
+        found, error = {}, None
+        try:
+            proc = subprocess.run(coord_argv("--json", "work", "conflicts"), env=self.environ, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, universal_newlines=True, timeout=900)
+            data = json.loads(proc.stdout.strip().splitlines()[-1])
+            for w in data.get("works") or []:
+                found[w["handle"]] = {"target": list(w.get("target_conflicts") or []), "peers": []}
+            for p in data.get("pairs") or []:
+                for a, b in ((p["a"], p["b"]), (p["b"], p["a"])):
+                    if p.get("conflicts") and a in found:
+                        found[a]["peers"].append(b)
+            error = data.get("error") or (None if data.get("ok", True) else data.get("message"))
+        except Exception as exc:  # shown, never raised: the view stays up
+            error = "forecast failed: %s" % exc
+        at = time.time()
+        self.seen.update({h: (marks.get(h), f, at) for h, f in found.items()})
+        self.error, self.running = error, False
+
+    def text(self, item, now):
+        got = self.seen.get(item["handle"])
+        if got is None:
+            return "forecast: running" if self.running else "f forecasts conflicts"
+        mark, f, at = got
+        if f["target"]:
+            what = "conflicts in " + ", ".join(f["target"][:3])
+        else:
+            what = "no conflict"
+        if f["peers"]:
+            what += "; with %s" % ", ".join(f["peers"][:3])
+        stale = " (stale: f again)" if mark != item.get("updated_at") else ""
+        return "forecast: %s (%s ago)%s" % (what, age(now - at), stale)
 
 
 def frame(data, notices=None, now=None):
@@ -290,9 +375,16 @@ def frame(data, notices=None, now=None):
     return lines
 
 
+def once_lines(data, now=None):
+    """`coord watch --once`: the frame, then each work's landing and last check below it."""
+    now = data["at"] if now is None else now
+    items = [i for i in rows(data) if i["kind"] == "work"]
+    return frame(data) + ([""] if items else []) + [detail(i, now) for i in items]
+
+
 def once(st, environ=None):
     """`coord watch --once`: one frame as text (no terminal needed)."""
-    return "\n".join(frame(fleet(st, environ)))
+    return "\n".join(once_lines(fleet(st, environ)))
 
 
 # --------------------------------------------------------------------------- notices
@@ -469,6 +561,7 @@ class Watcher:
         self.folder = os.path.join(store.state_dir(environ), store.Store.ACTIVITY_DIR)
         self.mark, self.read_at, self.data = None, 0.0, None
         self.rows = {}
+        self.forecast = Forecast(environ)
         source = next((w["source"] for w in st.works() if w.get("source")), None)
         self.notices = Notices(environ, source or root, tty=_tty()) if is_person(environ) else None
 
@@ -585,6 +678,8 @@ def _screen(scr, w):
             cursor -= 1
         elif items and key in (10, 13, curses.KEY_ENTER, ord("g")):
             message = _go(scr, w, items[cursor])
+        elif items and key == ord("f"):
+            message = w.forecast.start(items)
         elif items and key in tuple(ord(k) for k in ACTIONS):
             message = _act(scr, w, items[cursor], chr(key))
         if key != -1:
@@ -600,6 +695,11 @@ def _draw(scr, w, items, cursor, message):
         attr = curses.A_REVERSE if y - 2 == cursor and items else (curses.A_BOLD if y == 0 else 0)
         try:
             scr.addnstr(y, 0, line, width - 1, attr)
+        except curses.error:
+            pass
+    if items and height > 4:
+        try:
+            scr.addnstr(height - 2, 0, detail(items[cursor], time.time(), w.forecast), width - 1)
         except curses.error:
             pass
     try:

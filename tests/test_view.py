@@ -335,6 +335,40 @@ class ActivityPruneTest(ViewCase):
                          [False, True, True])
 
 
+class LandingDetailTest(WorkKeysTest):
+    """The view shows each work's landing and its last check (from the work record), and the
+    conflicts forecast only when asked (the key f, off the redraw path)."""
+
+    test_keys_run_the_command_with_the_watch_s_own_authority = None
+
+    def test_last_check_and_forecast_on_f(self):
+        rc, out = self.coord_at_terminal("--json", "work", "create", "checked", cwd=self.repo)
+        self.assertEqual(rc, 0, out)
+        work = json.loads(out.strip().splitlines()[-1])["work"]
+        with open(os.path.join(work["path"], "NEW"), "w") as f:
+            f.write("new\n")
+        subprocess.run(["jj", "commit", "-m", "new file"], cwd=work["path"], env=self.env, check=True, timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        rc, out = self.coord_at_terminal("work", "integrate", "land", work["handle"], "--into", "main",
+                                         "--check", "false", cwd=self.repo)
+        self.assertNotEqual(rc, 0, out)
+        text = self.coord("watch", "--once", cwd=self.repo, check=0).stdout
+        line = next(l for l in text.splitlines() if l.startswith(work["handle"] + ":"))
+        self.assertIn("check failed", line)
+        self.assertIn(": false (exit 1)", line)
+        self.assertTrue(all(len(l) <= 100 for l in text.splitlines()), text)
+        row = self.coord_json("watch", "--once", cwd=self.repo)["rows"][0]
+        self.assertEqual((row["check"]["state"], row["check"]["command"]), ("failed", "false"))
+        watch = "%s %s watch" % (shlex.quote(sys.executable), shlex.quote(support.COORD))
+        tmux, sock = self.server(watch, name="person")
+        support.retry_until(lambda: self.screen(tmux, sock, "f forecasts conflicts"), timeout=30)
+        self.press(tmux, sock, "f")
+        try:
+            support.retry_until(lambda: self.screen(tmux, sock, "forecast: no conflict"), timeout=120)
+        except AssertionError:
+            self.fail(self.screen(tmux, sock, ""))
+
+
 class StatusJsonTest(WorkKeysTest):
     """`status --json` keeps the keys it always had: each work's dirty, ahead, behind and into,
     null unless --changes read the clone."""
