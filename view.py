@@ -639,9 +639,12 @@ ACTIONS = {  # key -> (label, its past, the command for a work row's handle and 
 def run_action(argv, environ, take_terminal=False):
     """Run one coord command as typed; -> the line to show (its output's last line, or its exit)."""
     import subprocess
-    if take_terminal:
-        code = subprocess.call(argv, env=environ)
-        return "%s: exit %d" % (" ".join(argv[2:4]), code)
+    if take_terminal:  # the terminal is the command's (tmux attaches on it); its refusal is on stderr
+        proc = subprocess.run(argv, env=environ, stderr=subprocess.PIPE, universal_newlines=True,
+                              errors="backslashreplace")
+        lines = [l for l in proc.stderr.splitlines() if l.strip()]
+        return store.clean_text(" ".join(lines[-2:]) if lines and proc.returncode else "%s: exit %d" % (
+            " ".join(argv[2:4]), proc.returncode), 300)
     proc = subprocess.run(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, errors="backslashreplace")
     lines = [l for l in proc.stdout.splitlines() if l.strip()]
@@ -734,12 +737,11 @@ def _go(scr, w, item):
     if item["kind"] != "work" or not item["tmux"]:
         return "%s has no window coord launched" % item["handle"]
     argv = coord_argv("work", "attach", item["work"], "--execute")
-    if w.environ.get("TMUX"):
-        return run_action(argv, w.environ)
-    curses.endwin()
+    curses.endwin()  # switch-client returns at once; an attach (another server, or none) holds the terminal
     try:
         return run_action(argv, w.environ, take_terminal=True)
     finally:
+        scr.clear()  # the attach drew on the terminal: repaint all of it, not only what changed
         scr.refresh()
 
 

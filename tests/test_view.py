@@ -369,6 +369,59 @@ class LandingDetailTest(WorkKeysTest):
             self.fail(self.screen(tmux, sock, ""))
 
 
+class GoAndLandKeysTest(WorkKeysTest):
+    """The go key shows the row's pane (`coord work attach W --execute`: a tmux client on the work's
+    window, seen by tmux itself) and the land key lands the real work, each as typed."""
+
+    test_keys_run_the_command_with_the_watch_s_own_authority = None
+
+    def test_go_shows_the_work_s_pane_and_land_lands_it(self):
+        tmux = support.require_tool(self, "tmux")
+        agents = os.path.join(self.tmp, "agents.sock")
+        fake = os.path.join(support.FIXTURES, "fake_harness.py")
+        rec = os.path.join(self.tmp, "rec")
+        os.mkdir(rec)
+        self.env.update({"COORD_TMUX_SOCKET": agents, "COORD_CLAUDE_CMD": " ".join(
+            shlex.quote(a) for a in [sys.executable, fake, "--record", rec])})
+        self.addCleanup(subprocess.run, [tmux, "-S", agents, "kill-server"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, timeout=10)
+        rc, out = self.coord_at_terminal("--json", "work", "create", "gone-to", cwd=self.repo)
+        self.assertEqual(rc, 0, out)
+        work = json.loads(out.strip().splitlines()[-1])["work"]
+        with open(os.path.join(work["path"], "NEW"), "w") as f:
+            f.write("new\n")
+        subprocess.run(["jj", "commit", "-m", "new file"], cwd=work["path"], env=self.env, check=True, timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.coord_at_terminal("work", "start", work["handle"], cwd=self.repo, check=0)
+        self.coord_at_terminal("work", "gate", work["handle"], "--pass", cwd=self.repo, check=0)
+        window = self.coord_json("work", "inspect", work["handle"], cwd=self.repo)["work"]["data"]["tmux"]["window_id"]
+        watch = "%s %s watch" % (shlex.quote(sys.executable), shlex.quote(support.COORD))
+        ptmux, psock = self.server(watch, name="person")
+        support.retry_until(lambda: self.screen(ptmux, psock, "gone-to"), timeout=30)
+        self.press(ptmux, psock, "Enter")
+
+        def shown():
+            got = subprocess.run([tmux, "-S", agents, "list-clients", "-F", "#{client_tty}"], stdout=subprocess.PIPE,
+                                 universal_newlines=True, timeout=10).stdout.split()
+            return got and subprocess.run([tmux, "-S", agents, "display", "-p", "-c", got[0], "#{window_id}"],
+                                          stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout.strip()
+        self.assertEqual(support.retry_until(shown, timeout=30), window)
+        for client in subprocess.run([tmux, "-S", agents, "list-clients", "-F", "#{client_tty}"],
+                                     stdout=subprocess.PIPE, universal_newlines=True, timeout=10).stdout.split():
+            subprocess.run([tmux, "-S", agents, "detach-client", "-t", client], check=True, timeout=10)
+        try:
+            support.retry_until(lambda: self.screen(ptmux, psock, "attach: exit"), timeout=30)
+        except AssertionError:
+            self.fail(self.screen(ptmux, psock, ""))
+        self.press(ptmux, psock, "l", "main", "Enter")
+        try:
+            support.retry_until(lambda: self.coord_json("work", "inspect", work["handle"], cwd=self.repo)["work"][
+                "data"].get("landing", {}).get("state") == "landed" or None, timeout=120)
+        except AssertionError:
+            self.fail(self.screen(ptmux, psock, ""))
+        support.retry_until(lambda: self.screen(ptmux, psock, "landed"), timeout=30)
+
+
 class StatusJsonTest(WorkKeysTest):
     """`status --json` keeps the keys it always had: each work's dirty, ahead, behind and into,
     null unless --changes read the clone."""
