@@ -2337,6 +2337,10 @@ class Store:
             "UPDATE SET state = excluded.state, at = excluded.at, began = CASE WHEN ? THEN excluded.began "
             "ELSE turns.began END", (runtime_id, state, now, now if began else None, 1 if began else 0))
 
+    def wake_generation(self):
+        """None: a Store in this process has no host process's wake-ups (RemoteStore.wake_generation)."""
+        return None
+
     def data_version(self):
         """SQLite's PRAGMA data_version on this connection: it changes when another connection
         committed (the live view's wake-up); None on PostgreSQL (the host process's wake-ups)."""
@@ -5860,6 +5864,13 @@ class RemoteStore:
 
     def pid_judged_here(self, rt):
         return rt.get("host") == self.host["id"]
+
+    def wake_generation(self):
+        """The host process's count of the project's wake-ups (every commit changing runtimes or
+        leases, from any host, NOTIFYs it), from its ping: no database read; None while it does not
+        listen. The live view's data_version on PostgreSQL."""
+        copy = self.client.call("ping").get("lease_copy") or {}
+        return (copy.get("reconnects"), copy.get("wakes")) if copy.get("listening") else None
 
     # The caller-side facts: gathered here, in the calling process, and decided by the
     # host process (Store.decide_caller, Store.decide_person_runtime).

@@ -547,7 +547,7 @@ def is_person(environ=None):
 
 # --------------------------------------------------------------------------- the loop
 
-REMOTE_EVERY = 2.0  # seconds between two reads of a PostgreSQL project (another host's events)
+REMOTE_EVERY = 1.0  # seconds between two reads of a PostgreSQL project (another host's turns and works)
 
 
 class Watcher:
@@ -570,12 +570,18 @@ class Watcher:
             seen = os.stat(self.folder).st_mtime_ns
         except OSError:
             seen = None
-        version = self.st.data_version() if getattr(self.st, "engine", None) == "sqlite" else None
+        if getattr(self.st, "engine", None) == "sqlite":
+            version = self.st.data_version()
+        else:  # the host process's wake-ups: another host's runtime or lease change, no database read
+            try:
+                version = self.st.wake_generation()
+            except store.CoordError:
+                version = None
         return (version, seen)
 
     def due(self, now):
         mark = self._mark()
-        every = REDRAW_EVERY if mark[0] is not None else REMOTE_EVERY
+        every = REDRAW_EVERY if getattr(self.st, "engine", None) == "sqlite" else REMOTE_EVERY
         if mark != self.mark or now - self.read_at >= every or self.data is None:
             self.mark = mark
             return True

@@ -442,15 +442,20 @@ class PgWatchOnceTest(support.PostgresProject, WatchOnceTest):
     """The same on PostgreSQL: the records through the host process, the events' files on this host."""
 
     def test_the_view_wakes_on_a_hook_event_and_on_a_commit(self):
-        st = self.open_project()
+        st = store.open_project_store(self.env, self.repo)  # through the host process, as coord watch
+        self.addCleanup(st.close)
         w = view.Watcher(st, self.env, self.repo)
+        support.retry_until(lambda: st.wake_generation(), timeout=30)  # its LISTEN is in effect
         w.read(0.0)
         self.assertFalse(w.due(0.1), "nothing changed: no read")
         self.coord_json("hello", "--conversation", "wake-%d" % os.getpid(), cwd=self.repo)
-        self.assertTrue(w.due(view.REMOTE_EVERY), "another host's commit: read at most REMOTE_EVERY later")
-        w.read(view.REMOTE_EVERY)
+        support.retry_until(lambda: w.due(0.1) or None, timeout=30)  # the host process's wake-up, not the clock
+        w.read(0.1)
+        self.assertFalse(w.due(0.2), "nothing changed: no read")
+        self.assertTrue(w.due(view.REMOTE_EVERY + 0.1), "another host's turn or work: read REMOTE_EVERY later")
+        w.read(view.REMOTE_EVERY + 0.1)
         self.event("wake-%d" % os.getpid(), "PreToolUse", tool_name="Bash", tool_input={"command": "ls"})
-        self.assertTrue(w.due(view.REMOTE_EVERY + 0.1), "a hook event on this host: at once")
+        self.assertTrue(w.due(view.REMOTE_EVERY + 0.2), "a hook event on this host: at once")
 
 
 if __name__ == "__main__":
