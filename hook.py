@@ -894,7 +894,8 @@ def on_session_end(h):
         db.bye(rt["id"], reason="session-end")
     else:  # a killed window, an exit: a work's leases stay for it unless coord closes it (Store.session_end)
         db.session_end(rt["id"])
-        db.prune_activity(h.environ, [h.session])  # the ended conversation's last event: gone is its state now
+        import store
+        store.prune_activity(db, h.environ, [h.session])  # the ended conversation's last event: gone is its state now
     pid = h.process()[0]
     if pid is not None:
         for sub in db.unended_subagents(h.session, pid):

@@ -775,6 +775,33 @@ _PERSON_PREFIX = PERSON + ":"
 BEAT_AHEAD = 1e12
 
 
+def prune_activity(st, environ=None, conversations=None):
+    """Delete the activity files (Store.activity) of conversations that ended here: every runtime
+    this project recorded for it ended, and the file is no newer than the last end (an event after
+    it, a resumed session, keeps it). The directory is shared by every project of this user: a
+    conversation this project never recorded is another's and stays. `conversations`: only those
+    (SessionEnd), else every file (`work gc`). -> the number of files deleted."""
+    folder = os.path.join(state_dir(environ), Store.ACTIVITY_DIR)
+    names = ([c.encode("utf-8", "replace").hex() for c in conversations if c] if conversations is not None
+             else [n for n in _names_in(folder) if "." not in n])
+    convs = {}
+    for n in names:
+        try:
+            convs[bytes.fromhex(n).decode("utf-8")] = n
+        except ValueError:
+            continue
+    gone = 0
+    for conv, last in (st.ended_conversations(sorted(convs)) if convs else {}).items():
+        path = os.path.join(folder, convs[conv])
+        try:
+            if os.lstat(path).st_mtime <= last:
+                os.unlink(path)
+                gone += 1
+        except OSError:
+            continue
+    return gone
+
+
 def _names_in(folder):
     """os.listdir, or [] when the directory is missing or unreadable."""
     try:
@@ -2382,23 +2409,10 @@ class Store:
         return {"event": parts[0], "tool": clean_text(parts[1], 40) if len(parts) > 1 and parts[1] else None,
                 "at": at}
 
-    def prune_activity(self, environ=None, conversations=None):
-        """Delete the activity files of conversations that ended here: every runtime this
-        project recorded for it ended, and the file is no newer than the last end (an event after
-        it, a resumed session, keeps it). The directory is shared by every project of this user:
-        a conversation this project never recorded is another's and stays. `conversations`: only
-        those (SessionEnd), else every file (`work gc`). -> the number of files deleted."""
-        folder = os.path.join(state_dir(environ), Store.ACTIVITY_DIR)
-        names = ([c.encode("utf-8", "replace").hex() for c in conversations if c] if conversations is not None
-                 else [n for n in _names_in(folder) if "." not in n])
-        convs = {}
-        for n in names:
-            try:
-                convs[bytes.fromhex(n).decode("utf-8")] = n
-            except ValueError:
-                continue
-        ended, gone = {}, 0
-        keys = sorted(convs)
+    def ended_conversations(self, conversations):
+        """{conversation: the time its last runtime ended} of those of `conversations` this project
+        recorded with every runtime ended (prune_activity)."""
+        ended, keys = {}, sorted(set(c for c in conversations if c))
         for i in range(0, len(keys), 400):
             part = keys[i:i + 400]
             for conv, live, last in self.q(
@@ -2407,15 +2421,7 @@ class Store:
                     % ", ".join("?" * len(part)), tuple(part)).fetchall():
                 if not live and last is not None:
                     ended[conv] = beat_time(last)
-        for conv, last in ended.items():
-            path = os.path.join(folder, convs[conv])
-            try:
-                if os.lstat(path).st_mtime <= last:
-                    os.unlink(path)
-                    gone += 1
-            except OSError:
-                continue
-        return gone
+        return ended
 
     @staticmethod
     def agent_state(rt, turn, act, now, stuck_after=None):

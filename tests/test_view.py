@@ -458,5 +458,10 @@ class PgWatchOnceTest(support.PostgresProject, WatchOnceTest):
         self.assertTrue(w.due(view.REMOTE_EVERY + 0.2), "a hook event on this host: at once")
 
 
+
+class PgActivityPruneTest(support.PostgresProject, ActivityPruneTest):
+    """The same on PostgreSQL: the ended conversations read through the host process."""
+
+
 if __name__ == "__main__":
     unittest.main()
