@@ -777,6 +777,8 @@ def cmd_remove(ctx, args):
 def cmd_gc(ctx, args):
     r = gc_works(ctx.db, caller=workspace.optional_caller(ctx), environ=ctx.environ, dry_run=args.dry_run,
                  discard_ignored=args.discard_ignored)
+    if not args.dry_run:  # the last events of conversations that ended here (the live view's files)
+        r["activity_pruned"] = store.prune_activity(ctx.db, ctx.environ)
     lines = []
     verb = "would remove" if args.dry_run else "removed"
     for w in r["removed"]:

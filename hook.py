@@ -23,6 +23,8 @@ Contract:
   UserPromptSubmit, idle at Stop, dialog at PermissionRequest (a subagent's marks its parent),
   busy again at the first PostToolUse after a Stop; SessionStart sets idle (the agent waits at
   its prompt), busy when coord launched it with a first message, and leaves a compaction's alone.
+- Every event it handles first replaces its conversation's activity file (mark: the event and
+  the tool it names, read by the live view and `status`), with os alone.
 - Only os and sys (and json's C scanner, _json: read_json) load before the event needs the store;
   a write check loads neither json nor re.
 
@@ -866,6 +868,8 @@ def on_session_end(h):
         db.bye(rt["id"], reason="session-end")
     else:  # a killed window, an exit: a work's leases stay for it unless coord closes it (Store.session_end)
         db.session_end(rt["id"])
+        import store
+        store.prune_activity(db, h.environ, [h.session])  # the ended conversation's last event: gone is its state now
     pid = h.process()[0]
     if pid is not None:
         for sub in db.unended_subagents(h.session, pid):
@@ -971,6 +975,7 @@ def run(raw, argv=(), environ=None):
             if parent:
                 payload = dict(payload, session_id=parent)
                 session = parent
+        mark(payload, event, session, agent, environ)
         if handler is on_pre_tool_use and agent is not None and payload.get("tool_name") == "Bash" \
                 and harness == "claude":
             return tag_subagent_shell(payload, session, agent), ""
@@ -993,6 +998,38 @@ def run(raw, argv=(), environ=None):
                 h.db.close()
             except Exception:
                 pass
+
+
+def mark(payload, event, session, agent, environ):
+    """Write the conversation's last event (and the tool it names) to its activity file, which
+    the live view and `status` read for the agent's state (store.Store.activity): a file of a few
+    bytes, replaced, never synced, no import and no database; a subagent's events mark its parent
+    working. Never raises: a failure only leaves the state to the recorded turn."""
+    try:
+        if agent is not None and event in ("Stop", "SessionStart", "SessionEnd"):
+            return
+        name = session.encode("utf-8").hex()
+        if len(name) > 200:
+            return
+        tool = payload.get("tool_name") if event in ("PreToolUse", "PostToolUse", "PermissionRequest") else None
+        tool = tool[:60].replace("\t", " ").replace("\n", " ") if isinstance(tool, str) else ""
+        base = environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        folder = os.path.join(os.path.abspath(base), "fleet-agent-coord", "activity")
+        path = os.path.join(folder, name)
+        tmp = "%s.%d" % (path, os.getpid())
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+        try:
+            fd = os.open(tmp, flags, 0o600)
+        except FileNotFoundError:
+            os.makedirs(folder, 0o700, exist_ok=True)
+            fd = os.open(tmp, flags, 0o600)
+        try:
+            os.write(fd, ("%s\t%s\n" % (event, tool)).encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except Exception:
+        pass
 
 
 def gemini_payload(payload):

@@ -81,7 +81,8 @@ COPY_OPS = frozenset(["hook_write_decision"])  # what the copy may answer (Serve
 # SessionStart's reads from the copy too, and a boundary's notices in one operation.
 COPY_OPS = COPY_OPS | frozenset(["hook_conversation_runtime", "hook_session_leases"])
 HOST_OPS = HOST_OPS | frozenset(["boundary_context", "session_leases"])
-HOST_OPS = HOST_OPS | COPY_OPS
+HOST_OPS = HOST_OPS | COPY_OPS | frozenset(["ended_conversations"])  # the activity files' pruning
+HOST_OPS = HOST_OPS | frozenset(["turns"])  # the live view and status read every turn at once (view.fleet)
 
 
 class _Pool:

@@ -238,6 +238,13 @@ class RemoteStore:
     def pid_judged_here(self, rt):
         return rt.get("host") == self.host["id"]
 
+    def wake_generation(self):
+        """The host process's count of the project's wake-ups (every commit changing runtimes or
+        leases, from any host, NOTIFYs it), from its ping: no database read; None while it does not
+        listen. The live view's data_version on PostgreSQL."""
+        copy = self.client.call("ping").get("lease_copy") or {}
+        return (copy.get("reconnects"), copy.get("wakes")) if copy.get("listening") else None
+
     # The caller-side facts: gathered here, in the calling process, and decided by the
     # host process (Store.decide_caller, Store.decide_person_runtime).
 

@@ -44,14 +44,15 @@ UNREGISTERED = "started, agent not registered: trust prompt?"
 INTERRUPTED = "interrupted"  # shown, never stored: a work whose agent is gone without park, close or archive
 
 
-def interrupted(st, w):
+def interrupted(st, w, window=False):
     """True for a work whose agent is gone without park, close or archive (a reboot, a killed
     tmux server or window): recorded active or resumed, a conversation recorded for it, the
     window coord recorded for it gone (or none), and no live runtime running that conversation.
-    `work resume --interrupted` resumes these."""
+    `work resume --interrupted` resumes these. window: its tmux state when the caller read it
+    already (session.windows_state), else it is read here."""
     if w["state"] not in ("active", "resumed") or not store.work_conversations(w):
         return False
-    if session.window_state(w["data"].get("tmux")) not in ("gone", None):
+    if (session.window_state(w["data"].get("tmux")) if window is False else window) not in ("gone", None):
         return False
     orphan = False  # not looked for yet
     for conv in store.work_conversations(w):

@@ -1552,6 +1552,10 @@ class Store(store.Store):
 
     # -- hosts: the one rule for what a recorded pid means (store.Store.pid_judged_here)
 
+    def data_version(self):
+        """None: another host's commit changes no counter here (the host process's wake-ups)."""
+        return None
+
     def pid_judged_here(self, rt):
         return rt.get("host") == self.host["id"]
 

@@ -705,6 +705,34 @@ def descends_from(pid, ancestors):
 # Attach
 
 
+def windows_state(records):
+    """{key: "alive" | "dead" | "gone" | "unknown"} for {key: a recorded window}, with one
+    list-panes per tmux server instead of validate()'s reads per window: the recorded window,
+    pane and pane pid still there on a server with the recorded pid ("dead": tmux kept the pane
+    after its harness exited). A view's fact, never a check before acting (that is validate's)."""
+    out, servers = {}, {}
+    for key, rec in records.items():
+        servers.setdefault(rec.get("socket"), []).append(key)
+    for socket, keys in servers.items():
+        try:
+            panes = Tmux(socket).panes() if socket else None
+        except EnvError:
+            panes = None
+        by_pane = {p["pane_id"]: p for p in panes or ()}
+        for key in keys:
+            rec = records[key]
+            if panes is None:
+                out[key] = "unknown"
+                continue
+            p = by_pane.get(rec.get("pane_id"))
+            if p is None or p["window_id"] != rec.get("window_id") or p["pane_pid"] != rec.get("pane_pid") or \
+                    (rec.get("server_pid") and p["pid"] != rec["server_pid"]):
+                out[key] = "gone"
+            else:
+                out[key] = "dead" if p["pane_dead"] else "alive"
+    return out
+
+
 def attach_command(record, inside_tmux=None, environ=None):
     """The argv that shows the recorded pane: switch-client inside its server, else attach (from a
     pane of another tmux server too: tmux refuses to nest only a client on one of its own panes).

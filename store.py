@@ -798,6 +798,41 @@ _PERSON_PREFIX = PERSON + ":"
 BEAT_AHEAD = 1e12
 
 
+def prune_activity(st, environ=None, conversations=None):
+    """Delete the activity files (Store.activity) of conversations that ended here: every runtime
+    this project recorded for it ended, and the file is no newer than the last end (an event after
+    it, a resumed session, keeps it). The directory is shared by every project of this user: a
+    conversation this project never recorded is another's and stays. `conversations`: only those
+    (SessionEnd), else every file (`work gc`). -> the number of files deleted."""
+    folder = os.path.join(state_dir(environ), Store.ACTIVITY_DIR)
+    names = ([c.encode("utf-8", "replace").hex() for c in conversations if c] if conversations is not None
+             else [n for n in _names_in(folder) if "." not in n])
+    convs = {}
+    for n in names:
+        try:
+            convs[bytes.fromhex(n).decode("utf-8")] = n
+        except ValueError:
+            continue
+    gone = 0
+    for conv, last in (st.ended_conversations(sorted(convs)) if convs else {}).items():
+        path = os.path.join(folder, convs[conv])
+        try:
+            if os.lstat(path).st_mtime <= last:
+                os.unlink(path)
+                gone += 1
+        except OSError:
+            continue
+    return gone
+
+
+def _names_in(folder):
+    """os.listdir, or [] when the directory is missing or unreadable."""
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
 def beat_time(value):
     """The real time of a stored heartbeat_at (see BEAT_AHEAD)."""
     return value - BEAT_AHEAD if value is not None and value >= BEAT_AHEAD else value
@@ -2205,6 +2240,92 @@ class Store:
             "INSERT INTO turns (runtime, state, at, began) VALUES (?, ?, ?, ?) ON CONFLICT (runtime) DO "
             "UPDATE SET state = excluded.state, at = excluded.at, began = CASE WHEN ? THEN excluded.began "
             "ELSE turns.began END", (runtime_id, state, now, now if began else None, 1 if began else 0))
+
+    def wake_generation(self):
+        """None: a Store in this process has no host process's wake-ups (RemoteStore.wake_generation)."""
+        return None
+
+    def data_version(self):
+        """SQLite's PRAGMA data_version on this connection: it changes when another connection
+        committed (the live view's wake-up); pg.Store's is None (the host process's wake-ups)."""
+        return self.conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def turns(self):
+        """{runtime id: {"state", "at", "began"}} of every recorded boundary (one read; the live
+        view and `status` read all at once)."""
+        return {r[0]: dict(zip(("state", "at", "began"), r[1:]))
+                for r in self.q("SELECT runtime, state, at, began FROM turns").fetchall()}
+
+    # -- an agent's state: the turn above plus the last hook event its conversation reported.
+    # hook.py writes that event to a small file per conversation (ACTIVITY_DIR under the state
+    # directory, named by the hex of its session ID: event, tool, subagent ID, tab-separated) on
+    # every event it runs for, with no database write on the tool path; a file of this host only.
+
+    ACTIVITY_DIR = "activity"
+    AGENT_STATES = ("working", "idle", "waiting", "stuck", "done", "gone", "unknown")
+    STUCK_AFTER = 600.0  # seconds in a turn with no event before an agent shows as stuck (COORD_STUCK_AFTER)
+    _WORKING_EVENTS = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SubagentStart", "SubagentStop")
+
+    @staticmethod
+    def activity(conversation, environ=None):
+        """{"event", "tool", "at"} of the last hook event the conversation reported on this host,
+        or None (none, another host's, or unreadable). `at` is the file's mtime."""
+        if not conversation:
+            return None
+        path = os.path.join(state_dir(environ), Store.ACTIVITY_DIR, conversation.encode("utf-8", "replace").hex())
+        try:
+            with open(path, "rb") as f:
+                at, raw = os.fstat(f.fileno()).st_mtime, f.read(512)
+        except (OSError, ValueError):
+            return None
+        parts = raw.decode("utf-8", "replace").rstrip("\n").split("\t")
+        if not parts[0]:
+            return None
+        return {"event": parts[0], "tool": clean_text(parts[1], 40) if len(parts) > 1 and parts[1] else None,
+                "at": at}
+
+    def ended_conversations(self, conversations):
+        """{conversation: the time its last runtime ended} of those of `conversations` this project
+        recorded with every runtime ended (prune_activity)."""
+        ended, keys = {}, sorted(set(c for c in conversations if c))
+        for i in range(0, len(keys), 400):
+            part = keys[i:i + 400]
+            for conv, live, last in self.q(
+                    "SELECT conversation, SUM(CASE WHEN ended_at IS NULL THEN 1 ELSE 0 END), MAX(ended_at)"
+                    " FROM runtimes WHERE conversation IN (%s) GROUP BY conversation"
+                    % ", ".join("?" * len(part)), tuple(part)).fetchall():
+                if not live and last is not None:
+                    ended[conv] = beat_time(last)
+        return ended
+
+    @staticmethod
+    def agent_state(rt, turn, act, now, stuck_after=None):
+        """(state, since, tool) of one runtime: `turn` its recorded boundary (Store.turn), `act`
+        its conversation's last event (Store.activity). working: in a turn (tool: the tool it runs
+        now, when its harness reported the call); idle: at its prompt; waiting: a permission
+        dialog is open (the person must answer); stuck: in a turn with no event for stuck_after
+        seconds; gone: ended; unknown: no boundary recorded. The last event on this host decides
+        (an answered dialog is followed by the tool's PostToolUse); without one, the turn does.
+        done is a work's (enqueued or landed), not a runtime's: the caller decides it."""
+        stuck_after = Store.STUCK_AFTER if stuck_after is None else stuck_after
+        if rt is None or rt.get("ended_at") is not None:
+            return "gone", rt.get("ended_at") if rt else None, None
+        ev = act["event"] if act else None
+        t = turn["state"] if turn else None
+        if ev == "SessionEnd":
+            return "gone", act["at"], None
+        if ev == "PermissionRequest" or (ev in (None, "SessionStart") and t == "dialog"):
+            return "waiting", act["at"] if ev == "PermissionRequest" else turn["at"], act and act["tool"]
+        if ev == "Stop" or (ev in (None, "SessionStart") and t in ("idle", "nudged")):
+            return "idle", max(act["at"] if ev == "Stop" else 0, turn["at"] if turn else 0) or None, None
+        if ev in Store._WORKING_EVENTS or (ev in (None, "SessionStart") and t == "busy"):
+            last = max(x for x in (act and act["at"], turn and turn["at"], rt.get("heartbeat_at"), 0) if x is not None)
+            began = (turn or {}).get("began") or (turn or {}).get("at") or last
+            tool = act["tool"] if ev == "PreToolUse" else None
+            if now - last > stuck_after:
+                return "stuck", last, tool
+            return "working", began, tool
+        return "unknown", None, None
 
     def claim_nudge(self, runtime_id, idle_at, now=None):
         """Atomically turn the idle boundary seen at `idle_at` into "nudged" (one nudge per idle

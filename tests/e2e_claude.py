@@ -509,6 +509,37 @@ class Nudge(h.CoordCase):
         support.retry_until(lambda: "Do you want to proceed" not in self.pane_text(rec), timeout=30, interval=0.25)
         self.assertFalse(os.path.exists(os.path.join(work["path"], "APPROVED")), "the nudge ran the command")
 
+    def test_the_watch_shows_working_waiting_and_idle_and_tells_the_person(self):
+        import threading
+        told = self.person_watch(env=self.launch_env)
+        gate, asked = threading.Event(), []
+
+        def step(request):  # the main loop's request (it offers Bash) waits for the test, then asks once
+            if not asked and any(t.get("name") == "Bash" for t in (request.body or {}).get("tools") or []):
+                asked.append(request)
+                gate.wait(90)  # meanwhile the agent is in its turn: working
+                return tool("Bash", command="touch APPROVED", description="make the marker")
+            return say("done")
+        work, rec = self.launch("watched", [step] * 50, "Run the scripted command.")
+        self.addCleanup(gate.set)
+        self.watch_state(work, "working")
+        gate.set()
+        row = self.watch_state(work, "waiting")
+        self.assertEqual((row["tool"], row["harness"]), ("Bash", "claude"))
+        support.retry_until(lambda: "touch APPROVED" in self.pane_text(rec), timeout=30, interval=0.25)
+        lines = self.told(told, "waits for you")
+        self.assertEqual(lines, ["coord: %s (watched) waits for you: it asks to run Bash" % work["handle"]])
+        frame = self.rcoord_lines("watch", "--once")
+        self.assertTrue(all(len(l) <= 100 for l in frame), frame)
+        self.assertIn("1 waiting for you", frame[0])
+        # The person approves (Enter on "Yes"): the command runs, the model ends its turn, idle. (An
+        # Escape instead interrupts the turn with no further event: docs/harness-claude.md, States.)
+        support.TmuxClient(self, self.sock, rec["pane_id"]).type("\r")
+        support.retry_until(lambda: os.path.exists(os.path.join(work["path"], "APPROVED")), timeout=60, interval=0.25)
+        self.watch_state(work, "idle")
+        self.assertIn("coord: %s (watched) finished its turn" % work["handle"], self.told(told, "finished its turn"))
+        self.assertEqual(sum("waits for you" in l for l in self.told(told, "finished")), 1, "one notice per event")
+
     def test_what_a_person_half_typed_is_never_submitted_by_a_nudge(self):
         import session
         work, rec = self.launch("typed-into", [say("ready")] + [say("ok")] * 50, "Say ready.")

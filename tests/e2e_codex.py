@@ -755,6 +755,40 @@ class Nudge(h.CoordCase):
                                    timeout=60, interval=0.25)
         self.assertIn(session.NUDGE, seen[0].text())
 
+    def test_the_watch_shows_working_waiting_and_idle_and_tells_the_person(self):
+        import threading
+        told = self.person_watch(env=self.launch_env)
+        gate, asked = threading.Event(), []
+
+        def step(request):  # the main loop's request waits for the test, then asks for an escalated command
+            if not asked and "exec_command" in request.text():
+                asked.append(request)
+                gate.wait(90)  # meanwhile the agent is in its turn: working
+                return shell("touch ESCALATED", sandbox_permissions="require_escalated",
+                             justification="the scripted task needs it")
+            return say("done")
+        self.server.load([step] * 50)
+        self.addCleanup(gate.set)
+        work = self.rcoord("work", "create", "watched", env=self.as_owner)["work"]
+        self.rcoord("work", "start", work["handle"], "--harness", "codex", "--prompt", "Run the scripted command.",
+                    env=self.as_owner)
+        rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(
+            self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]["data"].get("tmux") or {}),
+            timeout=90, interval=0.5)
+        work = self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]
+        self.watch_state(work, "working")
+        gate.set()
+        row = self.watch_state(work, "waiting")
+        self.assertEqual((row["tool"], row["harness"]), ("Bash", "codex"))
+        self.assertEqual(self.told(told, "waits for you"),
+                         ["coord: %s (watched) waits for you: it asks to run Bash" % work["handle"]])
+        support.retry_until(lambda: "touch ESCALATED" in self.pane_text(rec), timeout=30, interval=0.25)
+        support.TmuxClient(self, self.sock, rec["pane_id"]).type("y")  # the person approves
+        support.retry_until(lambda: os.path.exists(os.path.join(work["path"], "ESCALATED")), timeout=60,
+                            interval=0.25)
+        self.watch_state(work, "idle")
+        self.assertIn("coord: %s (watched) finished its turn" % work["handle"], self.told(told, "finished its turn"))
+
     def test_a_nudge_never_cancels_an_approval_request(self):
         asked = []
 

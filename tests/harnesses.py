@@ -875,6 +875,48 @@ class CoordCase(HarnessCase):
                 " ".join(args), proc.returncode, proc.stdout, proc.stderr))
         return json.loads(proc.stdout) if proc.stdout.strip() else None
 
+    def watch_row(self, work, env=None):
+        """The row `.coord/coord watch --once --json` shows for `work`, read as the person reads it."""
+        rows = self.rcoord("watch", "--once", env=env or getattr(self, "launch_env", None))["rows"]
+        return next((r for r in rows if r["handle"] == work["handle"]), None) or {}
+
+    def watch_state(self, work, want, timeout=90):
+        """Poll `coord watch --once` until `work`'s row shows state `want`; -> that row."""
+        def seen():
+            row = self.watch_row(work)
+            return row if row.get("state") == want else None
+        try:
+            return retry_until(seen, timeout=timeout, interval=0.25)
+        except AssertionError:
+            raise AssertionError("coord watch never showed %s %s (last %r); the frame:\n%s" % (
+                work["handle"], want, self.watch_row(work).get("state"),
+                "\n".join(self.rcoord_lines("watch", "--once"))))
+
+    def person_watch(self, env=None):
+        """The person's `coord watch --notify-only` in a terminal of their own (support.Terminal),
+        with `git config coord.notify` in the shared checkout appending each notice to a file;
+        -> that file's path (read with told())."""
+        import support
+        out = os.path.join(self.tmp, "notices.txt")
+        subprocess.run(["git", "-C", self.repo, "config", "coord.notify",
+                        "printf '%%s\\n' \"$COORD_NOTICE\" >> %s" % shlex.quote(out)], check=True, env=self.env)
+        term = support.Terminal(self, dict(self.env, **(env or {})), self.repo)
+        os.write(term.fd, ("%s %s watch --notify-only\n" % (
+            sys.executable, os.path.join(self.repo, ".coord", "coord"))).encode())
+        term._read_until(rb"notices on for", timeout=60)
+        return out
+
+    def told(self, out, text, timeout=60):
+        """The notices in `out` once one contains `text`."""
+        def read():
+            try:
+                with open(out) as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                return None
+            return lines if any(text in l for l in lines) else None
+        return retry_until(read, timeout=timeout, interval=0.25)
+
     def rcoord_lines(self, *args):
         """The stdout lines of `.coord/coord ARGS` (no --json), exit 0."""
         argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + list(args)
@@ -1098,6 +1140,8 @@ class CloseThenRemove(ResumedFirstBoundary):
                     env=self.as_owner)
         first = self.registered(work["handle"], timeout)
         retry_until(lambda: self.turn(first) == "idle", timeout=timeout, interval=0.25)
+        row = self.watch_state(work, "idle")  # the live view reads the same from the harness's events
+        self.assertEqual(row["harness"], self.harness)
         self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e", env=self.as_owner)
         closed = self.rcoord("work", "close", work["handle"], env=self.as_owner)
         env = dict(self.env, **self.as_owner)

@@ -678,8 +678,8 @@ class StatusCliTest(support.CoordTestCase):
         self.assertEqual(reply["work"], [])
         self.assertEqual([a["handle"] for a in reply["agents"]], [rts[0]["handle"], rts[1]["handle"]])
         a0, a1 = reply["agents"]
-        self.assertEqual(sorted(a0), ["cwd", "handle", "harness", "heartbeat_age", "id", "leases", "subagent",
-                                      "task", "unacked", "work"])
+        self.assertEqual(sorted(a0), ["cwd", "handle", "harness", "heartbeat_age", "id", "leases", "since", "state",
+                                      "subagent", "task", "tool", "unacked", "work"])
         self.assertEqual((a0["id"], a0["harness"], a0["work"], a0["unacked"]), (rts[0]["id"], "codex", None, 0))
         self.assertEqual(a0["leases"], ["src/mod0.py", "src/shared0"])
         self.assertEqual((a1["harness"], a1["unacked"]), ("claude", 1))
@@ -695,7 +695,7 @@ class StatusCliTest(support.CoordTestCase):
         self.assertIn("2 unacked", lines[2])
         for rt in rts:
             self.assertNotIn(rt["id"], out)
-        self.assertTrue(all(len(l) < 120 for l in lines), out)
+        self.assertTrue(all(len(l) <= 100 for l in lines), out)
         self.assertLess(len(out.encode()), 1000, out)
         verbose = self.coord("status", "--verbose", check=0).stdout
         self.assertTrue(all(rt["id"] in verbose for rt in rts))

@@ -514,6 +514,68 @@ class TurnTest(HookCase):
         self.assertEqual(self.turn(CODEX_MAIN)["state"], "dialog")
 
 
+class AgentStateTest(HookCase):
+    """Each agent's state from its harness's own events (store.Store.agent_state): the turn the
+    hook records plus the last event of its conversation (hook.mark's activity file, written with
+    os alone on every event, PreToolUse of a tool it does not check included): working with the
+    tool it runs, waiting while a permission dialog is open and working again once the tool ran,
+    idle at Stop, stuck in a turn with no event, gone at its end; a subagent's events are its
+    parent's work."""
+
+    def agent(self, session=CLAUDE_MAIN, now=None, stuck_after=None):
+        rt = self.st.find_conversation_runtime(session) or self.st.last_runtime_of(session)
+        return store.Store.agent_state(rt, self.st.turn(rt["id"]), store.Store.activity(session, self.env),
+                                       now if now is not None else store.now(), stuck_after)
+
+    def test_a_claude_turn_with_a_permission_dialog(self):
+        self.start()
+        self.assertEqual(self.agent()[0], "idle")
+        self.run_hook(self.payload("claude-UserPromptSubmit"))
+        self.assertEqual(self.agent()[0], "working")
+        self.run_hook(self.payload("claude-PreToolUse-Bash", session_id=CLAUDE_MAIN))  # not a write: allowed without the store
+        self.assertEqual(self.agent()[::2], ("working", "Bash"))
+        self.run_hook(dict(self.payload("claude-PreToolUse-Bash", session_id=CLAUDE_MAIN), hook_event_name="PermissionRequest"))
+        self.assertEqual(self.agent()[::2], ("waiting", "Bash"))
+        self.assertEqual(self.st.turn(self.st.find_conversation_runtime(CLAUDE_MAIN)["id"])["state"], "dialog")
+        self.run_hook(self.payload("claude-PostToolUse-Bash", session_id=CLAUDE_MAIN))  # answered: the tool ran
+        self.assertEqual(self.agent()[0], "working")
+        self.assertEqual(self.agent(now=store.now() + 1000)[0], "stuck")
+        self.assertEqual(self.agent(stuck_after=2000.0, now=store.now() + 1000)[0], "working")
+        self.run_hook(self.payload("claude-PreToolUse-Write-in-subagent", session_id=CLAUDE_MAIN))
+        self.assertEqual(self.agent()[::2], ("working", "Write"), "a subagent's tool is its parent's work")
+        self.run_hook(self.payload("claude-Stop"))
+        self.assertEqual(self.agent()[0], "idle")
+        self.assertEqual(self.agent(now=store.now() + 1000)[0], "idle", "idle is never stuck")
+        self.run_hook(self.payload("claude-SessionEnd"))
+        self.assertEqual(self.agent()[0], "gone")
+
+    def test_codex_approval_and_the_turn_alone(self):
+        self.start(CODEX_MAIN, "codex")
+        self.run_hook(self.payload("codex-UserPromptSubmit", session_id=CODEX_MAIN), harness="codex")
+        self.run_hook(self.payload("codex-PreToolUse-Bash-exec_command", session_id=CODEX_MAIN,
+                                   hook_event_name="PermissionRequest"),
+                      harness="codex")
+        self.assertEqual(self.agent(CODEX_MAIN)[::2], ("waiting", "Bash"))
+        self.run_hook(self.payload("codex-Stop", session_id=CODEX_MAIN), harness="codex")
+        self.assertEqual(self.agent(CODEX_MAIN)[0], "idle")
+        # Another host's agent (no activity file here): its recorded turn alone.
+        rt = self.st.find_conversation_runtime(CODEX_MAIN)
+        for turn, state in (("busy", "working"), ("dialog", "waiting"), ("idle", "idle"), ("nudged", "idle")):
+            self.assertEqual(store.Store.agent_state(rt, {"state": turn, "at": store.now(), "began": None}, None,
+                                                     store.now())[0], state)
+        self.assertEqual(store.Store.agent_state(rt, None, None, store.now())[0], "unknown")
+
+    def test_the_activity_file_is_the_events_alone(self):
+        self.start()
+        self.run_hook(self.payload("claude-PreToolUse-Bash", session_id=CLAUDE_MAIN))
+        folder = os.path.join(store.state_dir(self.env), store.Store.ACTIVITY_DIR)
+        name = CLAUDE_MAIN.encode().hex()
+        self.assertEqual(os.listdir(folder), [name], "one file per conversation, no temporary left")
+        with open(os.path.join(folder, name)) as f:
+            self.assertEqual(f.read(), "PreToolUse\tBash\n", "the event and the tool's name, never its input")
+        self.assertEqual(os.stat(os.path.join(folder, name)).st_mode & 0o777, 0o600)
+
+
 class PatchParsingTest(HookCase):
     """hook.patch_paths finds exactly the paths Codex's apply_patch would write."""
 
@@ -2593,6 +2655,10 @@ class PgEnforcementTest(PostgresHooks, EnforcementTest):
 
 
 class PgPatchEnforcementTest(PostgresHooks, PatchEnforcementTest):
+    pass
+
+
+class PgAgentStateTest(PostgresHooks, AgentStateTest):
     pass
 
 

@@ -230,9 +230,14 @@ class LandGitCheckedOutTest(_LandKinds, LandCase):
         # divergent and the next landing fail with jj's "is divergent").
         handle, path = self.make("follow-up")
         first = json.loads(self.land(handle, "--check", "true", "--json").stdout)["landed"]
-        status = json.loads(self.coord("status", "--json", cwd=self.canon, check=0).stdout)
+        status = json.loads(self.coord("status", "--json", "--changes", cwd=self.canon, check=0).stdout)
         row = [r for r in status["work"] if r["handle"] == handle][0]
         self.assertFalse(row["dirty"], row)
+        for args in ((), ("--changes",)):  # a landed work reads as landed, never as dirty
+            line = [l for l in self.coord("status", *args, cwd=self.canon, check=0).stdout.splitlines()
+                    if l.strip().startswith(handle)][0]
+            self.assertIn("landed", line)
+            self.assertNotIn("dirty", line)
         with open(os.path.join(path, "feature.txt"), "a") as f:
             f.write("more\n")
         self.run_tool(path, "jj", "describe", "-m", "follow up")

@@ -1826,7 +1826,7 @@ class StatusTest(TmuxWorkCase):
         other = self.hello()["runtime"]
         self.coord("send", "hi", "--to", self.rt["handle"], runtime=other["id"], cwd=self.canon, check=0)
 
-        reply = self.status()
+        reply = self.status("--changes")
         self.assertTrue(reply["ok"])
         row = next(w for w in reply["work"] if w["handle"] == handle)
         self.assertEqual((row["ahead"], row["behind"], row["into"]), (1, 1, "main"))
@@ -1842,12 +1842,12 @@ class StatusTest(TmuxWorkCase):
         # An edit no snapshot has seen yet is dirty, and status takes no snapshot to say so.
         self.write(path, "wip.txt", "not yet committed\n")
         heads = self.op_heads(path)
-        row = next(w for w in self.status()["work"] if w["handle"] == handle)
+        row = next(w for w in self.status("--changes")["work"] if w["handle"] == handle)
         self.assertEqual((row["dirty"], row["ahead"], row["behind"]), (True, 1, 1))
         self.assertEqual(self.op_heads(path), heads, "status must not snapshot the clone")
-        text = self.coord("status", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
+        text = self.coord("status", "--changes", runtime=self.rt["id"], cwd=self.canon, check=0).stdout
         line = next(l for l in text.splitlines() if l.strip().startswith(handle))
-        for part in ("viewed", "tmux alive", "dirty", "+1/-1 main"):
+        for part in ("viewed", "dirty", "+1/-1 main"):
             self.assertIn(part, line)
         self.assertNotIn("lease", line)
         self.assertEqual(text.count("1 unacked"), 1, text)
@@ -1860,7 +1860,7 @@ class StatusTest(TmuxWorkCase):
         os.mkdir(bindir)
         for t in ("jj", "git"):
             os.symlink(shutil.which(t), os.path.join(bindir, t))
-        row = next(w for w in self.status(env={"PATH": bindir})["work"] if w["handle"] == handle)
+        row = next(w for w in self.status("--changes", env={"PATH": bindir})["work"] if w["handle"] == handle)
         self.assertEqual(row["tmux"], "unknown")
         self.assertEqual(row["ahead"], 1)
 
@@ -3415,7 +3415,9 @@ class ScratchSpaceTest(WorkTestCase):
                             stderr=subprocess.PIPE, text=True, timeout=60)
         self.assertNotEqual(jj.returncode, 0, "the premise: jj cannot snapshot on a full disk")
         self.assertIn("No space left on device", jj.stderr)
-        row = [l for l in self.coord("status", check=0).stdout.splitlines() if l.strip().startswith(handle)][0]
+        lines = self.coord("status", "--changes", check=0).stdout.splitlines()
+        at = next(i for i, l in enumerate(lines) if l.strip().startswith(handle))
+        row = lines[at] + "\n" + lines[at + 1]
         self.assertIn("no space left on device", row)
         self.assertNotRegex(row, r"\+\d+/-")
         self.assertNotIn("clean", row)
@@ -3711,9 +3713,11 @@ class InterruptedWorkTest(TmuxWorkCase):
         self.assertIn("coord work resume --interrupted", listing)
         self.assertIn("%s  parked-on-purpose  parked" % parked, listing)
         status = self.coord("status", cwd=self.canon, check=0).stdout
-        line = next(l for l in status.splitlines() if cut in l)
-        self.assertIn("cut-short  interrupted", line)
-        self.assertIn("coord work resume --interrupted", line)
+        lines = status.splitlines()
+        at = next(i for i, l in enumerate(lines) if cut in l)
+        self.assertIn("cut-short  interrupted", lines[at])
+        self.assertIn("coord work resume --interrupted", lines[at + 1])  # the next command: a line of its own
+        self.assertTrue(all(len(l) <= 100 for l in lines), status)
         self.assertIn("parked-on-purpose  parked", status)
         srows = {w["handle"]: w for w in json.loads(self.coord("status", "--json", cwd=self.canon, check=0).stdout)["work"]}
         self.assertEqual((srows[cut].get("interrupted"), srows[parked].get("interrupted")), (True, None))
@@ -4057,7 +4061,9 @@ class HeadlessOrphanTest(TmuxWorkCase):
         self.assertEqual((row.get("interrupted"), row["headless"]["pid"], row["headless"]["session"]),
                          (True, pid, pane))
         status = self.coord("status", cwd=self.canon, check=0).stdout
-        self.assertIn("claude %d runs headless" % pid, next(l for l in status.splitlines() if "headless  interrupted" in l))
+        lines = status.splitlines()
+        at = next(i for i, l in enumerate(lines) if "headless  interrupted" in l)
+        self.assertIn("claude %d runs headless" % pid, lines[at + 1])
         inspect = self.work("inspect", handle, check=0).stdout
         self.assertIn("interrupted: claude %d runs headless (session %d" % (pid, pane), inspect)
         # An agent (here the work's owner, who may resume it) is told to ask the person, with no
