@@ -442,7 +442,8 @@ class PgWatchOnceTest(support.PostgresProject, WatchOnceTest):
     """The same on PostgreSQL: the records through the host process, the events' files on this host."""
 
     def test_the_view_wakes_on_a_hook_event_and_on_a_commit(self):
-        st = store.open_project_store(self.env, self.repo)  # through the host process, as coord watch
+        import hostclient
+        st = hostclient.open_project_store(self.env, self.repo)  # through the host process, as coord watch
         self.addCleanup(st.close)
         w = view.Watcher(st, self.env, self.repo)
         support.retry_until(lambda: st.wake_generation(), timeout=30)  # its LISTEN is in effect
