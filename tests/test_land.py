@@ -6,6 +6,8 @@ clones made by `coord work create`, and drives the real CLI.
 """
 
 import json
+import re
+import shlex
 import shutil
 import signal
 import os
@@ -1947,6 +1949,56 @@ class ReviewTest(LandCase):
         self.assertIn("combined (2 works onto main; would conflict, left out: %s):" % w2, text)
         self.assertEqual((self.main(), self.run_tool(self.canon, "git", "for-each-ref").strip()), before,
                          "a review changes nothing")
+
+
+class ReadmeQueueTest(LandCase):
+    """README's "## Many agents" block as written, typed by the person at a terminal in the shared
+    checkout (`.coord/coord` is this checkout's coord): agents queued three works, one of which
+    breaks `make test`; the view shows them queued, the review lists them, and one landing command
+    lands and pushes two and sends the third back to its agent with its steps."""
+    kind = "git"
+    agents_land = False
+    START, END = "## Many agents", "Everyday commands"
+    agent_work = LandQueueTest.agent_work
+
+    def test_readme_queue_as_written(self):
+        support.require_tool(self, "make")
+        self.write(self.canon, "Makefile", "test:\n\ttest ! -f broken.txt\n")
+        self.run_tool(self.canon, "git", "add", "Makefile")
+        self.run_tool(self.canon, "git", "commit", "-q", "-m", "a test target")
+        self.run_tool(self.canon, "git", "push", "-q", "origin", "main")
+        a1, w1, _ = self.agent_work("first", "first.txt", "first\n")
+        a2, w2, p2 = self.agent_work("breaks", "broken.txt", "broken\n")
+        a3, w3, _ = self.agent_work("third", "third.txt", "third\n")
+        blocks = support.readme_blocks(self.START, self.END)
+        self.assertEqual(len(blocks), 1, blocks)
+        watch, review, land_all = blocks[0]
+        coord = "%s %s" % (shlex.quote(sys.executable), shlex.quote(support.COORD))
+
+        def typed(line):
+            line = re.sub(r"\s{2,}# .*$", "", line).replace(".coord/coord", coord)
+            rc, out = self.term.run(line, timeout=300)
+            self.assertEqual(rc, 0, "%s\n%s" % (line, out))
+            return out
+        out = typed(watch)
+        for handle in (w1, w2, w3):
+            self.assertRegex(out, r"%s\b.*queued" % handle)
+        out = typed(review)
+        self.assertLess(out.index(w1), out.index(w2))
+        self.assertLess(out.index(w2), out.index(w3))
+        for name in ("first.txt", "broken.txt", "third.txt"):
+            self.assertIn(name, out)
+        out = typed(land_all)
+        self.assertIn("make test", out)
+        self.assertEqual(self.remote_main(), self.main(), "pushed")
+        files = self.run_tool(self.canon, "git", "ls-tree", "--name-only", "main").split()
+        self.assertIn("first.txt", files)
+        self.assertIn("third.txt", files)
+        self.assertNotIn("broken.txt", files)
+        self.assertEqual(self.read(p2, "broken.txt"), "broken\n", "the work sent back keeps its change")
+        body = json.dumps(self.coord_json("inbox", runtime=a2["id"]))
+        self.assertIn("sent back work %s" % w2, body)
+        self.assertIn("coord work integrate enqueue %s --into main" % w2, body)
 
 
 class LandBatchTest(LandCase):
