@@ -966,6 +966,19 @@ def _pg_tables(conn, schema):
         " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname", (schema,)).fetchall()]
 
 
+# Tables coord only appends to (no UPDATE or DELETE anywhere: claims, sends, gc, `db migrate`,
+# `db leave`): the project's group, and so every host's login role, gets SELECT and INSERT on them.
+PG_APPEND_ONLY = ("audit", "messages")
+
+
+def pg_rewritable(raw, schema):
+    """The append-only tables this connection's role may still UPDATE, DELETE or TRUNCATE (grants
+    an older `coord db setup` left): [table]."""
+    return [t for t in PG_APPEND_ONLY if raw.execute(
+        "SELECT has_table_privilege(current_user, %s, 'UPDATE, DELETE, TRUNCATE')",
+        ("%s.%s" % (pg_ident(schema), pg_ident(t)),)).fetchone()[0]]
+
+
 def pg_may_create(conn):
     return bool(conn.execute("SELECT has_schema_privilege(?, 'CREATE')", (conn.schema,)).fetchone()[0])
 
@@ -1060,6 +1073,8 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
                 run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT EXECUTE ON FUNCTIONS TO %s"
                      % (pg_ident(owner), s, g))
                 run2("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s" % (s, g))
+                for table in PG_APPEND_ONLY:  # the audit and the messages are never rewritten
+                    run2("REVOKE UPDATE, DELETE, TRUNCATE ON %s.%s FROM %s" % (s, pg_ident(table), g))
                 run2("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %s TO %s" % (s, g))
                 run2("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %s FROM PUBLIC" % s)
                 run2("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s" % (s, g))
@@ -1187,6 +1202,12 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
         lines.append((True, "LISTEN connection: a session connection (not a pooled endpoint)"))
     else:
         lines.append((False, "LISTEN connection looks pooled (%s): give the direct endpoint for LISTEN" % why))
+    rewritable = [] if sup else pg_rewritable(raw, schema)
+    if rewritable:
+        lines.append((False, "role %s may rewrite %s (an older setup's grants): a person with admin rights runs %s"
+                             % (me, " and ".join(rewritable), store.pg_setup_command(st.conn.project))))
+    else:
+        lines.append((True, "append only: %s (SELECT and INSERT, no UPDATE or DELETE)" % ", ".join(PG_APPEND_ONLY)))
     lines.append(pg_doctor_wake_check(st.conn.project))
     lines.append(pg_doctor_bounds_check(st, me, sup))
     return lines
