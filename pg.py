@@ -1202,14 +1202,14 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
         lines.append((True, "LISTEN connection: a session connection (not a pooled endpoint)"))
     else:
         lines.append((False, "LISTEN connection looks pooled (%s): give the direct endpoint for LISTEN" % why))
+    lines.append(pg_doctor_wake_check(st.conn.project))
+    lines.append(pg_doctor_bounds_check(st, me, sup))
     rewritable = [] if sup else pg_rewritable(raw, schema)
     if rewritable:
         lines.append((False, "role %s may rewrite %s (an older setup's grants): a person with admin rights runs %s"
                              % (me, " and ".join(rewritable), store.pg_setup_command(st.conn.project))))
     else:
         lines.append((True, "append only: %s (SELECT and INSERT, no UPDATE or DELETE)" % ", ".join(PG_APPEND_ONLY)))
-    lines.append(pg_doctor_wake_check(st.conn.project))
-    lines.append(pg_doctor_bounds_check(st, me, sup))
     return lines
 
 

@@ -2379,10 +2379,11 @@ class PgDoctorTest(PgSecurityCase):
         st = self.login_store(self.la, self.a)
         self.addCleanup(st.close)
         got = self.lines(st, _pg_as(self.admin, self.la))
-        self.assertEqual([ok for ok, _ in got], [True] * 6, got)  # the fifth: payload-free wake-ups (pgcodex)
+        self.assertEqual([ok for ok, _ in got], [True] * 7, got)  # the fifth: payload-free wake-ups (pgcodex)
         self.assertIn("not a superuser, not the owner", got[0][1])
         self.assertIn("row-level security forced on every table", got[1][1])
         self.assertIn("transaction bounds: idle in transaction 5 s, lock 8 s, statement 8 s", got[5][1])
+        self.assertIn("append only: audit, messages", got[6][1])
 
     def test_a_role_without_the_transaction_bounds_is_reported(self):
         self.raw("coord").execute("ALTER ROLE %s RESET ALL" % pg.pg_ident(self.la))
