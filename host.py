@@ -663,7 +663,7 @@ class Server:
                 self.pool.give(st, broken)
 
     def listen(self):
-        store.make_private_dirs(os.path.dirname(self.path))
+        store.private_state_dir(os.path.dirname(self.path))
         try:
             os.unlink(self.path)  # a stale socket of a dead server (the caller holds the host lock)
         except FileNotFoundError:
@@ -891,7 +891,7 @@ class Server:
 def _take_lock(path):
     """The flock on <socket>.lock (kept open for the life of the process), or None when another
     process holds it. The lock file records the holder's pid."""
-    store.make_private_dirs(os.path.dirname(path))
+    store.private_state_dir(os.path.dirname(path))
     fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -190,7 +190,7 @@ def spawn_host(project, dsn, path, environ=None, python=None):
     The DSN goes in its environment (COORD_HOST_DSN), never its argv, which every user of the
     host can read in /proc."""
     import subprocess
-    store.make_private_dirs(os.path.dirname(path))
+    store.private_state_dir(os.path.dirname(path))
     argv = [python or sys_executable(), os.path.join(os.path.dirname(os.path.abspath(__file__)), "host.py"),
             "supervise", "--project", project, "--socket", path, "--idle", str(HOST_IDLE)]
     env = dict(os.environ if environ is None else environ, COORD_HOST_DSN=dsn)

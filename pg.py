@@ -297,6 +297,9 @@ def pg_require_utf8(raw):
                    " in the URL): CREATE DATABASE %s ENCODING 'UTF8' TEMPLATE template0" % (name, typed))
 
 
+_PG_NO_DATABASE = store.Pattern(r'FATAL:\s+database "([^"]+)" does not exist')
+
+
 class _PgConnection:
     """The PostgreSQL engine's connection, with the surface Store uses of sqlite3's (execute,
     in_transaction, close) and the transaction steps _Transaction calls (begin, commit,
@@ -319,6 +322,11 @@ class _PgConnection:
             if self.pooled:  # a transaction pooler: no server-side prepared statements (pg-security block)
                 self.raw.prepare_threshold = None
         except psycopg.Error as exc:
+            missing = _PG_NO_DATABASE.search(str(exc))
+            if missing:  # coord makes a schema in a database, never the database
+                raise store.EnvError("the database %s that the URL names does not exist on that server" % missing.group(1),
+                                     "a person with admin rights creates it: CREATE DATABASE %s ENCODING 'UTF8'"
+                                     " TEMPLATE template0; then repeat the command" % pg_ident(missing.group(1))) from exc
             raise store.EnvError("cannot connect to the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
                            "check the server and the connection settings; run .coord/install . --doctor")
         pg_require_utf8(self.raw)
@@ -2137,6 +2145,20 @@ def join_project(project_id, url, environ=None):
             "leases": found["leases"], "works": found["work"]}
 
 
+def _copy_or_say_how(src, dst, to_pg, project_id, target):
+    """copy_project; a move to PostgreSQL refused by the records still in the schema (a project
+    moved back keeps them there) names how to empty it."""
+    try:
+        return copy_project(src, dst)
+    except store.Refused as exc:
+        if not to_pg:
+            raise
+        raise store.Refused(exc.message + " (the records it had when it moved back, or another project's copy)",
+                            "when the SQLite records are the ones to keep, a person with admin rights runs DROP SCHEMA"
+                            " %s CASCADE; then %s; then: coord db migrate '%s'"
+                            % (pg_ident(pg_schema(project_id)), store.pg_setup_command(project_id), target)) from exc
+
+
 def migrate_project(project_id, target, environ=None):
     """Move project `project_id` from where it is (project_database) to `target`: a
     postgresql:// URL or "sqlite". -> a report: {"from", "to", "counts", "audit", "aside", "settings"}."""
@@ -2172,7 +2194,7 @@ def migrate_project(project_id, target, environ=None):
         dst = store.Store(path, environ=env)
     try:
         with src.transaction():  # the source's write lock: no write lands between copy and switch
-            counts = copy_project(src, dst)
+            counts = _copy_or_say_how(src, dst, to_pg, project_id, target)
             with dst.snapshot():
                 got = table_counts(dst)
                 dst_audit = audit_digest(dst)

@@ -3,6 +3,7 @@
 import importlib.machinery
 import importlib.util
 import json
+import re
 import os
 import shlex
 import shutil
@@ -1321,6 +1322,31 @@ class PgMigrateTest(InstalledRepoCase):
         self.assertIn("already holds records", out)
         self.assertTrue(os.path.exists(self.sqlite), "the source is untouched")
         self.assertFalse(os.path.exists(self.settings))
+        # The refusal names the way there again, which works as written.
+        drop = re.search(r"runs (DROP SCHEMA \S+ CASCADE); then \S*coord db setup; then: \S*coord db migrate '([^']+)'",
+                         " ".join(out.split()))
+        self.assertIsNotNone(drop, out)
+        self.assertEqual(drop.group(2), self.url)
+        with self.psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(drop.group(1))
+        rc, out = term.run("COORD_ADMIN_URL='%s' .coord/coord db setup" % self.url)
+        self.assertEqual(rc, 0, out)
+        rc, out = term.run(".coord/coord db migrate '%s'" % self.url)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(self.records(), moved)
+        term.close()
+
+    def test_a_password_in_the_url_on_the_command_line_is_refused(self):
+        term = self.terminal()
+        for given, bare in ((self.url.replace("coord@", "coord:s3cret@"), self.url),
+                            (self.url + "&password=s3cret", self.url)):
+            for command in ("migrate", "join"):
+                rc, out = term.run(".coord/coord db %s '%s'" % (command, given))
+                self.assertEqual(rc, 2, out)
+                self.assertIn("coord db %s: the URL on the command line carries a password" % command, out)
+                self.assertIn("~/.pgpass", out)
+                self.assertIn("db %s '%s'" % (command, bare), " ".join(out.split()))
+        self.assertFalse(os.path.exists(self.settings), "nothing was written")
         term.close()
 
     def test_an_agent_may_not_move_the_project(self):

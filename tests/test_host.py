@@ -1477,6 +1477,31 @@ class JoinLeaveTest(support.CoordTestCase):
         self.assertTrue([n for n in os.listdir(os.path.dirname(url_file))
                          if n.startswith(os.path.basename(url_file) + ".migrated-")], "the URL file is kept")
 
+    def test_readme_s_order_the_driver_first_then_join_leaves_the_state_directory_private(self):
+        # The driver command makes <state>/driver/pythonX.Y as pip does, under the usual umask: the
+        # state directory comes out 0755; joining makes it 0700 again.
+        state = store.state_dir(self.plain)
+        self.assertFalse(os.path.exists(state))
+        old = os.umask(0o022)
+        try:
+            os.makedirs(hostclient.driver_dir(None, self.plain))
+        finally:
+            os.umask(old)
+        self.assertEqual(os.stat(state).st_mode & 0o777, 0o755)
+        url = support.pg_url(self.server)
+        far = pg.Store({"dsn": url, "project": self.project})
+        far.register(conversation="far-agent", harness="claude")
+        far.close()
+        term = support.person_terminal(self, self.tmp, self.plain)
+        missing = support.pg_url(self.server, "no_such_db")
+        rc, out = term.run("%s db join '%s'" % (support.COORD, missing), timeout=120)
+        self.assertEqual(rc, 4, out)
+        self.assertIn("the database no_such_db that the URL names does not exist on that server", out)
+        self.assertIn("CREATE DATABASE \"no_such_db\" ENCODING 'UTF8' TEMPLATE template0", " ".join(out.split()))
+        rc, out = term.run("%s db join '%s'" % (support.COORD, url), timeout=120)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(os.stat(state).st_mode & 0o777, 0o700)
+
 
 class ReadmePostgresTest(support.CoordTestCase):
     """README's "Several hosts: PostgreSQL" section run as written against the real test server:
