@@ -1903,12 +1903,14 @@ class Store:
 
     def work_hosts(self):
         """{"spans": how many hosts this project's runtimes were recorded on, "works": {work id:
-        {"id", "name"}} of the host each work's recorded runtime (its creator or agent) ran on}."""
+        {"id", "name"}} of the host each work's recorded runtime (its creator or agent) ran on,
+        "names": {host id: name}}."""
         names = dict(self.q("SELECT id, name FROM hosts").fetchall())
         spans = self.q("SELECT COUNT(DISTINCT host) FROM runtimes WHERE host IS NOT NULL").fetchone()[0]
         rows = self.q("SELECT w.id, r.host FROM work w JOIN runtimes r ON r.id = w.runtime"
                       " WHERE r.host IS NOT NULL").fetchall()
-        return {"spans": spans, "works": {wid: {"id": h, "name": names.get(h) or h} for wid, h in rows}}
+        return {"spans": spans, "works": {wid: {"id": h, "name": names.get(h) or h} for wid, h in rows},
+                "names": names}
 
     def resolve_runtime(self, token):
         """A runtime by exact handle or full UUID; prefixes never match."""

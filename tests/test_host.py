@@ -595,6 +595,24 @@ class MultiHostTest(MultiHostCase):
                 self.assertTrue(h.st.runtime_live(h.st.runtime(rt["id"])))
                 self.assertIsNone(h.st.runtime(rt["id"])["ended_at"])
 
+    def test_list_all_shows_each_runtime_s_host(self):
+        hosts = [self.host(n, agents=1) for n in ("a", "b")]
+        rts = {h.name: self.agent(h) for h in hosts}
+        env = dict(self.host_env, COORD_DB=support.pg_url(self.server), COORD_PROJECT_ID=self.project,
+                   COORD_PYTHON=sys.executable)
+        self.addCleanup(support.stop_host_process, hostclient.project_host_socket(self.project, env))
+
+        def coord(*args):
+            proc = subprocess.run([support.COORD] + list(args), env=env, stdin=subprocess.DEVNULL, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            return proc.stdout
+        listed = {r["id"]: r.get("host") for r in json.loads(coord("list", "--all", "--json"))["runtimes"]}
+        self.assertEqual({name: listed[rt["id"]] for name, rt in rts.items()}, {"a": "a", "b": "b"})
+        text = coord("list", "--all")
+        for name, rt in rts.items():
+            self.assertRegex(text, r"%s .*host %s" % (rt["handle"], name))
+
     def test_a_directory_against_files_below_it_from_three_hosts_has_one_winner(self):
         import threading
         hosts = [self.host(n, agents=1) for n in ("a", "b", "c")]
