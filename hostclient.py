@@ -339,7 +339,10 @@ def open_project_store(environ=None, start=None, timeout=None, command=True, pre
             raise
         if store.in_nested_pid_namespace():  # a sandbox or container: a host process started here would live in it
             raise store.EnvError(exc.message + "; this process runs in a nested PID namespace (a sandbox or a container),"
-                           " where coord does not start it", "start it outside: %s" % host_start_command("coord"))
+                           " where coord starts none on demand",
+                           "in a container where the agents run, start it in the container once (a terminal in it or"
+                           " its entrypoint): %s; under a harness's sandbox, the person runs it in a terminal outside"
+                           " the sandbox" % host_start_command("coord"))
     try:
         start_host(project, db["url"], path, timeout=30.0, environ=env)
         return RemoteStore(project, path, timeout=wait, environ=env)

@@ -613,6 +613,23 @@ class MultiHostTest(MultiHostCase):
         for name, rt in rts.items():
             self.assertRegex(text, r"%s .*host %s" % (rt["handle"], name))
 
+    def test_in_a_container_a_command_names_how_to_start_the_host_process_there(self):
+        # A container: its own PID (and mount, for its /proc) namespace; its commands start no host
+        # process on demand, and the hint's command, run in it, starts one that serves them.
+        env = dict(self.host_env, COORD_DB=support.pg_url(self.server), COORD_PROJECT_ID=self.project,
+                   COORD_PYTHON=sys.executable)
+        self.addCleanup(support.stop_host_process, hostclient.project_host_socket(self.project, env))
+        script = ('{c} list; echo "rc=$?"; {c} db start >/dev/null; echo "rc=$?"; {c} claim src/x.py >/dev/null;'
+                  ' echo "rc=$?"'.format(c=support.COORD))
+        proc = subprocess.run(["unshare", "--pid", "--mount", "--fork", "--mount-proc", "sh", "-c", script], env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=180)
+        self.assertEqual(proc.stdout.split(), ["rc=4", "rc=0", "rc=0"], proc.stderr)
+        err = " ".join(proc.stderr.split())
+        self.assertIn("runs in a nested PID namespace (a sandbox or a container), where coord starts none on demand", err)
+        self.assertRegex(err, r"next: in a container where the agents run, start it in the container once \(a terminal"
+                              r" in it or its entrypoint\): \S*coord db start; under a harness's sandbox")
+
     def test_a_directory_against_files_below_it_from_three_hosts_has_one_winner(self):
         import threading
         hosts = [self.host(n, agents=1) for n in ("a", "b", "c")]
