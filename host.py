@@ -274,8 +274,12 @@ class LeaseCopyKeeper:
         copy = self.fresh()
         result = None
         if copy is not None:
+            now = store.now()
+            if op == "hook_write_decision":  # when the copy last heard from the server, in server time
+                with self.lock:
+                    kwargs = dict(kwargs, heard=now - (time.monotonic() - max(self.seen, copy.at)))
             try:
-                result = getattr(copy, op)(*args, now=store.now(), judge=self.judge, **kwargs)
+                result = getattr(copy, op)(*args, now=now, judge=self.judge, **kwargs)
             except Exception:  # never the copy's fault in a reply: the database answers instead
                 store.log_traceback("host process: lease copy answer")
                 result = None

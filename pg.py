@@ -1334,10 +1334,14 @@ class LeaseCopy:
             return False, None  # the newest is not surely live: the database decides
         return True, None
 
-    def write_conflicts(self, runtime_id, resources, now, judge):
+    def write_conflicts(self, runtime_id, resources, now, judge, heard=None):
         """write_conflicts on the copy, or None when the copy cannot be sure (a lease it sees
         expired, which a heartbeat may have lengthened; a holder it cannot see live, whose lease
-        may still hold for a work or a dying host)."""
+        may still hold for a work or a dying host; the writer's own exclusive lease on a name it
+        writes, once that lease may have lapsed, unless the copy heard from the server since:
+        `heard`, in server time, else the copy's own read)."""
+        if runtime_id and self.own_lease_may_have_lapsed(runtime_id, resources, now, heard):
+            return None
         blocking = []
         for resource in resources:
             for lease in self.leases:
@@ -1363,6 +1367,19 @@ class LeaseCopy:
                         not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
         return blocking
 
+    def own_lease_may_have_lapsed(self, runtime_id, resources, now, heard):
+        """True when one of the writer's exclusive leases on `resources` may have lapsed by `now`
+        (safe mode's rule: within store.SAFE_MARGIN of its expiry) and the copy has not heard from
+        the server since it lapsed: a peer on another host may have taken it, and its wake-up may
+        be lost in a partition that the LISTEN connection has not noticed yet."""
+        for lease in self.leases:
+            if lease["runtime"] == runtime_id and lease["mode"] == "exclusive" \
+                    and now + store.SAFE_MARGIN >= lease["expires_at"] \
+                    and (heard is None or heard < lease["expires_at"] + store.SAFE_MARGIN) \
+                    and any(store.overlaps(lease["resource"], r) for r in resources):
+                return True
+        return False
+
     def hook_conversation_runtime(self, conversation, now, judge):
         """Store.hook_conversation_runtime on the copy, or None (ask the database)."""
         known, rt = self.conversation_runtime(conversation, now, judge)
@@ -1387,14 +1404,14 @@ class LeaseCopy:
         return {"mine": mine, "held": held[:max(0, limit)], "total": len(held) if held[:max(0, limit)] else 0,
                 "from": "copy"}
 
-    def hook_write_decision(self, conversation, runtime_id, resources, now, judge):
+    def hook_write_decision(self, conversation, runtime_id, resources, now, judge, heard=None):
         """Store.hook_write_decision on the copy, or None (ask the database)."""
         rt = None
         if not runtime_id:
             known, rt = self.conversation_runtime(conversation, now, judge)
             if not known:
                 return None
-        blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now, judge)
+        blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now, judge, heard)
         if blocking is None:
             return None
         return {"runtime": rt, "blocking": blocking, "from": "copy"}

@@ -465,6 +465,13 @@ class NsHost:
         except store.EnvError:  # not listening yet
             return None
 
+    def client_fresh(self):
+        """Whether this host process's lease copy may still answer (its ping's lease_copy)."""
+        try:
+            return bool(self.st.client.call("ping")["lease_copy"]["fresh"])
+        except store.EnvError:
+            return False
+
     def command(self, line):
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
@@ -718,6 +725,44 @@ class HostPartitionTest(MultiHostCase):
 
     def test_a_partition(self):
         self.run_cut_off(lambda h: h.proxy.cut(), lambda h: h.proxy.heal())
+
+    def test_a_lease_that_lapses_in_a_partition_is_not_written_under_from_the_copy(self):
+        # The writer's own lease lapses while its host's LISTEN connection has not noticed the cut
+        # (the copy counts as fresh for 3 s more) and a peer takes the name: from the moment the
+        # lease may have lapsed (safe mode's margin), no decision of a's host process allows the
+        # write from its copy; a's hook gets the database's answer or, cut off, safe mode's refusal.
+        a, b = self.host("a", proxy=True), self.host("b")
+        ra, rb = self.agent(a), self.agent(b)
+        quick = hostclient.RemoteStore(self.project, a.sock, timeout=0.3)  # a hook's short wait
+        self.addCleanup(quick.close)
+
+        def decide():
+            try:
+                return quick.hook_write_decision(ra["conversation"], None, ["src/x.py"])
+            except store.EnvError:
+                return None
+        expires = a.st.claim(ra["id"], ["src/x.py"], ttl=2.5)[0]["expires_at"]
+        support.retry_until(lambda: (decide() or {}).get("from") == "copy", timeout=60)
+        a.proxy.cut()
+        late, taken, refused = [], None, 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (taken is None or a.client_fresh()):
+            at = time.time()
+            got = decide()
+            if got is not None and got["from"] == "copy" and not got["blocking"] \
+                    and at > expires - store.SAFE_MARGIN + 0.2:
+                late.append(round(at - expires, 2))
+            if got is None:
+                refused += bool(hostclient.safe_mode_refusals(["src/x.py"], a.safe))
+            if taken is None and time.time() > expires + 0.1:
+                try:
+                    taken = b.st.claim(rb["id"], ["src/x.py"], ttl=600)
+                except store.Refused:
+                    pass
+            time.sleep(0.02)
+        self.assertIsNotNone(taken, "b took the lapsed lease")
+        self.assertEqual(late, [], "writes allowed from a's copy after the lease may have lapsed (s after it)")
+        self.assertGreater(refused, 0, "a's hook, cut off, refused the write in safe mode")
 
     def test_a_paused_host_process(self):
         self.run_cut_off(lambda h: h.command("stop"), lambda h: h.command("cont"))

@@ -2807,6 +2807,25 @@ class LeaseCopyRulesTest(StoreCase):
         rt.update(kw)
         return rt
 
+    def test_the_writer_s_own_lease_that_may_have_lapsed_is_left_to_the_database_at_every_offset(self):
+        # A partition at every offset: `now` and the copy's last word from the server (`heard`)
+        # from 3 s before the lease's expiry to 3 s after it, in steps of 0.1 s. The copy answers a
+        # write under the writer's own exclusive lease only while the lease cannot have lapsed
+        # (safe mode's margin), or once it heard from the server a margin after the lapse.
+        exp = time.time() + 100
+        me = self.runtime("me", os.getpid())
+        c = self.copy([("src/x.py", "me", "exclusive", "", exp), ("docs", "me", "append", "", exp)], [me])
+        steps = [exp + i / 10.0 for i in range(-30, 31)]
+        for now in steps:
+            for heard in [h for h in steps if h <= now] + [None]:
+                got = c.hook_write_decision("conv-me", None, ["src/x.py"], now, self.st, heard=heard)
+                safe = now + store.SAFE_MARGIN < exp or (heard is not None and heard >= exp + store.SAFE_MARGIN)
+                self.assertEqual(got is not None, safe, (now - exp, heard and heard - exp))
+                if got is not None:
+                    self.assertEqual(got["blocking"], [])
+        # Another name, or the writer's append lease: the copy answers as before.
+        self.assertEqual(c.write_conflicts("me", ["src/y.py", "docs/a.md"], exp + 1, self.st, heard=exp - 5), [])
+
     def test_a_live_holder_blocks_an_expired_lease_or_an_unsure_holder_leaves_it_to_the_database(self):
         now = time.time()
         me = self.runtime("me", os.getpid())
