@@ -1071,27 +1071,31 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
                 except conn2.psycopg.Error as exc:
                     raise store.EnvError("setup: %s failed: %s" % (sql[:60], str(exc).strip().splitlines()[0]),
                                    "run it connected as a superuser or the service's admin role") from exc
-            s, g = pg_ident(schema), pg_ident(group)
             with raw2.transaction():
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT SELECT, INSERT, UPDATE, DELETE"
-                     " ON TABLES TO %s" % (pg_ident(owner), s, g))
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT USAGE, SELECT, UPDATE"
-                     " ON SEQUENCES TO %s" % (pg_ident(owner), s, g))
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC" % pg_ident(owner))
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT EXECUTE ON FUNCTIONS TO %s"
-                     % (pg_ident(owner), s, g))
-                run2("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s" % (s, g))
-                for table in PG_APPEND_ONLY:  # the audit and the messages are never rewritten
-                    run2("REVOKE UPDATE, DELETE, TRUNCATE ON %s.%s FROM %s" % (s, pg_ident(table), g))
-                run2("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %s TO %s" % (s, g))
-                run2("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %s FROM PUBLIC" % s)
-                run2("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s" % (s, g))
+                _pg_setup_grants(schema, owner, group, run2)
                 _pg_setup_row_security(raw2, schema, group, run2)
         finally:
             st.close()
     finally:
         conn.close()
     return done
+
+
+def _pg_setup_grants(schema, owner, group, run2):
+    """pg_setup, as the owner: the group's privileges on every table, sequence and function of the
+    schema, now and for what later migrations make; SELECT and INSERT only on PG_APPEND_ONLY."""
+    s, g, o = pg_ident(schema), pg_ident(group), pg_ident(owner)
+    run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO %s"
+         % (o, s, g))
+    run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO %s" % (o, s, g))
+    run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC" % o)
+    run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT EXECUTE ON FUNCTIONS TO %s" % (o, s, g))
+    run2("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s" % (s, g))
+    for table in PG_APPEND_ONLY:  # the audit and the messages are never rewritten
+        run2("REVOKE UPDATE, DELETE, TRUNCATE ON %s.%s FROM %s" % (s, pg_ident(table), g))
+    run2("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %s TO %s" % (s, g))
+    run2("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %s FROM PUBLIC" % s)
+    run2("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s" % (s, g))
 
 
 def _pg_setup_logins(raw, logins, group, project_id, run):
