@@ -741,9 +741,13 @@ class HostPartitionTest(MultiHostCase):
                 return quick.hook_write_decision(ra["conversation"], None, ["src/x.py"])
             except store.EnvError:
                 return None
-        expires = a.st.claim(ra["id"], ["src/x.py"], ttl=2.5)[0]["expires_at"]
+        a.st.claim(ra["id"], ["src/x.py"], ttl=2.5)
         support.retry_until(lambda: (decide() or {}).get("from") == "copy", timeout=60)
+        support.retry_until(lambda: [l["resource"] for l in json.load(open(a.safe))["leases"]] == ["src/x.py"],
+                            timeout=60)  # as run_cut_off: the safe-mode file has the lease
         a.proxy.cut()
+        # its expiry as the server has it once a is cut off (nothing of a's renews it since)
+        expires = [l for l in b.st.all_leases() if l["resource"] == "src/x.py"][0]["expires_at"]
         late, taken, refused = [], None, 0
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (taken is None or a.client_fresh()):
