@@ -1245,8 +1245,8 @@ class PgCliRoutingTest(support.PostgresProject, support.CoordTestCase):
         bad = self.pg_url.replace("/postgres?", "/no_such_database?")
         proc = self.coord("list", env={"COORD_DB": bad})
         self.assertEqual(proc.returncode, 4, proc.stderr)
-        self.assertIn("coord's host process for project %s is not running and did not start: cannot connect"
-                      % self.pg_project, proc.stderr)
+        self.assertIn("coord's host process for project %s is not running and did not start: the database"
+                      " no_such_database that the URL names does not exist on that server" % self.pg_project, proc.stderr)
         self.assertIn("next: start it: %s db start (its log: %s.log)" % (support.COORD, self.host_socket), proc.stderr)
 
 
