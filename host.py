@@ -274,8 +274,12 @@ class LeaseCopyKeeper:
         copy = self.fresh()
         result = None
         if copy is not None:
+            now = store.now()
+            if op == "hook_write_decision":  # when the copy last heard from the server, in server time
+                with self.lock:
+                    kwargs = dict(kwargs, heard=now - (time.monotonic() - max(self.seen, copy.at)))
             try:
-                result = getattr(copy, op)(*args, now=store.now(), judge=self.judge, **kwargs)
+                result = getattr(copy, op)(*args, now=now, judge=self.judge, **kwargs)
             except Exception:  # never the copy's fault in a reply: the database answers instead
                 store.log_traceback("host process: lease copy answer")
                 result = None
@@ -663,7 +667,7 @@ class Server:
                 self.pool.give(st, broken)
 
     def listen(self):
-        store.make_private_dirs(os.path.dirname(self.path))
+        store.private_state_dir(os.path.dirname(self.path))
         try:
             os.unlink(self.path)  # a stale socket of a dead server (the caller holds the host lock)
         except FileNotFoundError:
@@ -891,7 +895,7 @@ class Server:
 def _take_lock(path):
     """The flock on <socket>.lock (kept open for the life of the process), or None when another
     process holds it. The lock file records the holder's pid."""
-    store.make_private_dirs(os.path.dirname(path))
+    store.private_state_dir(os.path.dirname(path))
     fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

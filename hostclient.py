@@ -190,7 +190,7 @@ def spawn_host(project, dsn, path, environ=None, python=None):
     The DSN goes in its environment (COORD_HOST_DSN), never its argv, which every user of the
     host can read in /proc."""
     import subprocess
-    store.make_private_dirs(os.path.dirname(path))
+    store.private_state_dir(os.path.dirname(path))
     argv = [python or sys_executable(), os.path.join(os.path.dirname(os.path.abspath(__file__)), "host.py"),
             "supervise", "--project", project, "--socket", path, "--idle", str(HOST_IDLE)]
     env = dict(os.environ if environ is None else environ, COORD_HOST_DSN=dsn)
@@ -339,7 +339,10 @@ def open_project_store(environ=None, start=None, timeout=None, command=True, pre
             raise
         if store.in_nested_pid_namespace():  # a sandbox or container: a host process started here would live in it
             raise store.EnvError(exc.message + "; this process runs in a nested PID namespace (a sandbox or a container),"
-                           " where coord does not start it", "start it outside: %s" % host_start_command("coord"))
+                           " where coord starts none on demand",
+                           "in a container where the agents run, start it in the container once (a terminal in it or"
+                           " its entrypoint): %s; under a harness's sandbox, the person runs it in a terminal outside"
+                           " the sandbox" % host_start_command("coord"))
     try:
         start_host(project, db["url"], path, timeout=30.0, environ=env)
         return RemoteStore(project, path, timeout=wait, environ=env)

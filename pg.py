@@ -297,6 +297,9 @@ def pg_require_utf8(raw):
                    " in the URL): CREATE DATABASE %s ENCODING 'UTF8' TEMPLATE template0" % (name, typed))
 
 
+_PG_NO_DATABASE = store.Pattern(r'FATAL:\s+database "([^"]+)" does not exist')
+
+
 class _PgConnection:
     """The PostgreSQL engine's connection, with the surface Store uses of sqlite3's (execute,
     in_transaction, close) and the transaction steps _Transaction calls (begin, commit,
@@ -319,6 +322,11 @@ class _PgConnection:
             if self.pooled:  # a transaction pooler: no server-side prepared statements (pg-security block)
                 self.raw.prepare_threshold = None
         except psycopg.Error as exc:
+            missing = _PG_NO_DATABASE.search(str(exc))
+            if missing:  # coord makes a schema in a database, never the database
+                raise store.EnvError("the database %s that the URL names does not exist on that server" % missing.group(1),
+                                     "a person with admin rights creates it: CREATE DATABASE %s ENCODING 'UTF8'"
+                                     " TEMPLATE template0; then repeat the command" % pg_ident(missing.group(1))) from exc
             raise store.EnvError("cannot connect to the PostgreSQL server: %s" % str(exc).strip().splitlines()[0],
                            "check the server and the connection settings; run .coord/install . --doctor")
         pg_require_utf8(self.raw)
@@ -966,6 +974,19 @@ def _pg_tables(conn, schema):
         " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname", (schema,)).fetchall()]
 
 
+# Tables coord only appends to (no UPDATE or DELETE anywhere: claims, sends, gc, `db migrate`,
+# `db leave`): the project's group, and so every host's login role, gets SELECT and INSERT on them.
+PG_APPEND_ONLY = ("audit", "messages")
+
+
+def pg_rewritable(raw, schema):
+    """The append-only tables this connection's role may still UPDATE, DELETE or TRUNCATE (grants
+    an older `coord db setup` left): [table]."""
+    return [t for t in PG_APPEND_ONLY if raw.execute(
+        "SELECT has_table_privilege(current_user, %s, 'UPDATE, DELETE, TRUNCATE')",
+        ("%s.%s" % (pg_ident(schema), pg_ident(t)),)).fetchone()[0]]
+
+
 def pg_may_create(conn):
     return bool(conn.execute("SELECT has_schema_privilege(?, 'CREATE')", (conn.schema,)).fetchone()[0])
 
@@ -1050,25 +1071,31 @@ def pg_setup(admin_dsn, project_id, logins=(), out=None, environ=None):
                 except conn2.psycopg.Error as exc:
                     raise store.EnvError("setup: %s failed: %s" % (sql[:60], str(exc).strip().splitlines()[0]),
                                    "run it connected as a superuser or the service's admin role") from exc
-            s, g = pg_ident(schema), pg_ident(group)
             with raw2.transaction():
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT SELECT, INSERT, UPDATE, DELETE"
-                     " ON TABLES TO %s" % (pg_ident(owner), s, g))
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT USAGE, SELECT, UPDATE"
-                     " ON SEQUENCES TO %s" % (pg_ident(owner), s, g))
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC" % pg_ident(owner))
-                run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT EXECUTE ON FUNCTIONS TO %s"
-                     % (pg_ident(owner), s, g))
-                run2("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s" % (s, g))
-                run2("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %s TO %s" % (s, g))
-                run2("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %s FROM PUBLIC" % s)
-                run2("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s" % (s, g))
+                _pg_setup_grants(schema, owner, group, run2)
                 _pg_setup_row_security(raw2, schema, group, run2)
         finally:
             st.close()
     finally:
         conn.close()
     return done
+
+
+def _pg_setup_grants(schema, owner, group, run2):
+    """pg_setup, as the owner: the group's privileges on every table, sequence and function of the
+    schema, now and for what later migrations make; SELECT and INSERT only on PG_APPEND_ONLY."""
+    s, g, o = pg_ident(schema), pg_ident(group), pg_ident(owner)
+    run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO %s"
+         % (o, s, g))
+    run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO %s" % (o, s, g))
+    run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC" % o)
+    run2("ALTER DEFAULT PRIVILEGES FOR ROLE %s IN SCHEMA %s GRANT EXECUTE ON FUNCTIONS TO %s" % (o, s, g))
+    run2("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s" % (s, g))
+    for table in PG_APPEND_ONLY:  # the audit and the messages are never rewritten
+        run2("REVOKE UPDATE, DELETE, TRUNCATE ON %s.%s FROM %s" % (s, pg_ident(table), g))
+    run2("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA %s TO %s" % (s, g))
+    run2("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA %s FROM PUBLIC" % s)
+    run2("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA %s TO %s" % (s, g))
 
 
 def _pg_setup_logins(raw, logins, group, project_id, run):
@@ -1189,6 +1216,12 @@ def pg_doctor_checks(st, dsn, listen_dsn=None, environ=None):
         lines.append((False, "LISTEN connection looks pooled (%s): give the direct endpoint for LISTEN" % why))
     lines.append(pg_doctor_wake_check(st.conn.project))
     lines.append(pg_doctor_bounds_check(st, me, sup))
+    rewritable = [] if sup else pg_rewritable(raw, schema)
+    if rewritable:
+        lines.append((False, "role %s may rewrite %s (an older setup's grants): a person with admin rights runs %s"
+                             % (me, " and ".join(rewritable), store.pg_setup_command(st.conn.project))))
+    else:
+        lines.append((True, "append only: %s (SELECT and INSERT, no UPDATE or DELETE)" % ", ".join(PG_APPEND_ONLY)))
     return lines
 
 
@@ -1305,10 +1338,14 @@ class LeaseCopy:
             return False, None  # the newest is not surely live: the database decides
         return True, None
 
-    def write_conflicts(self, runtime_id, resources, now, judge):
+    def write_conflicts(self, runtime_id, resources, now, judge, heard=None):
         """write_conflicts on the copy, or None when the copy cannot be sure (a lease it sees
         expired, which a heartbeat may have lengthened; a holder it cannot see live, whose lease
-        may still hold for a work or a dying host)."""
+        may still hold for a work or a dying host; the writer's own exclusive lease on a name it
+        writes, once that lease may have lapsed, unless the copy heard from the server since:
+        `heard`, in server time, else the copy's own read)."""
+        if runtime_id and self.own_lease_may_have_lapsed(runtime_id, resources, now, heard):
+            return None
         blocking = []
         for resource in resources:
             for lease in self.leases:
@@ -1334,6 +1371,19 @@ class LeaseCopy:
                         not any(b["requested"] == m or b["requested"].startswith(m + "/") for m in mine)]
         return blocking
 
+    def own_lease_may_have_lapsed(self, runtime_id, resources, now, heard):
+        """True when one of the writer's exclusive leases on `resources` may have lapsed by `now`
+        (safe mode's rule: within store.SAFE_MARGIN of its expiry) and the copy has not heard from
+        the server since it lapsed: a peer on another host may have taken it, and its wake-up may
+        be lost in a partition that the LISTEN connection has not noticed yet."""
+        for lease in self.leases:
+            if lease["runtime"] == runtime_id and lease["mode"] == "exclusive" \
+                    and now + store.SAFE_MARGIN >= lease["expires_at"] \
+                    and (heard is None or heard < lease["expires_at"] + store.SAFE_MARGIN) \
+                    and any(store.overlaps(lease["resource"], r) for r in resources):
+                return True
+        return False
+
     def hook_conversation_runtime(self, conversation, now, judge):
         """Store.hook_conversation_runtime on the copy, or None (ask the database)."""
         known, rt = self.conversation_runtime(conversation, now, judge)
@@ -1358,14 +1408,14 @@ class LeaseCopy:
         return {"mine": mine, "held": held[:max(0, limit)], "total": len(held) if held[:max(0, limit)] else 0,
                 "from": "copy"}
 
-    def hook_write_decision(self, conversation, runtime_id, resources, now, judge):
+    def hook_write_decision(self, conversation, runtime_id, resources, now, judge, heard=None):
         """Store.hook_write_decision on the copy, or None (ask the database)."""
         rt = None
         if not runtime_id:
             known, rt = self.conversation_runtime(conversation, now, judge)
             if not known:
                 return None
-        blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now, judge)
+        blocking = self.write_conflicts(runtime_id or (rt and rt["id"]), resources, now, judge, heard)
         if blocking is None:
             return None
         return {"runtime": rt, "blocking": blocking, "from": "copy"}
@@ -2116,6 +2166,20 @@ def join_project(project_id, url, environ=None):
             "leases": found["leases"], "works": found["work"]}
 
 
+def _copy_or_say_how(src, dst, to_pg, project_id, target):
+    """copy_project; a move to PostgreSQL refused by the records still in the schema (a project
+    moved back keeps them there) names how to empty it."""
+    try:
+        return copy_project(src, dst)
+    except store.Refused as exc:
+        if not to_pg:
+            raise
+        raise store.Refused(exc.message + " (the records it had when it moved back, or another project's copy)",
+                            "when the SQLite records are the ones to keep, a person with admin rights runs DROP SCHEMA"
+                            " %s CASCADE; then %s; then: coord db migrate '%s'"
+                            % (pg_ident(pg_schema(project_id)), store.pg_setup_command(project_id), target)) from exc
+
+
 def migrate_project(project_id, target, environ=None):
     """Move project `project_id` from where it is (project_database) to `target`: a
     postgresql:// URL or "sqlite". -> a report: {"from", "to", "counts", "audit", "aside", "settings"}."""
@@ -2151,7 +2215,7 @@ def migrate_project(project_id, target, environ=None):
         dst = store.Store(path, environ=env)
     try:
         with src.transaction():  # the source's write lock: no write lands between copy and switch
-            counts = copy_project(src, dst)
+            counts = _copy_or_say_how(src, dst, to_pg, project_id, target)
             with dst.snapshot():
                 got = table_counts(dst)
                 dst_audit = audit_digest(dst)

@@ -1903,12 +1903,14 @@ class Store:
 
     def work_hosts(self):
         """{"spans": how many hosts this project's runtimes were recorded on, "works": {work id:
-        {"id", "name"}} of the host each work's recorded runtime (its creator or agent) ran on}."""
+        {"id", "name"}} of the host each work's recorded runtime (its creator or agent) ran on,
+        "names": {host id: name}}."""
         names = dict(self.q("SELECT id, name FROM hosts").fetchall())
         spans = self.q("SELECT COUNT(DISTINCT host) FROM runtimes WHERE host IS NOT NULL").fetchone()[0]
         rows = self.q("SELECT w.id, r.host FROM work w JOIN runtimes r ON r.id = w.runtime"
                       " WHERE r.host IS NOT NULL").fetchall()
-        return {"spans": spans, "works": {wid: {"id": h, "name": names.get(h) or h} for wid, h in rows}}
+        return {"spans": spans, "works": {wid: {"id": h, "name": names.get(h) or h} for wid, h in rows},
+                "names": names}
 
     def resolve_runtime(self, token):
         """A runtime by exact handle or full UUID; prefixes never match."""
@@ -3885,6 +3887,41 @@ def database_scheme(value):
     return scheme.lower() if scheme else None
 
 
+def url_password_free(url):
+    """`url` without the password its user part or its query carries, or None when it carries
+    none (`coord db migrate` and `db join` refuse a password on their command line)."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+    parts = urlsplit(url.strip())
+    user, at, hostpart = parts.netloc.rpartition("@")
+    query = [q for q in parts.query.split("&") if q]
+    kept = [q for q in query if unquote(q.split("=", 1)[0]) != "password"]
+    if not (at and ":" in user) and len(kept) == len(query):
+        return None
+    netloc = (user.split(":", 1)[0] + "@" if at else "") + hostpart
+    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(kept), parts.fragment))
+
+
+def refuse_url_password(url, command):
+    """UsageError when `url`, given as an argument of `command`, carries a password."""
+    bare = url_password_free(url)
+    if bare is not None:
+        raise UsageError("%s: the URL on the command line carries a password, which every process of this host can"
+                         " read (/proc) and your shell keeps in its history" % command,
+                         "put the password in ~/.pgpass (HOST:PORT:DB:USER:PASSWORD, chmod 600; PGPASSFILE names"
+                         " another file) or a service file (PGSERVICEFILE), which the host process's driver reads,"
+                         " then: %s '%s'" % (command, bare))
+
+
+def private_state_dir(path):
+    """make_private_dirs(path), and `path` (the state directory, which holds the project's URL
+    and the host process's socket) made 0700 when another program made it open first (pip,
+    installing the driver below it)."""
+    make_private_dirs(path)
+    st = os.stat(path)
+    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
 def project_url_path(project_id, environ=None):
     """<state_dir>/<project-id>.url: where a PostgreSQL project's URL is kept."""
     return os.path.join(state_dir(environ), project_id + ".url")
@@ -3909,7 +3946,7 @@ def read_project_url(project_id, environ=None):
 
 def write_project_url(project_id, url, environ=None):
     path = project_url_path(project_id, environ)
-    make_private_dirs(os.path.dirname(path))
+    private_state_dir(os.path.dirname(path))
     atomic_write(path, (url.strip() + "\n").encode("utf-8"), 0o600)
     return path
 

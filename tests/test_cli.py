@@ -3,6 +3,7 @@
 import importlib.machinery
 import importlib.util
 import json
+import re
 import os
 import shlex
 import shutil
@@ -1244,8 +1245,8 @@ class PgCliRoutingTest(support.PostgresProject, support.CoordTestCase):
         bad = self.pg_url.replace("/postgres?", "/no_such_database?")
         proc = self.coord("list", env={"COORD_DB": bad})
         self.assertEqual(proc.returncode, 4, proc.stderr)
-        self.assertIn("coord's host process for project %s is not running and did not start: cannot connect"
-                      % self.pg_project, proc.stderr)
+        self.assertIn("coord's host process for project %s is not running and did not start: the database"
+                      " no_such_database that the URL names does not exist on that server" % self.pg_project, proc.stderr)
         self.assertIn("next: start it: %s db start (its log: %s.log)" % (support.COORD, self.host_socket), proc.stderr)
 
 
@@ -1321,6 +1322,31 @@ class PgMigrateTest(InstalledRepoCase):
         self.assertIn("already holds records", out)
         self.assertTrue(os.path.exists(self.sqlite), "the source is untouched")
         self.assertFalse(os.path.exists(self.settings))
+        # The refusal names the way there again, which works as written.
+        drop = re.search(r"runs (DROP SCHEMA \S+ CASCADE); then \S*coord db setup; then: \S*coord db migrate '([^']+)'",
+                         " ".join(out.split()))
+        self.assertIsNotNone(drop, out)
+        self.assertEqual(drop.group(2), self.url)
+        with self.psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(drop.group(1))
+        rc, out = term.run("COORD_ADMIN_URL='%s' .coord/coord db setup" % self.url)
+        self.assertEqual(rc, 0, out)
+        rc, out = term.run(".coord/coord db migrate '%s'" % self.url)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(self.records(), moved)
+        term.close()
+
+    def test_a_password_in_the_url_on_the_command_line_is_refused(self):
+        term = self.terminal()
+        for given, bare in ((self.url.replace("coord@", "coord:s3cret@"), self.url),
+                            (self.url + "&password=s3cret", self.url)):
+            for command in ("migrate", "join"):
+                rc, out = term.run(".coord/coord db %s '%s'" % (command, given))
+                self.assertEqual(rc, 2, out)
+                self.assertIn("coord db %s: the URL on the command line carries a password" % command, out)
+                self.assertIn("~/.pgpass", out)
+                self.assertIn("db %s '%s'" % (command, bare), " ".join(out.split()))
+        self.assertFalse(os.path.exists(self.settings), "nothing was written")
         term.close()
 
     def test_an_agent_may_not_move_the_project(self):

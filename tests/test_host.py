@@ -465,6 +465,13 @@ class NsHost:
         except store.EnvError:  # not listening yet
             return None
 
+    def client_fresh(self):
+        """Whether this host process's lease copy may still answer (its ping's lease_copy)."""
+        try:
+            return bool(self.st.client.call("ping")["lease_copy"]["fresh"])
+        except store.EnvError:
+            return False
+
     def command(self, line):
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
@@ -595,6 +602,41 @@ class MultiHostTest(MultiHostCase):
                 self.assertTrue(h.st.runtime_live(h.st.runtime(rt["id"])))
                 self.assertIsNone(h.st.runtime(rt["id"])["ended_at"])
 
+    def test_list_all_shows_each_runtime_s_host(self):
+        hosts = [self.host(n, agents=1) for n in ("a", "b")]
+        rts = {h.name: self.agent(h) for h in hosts}
+        env = dict(self.host_env, COORD_DB=support.pg_url(self.server), COORD_PROJECT_ID=self.project,
+                   COORD_PYTHON=sys.executable)
+        self.addCleanup(support.stop_host_process, hostclient.project_host_socket(self.project, env))
+
+        def coord(*args):
+            proc = subprocess.run([support.COORD] + list(args), env=env, stdin=subprocess.DEVNULL, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            return proc.stdout
+        listed = {r["id"]: r.get("host") for r in json.loads(coord("list", "--all", "--json"))["runtimes"]}
+        self.assertEqual({name: listed[rt["id"]] for name, rt in rts.items()}, {"a": "a", "b": "b"})
+        text = coord("list", "--all")
+        for name, rt in rts.items():
+            self.assertRegex(text, r"%s .*host %s" % (rt["handle"], name))
+
+    def test_in_a_container_a_command_names_how_to_start_the_host_process_there(self):
+        # A container: its own PID (and mount, for its /proc) namespace; its commands start no host
+        # process on demand, and the hint's command, run in it, starts one that serves them.
+        env = dict(self.host_env, COORD_DB=support.pg_url(self.server), COORD_PROJECT_ID=self.project,
+                   COORD_PYTHON=sys.executable)
+        self.addCleanup(support.stop_host_process, hostclient.project_host_socket(self.project, env))
+        script = ('{c} list; echo "rc=$?"; {c} db start >/dev/null; echo "rc=$?"; {c} claim src/x.py >/dev/null;'
+                  ' echo "rc=$?"'.format(c=support.COORD))
+        proc = subprocess.run(["unshare", "--pid", "--mount", "--fork", "--mount-proc", "sh", "-c", script], env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=180)
+        self.assertEqual(proc.stdout.split(), ["rc=4", "rc=0", "rc=0"], proc.stderr)
+        err = " ".join(proc.stderr.split())
+        self.assertIn("runs in a nested PID namespace (a sandbox or a container), where coord starts none on demand", err)
+        self.assertRegex(err, r"next: in a container where the agents run, start it in the container once \(a terminal"
+                              r" in it or its entrypoint\): \S*coord db start; under a harness's sandbox")
+
     def test_a_directory_against_files_below_it_from_three_hosts_has_one_winner(self):
         import threading
         hosts = [self.host(n, agents=1) for n in ("a", "b", "c")]
@@ -683,6 +725,48 @@ class HostPartitionTest(MultiHostCase):
 
     def test_a_partition(self):
         self.run_cut_off(lambda h: h.proxy.cut(), lambda h: h.proxy.heal())
+
+    def test_a_lease_that_lapses_in_a_partition_is_not_written_under_from_the_copy(self):
+        # The writer's own lease lapses while its host's LISTEN connection has not noticed the cut
+        # (the copy counts as fresh for 3 s more) and a peer takes the name: from the moment the
+        # lease may have lapsed (safe mode's margin), no decision of a's host process allows the
+        # write from its copy; a's hook gets the database's answer or, cut off, safe mode's refusal.
+        a, b = self.host("a", proxy=True), self.host("b")
+        ra, rb = self.agent(a), self.agent(b)
+        quick = hostclient.RemoteStore(self.project, a.sock, timeout=0.3)  # a hook's short wait
+        self.addCleanup(quick.close)
+
+        def decide():
+            try:
+                return quick.hook_write_decision(ra["conversation"], None, ["src/x.py"])
+            except store.EnvError:
+                return None
+        a.st.claim(ra["id"], ["src/x.py"], ttl=2.5)
+        support.retry_until(lambda: (decide() or {}).get("from") == "copy", timeout=60)
+        support.retry_until(lambda: [l["resource"] for l in json.load(open(a.safe))["leases"]] == ["src/x.py"],
+                            timeout=60)  # as run_cut_off: the safe-mode file has the lease
+        a.proxy.cut()
+        # its expiry as the server has it once a is cut off (nothing of a's renews it since)
+        expires = [l for l in b.st.all_leases() if l["resource"] == "src/x.py"][0]["expires_at"]
+        late, taken, refused = [], None, 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (taken is None or a.client_fresh()):
+            at = time.time()
+            got = decide()
+            if got is not None and got["from"] == "copy" and not got["blocking"] \
+                    and at > expires - store.SAFE_MARGIN + 0.2:
+                late.append(round(at - expires, 2))
+            if got is None:
+                refused += bool(hostclient.safe_mode_refusals(["src/x.py"], a.safe))
+            if taken is None and time.time() > expires + 0.1:
+                try:
+                    taken = b.st.claim(rb["id"], ["src/x.py"], ttl=600)
+                except store.Refused:
+                    pass
+            time.sleep(0.02)
+        self.assertIsNotNone(taken, "b took the lapsed lease")
+        self.assertEqual(late, [], "writes allowed from a's copy after the lease may have lapsed (s after it)")
+        self.assertGreater(refused, 0, "a's hook, cut off, refused the write in safe mode")
 
     def test_a_paused_host_process(self):
         self.run_cut_off(lambda h: h.command("stop"), lambda h: h.command("cont"))
@@ -1476,6 +1560,31 @@ class JoinLeaveTest(support.CoordTestCase):
         url_file = store.project_url_path(self.project, self.plain)
         self.assertTrue([n for n in os.listdir(os.path.dirname(url_file))
                          if n.startswith(os.path.basename(url_file) + ".migrated-")], "the URL file is kept")
+
+    def test_readme_s_order_the_driver_first_then_join_leaves_the_state_directory_private(self):
+        # The driver command makes <state>/driver/pythonX.Y as pip does, under the usual umask: the
+        # state directory comes out 0755; joining makes it 0700 again.
+        state = store.state_dir(self.plain)
+        self.assertFalse(os.path.exists(state))
+        old = os.umask(0o022)
+        try:
+            os.makedirs(hostclient.driver_dir(None, self.plain))
+        finally:
+            os.umask(old)
+        self.assertEqual(os.stat(state).st_mode & 0o777, 0o755)
+        url = support.pg_url(self.server)
+        far = pg.Store({"dsn": url, "project": self.project})
+        far.register(conversation="far-agent", harness="claude")
+        far.close()
+        term = support.person_terminal(self, self.tmp, self.plain)
+        missing = support.pg_url(self.server, "no_such_db")
+        rc, out = term.run("%s db join '%s'" % (support.COORD, missing), timeout=120)
+        self.assertEqual(rc, 4, out)
+        self.assertIn("the database no_such_db that the URL names does not exist on that server", out)
+        self.assertIn("CREATE DATABASE \"no_such_db\" ENCODING 'UTF8' TEMPLATE template0", " ".join(out.split()))
+        rc, out = term.run("%s db join '%s'" % (support.COORD, url), timeout=120)
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(os.stat(state).st_mode & 0o777, 0o700)
 
 
 class ReadmePostgresTest(support.CoordTestCase):

@@ -1812,6 +1812,41 @@ class PgDoctorTest(InstallTestCase):
         self.assertIn("database security: transaction bounds: idle in transaction 5 s, lock 8 s, statement 8 s;"
                       " a holder stuck 4 s is ended by every host", text)
 
+    def coord(self, *args, **extra):
+        proc = subprocess.run([self.t(".coord", "coord")] + list(args), cwd=self.target, env=dict(self.env, **extra),
+                              text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=120)
+        self.assertEqual(proc.returncode, 0, "%s\n%s" % (args, proc.stderr))
+        return proc.stdout
+
+    def test_a_login_role_may_only_append_to_the_audit_and_the_messages(self):
+        agent = json.loads(self.coord("hello", "--conversation", "c1", "--json"))["runtime"]
+        self.coord("claim", "src/a.py", COORD_RUNTIME_ID=agent["id"])
+        self.coord("send", "first", "--to", agent["handle"], COORD_RUNTIME_ID=agent["id"])
+        schema = pg.pg_ident(pg.pg_schema("pgdoc"))
+        with self.psycopg.connect(self.url, autocommit=True) as conn:  # the host's own login role, directly
+            for sql in ("DELETE FROM %s.audit", "UPDATE %s.audit SET event = 'x'", "TRUNCATE %s.audit",
+                        "DELETE FROM %s.messages", "UPDATE %s.messages SET body = 'x'"):
+                with self.assertRaises(self.psycopg.errors.InsufficientPrivilege, msg=sql):
+                    conn.execute(sql % schema)
+        # coord still works as that role: a release, another claim and send, the export.
+        self.coord("release", "src/a.py", COORD_RUNTIME_ID=agent["id"])
+        self.coord("claim", "src/b.py", COORD_RUNTIME_ID=agent["id"])
+        self.coord("send", "second", "--to", agent["handle"], COORD_RUNTIME_ID=agent["id"])
+        events = [json.loads(l)["event"] for l in self.coord("audit").splitlines()]
+        self.assertEqual(events.count("lease.claimed"), 2, events)
+        self.assertEqual(events.count("message.sent"), 2, events)
+        self.assertEqual([c for c in self.doctor(check=0)["database"]["security"] if not c["ok"]], [])
+        # An older setup's grants: --doctor names them and the command that takes them back.
+        group = pg.pg_ident(pg.pg_role_names("pgdoc")["group"])
+        with self.psycopg.connect(self.server.dsn(), autocommit=True) as conn:
+            conn.execute("GRANT UPDATE, DELETE ON %s.audit, %s.messages TO %s" % (schema, schema, group))
+        text = self.install("--doctor", check=1).stdout
+        self.assertRegex(text, r"database security: PROBLEM: role host_pgdoc may rewrite audit and messages \(an older"
+                               r" setup's grants\): a person with admin rights runs \S*coord db setup")
+        pg.pg_setup(self.server.dsn(), "pgdoc", [])
+        self.assertIn("database security: append only: audit, messages", self.install("--doctor", check=0).stdout)
+
     # --doctor's security exit status (issue 25, pgcodex)
     def test_a_failed_security_check_makes_doctor_exit_1_and_names_the_fix(self):
         # The same project, its host connected as the server's superuser: the role check fails.

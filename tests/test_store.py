@@ -2379,10 +2379,11 @@ class PgDoctorTest(PgSecurityCase):
         st = self.login_store(self.la, self.a)
         self.addCleanup(st.close)
         got = self.lines(st, _pg_as(self.admin, self.la))
-        self.assertEqual([ok for ok, _ in got], [True] * 6, got)  # the fifth: payload-free wake-ups (pgcodex)
+        self.assertEqual([ok for ok, _ in got], [True] * 7, got)  # the fifth: payload-free wake-ups (pgcodex)
         self.assertIn("not a superuser, not the owner", got[0][1])
         self.assertIn("row-level security forced on every table", got[1][1])
         self.assertIn("transaction bounds: idle in transaction 5 s, lock 8 s, statement 8 s", got[5][1])
+        self.assertIn("append only: audit, messages", got[6][1])
 
     def test_a_role_without_the_transaction_bounds_is_reported(self):
         self.raw("coord").execute("ALTER ROLE %s RESET ALL" % pg.pg_ident(self.la))
@@ -2805,6 +2806,25 @@ class LeaseCopyRulesTest(StoreCase):
               "heartbeat_at": time.time() + store.BEAT_AHEAD if pid else time.time()}
         rt.update(kw)
         return rt
+
+    def test_the_writer_s_own_lease_that_may_have_lapsed_is_left_to_the_database_at_every_offset(self):
+        # A partition at every offset: `now` and the copy's last word from the server (`heard`)
+        # from 3 s before the lease's expiry to 3 s after it, in steps of 0.1 s. The copy answers a
+        # write under the writer's own exclusive lease only while the lease cannot have lapsed
+        # (safe mode's margin), or once it heard from the server a margin after the lapse.
+        exp = time.time() + 100
+        me = self.runtime("me", os.getpid())
+        c = self.copy([("src/x.py", "me", "exclusive", "", exp), ("docs", "me", "append", "", exp)], [me])
+        steps = [exp + i / 10.0 for i in range(-30, 31)]
+        for now in steps:
+            for heard in [h for h in steps if h <= now] + [None]:
+                got = c.hook_write_decision("conv-me", None, ["src/x.py"], now, self.st, heard=heard)
+                safe = now + store.SAFE_MARGIN < exp or (heard is not None and heard >= exp + store.SAFE_MARGIN)
+                self.assertEqual(got is not None, safe, (now - exp, heard and heard - exp))
+                if got is not None:
+                    self.assertEqual(got["blocking"], [])
+        # Another name, or the writer's append lease: the copy answers as before.
+        self.assertEqual(c.write_conflicts("me", ["src/y.py", "docs/a.md"], exp + 1, self.st, heard=exp - 5), [])
 
     def test_a_live_holder_blocks_an_expired_lease_or_an_unsure_holder_leaves_it_to_the_database(self):
         now = time.time()
