@@ -61,22 +61,23 @@ def enqueue(st, *, caller, handle, into, override=False):
 
 
 def integration_queue(st, *, into=None):
-    """{queue: queued and integrating work in order with dependencies, holders: {bookmark: handle}}."""
+    """{queue: queued and integrating work in landing order (queue_order: what land --queued lands
+    next first), holders: {bookmark: handle}}."""
     into = workspace.check_bookmark(into) if into else None
+    intos = [into] if into else sorted({integration_of(w).get("into") or "" for w in st.works()
+                                         if integration_of(w)["state"] in workspace.QUEUED})
     rows = []
-    for w in st.works():
-        integ = integration_of(w)
-        if integ["state"] not in workspace.QUEUED or (into and integ.get("into") != into):
-            continue
-        deps = []
-        for dep in w["data"].get("depends", []):
-            d = st.work(dep)
-            deps.append({"handle": d["handle"] if d else dep,
-                         "integration": integration_of(d)["state"] if d else "unknown"})
-        rows.append({"handle": w["handle"], "task": w["task"], "state": integ["state"], "into": integ.get("into"),
-                     "queued_at": integ.get("queued_at") or integ.get("candidate", {}).get("at") or 0,
-                     "depends": deps})
-    rows.sort(key=lambda r: (r["queued_at"], r["handle"]))
+    for b in intos:
+        for w in queue_order(st, b or None):
+            integ = integration_of(w)
+            deps = []
+            for dep in w["data"].get("depends", []):
+                d = st.work(dep)
+                deps.append({"handle": d["handle"] if d else dep,
+                             "integration": integration_of(d)["state"] if d else "unknown"})
+            rows.append({"handle": w["handle"], "task": w["task"], "state": integ["state"], "into": integ.get("into"),
+                         "queued_at": integ.get("queued_at") or integ.get("candidate", {}).get("at") or 0,
+                         "depends": deps})
     holders = {}
     for lease in st.all_leases():
         if lease["resource"].startswith("integration/"):

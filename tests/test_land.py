@@ -1905,6 +1905,11 @@ class LandQueueTest(LandCase):
         self.run_tool(path, "jj", "describe", "-m", "add top")
         for h in (later, first):  # the dependent work is queued first
             self.assertEqual(self.work("integrate", "enqueue", h, "--into", "main").returncode, 0)
+        proc = self.work("integrate", "queue", "--into", "main", "--json")  # the listing is the landing order
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual([r["handle"] for r in json.loads(proc.stdout)["queue"]], [first, later])
+        listed = self.work("integrate", "queue", "--into", "main").stdout.splitlines()
+        self.assertEqual([line.split()[1] for line in listed if line[:2] in ("1.", "2.")], [first, later])
         proc = self.work("integrate", "land", "--queued", "--into", "main", "--check", "true", "--json")
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertEqual([(x["work"], x["outcome"]) for x in json.loads(proc.stdout)["works"]],
