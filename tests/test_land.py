@@ -1779,8 +1779,7 @@ class LandQueueTest(LandCase):
         self.write(path, name, text)
         self.run_tool(path, "jj", "describe", "-m", "add " + name)
         conversation = "agent-%s" % handle
-        st = store.Store(environ=self.env)
-        self.addCleanup(st.close)
+        st = self.open_project()
         with st.transaction():
             st.update_work(st.resolve_work(handle)["id"], data={"tmux": {"conversation": conversation}})
         agent = self.hello(conversation)["runtime"]
@@ -2099,3 +2098,13 @@ class LandBatchTest(LandCase):
         self.assertEqual(sorted(e["subject"] for e in events if e["event"] == "work.integrated"),
                          sorted(self.record(h)["id"] for h in handles))
         self.assertEqual(self.remote_main(), self.main())
+
+
+# The landing queue on a project whose records are in PostgreSQL (through its host process):
+# the same tests, support.PostgresProject first.
+class PgLandQueueTest(support.PostgresProject, LandQueueTest):
+    pass
+
+
+class PgLandBatchTest(support.PostgresProject, LandBatchTest):
+    pass
