@@ -61,22 +61,23 @@ def enqueue(st, *, caller, handle, into, override=False):
 
 
 def integration_queue(st, *, into=None):
-    """{queue: queued and integrating work in order with dependencies, holders: {bookmark: handle}}."""
+    """{queue: queued and integrating work in landing order (queue_order: what land --queued lands
+    next first), holders: {bookmark: handle}}."""
     into = workspace.check_bookmark(into) if into else None
+    intos = [into] if into else sorted({integration_of(w).get("into") or "" for w in st.works()
+                                         if integration_of(w)["state"] in workspace.QUEUED})
     rows = []
-    for w in st.works():
-        integ = integration_of(w)
-        if integ["state"] not in workspace.QUEUED or (into and integ.get("into") != into):
-            continue
-        deps = []
-        for dep in w["data"].get("depends", []):
-            d = st.work(dep)
-            deps.append({"handle": d["handle"] if d else dep,
-                         "integration": integration_of(d)["state"] if d else "unknown"})
-        rows.append({"handle": w["handle"], "task": w["task"], "state": integ["state"], "into": integ.get("into"),
-                     "queued_at": integ.get("queued_at") or integ.get("candidate", {}).get("at") or 0,
-                     "depends": deps})
-    rows.sort(key=lambda r: (r["queued_at"], r["handle"]))
+    for b in intos:
+        for w in queue_order(st, b or None):
+            integ = integration_of(w)
+            deps = []
+            for dep in w["data"].get("depends", []):
+                d = st.work(dep)
+                deps.append({"handle": d["handle"] if d else dep,
+                             "integration": integration_of(d)["state"] if d else "unknown"})
+            rows.append({"handle": w["handle"], "task": w["task"], "state": integ["state"], "into": integ.get("into"),
+                         "queued_at": integ.get("queued_at") or integ.get("candidate", {}).get("at") or 0,
+                         "depends": deps})
     holders = {}
     for lease in st.all_leases():
         if lease["resource"].startswith("integration/"):
@@ -277,9 +278,7 @@ def _landed_paths(w, commit, environ):
     old = old or (w["data"].get("base") or {}).get("commit")
     if not old:
         return []
-    code, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, commit],
-                       w["source"], environ, check=False)
-    return [p for p in out.split("\0") if p] if code == 0 else []
+    return _changed_names(git_dir_args(w["source"]), w["source"], old, commit, environ, check=False) or []
 
 
 def _release_landed(st, w, caller, paths):
@@ -343,8 +342,7 @@ def _check_ancestry(w, into, candidate, target, environ):
     source = w["source"]
     gargs = git_dir_args(source)
     for what, oid in (("target", target), ("candidate", candidate)):
-        code, _, _ = git(gargs + ["cat-file", "-e", oid + "^{commit}"], source, environ, check=False)
-        if code != 0:
+        if not _has_commit(gargs, source, oid, environ):
             hint = ("push the candidate to %s first; %s" % (source, workspace.SQUASH_NOTE % (w["handle"], w["handle"]))
                     if what == "candidate" else
                     "name a commit that exists in %s" % source)
@@ -440,6 +438,40 @@ LAND_CHECK_CONFIG = "coord.landCheck"          # git config key of the canonical
 CHECK_TIMEOUT = 3600.0                         # seconds one --check command may run
 CHECK_TAIL = 4000                              # characters of a failed check's output kept and shown
 LAND_RESUMABLE = frozenset(("running", "publish-refused", "publish-ambiguous"))
+
+
+# Reads that depend only on full commit IDs (which paths differ between two commits, whether a
+# commit is present) give the same answer for the whole command: a queue asks each several times
+# per work (its refusals, its proof, its report), so one process asks git once.
+_SAME_FOR_COMMITS = {}
+
+
+def _changed_names(gargs, cwd, old, new, environ, check=True):
+    """The paths that differ between commits `old` and `new` (git diff --name-only), or None when
+    git fails and not check; memoized per process when both are full commit IDs."""
+    key = ("diff", tuple(gargs), cwd, old, new)
+    if key in _SAME_FOR_COMMITS:
+        return list(_SAME_FOR_COMMITS[key])
+    code, out, _ = git(list(gargs) + ["diff", "--name-only", "-z", "--no-renames", old, new], cwd, environ,
+                       check=check)
+    if code != 0:
+        return None
+    names = [p for p in out.split("\0") if p]
+    if workspace.FULL_COMMIT_RE.match(old) and workspace.FULL_COMMIT_RE.match(new):
+        _SAME_FOR_COMMITS[key] = tuple(names)
+    return names
+
+
+def _has_commit(gargs, cwd, oid, environ):
+    """Whether commit `oid` is in the repository; a present commit is remembered (objects are not
+    removed while coord runs: it turns automatic gc off where it fetches)."""
+    key = ("commit", tuple(gargs), cwd, oid)
+    if key in _SAME_FOR_COMMITS:
+        return True
+    code, _, _ = git(list(gargs) + ["cat-file", "-e", oid + "^{commit}"], cwd, environ, check=False)
+    if code == 0 and workspace.FULL_COMMIT_RE.match(oid):
+        _SAME_FOR_COMMITS[key] = True
+    return code == 0
 
 
 def _rev(source, ref, environ):
@@ -786,8 +818,9 @@ def _worktrees_on(source, ref, environ):
 def _written(tree, old, new, environ, fork=False):
     """The paths moving from `old` to `new` writes (fork: `new`'s own changes since it forked
     from `old`), read in the checkout `tree`."""
-    span = ["%s...%s" % (old, new)] if fork else [old, new]
-    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames"] + span, tree, environ)
+    if not fork:
+        return _changed_names([], tree, old, new, environ)
+    _, out, _ = git(["diff", "--name-only", "-z", "--no-renames", "%s...%s" % (old, new)], tree, environ)
     return [p for p in out.split("\0") if p]
 
 
@@ -1455,9 +1488,7 @@ def _held_while_working(st, w, caller, old, new, environ):
     existed (the lease audit): shell writes are advisory, so this is where an overlap shows.
     -> [{path, holder}] (at most 50), for the landing's report; never blocks."""
     try:
-        _, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
-                        w["source"], environ)
-        paths = [p for p in out.split("\0") if p]
+        paths = _changed_names(git_dir_args(w["source"]), w["source"], old, new, environ)
         claims = st.exclusive_claims_since(w["created_at"], paths) if paths else []
     except store.CoordError:
         return []
@@ -1518,10 +1549,8 @@ def _refuse_peer_leases(st, w, caller, old, new, override, environ):
     exclusively (a peer rewriting it in the shared checkout, or in its own clone), unless the
     caller overrides (audited). The work's own agents (owner, successor, its harness, a parked
     holder) and the caller are not peers."""
-    _, out, _ = git(git_dir_args(w["source"]) + ["diff", "--name-only", "-z", "--no-renames", old, new],
-                    w["source"], environ)
     names = []
-    for p in out.split("\0"):
+    for p in _changed_names(git_dir_args(w["source"]), w["source"], old, new, environ):
         try:
             names.append(store.normalize_resource(p))
         except store.CoordError:
@@ -2132,8 +2161,7 @@ def fetch_candidate(w, commit, environ=None):
     source = w["source"]
     gargs = git_dir_args(source)
     ref = candidate_ref(w["id"])
-    code, _, _ = git(gargs + ["cat-file", "-e", commit + "^{commit}"], source, environ, check=False)
-    if code == 0:  # already there (a native workspace shares the store, or fetched before)
+    if _has_commit(gargs, source, commit, environ):  # already there (a native workspace shares the store, or fetched before)
         git(gargs + ["update-ref", ref, commit], source, environ)
     else:
         git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",

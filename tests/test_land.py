@@ -1779,8 +1779,7 @@ class LandQueueTest(LandCase):
         self.write(path, name, text)
         self.run_tool(path, "jj", "describe", "-m", "add " + name)
         conversation = "agent-%s" % handle
-        st = store.Store(environ=self.env)
-        self.addCleanup(st.close)
+        st = self.open_project()
         with st.transaction():
             st.update_work(st.resolve_work(handle)["id"], data={"tmux": {"conversation": conversation}})
         agent = self.hello(conversation)["runtime"]
@@ -1905,6 +1904,11 @@ class LandQueueTest(LandCase):
         self.run_tool(path, "jj", "describe", "-m", "add top")
         for h in (later, first):  # the dependent work is queued first
             self.assertEqual(self.work("integrate", "enqueue", h, "--into", "main").returncode, 0)
+        proc = self.work("integrate", "queue", "--into", "main", "--json")  # the listing is the landing order
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual([r["handle"] for r in json.loads(proc.stdout)["queue"]], [first, later])
+        listed = self.work("integrate", "queue", "--into", "main").stdout.splitlines()
+        self.assertEqual([line.split()[1] for line in listed if line[:2] in ("1.", "2.")], [first, later])
         proc = self.work("integrate", "land", "--queued", "--into", "main", "--check", "true", "--json")
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertEqual([(x["work"], x["outcome"]) for x in json.loads(proc.stdout)["works"]],
@@ -2094,3 +2098,13 @@ class LandBatchTest(LandCase):
         self.assertEqual(sorted(e["subject"] for e in events if e["event"] == "work.integrated"),
                          sorted(self.record(h)["id"] for h in handles))
         self.assertEqual(self.remote_main(), self.main())
+
+
+# The landing queue on a project whose records are in PostgreSQL (through its host process):
+# the same tests, support.PostgresProject first.
+class PgLandQueueTest(support.PostgresProject, LandQueueTest):
+    pass
+
+
+class PgLandBatchTest(support.PostgresProject, LandBatchTest):
+    pass
