@@ -3221,16 +3221,19 @@ class RescueTest(WorkTestCase):
                       'if(description == "snapshot working copy", id ++ "\\n")')
         return [l for l in out.splitlines() if l]
 
-    def stop(self, path, wait=True):
+    def stop(self, path, wait=True, race=False):
         """Run coord's real hook at a turn's end in the clone; with `wait`, until its detached
-        snapshot is in the operation log. -> the operation ids of every snapshot, newest first."""
-        before = len(self.snapshots(path))
+        snapshot is in the operation log (without, 3 s for one that must not come; with `race`,
+        not at all). -> the operation ids of every snapshot, newest first."""
+        before = 0 if race else len(self.snapshots(path))
         env = {k: v for k, v in self.env.items() if k != "COORD_REPO_ROOT"}
         payload = {"session_id": "rescue-conversation", "transcript_path": "/dev/null", "cwd": path,
                    "hook_event_name": "Stop"}
         proc = support.run_hook([sys.executable, os.path.join(support.ROOT, "hook.py"), "--harness", "claude"],
                                 payload, env, path)
         self.assertEqual((proc.returncode, proc.stdout), (0, ""), proc.stderr)
+        if race:
+            return []
         deadline = time.time() + (30 if wait else 3)
         while time.time() < deadline:
             ops = self.snapshots(path)
@@ -3329,6 +3332,28 @@ class RescueTest(WorkTestCase):
         self.assertEqual(proc.returncode, 3, proc.stderr)
         self.assertIn("ownership marker", proc.stderr)
         self.assertEqual(self.snapshots(path), before)
+        # nor is the shared checkout, which is no managed clone
+        self.write(self.canon, "scratch.txt", "x\n")
+        canon = self.snapshots(self.canon)
+        self.assertEqual(self.stop(self.canon, wait=False), canon)
+
+    def test_snapshots_racing_the_agent_s_own_jj_commands_lose_nothing(self):
+        """jj's working-copy lock: Stop's detached snapshots while the agent describes and
+        commits leave no divergent change and every file in the history."""
+        handle, path, _ = self.create("racing")
+        for i in range(6):
+            self.write(path, "f%d.txt" % i, "%d\n" % i)
+            self.stop(path, race=bool(i % 2))
+            self.jj(path, "describe", "-m", "step %d" % i)
+            if i % 3 == 2:
+                self.jj(path, "new")
+        self.assertEqual(self.jj(path, "log", "--no-graph", "-r", "divergent()", "-T", "change_id"), "")
+        self.assertEqual(sorted(self.jj(path, "file", "list").split()),
+                         sorted(["README"] + ["f%d.txt" % i for i in range(6)]))
+        self.write(path, "last.txt", "last\n")
+        self.stop(path)  # a last turn, after the racing snapshots ended
+        ops = self.work_json("rescue", handle)["turns"]
+        self.assertTrue(all(t["commit"] for t in ops))
 
 if __name__ == "__main__":
     import unittest
