@@ -2445,14 +2445,14 @@ def rescue_list(w, path, environ=None):
     return rows
 
 
-def rescue_paths(path, names):
+def rescue_paths(w, path, turn, names):
     """jj filesets for PATH arguments, each relative to the clone's root (or absolute below it)."""
     out = []
     for name in names:
         full = os.path.normpath(os.path.join(path, name))
         if full == path or not below(full, path) or os.path.relpath(full, path).split(os.sep)[0] == ".jj":
             raise UsageError("%s is not a path inside the clone %s" % (name, path),
-                             "name files relative to the clone's root")
+                             "coord work rescue %s --turn %d PATH (relative to %s)" % (w["handle"], turn, path))
         out.append('root:%s' % json.dumps(os.path.relpath(full, path)))
     return out
 
@@ -2468,7 +2468,7 @@ def rescue_turn(st, w, caller, turn, names, environ=None, override=False):
                          "coord work rescue %s" % w["handle"])
     op, when = ops[turn - 1]
     commit, _ = turn_state(path, op, environ)
-    sets = rescue_paths(path, names)
+    sets = rescue_paths(w, path, turn, names)
     jj(["new", "-m", "rescue turn %d (%s) of %s" % (turn, when, w["handle"])], path, environ=environ)
     jj(["restore", "--from", commit] + sets, path, environ=environ)
     after = head_ids(path, snapshot=False, environ=environ)
