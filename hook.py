@@ -576,7 +576,25 @@ def on_stop(h):
         if not h.agent:
             db.set_turn(rt["id"], "idle")
         db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
+    if not h.agent:
+        record_turn(h)
     return ""
+
+
+def record_turn(h):
+    """At a turn's end in a managed clone whose marker proves it (clone_work), start `jj util
+    snapshot` there detached (its own session, output discarded) and never wait: jj records the
+    files as they are in the clone's operation log, where `coord work rescue` finds each turn.
+    jj's working-copy lock serializes it with any other jj command in the clone."""
+    w = clone_work(h)
+    if w is None:
+        return
+    null = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+    argv = ["jj", "--no-pager", "--color=never", "-R", w["path"], "util", "snapshot"]
+    try:
+        os.posix_spawnp("jj", argv, dict(h.environ), file_actions=null, setsid=True)
+    except OSError:
+        pass  # no jj here: the turn is not recorded, the harness goes on
 
 
 def on_permission_request(h):
@@ -645,7 +663,6 @@ def clone_work(h):
     """The work record of the managed clone this session runs in, else None: the work named by
     the ownership marker at the repository root (.jj/coord-owner, read without following a
     symlink), while that work is live, records exactly this root and holds the marker's token."""
-    import json
     import store
     root = h.root()
     if not root:
@@ -653,8 +670,8 @@ def clone_work(h):
     try:
         fd = os.open(os.path.join(root, ".jj", "coord-owner"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as f:
-            marker = json.loads(f.read(4096))
-    except (OSError, ValueError):
+            marker = read_json(f.read(4096))
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(marker, dict) or not store.is_uuid(marker.get("work")):
         return None

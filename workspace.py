@@ -503,7 +503,7 @@ def owns(st, w, caller):
 # and prove are the person's even on an agent's own work, unless the repository opts in
 # (refuse_agent_integration).
 AUTHORITY_VERBS = {"gate": "pass or waive the gate of", "park": "park", "resume": "resume", "close": "close",
-                   "archive": "archive",
+                   "archive": "archive", "rescue": "rescue files into",
                    "acquire": "integrate", "land": "land", "remove": "remove", "start": "start",
                    "enqueue": "queue", "prove": "prove the integration of"}
 
@@ -2399,6 +2399,108 @@ def cmd_adopt(ctx, args):
     return 0, {"ok": True, "work": public_work(w, ctx.db)}, w["handle"]
 
 
+# --------------------------------------------------------------------------- rescue: every turn recoverable
+# At each turn's end the hook has jj snapshot the clone (hook.record_turn), so the clone's own
+# operation log holds the files as they were. `work rescue` lists those snapshots and copies a
+# turn's files into a new change on top of the working copy, which jj records first: nothing
+# newer is overwritten, and the operation log it reads survives a crash, a reboot and a lost
+# database (adopt the clone again first: docs/cleanup.md).
+
+RESCUE_SHOWN = 30  # turns `work rescue` lists (the newest); --turn reaches any of them
+SNAPSHOT_OP = "snapshot working copy"
+
+
+def recorded_turns(path, environ=None):
+    """[(operation id, end time)] of every working-copy snapshot in the clone's operation log,
+    oldest first (turn N is index N-1); read without snapshotting."""
+    tmpl = 'if(description == "%s", id ++ " " ++ time.end().format("%%Y-%%m-%%d %%H:%%M:%%S %%z") ++ "\\n")' \
+        % SNAPSHOT_OP
+    _, out, _ = jj(["op", "log", "--no-graph", "-T", tmpl], path, snapshot=False, environ=environ)
+    return list(reversed([tuple(l.split(" ", 1)) for l in out.splitlines() if " " in l]))
+
+
+def turn_state(path, op, environ=None):
+    """(commit id of @, its description's first line) as operation `op` recorded them."""
+    tmpl = 'commit_id ++ "\\t" ++ description.first_line()'
+    _, out, _ = jj(["--at-op", op, "log", "--no-graph", "-r", "@", "-T", tmpl], path, snapshot=False,
+                   environ=environ)
+    commit, _, desc = out.strip("\n").partition("\t")
+    return commit, desc
+
+
+def rescue_list(w, path, environ=None):
+    """The newest RESCUE_SHOWN turns: {turn, op, time, commit, description, files}, files being
+    those that differ from the turn before (from the commit's parents for the first)."""
+    ops = recorded_turns(path, environ)
+    first = max(0, len(ops) - RESCUE_SHOWN)
+    rows, prev = [], None
+    for i in range(max(0, first - 1), len(ops)):
+        (op, when), (commit, desc) = ops[i], turn_state(path, ops[i][0], environ)
+        if i >= first:
+            args = ["diff", "--name-only"] + (["--from", prev, "--to", commit] if prev else ["-r", commit])
+            _, out, _ = jj(args, path, snapshot=False, environ=environ)
+            rows.append({"turn": i + 1, "op": op, "time": when, "commit": commit, "description": desc,
+                         "files": [f for f in out.splitlines() if f]})
+        prev = commit
+    return rows
+
+
+def rescue_paths(w, path, turn, names):
+    """jj filesets for PATH arguments, each relative to the clone's root (or absolute below it)."""
+    out = []
+    for name in names:
+        full = os.path.normpath(os.path.join(path, name))
+        if full == path or not below(full, path) or os.path.relpath(full, path).split(os.sep)[0] == ".jj":
+            raise UsageError("%s is not a path inside the clone %s" % (name, path),
+                             "coord work rescue %s --turn %d PATH (relative to %s)" % (w["handle"], turn, path))
+        out.append('root:%s' % json.dumps(os.path.relpath(full, path)))
+    return out
+
+
+def rescue_turn(st, w, caller, turn, names, environ=None, override=False):
+    """Copy turn `turn`'s files (all, or `names`) into a new change on top of @: `jj new` first
+    records the working copy as it is and keeps it as the parent, so nothing newer is lost."""
+    authorize(st, w, caller, "rescue", override=override)
+    path = verified_path(w)
+    ops = recorded_turns(path, environ)
+    if not 1 <= turn <= len(ops):
+        raise UsageError("work %s has %d recorded turns, not turn %d" % (w["handle"], len(ops), turn),
+                         "coord work rescue %s" % w["handle"])
+    op, when = ops[turn - 1]
+    commit, _ = turn_state(path, op, environ)
+    sets = rescue_paths(w, path, turn, names)
+    jj(["new", "-m", "rescue turn %d (%s) of %s" % (turn, when, w["handle"])], path, environ=environ)
+    jj(["restore", "--from", commit] + sets, path, environ=environ)
+    after = head_ids(path, snapshot=False, environ=environ)
+    _, out, _ = jj(["diff", "--name-only", "-r", "@"], path, snapshot=False, environ=environ)
+    with st.transaction():
+        st.audit("work.rescue", who_id(caller), w["id"], turn=turn, op=op, commit=commit,
+                 paths=list(names), change=after["change"])
+    return {"work": w["handle"], "turn": turn, "op": op, "from": commit, "time": when,
+            "change": after["change"], "restored": [f for f in out.splitlines() if f]}
+
+
+def cmd_rescue(ctx, args):
+    w = target_work(ctx, args.handle)
+    if args.turn is None:
+        path = verified_path(w)
+        rows = rescue_list(w, path, ctx.environ)
+        lines = ["%d  %s  %s  %s" % (r["turn"], r["time"], r["description"] or "(no description)",
+                                     ", ".join(r["files"][:6]) + (" +%d" % (len(r["files"]) - 6)
+                                                                  if len(r["files"]) > 6 else "") or "-")
+                 for r in rows]
+        if not rows:
+            lines = ["no recorded turns in %s" % path]
+        return 0, {"ok": True, "work": w["handle"], "turns": rows}, "\n".join(lines)
+    turn = store.check_int(args.turn[0], "--turn", 1, 10 ** 9, "coord work rescue %s" % w["handle"])
+    r = rescue_turn(ctx.db, w, ctx.caller(), turn, args.turn[1:], ctx.environ, args.override)
+    text = "restored %s from turn %d into new change %s on top: %s" % (
+        ", ".join(r["restored"][:6]) or "nothing (the tree already matched)", r["turn"], r["change"][:12],
+        "jj log -r @- -r @")
+    return 0, ok_data(r), text
+
+
+
 # =========================================================================== parser registration
 
 def override_argument(p):
@@ -2408,7 +2510,7 @@ def override_argument(p):
 
 # Every `work` subcommand, in the order help lists them (a test compares this with the parser).
 WORK_COMMANDS = ("create", "setup", "list", "inspect", "gate", "integrate", "conflicts", "review", "remove", "gc",
-                 "adopt", "start", "attach", "park", "resume", "close", "record-conversation", "archive")
+                 "adopt", "rescue", "start", "attach", "park", "resume", "close", "record-conversation", "archive")
 
 
 class _Some:
@@ -2472,10 +2574,20 @@ def _parse_adopt(ws, both):
     p.set_defaults(func=cmd_adopt)
 
 
+def _parse_rescue(ws, both):
+    p = ws.add_parser("rescue", parents=both, help="list a work's recorded turns, or restore one turn's files "
+                      "as a new change")
+    p.add_argument("handle", metavar="HANDLE")
+    p.add_argument("--turn", nargs="+", metavar=("N", "PATH"), help="restore turn N (as listed) as a new change: "
+                   "the whole tree, or only the files or directories named (relative to the clone's root)")
+    override_argument(p)
+    p.set_defaults(func=cmd_rescue)
+
+
 # The `work` subcommands this module builds and handles (coord merges launch's, land's and
 # cleanup's).
 PARSERS = {"create": _parse_create, "setup": _parse_setup, "gate": _parse_gate,
-           "adopt": _parse_adopt}
+           "adopt": _parse_adopt, "rescue": _parse_rescue}
 
 
 def register(sub, common, ident, parsers, only=None, unbuilt=None):

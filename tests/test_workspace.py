@@ -3211,6 +3211,150 @@ class ArchiveTest(TmuxWorkCase):
         self.assertTrue(os.path.isdir(upath))
         self.assertFalse(os.path.lexists(dpath))
 
+
+class RescueTest(WorkTestCase):
+    """Every turn recoverable: the Stop hook has jj record a managed clone's files, and `work
+    rescue` lists those turns and copies one back as a new change on top, never over newer work."""
+
+    def snapshots(self, path):
+        out = self.jj(path, "--ignore-working-copy", "op", "log", "--no-graph", "-T",
+                      'if(description == "snapshot working copy", id ++ "\\n")')
+        return [l for l in out.splitlines() if l]
+
+    def stop(self, path, wait=True, race=False):
+        """Run coord's real hook at a turn's end in the clone; with `wait`, until its detached
+        snapshot is in the operation log (without, 3 s for one that must not come; with `race`,
+        not at all). -> the operation ids of every snapshot, newest first."""
+        before = 0 if race else len(self.snapshots(path))
+        env = {k: v for k, v in self.env.items() if k != "COORD_REPO_ROOT"}
+        payload = {"session_id": "rescue-conversation", "transcript_path": "/dev/null", "cwd": path,
+                   "hook_event_name": "Stop"}
+        proc = support.run_hook([sys.executable, os.path.join(support.ROOT, "hook.py"), "--harness", "claude"],
+                                payload, env, path)
+        self.assertEqual((proc.returncode, proc.stdout), (0, ""), proc.stderr)
+        if race:
+            return []
+        deadline = time.time() + (30 if wait else 3)
+        while time.time() < deadline:
+            ops = self.snapshots(path)
+            if len(ops) > before:
+                return ops
+            time.sleep(0.1)
+        if wait:
+            self.fail("the Stop hook recorded no snapshot in %s" % path)
+        return self.snapshots(path)
+
+    def test_a_turn_is_recorded_at_stop(self):
+        handle, path, _ = self.create("recorded")
+        self.write(path, "notes.txt", "the agent's turn\n")
+        op = self.stop(path)[0]
+        self.assertEqual(self.jj(path, "--ignore-working-copy", "--at-op", op, "file", "show", "-r", "@", "notes.txt"),
+                         "the agent's turn\n")
+        turns = self.work_json("rescue", handle)["turns"]
+        self.assertEqual(turns[-1]["op"], op)
+        self.assertIn("notes.txt", turns[-1]["files"])
+
+    def test_rescue_brings_back_what_the_harness_overwrote_or_deleted_as_a_new_change(self):
+        handle, path, _ = self.create("clobbered")
+        self.jj(path, "describe", "-m", "the agent's change")
+        self.write(path, "a.txt", "agent v1\n")
+        self.write(path, "b.txt", "keep me\n")
+        self.stop(path)
+        turn = self.work_json("rescue", handle)["turns"][-1]
+        self.assertEqual(turn["description"], "the agent's change")
+        # the harness overwrites one file and deletes another; newer work lands beside them
+        self.write(path, "a.txt", "clobbered\n")
+        os.unlink(os.path.join(path, "b.txt"))
+        self.write(path, "c.txt", "newer work\n")
+        before = self.commit_of(path, "@")
+        r = self.work_json("rescue", handle, "--turn", str(turn["turn"]), "a.txt", "b.txt")
+        self.assertEqual(sorted(r["restored"]), ["a.txt", "b.txt"])
+        for name, text in (("a.txt", "agent v1\n"), ("b.txt", "keep me\n"), ("c.txt", "newer work\n")):
+            with open(os.path.join(path, name)) as f:
+                self.assertEqual(f.read(), text)
+        # the working copy as it was is the new change's parent: nothing newer was overwritten
+        parent = self.jj(path, "log", "--no-graph", "-r", "@-", "-T", "change_id ++ description").strip()
+        self.assertEqual(parent, self.jj(path, "log", "--no-graph", "-r", before, "-T",
+                                         "change_id").strip() + "the agent's change")
+        self.assertEqual(self.jj(path, "file", "show", "-r", "@-", "a.txt"), "clobbered\n")
+        self.assertEqual(self.jj(path, "file", "show", "-r", "@-", "c.txt"), "newer work\n")
+        # the whole tree: the same, and the newer file stays in the parent
+        whole = self.work_json("rescue", handle, "--turn", str(turn["turn"]))
+        self.assertEqual(whole["restored"], ["c.txt"])  # removed in the new change only
+        self.assertEqual(self.jj(path, "file", "show", "-r", "@-", "c.txt"), "newer work\n")
+
+    def test_rescue_works_after_the_database_is_lost(self):
+        handle, path, _ = self.create("survivor")
+        self.write(path, "a.txt", "before the loss\n")
+        self.stop(path)
+        os.unlink(os.path.join(path, "a.txt"))
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+        self.work("adopt", path, check=0)
+        turn = self.work_json("rescue", handle)["turns"][-1]["turn"]
+        self.work("rescue", handle, "--turn", str(turn), "a.txt", check=0)
+        with open(os.path.join(path, "a.txt")) as f:
+            self.assertEqual(f.read(), "before the loss\n")
+
+    def test_refusals_name_the_next_command(self):
+        handle, path, _ = self.create("guarded")
+        self.write(path, "a.txt", "x\n")
+        self.stop(path)
+        proc = self.work("rescue", handle, "--turn", "999")
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("coord work rescue %s" % handle, proc.stderr)
+        proc = self.work("rescue", handle, "--turn", "1", "../outside")
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        other = self.hello()["runtime"]
+        before = self.commit_of(path, "@")
+        proc = self.work("rescue", handle, "--turn", "1", runtime=other["id"])
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("next:", proc.stderr)
+        self.assertEqual(self.jj(path, "--ignore-working-copy", "log", "--no-graph", "-r", "@", "-T", "commit_id"),
+                         before)
+
+    def test_a_clone_failing_its_marker_is_never_snapshotted_nor_rescued(self):
+        handle, path, _ = self.create("foreign")
+        self.write(path, "a.txt", "x\n")
+        self.stop(path)
+        marker = os.path.join(path, ".jj", "coord-owner")
+        with open(marker) as f:
+            data = json.load(f)
+        data["token"] = "0" * len(data["token"])
+        with open(marker, "w") as f:
+            json.dump(data, f)
+        before = self.snapshots(path)
+        self.write(path, "a.txt", "changed\n")
+        self.assertEqual(self.stop(path, wait=False), before)
+        proc = self.work("rescue", handle, "--turn", "1")
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertIn("ownership marker", proc.stderr)
+        self.assertEqual(self.snapshots(path), before)
+        # nor is the shared checkout, which is no managed clone
+        self.write(self.canon, "scratch.txt", "x\n")
+        canon = self.snapshots(self.canon)
+        self.assertEqual(self.stop(self.canon, wait=False), canon)
+
+    def test_snapshots_racing_the_agent_s_own_jj_commands_lose_nothing(self):
+        """jj's working-copy lock: Stop's detached snapshots while the agent describes and
+        commits leave no divergent change and every file in the history."""
+        handle, path, _ = self.create("racing")
+        for i in range(6):
+            self.write(path, "f%d.txt" % i, "%d\n" % i)
+            self.stop(path, race=bool(i % 2))
+            self.jj(path, "describe", "-m", "step %d" % i)
+            if i % 3 == 2:
+                self.jj(path, "new")
+        self.assertEqual(self.jj(path, "log", "--no-graph", "-r", "divergent()", "-T", "change_id"), "")
+        self.assertEqual(sorted(self.jj(path, "file", "list").split()),
+                         sorted(["README"] + ["f%d.txt" % i for i in range(6)]))
+        self.write(path, "last.txt", "last\n")
+        self.stop(path)  # a last turn, after the racing snapshots ended
+        ops = self.work_json("rescue", handle)["turns"]
+        self.assertTrue(all(t["commit"] for t in ops))
+
 if __name__ == "__main__":
     import unittest
     unittest.main()
