@@ -841,7 +841,10 @@ def _descends_from(pid, ancestors):
 # The only text coord ever types into an agent's pane: fixed, one line, never a message's body
 # (a pane is a model's input; a peer's text typed there would read as the person's prompt).
 NUDGE = "coord: new messages for you; read: .coord/coord inbox, then ack each"
-NUDGE_ENTER_AFTER = 0.1  # seconds between typing NUDGE and pressing Enter
+# seconds between typing NUDGE and pressing Enter: Codex's composer takes an Enter within 120 ms
+# of a burst of typed characters for a newline in a paste (its PASTE_ENTER_SUPPRESS_WINDOW, Codex
+# 0.171.0), and a loaded host delays when the harness reads the keys
+NUDGE_ENTER_AFTER = 0.4
 
 
 def nudge(record, since, claim=None, tmux=None):
