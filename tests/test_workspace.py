@@ -609,6 +609,49 @@ class CleanupEvidenceTest(WorkTestCase):
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
 
+    def test_a_clone_jj_cannot_read_is_refused_never_deleted_by_a_fallback(self):
+        # A stale-worktree cleanup that fell back to rm -rf deleted untracked code: here jj fails
+        # on a real broken clone, then the clone has no .jj at all; both refuse, and gc keeps it.
+        handle, path, _ = self.create("stale")
+        self.gate(handle)
+        self.write(path, "src/new.py", "uncommitted code\n")
+        shutil.rmtree(os.path.join(path, ".jj", "repo", "op_heads"))
+        self.assertEqual(self.refused(handle), ["jj-failed"])
+        self.assertEqual(self.kept_by_gc(), {handle: ["jj-failed"]})
+        shutil.rmtree(os.path.join(path, ".jj"))
+        self.assertEqual(self.refused(handle), ["not-jj"])
+        self.assertEqual(self.kept_by_gc(), {handle: ["not-jj"]})
+        with open(os.path.join(path, "src", "new.py")) as f:
+            self.assertEqual(f.read(), "uncommitted code\n")
+
+    def test_gc_removes_the_idle_clone_and_spares_a_sibling_a_background_process_still_uses(self):
+        # Recycling destroyed live sibling sessions' worktrees, and auto-cleanup removed one a
+        # nested background agent still used: both siblings are gated and clean, one has a
+        # detached process (no harness above it) in a subdirectory; gc takes only the idle one.
+        idle, idle_path, _ = self.create("idle")
+        busy, busy_path, _ = self.create("busy")
+        self.write(busy_path, "src/kept.txt", "committed by the sibling\n")
+        self.jj(busy_path, "describe", "-m", "the sibling's change")
+        landed = self.commit_of(busy_path, "@")  # landed, so the sibling is clean and integrated
+        self.git(self.canon, "fetch", "-q", busy_path, landed)
+        self.git(self.canon, "update-ref", "refs/heads/main", landed)
+        self.jj(busy_path, "git", "fetch")
+        for h in (idle, busy):
+            self.gate(h)
+        background = subprocess.Popen(["sleep", "300"], cwd=os.path.join(busy_path, "src"), start_new_session=True)
+        self.addCleanup(background.wait)
+        self.addCleanup(background.kill)
+        gc = self.work_json("gc")
+        self.assertEqual([r["handle"] for r in gc["removed"]], [idle])
+        self.assertEqual({k["handle"]: [r["code"] for r in k["reasons"]] for k in gc["kept"]},
+                         {busy: ["process-inside", "unexamined"]})
+        self.assertFalse(os.path.lexists(idle_path))
+        self.assertIsNone(background.poll(), "the background process still runs")
+        with open(os.path.join(busy_path, "src", "kept.txt")) as f:
+            self.assertEqual(f.read(), "committed by the sibling\n")
+        again, again_path, _ = self.create("idle")  # a new work of the same task gets a directory of its own
+        self.assertNotIn(again_path, (idle_path, busy_path))
+
     def test_changes_between_the_evidence_and_the_delete_put_the_clone_back(self):
         path = os.path.join(self.tmp, "late")
         os.makedirs(os.path.join(path, "src"))
