@@ -3919,6 +3919,123 @@ class InterruptedWorkTest(TmuxWorkCase):
         self.assertEqual(self.work("resume").returncode, 2, "a handle or --interrupted")
 
 
+class SessionEndLosesNothingTest(TmuxWorkCase):
+    """The field's losses at a session's end (docs/cleanup.md, Nothing is lost): a harness ended
+    by Ctrl-C or a killed window, a relaunch after the clone moved, a reboot. The clone, its
+    commits and bookmark stay; a relaunch goes to the work's own clone or nowhere."""
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        os.environ["FAKE_SESSION_END"] = self.env["FAKE_SESSION_END"] = "1"  # and SessionEnd when hung up
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        self.addCleanup(os.environ.pop, "FAKE_SESSION_END", None)
+
+    def tmux(self, *args):
+        subprocess.run([self.tmux_bin, "-S", self.sock] + list(args), check=True, timeout=10)
+
+    def working(self, task):
+        """A started work with a committed change and an uncommitted file; -> (handle, path, commit)."""
+        handle, path, _ = self.create(task)
+        self.write(path, "done.txt", "committed\n")
+        self.jj(path, "commit", "-m", "the agent's committed change")
+        self.write(path, "wip.txt", "uncommitted\n")
+        self.gate(handle)
+        self.work("start", handle, check=0)
+        self.registered_window(handle)
+        return handle, path, self.commit_of(path, "@-")
+
+    @staticmethod
+    def exited(pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().rsplit(") ", 1)[1].startswith("Z")
+        except FileNotFoundError:
+            return True
+
+    def launches(self):
+        return sorted(f for f in os.listdir(self.rec) if f.endswith(".json") and f.count(".") == 1)
+
+    def test_ctrl_c_twice_or_a_killed_window_keeps_the_clone_its_commits_and_bookmark(self):
+        canon_refs = self.git(self.canon, "for-each-ref").stdout
+        works = [self.working("ctrl-c"), self.working("hung-up")]
+        pane = self.record(works[0][0])["data"]["tmux"]["pane_id"]
+        self.tmux("send-keys", "-t", pane, "C-c", "C-c")  # Ctrl-C twice ends the harness
+        self.tmux("kill-window", "-t", self.record(works[1][0])["data"]["tmux"]["window_id"])  # SIGHUP, SessionEnd
+        support.retry_until(lambda: not self.windows(), timeout=30)
+        for handle, _, _ in works:  # each harness exits in its own time (SessionEnd first, when hung up)
+            support.retry_until(lambda: self.exited(self.record(handle)["data"]["tmux"]["pane_pid"]), timeout=30)
+        for task, (handle, _, _) in zip(("ctrl-c", "hung-up"), works):
+            support.retry_until(lambda: "%s  %s  interrupted" % (handle, task) in self.work("list", check=0).stdout,
+                                timeout=30)
+        for handle, path, commit in works:
+            self.work("close", handle, check=0)
+        kept = {k["handle"]: [r["code"] for r in k["reasons"]] for k in self.work_json("gc")["kept"]}
+        self.assertEqual(kept, {h: ["dirty", "unintegrated"] for h, _, _ in works})
+        for handle, path, commit in works:
+            for name, text in (("done.txt", "committed\n"), ("wip.txt", "uncommitted\n")):
+                with open(os.path.join(path, name)) as f:
+                    self.assertEqual(f.read(), text)
+            self.assertEqual(self.jj(path, "log", "--no-graph", "-r", commit, "-T", "description").strip(),
+                             "the agent's committed change")
+            bookmark = "agent/%s/%s" % (self.record(handle)["task"], self.record(handle)["id"])
+            self.assertIn(bookmark, self.jj(path, "bookmark", "list", "-T", 'name ++ "\\n"').split())
+        self.assertEqual(self.git(self.canon, "for-each-ref").stdout, canon_refs, "no shared branch touched")
+
+    def test_resume_after_the_clone_moved_refuses_and_launches_nowhere(self):
+        a, a_path, _ = self.create("first")
+        b, b_path, _ = self.create("second")
+        for h in (a, b):
+            self.work("start", h, check=0)
+            self.registered_window(h)
+            self.work("park", h, "--reason", "later", check=0)
+        started = self.launches()
+        os.rename(a_path, a_path + ".moved")
+        proc = self.work("resume", a, "--conversation", "conv-a")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertIn("is gone", proc.stderr)
+        os.rename(b_path, a_path)  # another work's clone where this one's was
+        for h, said in ((a, "ownership marker"), (b, "is gone")):
+            proc = self.work("resume", h, "--conversation", "conv-x")
+            self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+            self.assertIn(said, proc.stderr)
+        self.assertEqual((self.windows(), self.launches()), ([], started), "nothing launched anywhere")
+        os.rename(a_path, b_path)
+        os.rename(a_path + ".moved", a_path)
+        self.work("resume", a, "--conversation", "conv-a", check=0)  # back in place: its own clone only
+        new = support.retry_until(lambda: [f for f in self.launches() if f not in started])
+        run = []
+        for name in new:
+            with open(os.path.join(self.rec, name)) as f:
+                run.append(json.load(f))
+        self.assertEqual([(os.path.realpath(r["cwd"]), r["env"]["COORD_WORK_ID"]) for r in run],
+                         [(a_path, self.record(a)["id"])])
+
+    def test_a_reboot_leaves_the_clones_list_and_adopt_find_them(self):
+        # Worktrees in the system temp directory were lost at reboot: coord's defaults are not there.
+        for temporary in ("/tmp", "/run", "/dev/shm", "/var/run", "/var/lock", tempfile.gettempdir()):
+            self.assertFalse(store.within(workspace.DEFAULT_SCRATCH_ROOT, temporary),
+                             "the default scratch root is in %s, emptied at boot" % temporary)
+        self.assertTrue(store.within(store.state_dir({}), os.path.expanduser("~")), "the database is in HOME")
+        handle, path, _ = self.create("long")
+        self.write(path, "wip.txt", "uncommitted\n")
+        with open(os.path.join(self.scratch, "leftover.lock"), "w"):
+            pass
+        for name in os.listdir(self.scratch):  # the reboot: everything but the clones is gone
+            if os.path.join(self.scratch, name) != path:
+                os.unlink(os.path.join(self.scratch, name))
+        self.assertIn("%s  long  active" % handle, self.work("list", check=0).stdout)
+        self.assertEqual(self.refused(handle), ["ungated", "dirty"])
+        for suffix in ("", "-wal", "-shm"):  # and the database is lost too
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+        self.assertIn("1 clone(s) to adopt", self.work("list", check=0).stdout)
+        self.assertEqual(self.work("adopt", path, check=0).stdout.strip(), handle)
+        with open(os.path.join(path, "wip.txt")) as f:
+            self.assertEqual(f.read(), "uncommitted\n")
+
+
 class ReadmeRecoveryTest(TmuxWorkCase):
     """README's "After a reboot / after losing the database": its commands, run as written (from
     the shared checkout, `.coord/coord` being this checkout's coord), in usage order."""
