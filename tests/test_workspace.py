@@ -3324,6 +3324,23 @@ class RescueTest(WorkTestCase):
         self.assertEqual(whole["restored"], ["c.txt"])  # removed in the new change only
         self.assertEqual(self.jj(path, "file", "show", "-r", "@-", "c.txt"), "newer work\n")
 
+    def test_rescue_undoes_a_subagent_s_broad_git_command_in_the_clone(self):
+        # A subagent's broad staging deleted unrelated files: here a real git process in the
+        # colocated clone throws away the agent's edit and new files; the turn brings them back.
+        handle, path, _ = self.create("subagent")
+        self.write(path, "README", "the agent's edit\n")
+        self.write(path, "src/new.py", "the agent's new file\n")
+        self.stop(path)
+        turn = self.work_json("rescue", handle)["turns"][-1]["turn"]
+        subprocess.run(["sh", "-c", "git reset -q --hard && git clean -qfd"], cwd=path, env=self.env, check=True,
+                       timeout=60)
+        self.assertFalse(os.path.exists(os.path.join(path, "src", "new.py")), "the premise: git deleted it")
+        r = self.work_json("rescue", handle, "--turn", str(turn), "README", "src/new.py")
+        self.assertEqual(sorted(r["restored"]), ["README", "src/new.py"])
+        for name, text in (("README", "the agent's edit\n"), ("src/new.py", "the agent's new file\n")):
+            with open(os.path.join(path, name)) as f:
+                self.assertEqual(f.read(), text)
+
     def test_rescue_works_after_the_database_is_lost(self):
         handle, path, _ = self.create("survivor")
         self.write(path, "a.txt", "before the loss\n")
