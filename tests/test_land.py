@@ -284,6 +284,27 @@ class LandGitCheckedOutTest(_LandKinds, LandCase):
         proc = self.land(handle, "--check", "true")
         self.assertEqual(proc.returncode, 0, proc.stderr)
 
+    def test_a_landing_keeps_the_shared_checkout_s_own_uncommitted_work(self):
+        # Agents that copied their files back into the main checkout overwrote its uncommitted
+        # work: a landing only fast-forwards, so every change of the person's that it does not
+        # touch (edited, staged, untracked, ignored) is there afterwards, as it was.
+        handle, path = self.make("beside")
+        self.write(self.canon, ".git/info/exclude", "*.local\n")
+        self.write(self.canon, "shared.txt", "the person's edit\n")
+        self.write(self.canon, "staged.txt", "staged, never committed\n")
+        self.run_tool(self.canon, "git", "add", "staged.txt")
+        self.write(self.canon, "notes/untracked.txt", "untracked\n")
+        self.write(self.canon, "settings.local", "ignored\n")
+        proc = self.land(handle, "--check", "true")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.read(self.canon, "feature.txt"), "feature\n", "the landing reached the checkout")
+        for name, text in (("shared.txt", "the person's edit\n"), ("staged.txt", "staged, never committed\n"),
+                           ("notes/untracked.txt", "untracked\n"), ("settings.local", "ignored\n")):
+            self.assertEqual(self.read(self.canon, name), text)
+        status = self.run_tool(self.canon, "git", "status", "--porcelain")
+        self.assertIn(" M shared.txt", status)
+        self.assertIn("A  staged.txt", status)
+
     def test_a_flagged_file_touching_the_landing_is_refused_with_a_hint_that_lists_it(self):
         # git status shows nothing for a file marked assume-unchanged or skip-worktree, and
         # git merge --ff-only refuses to overwrite it: the refusal's hint must list it otherwise.

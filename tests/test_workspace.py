@@ -609,6 +609,47 @@ class CleanupEvidenceTest(WorkTestCase):
         self.work("remove", handle, "--confirm", handle, check=0)
         self.assertFalse(os.path.lexists(path))
 
+    def test_a_clone_jj_cannot_read_is_refused_never_deleted_by_a_fallback(self):
+        # A stale-worktree cleanup that fell back to rm -rf deleted untracked code: here jj fails
+        # on a real broken clone, then the clone has no .jj at all; both refuse, and gc keeps it.
+        handle, path, _ = self.create("stale")
+        self.gate(handle)
+        self.write(path, "src/new.py", "uncommitted code\n")
+        shutil.rmtree(os.path.join(path, ".jj", "repo", "op_heads"))
+        self.assertEqual(self.refused(handle), ["jj-failed"])
+        self.assertEqual(self.kept_by_gc(), {handle: ["jj-failed"]})
+        shutil.rmtree(os.path.join(path, ".jj"))
+        self.assertEqual(self.refused(handle), ["not-jj"])
+        self.assertEqual(self.kept_by_gc(), {handle: ["not-jj"]})
+        with open(os.path.join(path, "src", "new.py")) as f:
+            self.assertEqual(f.read(), "uncommitted code\n")
+
+    def test_gc_removes_the_idle_clone_and_spares_a_sibling_a_background_process_still_uses(self):
+        # Recycling destroyed live sibling sessions' worktrees, and auto-cleanup removed one a
+        # nested background agent still used: both siblings are gated and clean, one has a
+        # detached process (no harness above it) in a subdirectory; gc takes only the idle one.
+        idle, idle_path, _ = self.create("idle")
+        busy, busy_path, _ = self.create("busy")
+        self.write(busy_path, "src/kept.txt", "committed by the sibling\n")
+        self.jj(busy_path, "describe", "-m", "the sibling's change")
+        landed = self.commit_of(busy_path, "@")  # landed, so the sibling is clean and integrated
+        self.git(self.canon, "fetch", "-q", busy_path, landed)
+        self.git(self.canon, "update-ref", "refs/heads/main", landed)
+        self.jj(busy_path, "git", "fetch")
+        for h in (idle, busy):
+            self.gate(h)
+        background = subprocess.Popen(["sleep", "300"], cwd=os.path.join(busy_path, "src"), start_new_session=True)
+        self.addCleanup(background.wait)
+        self.addCleanup(background.kill)
+        gc = self.work_json("gc")
+        self.assertEqual([r["handle"] for r in gc["removed"]], [idle])
+        self.assertEqual({k["handle"]: [r["code"] for r in k["reasons"]] for k in gc["kept"]},
+                         {busy: ["process-inside", "unexamined"]})
+        self.assertFalse(os.path.lexists(idle_path))
+        self.assertIsNone(background.poll(), "the background process still runs")
+        with open(os.path.join(busy_path, "src", "kept.txt")) as f:
+            self.assertEqual(f.read(), "committed by the sibling\n")
+
     def test_changes_between_the_evidence_and_the_delete_put_the_clone_back(self):
         path = os.path.join(self.tmp, "late")
         os.makedirs(os.path.join(path, "src"))
@@ -3283,6 +3324,23 @@ class RescueTest(WorkTestCase):
         self.assertEqual(whole["restored"], ["c.txt"])  # removed in the new change only
         self.assertEqual(self.jj(path, "file", "show", "-r", "@-", "c.txt"), "newer work\n")
 
+    def test_rescue_undoes_a_subagent_s_broad_git_command_in_the_clone(self):
+        # A subagent's broad staging deleted unrelated files: here a real git process in the
+        # colocated clone throws away the agent's edit and new files; the turn brings them back.
+        handle, path, _ = self.create("subagent")
+        self.write(path, "README", "the agent's edit\n")
+        self.write(path, "src/new.py", "the agent's new file\n")
+        self.stop(path)
+        turn = self.work_json("rescue", handle)["turns"][-1]["turn"]
+        subprocess.run(["sh", "-c", "git reset -q --hard && git clean -qfd"], cwd=path, env=self.env, check=True,
+                       timeout=60)
+        self.assertFalse(os.path.exists(os.path.join(path, "src", "new.py")), "the premise: git deleted it")
+        r = self.work_json("rescue", handle, "--turn", str(turn), "README", "src/new.py")
+        self.assertEqual(sorted(r["restored"]), ["README", "src/new.py"])
+        for name, text in (("README", "the agent's edit\n"), ("src/new.py", "the agent's new file\n")):
+            with open(os.path.join(path, name)) as f:
+                self.assertEqual(f.read(), text)
+
     def test_rescue_works_after_the_database_is_lost(self):
         handle, path, _ = self.create("survivor")
         self.write(path, "a.txt", "before the loss\n")
@@ -3876,6 +3934,123 @@ class InterruptedWorkTest(TmuxWorkCase):
         self.assertEqual(self.work("resume", "--interrupted", check=0).stdout.strip(), "no interrupted work")
         self.assertEqual(len(self.windows()), 1)
         self.assertEqual(self.work("resume").returncode, 2, "a handle or --interrupted")
+
+
+class SessionEndLosesNothingTest(TmuxWorkCase):
+    """The field's losses at a session's end (docs/cleanup.md, Nothing is lost): a harness ended
+    by Ctrl-C or a killed window, a relaunch after the clone moved, a reboot. The clone, its
+    commits and bookmark stay; a relaunch goes to the work's own clone or nowhere."""
+
+    def setUp(self):
+        super().setUp()
+        os.environ["FAKE_HOOK"] = self.env["FAKE_HOOK"] = "1"  # the stand-in runs coord's SessionStart hook
+        os.environ["FAKE_SESSION_END"] = self.env["FAKE_SESSION_END"] = "1"  # and SessionEnd when hung up
+        self.addCleanup(os.environ.pop, "FAKE_HOOK", None)
+        self.addCleanup(os.environ.pop, "FAKE_SESSION_END", None)
+
+    def tmux(self, *args):
+        subprocess.run([self.tmux_bin, "-S", self.sock] + list(args), check=True, timeout=10)
+
+    def working(self, task):
+        """A started work with a committed change and an uncommitted file; -> (handle, path, commit)."""
+        handle, path, _ = self.create(task)
+        self.write(path, "done.txt", "committed\n")
+        self.jj(path, "commit", "-m", "the agent's committed change")
+        self.write(path, "wip.txt", "uncommitted\n")
+        self.gate(handle)
+        self.work("start", handle, check=0)
+        self.registered_window(handle)
+        return handle, path, self.commit_of(path, "@-")
+
+    @staticmethod
+    def exited(pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().rsplit(") ", 1)[1].startswith("Z")
+        except FileNotFoundError:
+            return True
+
+    def launches(self):
+        return sorted(f for f in os.listdir(self.rec) if f.endswith(".json") and f.count(".") == 1)
+
+    def test_ctrl_c_twice_or_a_killed_window_keeps_the_clone_its_commits_and_bookmark(self):
+        canon_refs = self.git(self.canon, "for-each-ref").stdout
+        works = [self.working("ctrl-c"), self.working("hung-up")]
+        pane = self.record(works[0][0])["data"]["tmux"]["pane_id"]
+        self.tmux("send-keys", "-t", pane, "C-c", "C-c")  # Ctrl-C twice ends the harness
+        self.tmux("kill-window", "-t", self.record(works[1][0])["data"]["tmux"]["window_id"])  # SIGHUP, SessionEnd
+        support.retry_until(lambda: not self.windows(), timeout=30)
+        for handle, _, _ in works:  # each harness exits in its own time (SessionEnd first, when hung up)
+            support.retry_until(lambda: self.exited(self.record(handle)["data"]["tmux"]["pane_pid"]), timeout=30)
+        for task, (handle, _, _) in zip(("ctrl-c", "hung-up"), works):
+            support.retry_until(lambda: "%s  %s  interrupted" % (handle, task) in self.work("list", check=0).stdout,
+                                timeout=30)
+        for handle, path, commit in works:
+            self.work("close", handle, check=0)
+        kept = {k["handle"]: [r["code"] for r in k["reasons"]] for k in self.work_json("gc")["kept"]}
+        self.assertEqual(kept, {h: ["dirty", "unintegrated"] for h, _, _ in works})
+        for handle, path, commit in works:
+            for name, text in (("done.txt", "committed\n"), ("wip.txt", "uncommitted\n")):
+                with open(os.path.join(path, name)) as f:
+                    self.assertEqual(f.read(), text)
+            self.assertEqual(self.jj(path, "log", "--no-graph", "-r", commit, "-T", "description").strip(),
+                             "the agent's committed change")
+            bookmark = "agent/%s/%s" % (self.record(handle)["task"], self.record(handle)["id"])
+            self.assertIn(bookmark, self.jj(path, "bookmark", "list", "-T", 'name ++ "\\n"').split())
+        self.assertEqual(self.git(self.canon, "for-each-ref").stdout, canon_refs, "no shared branch touched")
+
+    def test_resume_after_the_clone_moved_refuses_and_launches_nowhere(self):
+        a, a_path, _ = self.create("first")
+        b, b_path, _ = self.create("second")
+        for h in (a, b):
+            self.work("start", h, check=0)
+            self.registered_window(h)
+            self.work("park", h, "--reason", "later", check=0)
+        started = self.launches()
+        os.rename(a_path, a_path + ".moved")
+        proc = self.work("resume", a, "--conversation", "conv-a")
+        self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+        self.assertIn("is gone", proc.stderr)
+        os.rename(b_path, a_path)  # another work's clone where this one's was
+        for h, said in ((a, "ownership marker"), (b, "is gone")):
+            proc = self.work("resume", h, "--conversation", "conv-x")
+            self.assertEqual(proc.returncode, 3, proc.stdout + proc.stderr)
+            self.assertIn(said, proc.stderr)
+        self.assertEqual((self.windows(), self.launches()), ([], started), "nothing launched anywhere")
+        os.rename(a_path, b_path)
+        os.rename(a_path + ".moved", a_path)
+        self.work("resume", a, "--conversation", "conv-a", check=0)  # back in place: its own clone only
+        new = support.retry_until(lambda: [f for f in self.launches() if f not in started])
+        run = []
+        for name in new:
+            with open(os.path.join(self.rec, name)) as f:
+                run.append(json.load(f))
+        self.assertEqual([(os.path.realpath(r["cwd"]), r["env"]["COORD_WORK_ID"]) for r in run],
+                         [(a_path, self.record(a)["id"])])
+
+    def test_a_reboot_leaves_the_clones_list_and_adopt_find_them(self):
+        # Worktrees in the system temp directory were lost at reboot: coord's defaults are not there.
+        for temporary in ("/tmp", "/run", "/dev/shm", "/var/run", "/var/lock", tempfile.gettempdir()):
+            self.assertFalse(store.within(workspace.DEFAULT_SCRATCH_ROOT, temporary),
+                             "the default scratch root is in %s, emptied at boot" % temporary)
+        self.assertTrue(store.within(store.state_dir({}), os.path.expanduser("~")), "the database is in HOME")
+        handle, path, _ = self.create("long")
+        self.write(path, "wip.txt", "uncommitted\n")
+        with open(os.path.join(self.scratch, "leftover.lock"), "w"):
+            pass
+        for name in os.listdir(self.scratch):  # the reboot: everything but the clones is gone
+            if os.path.join(self.scratch, name) != path:
+                os.unlink(os.path.join(self.scratch, name))
+        self.assertIn("%s  long  active" % handle, self.work("list", check=0).stdout)
+        self.assertEqual(self.refused(handle), ["ungated", "dirty"])
+        for suffix in ("", "-wal", "-shm"):  # and the database is lost too
+            if os.path.exists(self.db + suffix):
+                os.unlink(self.db + suffix)
+        self.rt = self.hello()["runtime"]
+        self.assertIn("1 clone(s) to adopt", self.work("list", check=0).stdout)
+        self.assertEqual(self.work("adopt", path, check=0).stdout.strip(), handle)
+        with open(os.path.join(path, "wip.txt")) as f:
+            self.assertEqual(f.read(), "uncommitted\n")
 
 
 class ReadmeRecoveryTest(TmuxWorkCase):
