@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -483,6 +484,45 @@ class Nudge(h.CoordCase):
         self.assertTrue(reply["nudged"], reply)
         seen = support.retry_until(lambda: self.carrying(marker), timeout=60, interval=0.25)
         self.assertIn(session.NUDGE, seen[0].user_text())
+
+    def test_ctrl_c_twice_ends_claude_and_loses_nothing(self):
+        """The field lost a worktree to Ctrl-C twice (claude-code#41089): here the real Claude Code,
+        launched by work start, writes a file (the person approves) and ends its turn, and the
+        person's Ctrl-C twice ends it; the clone, the file and the work stay, gc keeps it and remove refuses (docs/cleanup.md)."""
+        work = self.rcoord("work", "create", "ctrl-c", env=self.as_owner)["work"]
+        kept = os.path.join(work["path"], "kept.txt")
+        wrote = []
+
+        def step(request):  # the main loop's request (it offers Write) writes once; side requests get text
+            if not wrote and any(t.get("name") == "Write" for t in (request.body or {}).get("tools") or []):
+                wrote.append(request)
+                return tool("Write", file_path=kept, content="the agent's work\n")
+            return say("written")
+        self.server.load([step] * 50)
+        self.rcoord("work", "start", work["handle"], "--harness", "claude", "--prompt", "Write kept.txt.",
+                    env=self.as_owner)
+        rec = support.retry_until(lambda: (lambda r: r if r.get("runtime_id") else None)(
+            self.rcoord("work", "inspect", work["handle"], env=self.launch_env)["work"]["data"].get("tmux") or {}),
+            timeout=60, interval=0.5)
+        person = support.TmuxClient(self, self.sock, rec["pane_id"])
+        support.retry_until(lambda: "Do you want to create kept.txt" in self.pane_text(rec), timeout=60, interval=0.25)
+        person.type("\r")  # the person lets it write
+        try:
+            support.retry_until(lambda: os.path.exists(kept) and self.turn(rec) == "idle", timeout=60, interval=0.25)
+        except AssertionError:
+            self.fail("turn %s, kept.txt %s; the pane:\n%s" % (self.turn(rec), os.path.exists(kept), self.pane_text(rec)))
+        person.type("\x03")
+        time.sleep(0.3)
+        person.type("\x03")
+        support.retry_until(lambda: [w for w in self.rcoord("work", "list", env=self.as_owner)["work"]
+                                     if w.get("interrupted")], timeout=60, interval=0.5)
+        self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e", env=self.as_owner)
+        self.rcoord("work", "close", work["handle"], env=self.as_owner)  # even waived and closed, it is kept
+        gc = self.rcoord("work", "gc", env=self.as_owner)
+        self.assertIn(work["handle"], [k["handle"] for k in gc["kept"]], gc)
+        self.rcoord("work", "remove", work["handle"], "--confirm", work["handle"], env=self.as_owner, check=3)
+        with open(kept) as f:
+            self.assertEqual(f.read(), "the agent's work\n")
 
     def test_a_nudge_never_answers_a_permission_dialog(self):
         asked = []
