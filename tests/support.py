@@ -230,16 +230,28 @@ def pass_gate(env, handle, runtime):
         st.close()
 
 
+POLL_CEILING = 0.25  # seconds: the longest pause retry_until grows to
+
+
 def retry_until(predicate, timeout=10.0, interval=0.02):
-    """Poll predicate() until it returns a truthy value; return it, or raise on timeout."""
+    """Poll predicate() until it returns a truthy value; return it, or raise on timeout.
+
+    The pause starts at `interval` and grows by half each round up to POLL_CEILING (or
+    `interval`, if longer), and is never shorter than the predicate itself took: most predicates
+    run a process (coord, tmux, jj), and polling one every 20 ms kept a core busy for the whole
+    wait, which on the 2-core CI host slowed every other suite."""
     deadline = time.monotonic() + timeout
+    pause = interval
     while True:
+        began = time.monotonic()
         value = predicate()
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError("condition not met within %.1fs" % timeout)
-        time.sleep(interval)
+        time.sleep(min(max(pause, now - began), deadline - now + 0.01))
+        pause = min(pause * 1.5, max(interval, POLL_CEILING))
 
 
 # -- fixture trees built once per process and copied per test
