@@ -41,6 +41,23 @@ def product_files():
 
 class CompileTest(unittest.TestCase):
 
+    FUNCTION_LINES = 80  # the longest function a product module or script may have
+
+    def test_no_product_function_is_longer_than_80_lines(self):
+        import ast
+        long = []
+        for path, kind in product_files():
+            if kind == "bench":
+                continue
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                        node.end_lineno - node.lineno + 1 > self.FUNCTION_LINES:
+                    long.append("%s:%d %s (%d lines)" % (os.path.basename(path), node.lineno, node.name,
+                                                         node.end_lineno - node.lineno + 1))
+        self.assertEqual(long, [], "split these functions")
+
     def test_every_product_file_compiles(self):
         files = product_files()
         names = set(os.path.basename(p) for p, _ in files)
