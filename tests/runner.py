@@ -339,8 +339,9 @@ def count(result):
     return passed, len(bad) + outside, len(skipped)
 
 
-# The skip reasons of what --no-jj leaves out by design: support.CoordTestCase.use_jj's, and the
-# PostgreSQL store mirrors' (test_store.PostgresEngine), which run once, on the default interpreter
+# The skip reasons of what --no-jj leaves out by design: support.CoordTestCase.use_jj's, and those
+# of the SQLite classes repeated on PostgreSQL (test_store.PostgresEngine, support.PostgresProject's
+# mirrors), which run once, on the default interpreter
 LEFT_OUT = ("drives jj:", "runs once:")
 
 
@@ -503,7 +504,7 @@ def _finish(args, label, result):
     line = "%s: %d passed, %d failed, %d skipped" % (label, passed, failed, skipped)
     by_design = left_out(result)
     if by_design:
-        line += " (%d of them drive jj or mirror the store on PostgreSQL: the default interpreter's suite runs them)" % by_design
+        line += " (%d of them drive jj or repeat a SQLite class on PostgreSQL: the default interpreter's suite runs them)" % by_design
     print(line)
     sys.stdout.flush()
     if args.summary_file:

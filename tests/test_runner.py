@@ -321,7 +321,7 @@ class RunnerTest(unittest.TestCase):
         """)
         tests_dir = os.path.dirname(RUNNER)
         rc, last, out = self.run_runner("--no-jj", PYTHONPATH=tests_dir)
-        self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 1 skipped (1 of them drive jj or mirror the store on "
+        self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 1 skipped (1 of them drive jj or repeat a SQLite class on "
                                          "PostgreSQL: the default interpreter's suite runs them)"), out)
         with open(os.path.join(self.dir, "cache", "runs", "durations.json")) as f:
             self.assertEqual(sorted(json.load(f)), ["test_drives.Drives.test_store_only"],
