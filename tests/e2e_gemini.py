@@ -17,6 +17,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harnesses as h  # noqa: E402
+import support  # noqa: E402
 import store  # noqa: E402
 from modelserver import gemini_tool as tool  # noqa: E402
 from modelserver import say  # noqa: E402
@@ -211,6 +212,45 @@ class CloseThenRemove(h.CloseThenRemove, h.CoordCase):
 
     def test_close_then_remove_succeeds_first_time(self):
         self.close_then_remove()
+
+
+class WatchDialog(h.ResumedFirstBoundary, h.CoordCase):
+    """The live view of an interactive Gemini CLI 0.61.0 that `work start` launched, in its
+    default approval mode: working in its turn, waiting while its confirmation dialog for a
+    write is open (its Notification hook, ToolPermission), with the person told once, then idle
+    after the person approves (docs/harness-gemini.md, States)."""
+
+    harness = "gemini"
+
+    def launch_setup(self):
+        h.write_gemini_user_settings(self.home)
+        h.trust_gemini_folder(self.home, self.repo)
+        return h.gemini_env(self.home, self.server, self.launch_managed({"COORD_GEMINI_CMD": self.cli}))
+
+    def test_the_watch_shows_gemini_waiting_on_its_dialog_and_tells_the_person(self):
+        told = self.person_watch(env=self.launch_env)
+        work = self.rcoord("work", "create", "watched-gemini", env=self.as_owner)["work"]
+        made = os.path.join(work["path"], "approved.txt")
+        asked = []
+
+        def step(request):  # the main loop's request (it offers write_file) writes once; the rest get text
+            if not asked and "write_file" in request.text():
+                asked.append(request)
+                return tool("write_file", file_path=made, content="approved\n")
+            return say("done")
+        self.server.load([step] * 50)
+        self.rcoord("work", "start", work["handle"], "--harness", "gemini", "--prompt", "Write approved.txt.",
+                    env=self.as_owner)
+        rec = self.registered(work["handle"], 90)
+        row = self.watch_state(work, "waiting")
+        self.assertEqual(row["harness"], "gemini")
+        self.assertFalse(os.path.exists(made), "written before the person approved")
+        waits = [l for l in self.told(told, "waits for you") if "waits for you" in l]
+        self.assertEqual(len(waits), 1, waits)
+        self.assertIn("coord: %s (watched-gemini) waits for you" % work["handle"], waits[0])
+        support.TmuxClient(self, self.sock, rec["pane_id"]).type("\r")  # the person allows it once
+        support.retry_until(lambda: os.path.exists(made), timeout=60, interval=0.25)
+        self.watch_state(work, "idle")
 
 
 def tearDownModule():
