@@ -29,6 +29,8 @@ A row's keys:
 - matcher: its PreToolUse matcher for the write tools (install's HOOK_EVENTS and the like).
 - events: its own event names -> coord's of the same meaning (None: it uses coord's names).
 - tools: its tool names -> the name the hook checks them under (None: as they come).
+- dialogs: the start of its permission dialog's title -> its own name of the tool asked for, when
+  its dialog event names no tool (None: the event names it, or nothing does).
 - writes: its write tools (by the tool name the hook receives, after `tools`) -> (the arguments
   naming the path it writes, the arguments holding patch text it applies: every Add, Update,
   Delete and Move-to path). A tool missing here is not a write. The hook checks a call on these
@@ -49,7 +51,7 @@ HARNESSES = {
                      "--fork-session": 0, "--from-pr": None},
         "resume_prompt": False, "resume_env": None, "hangup_passed": True, "program": True,
         "hooks": ".claude/settings.json", "hook_dir": "${CLAUDE_PROJECT_DIR:-$PWD}",
-        "matcher": "Edit|Write|NotebookEdit|Bash", "events": None, "tools": None,
+        "matcher": "Edit|Write|NotebookEdit|Bash", "events": None, "tools": None, "dialogs": None,
         "writes": {"Write": (("file_path",), ()), "Edit": (("file_path",), ()),
                    "NotebookEdit": (("notebook_path",), ())},
         "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.claude.json",
@@ -63,7 +65,7 @@ HARNESSES = {
         "command": "COORD_CODEX_CMD", "resume": ("resume",), "one_shot": {},
         "resume_prompt": True, "resume_env": None, "hangup_passed": True, "program": True,
         "hooks": ".codex/hooks.json", "hook_dir": "$PWD",
-        "matcher": "apply_patch|Edit|Write|Bash", "events": None, "tools": None,
+        "matcher": "apply_patch|Edit|Write|Bash", "events": None, "tools": None, "dialogs": None,
         "writes": {"apply_patch": ((), ("command", "input", "patch")), "Edit": ((), ("command", "input", "patch")),
                    "Write": ((), ("command", "input", "patch"))},
         "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.codex/config.toml",
@@ -78,7 +80,7 @@ HARNESSES = {
         "one_shot": {"-i": None, "--interactive": None, "-p": 1, "--prompt": 1, "--resume": None,
                      "--continue": 0},
         "resume_prompt": True, "resume_env": None, "hangup_passed": True, "program": True,
-        "hooks": None, "hook_dir": None, "matcher": None, "events": None, "tools": None,
+        "hooks": None, "hook_dir": None, "matcher": None, "events": None, "tools": None, "dialogs": None,
         "writes": {"Write": (("path",), ()), "Edit": (("path",), ())},
         "context": "top-level", "deny": "hookSpecificOutput", "trust": "~/.copilot/config.json",
     },
@@ -97,6 +99,8 @@ HARNESSES = {
                    "AfterTool": "PostToolUse", "AfterAgent": "Stop", "Notification": "PermissionRequest",
                    "SessionEnd": "SessionEnd"},
         "tools": {"write_file": "Write", "replace": "Edit", "run_shell_command": "Bash"},
+        "dialogs": {"Confirm Write: ": "write_file", "Confirm Edit: ": "replace",
+                    "Confirm Shell Command": "run_shell_command"},
         "writes": {"Write": (("file_path",), ()), "Edit": (("file_path",), ())},
         "context": "gemini", "deny": "decision", "trust": "~/.gemini/trustedFolders.json",
     },
@@ -110,7 +114,7 @@ HARNESSES = {
                      "-c": 0, "--continue": 0, "--session-id": 1, "--fork-session": 0},
         "resume_prompt": False, "resume_env": None, "hangup_passed": True, "program": True,
         "hooks": ".qwen/settings.json", "hook_dir": "${QWEN_PROJECT_DIR:-$PWD}",
-        "matcher": "^(write_file|edit|notebook_edit)$", "events": None, "tools": None,
+        "matcher": "^(write_file|edit|notebook_edit)$", "events": None, "tools": None, "dialogs": None,
         "writes": {"write_file": (("file_path",), ()), "edit": (("file_path",), ()),
                    "notebook_edit": (("notebook_path",), ())},
         "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.qwen/trustedFolders.json",
@@ -128,7 +132,7 @@ HARNESSES = {
         "one_shot": {"--prompt": 1, "-s": 1, "--session": 1, "-c": 0, "--continue": 0, "--fork": 0},
         "resume_prompt": False, "resume_env": "COORD_OPENCODE_RESUME", "hangup_passed": True, "program": True,
         "hooks": ".opencode/plugins/coord-hook.js", "hook_dir": "$PWD", "matcher": None, "events": None,
-        "tools": None,
+        "tools": None, "dialogs": None,
         "writes": {"write": (("filePath",), ()), "edit": (("filePath",), ()), "apply_patch": ((), ("patchText",))},
         "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": None,
     },
@@ -136,7 +140,8 @@ HARNESSES = {
     "shell": {
         "command": "COORD_SHELL_CMD", "resume": None, "one_shot": {},
         "resume_prompt": False, "resume_env": None, "hangup_passed": True, "program": False,
-        "hooks": None, "hook_dir": None, "matcher": None, "events": None, "tools": None, "writes": None,
+        "hooks": None, "hook_dir": None, "matcher": None, "events": None, "tools": None, "dialogs": None,
+        "writes": None,
         "context": None, "deny": None, "trust": None,
     },
 }

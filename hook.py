@@ -52,6 +52,7 @@ GEMINI = "gemini"       # the harness label of Gemini CLI's runtimes
 # are checked under (a shell as Bash, advisory like every shell).
 GEMINI_EVENTS = (HARNESSES.get(GEMINI) or {}).get("events") or {}
 GEMINI_TOOLS = (HARNESSES.get(GEMINI) or {}).get("tools") or {}
+GEMINI_DIALOGS = (HARNESSES.get(GEMINI) or {}).get("dialogs") or {}
 QWEN = "qwen"
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
@@ -1053,12 +1054,17 @@ def gemini_payload(payload):
     """A Gemini CLI payload in the shape the handlers read (its event and tool under the names of
     the same meaning, GEMINI_EVENTS and GEMINI_TOOLS; `gemini_event` keeps its own event name for
     the reply), or None when coord does nothing at that event. Gemini's payloads carry no subagent
-    ID: a subagent's tool calls come with its parent's session_id and count as the parent's."""
+    ID: a subagent's tool calls come with its parent's session_id and count as the parent's. Its
+    permission Notification names no tool: its dialog's title does (GEMINI_DIALOGS)."""
     event = GEMINI_EVENTS.get(payload.get("hook_event_name"))
     if event is None or (event == "PermissionRequest" and payload.get("notification_type") != "ToolPermission"):
         return None
     out = dict(payload, hook_event_name=event, gemini_event=payload["hook_event_name"])
     out.pop("agent_id", None)
+    if event == "PermissionRequest":
+        title = (payload.get("details") if isinstance(payload.get("details"), dict) else {}).get("title")
+        own = next((t for p, t in GEMINI_DIALOGS.items() if isinstance(title, str) and title.startswith(p)), None)
+        out["tool_name"] = GEMINI_TOOLS.get(own, own)
     tool = payload.get("tool_name")
     if isinstance(tool, str) and event in ("PreToolUse", "PostToolUse"):
         out["tool_name"] = GEMINI_TOOLS.get(tool, "gemini:" + tool[:100])

@@ -78,6 +78,29 @@ class WatchOnceTest(ViewCase):
         self.assertEqual([(reply[a["handle"]]["state"], reply[a["handle"]]["tool"]) for a in agents.values()],
                          [("working", "Bash"), ("waiting", "Bash"), ("idle", None)])
 
+    def test_gemini_s_own_events_give_its_state_and_its_dialog_s_tool(self):
+        # Gemini CLI 0.61.0's Notification names no tool; its dialog's title does (details.title).
+        conv = "gemini-%d" % os.getpid()
+        rt = self.coord_json("hello", "--conversation", conv, "--harness", "gemini", cwd=self.repo)["runtime"]
+
+        def seen():
+            row = next(a for a in self.coord_json("status", cwd=self.repo)["agents"] if a["id"] == rt["id"])
+            return row["state"], row["tool"]
+        self.event(conv, "BeforeAgent", harness="gemini", prompt="go")
+        self.assertEqual(seen(), ("working", None))
+        for title, tool in (("Confirm Write: w.txt", "Write"), ("Confirm Edit: src/a.py", "Edit"),
+                            ("Confirm Shell Command", "Bash"), ("Confirm MCP Tool: x", None)):
+            self.event(conv, "Notification", harness="gemini", notification_type="ToolPermission",
+                       message="Tool %s requires editing" % title, details={"type": "edit", "title": title})
+            self.assertEqual(seen(), ("waiting", tool), title)
+        self.event(conv, "BeforeTool", harness="gemini", tool_name="write_file",
+                   tool_input={"file_path": os.path.join(self.repo, "w.txt"), "content": "x"})
+        self.assertEqual(seen(), ("working", "Write"))
+        self.event(conv, "Notification", harness="gemini", notification_type="Other", message="hi", details={})
+        self.assertEqual(seen(), ("working", "Write"), "only a permission dialog")
+        self.event(conv, "AfterAgent", harness="gemini", prompt="go", prompt_response="done")
+        self.assertEqual(seen(), ("idle", None))
+
     def test_the_view_wakes_on_a_hook_event_and_on_a_commit(self):
         st = self.open_project()
         w = view.Watcher(st, self.env, self.repo)
