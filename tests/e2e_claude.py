@@ -75,13 +75,24 @@ class HarnessFacts(h.HarnessCase):
                         say("done")])
         self.assertEqual(self.read_file("b.txt"), "new\n")
         reqs = self.server.model_requests()
-        post = reqs[1].tail()[-1]["content"]
-        self.assertEqual(post[-1]["text"], "<system-reminder>\nPostToolUse:Read hook additional "
-                                           "context: POST-CTX\n</system-reminder>")
-        pre = reqs[2].tail()[-1]["content"]
-        self.assertEqual(pre[0]["type"], "tool_result")
-        self.assertEqual(pre[-1]["text"], "<system-reminder>\nPreToolUse:Edit hook additional "
-                                          "context: PRE-CTX\n</system-reminder>")
+
+        def texts(req):  # the text of every user message after the model's last output
+            out = []
+            for m in req.tail():
+                content = m.get("content")
+                blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+                out += [b.get("text") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+            return out
+
+        def results(req):
+            return [b for m in req.tail() if isinstance(m.get("content"), list)
+                    for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+        for event, tool_name, text in (("PostToolUse", "Read", "POST-CTX"), ("PreToolUse", "Edit", "PRE-CTX")):
+            reminder = "<system-reminder>\n%s:%s hook additional context: %s\n</system-reminder>" % (
+                event, tool_name, text)
+            carrying = [r for r in reqs if reminder in texts(r)]
+            self.assertTrue(carrying, [r.tail() for r in reqs])
+            self.assertTrue(results(carrying[0]), "the reminder rides with the tool's result: %r" % carrying[0].tail())
 
     def test_session_start_context_is_a_system_message(self):
         h.write_reply(self.replies, "SessionStart", h.context("SessionStart", "SS-CTX"))
@@ -511,11 +522,23 @@ class Nudge(h.CoordCase):
             support.retry_until(lambda: os.path.exists(kept) and self.turn(rec) == "idle", timeout=60, interval=0.25)
         except AssertionError:
             self.fail("turn %s, kept.txt %s; the pane:\n%s" % (self.turn(rec), os.path.exists(kept), self.pane_text(rec)))
-        person.type("\x03")
-        time.sleep(0.3)
-        person.type("\x03")
-        support.retry_until(lambda: [w for w in self.rcoord("work", "list", env=self.as_owner)["work"]
-                                     if w.get("interrupted")], timeout=60, interval=0.5)
+
+        def interrupted():
+            return [w for w in self.rcoord("work", "list", env=self.as_owner)["work"] if w.get("interrupted")]
+        for _ in range(4):  # Ctrl-C twice, again if it did not end (a loaded machine can drop the first)
+            try:
+                person.type("\x03")
+                time.sleep(0.3)
+                person.type("\x03")
+            except OSError:  # the client went with the session: it ended
+                pass
+            try:
+                support.retry_until(interrupted, timeout=20, interval=0.5)
+                break
+            except AssertionError:
+                pass
+        else:
+            self.fail("Ctrl-C twice, four times, did not end it; the pane:\n%s" % self.pane_text(rec))
         self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e", env=self.as_owner)
         self.rcoord("work", "close", work["handle"], env=self.as_owner)  # even waived and closed, it is kept
         gc = self.rcoord("work", "gc", env=self.as_owner)
