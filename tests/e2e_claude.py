@@ -662,7 +662,7 @@ class AgentLandsItsOwnWork(h.CoordCase):
                 return say('{"title": "Land the work"}')
             return steps.pop(0) if steps else say("ok")
         self.server.load([say("ok")] * 20, lanes={marker: [turn] * 20})
-        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord"), "work", "start", handle, "--harness",
+        argv = support.script_argv(os.path.join(self.repo, ".coord", "coord")) + ["work", "start", handle, "--harness",
                 "claude", "--prompt", "%s: land your work" % marker, "--json", "--", "--allowedTools", "Bash"]
         proc = subprocess.run(argv, cwd=self.repo, env=dict(self.env, **as_owner), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
@@ -689,7 +689,7 @@ class AgentLandsItsOwnWork(h.CoordCase):
         harness = rec["data"]["tmux"]["runtime_id"]
         self.assertEqual(rec["data"]["integration"]["queued_by"], harness, "the work's own harness queued it")
         events = [json.loads(l) for l in subprocess.run(
-            [sys.executable, os.path.join(self.repo, ".coord", "coord"), "audit"], cwd=self.repo, env=self.env,
+            support.script_argv(os.path.join(self.repo, ".coord", "coord")) + ["audit"], cwd=self.repo, env=self.env,
             stdout=subprocess.PIPE, universal_newlines=True, timeout=60).stdout.splitlines()]
         self.assertEqual([e for e in events if e["event"].startswith(("work.authority.override", "work.landing"))],
                          [])
@@ -731,7 +731,7 @@ class AgentOpensATmuxWindow(h.CoordCase):
                 return say('{"title": "Open a window"}')
             return steps.pop(0) if steps else say("ok")
         self.server.load([say("ok")] * 20, lanes={marker: [turn] * 20})
-        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord"), "work", "start", work["handle"],
+        argv = support.script_argv(os.path.join(self.repo, ".coord", "coord")) + ["work", "start", work["handle"],
                 "--harness", "claude", "--prompt", "%s: gate it" % marker, "--json", "--", "--allowedTools", "Bash"]
         proc = subprocess.run(argv, cwd=self.repo, env=as_owner, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, timeout=120)

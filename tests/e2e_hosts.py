@@ -207,7 +207,7 @@ class Machine:
 
     def coord(self, *args):
         """This checkout's installed `.coord/coord ARGS --json`, run on this host; -> its reply (exit 0)."""
-        r = self.run([sys.executable, os.path.join(self.repo, ".coord", "coord")] + list(args) + ["--json"],
+        r = self.run(support.script_argv(os.path.join(self.repo, ".coord", "coord")) + list(args) + ["--json"],
                      self.env, timeout=90)
         if r.code != 0 or r.timed_out:
             raise AssertionError("coord %s on host %s: %s" % (" ".join(args), self.name, r.describe()))

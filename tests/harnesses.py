@@ -21,6 +21,7 @@ import sys
 import time
 
 from modelserver import ModelServer, Turn, flatten  # noqa: F401 (re-exported for tests)
+import support  # noqa: E402
 from support import IN_CI, _SCRUB, CoordTestCase, require_tool, retry_until
 
 CLAUDE_VERSION = "2.1.197"
@@ -853,7 +854,7 @@ class CoordCase(HarnessCase):
 
     def setUp(self):
         super().setUp()
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "install"), self.repo,
+        proc = subprocess.run(support.script_argv(os.path.join(ROOT, "install")) + [self.repo,
                                "--project-id", self.project_id],
                               env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, timeout=60)
@@ -867,7 +868,7 @@ class CoordCase(HarnessCase):
         check = kw.pop("check", 0)
         args = list(args)
         cut = args.index("--") if "--" in args else len(args)  # what follows `--` is the harness's
-        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + args[:cut] + ["--json"] + args[cut:]
+        argv = support.script_argv(os.path.join(self.repo, ".coord", "coord")) + args[:cut] + ["--json"] + args[cut:]
         proc = subprocess.run(argv, env=env, cwd=self.repo, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
         if check is not None and proc.returncode != check:
@@ -901,8 +902,8 @@ class CoordCase(HarnessCase):
         subprocess.run(["git", "-C", self.repo, "config", "coord.notify",
                         "printf '%%s\\n' \"$COORD_NOTICE\" >> %s" % shlex.quote(out)], check=True, env=self.env)
         term = support.Terminal(self, dict(self.env, **(env or {})), self.repo)
-        os.write(term.fd, ("%s %s watch --notify-only\n" % (
-            sys.executable, os.path.join(self.repo, ".coord", "coord"))).encode())
+        os.write(term.fd, (" ".join(shlex.quote(a) for a in support.script_argv(
+            os.path.join(self.repo, ".coord", "coord")) + ["watch", "--notify-only"]) + "\n").encode())
         term._read_until(rb"notices on for", timeout=60)
         return out
 
@@ -919,7 +920,7 @@ class CoordCase(HarnessCase):
 
     def rcoord_lines(self, *args):
         """The stdout lines of `.coord/coord ARGS` (no --json), exit 0."""
-        argv = [sys.executable, os.path.join(self.repo, ".coord", "coord")] + list(args)
+        argv = support.script_argv(os.path.join(self.repo, ".coord", "coord")) + list(args)
         proc = subprocess.run(argv, env=self.env, cwd=self.repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, timeout=60, check=True)
         return proc.stdout.splitlines()
@@ -1145,7 +1146,7 @@ class CloseThenRemove(ResumedFirstBoundary):
         self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e", env=self.as_owner)
         closed = self.rcoord("work", "close", work["handle"], env=self.as_owner)
         env = dict(self.env, **self.as_owner)
-        proc = subprocess.run([sys.executable, os.path.join(self.repo, ".coord", "coord"), "work", "remove",
+        proc = subprocess.run(support.script_argv(os.path.join(self.repo, ".coord", "coord")) + ["work", "remove",
                                work["handle"], "--confirm", work["handle"]], env=env, cwd=self.repo,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
         sys.stderr.write("(%s: close waited %s s%s) " % (self.harness, closed.get("waited"),

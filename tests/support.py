@@ -27,6 +27,21 @@ CONTROL = (b"\x1b", b"\x07", b"\x9b")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+# Runs a suffix-less script (coord, install) the way .coord/coord's own start does: loaded like a
+# module, so its bytecode is cached in __pycache__/ beside it (written even under the tests'
+# PYTHONDONTWRITEBYTECODE=1, as the installed hooks' -I start does), not compiled on every call.
+# `python3 SCRIPT` would compile the script and, for an installed copy, every module it imports.
+_CACHED_RUN = ("import os,sys;sys.dont_write_bytecode=False;sys.path[:]=[x for x in sys.path if x];"
+               "from importlib.machinery import SourceFileLoader as L;p=os.path.realpath(sys.argv[1]);"
+               "del sys.argv[0];n=os.path.basename(p);exec(L(n,p).get_code(n),{'__name__':'__main__','__file__':p})")
+
+
+def script_argv(path=None, python=None):
+    """argv that runs the script at `path` (default: this checkout's coord) on `python` (default:
+    this interpreter), with -S as the installed start does, from cached bytecode."""
+    return [python or sys.executable, "-S", "-c", _CACHED_RUN, path or COORD]
+
+
 # Variables a test must never inherit from the developer's own agent session.
 _SCRUB = (
     "COORD_DB", "COORD_PROJECT_ID", "COORD_RUNTIME_ID", "COORD_WORK_ID",
@@ -147,7 +162,7 @@ class FakeHarness:
         """Run the real coord CLI as this process's child, in the test's environment."""
         e = dict(self.testcase.env)
         e.update(env or {})
-        return self.run([sys.executable, COORD] + [str(a) for a in args], "", e, self.testcase.tmp)
+        return self.run(script_argv() + [str(a) for a in args], "", e, self.testcase.tmp)
 
     def close(self):
         if self.proc.poll() is None:
@@ -407,7 +422,7 @@ class CoordTestCase(unittest.TestCase):
         if env:
             e.update(env)
         proc = subprocess.run(
-            [sys.executable, "-S", COORD] + [str(a) for a in args],
+            script_argv() + [str(a) for a in args],
             env=e, cwd=cwd or self.tmp, input=input,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
         )
@@ -430,7 +445,7 @@ class CoordTestCase(unittest.TestCase):
         e = dict(self.env)
         e.update(env or {})
         term = Terminal(self, e, cwd or self.tmp)
-        line = " ".join(shlex.quote(str(a)) for a in [sys.executable, COORD] + list(args))
+        line = " ".join(shlex.quote(str(a)) for a in script_argv() + list(args))
         rc, out = term.run(line + " 2>&1")
         term.close()
         if check is not None and rc != check:
@@ -501,7 +516,7 @@ class Terminal:
         """Run the real coord CLI at this terminal, as the person types it; -> (exit status,
         output: stdout, then stderr unless stderr=False)."""
         import shlex
-        line = " ".join(shlex.quote(str(a)) for a in [sys.executable, COORD] + list(args))
+        line = " ".join(shlex.quote(str(a)) for a in script_argv() + list(args))
         return self.run(line + (" 2>&1" if stderr else " 2>/dev/null"))
 
     def close(self):
