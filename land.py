@@ -1784,6 +1784,8 @@ def land_queue(st, *, caller, into, environ, push=None, check=None, batch=None):
                          "--push origin")
     order = queue_order(st, into)
     if order and not workspace.is_person(caller) and not workspace.agents_land(order[0]["source"], environ):
+        if store.person_uid(caller) is not None:
+            raise workspace.user_without_terminal(caller, "land the queue into %s" % into, into, "land")
         raise Refused("%s may not land the queue into %s: the person lands queued work, agents queue it"
                       % (caller["handle"], into), "coord work integrate queue --into %s shows it; the person "
                       "lands it" % into, reason="person-lands", action="land")
@@ -2116,7 +2118,7 @@ def queue_lines(r):
             lines.append("%s landed %s on %s%s" % (x["work"], x["landed"], x["into"],
                                                    " and %s/%s" % (x["remote"], x["into"]) if x["remote"] else ""))
             continue
-        first = store.clean_text(x["message"].splitlines()[0] if x["message"] else x["reason"], 200)
+        first = store.clean_text(x["message"].splitlines()[0].rstrip(":") if x["message"] else x["reason"], 200)
         if x["outcome"] == "sent-back":
             told = "; told %s%s" % (x["told"], ", nudged" if x.get("nudged") is True else "") if x.get("told") else \
                 "; nobody to tell"

@@ -604,9 +604,21 @@ def refuse_agent_integration(st, w, caller, action, into=None, why=None, environ
     if why in OWN_REASONS and agents_land(w["source"], environ):
         return why
     verb = AUTHORITY_VERBS.get(action, action)
+    if store.person_uid(caller) is not None:
+        raise user_without_terminal(caller, "%s %s" % (verb, w["handle"]), into, action)
     raise Refused("%s may not %s %s: the person integrates and lands work, agents queue it"
                   % (caller["handle"], verb, w["handle"]), _enqueue_hint(w, into),
                   reason="person-lands", action=action)
+
+
+def user_without_terminal(caller, what, into, action):
+    """The refusal of a person's power to the user's own runtime without a terminal (a script,
+    cron, a process detached from its terminal, maybe by an agent): the person does it at one.
+    The hint names no command that acts: the caller may be an agent that left its harness."""
+    return Refused("%s is you without a terminal (a script, cron or a detached process) and may not %s: the "
+                   "person does, at a terminal" % (caller["handle"], what),
+                   "the person does it in their own terminal; coord work integrate queue --into %s shows the queue"
+                   % (into or "BOOKMARK"), reason="person-lands", action=action)
 
 
 def authorize(st, w, caller, action, override=False, into=None):

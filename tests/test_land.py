@@ -1874,6 +1874,38 @@ class LandQueueTest(LandCase):
         self.assertEqual(self.main(), before)
         self.assertEqual(self.record(handle)["data"]["integration"]["state"], "queued")
 
+    def test_the_user_without_a_terminal_is_told_to_land_the_queue_at_one(self):
+        """Found on pallets/click: a script of the person's (no terminal, no harness) was refused
+        as if it were an agent ("X may not land the queue: agents queue it"), X being the person's
+        own runtime."""
+        self.run_tool(self.canon, "git", "config", "--unset", "coord.agentsLand")
+        proc = self.coord("work", "create", "mine", cwd=self.canon)  # the user alone makes it: its owner
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        handle, path = proc.stdout.splitlines()[:2]
+        self.write(path, "q.txt", "q\n")
+        self.run_tool(path, "jj", "describe", "-m", "add q")
+        proc = self.coord("work", "integrate", "enqueue", handle, "--into", "main", cwd=self.canon)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        before = self.main()
+        for args in (("--queued",), (handle,)):
+            proc = self.coord("work", "integrate", "land", *args, "--into", "main", "--check", "true", cwd=self.canon)
+            self.assertEqual(proc.returncode, 3, proc.stderr)
+            self.assertIn("is you without a terminal (a script, cron or a detached process) and may not land ",
+                          proc.stderr)
+            self.assertIn("next: the person does it in their own terminal; %s work integrate queue --into main "
+                          "shows the queue" % support.COORD, proc.stderr)
+            self.assertNotIn("integrate land", proc.stderr.split("next:")[1], "no hint hands over the landing")
+        self.assertEqual(self.main(), before)
+        self.assertEqual(self.record(handle)["data"]["integration"]["state"], "queued")
+
+    def test_a_sent_back_line_ends_its_first_line_cleanly(self):
+        import land
+        r = {"into": "main", "landed": 0, "sent_back": 1, "waiting": 0, "stopped": None, "batches": [], "works": [
+            {"work": "w", "outcome": "sent-back", "reason": "check-failed", "told": "a",
+             "message": "check make failed on abc (exit 1); main did not move:\nFAILED t.py"}]}
+        self.assertEqual(land.queue_lines(r)[0],
+                         "w sent back (check-failed): check make failed on abc (exit 1); main did not move; told a")
+
     def test_sigint_during_a_check_then_a_rerun_lands_every_work_once(self):
         started, go_on = os.path.join(self.tmp, "check-started"), os.path.join(self.tmp, "go-on")
         check = "if [ -f slow.txt ] && [ ! -f %s ]; then touch %s; sleep 60; fi; true" % (go_on, started)
