@@ -17,7 +17,6 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harnesses as h  # noqa: E402
-import support  # noqa: E402
 import store  # noqa: E402
 from modelserver import gemini_tool as tool  # noqa: E402
 from modelserver import say  # noqa: E402
@@ -214,52 +213,19 @@ class CloseThenRemove(h.CloseThenRemove, h.CoordCase):
         self.close_then_remove()
 
 
-class WatchDialog(h.ResumedFirstBoundary, h.CoordCase):
+class WatchDialog(h.WatchDialog, h.CoordCase):
     """The live view of an interactive Gemini CLI 0.61.0 that `work start` launched, in its
     default approval mode: working in its turn, waiting while its confirmation dialog for a
     write is open (its Notification hook, ToolPermission), with the person told once, then idle
     after the person approves, and told it finished its turn (docs/harness-gemini.md, States)."""
 
     harness = "gemini"
+    DIALOG_TOOL = "Write"
 
     def launch_setup(self):
         h.write_gemini_user_settings(self.home)
         h.trust_gemini_folder(self.home, self.repo)
         return h.gemini_env(self.home, self.server, self.launch_managed({"COORD_GEMINI_CMD": self.cli}))
-
-    def test_the_watch_shows_working_waiting_and_idle_and_tells_the_person(self):
-        import threading
-        told = self.person_watch(env=self.launch_env)
-        work = self.rcoord("work", "create", "watched", env=self.as_owner)["work"]
-        made = os.path.join(work["path"], "approved.txt")
-        gate, asked = threading.Event(), []
-
-        def step(request):  # the main loop's request (it offers write_file) waits for the test, then writes once
-            if not asked and "write_file" in request.text():
-                asked.append(request)
-                gate.wait(90)  # meanwhile the agent is in its turn: working
-                return tool("write_file", file_path=made, content="approved\n")
-            return say("done")
-        self.server.load([step] * 50)
-        self.addCleanup(gate.set)
-        self.rcoord("work", "start", work["handle"], "--harness", "gemini", "--prompt", "Write approved.txt.",
-                    env=self.as_owner)
-        rec = self.registered(work["handle"], 90)
-        self.watch_state(work, "working")
-        gate.set()
-        row = self.watch_state(work, "waiting")
-        self.assertEqual((row["tool"], row["harness"]), ("Write", "gemini"))
-        self.assertFalse(os.path.exists(made), "written before the person approved")
-        self.assertEqual(self.told(told, "waits for you"),
-                         ["coord: %s (watched) waits for you: it asks to run Write" % work["handle"]])
-        frame = self.rcoord_lines("watch", "--once")
-        self.assertTrue(all(len(l) <= 100 for l in frame), frame)
-        self.assertIn("1 waiting for you", frame[0])
-        support.TmuxClient(self, self.sock, rec["pane_id"]).type("\r")  # the person allows it once
-        support.retry_until(lambda: os.path.exists(made), timeout=60, interval=0.25)
-        self.watch_state(work, "idle")
-        self.assertIn("coord: %s (watched) finished its turn" % work["handle"], self.told(told, "finished its turn"))
-        self.assertEqual(sum("waits for you" in l for l in self.told(told, "finished")), 1, "one notice per event")
 
 
 def tearDownModule():

@@ -7,7 +7,6 @@ what coord relies on in Qwen itself, with a recording hook of the tests' own; Co
 runs coord installed by ./install; QwenStartWithPrompt launches it with `coord work start`.
 """
 
-import json
 import os
 import sys
 import unittest
@@ -16,7 +15,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harnesses as h  # noqa: E402
 import store  # noqa: E402
-import support  # noqa: E402
 from e2e_work_start import StartWithPrompt  # noqa: E402
 from modelserver import say, tool  # noqa: E402
 
@@ -299,7 +297,7 @@ class CloseThenRemove(h.CloseThenRemove, h.CoordCase):
         self.close_then_remove(timeout=60)
 
 
-class WatchDialog(h.ResumedFirstBoundary, h.CoordCase):
+class WatchDialog(h.WatchDialog, h.CoordCase):
     """The live view of an interactive Qwen Code 0.24.4 that `work start` launched with
     `--approval-mode default` (its own default, auto, lets a classifier approve a write in the
     clone with no dialog: docs/harness-qwen.md, States): working in its turn, waiting while its
@@ -307,38 +305,9 @@ class WatchDialog(h.ResumedFirstBoundary, h.CoordCase):
     once, then idle after the person approves, and told it finished its turn."""
 
     harness = "qwen"
+    START_ARGS = ("--approval-mode", "default")
+    DIALOG_TOOL = "write_file"
 
     def launch_setup(self):
         h.write_qwen_user_settings(self.home)
         return h.qwen_env(self.home, self.server, self.launch_managed({"COORD_QWEN_CMD": self.cli}))
-
-    def test_the_watch_shows_working_waiting_and_idle_and_tells_the_person(self):
-        import threading
-        told = self.person_watch(env=self.launch_env)
-        work = self.rcoord("work", "create", "watched", env=self.as_owner)["work"]
-        made = os.path.join(work["path"], "approved.txt")
-        gate, asked = threading.Event(), []
-
-        def step(request):  # the main loop's request (it offers write_file) waits for the test, then writes once
-            if not asked and "write_file" in request.text():
-                asked.append(request)
-                gate.wait(90)  # meanwhile the agent is in its turn: working
-                return tool("write_file", file_path=made, content="approved\n")
-            return say("done")
-        self.server.load([step] * 50)
-        self.addCleanup(gate.set)
-        self.rcoord("work", "start", work["handle"], "--harness", "qwen", "--prompt", "Write approved.txt.",
-                    "--", "--approval-mode", "default", env=self.as_owner)
-        rec = self.registered(work["handle"], 90)
-        self.watch_state(work, "working")
-        gate.set()
-        row = self.watch_state(work, "waiting")
-        self.assertEqual((row["tool"], row["harness"]), ("write_file", "qwen"))
-        self.assertFalse(os.path.exists(made), "written before the person approved")
-        self.assertEqual(self.told(told, "waits for you"),
-                         ["coord: %s (watched) waits for you: it asks to run write_file" % work["handle"]])
-        support.TmuxClient(self, self.sock, rec["pane_id"]).type("\r")  # the person allows it once
-        support.retry_until(lambda: os.path.exists(made), timeout=60, interval=0.25)
-        self.watch_state(work, "idle")
-        self.assertIn("coord: %s (watched) finished its turn" % work["handle"], self.told(told, "finished its turn"))
-        self.assertEqual(sum("waits for you" in l for l in self.told(told, "finished")), 1, "one notice per event")

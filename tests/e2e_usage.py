@@ -22,6 +22,9 @@ Every command is run as a person types it: `.coord/coord` from the repository, t
 and project ID found the ordinary way (no COORD_DB, no COORD_PROJECT_ID), git and jj
 identities from the private HOME's own config files. Commands other than the terminal's run
 without a controlling terminal, so their identity is the user.
+
+QueueOfTwoKinds: the landing queue fed by the real Claude Code and the real Codex at once, landed
+by the person with one command (a conflict and a broken check go back to their agents).
 """
 
 import json
@@ -35,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harnesses as h  # noqa: E402
 import support  # noqa: E402
-from modelserver import ModelServer, apply_patch, say, shell  # noqa: E402
+from modelserver import ModelServer, apply_patch, say, shell, tool  # noqa: E402
 
 PROJECT = "usage-e2e"
 APP = "def greet():\n    return 'hello'\n"
@@ -386,3 +389,114 @@ class UsagePath(support.CoordTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+TITLE_REQUEST = "Generate a concise, sentence-case title"  # Claude Code's side request for a session title
+
+
+class QueueOfTwoKinds(h.CoordCase):
+    """The landing queue with agents of two kinds: the real Claude Code and the real Codex, each
+    launched by `work start` in its own clone, change their clone and queue it through their shell
+    tools; the person's own work, queued first, changes the line Codex changes. One command of the
+    person's lands the queue with a check Claude's change breaks: the person's work lands and is
+    pushed, Codex's goes back for its conflict and Claude's for its check, each agent is told the
+    steps, and both clones keep their changes."""
+
+    harness = "claude"
+
+    def setUp(self):
+        super().setUp()
+        codex = h.require_cli(self, "codex")
+        with open(os.path.join(self.repo, "shared.txt"), "w") as f:
+            f.write("one\ntwo\nthree\n")
+        agent = self.agent_env(dict(self.managed_env(), COORD_REGISTER_GRACE="0", COORD_CLAUDE_CMD=self.cli,
+                                    COORD_CODEX_CMD=codex))
+        self.launch_env = h.claude_env(self.home, self.server, h.codex_env(self.home, self.codex_home, self.server,
+                                                                           agent))
+        with open(os.path.join(self.home, ".claude.json"), "w") as f:
+            json.dump({"hasCompletedOnboarding": True, "theme": "dark",
+                       "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
+                       "projects": {self.repo: {"hasTrustDialogAccepted": True}}}, f)
+        h.trust_codex_repo(self.codex_home, self.server, self.repo)
+        self.origin = os.path.join(self.tmp, "origin.git")
+        for argv in (["git", "init", "-q", "--bare", self.origin], ["git", "-C", self.repo, "remote", "add", "origin",
+                     self.origin], ["git", "-C", self.repo, "push", "-q", "origin", "main"]):
+            subprocess.run(argv, check=True, env=self.env, timeout=60)
+        self.term = support.Terminal(self, dict(self.env, **self.launch_env), self.repo)
+        self.typed(".coord/coord trust --carry-over on")
+
+    def typed(self, line):
+        rc, out = self.term.run(line)
+        self.assertEqual(rc, 0, "%s: %s" % (line, out))
+        return out
+
+    def test_one_command_lands_the_queue_of_claude_and_codex_and_sends_back_what_it_must(self):
+        import store
+        works = {}
+        for task in ("person-line", "claude-work", "codex-work"):
+            works[task] = self.typed(".coord/coord work create %s" % task).split()[:2]
+        mine, path = works["person-line"]
+        with open(os.path.join(path, "shared.txt"), "w") as f:
+            f.write("one\ntwo (the person)\nthree\n")
+        self.typed("cd %s && jj describe -m 'the person: line two' >/dev/null 2>&1; cd %s" % (
+            shlex.quote(path), shlex.quote(self.repo)))
+        self.typed(".coord/coord work integrate enqueue %s --into main" % mine)
+        claude_work, codex_work = works["claude-work"][0], works["codex-work"][0]
+        claude_steps = [tool("Bash", description="change and queue", command=(
+            "printf 'claude\\n' > claude.txt && printf 'breaks\\n' > broken.txt && jj describe -m 'claude: add' && "
+            ".coord/coord work integrate enqueue %s --into main" % claude_work)), say("queued")]
+        codex_steps = [shell("sed -i 's/^two$/two (codex)/' shared.txt && jj describe -m 'codex: line two' && "
+                             ".coord/coord work integrate enqueue %s --into main" % codex_work), say("queued")]
+
+        def claude_turn(req):
+            if TITLE_REQUEST in req.text():
+                return say('{"title": "Queue the work"}')
+            return claude_steps.pop(0) if claude_steps else say("ok")
+
+        def codex_turn(req):
+            return codex_steps.pop(0) if codex_steps else say("ok")
+        marks = {"claude": "CLAUDE-QUEUES-%d" % os.getpid(), "codex": "CODEX-QUEUES-%d" % os.getpid()}
+        self.server.load([say("ok")] * 40, lanes={marks["claude"]: [claude_turn] * 40,
+                                                 marks["codex"]: [codex_turn] * 40})
+        self.typed(".coord/coord work start %s --harness claude --prompt '%s: queue your work' -- --allowedTools Bash"
+                   % (claude_work, marks["claude"]))
+        self.typed(".coord/coord work start %s --harness codex --prompt '%s: queue your work'"
+                   % (codex_work, marks["codex"]))
+        st = store.Store(environ=dict(self.env, **self.launch_env))
+        self.addCleanup(st.close)
+
+        def queued():
+            states = [(st.resolve_work(w)["data"].get("integration") or {}).get("state") for w in (claude_work, codex_work)]
+            return states == ["queued", "queued"] and not claude_steps and not codex_steps
+        try:
+            support.retry_until(queued, timeout=180, interval=0.5)
+        except AssertionError:
+            self.fail("the agents did not queue their work: claude %d steps left, codex %d; requests %s" % (
+                len(claude_steps), len(codex_steps), [(r.lane, r.api) for r in self.server.all_model_requests()]))
+        import land
+        order = [w["handle"] for w in land.queue_order(st, "main")]
+        self.assertEqual((order[0], sorted(order)), (mine, sorted([mine, claude_work, codex_work])))
+        out = self.typed(".coord/coord work integrate land --queued --into main --push origin --check "
+                         "'test ! -f broken.txt'")
+        lines = out.strip().splitlines()
+        self.assertEqual(lines[-1], "queue into main: 1 landed, 2 sent back, 0 waiting", out)
+        landed = next(l for l in lines if l.startswith(mine + " landed "))
+        commit = landed.split()[2]
+        self.assertIn(" on main and origin/main", landed)
+        for handle, reason in ((claude_work, "check-failed"), (codex_work, "conflict")):
+            self.assertTrue([l for l in lines if l.startswith("%s sent back (%s): " % (handle, reason))], out)
+        head = lambda *a: subprocess.run(["git"] + list(a), stdout=subprocess.PIPE, text=True, check=True,
+                                         env=self.env, timeout=60).stdout.strip()
+        self.assertEqual(head("-C", self.repo, "rev-parse", "main"), commit)
+        self.assertEqual(head("--git-dir", self.origin, "rev-parse", "main"), commit)
+        # Each agent has the steps for its own work; both clones keep what their agents wrote.
+        for handle, step in ((claude_work, "fix it in"), (codex_work, "jj resolve --list")):
+            w = st.resolve_work(handle)
+            body = json.dumps(st.inbox(st.work_recipient(w)["id"], peek=True))
+            self.assertIn("sent back work %s" % handle, body)
+            self.assertIn(step, body)
+            self.assertIn("coord work integrate enqueue %s --into main" % handle, body)
+        with open(os.path.join(works["claude-work"][1], "broken.txt")) as f:
+            self.assertEqual(f.read(), "breaks\n")
+        with open(os.path.join(works["codex-work"][1], "shared.txt")) as f:
+            self.assertIn("two (codex)", f.read())

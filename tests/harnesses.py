@@ -1160,3 +1160,49 @@ class CloseThenRemove(ResumedFirstBoundary):
         self.assertFalse(os.path.exists(work["path"]))
         self.assertNotIn("left", closed, closed)
         return closed
+
+
+class WatchDialog(ResumedFirstBoundary):
+    """Mixed into a CoordCase per harness (before it): the live view of an interactive agent that
+    `work start` launched (with START_ARGS after `--`): working in its turn, waiting while its
+    confirmation dialog for a write is open (named DIALOG_TOOL in the row and the notice), the
+    person told once, then idle after the person approves, and told it finished its turn. The
+    subclass defines launch_setup() as for ResumedFirstBoundary."""
+
+    START_ARGS = ()
+    DIALOG_TOOL = None
+
+    def test_the_watch_shows_working_waiting_and_idle_and_tells_the_person(self):
+        import threading
+        from modelserver import say, tool
+        told = self.person_watch(env=self.launch_env)
+        work = self.rcoord("work", "create", "watched", env=self.as_owner)["work"]
+        made = os.path.join(work["path"], "approved.txt")
+        gate, asked = threading.Event(), []
+
+        def step(request):  # the main loop's request (it offers write_file) waits for the test, then writes once
+            if not asked and "write_file" in request.text():
+                asked.append(request)
+                gate.wait(90)  # meanwhile the agent is in its turn: working
+                return tool("write_file", file_path=made, content="approved\n")
+            return say("done")
+        self.server.load([step] * 50)
+        self.addCleanup(gate.set)
+        self.rcoord("work", "start", work["handle"], "--harness", self.harness, "--prompt", "Write approved.txt.",
+                    *(("--",) + tuple(self.START_ARGS) if self.START_ARGS else ()), env=self.as_owner)
+        rec = self.registered(work["handle"], 90)
+        self.watch_state(work, "working")
+        gate.set()
+        row = self.watch_state(work, "waiting")
+        self.assertEqual((row["tool"], row["harness"]), (self.DIALOG_TOOL, self.harness))
+        self.assertFalse(os.path.exists(made), "written before the person approved")
+        self.assertEqual(self.told(told, "waits for you"),
+                         ["coord: %s (watched) waits for you: it asks to run %s" % (work["handle"], self.DIALOG_TOOL)])
+        frame = self.rcoord_lines("watch", "--once")
+        self.assertTrue(all(len(l) <= 100 for l in frame), frame)
+        self.assertIn("1 waiting for you", frame[0])
+        support.TmuxClient(self, self.sock, rec["pane_id"]).type("\r")  # the person allows it once
+        retry_until(lambda: os.path.exists(made), timeout=60, interval=0.25)
+        self.watch_state(work, "idle")
+        self.assertIn("coord: %s (watched) finished its turn" % work["handle"], self.told(told, "finished its turn"))
+        self.assertEqual(sum("waits for you" in l for l in self.told(told, "finished")), 1, "one notice per event")
