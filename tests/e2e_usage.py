@@ -391,7 +391,7 @@ if __name__ == "__main__":
     unittest.main()
 
 
-TITLE_REQUEST = "Generate a concise, sentence-case title"  # Claude Code's side request for a session title
+CLAUDE_TITLE_REQUEST = "Generate a concise, sentence-case title"  # Claude Code's side request for a session title
 
 
 class QueueOfTwoKinds(h.CoordCase):
@@ -417,7 +417,11 @@ class QueueOfTwoKinds(h.CoordCase):
             json.dump({"hasCompletedOnboarding": True, "theme": "dark",
                        "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
                        "projects": {self.repo: {"hasTrustDialogAccepted": True}}}, f)
-        h.trust_codex_repo(self.codex_home, self.server, self.repo)
+        h.trust_codex_repo(self.codex_home, self.server, self.repo, extra=MIGRATION_NOTICE)  # its dialog answered
+        # Codex runs its shell tool as a login shell, whose profile puts jj and git on PATH (UsagePath.prepare)
+        tool_dirs = [os.path.dirname(support.require_tool(self, t)) for t in ("jj", "git", "python3")]
+        with open(os.path.join(self.home, ".profile"), "w") as f:
+            f.write("PATH=%s:$PATH\nexport PATH\n" % ":".join(shlex.quote(d) for d in tool_dirs))
         self.origin = os.path.join(self.tmp, "origin.git")
         for argv in (["git", "init", "-q", "--bare", self.origin], ["git", "-C", self.repo, "remote", "add", "origin",
                      self.origin], ["git", "-C", self.repo, "push", "-q", "origin", "main"]):
@@ -449,14 +453,15 @@ class QueueOfTwoKinds(h.CoordCase):
                              ".coord/coord work integrate enqueue %s --into main" % codex_work), say("queued")]
 
         def claude_turn(req):
-            if TITLE_REQUEST in req.text():
+            if CLAUDE_TITLE_REQUEST in req.text():
                 return say('{"title": "Queue the work"}')
             return claude_steps.pop(0) if claude_steps else say("ok")
 
         def codex_turn(req):
             return codex_steps.pop(0) if codex_steps else say("ok")
         marks = {"claude": "CLAUDE-QUEUES-%d" % os.getpid(), "codex": "CODEX-QUEUES-%d" % os.getpid()}
-        self.server.load([say("ok")] * 40, lanes={marks["claude"]: [claude_turn] * 40,
+        self.server.load([say("ok")] * 40, lanes={TITLE_REQUEST: [say('{"title": "Scripted task"}')] * 4,  # Codex's
+                                                 marks["claude"]: [claude_turn] * 40,
                                                  marks["codex"]: [codex_turn] * 40})
         self.typed(".coord/coord work start %s --harness claude --prompt '%s: queue your work' -- --allowedTools Bash"
                    % (claude_work, marks["claude"]))
@@ -471,8 +476,12 @@ class QueueOfTwoKinds(h.CoordCase):
         try:
             support.retry_until(queued, timeout=180, interval=0.5)
         except AssertionError:
-            self.fail("the agents did not queue their work: claude %d steps left, codex %d; requests %s" % (
-                len(claude_steps), len(codex_steps), [(r.lane, r.api) for r in self.server.all_model_requests()]))
+            records = {w: self.rcoord("work", "inspect", w, env=self.launch_env)["work"]["data"].get("tmux") or {}
+                       for w in (claude_work, codex_work)}
+            panes = {w: self.pane_text(r) for w, r in records.items() if r.get("pane_id")}
+            self.fail("the agents did not queue their work: claude %d steps left, codex %d; requests %s; panes %s" % (
+                len(claude_steps), len(codex_steps), [(r.lane, r.api) for r in self.server.all_model_requests()],
+                panes))
         import land
         order = [w["handle"] for w in land.queue_order(st, "main")]
         self.assertEqual((order[0], sorted(order)), (mine, sorted([mine, claude_work, codex_work])))
