@@ -91,6 +91,7 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
     into = workspace.check_bookmark(into)
     resource = _integration_resource(into)
     w = st.resolve_work(handle)
+    workspace.refuse_other_host(st, w, acquire_command(w["handle"], into))
     workspace.refuse_state(w, workspace.UNUSABLE)
     if not authorized:
         workspace.authorize(st, w, caller, "acquire", override, into=into)
@@ -1149,6 +1150,7 @@ def land_work(st, *, caller, handle, into, environ, push=None, check=None, overr
         raise UsageError("--push %r is not a remote name" % push, "coord work integrate land WORK --into main "
                          "--push origin")
     w = st.resolve_work(handle)
+    workspace.refuse_other_host(st, w, land_command(w["handle"], into, push=push, check=check))
     workspace.authorize(st, w, caller, "land", override, into=into)
     workspace.refuse_state(w, workspace.UNUSABLE)
     # One landing into a target at a time, whoever lands: integration/B is re-entrant for one
@@ -1794,7 +1796,14 @@ def land_queue(st, *, caller, into, environ, push=None, check=None, batch=None):
         order = [w for w in queue_order(st, into) if w["id"] not in tried]
         if not order:
             break
-        fresh = [w for w in order[:batch or 1] if landing_of(w).get("state") not in LAND_RESUMABLE]
+        exc = workspace.other_host_refusal(st, order[0], queue_command(into, push=push, check=check))
+        if exc is not None:  # its clone and shared checkout are on that host: its queue there lands it
+            tried.add(order[0]["id"])
+            results.append({"work": order[0]["handle"], "outcome": "waiting", "reason": "other-host",
+                            "message": exc.message, "hint": exc.hint})
+            continue
+        fresh = [w for w in order[:batch or 1] if landing_of(w).get("state") not in LAND_RESUMABLE
+                 and not workspace.other_host(st, w)]
         if batch and batch > 1 and fresh and fresh[0] is order[0]:
             tried |= _land_batch(st, caller, fresh, into, environ, push, check, results)
         else:

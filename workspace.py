@@ -908,6 +908,8 @@ def _insert_creating(st, caller, plan, from_rev):
     data = _work_data("native" if plan["native"] else "clone", caller, workspace_name(work_id),
                       bookmark_name(task, work_id), {"state": "creating", "at": now_time(), "by": caller["id"]},
                       plan["dep_ids"], plan["planned"], **{"from": from_rev})
+    if getattr(st, "engine", "postgresql") != "sqlite":  # the host its clone and shared checkout are on
+        data["host"] = {"id": st.host["id"], "name": st.host["name"]}
     with st.transaction():
         data["port_base"] = port_base(st, work_id)
         w = st.insert_work(task, "creating", token, path=path, scratch_root=scratch, source=source,
@@ -2318,19 +2320,28 @@ def hosts_shown(st):
 
 def other_host(st, w):
     """The host record {"id", "name"} of w when it lives on another host than this process's, else
-    None (always None on SQLite: one host)."""
+    None (always None on SQLite: one host). The host recorded at creation; for a work made before
+    it was recorded, its creator's host (the user alone without a terminal is one runtime on every
+    host of a project, so its works need the recorded one)."""
     if getattr(st, "engine", "postgresql") == "sqlite":
         return None
-    h = st.work_hosts()["works"].get(w["id"])
+    h = (w.get("data") or {}).get("host") or st.work_hosts()["works"].get(w["id"])
     here = st.host["id"] if getattr(st, "host", None) else store.host_identity()["id"]
     return h if h and h["id"] != here else None
 
 
 def refuse_other_host(st, w, command):
     """Refused when w lives on another host: its clone and tmux window are there, not here."""
+    exc = other_host_refusal(st, w, command)
+    if exc is not None:
+        raise exc
+
+
+def other_host_refusal(st, w, command):
+    """The refusal (not raised) of `command` for w when w lives on another host, else None."""
     h = other_host(st, w)
     if h:
-        raise Refused("work %s lives on host %s (its clone, tmux window and shared checkout are there, not on %s)"
+        return Refused("work %s lives on host %s (its clone, tmux window and shared checkout are there, not on %s)"
                       % (w["handle"], h["name"], store.host_identity()["name"]),
                       "on host %s run: %s" % (h["name"], command), reason="other-host", host=h["name"])
 

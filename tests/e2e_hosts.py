@@ -205,11 +205,11 @@ class Machine:
         r = self.ask({"op": "run", "argv": argv, "env": env, "cwd": cwd or self.repo, "timeout": timeout})
         return h.RunResult(argv, r["code"], r["stdout"], r["stderr"], r["seconds"], r["timed_out"])
 
-    def coord(self, *args):
-        """This checkout's installed `.coord/coord ARGS --json`, run on this host; -> its reply (exit 0)."""
+    def coord(self, *args, code=0):
+        """This checkout's installed `.coord/coord ARGS --json`, run on this host; -> its reply (exit `code`)."""
         r = self.run(support.script_argv(os.path.join(self.repo, ".coord", "coord")) + list(args) + ["--json"],
                      self.env, timeout=90)
-        if r.code != 0 or r.timed_out:
+        if r.code != code or r.timed_out:
             raise AssertionError("coord %s on host %s: %s" % (" ".join(args), self.name, r.describe()))
         return json.loads(r.stdout)
 
@@ -239,7 +239,7 @@ class TwoHosts(support.CoordTestCase):
         super().setUp()
         server, self.psycopg = support.require_postgres(self)
         self.pg_url = support.pg_url(server)
-        self.cli = h.require_cli(self, self.harness)
+        self.cli = h.require_cli(self, self.harness) if self.harness else None
         support.require_tool(self, "unshare")
         support.require_tool(self, "git")
         probe = subprocess.run(["unshare", "--net", "--pid", "--mount", "--fork", "--mount-proc", "true"],
@@ -409,6 +409,74 @@ class CodexOnTwoHosts(TwoHosts):
         self.assertIn(body, reqs[1].tail_text())
         self.assertIn(peer["handle"], reqs[1].tail_text())
         self.assert_two_hosts(peer, result.session_id())
+
+
+class QueueOnTwoHosts(TwoHosts):
+    """The landing queue of a PostgreSQL project on two hosts, pushed to one bare origin. A clone
+    lives on its host, so each host's queue lands that host's works: A's lands A's and pushes,
+    and B's work waits there (other-host); B's queue stops before any check because origin moved,
+    naming the command that brings main up to date; once it ran, B's work lands on A's. Each work
+    lands once and origin/main holds both. The repositories let agents land (coord.agentsLand):
+    the hosts' commands run with no terminal."""
+
+    def setUp(self):
+        super().setUp()
+        support.require_tool(self, "jj")
+        self.bare = os.path.join(self.tmp, "origin.git")
+        subprocess.run(["git", "clone", "-q", "--bare", os.path.join(self.tmp, "origin"), self.bare], check=True,
+                       env=self.git_env, timeout=60)
+        jjcfg = os.path.join(self.tmp, "jjconfig.toml")
+        with open(jjcfg, "w") as f:
+            f.write('user.name = "e2e"\nuser.email = "e2e@example.invalid"\n')
+        for m in (self.a, self.b):
+            scratch = os.path.join(self.tmp, "host-" + m.name, "scratch")
+            os.mkdir(scratch, 0o700)
+            m.env.update(COORD_SCRATCH_ROOT=scratch, JJ_CONFIG=jjcfg)
+            for argv in (["remote", "set-url", "origin", self.bare], ["fetch", "-q", "origin"],
+                         ["config", "coord.agentsLand", "true"], ["config", "user.name", "e2e"],
+                         ["config", "user.email", "e2e@example.invalid"]):
+                subprocess.run(["git", "-C", m.repo] + argv, check=True, env=self.git_env, timeout=60)
+
+    def queued_work(self, m, name):
+        w = m.coord("work", "create", "on-" + m.name)["work"]
+        with open(os.path.join(w["path"], name), "w") as f:
+            f.write("from host %s\n" % m.name)
+        subprocess.run(["jj", "--no-pager", "describe", "-m", "add " + name], cwd=w["path"], check=True,
+                       env=dict(self.env, JJ_CONFIG=m.env["JJ_CONFIG"]), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+        m.coord("work", "integrate", "enqueue", w["handle"], "--into", "main")
+        return w["handle"]
+
+    def outcomes(self, reply):
+        return {x["work"]: (x["outcome"], None if x["outcome"] == "landed" else x["reason"]) for x in reply["works"]}
+
+    def test_each_host_lands_its_own_queue_and_pushes_and_each_work_lands_once(self):
+        on_a, on_b = self.queued_work(self.a, "from-a.txt"), self.queued_work(self.b, "from-b.txt")
+        one = self.a.coord("work", "integrate", "land", on_b, "--into", "main", code=3)  # its clone is on B
+        self.assertEqual((one["reason"], one["hint"]), ("other-host", "on host b run: .coord/coord work integrate land %s "
+                                                                       "--into main" % on_b), one)
+        land = ("work", "integrate", "land", "--queued", "--into", "main", "--push", "origin", "--check", "true")
+        ra = self.a.coord(*land)
+        self.assertEqual(self.outcomes(ra), {on_a: ("landed", None), on_b: ("waiting", "other-host")}, ra)
+        git = lambda *a: subprocess.run(["git"] + list(a), stdout=subprocess.PIPE, text=True, check=True,
+                                        env=self.git_env, timeout=60).stdout.strip()
+        a_landed = git("-C", self.a.repo, "rev-parse", "main")
+        self.assertEqual(git("--git-dir", self.bare, "rev-parse", "main"), a_landed)
+        rb = self.b.coord(*land, code=3)
+        stop = next(x for x in rb["works"] if x["outcome"] == "stopped")
+        self.assertEqual((stop["work"], stop["reason"]), (on_b, "remote-moved"), rb)
+        update = stop["hint"].split("up to date: ", 1)[1].split("; then re-run", 1)[0]
+        self.assertEqual(update, "git -C %s pull --ff-only origin main" % self.b.repo)
+        r = self.b.run(["sh", "-c", update], self.b.env)
+        self.assertEqual(r.code, 0, r.describe())
+        rb = self.b.coord(*land)
+        self.assertEqual(self.outcomes(rb), {on_b: ("landed", None)}, rb)
+        b_landed = git("-C", self.b.repo, "rev-parse", "main")
+        self.assertEqual(git("--git-dir", self.bare, "rev-parse", "main"), b_landed)
+        self.assertEqual(git("--git-dir", self.bare, "rev-parse", b_landed + "^"), a_landed, "B's landed on A's")
+        log = git("--git-dir", self.bare, "log", "--format=%s", "main").splitlines()
+        self.assertEqual([l for l in log if l.startswith("add from-")], ["add from-b.txt", "add from-a.txt"])
+        self.assertEqual(self.outcomes(self.a.coord(*land)), {}, "nothing left to land on A")
 
 
 if __name__ == "__main__":
