@@ -22,7 +22,7 @@ sys.path.insert(0, h.ROOT)
 import store  # noqa: E402
 import hostclient
 
-TITLE_REQUEST = "Generate a concise, sentence-case title"
+TITLE_REQUEST = h.CLAUDE_TITLE_REQUEST
 
 
 class HarnessFacts(h.HarnessCase):

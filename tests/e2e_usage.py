@@ -391,9 +391,6 @@ if __name__ == "__main__":
     unittest.main()
 
 
-CLAUDE_TITLE_REQUEST = "Generate a concise, sentence-case title"  # Claude Code's side request for a session title
-
-
 class QueueOfTwoKinds(h.CoordCase):
     """The landing queue with agents of two kinds: the real Claude Code and the real Codex, each
     launched by `work start` in its own clone, change their clone and queue it through their shell
@@ -413,10 +410,7 @@ class QueueOfTwoKinds(h.CoordCase):
                                     COORD_CODEX_CMD=codex))
         self.launch_env = h.claude_env(self.home, self.server, h.codex_env(self.home, self.codex_home, self.server,
                                                                            agent))
-        with open(os.path.join(self.home, ".claude.json"), "w") as f:
-            json.dump({"hasCompletedOnboarding": True, "theme": "dark",
-                       "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
-                       "projects": {self.repo: {"hasTrustDialogAccepted": True}}}, f)
+        h.trust_claude_repo(self.home, self.repo)
         h.trust_codex_repo(self.codex_home, self.server, self.repo, extra=MIGRATION_NOTICE)  # its dialog answered
         # Codex runs its shell tool as a login shell, whose profile puts jj and git on PATH (UsagePath.prepare)
         tool_dirs = [os.path.dirname(support.require_tool(self, t)) for t in ("jj", "git", "python3")]
@@ -453,7 +447,7 @@ class QueueOfTwoKinds(h.CoordCase):
                              ".coord/coord work integrate enqueue %s --into main" % codex_work), say("queued")]
 
         def claude_turn(req):
-            if CLAUDE_TITLE_REQUEST in req.text():
+            if h.CLAUDE_TITLE_REQUEST in req.text():
                 return say('{"title": "Queue the work"}')
             return claude_steps.pop(0) if claude_steps else say("ok")
 

@@ -155,6 +155,19 @@ def _run(argv, cwd, env, timeout, stdin=subprocess.DEVNULL):
 
 # -- Claude Code -------------------------------------------------------------------------------
 
+CLAUDE_TITLE_REQUEST = "Generate a concise, sentence-case title"  # Claude Code's side request for a session title
+
+
+def trust_claude_repo(home, repo):
+    """~/.claude.json of a person who has used Claude Code before and trusted `repo`; -> its path."""
+    path = os.path.join(home, ".claude.json")
+    with open(path, "w") as f:
+        json.dump({"hasCompletedOnboarding": True, "theme": "dark",
+                   "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
+                   "projects": {repo: {"hasTrustDialogAccepted": True}}}, f, indent=2)
+    return path
+
+
 def claude_env(home, server, extra=None):
     env = base_env(home, server, extra=None)
     env.update({
@@ -668,12 +681,7 @@ class HarnessCase(CoordTestCase):
         managed = self.managed_env()
         self.launch_env = claude_env(self.home, self.server, self.agent_env(dict(managed, **{
             "COORD_REGISTER_GRACE": "0", "COORD_CLAUDE_CMD": self.cli})))
-        path = os.path.join(self.home, ".claude.json")
-        with open(path, "w") as f:
-            json.dump({"hasCompletedOnboarding": True, "theme": "dark",
-                       "customApiKeyResponses": {"approved": ["sk-e2e-offline"], "rejected": []},
-                       "projects": {self.repo: {"hasTrustDialogAccepted": True}}}, f, indent=2)
-        return path
+        return trust_claude_repo(self.home, self.repo)
 
     def run_agent(self, script, lanes=None, prompt="Do the scripted task.", env=None, args=(),
                   trust=True, features=None, timeout=120, expect_ok=True, repo=None,
