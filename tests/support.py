@@ -248,6 +248,19 @@ def pass_gate(env, handle, runtime):
 POLL_CEILING = 0.25  # seconds: the longest pause retry_until grows to
 
 
+def assert_shown(case, want, line, least=6):
+    """`want` is in a line that coord fits to 100 columns, or the line is cut ("\u2026") inside it:
+    handles are five random words, so the same text may or may not reach the cut."""
+    if want in line:
+        return
+    if line.endswith("\u2026"):
+        head = line[:-1]
+        for n in range(len(want) - 1, least - 1, -1):
+            if head.endswith(want[:n]):
+                return
+    case.fail("%r is not in %r, nor cut off at its end" % (want, line))
+
+
 def retry_until(predicate, timeout=10.0, interval=0.02):
     """Poll predicate() until it returns a truthy value; return it, or raise on timeout.
 
