@@ -42,6 +42,19 @@ def script_argv(path=None, python=None):
     return [python or sys.executable, "-S", "-c", _CACHED_RUN, path or COORD]
 
 
+# A hook.py imported as the installed hook command imports it (with its bytecode cached, under
+# -I -S, and no interpreter teardown), not compiled as a script on every call; hook.REPO stays
+# unset, so it finds the repository from its directory as a hook.py run by hand does.
+_HOOK_RUN = ("import os,sys;p=os.path.realpath(sys.argv[1]);sys.path[:0]=[os.path.dirname(p)];"
+             "del sys.argv[0];import hook;hook.main();os._exit(0)")
+
+
+def hook_argv(harness, script=None, python=None):
+    """argv that runs `script` (default: this checkout's hook.py) for `harness` on `python`."""
+    return [python or sys.executable, "-I", "-S", "-c", _HOOK_RUN, script or os.path.join(ROOT, "hook.py"),
+            "--harness", harness]
+
+
 # Variables a test must never inherit from the developer's own agent session.
 _SCRUB = (
     "COORD_DB", "COORD_PROJECT_ID", "COORD_RUNTIME_ID", "COORD_WORK_ID",

@@ -101,7 +101,8 @@ class HookCase(support.CoordTestCase):
         e = dict(self.env)
         e.update(env or {})
         e = {k: v for k, v in e.items() if v is not None}
-        argv = [python or sys.executable, "-I", "-S", script, "--harness", harness]
+        argv = ([python, "-I", "-S", script, "--harness", harness] if python  # as a script: its own version check
+                else support.hook_argv(harness, script))
         cwd = cwd or self.repo
         if via is not None:
             rc, out, err = via.run(argv, raw, e, cwd)

@@ -682,8 +682,7 @@ class LandReleasesTheAgentsLeasesTest(LandCase):
     def hook(self, conversation, event, cwd, **extra):
         payload = dict({"session_id": conversation, "hook_event_name": event, "cwd": cwd,
                         "transcript_path": os.path.join(self.tmp, "transcript.jsonl")}, **extra)
-        proc = support.run_hook([sys.executable, "-I", "-S", os.path.join(support.ROOT, "hook.py"), "--harness",
-                                 "claude"], payload, self.env, cwd)
+        proc = support.run_hook(support.hook_argv("claude"), payload, self.env, cwd)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         return proc.stdout
 

@@ -27,7 +27,7 @@ class ViewCase(support.CoordTestCase):
     def event(self, conversation, event, harness="claude", **fields):
         """Run the real hook for one event of `conversation`, as its harness does."""
         payload = dict(fields, hook_event_name=event, session_id=conversation, cwd=self.repo)
-        proc = support.run_hook([sys.executable, "-I", "-S", HOOK, "--harness", harness], payload,
+        proc = support.run_hook(support.hook_argv(harness), payload,
                                 dict(self.env, COORD_REPO_ROOT=self.repo), self.repo)
         self.assertEqual((proc.returncode, proc.stderr), (0, ""))
 
