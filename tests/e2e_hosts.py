@@ -171,7 +171,7 @@ class Machine:
                         PYTHONPATH=support.psycopg_dir())
         # The installer on this machine too: the hook runtime copy lives under this machine's HOME
         # (outside every checkout), which a clone does not carry.
-        proc = subprocess.run([sys.executable, os.path.join(h.ROOT, "install"), self.repo, "--project-id",
+        proc = subprocess.run(support.script_argv(os.path.join(h.ROOT, "install")) + [self.repo, "--project-id",
                                case.project], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, timeout=60)
         case.assertEqual(proc.returncode, 0, "install on host %s failed:\n%s%s" % (name, proc.stdout, proc.stderr))
@@ -258,7 +258,7 @@ class TwoHosts(support.CoordTestCase):
         # The origin: coord installed by the real ./install and committed, as a team's repository.
         origin = h.git_repo(os.path.join(self.tmp, "origin"))
         throwaway = dict(self.env, COORD_DB="", COORD_PROJECT_ID="", XDG_STATE_HOME=os.path.join(self.tmp, "install"))
-        proc = subprocess.run([sys.executable, os.path.join(h.ROOT, "install"), origin, "--project-id", self.project],
+        proc = subprocess.run(support.script_argv(os.path.join(h.ROOT, "install")) + [origin, "--project-id", self.project],
                               env=throwaway, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
         self.assertEqual(proc.returncode, 0, "install failed:\n%s%s" % (proc.stdout, proc.stderr))
         for name in ("src/a.py", "src/b.py"):

@@ -136,7 +136,7 @@ class UsagePath(support.CoordTestCase):
         self.git("commit", "-q", "-m", "first")
         self.git("remote", "add", "origin", self.origin)
         self.git("push", "-q", "origin", "main")
-        proc = self.cmd([sys.executable, os.path.join(support.ROOT, "install"), self.repo, "--project-id", PROJECT],
+        proc = self.cmd(support.script_argv(os.path.join(support.ROOT, "install")) + [self.repo, "--project-id", PROJECT],
                         cwd=self.tmp)
         # Not committed yet: a clone would start without coord's hooks, so create refuses and
         # prints the command that commits the installation.

@@ -84,7 +84,7 @@ class StartWithPrompt(object):
 
     def install_and_commit(self):
         """coord installed in the repository and committed, as README says, so clones carry it."""
-        for argv in ([sys.executable, os.path.join(h.ROOT, "install"), self.repo, "--project-id", "test-project"],
+        for argv in (support.script_argv(os.path.join(h.ROOT, "install")) + [self.repo, "--project-id", "test-project"],
                      ["git", "-C", self.repo, "add", "-A"],
                      ["git", "-C", self.repo, "commit", "-q", "-m", "Install coord"]):
             proc = subprocess.run(argv, env=dict(self.env, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.invalid",

@@ -1767,7 +1767,7 @@ class InstalledHookTest(support.CoordTestCase):
         self.repo = os.path.join(self.tmp, "repo")
         subprocess.run(["git", "init", "-q", self.repo], check=True, env=self.env)
         self.env["CODEX_HOME"] = os.path.join(self.tmp, "codex-home")
-        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.repo, "--project-id", "hooked"], env=self.env,
+        proc = subprocess.run(support.script_argv(os.path.join(support.ROOT, "install")) + [self.repo, "--project-id", "hooked"], env=self.env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         for key in ("COORD_DB", "COORD_PROJECT_ID"):

@@ -1610,7 +1610,7 @@ class ReadmePostgresTest(support.CoordTestCase):
         self.repo = os.path.join(self.tmp, "repo")
         os.mkdir(self.repo)
         subprocess.run(["git", "init", "-q", self.repo], check=True, env=self.env, timeout=60)
-        subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.repo, "--project-id",
+        subprocess.run(support.script_argv(os.path.join(support.ROOT, "install")) + [self.repo, "--project-id",
                         "my-project"], check=True, env=self.env, stdout=subprocess.DEVNULL, timeout=120)
         self.plain = {k: v for k, v in self.env.items() if k not in ("COORD_DB", "COORD_PROJECT_ID")}
         # The installed coord runs this interpreter, whose psycopg the test cache holds.

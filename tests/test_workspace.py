@@ -1655,7 +1655,7 @@ class UnprotectedCloneTest(WorkTestCase):
 
     def setUp(self):
         super().setUp()
-        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.canon, "--project-id",
+        proc = subprocess.run(support.script_argv(os.path.join(support.ROOT, "install")) + [self.canon, "--project-id",
                                "protected"], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               timeout=120)
         self.assertEqual(proc.returncode, 0, proc.stderr)
@@ -2789,7 +2789,7 @@ class RescueTest(WorkTestCase):
         env = {k: v for k, v in self.env.items() if k != "COORD_REPO_ROOT"}
         payload = {"session_id": "rescue-conversation", "transcript_path": "/dev/null", "cwd": path,
                    "hook_event_name": "Stop"}
-        proc = support.run_hook([sys.executable, os.path.join(support.ROOT, "hook.py"), "--harness", "claude"],
+        proc = support.run_hook(support.hook_argv("claude"),
                                 payload, env, path)
         self.assertEqual((proc.returncode, proc.stdout), (0, ""), proc.stderr)
         if race:
@@ -3064,7 +3064,7 @@ class RefusedCreateRecordTest(WorkTestCase):
     for `gc`; the audit keeps what happened."""
 
     def test_an_unprotected_refusal_is_not_listed_and_leaves_gc_nothing(self):
-        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.canon, "--project-id",
+        proc = subprocess.run(support.script_argv(os.path.join(support.ROOT, "install")) + [self.canon, "--project-id",
                                "protected"], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               timeout=120)
         self.assertEqual(proc.returncode, 0, proc.stderr)

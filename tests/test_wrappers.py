@@ -313,7 +313,7 @@ class OtherDirectoryTest(WrapperCase):
 
     def setUp(self):
         super().setUp()
-        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "install"), self.canon,
+        proc = subprocess.run(support.script_argv(os.path.join(support.ROOT, "install")) + [self.canon,
                                "--project-id", "test-project"], env=self.env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, timeout=120)
         self.assertEqual(proc.returncode, 0, proc.stderr)
