@@ -17,6 +17,10 @@ marked support.stress (races, kill storms) run only with --stress (tests/run pas
 --all-pythons, --stress and under CI=true); --no-jj skips the tests that drive jj, for the
 other interpreters' suites of a default tests/run.
 
+Runners given the same --queue DIR share its tests: each runs the next test none has taken
+(tests/run starts two per suite); --help-queue DIR takes what is left of another suite's queue
+once this runner's own tests are done.
+
 Test files import their helpers as top-level modules (`import support`,
 `from support import CoordTestCase`): this runner puts tests/ first on sys.path, exactly
 as `python3 tests/test_x.py` does for a single file, and support.py adds the repository
@@ -378,6 +382,88 @@ def precompile(root=ROOT):
                 pass  # a read-only checkout, or a syntax error test_compile reports
 
 
+class Queue:
+    """Tests that several runners share (tests/run starts two per suite): the first runner to come
+    publishes the ordered list of test ids; each runner then claims the next index under a lock
+    until none is left, so the runners end together whatever each test costs. The runners of
+    another suite, once their own list is done, take what is left here (--help-queue)."""
+
+    def __init__(self, directory):
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        self.list = os.path.join(directory, "tests.json")
+        self._fd = os.open(os.path.join(directory, "next"), os.O_RDWR | os.O_CREAT, 0o600)
+
+    def _locked(self, fn):
+        import fcntl
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            return fn()
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def publish(self, ids):
+        """The list every runner of the queue works through: the first runner's, `ids` here."""
+        def first():
+            if not os.path.exists(self.list):
+                with open(self.list + ".new", "w") as f:
+                    json.dump(ids, f)
+                os.replace(self.list + ".new", self.list)
+            with open(self.list) as f:
+                return json.load(f)
+        return self._locked(first)
+
+    def published(self, timeout=120.0):
+        """The list another suite's runners published (waiting for it a while), or []."""
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.list):
+            if time.monotonic() > deadline:
+                return []
+            time.sleep(0.5)
+        def read():
+            with open(self.list) as f:
+                return json.load(f)
+        return self._locked(read)
+
+    def claim(self):
+        """The next index of the list no runner has taken (it may be past the end)."""
+        def take():
+            raw = os.pread(self._fd, 32, 0).strip()
+            index = int(raw) if raw else 0
+            os.pwrite(self._fd, b"%-31d\n" % (index + 1), 0)
+            return index
+        return self._locked(take)
+
+
+class ClaimedSuite(unittest.TestSuite):
+    """A suite whose tests are claimed from queues as the run reaches them: first this runner's
+    own queue, with its loaded tests, then any other suite's queue, loading each test by name."""
+
+    _cleanup = False  # no list of tests to release
+
+    def __init__(self, sources):
+        super().__init__()
+        self.sources = sources  # [(Queue, ids, {id: loaded test})]
+        self.claimed = []
+        self.helped = 0
+
+    def __iter__(self):
+        for n, (queue, ids, loaded) in enumerate(self.sources):
+            while True:
+                index = queue.claim()
+                if index >= len(ids):
+                    break
+                test = loaded.get(ids[index])
+                if test is None:
+                    test = next(iter(_tests(unittest.defaultTestLoader.loadTestsFromName(ids[index]))))
+                self.claimed.append(ids[index])
+                self.helped += n > 0
+                yield test
+
+    def countTestCases(self):
+        return len(self.claimed)
+
+
 def _shard(text):
     try:
         k, n = (int(x) for x in text.split("/"))
@@ -410,6 +496,12 @@ def main(argv=None):
                         help="run only the test modules of the files changed against main (or HEAD)")
     parser.add_argument("--shard", type=_shard, metavar="K/N",
                         help="run only every N-th test, starting with the K-th (to run N at once)")
+    parser.add_argument("--queue", metavar="DIR",
+                        help="share the tests with the other runners given the same DIR: each runs the "
+                             "next test none has taken")
+    parser.add_argument("--help-queue", metavar="DIR", action="append", default=[],
+                        help="when this runner's own tests are done, take what is left in another "
+                             "suite's queue (repeatable; same interpreter)")
     parser.add_argument("--dir", default=TESTS, help=argparse.SUPPRESS)  # for test_runner.py
     parser.add_argument("--summary-file", metavar="PATH",
                         help="also write the counting line to PATH (tests/run reads it)")
@@ -480,7 +572,16 @@ def main(argv=None):
         tests = kept
     if args.shard:
         tests = tests[args.shard[0] - 1::args.shard[1]]
-    suite = unittest.TestSuite(tests)
+    if args.queue:
+        mine = Queue(args.queue)
+        loaded = dict((t.id(), t) for t in tests)
+        sources = [(mine, mine.publish([t.id() for t in tests]), loaded)]
+        for other in args.help_queue:
+            theirs = Queue(other)
+            sources.append((theirs, theirs.published(), {}))
+        suite = ClaimedSuite(sources)
+    else:
+        suite = unittest.TestSuite(tests)
     sys.stdout.flush()
 
     signal.signal(signal.SIGTERM, _on_term)
@@ -490,7 +591,10 @@ def main(argv=None):
     )
     result = runner.run(suite)
     if not os.environ.get("COORD_TEST_NO_RECORD"):
-        record(result, [t.id() for t in tests] + [_module_name(n) for n in names])
+        ran = suite.claimed if args.queue else [t.id() for t in tests]
+        record(result, ran + [_module_name(n) for n in names])
+    if args.queue and suite.helped:
+        print("helped: %d of these tests came from another suite's queue" % suite.helped)
 
     if args.durations and result.durations:
         print("slowest tests (wall, cpu):")

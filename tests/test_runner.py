@@ -339,6 +339,38 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual((seen[0] | seen[1], seen[0] & seen[1]), ({0, 1, 2, 3, 4}, set()))
 
 
+    def test_runners_sharing_a_queue_run_each_test_once_and_a_helper_takes_what_is_left(self):
+        """Two runners at once on one queue (each test sleeps, so both take part), then a runner of
+        another suite that finds its own queue empty helps with a third queue."""
+        self.write("test_many.py", "import time, unittest\nclass Many(unittest.TestCase):\n" + "".join(
+            "    def test_%d(self):\n        print('ran %d')\n        time.sleep(0.2)\n        self.fail()\n" % (i, i)
+            for i in range(8)))
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", COORD_TEST_CACHE=os.path.join(self.dir, "cache"))
+        queue = os.path.join(self.dir, "q")
+        procs = [subprocess.Popen([sys.executable, RUNNER, "--dir", self.dir, "--queue", queue],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                 for _ in range(2)]
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        seen = [set(re.findall(r"^ran (\d)$", out, re.M)) for out in outs]
+        self.assertEqual((seen[0] | seen[1], seen[0] & seen[1]), (set(str(i) for i in range(8)), set()), outs)
+        self.assertTrue(seen[0] and seen[1], outs)
+        counts = [int(re.search(r"unit: 0 passed, (\d+) failed", out).group(1)) for out in outs]
+        self.assertEqual(sum(counts), 8, outs)
+        self.assertTrue(all(p.returncode == 1 for p in procs), outs)
+        # a runner of another suite (none of its own tests match) takes what another queue left:
+        # here a queue whose first three tests were taken already
+        left = os.path.join(self.dir, "left")
+        os.makedirs(left)
+        with open(os.path.join(left, "tests.json"), "w") as f:
+            json.dump(["test_many.Many.test_%d" % i for i in range(8)], f)
+        with open(os.path.join(left, "next"), "w") as f:
+            f.write("3\n")
+        rc, last, out = self.run_runner("--queue", os.path.join(self.dir, "own"), "--pattern", "nothing_*.py",
+                                        "--help-queue", left)
+        self.assertEqual(set(re.findall(r"^ran (\d)$", out, re.M)), set("34567"), out)
+        self.assertEqual((rc, last), (1, "nothing: 0 passed, 5 failed, 0 skipped"), out)
+        self.assertIn("helped: 5 of these tests came from another suite's queue", out)
+
 
 class ChangedTest(unittest.TestCase):
     """`--changed` follows the import ladder: a change to a module low on it (store.py) brings the
