@@ -311,10 +311,12 @@ def opencode_env(home, server, repo, extra=None):
 
 def write_qwen_user_settings(home, folder_trust=False, extra=None):
     """~/.qwen/settings.json: the OpenAI auth type, usage statistics off (else Qwen tries to
-    reach an outside telemetry host), managed auto-memory off (else a background memory agent
+    reach an outside telemetry host), update checks off (else 0.24.4 runs `npm view` on the
+    package at each start, a registry request and an npm start-up), managed auto-memory off (else a background memory agent
     sometimes makes one more model request after the session), and the folder-trust gate when
     `folder_trust`."""
     doc = {"security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": False},
+           "general": {"enableAutoUpdate": False},
            "model": {"name": QWEN_MODEL},
            "memory": {"enableManagedAutoMemory": False, "enableManagedAutoDream": False}}
     if folder_trust:
