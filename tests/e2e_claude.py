@@ -149,12 +149,12 @@ class HarnessFacts(h.HarnessCase):
                        args=["--allowedTools", "Bash"])
         self.assertIn("CLAUDE_CODE_SESSION_ID=", self.read_file("ran.txt"))
 
-    def test_wall_time_without_hooks(self):
+    def test_no_hook_runs_once_its_settings_are_gone(self):
         os.unlink(os.path.join(self.repo, ".claude", "settings.json"))
-        result = self.run_agent([tool("Write", file_path=os.path.join(self.repo, "a.txt"),
+        self.run_agent([tool("Write", file_path=os.path.join(self.repo, "a.txt"),
                                       content="x\n"), say("done")])
         self.assertEqual(self.records(), [])
-        h.figure("claude scripted run (Write + final), no hooks", result.seconds)
+        self.assertEqual(self.read_file("a.txt"), "x\n")
 
 
 def _read_write_edit(repo):
@@ -186,14 +186,13 @@ class CoordScenarios(h.CoordCase):
         rt = self.agent_runtime(session)
         self.assertIsNotNone(rt["ended_at"], rt)
         self.assertFalse(rt["live"], rt)
-        self.compare_with_plain("start-up", result, script)
 
     def test_write_to_a_peers_exclusive_lease_is_denied(self):
         peer = self.peer()
         self.rcoord("claim", "src/a.py", "--runtime", peer["id"], "-p", "peer work")
         for repo in (self.repo, self.plain):
             self.write_file("src/a.py", "original\n", repo=repo)
-        result = self.run_agent(_read_write_edit(self.repo))
+        self.run_agent(_read_write_edit(self.repo))
         self.assertEqual(self.read_file("src/a.py"), "original\n")
         reqs = self.server.model_requests()
         for i, what in ((2, "Write"), (3, "Edit")):
@@ -202,7 +201,9 @@ class CoordScenarios(h.CoordCase):
             self.assertIs(block.get("is_error"), True, (what, block))
             self.assertIn(peer["handle"], h.flatten(block["content"]), what)
             self.assertIn("src/a.py", h.flatten(block["content"]), what)
-        self.compare_with_plain("denied Write+Edit", result, _read_write_edit)
+        self.control(_read_write_edit)  # without coord the same session writes the file
+        with open(os.path.join(self.plain, "src", "a.py")) as f:
+            self.assertEqual(f.read(), "agent\n")
 
     def test_write_to_an_unleased_path_goes_through(self):
         peer = self.peer()
@@ -211,10 +212,9 @@ class CoordScenarios(h.CoordCase):
         def script(repo):
             return [tool("Write", file_path=os.path.join(repo, "src", "c.py"), content="c\n"),
                     say("done")]
-        result = self.run_agent(script(self.repo))
+        self.run_agent(script(self.repo))
         self.assertEqual(self.read_file("src/c.py"), "c\n")
         self.assertNotIn(peer["handle"], self.server.model_requests()[1].tail_text())
-        self.compare_with_plain("unleased Write", result, script)
 
     def test_message_is_injected_then_reminded_until_acked(self):
         peer = self.peer()
@@ -234,7 +234,7 @@ class CoordScenarios(h.CoordCase):
             return tool("Bash", command=".coord/coord ack %d" % sent["id"])
 
         read = tool("Read", file_path=os.path.join(self.repo, "notes.txt"))
-        result = self.run_agent([send, read, ack, read, say("done")], args=self.BASH)
+        self.run_agent([send, read, ack, read, say("done")], args=self.BASH)
         reqs = self.server.model_requests()
         first, second, after_ack, later = (reqs[i].tail_text() for i in (1, 2, 3, 4))
         self.assertIn(body, first)
@@ -243,11 +243,6 @@ class CoordScenarios(h.CoordCase):
             self.assertIn(part, second)
         self.assertNotIn(peer["handle"], after_ack)
         self.assertNotIn(peer["handle"], later)
-
-        def plain_script(repo):
-            r = tool("Read", file_path=os.path.join(repo, "notes.txt"))
-            return [r, r, tool("Bash", command="true"), r, say("done")]
-        self.compare_with_plain("message/reminder/ack", result, plain_script, args=self.BASH)
 
     def test_subagent_is_its_own_runtime_and_cannot_write_the_parents_lease(self):
         seen = {}
@@ -296,15 +291,6 @@ class CoordScenarios(h.CoordCase):
         self.assertEqual([l["runtime"] for l in held], [subs[0]["id"]], seen)
         self.assertEqual(self.read_file("src/sub.py"), "sub\n")
 
-    def test_timing_with_and_without_hooks(self):
-        def script(repo, i):
-            path = os.path.join(repo, "t%d.txt" % i)
-            return [tool("Write", file_path=path, content="x\n"), tool("Read", file_path=path),
-                    say("done")]
-        with_hooks, plain = self.time_with_and_without_hooks("Write+Read", script)
-        for i in range(len(with_hooks)):
-            self.assertEqual(self.read_file("t%d.txt" % i), "x\n")
-
     def test_hooks_fail_open_when_the_database_cannot_be_opened(self):
         blocker = os.path.join(self.tmp, "not-a-directory")
         with open(blocker, "w") as f:
@@ -316,7 +302,6 @@ class CoordScenarios(h.CoordCase):
                                     env={"COORD_DB": db})
             self.assertEqual(self.read_file(rel), db + "\n")
             self.assertEqual(result.events[-1].get("subtype"), "success", result.describe())
-            h.figure("claude fail-open run (%s)" % ("unopenable", "corrupt")[n], result.seconds)
 
     def corrupt_db(self):
         path = os.path.join(self.tmp, "corrupt.sqlite3")
@@ -819,9 +804,6 @@ class TheQueueSendsWorkBackAndWakesItsAgent(h.CoordCase):
         self.assertIn("coord work integrate enqueue %s --into main" % handle, seen[0].text())
         self.assertIn("test ! -f broken.txt", seen[0].text())
 
-
-def tearDownModule():
-    h.print_figures()
 
 
 if __name__ == "__main__":

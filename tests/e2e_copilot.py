@@ -229,9 +229,6 @@ class CoordScenarios(h.CoordCase):
         self.assertNotIn(body, self.server.model_requests()[0].text())
 
 
-def tearDownModule():
-    h.print_figures()
-
 
 if __name__ == "__main__":
     unittest.main()

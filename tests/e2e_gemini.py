@@ -228,9 +228,6 @@ class WatchDialog(h.WatchDialog, h.CoordCase):
         return h.gemini_env(self.home, self.server, self.launch_managed({"COORD_GEMINI_CMD": self.cli}))
 
 
-def tearDownModule():
-    h.print_figures()
-
 
 if __name__ == "__main__":
     unittest.main()

@@ -259,9 +259,6 @@ class QwenStartWithPrompt(StartWithPrompt, h.HarnessCase):
         h.write_qwen_user_settings(self.home)
 
 
-def tearDownModule():
-    h.print_figures()
-
 
 if __name__ == "__main__":
     unittest.main()

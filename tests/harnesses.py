@@ -763,26 +763,6 @@ class HarnessCase(CoordTestCase):
             return f.read()
 
 
-FIGURES = []
-
-
-def figure(label, value, unit="s"):
-    """Record one measured figure; print_figures() shows them all."""
-    FIGURES.append((label, value, unit))
-
-
-def print_figures():
-    """Print the recorded figures to the real stderr (the runner buffers test output)."""
-    if not FIGURES:
-        return
-    out = sys.__stderr__ or sys.stderr
-    out.write("\n")
-    for label, value, unit in FIGURES:
-        out.write("  e2e figure: %-58s %6.2f%s\n" % (label, value, unit))
-    out.flush()
-    del FIGURES[:]
-
-
 # -- A recording hook (tests of the harnesses themselves) -----------------------------------------
 
 RECORD_HOOK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "e2e",
@@ -946,26 +926,10 @@ class CoordCase(HarnessCase):
     def runtimes_of(self, conversation):
         return [rt for rt in self.coord_state()["runtimes"] if rt.get("conversation") == conversation]
 
-    def time_with_and_without_hooks(self, label, script_for, rounds=3, **kw):
-        """Alternate the same run with coord's hooks and in the plain repo; record the best
-        wall time of each and the ratio. script_for(repo, i) must be repeatable."""
-        with_hooks, plain = [], []
-        for i in range(rounds):
-            with_hooks.append(self.run_agent(script_for(self.repo, i), **kw).seconds)
-            plain.append(self.run_agent(script_for(self.plain, i), repo=self.plain, **kw).seconds)
-        figure("%s %s: with coord hooks (best of %d)" % (self.harness, label, rounds),
-               min(with_hooks))
-        figure("%s %s: no hooks (best of %d)" % (self.harness, label, rounds), min(plain))
-        figure("%s %s: ratio" % (self.harness, label), min(with_hooks) / min(plain), "x")
-        return with_hooks, plain
-
-    def compare_with_plain(self, label, result, script_for, **kw):
-        """Run script_for(self.plain) without coord; print both wall times and their ratio."""
-        base = self.run_agent(script_for(self.plain), repo=self.plain, **kw)
-        figure("%s %s: with coord hooks" % (self.harness, label), result.seconds)
-        figure("%s %s: no hooks" % (self.harness, label), base.seconds)
-        figure("%s %s: ratio" % (self.harness, label), result.seconds / base.seconds, "x")
-        return base
+    def control(self, script_for, **kw):
+        """The same session in the plain repository, without coord (the control a denial is
+        compared with): -> its result. What hooks cost is measured in bench/harness, not here."""
+        return self.run_agent(script_for(self.plain), repo=self.plain, **kw)
 
 
 # -- The first boundary of a resumed agent ---------------------------------------------------------
