@@ -621,14 +621,16 @@ def on_session_start(h):
     turn = start_turn(h)
     if rt is not None and rt["pid"] is not None and rt["pid"] == pid and h.ours(rt):
         # same process (compaction, /clear back to it): same attachment, same handle
-        if pg:
-            db.heartbeat(rt["id"], turn=turn)
+        if pg:  # the beat brings back what session_context reads (one wait in all)
+            h.started = db.session_beat(rt["id"], turn=turn, limit=SHOWN)
         else:
             db.reap()
             db.heartbeat(rt["id"])
-    elif pg:
-        rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
-                         source="hook:%s" % str(h.payload.get("source"))[:40], turn=turn or "busy")
+    elif pg:  # the registration brings back what session_context reads (one wait in all)
+        h.started = db.session_start(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
+                                     source="hook:%s" % str(h.payload.get("source"))[:40], turn=turn or "busy",
+                                     live=rt is not None, limit=SHOWN)
+        rt = h.started["runtime"]
         h.registered = True  # its lease lines from the database: the copy may not have seen this yet
     else:
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
@@ -811,14 +813,18 @@ def session_context(h, rt, work=()):
     def size(ls):
         return sum(len(l.encode("utf-8", "replace")) + 1 for l in ls)
 
-    if db.engine == "postgresql":  # one operation, answered from the host process's lease copy when fresh
+    started = getattr(h, "started", None) or {}
+    if "mine" in started:  # read with the registration's COMMIT (PostgreSQL)
+        parts = started
+    elif db.engine == "postgresql":  # one operation, answered from the host process's lease copy when fresh
         parts = (db.session_leases if getattr(h, "registered", False) else db.hook_session_leases)(rt["id"], SHOWN)
-        mine, held, total = [store.clean_text(r, 60) for r in parts["mine"]], parts["held"], parts["total"]
     else:
-        mine = [store.clean_text(l["resource"], 60) for l in db.leases_of(rt["id"])]
-        held, total = db.peer_exclusive_leases(rt["id"], SHOWN)
+        parts = {"mine": [l["resource"] for l in db.leases_of(rt["id"])]}
+        parts["held"], parts["total"] = db.peer_exclusive_leases(rt["id"], SHOWN)
+    mine, held, total = [store.clean_text(r, 60) for r in parts["mine"]], parts["held"], parts["total"]
     # a resumed agent whose work kept its leases while it was away (parked, a killed window) has them again
-    yours = "Your leases, kept for your work while it was away" if mine and db.held_again(rt["id"]) else "Your leases"
+    again = started["held_again"] if "held_again" in started else (mine and db.held_again(rt["id"]))
+    yours = "Your leases, kept for your work while it was away" if mine and again else "Your leases"
     least = ["%s: %d (%s list)" % (yours, len(mine), cmd)] if mine else []  # the fallback, reserved
     peers = []  # first, as they say what to ask about before editing
     if held:
@@ -852,7 +858,11 @@ def session_context(h, rt, work=()):
                 least = [line]
                 break
     # The lost-lease notice (outside START_BYTES, like messages) and the messages in what is left
-    lost, pending = db.boundary_context(rt["id"], prefix=cmd, budget=max(0, store.CONTEXT_BUDGET - size(lines + least + peers)))
+    if started.get("quiet"):  # no lost-lease note, no open message at the registration's COMMIT
+        lost, pending = "", None
+    else:
+        lost, pending = db.boundary_context(rt["id"], prefix=cmd,
+                                            budget=max(0, store.CONTEXT_BUDGET - size(lines + least + peers)))
     lines += ([lost] if lost else []) + least + peers
     if pending:
         lines.append(pending)

@@ -63,7 +63,8 @@ TRANSACTION_OPS = frozenset(["begin", "commit", "rollback", "ping", "doctor"])
 CLOCK_EVERY = 300.0  # seconds between two measurements of the server's clock
 # hosts: operations after which this host's exclusive leases may be new or
 # longer, so the safe-mode file is rewritten soon (the timer rewrites it every beat anyway).
-SAFE_REFRESH_OPS = frozenset(["claim", "renew", "heartbeat", "register", "hold_parked"])
+SAFE_REFRESH_OPS = frozenset(["claim", "renew", "heartbeat", "register", "session_start", "session_beat",
+                              "hold_parked"])
 REAP_EVERY = 5.0  # seconds between two reaps of the project (Server.keep_reaping)
 # the lease copy (LeaseCopyKeeper) is read again at least every COPY_EVERY seconds,
 # and answers only while its last read and the LISTEN connection's last sign of life are younger
@@ -80,7 +81,7 @@ HOST_TXN_IDLE, HOST_TXN_MAX = pg.PG_STUCK_AFTER - 1.0, float(pg.PG_LOCK_TIMEOUT)
 COPY_OPS = frozenset(["hook_write_decision"])  # what the copy may answer (Server.answer)
 # SessionStart's reads from the copy too, and a boundary's notices in one operation.
 COPY_OPS = COPY_OPS | frozenset(["hook_conversation_runtime", "hook_session_leases"])
-HOST_OPS = HOST_OPS | frozenset(["boundary_context", "session_leases"])
+HOST_OPS = HOST_OPS | frozenset(["boundary_context", "session_leases", "session_start", "session_beat"])
 HOST_OPS = HOST_OPS | COPY_OPS | frozenset(["ended_conversations"])  # the activity files' pruning
 HOST_OPS = HOST_OPS | frozenset(["turns"])  # the live view and status read every turn at once (view.fleet)
 

@@ -402,19 +402,18 @@ class _PgConnection:
         try:
             for sql, params in reads:
                 params = tuple(params)
-                if self.seeded and (sql, params) in self.cache:
-                    continue  # an expectation's assumed rows (expect): the server checks them
+                if (sql, params) in self.cache:
+                    continue  # read already (since the last write), or assumed (expect: the server checks them)
                 self._check_params(params)
                 sent.append(((sql, params), self.raw.execute(pg_sql(sql), params)))
-            if not sent:
-                return None
-            self.round_trips += 1
-            self.pipe.sync()
-            for key, cur in sent:
-                self.cache[key] = cur.fetchall()
+            if sent:
+                self.round_trips += 1
+                self.pipe.sync()
+                for key, cur in sent:
+                    self.cache[key] = cur.fetchall()
         except self.psycopg.Error as exc:
             raise self._error(exc) from exc
-        return self.cache[sent[-1][0]]
+        return self.cache.get((reads[-1][0], tuple(reads[-1][1])))
 
     seeded = False  # this transaction's cache holds assumed rows (expect)
 
@@ -1688,8 +1687,8 @@ class Store(store.Store):
             reads = getattr(self, "_%s_reads" % reads)
         return self.conn.prefetch(reads(*args))
 
-    def _prefetch_register(self, conversation, pid, pid_start, agent_id):
-        first = store.new_uuid() if not agent_id else None
+    def _prefetch_register(self, conversation, pid, pid_start, agent_id, first=None):
+        first = first or (store.new_uuid() if not agent_id else None)
         self._prefetch(self._register_reads, conversation, pid, pid_start, first)
         return first
 
@@ -1738,8 +1737,81 @@ class Store(store.Store):
             return rt
         return later
 
+    # -- SessionStart in one wait (docs/postgresql.md, "SessionStart and message delivery in few
+    #    waits"): a new attachment's registration (one wait, _register_in_one_wait), or the same
+    #    process's heartbeat (one wait, _heartbeat_in_one_wait), brings back with its COMMIT what
+    #    SessionStart reads next: its lease lines (hook_session_leases), whether it holds a parked
+    #    work's leases again (held_again) and whether its boundary has anything to show (lost-lease
+    #    notes, open deliveries). With nothing to show the hook skips boundary_context: a message
+    #    that arrives meanwhile is shown at its next boundary, as any.
+
+    _starting = None  # (limit, now, {}) while session_start or session_beat runs
+
+    def session_start(self, conversation, harness="", pid=None, pid_start=None, cwd=None, source=None,
+                      turn=None, live=None, limit=0, now=None):
+        """register(...) and, read with its COMMIT, {"runtime", "mine", "held", "total",
+        "held_again", "quiet"} for the new runtime (quiet: no lost-lease note and no open
+        delivery); the same process's runtime (no new one) comes without the reads, as
+        {"runtime"}, and the hook asks for them as before."""
+        now = _now(now)
+        got = {}
+        self._starting = (limit, now, got)
+        try:
+            rt = self.register(conversation=conversation, harness=harness, pid=pid, pid_start=pid_start, cwd=cwd,
+                               source=source, now=now, turn=turn, live=live)
+        finally:
+            self._starting = None
+        return dict(got, runtime=rt) if got.get("id") == rt["id"] else {"runtime": rt}
+
+    def session_beat(self, runtime_id, turn=None, limit=0, now=None):
+        """heartbeat(runtime_id, turn=turn) and session_start's reads with its COMMIT:
+        {"runtime": {"id"}, "mine", ...}."""
+        now = _now(now)
+        got = {}
+        self._starting = (limit, now, got)
+        try:
+            self.heartbeat(runtime_id, now=now, turn=turn)
+        finally:
+            self._starting = None
+        return dict(got, runtime={"id": runtime_id})
+
+    def _session_at_commit(self, runtime_id):
+        if self._starting is None:
+            return None
+        limit, now, got = self._starting
+        where = self._PEER_EXCLUSIVE_WHERE
+        lo = self._LOST % runtime_id
+        hi = lo[:-1] + chr(ord(":") + 1)
+        reads = [(self._LEASES_OF, (runtime_id,)),
+                 ("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
+                  (runtime_id, now, limit)),
+                 ("SELECT count(*)" + where, (runtime_id, now)),
+                 ("SELECT count(*) FROM runtimes WHERE superseded_by = ? AND harness = ?", (runtime_id, store.PARKED)),
+                 ("SELECT (SELECT count(*) FROM deliveries WHERE recipient = ? AND state != 'acked')"
+                  " + (SELECT count(*) FROM meta WHERE key >= ? AND key < ?)", (runtime_id, lo, hi))]
+        curs = [self.conn.execute_at_commit(sql, params) for sql, params in reads]
+
+        def later():
+            mine, held, total, again, open_ = [c.fetchall() for c in curs]
+            held = [dict(zip(("resource", "handle", "purpose"), r)) for r in held]
+            got.update({"id": runtime_id, "mine": [l["resource"] for l in self._lease_rows(mine)], "held": held,
+                        "total": total[0][0] if held else 0, "held_again": bool(again[0][0]),
+                        "quiet": not open_[0][0]})
+        return later
+
     def _write_decision_reads(self, resources, now):
         return [self._overlapping_read(name, now) for name in resources]
+
+    def hook_write_decision(self, conversation, runtime_id, resources, now=None):
+        """The database's answer when the lease copy cannot give it (a peer's change not yet read,
+        a stale copy): the conversation's runtime and the names' leases in one wait, not two."""
+        now = _now(now)
+        reads = self._write_decision_reads(resources, now)
+        if not runtime_id:
+            reads = [(self._TOP_OF_CONVERSATION % self._RUNTIME_COLS, (conversation,))] + reads
+        with self.snapshot():
+            self._prefetch(lambda: reads)
+            return super().hook_write_decision(conversation, runtime_id, resources, now)
 
     def _send_reads(self, runtime_id, to):
         """The sender, the recipient named (a runtime's handle or ID) and a new message ID, drawn
@@ -1841,6 +1913,29 @@ class Store(store.Store):
         params = caller_params + params + [runtime_id, now, kept, runtime_id, now]
         return self._speculate(lambda expect: self._claim(runtime_id, resources, mode, purpose, ttl, now, expect),
                                guess, condition, params, assumed)
+
+    def _register(self, conversation, harness, pid, pid_start, agent_id, cwd, source, now, turn,
+                  expect=None, first=None, guess=False):
+        if guess and expect is None and not agent_id and not self.conn.in_transaction:
+            done = self._register_in_one_wait(conversation, harness, pid, pid_start, cwd, source, now, turn)
+            if done is not None:
+                return done
+        return super()._register(conversation, harness, pid, pid_start, agent_id, cwd, source, now, turn,
+                                 expect, first)
+
+    def _register_in_one_wait(self, conversation, harness, pid, pid_start, cwd, source, now, turn):
+        """A top-level registration in one wait, guessing what a new session (or one resumed after
+        its last attachment ended) finds: no unended runtime of its conversation (none to reap,
+        take over or be the same process), and a free handle for the ID drawn here. The server
+        checks both; a wrong guess (a resume after a crash or a park, a 1-in-34-billion handle)
+        costs one wait more. -> the runtime, or None when the guess was wrong."""
+        rid = store.new_uuid()
+        assumed = dict(((sql, tuple(p)), []) for sql, p in self._register_reads(conversation, pid, pid_start, rid))
+        condition = ("NOT EXISTS (SELECT 1 FROM runtimes WHERE conversation = ? AND ended_at IS NULL)"
+                     " AND NOT EXISTS (SELECT 1 FROM runtimes WHERE handle = ?)")
+        params = [conversation, store.handle_for(rid, store.DOMAIN_RUNTIME)]
+        return self._speculate(lambda expect: self._register(conversation, harness, pid, pid_start, None, cwd, source,
+                                                             now, turn, expect, rid), None, condition, params, assumed)
 
     def _leases_at_commit(self, runtime_id, resources):
         """leases_of(runtime_id, resources) as this transaction leaves them, for its caller:

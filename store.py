@@ -2001,22 +2001,33 @@ class Store:
                               STALE_HINT % rt["handle"], superseded_by=rt["handle"])
 
     def register(self, conversation=None, harness="", pid=None, pid_start=None, agent_id=None, cwd=None,
-                 source=None, now=None, turn=None):
+                 source=None, now=None, turn=None, live=None):
         """Register one live attachment and return its record.
 
         A top-level attachment of a conversation with a live runtime supersedes it: leases and
         open deliveries move to the new runtime; the same harness process (pid and start time)
         keeps its live runtime instead. A subagent (agent_id) gets a deterministic ID and never
         inherits anything. turn: also set_turn(its ID, turn) in the same transaction (SessionStart:
-        one wait less on PostgreSQL).
+        one wait less on PostgreSQL). live: whether the caller saw an unended runtime of the
+        conversation (SessionStart, on the host process's copy), so that PostgreSQL does not guess
+        there is none (pg.Store._register_in_one_wait); None: not looked.
         """
         now = _now(now)
         conversation = conversation or new_uuid()
         if pid and pid_start is None:
             pid_start = process_start(pid)
+        return self._register(conversation, harness, pid, pid_start, agent_id, cwd, source, now, turn,
+                              guess=live is not True)
+
+    def _register(self, conversation, harness, pid, pid_start, agent_id, cwd, source, now, turn,
+                  expect=None, first=None, guess=False):
+        """register's transaction. expect, first: pg.Store's guess in one wait (the server checks
+        it) and the new runtime's ID it guessed with; guess: whether to try that guess."""
         taken = None
         with self.transaction():
-            first = self._prefetch_register(conversation, pid, pid_start, agent_id)
+            if expect is not None:
+                self.conn.expect(*expect)
+            first = self._prefetch_register(conversation, pid, pid_start, agent_id, first)
             self._reap_inline(now, conversation=conversation)
             if agent_id:
                 rid = subagent_uuid(conversation, agent_id)
@@ -2053,7 +2064,11 @@ class Store:
             if turn:
                 self._turn_row(rid, turn, now)
             out = self._runtime_at_commit(rid)
-        return out()
+            session = self._session_at_commit(rid)
+        rt = out()
+        if session is not None:
+            session()
+        return rt
 
     def _rehello_subagent(self, existing, conversation, agent_id, harness, pid, pid_start, source, now):
         """A subagent's runtime is deterministic: a second hello revives and renews the same one."""
@@ -2197,13 +2212,15 @@ class Store:
                                         " ORDER BY started_at DESC, id LIMIT 1" % self._RUNTIME_COLS,
                                         (conversation,)).fetchone())
 
+    _TOP_OF_CONVERSATION = ("SELECT %s FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
+                            " ORDER BY started_at DESC")
+
     def find_conversation_runtime(self, conversation, agent_id=None, now=None):
         """The live runtime of a conversation (top level, or the given subagent), or None."""
         if agent_id:
             rt = self.runtime(subagent_uuid(conversation, agent_id))
             return rt if rt and self.runtime_live(rt, now) else None
-        rows = self.q("SELECT %s FROM runtimes WHERE conversation = ? AND agent_id IS NULL AND ended_at IS NULL"
-                      " ORDER BY started_at DESC" % self._RUNTIME_COLS, (conversation,)).fetchall()
+        rows = self.q(self._TOP_OF_CONVERSATION % self._RUNTIME_COLS, (conversation,)).fetchall()
         for row in rows:
             rt = self._row_runtime(row)
             if self.runtime_live(rt, now):
@@ -2358,26 +2375,33 @@ class Store:
                 self.conn.expect(*expect)
             self._prefetch("heartbeat", runtime_id, now)
             rt = self.usable_runtime(runtime_id, now)
+            # the lapsed leases, read before the writes below, which renew only unlapsed ones (on
+            # PostgreSQL a read after a write waits for the server: the beat would wait twice)
+            lapsed = self.q(self._LAPSED_OF, (runtime_id, now)).fetchall() if rt and rt["pid"] else []
             self.conn.execute("UPDATE runtimes SET heartbeat_at = %s WHERE id = ?" % self._BEAT, (now, runtime_id))
             self.conn.execute("UPDATE leases SET expires_at = max(expires_at, ? + ttl) WHERE runtime = ?"
                               " AND expires_at > ?", (now, runtime_id, now))
-            self._revive(runtime_id, now, rt=rt)
+            self._revive(runtime_id, now, rt=rt, lapsed=lapsed)
             if turn:
                 self._turn_row(runtime_id, turn, now)
+            session = self._session_at_commit(runtime_id)
+        if session is not None:
+            session()
         return True
 
-    def _revive(self, runtime_id, now, names=None, ttl=None, rt=None):
+    def _revive(self, runtime_id, now, names=None, ttl=None, rt=None, lapsed=None):
         """Renew the runtime's lapsed leases (TTL passed, kept because its process lives) unless a
         live peer now holds a conflicting lease; such a lease is lost: dropped, audited and noted
         for the holder's next boundary. Returns the renewed names; call inside a transaction.
         A runtime without a recorded process keeps the clock's rule: nothing is revived.
         rt: the runtime's record read earlier in this transaction (its pid does not change),
-        which saves reading it again (one round trip on PostgreSQL)."""
+        which saves reading it again (one round trip on PostgreSQL); lapsed: its lapsed leases
+        (_LAPSED_OF's rows), read earlier in this transaction."""
         if rt is None:
             rt = self.runtime(runtime_id)
         if rt is None or not rt["pid"]:
             return []
-        rows = self.q(self._LAPSED_OF, (runtime_id, now)).fetchall()
+        rows = self.q(self._LAPSED_OF, (runtime_id, now)).fetchall() if lapsed is None else lapsed
         renewed = []
         for resource, mode, old_ttl in rows:
             if names is not None and resource not in names:
@@ -2499,10 +2523,16 @@ class Store:
         them) before it makes them; pg.Store sends them in one round trip. SQLite: nothing, None."""
         return None
 
-    def _prefetch_register(self, conversation, pid, pid_start, agent_id):
-        """register's reads before it makes them -> the new runtime's ID to try first (None: drawn
-        when needed). SQLite: nothing, None."""
+    def _session_at_commit(self, runtime_id):
+        """In register's and heartbeat's transaction: SessionStart's reads for `runtime_id`, sent
+        to come back with COMMIT (pg.Store.session_start) -> a function to call after COMMIT, or
+        None. SQLite: None."""
         return None
+
+    def _prefetch_register(self, conversation, pid, pid_start, agent_id, first=None):
+        """register's reads before it makes them -> the new runtime's ID to try first (None: drawn
+        when needed). SQLite: nothing, `first`."""
+        return first
 
     def _draw_message_id(self, runtime_id, to):
         """send's reads before it makes them -> the new message's ID, or None: the insert draws it."""

@@ -2921,3 +2921,20 @@ class PgSessionStartCopyTest(PgHookLeaseCopyTest):
             "additionalContext"]
         self.assertNotIn("read me once", again)  # a reminder now, until it is acknowledged
         self.assertIn("ack", again)
+
+    def test_a_new_attachment_is_told_its_peers_leases_and_its_conversation_s_messages(self):
+        """session_start: the registration brings back the lease lines and whether anything waits;
+        a message to the conversation's ended attachment is shown to the new one."""
+        peer = self.st.register(conversation="peer", harness="codex")
+        self.st.claim(peer["id"], ["src/held.py"])
+        quiet = json.loads(self.run_hook(self.payload("claude-SessionStart", session_id="quiet-one"))[0])[
+            "hookSpecificOutput"]["additionalContext"]
+        self.assertEqual(quiet.splitlines()[1:], ["Held exclusively by peers (ask before editing):",
+                                                  "  %s: src/held.py" % peer["handle"]])
+        earlier = self.st.register(conversation="come-back", harness="claude")
+        self.st.send(peer["id"], "while you were away", earlier["id"])
+        self.st.bye(earlier["id"])
+        text = json.loads(self.run_hook(self.payload("claude-SessionStart", session_id="come-back"))[0])[
+            "hookSpecificOutput"]["additionalContext"]
+        self.assertIn("while you were away", text)
+        self.assertIn("src/held.py", text)

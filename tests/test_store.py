@@ -1937,7 +1937,14 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
     # register remembers the record too, so a registered runtime's first claim is one wait.
     NOW = {"claim": 1, "claim again": 1, "claim, another name": 1, "refused claim": 2,
            "refused claim again": 2, "renew": 2, "release": 2,
-           "heartbeat": 1, "send": 2, "write decision": 1, "register": 2}  # register: 4 before pgsession
+           "heartbeat": 1, "heartbeat, with a process": 1, "send": 2, "write decision": 1,
+           "the hook's write decision from the database": 1, "register": 1,
+           "register, after an end": 1,
+           "register, over a live one": 3, "register, over a live one seen": 2}
+    # register: a new conversation's (or one whose last attachment ended) is one wait
+    # (_register_in_one_wait); over an unended runtime of its conversation (a resume after a
+    # crash or a park) the guess fails and it runs as before, one wait more than its two, unless
+    # the caller saw that runtime (live=True: SessionStart, on the host process's copy).
 
     def trips(self, fn, *args, **kw):
         before = self.st.conn.round_trips
@@ -1957,10 +1964,24 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
                "renew": self.trips(self.st.renew, a),
                "release": self.trips(self.st.release, a, ["src/x.py"]),
                "heartbeat": self.trips(self.st.heartbeat, a),
+               "heartbeat, with a process": self.trips(self.st.heartbeat, self.rt(pid=os.getpid())),
                "send": self.trips(self.st.send, a, "hello", b),
                "write decision": self.trips(self.st.write_conflicts, b, ["src/x.py"]),
+               "the hook's write decision from the database": self.trips(
+                   self.st.hook_write_decision, self.st.runtime(b)["conversation"], None, ["src/x.py", "src/y.py"]),
                "register": self.trips(self.st.register, conversation="conv-new", harness="x")}
+        ended = self.st.register(conversation="conv-ended", harness="x")
+        self.st.bye(ended["id"])
+        got["register, after an end"] = self.trips(self.st.register, conversation="conv-ended", harness="x")
+        got["register, over a live one"] = self.trips(self.st.register, conversation="conv-new", harness="y")
+        got["register, over a live one seen"] = self.trips(self.st.register, conversation="conv-new", harness="z",
+                                                           live=True)
         self.assertEqual(got, self.NOW)
+        runtimes = self.st.conn.execute("SELECT conversation, harness, ended_at IS NULL, superseded_by IS NULL"
+                                        " FROM runtimes WHERE conversation LIKE 'conv-%' ORDER BY started_at").fetchall()
+        self.assertEqual([tuple(r) for r in runtimes], [("conv-new", "x", False, False), ("conv-ended", "x", False, True),
+                                                        ("conv-ended", "x", True, True), ("conv-new", "y", False, False),
+                                                        ("conv-new", "z", True, True)])
 
     def test_a_failed_guess_waits_as_often_however_slowly_it_was_sent(self):
         # psycopg reads the results already there as it sends, so when this process sends the
@@ -1988,6 +2009,73 @@ class PgRoundTripTest(PostgresEngine, StoreCase):
         self.st.write_conflicts(a, ["src/x.py"])
         self.assertIs(self.st.conn.pipe, pipe)
         self.assertFalse(self.st.in_transaction())
+
+
+class PgSessionStartTest(PostgresEngine, StoreCase):
+    """session_start: the registration brings back with its COMMIT what SessionStart shows (its
+    lease lines, its leases held again, whether its boundary has anything to show), the same as
+    the separate reads would say, in the registration's own waits."""
+
+    def trips(self, fn, *args, **kw):
+        before = self.st.conn.round_trips
+        out = fn(*args, **kw)
+        return self.st.conn.round_trips - before, out
+
+    def separately(self, rid):
+        parts = self.st.session_leases(rid, 5)
+        lost, pending = self.st.boundary_context(rid, prefix="coord")
+        return {"mine": parts["mine"], "held": parts["held"], "total": parts["total"],
+                "held_again": self.st.held_again(rid), "quiet": not lost and pending is None}
+
+    def test_a_new_session_in_one_wait_with_a_peer_s_lease(self):
+        peer = self.rt(conversation="peer")
+        self.st.claim(peer, ["src/held.py"], purpose="mine")
+        waits, got = self.trips(self.st.session_start, "conv-new", harness="claude", turn="idle", limit=5)
+        self.assertEqual(waits, 1)
+        rid = got.pop("runtime")["id"]
+        self.assertEqual(got.pop("id"), rid)
+        self.assertEqual(got, dict(self.separately(rid), quiet=True))
+        self.assertEqual([h["resource"] for h in got["held"]], ["src/held.py"])
+        self.assertEqual(self.st.turn(rid)["state"], "idle")
+
+    def test_a_resume_after_an_end_brings_its_messages_in_one_wait(self):
+        peer = self.rt(conversation="peer")
+        first = self.st.register(conversation="conv-r", harness="claude")
+        self.st.send(peer, "while you were away", first["id"])
+        self.st.bye(first["id"])
+        waits, got = self.trips(self.st.session_start, "conv-r", harness="claude", limit=5)
+        self.assertEqual((waits, got["quiet"]), (1, False), "an inherited message: the boundary runs")
+        lost, pending = self.st.boundary_context(got["runtime"]["id"], prefix="coord")
+        self.assertIn("while you were away", pending)
+
+    def test_a_resume_over_a_parked_holder_holds_its_leases_again(self):
+        agent = self.st.register(conversation="conv-p", harness="claude")
+        self.st.claim(agent["id"], ["src/keep.py"])
+        self.st.hold_parked("conv-p", "work-1")
+        waits, got = self.trips(self.st.session_start, "conv-p", harness="claude", limit=5, live=True)
+        self.assertEqual(waits, 2, "the holder was seen: no guess, the reads then COMMIT")
+        rid = got["runtime"]["id"]
+        self.assertEqual((got["mine"], got["held_again"]), (["src/keep.py"], True))
+        self.assertEqual(dict(got, runtime=None, id=None), dict(self.separately(rid), runtime=None, id=None))
+
+    def test_the_same_process_s_beat_brings_the_same_reads_in_one_wait(self):
+        peer = self.rt(conversation="peer")
+        self.st.claim(peer, ["src/held.py"])
+        mine = self.st.register(conversation="conv-b", harness="claude", pid=os.getpid())
+        self.st.claim(mine["id"], ["src/mine.py"])
+        waits, got = self.trips(self.st.session_beat, mine["id"], turn="idle", limit=5)
+        self.assertEqual(waits, 1)
+        self.assertEqual((got.pop("runtime"), got.pop("id")), ({"id": mine["id"]}, mine["id"]))
+        self.assertEqual(got, self.separately(mine["id"]))
+        self.assertEqual((got["mine"], got["quiet"]), (["src/mine.py"], True))
+        self.st.send(peer, "news", mine["id"])
+        self.assertFalse(self.st.session_beat(mine["id"], limit=5)["quiet"])
+
+    def test_the_same_process_gets_its_runtime_only(self):
+        mine = self.st.register(conversation="conv-s", harness="claude", pid=os.getpid())
+        got = self.st.session_start("conv-s", harness="claude", pid=os.getpid(), live=True, limit=5)
+        self.assertEqual(set(got), {"runtime"})
+        self.assertEqual(got["runtime"]["id"], mine["id"])
 
 
 class PgStampedRoundTripTest(PgRoundTripTest):
@@ -2939,10 +3027,11 @@ class PgBoundaryRoundTripTest(PostgresEngine, StoreCase):
 
 
 class PgRegisterRoundTripTest(PostgresEngine, StoreCase):
-    """SessionStart's registration (pgsession): the take-over's reads made before the insert
-    and the inherited deliveries counted by the server, so a new conversation's register waits
-    twice (the reads, COMMIT; 4 before), and so does one that supersedes a runtime holding
-    leases (5 before); the turn goes with it. The records and audit rows are the same."""
+    """SessionStart's registration: the take-over's reads made before the insert and the
+    inherited deliveries counted by the server, so a new conversation's register waits once (its
+    guess, then COMMIT; 4 before), one that supersedes a runtime holding leases, which the hook
+    saw on the copy (live=True), twice (5 before); the turn goes with it. The records and audit
+    rows are the same."""
 
     def trips(self, fn, *args, **kw):
         before = self.st.conn.round_trips
@@ -2961,11 +3050,11 @@ class PgRegisterRoundTripTest(PostgresEngine, StoreCase):
         second = self.st.register(conversation="conv", harness="claude")  # inherits the open delivery
         self.st.claim(second["id"], ["src/b.py", "src/a.py"])
         got["superseding one with leases"], third = self.trips(
-            self.st.register, conversation="conv", harness="claude", turn="busy")
+            self.st.register, conversation="conv", harness="claude", turn="busy", live=True)
         self.st.set_turn(third["id"], "idle")
         got["same process: heartbeat with its turn"], _ = self.trips(self.st.heartbeat, third["id"], turn="busy")
         self.assertEqual(self.st.turn(third["id"])["state"], "busy")
-        self.assertEqual(got, {"new conversation, with its turn": 2, "superseding one with leases": 2,
+        self.assertEqual(got, {"new conversation, with its turn": 1, "superseding one with leases": 2,
                                "same process: heartbeat with its turn": 1})  # 2 before: heartbeat, set_turn
         self.assertEqual([l["resource"] for l in self.st.leases_of(third["id"])], ["src/a.py", "src/b.py"])
         self.assertEqual(self.st.runtime(second["id"])["superseded_by"], third["id"])
