@@ -622,14 +622,16 @@ def on_session_start(h):
     if rt is not None and rt["pid"] is not None and rt["pid"] == pid and h.ours(rt):
         # same process (compaction, /clear back to it): same attachment, same handle
         if pg:  # the beat brings back what session_context reads (one wait in all)
-            h.started = db.session_beat(rt["id"], turn=turn, limit=SHOWN)
+            h.started = older_host(lambda: db.session_beat(rt["id"], turn=turn, limit=SHOWN),
+                                   lambda: db.heartbeat(rt["id"], turn=turn) and {})
         else:
             db.reap()
             db.heartbeat(rt["id"])
     elif pg:  # the registration brings back what session_context reads (one wait in all)
-        h.started = db.session_start(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
-                                     source="hook:%s" % str(h.payload.get("source"))[:40], turn=turn or "busy",
-                                     live=rt is not None, limit=SHOWN)
+        hello = dict(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
+                     source="hook:%s" % str(h.payload.get("source"))[:40], turn=turn or "busy")
+        h.started = older_host(lambda: db.session_start(live=rt is not None, limit=SHOWN, **hello),
+                               lambda: {"runtime": db.register(**hello)})
         rt = h.started["runtime"]
         h.registered = True  # its lease lines from the database: the copy may not have seen this yet
     else:
@@ -646,6 +648,18 @@ def on_session_start(h):
         if rec:
             label_window(h, rec, rt)
     return reply(h, "SessionStart", session_context(h, rt, work_lines(h, rt)))
+
+
+def older_host(new, old):
+    """new(), or old() when the host process runs an older coord that lacks the operation (it
+    keeps serving after an upgrade until it ends; the separate requests then answer)."""
+    import store
+    try:
+        return new()
+    except store.UsageError as exc:
+        if "does not run" not in exc.message:
+            raise
+        return old()
 
 
 def start_turn(h):

@@ -2922,6 +2922,18 @@ class PgSessionStartCopyTest(PgHookLeaseCopyTest):
         self.assertNotIn("read me once", again)  # a reminder now, until it is acknowledged
         self.assertIn("ack", again)
 
+    def test_a_host_process_of_an_older_coord_gets_the_separate_requests(self):
+        """After an upgrade the running host process may lack session_start and session_beat:
+        its refusal of an operation it does not run sends the hook to the requests it has."""
+        remote = hostclient.RemoteStore(self.pg_project, self.host_socket)
+        try:
+            self.assertEqual(hook.older_host(lambda: remote.session_start_of_a_later_coord(), lambda: "separately"),
+                             "separately")
+            with self.assertRaises(store.UsageError):  # any other refusal stays one
+                hook.older_host(lambda: remote.claim("no-such-runtime", ["x"], mode="neither"), lambda: "no")
+        finally:
+            remote.client.close()
+
     def test_a_new_attachment_is_told_its_peers_leases_and_its_conversation_s_messages(self):
         """session_start: the registration brings back the lease lines and whether anything waits;
         a message to the conversation's ended attachment is shown to the new one."""
