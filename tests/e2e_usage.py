@@ -43,7 +43,7 @@ from modelserver import ModelServer, apply_patch, say, shell, tool  # noqa: E402
 PROJECT = "usage-e2e"
 APP = "def greet():\n    return 'hello'\n"
 NOTES = "# Notes\n\nstatus: draft\n"
-TITLE_REQUEST = "Generate a concise, single-line task title"
+TITLE_REQUEST = h.CODEX_TITLE_REQUEST
 MIGRATION_NOTICE = '[notice.model_migrations]\n"gpt-5.5" = "gpt-6-sol"'
 
 

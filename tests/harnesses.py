@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from modelserver import ModelServer, Turn, flatten  # noqa: F401 (re-exported for tests)
+from modelserver import ModelServer, Turn, flatten, say  # noqa: F401 (re-exported for tests)
 import support  # noqa: E402
 from support import IN_CI, _SCRUB, CoordTestCase, require_tool, retry_until
 
@@ -156,6 +156,11 @@ def _run(argv, cwd, env, timeout, stdin=subprocess.DEVNULL):
 # -- Claude Code -------------------------------------------------------------------------------
 
 CLAUDE_TITLE_REQUEST = "Generate a concise, sentence-case title"  # Claude Code's side request for a session title
+# Interactive Codex 0.171.0 asks the model for a thread title in a side request (read-only
+# sandbox, a JSON schema for the answer) that quotes the user's prompt; it may come before or
+# after the turn's own request, so a script that waits on "the first request" gives it a lane.
+CODEX_TITLE_REQUEST = "Generate a concise, single-line task title"
+CODEX_TITLE_LANE = {CODEX_TITLE_REQUEST: [say('{"title": "Scripted task"}')] * 4}
 
 
 def trust_claude_repo(home, repo):
