@@ -781,12 +781,12 @@ class Nudge(h.CoordCase):
         asked = []
 
         def step(request):  # the main loop's request (it offers exec_command) asks once; others get text
-            if not asked and "exec_command" in request.text():
+            if not asked and "exec_command" in request.text() and h.CODEX_TITLE_REQUEST not in request.text():
                 asked.append(request)
                 return shell("touch ESCALATED", sandbox_permissions="require_escalated",
                              justification="the scripted task needs it")
             return say("done")
-        self.server.load([step] * 50)
+        self.server.load([step] * 50, lanes=h.CODEX_TITLE_LANE)
         work = self.rcoord("work", "create", "escalates", env=self.as_owner)["work"]
         self.rcoord("work", "start", work["handle"], "--harness", "codex", "--prompt", "Run the scripted command.",
                     env=self.as_owner)
