@@ -3730,9 +3730,25 @@ class HeadlessOrphanTest(TmuxWorkCase):
 
     def setUp(self):
         super().setUp()
+        self.addCleanup(self.end_strays)  # runs last: after the tmux server is gone
         for name, value in (("FAKE_HOOK", "1"), ("FAKE_IGNORE_HUP", "1")):
             os.environ[name] = self.env[name] = value
             self.addCleanup(os.environ.pop, name, None)
+
+    def end_strays(self):
+        """A stand-in that ignores SIGHUP outlives the test's tmux server (a resumed one too):
+        end every stand-in process of this test's directory."""
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if any(a.endswith(b"fake_harness.py") for a in argv) and any(self.tmp.encode() in a for a in argv):
+                try:
+                    os.kill(int(pid), 9)
+                except OSError:
+                    pass
 
     def orphaned(self, task, ignore="1", idle=True, server=False):
         """Start a work, wait for its stand-in to register, record its turn idle (or busy: a
