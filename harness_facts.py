@@ -39,6 +39,9 @@ A row's keys:
 - context, deny: the shape of its replies: "hookSpecificOutput" (Claude's), "top-level"
   (`additionalContext` alone), "gemini" (hook.gemini_reply), "decision" ({decision, reason}).
 - trust: its per-user trust file, when it has a gate coord can carry over (trust.py), else None.
+- plugin_env: for a harness that loads coord's plugin into its own process instead of running hook
+  commands (OpenCode and its fork Kilo Code): the variables the plugin sets in its shell's commands,
+  (the conversation, a subagent's session), which tell coord who calls (store.caller_facts).
 """
 
 HARNESSES = {
@@ -54,7 +57,7 @@ HARNESSES = {
         "matcher": "Edit|Write|NotebookEdit|Bash", "events": None, "tools": None, "dialogs": None,
         "writes": {"Write": (("file_path",), ()), "Edit": (("file_path",), ()),
                    "NotebookEdit": (("notebook_path",), ())},
-        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.claude.json",
+        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.claude.json", "plugin_env": None,
     },
     # Codex 0.171.0: apply_patch {command: PATCH}, paths relative to cwd (its matcher also names
     # the aliases Edit and Write, read the same way); its shell (Bash) is checked only for the
@@ -68,7 +71,7 @@ HARNESSES = {
         "matcher": "apply_patch|Edit|Write|Bash", "events": None, "tools": None, "dialogs": None,
         "writes": {"apply_patch": ((), ("command", "input", "patch")), "Edit": ((), ("command", "input", "patch")),
                    "Write": ((), ("command", "input", "patch"))},
-        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.codex/config.toml",
+        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.codex/config.toml", "plugin_env": None,
     },
     # Copilot CLI 1.0.102 runs the Claude entries under Claude's names with its own arguments:
     # create -> Write {path, file_text}, edit -> Edit {path, old_str, new_str}, and apply_patch
@@ -82,7 +85,7 @@ HARNESSES = {
         "resume_prompt": True, "resume_env": None, "hangup_passed": True, "program": True,
         "hooks": None, "hook_dir": None, "matcher": None, "events": None, "tools": None, "dialogs": None,
         "writes": {"Write": (("path",), ()), "Edit": (("path",), ())},
-        "context": "top-level", "deny": "hookSpecificOutput", "trust": "~/.copilot/config.json",
+        "context": "top-level", "deny": "hookSpecificOutput", "trust": "~/.copilot/config.json", "plugin_env": None,
     },
     # Gemini CLI 0.61.0 runs `.gemini/settings.json` hooks under its own event names (Notification
     # only for a permission dialog); its file tools write_file {file_path, content} and replace
@@ -102,7 +105,7 @@ HARNESSES = {
         "dialogs": {"Confirm Write: ": "write_file", "Confirm Edit: ": "replace",
                     "Confirm Shell Command": "run_shell_command"},
         "writes": {"Write": (("file_path",), ()), "Edit": (("file_path",), ())},
-        "context": "gemini", "deny": "decision", "trust": "~/.gemini/trustedFolders.json",
+        "context": "gemini", "deny": "decision", "trust": "~/.gemini/trustedFolders.json", "plugin_env": None,
     },
     # Qwen Code 0.24.4, its own tool ids: write_file {file_path, content}, edit {file_path,
     # old_string, new_string}, notebook_edit {notebook_path, ...}; its shell is advisory, unmatched.
@@ -117,7 +120,7 @@ HARNESSES = {
         "matcher": "^(write_file|edit|notebook_edit)$", "events": None, "tools": None, "dialogs": None,
         "writes": {"write_file": (("file_path",), ()), "edit": (("file_path",), ()),
                    "notebook_edit": (("notebook_path",), ())},
-        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.qwen/trustedFolders.json",
+        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.qwen/trustedFolders.json", "plugin_env": None,
     },
     # OpenCode 1.18.33 through coord's plugin (.opencode/plugins/coord-hook.js), which sends only
     # these at PreToolUse: write {filePath, content}, edit {filePath, oldString, newString} and, for
@@ -135,6 +138,23 @@ HARNESSES = {
         "tools": None, "dialogs": None,
         "writes": {"write": (("filePath",), ()), "edit": (("filePath",), ()), "apply_patch": ((), ("patchText",))},
         "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": None,
+        "plugin_env": ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT"),
+    },
+    # Kilo Code CLI 7.7.7 (npm @kilocode/cli) is a fork of OpenCode with the same plugin interface,
+    # tools and arguments: it loads every .js/.ts in the project's .kilo/plugins/ (and .kilocode/
+    # plugins/, never .opencode/), so coord's plugin goes there with this harness's name. Its shell
+    # sets KILO_PID (and OPENCODE=1); its native binary runs as `.kilo` under a node launcher
+    # (store._harness_word). Its TUI takes --prompt and resumes with --session ID, as OpenCode's.
+    "kilo": {
+        "command": "COORD_KILO_CMD", "resume": ("--session",),
+        "one_shot": {"--prompt": 1, "-s": 1, "--session": 1, "-c": 0, "--continue": 0, "--fork": 0,
+                     "--cloud-fork": 0},
+        "resume_prompt": False, "resume_env": "COORD_KILO_RESUME", "hangup_passed": True, "program": True,
+        "hooks": ".kilo/plugins/coord-hook.js", "hook_dir": "$PWD", "matcher": None, "events": None,
+        "tools": None, "dialogs": None,
+        "writes": {"write": (("filePath",), ()), "edit": (("filePath",), ()), "apply_patch": ((), ("patchText",))},
+        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": None,
+        "plugin_env": ("COORD_KILO_SESSION", "COORD_KILO_AGENT"),
     },
     # An agent with no hooks (Aider, a plain shell): its command runs in the window, nothing to resume.
     "shell": {
@@ -142,6 +162,6 @@ HARNESSES = {
         "resume_prompt": False, "resume_env": None, "hangup_passed": True, "program": False,
         "hooks": None, "hook_dir": None, "matcher": None, "events": None, "tools": None, "dialogs": None,
         "writes": None,
-        "context": None, "deny": None, "trust": None,
+        "context": None, "deny": None, "trust": None, "plugin_env": None,
     },
 }

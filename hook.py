@@ -1,9 +1,9 @@
-"""coord's hook: the one program Claude Code, Codex, Copilot CLI, Gemini CLI, Qwen Code and OpenCode
-run for every hook event.
+"""coord's hook: the one program Claude Code, Codex, Copilot CLI, Gemini CLI, Qwen Code, OpenCode and
+Kilo Code run for every hook event.
 
-Usage: python3 -I -S .coord/hook.py --harness claude|codex|gemini|qwen|opencode   (payload JSON on stdin;
-Copilot CLI runs the Claude entries and is told apart by harness_of; OpenCode runs it from coord's
-plugin, which sends Claude-shaped payloads), or
+Usage: python3 -I -S .coord/hook.py --harness claude|codex|gemini|qwen|opencode|kilo   (payload JSON on
+stdin; Copilot CLI runs the Claude entries and is told apart by harness_of; OpenCode and Kilo Code run
+it from coord's plugin, which sends Claude-shaped payloads), or
 `import hook; hook.REPO = ROOT; os._exit(hook.main())` with the runtime copy first on sys.path,
 as the installer's command does (it checks the copy's content digest first): imported, its
 bytecode is cached instead of compiled on every call (~4 ms). Harnesses run hooks outside
@@ -58,7 +58,6 @@ SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this nam
 PATCH_WORDS = ("apply_patch", "applypatch")
 COPILOT = "copilot"     # the harness label of Copilot CLI's runtimes
 PARKED = "parked"       # store.PARKED: the runtime that holds a parked work's leases (no process)
-OPENCODE = "opencode"
 # The write tools of each harness (by the label harness_of gives and the tool name the hook
 # receives) -> (the arguments naming the path it writes, the arguments holding patch text it
 # applies), as measured: the harness table's `writes` (harness_facts.py says how they are read).
@@ -209,7 +208,7 @@ def any_write(tool):
     specs = [table[tool] for table in WRITES.values() if tool in table]
     if not specs:
         return None
-    return tuple(sum((spec[i] for spec in specs), ()) for i in (0, 1))
+    return tuple(tuple(dict.fromkeys(sum((spec[i] for spec in specs), ()))) for i in (0, 1))  # OpenCode's = Kilo's
 
 
 def names_path(key):

@@ -46,7 +46,8 @@ _CLIENT_SCRUB = (
     "COPILOT_AGENT_SESSION_ID", "COPILOT_CLI",  # Copilot CLI's shell: its session (Store.caller reads it)
 )
 _CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
-_CLIENT_SCRUB += ("COORD_OPENCODE_RESUME",)  # launch.START_AT_LAUNCH: only the resumed window's own
+_CLIENT_SCRUB += ("COORD_KILO_SESSION", "COORD_KILO_AGENT", "KILO_PID", "KILO", "KILO_RUN_ID", "KILO_PROCESS_ROLE")
+_CLIENT_SCRUB += ("COORD_OPENCODE_RESUME", "COORD_KILO_RESUME")  # launch.START_AT_LAUNCH: only the resumed window's own
 _CLIENT_SCRUB += ("COORD_LAUNCH_PROMPT",)  # only a window launched with a first message has it (hook.start_turn)
 # Removed from a launched pane unless the caller sets them: an already running server may
 # carry another agent's identity in its global environment.
@@ -288,7 +289,7 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
     argv += [str(a) for a in extra]
     if prompt is not None and harness == "qwen":
         argv.append("--prompt-interactive=" + prompt)  # Qwen's positional prompt is one-shot (-p)
-    elif prompt is not None and harness == "opencode":
+    elif prompt is not None and harness in ("opencode", "kilo"):
         argv.append("--prompt=" + prompt)  # its TUI's positional is the project directory
     elif prompt is not None and harness == "gemini":
         # Gemini CLI 0.61.0 (yargs) keeps what follows `--` out of its query: the first message

@@ -610,6 +610,8 @@ _SCRIPT_INTERPRETERS = ("python", "pypy", "perl", "ruby", "php", "lua", "tclsh",
 def _harness_word(path):
     """'codex', 'claude', 'copilot' or 'qwen' when the file name at path names a harness, else None."""
     name = os.path.basename(path or "")
+    if name.startswith(".") and name[1:] in HARNESS_NAMES:
+        return name[1:]  # Kilo Code 7.7.7's native binary is .../bin/.kilo under its node launcher
     for suffix in (".exe", ".js", ".mjs", ".cjs"):
         if name.endswith(suffix):
             name = name[:-len(suffix)]
@@ -848,6 +850,7 @@ def beat_value(now, pid, harness):
 AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "CODEX_SESSION_ID", "COPILOT_CLI",
                  "COPILOT_AGENT_SESSION_ID", "QWEN_CODE_SESSION_ID", "COORD_WORK_ID")
 AGENT_MARKERS += ("COORD_OPENCODE_SESSION", "OPENCODE_PID")  # coord's OpenCode plugin; OpenCode 1.18.33 itself (its shell)
+AGENT_MARKERS += ("COORD_KILO_SESSION", "KILO_PID")  # coord's Kilo Code plugin; Kilo Code 7.7.7 itself (its shell)
 AGENT_MARKERS += ("GEMINI_CLI",)  # Gemini CLI 0.61.0 sets GEMINI_CLI=1 in its shell tool's commands
 
 
@@ -1088,6 +1091,9 @@ def harness_ancestor(chain):
     return None, None
 
 
+_PLUGIN_ENV = tuple(row["plugin_env"] for row in HARNESSES.values() if row["plugin_env"])
+
+
 def caller_facts(explicit=None, environ=None, complete=False):
     """What the calling process alone can see about itself, for Store.decide_caller: --runtime,
     its environment's identity variables, and (gathered now with `complete`, as a client of the
@@ -1095,9 +1101,11 @@ def caller_facts(explicit=None, environ=None, complete=False):
     `person` (person_key) and its `harness_ancestor`. JSON-safe when complete."""
     env = os.environ if environ is None else environ
     session = env.get("CLAUDE_CODE_SESSION_ID") or env.get("CODEX_SESSION_ID") \
-        or env.get("COPILOT_AGENT_SESSION_ID") \
-        or env.get("COORD_OPENCODE_SESSION")  # Copilot CLI's shell: its hooks' session_id; OpenCode's plugin's
-    thread = env.get("CODEX_THREAD_ID") or env.get("COORD_OPENCODE_AGENT")  # OpenCode: a subagent's session
+        or env.get("COPILOT_AGENT_SESSION_ID")  # Copilot CLI's shell: its hooks' session_id
+    thread = env.get("CODEX_THREAD_ID")
+    for var, agent_var in _PLUGIN_ENV:  # coord's plugin in OpenCode or Kilo Code: a subagent's session too
+        session = session or env.get(var)
+        thread = thread or env.get(agent_var)
     if not session and not thread and env.get("QWEN_CODE_SESSION_ID"):
         # Qwen Code's shell: its hooks' session_id, and in a subagent its hooks' agent_id
         session = env["QWEN_CODE_SESSION_ID"]

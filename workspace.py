@@ -772,8 +772,9 @@ PROTECTING = (".coord/coord", ".coord/hook.py", ".coord/store.py", ".coord/proje
 HOOK_CONFIGS = (".claude/settings.json", ".codex/hooks.json")
 INSTALLED_PATHS = (".coord", ".claude/settings.json", ".claude/skills/coord", ".claude/coord", ".codex/hooks.json",
                    ".agents/skills/coord")
-HOOK_CONFIGS += (".opencode/plugins/coord-hook.js",)  # OpenCode: coord's plugin runs the hook command
-INSTALLED_PATHS += (".opencode/plugins/coord-hook.js", ".opencode/.gitignore")
+HOOK_CONFIGS += (".opencode/plugins/coord-hook.js", ".kilo/plugins/coord-hook.js")  # coord's plugin runs the hook
+INSTALLED_PATHS += (".opencode/plugins/coord-hook.js", ".opencode/.gitignore", ".kilo/plugins/coord-hook.js",
+                    ".kilo/.gitignore")
 HOOK_CONFIGS += (".gemini/settings.json", ".qwen/settings.json")  # Gemini CLI's and Qwen Code's hook entries
 INSTALLED_PATHS += (".gemini/settings.json", ".qwen/settings.json")
 

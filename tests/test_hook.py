@@ -401,6 +401,18 @@ class OpenCodeTest(HookCase):
                 self.assertIn(".coord/coord send", spec["permissionDecisionReason"])
                 self.assertIn("--to %s" % holder["handle"], spec["permissionDecisionReason"])
 
+    def test_kilo_code_runs_the_same_plugin_under_its_own_name(self):
+        # Kilo Code 7.7.7 (OpenCode's fork) sends the same payloads through coord's plugin.
+        self.run_hook(self.payload("opencode-SessionStart"), harness="kilo")
+        self.assertEqual(self.st.find_conversation_runtime(OPENCODE_MAIN)["harness"], "kilo")
+        holder = self.peer("src/a.py", "src/p.py")
+        for name in ("opencode-PreToolUse-edit", "opencode-PreToolUse-apply_patch"):
+            with self.subTest(sample=name):
+                reason = self.denial(self.payload(name), harness="kilo")
+                self.assertIn("src/a.py", reason)
+                self.assertIn("--to %s" % holder["handle"], reason)
+        self.assertIsNone(self.denial(self.payload("opencode-PreToolUse-write"), harness="kilo"))
+
     def test_one_held_path_in_a_patch_denies_it_and_a_free_patch_passes(self):
         holder = self.peer("src/held.py")
         patch = "*** Begin Patch\n*** Add File: src/free.py\n+x\n*** Delete File: src/held.py\n*** End Patch"

@@ -433,31 +433,34 @@ class OpenCodeInstallTest(InstallTestCase):
     """coord's OpenCode plugin: .opencode/plugins/coord-hook.js runs the content-addressed hook
     command and nothing else; a person's plugins, config and .opencode/.gitignore are kept."""
 
+    HARNESS, DIR, CONFIG = "opencode", ".opencode", "opencode.json"
     PLUGIN = ".opencode/plugins/coord-hook.js"
 
     def test_the_plugin_runs_only_the_hook_command(self):
         self.fresh()
-        data = _read(self.t(".opencode", "plugins", "coord-hook.js"))
-        self.assertEqual(data, installer.opencode_plugin())
+        data = _read(self.t(self.PLUGIN))
+        self.assertEqual(data, installer.plugin_source(self.HARNESS))
         text = data.decode("utf-8")
-        command = installer._HOOK_SCRIPT % {"start": "$PWD", "harness": "opencode",
+        command = installer._HOOK_SCRIPT % {"start": "$PWD", "harness": self.HARNESS,
                                             "digest": installer.runtime_digest(installer.read_runtime())}
         self.assertIn("const COMMAND = %s;" % json.dumps(command), text)
-        self.assertIn("--harness opencode", command)
+        self.assertIn("--harness %s" % self.HARNESS, command)
         self.assertEqual(installer.pinned_runtime(command), installer.runtime_digest(installer.read_runtime()))
         # its only import is node's child_process; it spawns /bin/sh with that command alone
         self.assertEqual(re.findall(r"^import .*$", text, re.M), ['import { spawn } from "node:child_process";'])
         self.assertNotIn("require(", text)
         self.assertEqual(text.count("spawn("), 1)
         self.assertIn('spawn("/bin/sh", ["-c", COMMAND], ', text)
-        self.assertEqual(_read(self.t(".opencode", ".gitignore")), installer.OPENCODE_GITIGNORE_BYTES)
+        self.assertEqual(_read(self.t(self.DIR, ".gitignore")), installer.PLUGIN_GITIGNORES[self.HARNESS][1])
+        vars_ = [installer.HARNESSES[self.HARNESS]["resume_env"]] + list(installer.HARNESSES[self.HARNESS]["plugin_env"])
+        self.assertIn("const [RESUME_VAR, SESSION_VAR, AGENT_VAR] = %s;" % json.dumps(vars_), text)
         self.assertEqual(self.install("--check", check=0).stdout, "")
 
     def test_a_persons_plugins_config_and_gitignore_are_kept(self):
-        os.makedirs(self.t(".opencode", "plugins"))
-        own = {".opencode/plugins/mine.js": b"export const Mine = async () => ({})\n",
-               ".opencode/.gitignore": b"scratch/\n", "opencode.json": b'{"model": "x/y"}\n',
-               ".opencode/opencode.jsonc": b"// mine\n{}\n"}
+        os.makedirs(self.t(self.DIR, "plugins"))
+        own = {self.DIR + "/plugins/mine.js": b"export const Mine = async () => ({})\n",
+               self.DIR + "/.gitignore": b"scratch/\n", self.CONFIG: b'{"model": "x/y"}\n',
+               "%s/%s" % (self.DIR, self.CONFIG + "c"): b"// mine\n{}\n"}
         for rel, data in own.items():
             with open(self.t(rel), "wb") as f:
                 f.write(data)
@@ -470,7 +473,7 @@ class OpenCodeInstallTest(InstallTestCase):
             self.assertEqual(_read(self.t(rel)), data, rel)
 
     def test_a_file_of_someone_elses_under_coords_plugin_name_is_refused(self):
-        os.makedirs(self.t(".opencode", "plugins"))
+        os.makedirs(self.t(self.DIR, "plugins"))
         with open(self.t(self.PLUGIN), "wb") as f:
             f.write(b"export const Theirs = async () => ({})\n")
         before = self.snapshot()
@@ -488,11 +491,18 @@ class OpenCodeInstallTest(InstallTestCase):
                 proc = self.install("--check", check=1)
                 self.assertIn(self.PLUGIN, proc.stdout)
                 report = json.loads(self.install("--doctor", "--json", check=1).stdout)
-                self.assertEqual(report["opencode"]["state"], "stale" if name == "edited" else "missing")
-                self.assertIn("opencode: coord's plugin", self.install("--doctor", check=1).stdout)
+                self.assertEqual(report[self.HARNESS]["state"], "stale" if name == "edited" else "missing")
+                self.assertIn("%s: coord's plugin" % self.HARNESS, self.install("--doctor", check=1).stdout)
                 self.install("--repair", check=0)
-                self.assertEqual(_read(self.t(self.PLUGIN)), installer.opencode_plugin())
-                self.assertEqual(json.loads(self.install("--doctor", "--json").stdout)["opencode"]["state"], "ok")
+                self.assertEqual(_read(self.t(self.PLUGIN)), installer.plugin_source(self.HARNESS))
+                self.assertEqual(json.loads(self.install("--doctor", "--json").stdout)[self.HARNESS]["state"], "ok")
+
+
+class KiloInstallTest(OpenCodeInstallTest):
+    """The same plugin for Kilo Code, which loads .kilo/plugins/ (7.7.7) under its own name."""
+
+    HARNESS, DIR, CONFIG = "kilo", ".kilo", "kilo.json"
+    PLUGIN = ".kilo/plugins/coord-hook.js"
 
 
 class RefusalTest(InstallTestCase):

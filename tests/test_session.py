@@ -59,6 +59,15 @@ class HarnessArgvTest(CoordTestCase):
         self.assertEqual(session.harness_argv("qwen", "s-1", environ=env), ["/opt/qwen", "--model", "m", "--resume", "s-1"])
         self.assertEqual(session.harness_argv("qwen", prompt="-fix it", environ={}),
                          ["qwen", "--prompt-interactive=-fix it"])
+    def test_kilo_resumes_with_session_and_takes_its_prompt_as_an_option(self):
+        # Kilo Code 7.7.7's TUI, as OpenCode's: `kilo [project]`, --prompt, --session ID
+        env = {"COORD_KILO_CMD": "/opt/k/kilo"}
+        self.assertEqual(session.harness_argv("kilo", "ses_1", environ=env), ["/opt/k/kilo", "--session", "ses_1"])
+        self.assertEqual(session.harness_argv("kilo", extra=["-m", "a/b"], prompt="go", environ=env),
+                         ["/opt/k/kilo", "-m", "a/b", "--prompt=go"])
+        self.assertEqual(session.reusable_args("kilo", ["--model", "m", "-s", "s", "--cloud-fork", "--prompt", "p"]),
+                         ["--model", "m"])
+
     def test_opencode_resumes_with_session_and_takes_its_prompt_as_an_option(self):
         # its TUI's positional is the project directory: a prompt there would be a path
         env = {"COORD_OPENCODE_CMD": "/opt/oc/opencode"}

@@ -243,6 +243,25 @@ class IdentityTest(StoreCase):
         self.assertIn("COORD_OPENCODE_SESSION", store.AGENT_MARKERS)
         self.assertIn("OPENCODE_PID", store.AGENT_MARKERS)
 
+    def test_caller_in_kilo_codes_shell_by_its_own_variables(self):
+        # Kilo Code 7.7.7 is OpenCode's fork: coord's plugin there exports COORD_KILO_*; its shell
+        # also carries OPENCODE=1, which names no session.
+        a = self.st.register(conversation="ses_kilo", harness="kilo", pid=os.getpid())
+        sub = self.st.register(conversation="ses_kilo", agent_id="ses_kchild", harness="kilo")
+        self.assertEqual(self.st.caller(None, {"COORD_KILO_SESSION": "ses_kilo", "OPENCODE": "1"})["id"], a["id"])
+        self.assertEqual(self.st.caller(None, {"COORD_KILO_SESSION": "ses_kilo",
+                                               "COORD_KILO_AGENT": "ses_kchild"})["id"], sub["id"])
+        self.assertIn("COORD_KILO_SESSION", store.AGENT_MARKERS)
+        self.assertIn("KILO_PID", store.AGENT_MARKERS)
+
+    def test_kilo_codes_native_binary_is_known_by_its_dotted_name(self):
+        # @kilocode/cli 7.7.7: node runs .../bin/kilo, which spawns the native .../bin/.kilo.
+        self.assertEqual(store._harness_word("/x/node_modules/@kilocode/cli/bin/.kilo"), "kilo")
+        self.assertEqual(store._harness_word(".kilo"), "kilo")
+        self.assertEqual(store._harness_word("/x/node_modules/.bin/kilo"), "kilo")
+        self.assertIsNone(store._harness_word(".kilocode"))
+        self.assertIsNone(store._harness_word(".bash"))
+
     def test_caller_by_process_ancestry_needs_matching_start_time(self):
         me = os.getpid()
         rt = self.st.register(pid=me)
