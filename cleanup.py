@@ -110,14 +110,18 @@ def git_only(w, environ=None):
         _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
                           w["source"], environ)
         current = set(heads.split())
-        kept = []
+        kept, snapshots = [], []
         for name, sha in refs:
             if sha in current:
+                continue
+            if _KILO_SNAPSHOT.match(name):
+                snapshots.append((name, sha))
                 continue
             code, found, _ = git(gargs + ["for-each-ref", "--count=1", "--contains", sha] + list(CANONICAL_REFS),
                                  w["source"], environ, check=False)
             if code != 0 or not found.strip():
                 kept.append(name)
+        kept += _uncaptured_snapshots(w, snapshots, sorted(current), environ)
         if kept:
             quoted = shlex.quote(path)
             out.append(blocker("git-only-refs", "%d ref(s) only in the clone's git, where jj does not look: %s" % (
@@ -326,11 +330,11 @@ def _git_template(environ):
 _COMMIT_ID = store.Pattern(r"\A[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
 
 
-def _opencode_project_id(w, path, environ):
+def _project_id_file(w, path, environ):
     """True for the file OpenCode (1.18.33, docs/harness-opencode.md) writes as `.git/opencode`
-    in every repository it runs in: its project ID, the repository's root commit, 40 (or 64)
-    hex digits and nothing else. Only a regular file holding a root commit of the clone counts:
-    a value OpenCode computes again, so nothing is lost with it."""
+    in every repository it runs in, and Kilo Code (7.7.7) as `.git/kilo`: its project ID, the
+    repository's root commit, 40 (or 64) hex digits and nothing else. Only a regular file holding
+    a root commit of the clone counts: a value the harness computes again, so nothing is lost with it."""
     try:
         st = os.lstat(path)
         if not os.path.isfile(path) or os.path.islink(path) or st.st_size > 80:
@@ -347,7 +351,40 @@ def _opencode_project_id(w, path, environ):
 
 # Files a harness leaves in every clone's .git that are not work: name -> recogniser(w, path,
 # environ), True only for the exact shape that harness writes (docs/harness-NAME.md).
-HARNESS_LEFTOVERS = {"opencode": _opencode_project_id}
+HARNESS_LEFTOVERS = {"opencode": _project_id_file, "kilo": _project_id_file}
+# Kilo Code 7.7.7 keeps snapshots of the working tree as refs/kilo/materialize/ID, each a bare tree
+# (no commit). One is not work when every file in it is, byte for byte, in the tree of a branch or
+# tag of the shared repository: what it holds is kept there. Any other is kept in the clone.
+_KILO_SNAPSHOT = store.Pattern(r"\Arefs/kilo/materialize/[0-9a-f]{40}\Z")
+
+
+def _blobs(path, environ, args):
+    """The blob IDs `git ls-tree -r` lists (args: the repository options and the tree-ish), or None."""
+    code, out, _ = git(args[:-1] + ["ls-tree", "-r", "-z", args[-1]], path, environ, check=False)
+    if code != 0:
+        return None
+    return {entry.split("\t", 1)[0].split(" ")[2] for entry in out.split("\0") if entry.count(" ") >= 2}
+
+
+def _uncaptured_snapshots(w, snapshots, heads, environ):
+    """The names of Kilo Code's snapshot refs (name, tree) holding a file that no branch or tag tip
+    of the shared repository (`heads`) holds: those are kept, the rest are not work."""
+    kept, wanted = [], {}
+    for name, sha in snapshots:
+        code, kind, _ = git(["-C", w["path"], "cat-file", "-t", sha], w["path"], environ, check=False)
+        blobs = _blobs(w["path"], environ, ["-C", w["path"], sha]) if code == 0 and kind.strip() == "tree" else None
+        if blobs is None:
+            kept.append(name)
+        else:
+            wanted[name] = blobs
+    missing = set().union(*wanted.values()) if wanted else set()
+    gargs = git_dir_args(w["source"])
+    for head in heads:
+        if not missing:
+            break
+        found = _blobs(w["source"], environ, gargs + [head])
+        missing -= found or set()
+    return kept + [name for name, blobs in wanted.items() if blobs & missing]
 
 
 def _same_file(a, b):

@@ -65,11 +65,11 @@ class LandCase(CoordTestCase):
 
     # -- helpers
 
-    def run_tool(self, cwd, *argv, check=True):
+    def run_tool(self, cwd, *argv, check=True, input=None):
         if argv[0] == "jj":
             argv = ("jj", "--no-pager", "--color=never") + argv[1:]
         proc = subprocess.run(list(argv), cwd=cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, timeout=120)
+                              text=True, timeout=120, input=input)
         if check and proc.returncode != 0:
             self.fail("%s failed in %s: %s" % (" ".join(argv), cwd, proc.stderr))
         return proc.stdout
@@ -1042,6 +1042,29 @@ class RealShapeTest(LandCase):
         os.remove(os.path.join(path, ".git", "opencode"))
         with open(os.path.join(path, ".git", "opencode"), "w") as f:
             f.write(root)
+        self.assertEqual(self.remove(handle).returncode, 0)
+
+    def test_kilo_codes_snapshot_refs_go_only_when_the_shared_repository_holds_every_file(self):
+        """Kilo Code 7.7.7 keeps working-tree snapshots as refs/kilo/materialize/ID, bare trees
+        (docs/harness-kilo.md), and writes .git/kilo as OpenCode writes .git/opencode. A snapshot
+        whose every file a branch of the shared repository holds is not work; one holding a file
+        found nowhere else, or under another name, keeps the clone."""
+        handle, path = self.landed("kilo")
+        root = self.run_tool(path, "git", "rev-list", "--max-parents=0", "HEAD").split()[0]
+        self.write(path, ".git/kilo", root)
+        landed = self.run_tool(path, "git", "rev-parse", "HEAD^{tree}").strip()
+        self.write(path, "draft.txt", "a draft only Kilo's snapshot holds\n")
+        blob = self.run_tool(path, "git", "hash-object", "-w", "draft.txt").strip()
+        os.remove(os.path.join(path, "draft.txt"))
+        lone = self.run_tool(path, "git", "mktree", input="100644 blob %s\tdraft.txt\n" % blob).strip()
+        name = "refs/kilo/materialize/" + "5d0cda59e8c465cc4c032fbadfe459b85315436c"
+        for sha, blocks in ((lone, True), (landed, False)):
+            self.run_tool(path, "git", "update-ref", name, sha)
+            if blocks:
+                self.assertEqual(self.refused_codes(handle, path)["git-only-refs"]["paths"], [name], sha)
+        self.run_tool(path, "git", "update-ref", "refs/kilo/other", landed)
+        self.assertEqual(self.refused_codes(handle, path)["git-only-refs"]["paths"], ["refs/kilo/other"])
+        self.run_tool(path, "git", "update-ref", "-d", "refs/kilo/other")
         self.assertEqual(self.remove(handle).returncode, 0)
 
     def test_the_whole_path_with_a_real_test_command(self):
