@@ -29,13 +29,14 @@ CODEX_VERSION = "0.171.0"
 COPILOT_VERSION = "1.0.102"
 QWEN_VERSION = "0.24.4"
 OPENCODE_VERSION = "1.18.33"
+KILO_VERSION = "7.7.7"
 GEMINI_VERSION = "0.61.0"
 MODEL_KEY_VAR = "COORD_E2E_MODEL_KEY"
 
 # Variables from the developer's own session or machine that must not reach a harness.
 _DROP_PREFIXES = ("ANTHROPIC_", "CLAUDE", "CODEX_", "OPENAI_", "COORD_", "OTEL_", "COPILOT_", "GITHUB_COPILOT_",
                   "QWEN_", "DASHSCOPE_")
-_DROP_PREFIXES += ("OPENCODE", "GEMINI_", "GOOGLE_")
+_DROP_PREFIXES += ("OPENCODE", "GEMINI_", "GOOGLE_", "KILO")
 _DROP = set(_SCRUB) | {"GH_TOKEN", "GITHUB_TOKEN", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
                        "https_proxy", "all_proxy", "no_proxy", "IS_SANDBOX", "XDG_CONFIG_HOME",
                        "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"}
@@ -375,6 +376,48 @@ def run_opencode(opencode, repo, prompt, server, home, env=None, timeout=180, ar
     return _run(argv, repo, opencode_env(home, server, repo, env), timeout)
 
 
+# -- Kilo Code (OpenCode's fork) ------------------------------------------------------------------
+
+def kilo_env(home, server, repo, extra=None):
+    """Kilo Code 7.7.7 offline: OpenCode's config (its Anthropic provider aimed at the scripted
+    server) in KILO_CONFIG, with its own gateway provider disabled (else it asks its host for
+    the gateway's model list at each start); its update check, model catalogue fetch, sharing,
+    session upload, telemetry, LSP downloads, built-in plugins and daemon off; the npm registry it
+    installs its plugin package from (every .kilo directory) aimed at the scripted server; PWD
+    the repository, as OpenCode's."""
+    env = base_env(home, server, extra=None)
+    config = write_opencode_config(os.path.join(home, "e2e-kilo.json"), server)
+    with open(config) as f:
+        doc = json.load(f)
+    doc["disabled_providers"] = ["kilo"]
+    with open(config, "w") as f:
+        json.dump(doc, f, indent=2)
+    env.update({
+        "KILO_CONFIG": config,
+        "KILO_DISABLE_MODELS_FETCH": "1",
+        "KILO_DISABLE_AUTOUPDATE": "1",
+        "KILO_DISABLE_SHARE": "1",
+        "KILO_DISABLE_SESSION_INGEST": "1",
+        "KILO_TELEMETRY_LEVEL": "off",
+        "KILO_DISABLE_LSP_DOWNLOAD": "1",
+        "KILO_DISABLE_DEFAULT_PLUGINS": "1",
+        "KILO_NO_DAEMON": "1",
+        "npm_config_registry": server.url + "/",
+        "PWD": repo,
+    })
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_kilo(kilo, repo, prompt, server, home, env=None, timeout=180, args=()):
+    """Run `kilo run --auto PROMPT --format json` in `repo` (--auto: its shell asks no question,
+    which `run` would answer no); return a RunResult."""
+    os.makedirs(home, exist_ok=True)
+    argv = [kilo, "run", "--auto", "--format", "json", "--title", "e2e"] + list(args) + ["--", prompt]
+    return _run(argv, repo, kilo_env(home, server, repo, env), timeout)
+
+
 # -- Gemini CLI ------------------------------------------------------------------------------------
 
 GEMINI_MODEL = "gemini-2.5-flash"
@@ -707,6 +750,9 @@ class HarnessCase(CoordTestCase):
         elif self.harness == "opencode":
             result = run_opencode(self.cli, repo, prompt, self.server, self.home, env=self.agent_env(env),
                                   timeout=max(timeout, 180), args=args)
+        elif self.harness == "kilo":
+            result = run_kilo(self.cli, repo, prompt, self.server, self.home, env=self.agent_env(env),
+                              timeout=max(timeout, 180), args=args)
         elif self.harness == "copilot":
             config = os.path.join(self.home, ".copilot", "config.json")
             if trust:
