@@ -20,53 +20,10 @@ from modelserver import Turn, say, tool  # noqa: E402
 PLUGIN = os.path.join(".kilo", "plugins", "coord-hook.js")
 
 
-class CoordScenarios(h.CoordCase):
+class CoordScenarios(h.PluginScenarios, h.CoordCase):
     """coord installed by ./install; Kilo Code loads its plugin from .kilo/plugins/."""
 
-    harness = "kilo"
-
-    def setUp(self):
-        super().setUp()
-        self.write_file("src/a.py", "original\n")
-        self.a = os.path.join(self.repo, "src", "a.py")
-
-    def lease(self, resource, peer=None):
-        peer = peer or self.peer()
-        self.rcoord("claim", resource, "-p", "peer work", "--runtime", peer["handle"])
-        return peer
-
-    def results(self):
-        """Every tool result the model saw, in order."""
-        out = []
-        for r in self.server.model_requests():
-            for text in r.tool_results():
-                if text not in out:
-                    out.append(text)
-        return out
-
-    def test_a_peers_exclusive_lease_denies_write_and_edit_and_the_model_hears_why(self):
-        peer = self.lease("src/a.py")
-        new = os.path.join(self.repo, "src", "new.py")
-        self.lease("src/new.py", peer)
-        script = [tool("read", filePath=self.a),
-                  tool("edit", filePath=self.a, oldString="original", newString="agent"),
-                  tool("write", filePath=new, content="new\n"),
-                  say("done")]
-        result = self.run_agent(script)
-        self.assertEqual(self.read_file("src/a.py"), "original\n", result.describe())
-        self.assertIsNone(self.read_file("src/new.py"))
-        refusals = [t for t in self.results() if "coord: write refused" in t]
-        self.assertEqual(len(refusals), 2, self.results())
-        for text in refusals:
-            self.assertIn(peer["handle"], text)
-            self.assertIn(".coord/coord send", text)
-            self.assertIn("--to %s" % peer["handle"], text)
-        # The control: the same run with coord's plugin moved aside writes both files.
-        os.rename(os.path.join(self.repo, PLUGIN), os.path.join(self.tmp, "coord-hook.js"))
-        self.run_agent(script)
-        self.assertEqual(self.read_file("src/a.py"), "agent\n")
-        self.assertEqual(self.read_file("src/new.py"), "new\n")
-        self.assertFalse([t for t in self.results() if "coord: write refused" in t])
+    harness, plugin = "kilo", PLUGIN
 
     def test_apply_patch_is_checked_for_every_path_it_writes(self):
         peer = self.lease("src/held.py")
@@ -83,36 +40,6 @@ class CoordScenarios(h.CoordCase):
         self.assertEqual(len(refusal), 1, self.results())
         self.assertIn("src/held.py", refusal[0])
         self.assertIn(peer["handle"], refusal[0])
-
-    def test_registration_start_context_a_message_and_the_shells_identity(self):
-        sent = {}
-
-        def send_then_read(request):
-            conv = [rt for rt in self.coord_state()["runtimes"] if rt.get("harness") == "kilo"]
-            sent["runtime"] = conv[0]
-            peer = self.peer()
-            self.rcoord("send", "MSG-FROM-PEER-57", "--to", conv[0]["handle"], "--runtime", peer["handle"])
-            return tool("read", filePath=self.a)
-
-        def look(request):
-            sent["leases"] = self.coord_state()["leases"]
-            return say("done")
-
-        script = [send_then_read,
-                  tool("bash", command="./.coord/coord claim src/b.py -p shell-claim", description="claim"),
-                  look]
-        result = self.run_agent(script)
-        rt = sent["runtime"]
-        self.assertEqual(rt["conversation"], result.session_id(), result.describe())
-        self.assertEqual(rt["cwd"], self.repo)
-        self.assertIsNotNone(rt["pid"])
-        first = self.server.model_requests()[0].text()
-        self.assertIn("coord: you are %s" % rt["handle"], first)
-        self.assertIn("MSG-FROM-PEER-57", " ".join(self.results()))
-        lease = [l for l in sent["leases"] if l["resource"] == "src/b.py"]  # the agent's shell claimed as itself
-        self.assertEqual([l["runtime"] for l in lease], [rt["id"]], self.results())
-        ended = [r for r in self.coord_state()["runtimes"] if r["id"] == rt["id"]][0]
-        self.assertEqual(ended["end_reason"], "session-end")
 
     def test_the_runtime_is_registered_in_its_managed_clone_and_leaves_nothing_to_keep(self):
         self.env.update(self.managed_env())

@@ -27,53 +27,10 @@ def patch_call(patch):
     return Turn(calls=[{"kind": "claude", "name": "apply_patch", "input": {"patchText": patch}}])
 
 
-class CoordScenarios(h.CoordCase):
+class CoordScenarios(h.PluginScenarios, h.CoordCase):
     """coord installed by ./install; OpenCode loads its plugin from .opencode/plugins/."""
 
-    harness = "opencode"
-
-    def setUp(self):
-        super().setUp()
-        self.write_file("src/a.py", "original\n")
-        self.a = os.path.join(self.repo, "src", "a.py")
-
-    def lease(self, resource, peer=None):
-        peer = peer or self.peer()
-        self.rcoord("claim", resource, "-p", "peer work", "--runtime", peer["handle"])
-        return peer
-
-    def results(self):
-        """Every tool result the model saw, in order."""
-        out = []
-        for r in self.server.model_requests():
-            for text in r.tool_results():
-                if text not in out:
-                    out.append(text)
-        return out
-
-    def test_a_peers_exclusive_lease_denies_write_and_edit_and_the_model_hears_why(self):
-        peer = self.lease("src/a.py")
-        new = os.path.join(self.repo, "src", "new.py")
-        self.lease("src/new.py", peer)
-        script = [tool("read", filePath=self.a),
-                  tool("edit", filePath=self.a, oldString="original", newString="agent"),
-                  tool("write", filePath=new, content="new\n"),
-                  say("done")]
-        result = self.run_agent(script)
-        self.assertEqual(self.read_file("src/a.py"), "original\n", result.describe())
-        self.assertIsNone(self.read_file("src/new.py"))
-        refusals = [t for t in self.results() if "coord: write refused" in t]
-        self.assertEqual(len(refusals), 2, self.results())
-        for text in refusals:
-            self.assertIn(peer["handle"], text)
-            self.assertIn(".coord/coord send", text)
-            self.assertIn("--to %s" % peer["handle"], text)
-        # The control: the same run with coord's plugin moved aside writes both files.
-        os.rename(os.path.join(self.repo, PLUGIN), os.path.join(self.tmp, "coord-hook.js"))
-        self.run_agent(script)
-        self.assertEqual(self.read_file("src/a.py"), "agent\n")
-        self.assertEqual(self.read_file("src/new.py"), "new\n")
-        self.assertFalse([t for t in self.results() if "coord: write refused" in t])
+    harness, plugin = "opencode", PLUGIN
 
     def test_apply_patch_is_checked_for_every_path_it_writes(self):
         peer = self.lease("src/held.py")
@@ -94,36 +51,6 @@ class CoordScenarios(h.CoordCase):
         self.run_agent([patch_call("*** Begin Patch\n*** Add File: src/free.py\n+free\n*** End Patch"), say("done")],
                        args=["-m", h.OPENCODE_PATCH_MODEL])
         self.assertEqual(self.read_file("src/free.py"), "free\n")
-
-    def test_registration_start_context_a_message_and_the_shells_identity(self):
-        sent = {}
-
-        def send_then_read(request):
-            conv = [rt for rt in self.coord_state()["runtimes"] if rt.get("harness") == "opencode"]
-            sent["runtime"] = conv[0]
-            peer = self.peer()
-            self.rcoord("send", "MSG-FROM-PEER-41", "--to", conv[0]["handle"], "--runtime", peer["handle"])
-            return tool("read", filePath=self.a)
-
-        def look(request):
-            sent["leases"] = self.coord_state()["leases"]
-            return say("done")
-
-        script = [send_then_read,
-                  tool("bash", command="./.coord/coord claim src/b.py -p shell-claim", description="claim"),
-                  look]
-        result = self.run_agent(script)
-        rt = sent["runtime"]
-        self.assertEqual(rt["conversation"], result.session_id(), result.describe())
-        self.assertEqual(rt["cwd"], self.repo)
-        self.assertIsNotNone(rt["pid"])
-        first = self.server.model_requests()[0].text()
-        self.assertIn("coord: you are %s" % rt["handle"], first)
-        self.assertIn("MSG-FROM-PEER-41", " ".join(self.results()))
-        lease = [l for l in sent["leases"] if l["resource"] == "src/b.py"]  # the agent's shell claimed as itself
-        self.assertEqual([l["runtime"] for l in lease], [rt["id"]], self.results())
-        ended = [r for r in self.coord_state()["runtimes"] if r["id"] == rt["id"]][0]
-        self.assertEqual(ended["end_reason"], "session-end")
 
     def test_a_resumed_session_attaches_to_the_same_conversation(self):
         first = self.run_agent([say("first answer")], prompt="FIRST-PROMPT-7")
