@@ -156,6 +156,24 @@ HARNESSES = {
         "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": None,
         "plugin_env": ("COORD_KILO_SESSION", "COORD_KILO_AGENT"),
     },
+    # Factory Droid 0.225.2 (npm @factory/cli-linux-x64; the binary is named droid) reads
+    # Claude-shaped hooks, keyed by event at the top level of `.factory/hooks.json`, with Claude's
+    # snake_case payloads and replies under its own tool names: Create {file_path, content}, Edit
+    # and MultiEdit {file_path, ...}, ApplyPatch {input: PATCH} (GPT models). Its matcher is a
+    # regular expression: anchored. Its shell (Execute) is advisory, unmatched. Its TUI asks to
+    # trust a folder before any hook runs (`trustedFolders` in ~/.factory/settings.json); `droid
+    # exec` does not ask. It has no PermissionRequest or SubagentStart event.
+    "droid": {
+        "command": "COORD_DROID_CMD", "resume": ("--resume",),
+        "one_shot": {"-r": None, "--resume": None, "--last": 0, "--fork": 1},
+        "resume_prompt": False, "resume_env": None, "hangup_passed": True, "program": True,
+        "hooks": ".factory/hooks.json", "hook_dir": "${FACTORY_PROJECT_DIR:-$PWD}",
+        "matcher": "^(Create|Edit|MultiEdit|ApplyPatch)$", "events": None, "tools": None, "dialogs": None,
+        "writes": {"Create": (("file_path",), ()), "Edit": (("file_path",), ()), "MultiEdit": (("file_path",), ()),
+                   "ApplyPatch": ((), ("input",))},
+        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.factory/settings.json",
+        "plugin_env": None,
+    },
     # An agent with no hooks (Aider, a plain shell): its command runs in the window, nothing to resume.
     "shell": {
         "command": "COORD_SHELL_CMD", "resume": None, "one_shot": {},

@@ -16,6 +16,7 @@ the person approved the very same files in the shared checkout:
   checkout is trusted.
 - Copilot CLI (runs the Claude Code hooks): the folder or an ancestor in `trustedFolders` of
   `$COPILOT_HOME/config.json` (`~/.copilot`); without it no repository hook runs at all.
+- Factory Droid's TUI: the git root in `trustedFolders` of ~/.factory/settings.json (droid_trusted).
 
 coord never grants what a person has not given. The opt-in (`coord trust --carry-over on`)
 lives in the user's own configuration directory, never in the repository. With it, a clone gets
@@ -652,11 +653,11 @@ def qwen_trusted(directory, environ=None):
     return qwen_level(doc, directory) is True, None
 
 
-def _qwen_edit(path, change):
-    """change(dict) -> new dict or None, applied to Qwen's trusted-folders file under its own
-    lock (proper-lockfile: the directory <file>.lock) and ours, written atomically (0600, as
-    Qwen writes it); only a file that is plain JSON is edited (Qwen tolerates comments; coord
-    would drop them)."""
+def _json_edit(path, change):
+    """change(dict) -> new dict or None, applied to a harness's JSON trust file (Qwen's trusted
+    folders, Droid's settings) under proper-lockfile's lock (the directory <file>.lock, Qwen's)
+    and ours, written atomically (0600, as they write it); only a file that is plain JSON is
+    edited (Qwen tolerates comments; coord would drop them)."""
     def textual(text):
         doc = json.loads(text) if text.strip() else {}
         if not isinstance(doc, dict):
@@ -667,6 +668,73 @@ def _qwen_edit(path, change):
     if not os.path.exists(path):
         store.atomic_write(path, b"{}\n", 0o600)
     return _locked_edit(path, textual)
+
+
+# Factory Droid (0.225.2): its TUI asks to trust a folder's git root before it loads anything of
+# the project's, hooks included, and records the answer as `trustedFolders: {"<abs root>":
+# {"trustedAt": ISO}}` in ~/.factory/settings.json (the file it also keeps its own settings in);
+# `droid exec` does not ask. A clone is its own git root, so it needs its own entry.
+DROID_KEY = "trustedFolders"
+
+
+def droid_settings_path(environ=None):
+    env = os.environ if environ is None else environ
+    return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".factory", "settings.json")
+
+
+def droid_trusted(directory, environ=None):
+    """(True/False, None) whether Droid trusts `directory` itself, or (None, why) unreadable."""
+    path = droid_settings_path(environ)
+    doc, error = read_jsonc(path)
+    if doc is None:
+        return None, error
+    folders = doc.get(DROID_KEY) if isinstance(doc, dict) else None
+    if not isinstance(folders, dict):
+        return False, None
+    listed = set(os.path.normpath(k) for k in folders if isinstance(k, str))
+    return any(v in listed for v in _variants(directory)), None
+
+
+def droid_assess(source, clone, environ=None):
+    shared, why = droid_trusted(source, environ)
+    clone_ok, why2 = droid_trusted(clone, environ)
+    if why or why2:
+        return {"error": why or why2}
+    return {"config": droid_settings_path(environ), "shared_trusted": shared, "clone_trusted": clone_ok}
+
+
+def _carry_droid(d, clone, environ):
+    if not (d["shared_trusted"] and not d["clone_trusted"]):
+        return None, []
+
+    def trust_clone(doc):
+        folders = doc.get(DROID_KEY)
+        if folders is not None and not isinstance(folders, dict):
+            raise ValueError("%s in %s is not an object" % (DROID_KEY, d["config"]))
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+        return dict(doc, **{DROID_KEY: dict(folders or {}, **{clone: {"trustedAt": stamp}})})
+    try:
+        _json_edit(d["config"], trust_clone)
+        return {"config": d["config"], "project": clone}, []
+    except (EnvError, OSError, ValueError) as exc:
+        return None, ["droid: not carried over: %s" % getattr(exc, "message", exc)]
+
+
+def droid_remove(rec):
+    """Take the clone's entry out of Droid's trusted folders; -> notes."""
+    if not rec or not rec.get("project") or not os.path.exists(rec["config"]):
+        return []
+
+    def untrust_clone(doc):
+        folders = doc.get(DROID_KEY)
+        if not isinstance(folders, dict) or rec["project"] not in folders:
+            return None
+        return dict(doc, **{DROID_KEY: {k: v for k, v in folders.items() if k != rec["project"]}})
+    try:
+        _json_edit(rec["config"], untrust_clone)
+        return []
+    except (EnvError, OSError, ValueError) as exc:
+        return ["droid: the entry for the clone stays in %s: %s" % (rec["config"], getattr(exc, "message", exc))]
 
 
 CLAUDE_LOCK_STALE = 10.0   # seconds: proper-lockfile's default, which Claude Code uses for its config
@@ -909,6 +977,7 @@ def assess(source, clone, environ=None):
         out["copilot"] = {"config": copilot_config_path(environ), "shared_trusted": shared,
                           "clone_trusted": clone_ok}
     out["gemini"] = gemini_assess(source, clone, environ)
+    out["droid"] = droid_assess(source, clone, environ)
     return out
 
 
@@ -993,7 +1062,7 @@ def _carry_qwen(q, clone, environ):
             return None
         return dict(doc, **{clone: QWEN_TRUST})
     try:
-        _qwen_edit(q["config"], trust_clone)
+        _json_edit(q["config"], trust_clone)
         return {"config": q["config"], "project": clone}, []
     except (EnvError, OSError, ValueError) as exc:
         return None, ["qwen: not carried over: %s" % getattr(exc, "message", exc)]
@@ -1012,7 +1081,8 @@ def _carry_copilot(cp, clone, environ):
     return {"config": cp["config"], "folder": clone, "created_key": created}, []
 
 
-_CARRY = {"codex": _carry_codex, "claude": _carry_claude, "qwen": _carry_qwen, "copilot": _carry_copilot}
+_CARRY = {"codex": _carry_codex, "claude": _carry_claude, "qwen": _carry_qwen, "copilot": _carry_copilot,
+          "droid": _carry_droid}
 
 
 def merge_added(old, new):
@@ -1062,6 +1132,8 @@ def entries_for(clone, environ=None):
         found["gemini"] = gemini
     if _copilot_listed(clone, environ):
         found["copilot"] = {"config": copilot_config_path(environ), "folder": clone, "created_key": False}
+    if droid_trusted(clone, environ)[0]:
+        found["droid"] = {"config": droid_settings_path(environ), "project": clone}
     return found
 
 
@@ -1102,10 +1174,11 @@ def remove_carried(added, environ=None):
             return {k: v for k, v in doc.items() if k != q["project"]}
         try:
             if os.path.exists(q["config"]):
-                _qwen_edit(q["config"], untrust_clone)
+                _json_edit(q["config"], untrust_clone)
         except (EnvError, OSError, ValueError) as exc:
             notes.append("qwen: the entry for the clone stays in %s: %s" % (q["config"], getattr(exc, "message", exc)))
     notes += gemini_remove((added or {}).get("gemini"))
+    notes += droid_remove((added or {}).get("droid"))
     cp = (added or {}).get("copilot")
     if cp and cp.get("folder"):
         try:
@@ -1140,6 +1213,9 @@ def pending_approvals(source, clone, harness, environ=None):
     elif harness == "gemini" and facts["gate"] and not facts["clone_trusted"]:
         out.append("Gemini CLI: trust the folder %s when Gemini asks (untrusted, it loads no project "
                    "settings: no hooks, so no registration, no messages, no write blocking)" % clone)
+    elif harness == "droid" and not facts["clone_trusted"]:
+        out.append("Factory Droid: trust the folder %s when Droid asks (until then it loads none of the project's"
+                   " hooks: no registration, no messages, no write blocking)" % clone)
     elif harness == "copilot" and not facts["clone_trusted"]:
         out.append("Copilot CLI: trust the folder %s when Copilot asks (until then it runs no repository hooks: "
                    "no registration, no messages, no write blocking)" % clone)
@@ -1221,6 +1297,8 @@ def trust_lines(w):
         bits.append("qwen folder")
     if (added.get("copilot") or {}).get("folder"):
         bits.append("copilot folder")
+    if (added.get("droid") or {}).get("project"):
+        bits.append("droid folder")
     lines = ["approvals carried over from the shared checkout: " + "; ".join(bits)] if bits else []
     return lines + [store.clean_text(n, 300) for n in rec.get("notes") or []]
 

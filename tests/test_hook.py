@@ -2374,6 +2374,41 @@ class WorkLinkCwdTest(HookCase):
 
 # --------------------------------------------------------------------------- Qwen Code
 
+DROID = os.path.join("droid", "droid-")                   # the recorded samples: payloads/droid/
+DROID_MAIN = "2c1056ec-63ba-4844-9500-d24ca0981600"       # every droid-* sample
+
+
+class DroidTest(HookCase):
+    """Factory Droid (0.225.2) runs `.factory/hooks.json` hooks with Claude's snake_case payloads
+    and reply shapes under its own tool names (recorded droid-* samples, --harness droid):
+    Create and Edit {file_path}, ApplyPatch {input: PATCH}, paths relative to the payload's cwd."""
+
+    def droid(self, name, **changes):
+        return self.run_hook(self.payload(DROID + name, **changes), harness="droid")
+
+    def test_it_registers_as_droid_and_hears_who_it_is(self):
+        out, _ = self.droid("SessionStart")
+        rt = self.st.find_conversation_runtime(DROID_MAIN)
+        self.assertEqual(rt["harness"], "droid")
+        self.assertIn("coord: you are %s" % rt["handle"], json.loads(out)["hookSpecificOutput"]["additionalContext"])
+        for name in ("UserPromptSubmit", "PostToolUse-Create", "Stop"):
+            self.droid(name)
+        self.assertEqual(self.st.turn(rt["id"])["state"], "idle")
+
+    def test_create_edit_and_every_path_of_a_patch_of_a_peers_lease_are_denied(self):
+        self.droid("SessionStart")
+        held = {"PreToolUse-Create": "b.txt", "PreToolUse-Edit": "a.txt", "PreToolUse-ApplyPatch": "src/free.py"}
+        holder = self.peer(*held.values())
+        for name, path in held.items():
+            with self.subTest(sample=name):
+                reason = self.denial(self.payload(DROID + name), harness="droid")
+                self.assertIn("--to %s" % holder["handle"], reason or "")
+                self.assertIn(path, reason)
+        self.st.release(holder["id"], list(held.values()))
+        for name in ("PreToolUse-Create", "PreToolUse-Edit", "PreToolUse-ApplyPatch"):
+            self.assertIsNone(self.denial(self.payload(DROID + name), harness="droid"), name)
+
+
 QWEN = os.path.join("qwen", "qwen-")                      # the recorded samples: payloads/qwen/
 QWEN_MAIN = "af143507-e6a2-4d49-b5c6-e715c8aebda3"       # every qwen-* sample
 QWEN_AGENT = "general-purpose-call_0014e2e0e2e0e2e0e2e0"  # its agent-tool subagent

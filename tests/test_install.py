@@ -1741,6 +1741,63 @@ class QwenSettingsTest(InstallTestCase):
 
 # --------------------------------------------------------------------------- a PostgreSQL project (issue 25, pgroute)
 
+class DroidHooksTest(InstallTestCase):
+    """Factory Droid (0.225.2) reads .factory/hooks.json keyed by event at the top level: coord's
+    entries merged with the person's own, checked and repaired like the others."""
+
+    DROID = ".factory/hooks.json"
+
+    def coord_groups(self, doc):
+        return {ev: [g for g in groups if any(".coord/hook.py" in h.get("command", "") for h in g["hooks"])]
+                for ev, groups in doc.items()}
+
+    def test_fresh_install_writes_the_events_at_the_top_level(self):
+        self.fresh()
+        doc = self.settings(self.DROID)
+        self.assertNotIn("hooks", doc)  # Droid would ignore it as an unknown event
+        own = self.coord_groups(doc)
+        self.assertEqual(sorted(own), sorted(ev for ev, _m, _t in installer.DROID_HOOK_EVENTS))
+        for event, groups in own.items():
+            self.assertEqual(len(groups), 1, event)
+            command = groups[0]["hooks"][0]["command"]
+            self.assertEqual(command, installer.hook_command("droid"))
+            self.assertIn("--harness droid", command)
+            self.assertIn("${FACTORY_PROJECT_DIR:-$PWD}", command)
+        self.assertEqual(own["PreToolUse"][0]["matcher"], "^(Create|Edit|MultiEdit|ApplyPatch)$")
+        self.assertNotIn("PermissionRequest", doc)
+        self.assertEqual(self.install("--check", check=0).returncode, 0)
+
+    def test_merge_keeps_the_persons_hooks_and_check_and_repair_see_drift(self):
+        mine = {"PreToolUse": [{"matcher": "Execute", "hooks": [{"type": "command", "command": "lint"}]}],
+                "Notification": [{"hooks": [{"type": "command", "command": "notify-send droid"}]}]}
+        self.write_json(self.DROID, mine)
+        self.fresh()
+        doc = self.settings(self.DROID)
+        self.assertEqual(doc["PreToolUse"][0], mine["PreToolUse"][0])
+        self.assertEqual(doc["Notification"], mine["Notification"])
+        self.assertEqual(len(self.coord_groups(doc)["PreToolUse"]), 1)
+        before = self.snapshot()
+        self.fresh()
+        self.assertEqual(self.snapshot(), before, "a second run is a no-op")
+        doc["PreToolUse"][1]["matcher"] = "Edit"
+        self.write_json(self.DROID, doc)
+        out = self.install("--check", check=1).stdout
+        self.assertIn("stale %s (coord hooks: PreToolUse stale)" % self.DROID, out)
+        self.install("--repair", check=0)
+        doc = self.settings(self.DROID)
+        self.assertEqual(self.coord_groups(doc)["PreToolUse"][0]["matcher"], "^(Create|Edit|MultiEdit|ApplyPatch)$")
+        self.assertEqual(doc["Notification"], mine["Notification"])
+
+    def test_a_file_of_the_wrong_shape_is_refused_with_nothing_changed(self):
+        self.write_json(self.DROID, {"PreToolUse": {"matcher": "x"}})
+        with open(self.t(self.DROID), "rb") as f:
+            before = f.read()
+        out = self.install("--project-id", "p", check=3)
+        self.assertIn('%s has an unexpected shape: "PreToolUse" is not a list' % self.DROID, out.stdout + out.stderr)
+        with open(self.t(self.DROID), "rb") as f:
+            self.assertEqual(f.read(), before)
+
+
 class PgDoctorTest(InstallTestCase):
     """--doctor on a project in PostgreSQL: the host process (state, round trip), the driver in
     the interpreter that runs it (missing: exit 1 and the exact install command), and what

@@ -59,6 +59,14 @@ class HarnessArgvTest(CoordTestCase):
         self.assertEqual(session.harness_argv("qwen", "s-1", environ=env), ["/opt/qwen", "--model", "m", "--resume", "s-1"])
         self.assertEqual(session.harness_argv("qwen", prompt="-fix it", environ={}),
                          ["qwen", "--prompt-interactive=-fix it"])
+    def test_droid_resumes_by_id_and_takes_its_first_prompt_as_its_positional(self):
+        # Factory Droid 0.225.2: `droid [options] [prompt...]`, -r/--resume [sessionId]
+        env = {"COORD_DROID_CMD": "/opt/f/droid"}
+        self.assertEqual(session.harness_argv("droid", "s-1", environ=env), ["/opt/f/droid", "--resume", "s-1"])
+        self.assertEqual(session.harness_argv("droid", prompt="-go", environ=env), ["/opt/f/droid", "--", "-go"])
+        self.assertEqual(session.reusable_args("droid", ["--auto", "high", "-r", "x", "--last", "--fork", "f"]),
+                         ["--auto", "high"])
+
     def test_kilo_resumes_with_session_and_takes_its_prompt_as_an_option(self):
         # Kilo Code 7.7.7's TUI, as OpenCode's: `kilo [project]`, --prompt, --session ID
         env = {"COORD_KILO_CMD": "/opt/k/kilo"}

@@ -589,3 +589,49 @@ class QwenCarryTest(TrustCase):
         lines = trust.pending_approvals(self.shared, self.clone, "qwen", self.env)
         self.assertEqual(len(lines), 1)
         self.assertIn("Qwen Code: trust the folder %s" % self.clone, lines[0])
+
+
+class DroidCarryTest(TrustCase):
+    """Factory Droid's folder trust (0.225.2, `trustedFolders` in ~/.factory/settings.json, the
+    file it keeps its own settings in): a clone gets an entry only when the shared checkout has
+    one; removal takes exactly that entry away and keeps every other setting."""
+
+    def droid(self, folders):
+        path = os.path.join(self.home, ".factory", "settings.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        doc = {"customModels": [{"model": "m"}], "logoAnimation": "off"}
+        if folders is not None:
+            doc["trustedFolders"] = folders
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=2)
+        return path, doc
+
+    def test_entry_added_for_the_clone_and_removed_with_it(self):
+        path, mine = self.droid({self.shared: {"trustedAt": "2026-01-01T00:00:00.000Z"}})
+        result = trust.carry_over(self.shared, self.clone, self.env, ("droid",))
+        self.assertEqual(result, {"added": {"droid": {"config": path, "project": self.clone}}, "notes": []})
+        doc = json.loads(self.read(path))
+        self.assertEqual(sorted(doc["trustedFolders"]), sorted([self.shared, self.clone]))
+        self.assertEqual(doc["customModels"], mine["customModels"])
+        self.assertEqual(trust.droid_trusted(self.clone, self.env), (True, None))
+        self.assertEqual(trust.entries_for(self.clone, self.env)["droid"]["project"], self.clone)
+        self.assertEqual(trust.remove_carried(result["added"], self.env), [])
+        self.assertEqual(json.loads(self.read(path)), mine)
+
+    def test_nothing_is_carried_when_the_shared_checkout_is_not_trusted(self):
+        for folders in (None, {}, {"/elsewhere": {"trustedAt": "x"}}):
+            with self.subTest(folders=folders):
+                path, _ = self.droid(folders)
+                before = self.read(path)
+                self.assertEqual(trust.carry_over(self.shared, self.clone, self.env, ("droid",)),
+                                 {"added": {}, "notes": []})
+                self.assertEqual(self.read(path), before)
+
+    def test_pending_approval_names_the_folder_and_a_damaged_file_is_named(self):
+        self.droid({})
+        lines = trust.pending_approvals(self.shared, self.clone, "droid", self.env)
+        self.assertEqual(len(lines), 1)
+        self.assertIn("Factory Droid: trust the folder %s" % self.clone, lines[0])
+        with open(os.path.join(self.home, ".factory", "settings.json"), "w") as f:
+            f.write("{not json")
+        self.assertIn("is not valid JSON", trust.pending_approvals(self.shared, self.clone, "droid", self.env)[0])
