@@ -349,9 +349,25 @@ def _project_id_file(w, path, environ):
     return code == 0 and value in roots.split()
 
 
+_MILLIS = store.Pattern(r"\A[0-9]{10,16}\Z")
+
+
+def _timestamp_file(w, path, environ):
+    """True for the file Factory Droid (0.225.2, docs/harness-droid.md) writes as
+    `.git/.factory-scm-trigger` in a repository it runs in: a time in milliseconds, digits only,
+    which it writes again at will. Only a small regular file of that shape counts."""
+    try:
+        if not os.path.isfile(path) or os.path.islink(path) or os.lstat(path).st_size > 20:
+            return False
+        with open(path, "rb") as f:
+            return bool(_MILLIS.match(f.read().decode("ascii").strip()))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 # Files a harness leaves in every clone's .git that are not work: name -> recogniser(w, path,
 # environ), True only for the exact shape that harness writes (docs/harness-NAME.md).
-HARNESS_LEFTOVERS = {"opencode": _project_id_file, "kilo": _project_id_file}
+HARNESS_LEFTOVERS = {"opencode": _project_id_file, "kilo": _project_id_file, ".factory-scm-trigger": _timestamp_file}
 # Kilo Code 7.7.7 keeps snapshots of the working tree as refs/kilo/materialize/ID, each a bare tree
 # (no commit). One is not work when every file in it is, byte for byte, in the tree of a branch or
 # tag of the shared repository: what it holds is kept there. Any other is kept in the clone.

@@ -1067,6 +1067,15 @@ class RealShapeTest(LandCase):
         self.run_tool(path, "git", "update-ref", "-d", "refs/kilo/other")
         self.assertEqual(self.remove(handle).returncode, 0)
 
+    def test_droids_scm_trigger_is_not_work_but_anything_else_under_that_name_is(self):
+        """Factory Droid 0.225.2 writes .git/.factory-scm-trigger, a time in milliseconds, into a
+        repository it runs in (docs/harness-droid.md): not work. Other bytes under that name are."""
+        handle, path = self.landed("droid")
+        self.write(path, ".git/.factory-scm-trigger", "my notes, not a time\n")
+        self.assertIn("git-only-files", self.refused_codes(handle, path))
+        self.write(path, ".git/.factory-scm-trigger", "1796589633983")
+        self.assertEqual(self.remove(handle).returncode, 0)
+
     def test_the_whole_path_with_a_real_test_command(self):
         """Three works on the real shape: one lands with the project's own unittest suite as
         its check and is pushed; one lands over a stale base; one conflicts, is resolved in its
