@@ -67,12 +67,7 @@ class CoordScenarios(h.PluginScenarios, h.CoordCase):
         for ref in reasons.get("git-only-refs", {}).get("paths", []):
             self.assertRegex(ref, r"^refs/kilo/materialize/[0-9a-f]{40}$")
         self.assertTrue(os.path.isfile(os.path.join(clone, ".git", "kilo")))
-        subprocess.run(["jj", "--no-pager", "describe", "-m", "add c"], cwd=clone, env=self.env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
-        self.coord_at_terminal("work", "integrate", "land", handle, "--into", "main", "--check", "true",
-                               cwd=self.repo, check=0)
-        self.coord_at_terminal("work", "remove", handle, "--confirm", handle, cwd=self.repo, check=0)
-        self.assertFalse(os.path.exists(clone))
+        self.land_and_remove(handle, clone)
 
 
 class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):

@@ -418,6 +418,65 @@ def run_kilo(kilo, repo, prompt, server, home, env=None, timeout=180, args=()):
     return _run(argv, repo, kilo_env(home, server, repo, env), timeout)
 
 
+# -- Factory Droid ---------------------------------------------------------------------------------
+
+DROID_MODEL = "custom:e2e-model"        # a custom (BYOK) model: Create and Edit
+DROID_PATCH_MODEL = "custom:gpt-5-e2e"  # on its OpenAI (Responses) provider: ApplyPatch, a custom tool
+
+
+def write_droid_settings(home, server, trusted=()):
+    """~/.factory/settings.json of a person who uses Droid with their own models: two custom models
+    aimed at the scripted server, one on its Anthropic provider (Messages API; the default) and a
+    GPT one on its OpenAI provider (Responses API, where it offers ApplyPatch instead of Create and Edit),
+    at the `auto-high` autonomy; `trusted` folders as its TUI records them. Kept keys survive."""
+    path = os.path.join(home, ".factory", "settings.json")
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        doc = {}
+    model = {"baseUrl": server.url, "apiKey": "sk-e2e-offline", "provider": "anthropic", "maxOutputTokens": 8192}
+    doc["customModels"] = [dict(model, model="e2e-model", displayName="e2e"),
+                           dict(model, model="gpt-5-e2e", displayName="e2e-patch", provider="openai",
+                                baseUrl=server.url + "/v1")]
+    doc["sessionDefaultSettings"] = {"model": DROID_MODEL, "autonomyMode": "auto-high"}
+    doc["logoAnimation"] = "off"
+    folders = doc.setdefault("trustedFolders", {})
+    for folder in trusted:
+        folders[folder] = {"trustedAt": "2026-01-01T00:00:00.000Z"}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    return path
+
+
+def droid_env(home, server, extra=None):
+    """Factory Droid 0.225.2 offline: its air-gapped mode (no Factory account, login, telemetry or
+    feature-flag requests; custom models only) and no update check."""
+    env = base_env(home, server, extra=None)
+    env.update({"FACTORY_AIRGAP_ENABLED": "1", "FACTORY_DROID_AUTO_UPDATE_ENABLED": "false"})
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_droid(droid, repo, prompt, server, home, env=None, timeout=120, args=()):
+    """Run `droid exec --auto high -o stream-json PROMPT` in `repo` (its settings written first);
+    return a RunResult. `droid exec` asks no folder trust and runs the project's hooks."""
+    write_droid_settings(home, server)
+    argv = [droid, "exec", "--auto", "high", "-o", "stream-json", "-m", DROID_MODEL] + list(args) + [prompt]
+    return _run(argv, repo, droid_env(home, server, env), timeout)
+
+
+def write_droid_hooks(repo, hooks):
+    """Droid's .factory/hooks.json: the events at the top level."""
+    path = os.path.join(repo, ".factory", "hooks.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(hooks, f, indent=2)
+    return path
+
+
 # -- Gemini CLI ------------------------------------------------------------------------------------
 
 GEMINI_MODEL = "gemini-2.5-flash"
@@ -750,6 +809,9 @@ class HarnessCase(CoordTestCase):
         elif self.harness == "opencode":
             result = run_opencode(self.cli, repo, prompt, self.server, self.home, env=self.agent_env(env),
                                   timeout=max(timeout, 180), args=args)
+        elif self.harness == "droid":
+            result = run_droid(self.cli, repo, prompt, self.server, self.home, env=self.agent_env(env),
+                               timeout=timeout, args=args)
         elif self.harness == "kilo":
             result = run_kilo(self.cli, repo, prompt, self.server, self.home, env=self.agent_env(env),
                               timeout=max(timeout, 180), args=args)
@@ -797,6 +859,8 @@ class HarnessCase(CoordTestCase):
             return write_gemini_hooks(self.repo, hooks)
         if self.harness == "qwen":
             return write_qwen_hooks(self.repo, hooks)
+        if self.harness == "droid":
+            return write_droid_hooks(self.repo, hooks)
         return write_codex_hooks(self.repo, hooks)
 
     def write_file(self, rel, text, repo=None):
@@ -969,6 +1033,30 @@ class CoordCase(HarnessCase):
     def peer(self):
         """Register a peer runtime with `coord hello`; return its record."""
         return self.rcoord("hello", "--conversation", "peer-%d-%d" % (os.getpid(), time.monotonic_ns()))["runtime"]
+
+    def lease(self, resource, peer=None):
+        peer = peer or self.peer()
+        self.rcoord("claim", resource, "-p", "peer work", "--runtime", peer["handle"])
+        return peer
+
+    def results(self):
+        """Every tool result the model saw, in order."""
+        out = []
+        for r in self.server.model_requests():
+            for text in r.tool_results():
+                if text not in out:
+                    out.append(text)
+        return out
+
+    def land_and_remove(self, handle, clone):
+        """Describe the clone's change, land it at a terminal (the person) with a passing check,
+        remove the clone; it must be gone."""
+        subprocess.run(["jj", "--no-pager", "describe", "-m", "agent's change"], cwd=clone, env=self.env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+        self.coord_at_terminal("work", "integrate", "land", handle, "--into", "main", "--check", "true",
+                               cwd=self.repo, check=0)
+        self.coord_at_terminal("work", "remove", handle, "--confirm", handle, cwd=self.repo, check=0)
+        self.assertFalse(os.path.exists(clone))
 
     def coord_state(self):
         """`coord list --all --json`: {"runtimes": [...], "leases": [...]}."""
@@ -1243,20 +1331,6 @@ class PluginScenarios(object):
         super().setUp()
         self.write_file("src/a.py", "original\n")
         self.a = os.path.join(self.repo, "src", "a.py")
-
-    def lease(self, resource, peer=None):
-        peer = peer or self.peer()
-        self.rcoord("claim", resource, "-p", "peer work", "--runtime", peer["handle"])
-        return peer
-
-    def results(self):
-        """Every tool result the model saw, in order."""
-        out = []
-        for r in self.server.model_requests():
-            for text in r.tool_results():
-                if text not in out:
-                    out.append(text)
-        return out
 
     def test_a_peers_exclusive_lease_denies_write_and_edit_and_the_model_hears_why(self):
         peer = self.lease("src/a.py")
