@@ -39,6 +39,8 @@ A row's keys:
 - context, deny: the shape of its replies: "hookSpecificOutput" (Claude's), "top-level"
   (`additionalContext` alone), "gemini" (hook.gemini_reply), "decision" ({decision, reason}).
 - trust: its per-user trust file, when it has a gate coord can carry over (trust.py), else None.
+- late_start: True when only PostToolUse's context reaches its model: the first PostToolUse of
+  an attachment carries SessionStart's lines too (hook.start_pending).
 - plugin_env: for a harness that loads coord's plugin into its own process instead of running hook
   commands (OpenCode and its fork Kilo Code): the variables the plugin sets in its shell's commands,
   (the conversation, a subagent's session), which tell coord who calls (store.caller_facts).
@@ -173,6 +175,31 @@ HARNESSES = {
                    "ApplyPatch": ((), ("input",))},
         "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": "~/.factory/settings.json",
         "plugin_env": None,
+    },
+    # Auggie 0.36.0 (npm @augmentcode/auggie; node running .../bin/auggie) reads Claude-shaped hook
+    # groups from `.augment/settings.json`, runs each command without a shell (its `args` apart) in
+    # the workspace root, timeouts in ms. Its payloads name the conversation `conversation_id` and
+    # the directory `workspace_roots`, and its prompt event PromptSubmit (hook.auggie_payload). Its
+    # tools: save-file {path, file_content}, str-replace-editor {path, ...}, apply_patch {input},
+    # remove-files {file_paths}; its shell (launch-process) is advisory and sets AUGMENT_AGENT=1.
+    # Only PostToolUse's additionalContext reaches the model, so the first one of an attachment
+    # also carries SessionStart's lines (`late_start`). It loads hooks only when Augment's server
+    # says so (the `enable_hooks` flag of its get-models reply), and a resumed TUI runs SessionStart
+    # at once.
+    "auggie": {
+        "command": "COORD_AUGGIE_CMD", "resume": ("--resume",),
+        "one_shot": {"-r": None, "--resume": None, "-c": 0, "--continue": 0, "-i": 1, "--instruction": 1,
+                     "-if": 1, "--instruction-file": 1},
+        "resume_prompt": False, "resume_env": None, "hangup_passed": True, "program": True,
+        "hooks": ".augment/settings.json", "hook_dir": "${AUGMENT_PROJECT_DIR:-$PWD}",
+        "matcher": "^(save-file|str-replace-editor|apply_patch|remove-files)$",
+        "events": {"SessionStart": "SessionStart", "PromptSubmit": "UserPromptSubmit", "PreToolUse": "PreToolUse",
+                   "PostToolUse": "PostToolUse", "Stop": "Stop", "SessionEnd": "SessionEnd"},
+        "tools": None, "dialogs": None,
+        "writes": {"save-file": (("path",), ()), "str-replace-editor": (("path",), ()),
+                   "apply_patch": ((), ("input",)), "remove-files": (("file_paths",), ())},
+        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": None, "plugin_env": None,
+        "late_start": True,
     },
     # An agent with no hooks (Aider, a plain shell): its command runs in the window, nothing to resume.
     "shell": {

@@ -1,7 +1,7 @@
 """coord's hook: the one program Claude Code, Codex, Copilot CLI, Gemini CLI, Qwen Code, Factory Droid,
-OpenCode and Kilo Code run for every hook event.
+Auggie, OpenCode and Kilo Code run for every hook event.
 
-Usage: python3 -I -S .coord/hook.py --harness claude|codex|gemini|qwen|droid|opencode|kilo   (payload JSON on
+Usage: python3 -I -S .coord/hook.py --harness claude|codex|gemini|qwen|droid|auggie|opencode|kilo   (JSON on
 stdin; Copilot CLI runs the Claude entries and is told apart by harness_of; OpenCode and Kilo Code run
 it from coord's plugin, which sends Claude-shaped payloads), or
 `import hook; hook.REPO = ROOT; os._exit(hook.main())` with the runtime copy first on sys.path,
@@ -54,6 +54,8 @@ GEMINI_EVENTS = (HARNESSES.get(GEMINI) or {}).get("events") or {}
 GEMINI_TOOLS = (HARNESSES.get(GEMINI) or {}).get("tools") or {}
 GEMINI_DIALOGS = (HARNESSES.get(GEMINI) or {}).get("dialogs") or {}
 QWEN = "qwen"
+AUGGIE = "auggie"
+DROID = "droid"
 SHELL_TOOLS = ("Bash",)  # Codex reports its shell (exec_command) under this name
 PATCH_WORDS = ("apply_patch", "applypatch")
 COPILOT = "copilot"     # the harness label of Copilot CLI's runtimes
@@ -548,12 +550,15 @@ def on_deliver(h):
         return reply(h, h.event, "coord: this conversation was resumed elsewhere as %s, which now holds its leases"
                               " and messages; this session is stale: stop editing." % attached.successor["handle"])
     first = h.harness == GEMINI and h.event == "UserPromptSubmit" and not h.agent and gemini_first_prompt(db, rt)
+    first = first or (h.event == "PostToolUse" and start_pending(h, False))
     if not h.agent:
         if h.event == "UserPromptSubmit" and not qwen_continuation(h):
             db.set_turn(rt["id"], "busy", began=True)
         else:  # a turn that began without a prompt (a Stop hook's continuation, a background wake)
             db.set_turn(rt["id"], "busy", only_from="idle")
     db.heartbeat(rt["id"], min_interval=store.HEARTBEAT_EVERY)
+    if h.event == "UserPromptSubmit" and (HARNESSES.get(h.harness) or {}).get("late_start"):
+        return ""  # its model would not see it (Auggie prints it to the person): messages wait for PostToolUse
     if first:  # SessionStart's lines again (with the messages): see gemini_first_prompt
         return reply(h, h.event, session_context(h, rt, work_lines(h, rt)))
     lost, text = db.boundary_context(rt["id"], prefix=h.command(), budget=store.CONTEXT_BUDGET)
@@ -646,6 +651,7 @@ def on_session_start(h):
         rec = link_work(h, rt, work_id, pid)
         if rec:
             label_window(h, rec, rt)
+    start_pending(h, True)
     return reply(h, "SessionStart", session_context(h, rt, work_lines(h, rt)))
 
 
@@ -1001,6 +1007,10 @@ def run(raw, argv=(), environ=None):
             payload = gemini_payload(payload)
             if payload is None:
                 return "", ""
+        elif harness == AUGGIE:
+            payload = auggie_payload(payload)
+        elif harness == DROID:
+            payload = droid_payload(payload, environ)
         event = payload.get("hook_event_name")
         handler = EVENTS.get(event) if isinstance(event, str) else None
         session, agent = identifier(payload.get("session_id")), payload.get("agent_id")
@@ -1054,8 +1064,7 @@ def mark(payload, event, session, agent, environ):
             return
         tool = payload.get("tool_name") if event in ("PreToolUse", "PostToolUse", "PermissionRequest") else None
         tool = tool[:60].replace("\t", " ").replace("\n", " ") if isinstance(tool, str) else ""
-        base = environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-        folder = os.path.join(os.path.abspath(base), "fleet-agent-coord", "activity")
+        folder = activity_dir(environ)
         path = os.path.join(folder, name)
         tmp = "%s.%d" % (path, os.getpid())
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
@@ -1092,6 +1101,82 @@ def gemini_payload(payload):
     if isinstance(tool, str) and event in ("PreToolUse", "PostToolUse"):
         out["tool_name"] = GEMINI_TOOLS.get(tool, "gemini:" + tool[:100])
     return out
+
+
+def auggie_payload(payload):
+    """An Auggie payload in the shape the handlers read: its conversation_id as session_id, the
+    first workspace root as cwd (it runs hooks there), its events under coord's names."""
+    roots = payload.get("workspace_roots")
+    event = (HARNESSES.get(AUGGIE) or {}).get("events", {}).get(payload.get("hook_event_name"))
+    return dict(payload, session_id=payload.get("conversation_id"), hook_event_name=event,
+                cwd=roots[0] if isinstance(roots, list) and roots else None)
+
+
+def activity_dir(environ):
+    """The folder of the conversations' activity files (mark) and their small companions."""
+    base = environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(os.path.abspath(base), "fleet-agent-coord", "activity")
+
+
+def droid_payload(payload, environ):
+    """Factory Droid (0.225.2) runs a Task subagent as a session of its own: its SessionStart names
+    the caller in `calling_session_id`, its later events carry only its own session_id. That first
+    link is kept in a file beside the activity files (a nested subagent's caller resolved to the
+    top conversation), so each of its events comes as a Claude subagent's do: the parent's
+    session_id, its own as agent_id. Its SessionEnd takes the file away."""
+    sub = payload.get("session_id")
+    if not isinstance(sub, str) or not sub or len(sub) > 100:
+        return payload
+    folder = activity_dir(environ)
+
+    def parent_of(session):
+        try:
+            with open(os.path.join(folder, session.encode("utf-8").hex() + ".parent"), "rb") as f:
+                return f.read(200).decode("utf-8", "replace").strip() or None
+        except OSError:
+            return None
+    caller = payload.get("calling_session_id")
+    path = os.path.join(folder, sub.encode("utf-8").hex() + ".parent")
+    if isinstance(caller, str) and caller and len(caller) <= 100:
+        parent = parent_of(caller) or caller
+        try:
+            os.makedirs(folder, 0o700, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, parent.encode("utf-8"))
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+    else:
+        parent = parent_of(sub)
+    if parent is None:
+        return payload
+    if payload.get("hook_event_name") == "SessionEnd":
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return dict(payload, session_id=parent, agent_id=sub)
+
+
+def start_pending(h, begin):
+    """For a harness whose model sees only PostToolUse's context (the table's `late_start`): with
+    `begin` (SessionStart), leave a mark that SessionStart's lines are still owed; without it,
+    take the mark: True exactly once, at the attachment's first PostToolUse. A file beside the
+    conversation's activity file; os only."""
+    if not (HARNESSES.get(h.harness) or {}).get("late_start") or h.agent:
+        return False
+    path = os.path.join(activity_dir(h.environ), h.session.encode("utf-8").hex()[:200] + ".start")
+    try:
+        if begin:
+            os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+            return True
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
 
 
 def gemini_first_prompt(db, rt):

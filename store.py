@@ -851,6 +851,7 @@ AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "COD
                  "COPILOT_AGENT_SESSION_ID", "QWEN_CODE_SESSION_ID", "COORD_WORK_ID")
 AGENT_MARKERS += ("COORD_OPENCODE_SESSION", "OPENCODE_PID")  # coord's OpenCode plugin; OpenCode 1.18.33 itself (its shell)
 AGENT_MARKERS += ("COORD_KILO_SESSION", "KILO_PID")  # coord's Kilo Code plugin; Kilo Code 7.7.7 itself (its shell)
+AGENT_MARKERS += ("AUGMENT_AGENT",)  # Auggie 0.36.0's shell
 AGENT_MARKERS += ("GEMINI_CLI",)  # Gemini CLI 0.61.0 sets GEMINI_CLI=1 in its shell tool's commands
 
 

@@ -775,8 +775,8 @@ INSTALLED_PATHS = (".coord", ".claude/settings.json", ".claude/skills/coord", ".
 HOOK_CONFIGS += (".opencode/plugins/coord-hook.js", ".kilo/plugins/coord-hook.js")  # coord's plugin runs the hook
 INSTALLED_PATHS += (".opencode/plugins/coord-hook.js", ".opencode/.gitignore", ".kilo/plugins/coord-hook.js",
                     ".kilo/.gitignore")
-HOOK_CONFIGS += (".gemini/settings.json", ".qwen/settings.json", ".factory/hooks.json")  # their hook entries
-INSTALLED_PATHS += (".gemini/settings.json", ".qwen/settings.json", ".factory/hooks.json")
+HOOK_CONFIGS += (".gemini/settings.json", ".qwen/settings.json", ".factory/hooks.json", ".augment/settings.json")
+INSTALLED_PATHS += (".gemini/settings.json", ".qwen/settings.json", ".factory/hooks.json", ".augment/settings.json")
 
 
 def _release(path):

@@ -8,6 +8,11 @@ It speaks just enough of two streaming APIs for the harnesses to run their real 
 - Gemini API: `POST /v1beta/models/<model>:streamGenerateContent?alt=sse` (SSE `data:` chunks of
   GenerateContentResponse) and `:generateContent` (one JSON reply), which Gemini CLI sends to
   GOOGLE_GEMINI_BASE_URL (see the gemini_* functions);
+- Augment's API (Auggie, which takes the server from its session's tenantURL): `POST get-models`
+  (one model, `enable_hooks` on: Auggie 0.36.0 loads hooks only with that server flag),
+  `agents/list-remote-tools` (none) and `chat-stream` (newline-delimited JSON: a text node, a
+  tool_use node per call with its arguments as `input_json`, then stop_reason 3 for tool use or
+  1 for the end of a turn); a `silent` chat-stream (its session title) is a side request;
 - OpenAI Chat Completions: `POST /v1/chat/completions` (any path ending in `/chat/completions`),
   streaming (SSE `chat.completion.chunk`s with `tool_calls` deltas, then `data: [DONE]`) or not
   (one `chat.completion`). Any scripted call becomes a function tool call there: its
@@ -36,6 +41,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+AUGMENT_MODEL = "e2e-model"
+AUGMENT_SIDE = {  # Auggie's requests besides chat-stream that need more than an empty object
+    "/get-models": {"default_model": AUGMENT_MODEL, "languages": [], "feature_flags": {"enable_hooks": True},
+                    "models": [{"name": AUGMENT_MODEL, "suggested_prefix_char_count": 0,
+                                "suggested_suffix_char_count": 0}]},
+    "/agents/list-remote-tools": {"tools": []},
+    "/find-missing": {"unknown_memory_names": [], "nonindexed_blob_names": []},
+    "/settings/get-mcp-user-configs": {}, "/settings/get-mcp-tenant-configs": {},
+    "/indexed-commits/get-latest-blobset": {}, "/report-error": {},
+}
 
 
 class Turn(object):
@@ -110,6 +125,8 @@ class Request(object):
             return "gemini"
         if p.endswith("/chat/completions"):
             return "chat"
+        if p == "/chat-stream":
+            return "augment"
         return None
 
     def text(self):
@@ -117,9 +134,11 @@ class Request(object):
         return json.dumps(self.body, ensure_ascii=False)
 
     def items(self):
-        """The conversation items: Claude `messages`, Codex `input`."""
+        """The conversation items: Claude `messages`, Codex `input`, Auggie's request nodes."""
         if not isinstance(self.body, dict):
             return []
+        if self.api == "augment":
+            return augment_items(self.body)
         if self.api in ("anthropic", "chat"):
             return list(self.body.get("messages") or [])
         if self.api == "gemini":
@@ -140,7 +159,7 @@ class Request(object):
             if self.api == "gemini":
                 if item.get("role") == "model":
                     last = i
-            elif self.api in ("anthropic", "chat"):
+            elif self.api in ("anthropic", "chat", "augment"):
                 if item.get("role") == "assistant":
                     last = i
             elif item.get("type") in ("function_call", "custom_tool_call", "reasoning",
@@ -171,6 +190,8 @@ class Request(object):
             elif self.api == "chat":
                 if item.get("role") == "tool":
                     out.append(flatten(item.get("content")))
+            elif self.api == "augment":
+                out += [b["content"] for b in item.get("content") or () if b.get("type") == "tool_result"]
             elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
                 out.append(flatten(item.get("output")))
         return out
@@ -216,6 +237,30 @@ class Request(object):
 
 
 # -- Gemini API (Gemini CLI with GOOGLE_GEMINI_BASE_URL) --------------------------------------------
+
+def augment_items(body):
+    """Auggie's conversation as Claude-like messages: each earlier exchange (its request nodes as
+    the user's, its response nodes as the assistant's), then this request's nodes; a text node is
+    {type: text}, a tool result node {type: tool_result, content}."""
+    def user(nodes):
+        blocks = []
+        for n in nodes or ():
+            if n.get("type") == 0:
+                blocks.append({"type": "text", "text": (n.get("text_node") or {}).get("content") or ""})
+            elif n.get("type") == 1:
+                blocks.append({"type": "tool_result", "content": (n.get("tool_result_node") or {}).get("content") or ""})
+        return {"role": "user", "content": blocks}
+    out = []
+    for ex in body.get("chat_history") or ():
+        out.append(user(ex.get("request_nodes")))
+        if ex.get("request_message"):
+            out[-1]["content"].insert(0, {"type": "text", "text": ex["request_message"]})
+        out.append({"role": "assistant", "content": ex.get("response_nodes") or []})
+    out.append(user(body.get("nodes")))
+    if body.get("message"):
+        out[-1]["content"].insert(0, {"type": "text", "text": body["message"]})
+    return out
+
 
 def gemini_path(path):
     """(model, streaming) for a Gemini API generate path, else None."""
@@ -498,12 +543,34 @@ class _Handler(BaseHTTPRequestHandler):
             if body.get("stream"):
                 return self._chat_stream(body, turn)
             return self._send_json(200, self._chat_completion(body, turn))
+        if path in AUGMENT_SIDE:
+            self._record(body, raw)
+            return self._send_json(200, AUGMENT_SIDE[path])
+        if path == "/chat-stream" and isinstance(body, dict):
+            req = self._record(body, raw)
+            turn = say("Session") if body.get("silent") else self.model._take_turn(req)
+            return self._augment_stream(turn)
         self._record(body, raw)
         self._send_json(404, {"error": {"type": "not_found", "message": "not scripted"}})
 
     do_PUT = do_POST
     do_PATCH = do_POST
     do_DELETE = do_GET
+
+    def _augment_stream(self, turn):
+        lines = [{"text": turn.text or "", "nodes": [{"id": 1, "type": 0, "content": turn.text or ""}]}]
+        for i, call in enumerate(turn.calls):
+            args = call.get("input", call.get("arguments", {}))
+            lines.append({"text": "", "nodes": [{"id": i + 2, "type": 5, "tool_use": {
+                "tool_use_id": self.model.new_id("tu"), "tool_name": call["name"],
+                "input_json": args if isinstance(args, str) else json.dumps(args)}}]})
+        lines[-1]["stop_reason"] = 3 if turn.calls else 1
+        data = "".join(json.dumps(line) + "\n" for line in lines).encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     # -- SSE ---------------------------------------------------------------------------------
     def _start_sse(self):

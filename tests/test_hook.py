@@ -2374,6 +2374,45 @@ class WorkLinkCwdTest(HookCase):
 
 # --------------------------------------------------------------------------- Qwen Code
 
+AUGGIE = os.path.join("auggie", "auggie-")                # the recorded samples: payloads/auggie/
+AUGGIE_MAIN = "3adf5b30-009b-4625-abdd-fcc7485ff4d8"      # every auggie-* sample
+
+
+class AuggieTest(HookCase):
+    """Auggie (0.36.0) runs `.augment/settings.json` hooks with its own payload fields (recorded
+    auggie-* samples, --harness auggie): conversation_id for the session, workspace_roots for the
+    directory, PromptSubmit for the prompt. Only PostToolUse's context reaches its model."""
+
+    def auggie(self, name, **changes):
+        return self.run_hook(self.payload(AUGGIE + name, **changes), harness="auggie")
+
+    def test_it_registers_from_its_own_fields_and_hears_who_it_is_at_its_first_tool_result(self):
+        self.auggie("SessionStart")
+        rt = self.st.find_conversation_runtime(AUGGIE_MAIN)
+        self.assertEqual((rt["harness"], rt["cwd"]), ("auggie", self.repo))
+        self.assertEqual(self.auggie("PromptSubmit")[0], "", "it would print it to the person")
+        self.assertEqual(self.st.turn(rt["id"])["state"], "busy")
+        first = json.loads(self.auggie("PostToolUse-view")[0])["hookSpecificOutput"]["additionalContext"]
+        self.assertIn("coord: you are %s" % rt["handle"], first)
+        self.assertNotIn("coord: you are", self.auggie("PostToolUse-view")[0], "only the first")
+        self.auggie("Stop")
+        self.assertEqual(self.st.turn(rt["id"])["state"], "idle")
+
+    def test_every_write_tool_of_a_peers_lease_is_denied(self):
+        self.auggie("SessionStart")
+        held = {"str-replace-editor": "src/a.py", "save-file": "src/new.py", "apply_patch": "src/p.py",
+                "remove-files": "src/gone.py"}
+        holder = self.peer(*held.values())
+        for tool_name, path in held.items():
+            with self.subTest(tool=tool_name):
+                reason = self.denial(self.payload(AUGGIE + "PreToolUse-" + tool_name), harness="auggie")
+                self.assertIn(path, reason or "")
+                self.assertIn("--to %s" % holder["handle"], reason)
+        self.st.release(holder["id"], list(held.values()))
+        for tool_name in held:
+            self.assertIsNone(self.denial(self.payload(AUGGIE + "PreToolUse-" + tool_name), harness="auggie"))
+
+
 DROID = os.path.join("droid", "droid-")                   # the recorded samples: payloads/droid/
 DROID_MAIN = "2c1056ec-63ba-4844-9500-d24ca0981600"       # every droid-* sample
 
@@ -2407,6 +2446,23 @@ class DroidTest(HookCase):
         self.st.release(holder["id"], list(held.values()))
         for name in ("PreToolUse-Create", "PreToolUse-Edit", "PreToolUse-ApplyPatch"):
             self.assertIsNone(self.denial(self.payload(DROID + name), harness="droid"), name)
+
+    def test_a_task_subagents_session_is_keyed_under_its_caller_until_it_ends(self):
+        # its SessionStart names the caller; its later events carry only its own session_id
+        self.droid("SessionStart")
+        self.droid("SessionStart-subagent")
+        sub = "90fb2588-d8d0-4674-9c14-a0a815f2c967"
+        rid = store.subagent_uuid(DROID_MAIN, sub)
+        self.assertIsNotNone(self.st.runtime(rid))
+        self.assertIsNone(self.st.find_conversation_runtime(sub))
+        holder = self.peer("b.txt")
+        self.assertIn(holder["handle"], self.denial(self.payload(DROID + "PreToolUse-Create", session_id=sub),
+                                                    harness="droid"))
+        self.droid("SessionEnd", session_id=sub)
+        self.assertIsNotNone(self.st.runtime(rid)["ended_at"])
+        self.assertIsNotNone(self.st.find_conversation_runtime(DROID_MAIN)["id"])
+        self.droid("SessionStart", session_id=sub)  # the link went with it: a new session of that ID is its own
+        self.assertIsNotNone(self.st.find_conversation_runtime(sub))
 
 
 QWEN = os.path.join("qwen", "qwen-")                      # the recorded samples: payloads/qwen/

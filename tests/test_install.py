@@ -1798,6 +1798,36 @@ class DroidHooksTest(InstallTestCase):
             self.assertEqual(f.read(), before)
 
 
+class AuggieSettingsTest(InstallTestCase):
+    """Auggie (0.36.0) runs a handler's command without a shell: coord's is /bin/sh with the script
+    as its argument, merged into .augment/settings.json beside the person's settings and hooks."""
+
+    AUGGIE = ".augment/settings.json"
+
+    def test_the_handler_is_sh_with_the_script_and_the_persons_entries_stay(self):
+        mine = {"indexingAllowDirs": ["/src"], "hooks": {"PreToolUse": [{"matcher": "launch-process", "hooks": [
+            {"type": "command", "command": "/usr/local/bin/lint", "args": ["--strict"], "timeout": 500}]}]}}
+        self.write_json(self.AUGGIE, mine)
+        self.fresh()
+        doc = self.settings(self.AUGGIE)
+        self.assertEqual(doc["indexingAllowDirs"], ["/src"])
+        self.assertEqual(doc["hooks"]["PreToolUse"][0], mine["hooks"]["PreToolUse"][0])
+        self.assertEqual(sorted(doc["hooks"]), sorted(ev for ev, _m, _t in installer.AUGGIE_HOOK_EVENTS))
+        handler = doc["hooks"]["PreToolUse"][1]["hooks"][0]
+        self.assertEqual((handler["command"], handler["args"][0]), ("/bin/sh", "-c"))
+        self.assertEqual(handler["args"][1], installer.hook_command("auggie"))
+        self.assertIn("--harness auggie", handler["args"][1])
+        self.assertEqual(doc["hooks"]["PreToolUse"][1]["matcher"], "^(save-file|str-replace-editor|apply_patch|remove-files)$")
+        before = self.snapshot()
+        self.fresh()
+        self.assertEqual(self.snapshot(), before, "a second run is a no-op")
+        doc["hooks"]["SessionStart"][0]["hooks"][0]["args"][1] += " "
+        self.write_json(self.AUGGIE, doc)
+        self.assertIn("stale %s (coord hooks: SessionStart stale)" % self.AUGGIE, self.install("--check", check=1).stdout)
+        self.install("--repair", check=0)
+        self.assertEqual(self.settings(self.AUGGIE)["hooks"]["PreToolUse"][0], mine["hooks"]["PreToolUse"][0])
+
+
 class PgDoctorTest(InstallTestCase):
     """--doctor on a project in PostgreSQL: the host process (state, round trip), the driver in
     the interpreter that runs it (missing: exit 1 and the exact install command), and what

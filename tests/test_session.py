@@ -59,6 +59,14 @@ class HarnessArgvTest(CoordTestCase):
         self.assertEqual(session.harness_argv("qwen", "s-1", environ=env), ["/opt/qwen", "--model", "m", "--resume", "s-1"])
         self.assertEqual(session.harness_argv("qwen", prompt="-fix it", environ={}),
                          ["qwen", "--prompt-interactive=-fix it"])
+    def test_auggie_resumes_by_id_and_keeps_allow_indexing(self):
+        # Auggie 0.36.0: `auggie [instruction] [options]`, -r/--resume [sessionId]
+        env = {"COORD_AUGGIE_CMD": "/opt/a/auggie"}
+        self.assertEqual(session.harness_argv("auggie", "c-1", extra=["--allow-indexing"], environ=env),
+                         ["/opt/a/auggie", "--resume", "c-1", "--allow-indexing"])
+        self.assertEqual(session.reusable_args("auggie", ["--allow-indexing", "-c", "-i", "x", "--resume", "r"]),
+                         ["--allow-indexing"])
+
     def test_droid_resumes_by_id_and_takes_its_first_prompt_as_its_positional(self):
         # Factory Droid 0.225.2: `droid [options] [prompt...]`, -r/--resume [sessionId]
         env = {"COORD_DROID_CMD": "/opt/f/droid"}

@@ -254,6 +254,11 @@ class IdentityTest(StoreCase):
         self.assertIn("COORD_KILO_SESSION", store.AGENT_MARKERS)
         self.assertIn("KILO_PID", store.AGENT_MARKERS)
 
+    def test_auggie_is_known_by_the_script_node_runs(self):
+        # @augmentcode/auggie 0.36.0: node runs .../node_modules/.bin/auggie (a link to augment.mjs)
+        self.assertEqual(store._harness_word("/x/node_modules/.bin/auggie"), "auggie")
+        self.assertIn("AUGMENT_AGENT", store.AGENT_MARKERS)
+
     def test_kilo_codes_native_binary_is_known_by_its_dotted_name(self):
         # @kilocode/cli 7.7.7: node runs .../bin/kilo, which spawns the native .../bin/.kilo.
         self.assertEqual(store._harness_word("/x/node_modules/@kilocode/cli/bin/.kilo"), "kilo")
