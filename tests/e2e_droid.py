@@ -81,30 +81,34 @@ class CoordScenarios(h.CoordCase):
                          ("free\n", "mine\n", "agent\n"), self.results())
 
     def test_registration_start_context_a_message_and_the_shells_identity(self):
-        sent = {}
-
-        def send_then_read(request):
-            conv = [rt for rt in self.coord_state()["runtimes"] if rt.get("harness") == "droid"]
-            sent["runtime"] = conv[0]
-            peer = self.peer()
-            self.rcoord("send", "MSG-FROM-PEER-73", "--to", conv[0]["handle"], "--runtime", peer["handle"])
-            return tool("Read", file_path=self.a)
-
-        def look(request):
-            sent["leases"] = self.coord_state()["leases"]
-            return say("done")
-
-        result = self.run_agent([send_then_read, shell("./.coord/coord claim src/b.py -p shell-claim"), look])
-        rt = sent["runtime"]
-        self.assertEqual(rt["conversation"], result.session_id(), result.describe())
-        self.assertEqual(os.path.realpath(rt["cwd"]), os.path.realpath(self.repo))
+        _result, rt = self.run_registration(tool("Read", file_path=self.a),
+                                            shell("./.coord/coord claim src/b.py -p shell-claim"), "MSG-FROM-PEER-73")
         self.assertIn("coord: you are %s" % rt["handle"], self.server.model_requests()[0].text())
         # the message comes as the context of the tool call after it was sent, in the next request
         self.assertIn("MSG-FROM-PEER-73", self.server.model_requests()[1].text())
-        lease = [l for l in sent["leases"] if l["resource"] == "src/b.py"]  # its shell claimed as the agent
-        self.assertEqual([l["runtime"] for l in lease], [rt["id"]], self.results())
         ended = [r for r in self.coord_state()["runtimes"] if r["id"] == rt["id"]][0]
         self.assertEqual(ended["end_reason"], "session-end")
+
+    def test_a_task_subagents_write_is_denied_and_it_registers_under_its_parent(self):
+        # Droid runs a Task subagent as a session of its own, whose SessionStart names the caller
+        # in calling_session_id: coord keys it under its parent, as a Claude subagent (its own
+        # identity, under the parent's conversation)
+        peer = self.lease("src/held.py")
+        free, held = os.path.join(self.repo, "src", "free.py"), os.path.join(self.repo, "src", "held.py")
+        task = tool("Task", subagent_type="worker", description="sub task", prompt="SUBLANE write both", **{"await": True})
+        # (Droid 0.225.2 air-gapped still asks api.factory.ai for something when it starts a
+        # subagent; the scripted server refuses it, and the subagent runs)
+        result = self.run_agent([task, say("done"), say("done")], refused_ok=("api.factory.ai",), lanes={
+            "SUBLANE": [tool("Create", file_path=free, content="sub\n"), tool("Create", file_path=held, content="sub\n"),
+                        say("sub done")]})
+        sub = "\n".join(t for r in self.server.model_requests("SUBLANE") for t in r.tool_results())
+        self.assertEqual(self.read_file("src/free.py"), "sub\n", sub)
+        self.assertIsNone(self.read_file("src/held.py"))
+        self.assertIn("coord: write refused", sub)
+        self.assertIn(peer["handle"], sub)
+        rts = self.runtimes_of(result.session_id())
+        self.assertEqual(sorted((r["harness"], bool(r.get("agent_id"))) for r in rts),
+                         [("droid", False), ("droid", True)], self.coord_state())
 
     def test_in_its_managed_clone_it_registers_and_the_work_lands_and_goes(self):
         self.env.update(self.managed_env())

@@ -1,0 +1,119 @@
+"""End-to-end tests: the real Auggie CLI (@augmentcode/auggie, pinned in tests/provision), offline.
+
+Auggie 0.36.0 runs Claude-shaped hooks from `.augment/settings.json` under its own tool names.
+Its model is behind Augment's own API, which tests/modelserver.py speaks (Auggie takes the server
+from its session's tenant URL: harnesses.auggie_env). These tests run coord installed by ./install
+(docs/harness-auggie.md); the control runs move coord's settings file aside.
+"""
+
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harnesses as h  # noqa: E402
+import session  # noqa: E402
+from modelserver import say, tool  # noqa: E402
+
+SETTINGS = os.path.join(".augment", "settings.json")
+
+
+class CoordScenarios(h.CoordCase):
+    """coord installed by ./install; the real hooks, run by Auggie from .augment/settings.json."""
+
+    harness = "auggie"
+
+    def setUp(self):
+        super().setUp()
+        self.write_file("src/a.py", "original\n")
+
+    def without_coord(self):
+        os.rename(os.path.join(self.repo, SETTINGS), os.path.join(self.tmp, "settings.json"))
+
+    def script(self):
+        return [tool("str-replace-editor", command="str_replace", path="src/a.py",
+                     str_replace_entries=[{"old_str": "original", "new_str": "agent",
+                                           "old_str_start_line_number": 1, "old_str_end_line_number": 1}]),
+                tool("save-file", path="src/new.py", file_content="new\n"),
+                tool("apply_patch", input="*** Begin Patch\n*** Add File: src/p.py\n+p\n*** End Patch\n"),
+                tool("remove-files", file_paths=["src/gone.py"]),
+                say("done")]
+
+    def test_a_peers_exclusive_lease_denies_every_write_tool_and_the_model_hears_why(self):
+        peer = self.lease("src/a.py")
+        for path in ("src/new.py", "src/p.py", "src/gone.py"):
+            self.lease(path, peer)
+        self.write_file("src/gone.py", "keep\n")
+        result = self.run_agent(self.script())
+        self.assertEqual(self.read_file("src/a.py"), "original\n", result.describe())
+        self.assertEqual((self.read_file("src/new.py"), self.read_file("src/p.py"), self.read_file("src/gone.py")),
+                         (None, None, "keep\n"))
+        refusals = [t for t in self.results() if "coord: write refused" in t]
+        self.assertEqual(len(refusals), 4, self.results())
+        for text in refusals:
+            self.assertIn(peer["handle"], text)
+            self.assertIn(".coord/coord send", text)
+        # The control: the same run with coord's settings moved aside writes, patches and removes.
+        self.without_coord()
+        self.run_agent(self.script())
+        self.assertEqual((self.read_file("src/a.py"), self.read_file("src/new.py"), self.read_file("src/p.py"),
+                          self.read_file("src/gone.py")), ("agent\n", "new\n", "p", None), self.results())
+        # (Auggie 0.36.0's apply_patch writes an added file without its last newline)
+
+    def test_registration_start_context_a_message_and_the_shells_identity(self):
+        _result, rt = self.run_registration(
+            tool("view", path="src/a.py", type="file"),
+            tool("launch-process", command="./.coord/coord claim src/b.py -p shell-claim", wait=True,
+                 max_wait_seconds=60, cwd="."), "MSG-FROM-PEER-52")
+        first_result = self.server.model_requests()[1].text()  # SessionStart's lines come with the first tool result
+        self.assertIn("coord: you are %s" % rt["handle"], first_result)
+        self.assertIn("MSG-FROM-PEER-52", first_result)
+        self.assertNotIn("coord: you are", self.server.model_requests()[2].tail_text(), "only once")
+        ended = [r for r in self.coord_state()["runtimes"] if r["id"] == rt["id"]][0]
+        self.assertEqual(ended["end_reason"], "session-end")
+
+    def test_in_its_managed_clone_it_registers_and_the_work_lands_and_goes(self):
+        self.env.update(self.managed_env())
+        work = self.rcoord("work", "create", "auggie-task")["work"]
+        clone = work["path"]
+        result = self.run_agent([tool("save-file", path="src/c.py", file_content="c\n"), say("done")], repo=clone)
+        self.assertEqual(open(os.path.join(clone, "src", "c.py")).read(), "c\n")
+        rts = self.runtimes_of(result.session_id())
+        self.assertEqual([(r["harness"], os.path.realpath(r["cwd"])) for r in rts],
+                         [("auggie", os.path.realpath(clone))])
+        self.assertIn("Your work: %s" % work["handle"], self.server.model_requests()[1].text())
+        status = subprocess.run(["git", "-C", clone, "status", "--porcelain", "--ignored"],
+                                stdout=subprocess.PIPE, universal_newlines=True).stdout
+        self.assertEqual([l for l in status.splitlines() if l[3:] not in ("src/c.py", ".jj/")], [], status)
+        self.land_and_remove(work["handle"], clone)
+
+
+class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
+    """Auggie's TUI started by `work start --harness auggie -- --allow-indexing` in tmux, its window
+    killed, then `work resume --interrupted` (`auggie --allow-indexing --resume ID`): SessionStart
+    runs at once. (Without --allow-indexing it asks first whether to index the clone.)"""
+
+    harness = "auggie"
+    launch_args = ("--allow-indexing",)
+    resume_source = "None"
+
+    def launch_setup(self):
+        return h.auggie_env(self.home, self.server, self.launch_managed({"COORD_AUGGIE_CMD": self.cli}))
+
+    def test_a_resumed_auggie_is_nudged_and_told_its_leases(self):
+        work, rec = self.resume_interrupted(lease="src/kept.py")
+
+        def as_a_model_would(request):  # the nudge's line says to read the inbox; its model does
+            if session.NUDGE in request.text() and not request.tool_results():
+                return tool("launch-process", command="./.coord/coord inbox", wait=True, max_wait_seconds=60, cwd=".")
+            return say("ok")
+        with self.server._lock:
+            self.server.script, self.server._next[None] = [as_a_model_would] * 50, 0
+        self.nudge_resumed(work, rec)
+        self.told_kept("src/kept.py", self.requests_at_resume)
+
+
+if __name__ == "__main__":
+    unittest.main()
