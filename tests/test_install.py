@@ -831,6 +831,20 @@ class DoctorTest(InstallTestCase):
         self.assertIsNone(r["trusted"])
         self.assertIn("not valid JSON", r["error"])
 
+    def test_doctor_reports_droids_folder_trust_and_hooks_off_and_auggies_server_gate(self):
+        self.fresh()
+        r = self.doctor(check=0)["droid"]
+        self.assertEqual((r["hooks"], r["trusted"], r["off"]), (".factory/hooks.json", False, []))
+        settings = os.path.join(self.home, ".factory", "settings.json")
+        os.makedirs(os.path.dirname(settings))
+        with open(settings, "w") as f:
+            json.dump({"trustedFolders": {self.target: {"trustedAt": "x"}}, "hooks": {"hooksDisabled": True}}, f)
+        r = self.doctor(check=0)["droid"]
+        self.assertEqual((r["trusted"], len(r["off"])), (True, 1))
+        text = self.install("--doctor", check=0).stdout
+        self.assertIn("droid: hooks in .factory/hooks.json; hooks OFF: hooks.hooksDisabled is true", text)
+        self.assertIn("auggie: hooks in .augment/settings.json; Auggie runs them only when Augment's server", text)
+
     def test_doctor_measures_the_shell_a_codex_hook_pays_for(self):
         """Codex runs each hook command with the passwd entry's shell and -c: its start-up files
         ($BASH_ENV for bash, ~/.zshenv for zsh) are paid on every tool call."""
