@@ -201,6 +201,24 @@ HARNESSES = {
         "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": None, "plugin_env": None,
         "late_start": True,
     },
+    # pi 0.73.1 (npm @mariozechner/pi-coding-agent; node running .../bin/pi) loads every .js/.ts in
+    # the project's .pi/extensions/ into its own process, with no trust prompt: coord's extension
+    # there runs the hook command at session_start, before_agent_start (its context a message for
+    # the model), tool_call of write {path, content} and edit {path, edits} (a block is the tool's
+    # error), tool_result (context appended), agent_end and session_shutdown, and sets its session in
+    # the process environment its bash tool inherits. `pi --session ID` resumes (session_start at
+    # once, reason "startup"); its prompt is a positional that must not start with - or @.
+    "pi": {
+        "command": "COORD_PI_CMD", "resume": ("--session",),
+        "one_shot": {"-c": 0, "--continue": 0, "-r": 0, "--resume": 0, "--session": 1, "--fork": 1, "-p": 0,
+                     "--print": 0},
+        "resume_prompt": False, "resume_env": None, "hangup_passed": True, "program": True,
+        "hooks": ".pi/extensions/coord-hook.js", "hook_dir": "$PWD", "matcher": None, "events": None,
+        "tools": None, "dialogs": None,
+        "writes": {"write": (("path",), ()), "edit": (("path",), ())},
+        "context": "hookSpecificOutput", "deny": "hookSpecificOutput", "trust": None,
+        "plugin_env": ("COORD_PI_SESSION", "COORD_PI_AGENT"),
+    },
     # An agent with no hooks (Aider, a plain shell): its command runs in the window, nothing to resume.
     "shell": {
         "command": "COORD_SHELL_CMD", "resume": None, "one_shot": {},

@@ -1,7 +1,7 @@
 """coord's hook: the one program Claude Code, Codex, Copilot CLI, Gemini CLI, Qwen Code, Factory Droid,
-Auggie, OpenCode and Kilo Code run for every hook event.
+Auggie, OpenCode, Kilo Code and pi run for every hook event.
 
-Usage: python3 -I -S .coord/hook.py --harness claude|codex|gemini|qwen|droid|auggie|opencode|kilo   (JSON on
+Usage: python3 -I -S .coord/hook.py --harness claude|codex|gemini|qwen|droid|auggie|opencode|kilo|pi  (JSON on
 stdin; Copilot CLI runs the Claude entries and is told apart by harness_of; OpenCode and Kilo Code run
 it from coord's plugin, which sends Claude-shaped payloads), or
 `import hook; hook.REPO = ROOT; os._exit(hook.main())` with the runtime copy first on sys.path,

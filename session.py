@@ -47,6 +47,7 @@ _CLIENT_SCRUB = (
 )
 _CLIENT_SCRUB += ("COORD_OPENCODE_SESSION", "COORD_OPENCODE_AGENT", "OPENCODE_PID", "OPENCODE")
 _CLIENT_SCRUB += ("COORD_KILO_SESSION", "COORD_KILO_AGENT", "KILO_PID", "KILO", "KILO_RUN_ID", "KILO_PROCESS_ROLE")
+_CLIENT_SCRUB += ("COORD_PI_SESSION", "COORD_PI_AGENT", "PI_CODING_AGENT")
 _CLIENT_SCRUB += ("COORD_OPENCODE_RESUME", "COORD_KILO_RESUME")  # launch.START_AT_LAUNCH: only the resumed window's own
 _CLIENT_SCRUB += ("COORD_LAUNCH_PROMPT",)  # only a window launched with a first message has it (hook.start_turn)
 # Removed from a launched pane unless the caller sets them: an already running server may
@@ -291,6 +292,9 @@ def harness_argv(harness, conversation=None, extra=(), environ=None, prompt=None
         argv.append("--prompt-interactive=" + prompt)  # Qwen's positional prompt is one-shot (-p)
     elif prompt is not None and harness in ("opencode", "kilo"):
         argv.append("--prompt=" + prompt)  # its TUI's positional is the project directory
+    elif prompt is not None and harness == "pi":
+        # pi 0.73.1 takes `--` as a flag and a leading - or @ as an option or a file to attach
+        argv.append(" " + prompt if prompt.startswith(("-", "@")) else prompt)
     elif prompt is not None and harness == "gemini":
         # Gemini CLI 0.61.0 (yargs) keeps what follows `--` out of its query: the first message
         # of an interactive session is --prompt-interactive, `=` keeping a leading `-` a value;

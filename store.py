@@ -654,7 +654,7 @@ def harness_of_process(pid):
             found = _harness_word(arg)
             if not found and os.path.basename(arg) in ("cli.js", "cli.mjs"):
                 found = "claude" if "claude-code" in arg else ("qwen" if "qwen-code" in arg else (
-                    "codex" if "codex" in arg else None))
+                    "codex" if "codex" in arg else ("pi" if "pi-coding-agent" in arg else None)))
             return found
     return None
 
@@ -852,6 +852,7 @@ AGENT_MARKERS = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CODEX_THREAD_ID", "COD
 AGENT_MARKERS += ("COORD_OPENCODE_SESSION", "OPENCODE_PID")  # coord's OpenCode plugin; OpenCode 1.18.33 itself (its shell)
 AGENT_MARKERS += ("COORD_KILO_SESSION", "KILO_PID")  # coord's Kilo Code plugin; Kilo Code 7.7.7 itself (its shell)
 AGENT_MARKERS += ("AUGMENT_AGENT",)  # Auggie 0.36.0's shell
+AGENT_MARKERS += ("COORD_PI_SESSION", "PI_CODING_AGENT")  # coord's pi extension; pi 0.73.1 itself (its shell)
 AGENT_MARKERS += ("GEMINI_CLI",)  # Gemini CLI 0.61.0 sets GEMINI_CLI=1 in its shell tool's commands
 
 

@@ -772,9 +772,10 @@ PROTECTING = (".coord/coord", ".coord/hook.py", ".coord/store.py", ".coord/proje
 HOOK_CONFIGS = (".claude/settings.json", ".codex/hooks.json")
 INSTALLED_PATHS = (".coord", ".claude/settings.json", ".claude/skills/coord", ".claude/coord", ".codex/hooks.json",
                    ".agents/skills/coord")
-HOOK_CONFIGS += (".opencode/plugins/coord-hook.js", ".kilo/plugins/coord-hook.js")  # coord's plugin runs the hook
+HOOK_CONFIGS += (".opencode/plugins/coord-hook.js", ".kilo/plugins/coord-hook.js",  # coord's plugin runs the hook
+                 ".pi/extensions/coord-hook.js")
 INSTALLED_PATHS += (".opencode/plugins/coord-hook.js", ".opencode/.gitignore", ".kilo/plugins/coord-hook.js",
-                    ".kilo/.gitignore")
+                    ".kilo/.gitignore", ".pi/extensions/coord-hook.js")
 HOOK_CONFIGS += (".gemini/settings.json", ".qwen/settings.json", ".factory/hooks.json", ".augment/settings.json")
 INSTALLED_PATHS += (".gemini/settings.json", ".qwen/settings.json", ".factory/hooks.json", ".augment/settings.json")
 

@@ -2374,6 +2374,21 @@ class WorkLinkCwdTest(HookCase):
 
 # --------------------------------------------------------------------------- Qwen Code
 
+class PiTest(HookCase):
+    """pi (0.73.1) through coord's extension, which sends Claude-shaped payloads with pi's own tool
+    names and arguments: write {path, content}, edit {path, edits}; paths relative to its cwd."""
+
+    def test_write_and_edit_of_a_peers_lease_are_denied_by_path(self):
+        holder = self.peer("src/a.py")
+        for tool_name, tool_input in (("write", {"path": "src/a.py", "content": "x\n"}),
+                                      ("edit", {"path": "src/a.py", "edits": [{"oldText": "a", "newText": "b"}]})):
+            with self.subTest(tool=tool_name):
+                data = self.payload("claude-PreToolUse-Write", tool_name=tool_name, tool_input=tool_input)
+                self.assertIn("--to %s" % holder["handle"], self.denial(data, harness="pi") or "")
+        free = self.payload("claude-PreToolUse-Write", tool_name="write", tool_input={"path": "src/b.py", "content": ""})
+        self.assertIsNone(self.denial(free, harness="pi"))
+
+
 AUGGIE = os.path.join("auggie", "auggie-")                # the recorded samples: payloads/auggie/
 AUGGIE_MAIN = "3adf5b30-009b-4625-abdd-fcc7485ff4d8"      # every auggie-* sample
 

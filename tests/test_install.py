@@ -451,14 +451,17 @@ class OpenCodeInstallTest(InstallTestCase):
         self.assertNotIn("require(", text)
         self.assertEqual(text.count("spawn("), 1)
         self.assertIn('spawn("/bin/sh", ["-c", COMMAND], ', text)
-        self.assertEqual(_read(self.t(self.DIR, ".gitignore")), installer.PLUGIN_GITIGNORES[self.HARNESS][1])
+        if self.HARNESS in installer.PLUGIN_GITIGNORES:
+            self.assertEqual(_read(self.t(self.DIR, ".gitignore")), installer.PLUGIN_GITIGNORES[self.HARNESS][1])
+        else:
+            self.assertFalse(os.path.exists(self.t(self.DIR, ".gitignore")))
         vars_ = [installer.HARNESSES[self.HARNESS]["resume_env"]] + list(installer.HARNESSES[self.HARNESS]["plugin_env"])
         self.assertIn("const [RESUME_VAR, SESSION_VAR, AGENT_VAR] = %s;" % json.dumps(vars_), text)
         self.assertEqual(self.install("--check", check=0).stdout, "")
 
     def test_a_persons_plugins_config_and_gitignore_are_kept(self):
-        os.makedirs(self.t(self.DIR, "plugins"))
-        own = {self.DIR + "/plugins/mine.js": b"export const Mine = async () => ({})\n",
+        os.makedirs(self.t(os.path.dirname(self.PLUGIN)))
+        own = {os.path.dirname(self.PLUGIN) + "/mine.js": b"export const Mine = async () => ({})\n",
                self.DIR + "/.gitignore": b"scratch/\n", self.CONFIG: b'{"model": "x/y"}\n',
                "%s/%s" % (self.DIR, self.CONFIG + "c"): b"// mine\n{}\n"}
         for rel, data in own.items():
@@ -473,7 +476,7 @@ class OpenCodeInstallTest(InstallTestCase):
             self.assertEqual(_read(self.t(rel)), data, rel)
 
     def test_a_file_of_someone_elses_under_coords_plugin_name_is_refused(self):
-        os.makedirs(self.t(self.DIR, "plugins"))
+        os.makedirs(self.t(os.path.dirname(self.PLUGIN)))
         with open(self.t(self.PLUGIN), "wb") as f:
             f.write(b"export const Theirs = async () => ({})\n")
         before = self.snapshot()
@@ -503,6 +506,14 @@ class KiloInstallTest(OpenCodeInstallTest):
 
     HARNESS, DIR, CONFIG = "kilo", ".kilo", "kilo.json"
     PLUGIN = ".kilo/plugins/coord-hook.js"
+
+
+class PiInstallTest(OpenCodeInstallTest):
+    """pi's extension (0.73.1 loads .pi/extensions/): its own source, the same command and rules;
+    pi writes no .gitignore of its own, so coord writes none."""
+
+    HARNESS, DIR, CONFIG = "pi", ".pi", "settings.json"
+    PLUGIN = ".pi/extensions/coord-hook.js"
 
 
 class RefusalTest(InstallTestCase):

@@ -59,6 +59,15 @@ class HarnessArgvTest(CoordTestCase):
         self.assertEqual(session.harness_argv("qwen", "s-1", environ=env), ["/opt/qwen", "--model", "m", "--resume", "s-1"])
         self.assertEqual(session.harness_argv("qwen", prompt="-fix it", environ={}),
                          ["qwen", "--prompt-interactive=-fix it"])
+    def test_pi_resumes_by_session_and_keeps_a_prompt_from_reading_as_an_option(self):
+        # pi 0.73.1: `--` is read as a flag; a leading - or @ as an option or a file to attach
+        env = {"COORD_PI_CMD": "/opt/p/pi"}
+        self.assertEqual(session.harness_argv("pi", "01a2", environ=env), ["/opt/p/pi", "--session", "01a2"])
+        self.assertEqual(session.harness_argv("pi", prompt="go", environ=env), ["/opt/p/pi", "go"])
+        self.assertEqual(session.harness_argv("pi", prompt="-x @y", environ=env), ["/opt/p/pi", " -x @y"])
+        self.assertEqual(session.reusable_args("pi", ["--model", "m", "-c", "--session", "s", "--fork", "f"]),
+                         ["--model", "m"])
+
     def test_auggie_resumes_by_id_and_keeps_allow_indexing(self):
         # Auggie 0.36.0: `auggie [instruction] [options]`, -r/--resume [sessionId]
         env = {"COORD_AUGGIE_CMD": "/opt/a/auggie"}

@@ -254,6 +254,11 @@ class IdentityTest(StoreCase):
         self.assertIn("COORD_KILO_SESSION", store.AGENT_MARKERS)
         self.assertIn("KILO_PID", store.AGENT_MARKERS)
 
+    def test_pi_is_known_by_its_command_or_its_cli_script(self):
+        # @mariozechner/pi-coding-agent 0.73.1: node runs .../.bin/pi, a link to .../dist/cli.js
+        self.assertEqual(store._harness_word("/x/node_modules/.bin/pi"), "pi")
+        self.assertIn("PI_CODING_AGENT", store.AGENT_MARKERS)
+
     def test_auggie_is_known_by_the_script_node_runs(self):
         # @augmentcode/auggie 0.36.0: node runs .../node_modules/.bin/auggie (a link to augment.mjs)
         self.assertEqual(store._harness_word("/x/node_modules/.bin/auggie"), "auggie")
