@@ -50,11 +50,7 @@ class CoordScenarios(h.CoordCase):
         self.assertEqual(self.read_file("src/a.py"), "original\n", result.describe())
         self.assertEqual((self.read_file("src/new.py"), self.read_file("src/p.py"), self.read_file("src/gone.py")),
                          (None, None, "keep\n"))
-        refusals = [t for t in self.results() if "coord: write refused" in t]
-        self.assertEqual(len(refusals), 4, self.results())
-        for text in refusals:
-            self.assertIn(peer["handle"], text)
-            self.assertIn(".coord/coord send", text)
+        self.refusals_naming(peer, 4)
         # The control: the same run with coord's settings moved aside writes, patches and removes.
         self.without_coord()
         self.run_agent(self.script())

@@ -51,11 +51,7 @@ class CoordScenarios(h.CoordCase):
         self.assertIn("Create", tools)
         self.assertEqual(self.read_file("src/a.py"), "original\n", result.describe())
         self.assertIsNone(self.read_file("src/new.py"))
-        refusals = [t for t in self.results() if "coord: write refused" in t]
-        self.assertEqual(len(refusals), 2, self.results())
-        for text in refusals:
-            self.assertIn(peer["handle"], text)
-            self.assertIn(".coord/coord send", text)
+        self.refusals_naming(peer, 2)
         # The control: the same run with coord's hook file moved aside writes both files.
         self.without_coord()
         self.run_agent(script)

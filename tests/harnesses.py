@@ -110,6 +110,8 @@ class RunResult(object):
                 return ev["thread_id"]
             if ev.get("type") == "result" and ev.get("sessionId"):
                 return ev["sessionId"]
+            if ev.get("type") == "session" and ev.get("id"):  # pi --mode json
+                return ev["id"]
             if ev.get("type") == "result" and ev.get("session_id"):  # Auggie --output-format json
                 return ev["session_id"]
             if isinstance(ev.get("sessionID"), str) and ev["sessionID"].startswith("ses_"):
@@ -479,6 +481,35 @@ def write_droid_hooks(repo, hooks):
     return path
 
 
+# -- pi ------------------------------------------------------------------------------------------------
+
+PI_MODEL = "e2e-model"
+
+
+def pi_env(home, server, extra=None):
+    """pi 0.73.1 offline (PI_OFFLINE: no version check, package update, telemetry or tool
+    downloads): a provider of the person's own on its Anthropic API aimed at the scripted server,
+    its default (~/.pi/agent/models.json and settings.json)."""
+    env = base_env(home, server, extra=None)
+    agent = os.path.join(home, ".pi", "agent")
+    os.makedirs(agent, exist_ok=True)
+    with open(os.path.join(agent, "models.json"), "w") as f:
+        json.dump({"providers": {"e2e": {"baseUrl": server.url, "api": "anthropic-messages", "apiKey": "sk-e2e-offline",
+                                         "models": [{"id": PI_MODEL}]}}}, f, indent=2)
+    with open(os.path.join(agent, "settings.json"), "w") as f:
+        json.dump({"defaultProvider": "e2e", "defaultModel": PI_MODEL, "enableInstallTelemetry": False}, f, indent=2)
+    env.update({"PI_OFFLINE": "1", "PI_TELEMETRY": "0"})
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_pi(pi, repo, prompt, server, home, env=None, timeout=120, args=()):
+    """Run `pi --mode json -p PROMPT` in `repo`; return a RunResult."""
+    argv = [pi, "--mode", "json", "-p"] + list(args) + [prompt]
+    return _run(argv, repo, pi_env(home, server, env), timeout)
+
+
 # -- Auggie ------------------------------------------------------------------------------------------
 
 def auggie_env(home, server, extra=None):
@@ -837,6 +868,9 @@ class HarnessCase(CoordTestCase):
         elif self.harness == "opencode":
             result = run_opencode(self.cli, repo, prompt, self.server, self.home, env=self.agent_env(env),
                                   timeout=max(timeout, 180), args=args)
+        elif self.harness == "pi":
+            result = run_pi(self.cli, repo, prompt, self.server, self.home, env=self.agent_env(env),
+                            timeout=timeout, args=args)
         elif self.harness == "auggie":
             result = run_auggie(self.cli, repo, prompt, self.server, self.home, env=self.agent_env(env),
                                 timeout=timeout, args=args)
@@ -1077,6 +1111,15 @@ class CoordCase(HarnessCase):
                 if text not in out:
                     out.append(text)
         return out
+
+    def refusals_naming(self, peer, count):
+        """The model heard exactly `count` refusals, each naming `peer` and the command to ask it."""
+        refusals = [t for t in self.results() if "coord: write refused" in t]
+        self.assertEqual(len(refusals), count, self.results())
+        for text in refusals:
+            self.assertIn(peer["handle"], text)
+            self.assertIn(".coord/coord send", text)
+        return refusals
 
     def run_registration(self, read_call, shell_call, marker):
         """A run whose first turn finds the agent's runtime and has a peer send it `marker`, then
@@ -1399,11 +1442,7 @@ class PluginScenarios(object):
         result = self.run_agent(script)
         self.assertEqual(self.read_file("src/a.py"), "original\n", result.describe())
         self.assertIsNone(self.read_file("src/new.py"))
-        refusals = [t for t in self.results() if "coord: write refused" in t]
-        self.assertEqual(len(refusals), 2, self.results())
-        for text in refusals:
-            self.assertIn(peer["handle"], text)
-            self.assertIn(".coord/coord send", text)
+        for text in self.refusals_naming(peer, 2):
             self.assertIn("--to %s" % peer["handle"], text)
         # The control: the same run with coord's plugin moved aside writes both files.
         os.rename(os.path.join(self.repo, self.plugin), os.path.join(self.tmp, "coord-hook.js"))
