@@ -26,7 +26,8 @@ Contract:
 - Every event it handles first replaces its conversation's activity file (mark: the event and
   the tool it names, read by the live view and `status`), with os alone.
 - Only os and sys (and json's C scanner, _json: read_json) load before the event needs the store;
-  a write check loads neither json nor re.
+  no event loads json or re: replies and audit rows are written by json's C encoder
+  (store.json_text).
 
 Paths: the repository root is COORD_REPO_ROOT when set, else REPO (the installed command's
 walk up to `.coord/hook.py`), else the parent of the `.coord/` directory holding this file, else (a source checkout) the nearest `.coord/`, `.jj/` or `.git/`
@@ -78,10 +79,6 @@ def patch_paths(text):
     """Every path an apply_patch envelope writes: added, updated and deleted files, and each
     `*** Move to:` destination. Mirrors Codex's lenient parser (markers trimmed, CRLF
     tolerated); a marker-like line inside an update hunk is content, as it is for Codex."""
-    if "file" not in _PATCH:
-        import re
-        _PATCH["file"] = re.compile(r"\*\*\*\s*(add|update|delete)\s+file\s*:(.*)$", re.I)
-        _PATCH["move"] = re.compile(r"\*\*\*\s*move\s+to\s*:(.*)$", re.I)
     found, state, fresh = [], None, False
     for line in text.split("\n"):
         if line.endswith("\r"):
@@ -90,21 +87,54 @@ def patch_paths(text):
             continue
         s = line.strip()
         if state == "update":
-            m = _PATCH["move"].match(s) if (fresh or line.startswith("*")) else None
+            m = patch_marker(s, ("move",), "to") if (fresh or line.startswith("*")) else None
             fresh = False
             if m:
-                found.append(m.group(1).strip())
+                found.append(m[1].strip())
                 continue
             if not line.startswith("*"):
                 continue
-        m = _PATCH["file"].match(s)
+        m = patch_marker(s, ("add", "update", "delete"), "file")
         if m:
-            found.append(m.group(2).strip())
-            state = m.group(1).lower()
+            found.append(m[1].strip())
+            state = m[0]
             fresh = state == "update"
         elif state == "add":
             state = None
     return [p for p in found if p]
+
+
+def patch_marker(s, words, noun):
+    """(the word, the text after the colon) when s starts `*** WORD NOUN:` (spaces after the
+    stars optional, between the words required, before the colon optional; letters in any case),
+    else None: what a case-blind regex of `***`, spaces, one of the words, spaces, the noun,
+    spaces and `:` found, without importing re (a few ms on every Codex write check)."""
+    if not s.startswith("***"):
+        return None
+    i = _spaces(s, 3)
+    for word in words:
+        if _letters_at(s, i, word):
+            j = _spaces(s, i + len(word))
+            if j > i + len(word) and _letters_at(s, j, noun):
+                k = _spaces(s, j + len(noun))
+                if s[k:k + 1] == ":":
+                    return word, s[k + 1:]
+    return None
+
+
+def _spaces(s, i):
+    """The index of the first character at or after i that is not whitespace (as re's class)."""
+    while i < len(s) and s[i].isspace():
+        i += 1
+    return i
+
+
+def _letters_at(s, i, word):
+    """Whether s[i:] starts with the lower-case ASCII `word` as re.IGNORECASE matches it (which
+    also takes the dotted and dotless I for i)."""
+    if len(s) - i < len(word):
+        return False
+    return all(c == e or c.lower() == e or (e == "i" and c in "\u0130\u0131") for c, e in zip(s[i:], word))
 
 
 def shell_patch_targets(tool_input):
@@ -441,13 +471,13 @@ def reply(h, event, text):
     """Context for the model, in the shape h's harness shows it: Copilot CLI reads only a
     top-level additionalContext at SessionStart, UserPromptSubmit and PostToolUse (it ignores
     Claude's hookSpecificOutput there), Claude Code and Codex read hookSpecificOutput."""
-    import json
+    import store
     shape = (HARNESSES.get(h.harness) or {}).get("context")
     if shape == "top-level":
-        return json.dumps({"additionalContext": text})
+        return store.json_text({"additionalContext": text})
     if shape == "gemini":
         return gemini_reply(h, text)
-    return json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
+    return store.json_text({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}})
 
 
 # --------------------------------------------------------------------------- events
@@ -528,11 +558,12 @@ def deny(h, blocking, successor):
 
 
 def refusal(reason, harness=None):
+    import store
     reason = reason.rstrip(". ")  # Codex appends ". Command: ..." to the reason
     if (HARNESSES.get(harness) or {}).get("deny") == "decision":  # Gemini CLI: the reason goes to the model
-        return write_json({"decision": "deny", "reason": reason})
-    return write_json({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                              "permissionDecisionReason": reason}})
+        return store.json_text({"decision": "deny", "reason": reason})
+    return store.json_text({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                                   "permissionDecisionReason": reason}})
 
 
 def on_deliver(h):
@@ -949,25 +980,6 @@ class _JsonScan:  # json.JSONDecoder's settings, as its C scanner reads them
     parse_float, parse_int, parse_constant = float, int, _JSON_CONSTANTS.__getitem__
 
 
-def write_json(value):
-    """json.dumps(value) for a reply of dicts and strings, without importing json (see read_json):
-    json's own C string encoder (_json), the same separators and ASCII escapes; anything else
-    goes to json.dumps itself."""
-    try:
-        from _json import encode_basestring_ascii as text
-
-        def out(v):
-            if type(v) is str:
-                return text(v)
-            if type(v) is dict and all(type(k) is str for k in v):
-                return "{" + ", ".join(text(k) + ": " + out(x) for k, x in v.items()) + "}"
-            raise TypeError("not a reply")
-        return out(value)
-    except Exception:
-        import json
-        return json.dumps(value)
-
-
 def read_json(raw):
     """json.loads(raw) (bytes) without importing json, which loads re with it (a few ms, a third
     of a bare interpreter's start): json's own C scanner (_json) on the UTF-8 text. Anything it
@@ -1193,9 +1205,9 @@ def gemini_reply(h, text):
     """Context for Gemini CLI's model: hookSpecificOutput.additionalContext, which it reads at
     SessionStart (first turn or, non-interactive, before the prompt), BeforeAgent (appended to
     the prompt) and AfterTool (appended to the tool result); it shows `<` and `>` as entities."""
-    import json
-    return json.dumps({"hookSpecificOutput": {"hookEventName": h.payload.get("gemini_event"),
-                                              "additionalContext": text}})
+    import store
+    return store.json_text({"hookSpecificOutput": {"hookEventName": h.payload.get("gemini_event"),
+                                                   "additionalContext": text}})
 
 
 def tag_subagent_shell(payload, session, agent):
@@ -1206,11 +1218,10 @@ def tag_subagent_shell(payload, session, agent):
     command = tool_input.get("command") if isinstance(tool_input, dict) else None
     if not isinstance(command, str) or "coord" not in command:
         return ""
-    import json
     import store
     rid = store.subagent_uuid(session, agent)
     updated = dict(tool_input, command="export COORD_RUNTIME_ID=%s; %s" % (rid, command))
-    return json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}})
+    return store.json_text({"hookSpecificOutput": {"hookEventName": "PreToolUse", "updatedInput": updated}})
 
 
 def identifier(value, limit=256):

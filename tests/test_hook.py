@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 import support
 import store
@@ -622,6 +623,28 @@ class PatchParsingTest(HookCase):
                 "+*** Update File: added-line.txt\n*** End of File\n *** Add File: still-content.txt\n"
                 "*** End Patch\n")
         self.assertEqual(hook.patch_paths(text), ["doc.md", "notes.md"])
+
+    def test_markers_are_read_as_the_case_blind_regex_read_them(self):
+        # hook.patch_marker replaced these regexes (their import cost a Codex write check a few
+        # ms); on random lines built from their pieces it must find exactly what they found
+        import re
+        regexes = {("add", "update", "delete"): re.compile(r"\*\*\*\s*(add|update|delete)\s+file\s*:(.*)$", re.I),
+                   ("move",): re.compile(r"\*\*\*\s*move\s+to\s*:(.*)$", re.I)}
+        pieces = ["***", "**", "*", " ", "  ", "\t", "\u00a0", "\u2003", "\x1c", "add", "ADD", "Update", "dElEtE",
+                  "delet", "move", "MOVE", "to", "TO", "file", "FILE", "f\u0131le", "F\u0130LE", "fi\u0307le",
+                  "\ufb01le", "tO", "t0", ":", "::", " :", "x", "a.txt", "\u017f", "\u212a", "\r", ":\u00e9"]
+        rng = random.Random(7)
+        lines = ["*** Add File: a", "***add file:a", "*** Move to:", "***MOVE\tTO :b", "*** Update File:"]
+        for _ in range(20000):
+            lines.append("".join(rng.choice(pieces) for _ in range(rng.randint(1, 9))))
+            if rng.random() < 0.5:
+                lines[-1] = "***" + lines[-1]
+        for line in lines:
+            for words, regex in regexes.items():
+                noun = "to" if words == ("move",) else "file"
+                m = regex.match(line)
+                want = None if m is None else (m.group(1).lower() if noun == "file" else "move", m.groups()[-1])
+                self.assertEqual(hook.patch_marker(line, words, noun), want, repr(line))
 
     def test_heredoc_wrapper_and_empty_paths(self):
         text = "<<'EOF'\n*** Begin Patch\n*** Add File: \n*** Delete File: x\n*** End Patch\nEOF\n"
@@ -2013,9 +2036,15 @@ class LayoutTest(HookCase):
         self.peer("src/other.py")
         idle = self.payload("claude-PostToolUse-Write")
         self.run_hook(idle)  # the first PostToolUse after SessionStart records the turn busy (a write)
-        # none writes the database (a deny included): none loads json nor re
-        for data in (self.write("src/app.py"), self.write("src/other.py"), idle):
-            p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", HOOK, "--harness", "claude"],
+        # a write check (a deny included) writes nothing: it loads neither json nor re; nor does an
+        # event that writes (a registration, a turn, the audit) or replies with context
+        fresh = self.payload("claude-SessionStart", session_id=str(uuid.uuid4()))
+        patch = self.payload("codex-PreToolUse-apply_patch", cwd=self.repo)  # Codex's write: the patch is parsed
+        for harness, data in [("claude", d) for d in (
+                self.write("src/app.py"), self.write("src/other.py"), idle, fresh, self.payload("claude-SessionStart"),
+                self.payload("claude-UserPromptSubmit"), self.payload("claude-Stop"),
+                self.payload("claude-SessionEnd"))] + [("codex", patch)]:
+            p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", HOOK, "--harness", harness],
                                input=json.dumps(data).encode(), env=self.env, cwd=self.repo,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
             loaded = {line.split("|")[-1].strip() for line in p.stderr.decode().splitlines() if "|" in line}
@@ -2026,17 +2055,37 @@ class LayoutTest(HookCase):
                           "sqlite3", "datetime", "pg", "hostclient", "json", "re"):
                 self.assertNotIn(heavy, loaded)
 
-    def test_the_reply_writer_writes_what_json_dumps_writes(self):
-        import hook
+    def test_the_json_writer_writes_what_json_dumps_writes(self):
+        # replies and audit rows: store.json_text, json's C encoder without importing json
         rng = random.Random(11)
-        for _ in range(2000):
-            value = {"".join(chr(rng.randrange(0x3000)) for _ in range(rng.randint(0, 4))):
-                     "".join(chr(rng.randrange(0x110000)) for _ in range(rng.randint(0, 8)))
-                     for _ in range(rng.randint(0, 3))}
-            value = {"hookSpecificOutput": value} if rng.random() < 0.5 else value
-            self.assertEqual(hook.write_json(value), json.dumps(value))
-        for value in ({"a": [1, None]}, {"a": 1.5}, {1: "x"}, "\ud800", {}):
-            self.assertEqual(hook.write_json(value), json.dumps(value))
+
+        def text(top):
+            return "".join(chr(rng.randrange(top)) for _ in range(rng.randint(0, 6)))
+
+        def value(depth=0):
+            kinds = (lambda: text(0x110000), lambda: text(0x80), lambda: rng.randint(-2 ** 70, 2 ** 70),
+                     lambda: rng.random() * 10 ** rng.randint(-5, 20), lambda: rng.choice((None, True, False)),
+                     lambda: rng.choice((float("nan"), float("inf"), -0.0)),
+                     lambda: {"hookSpecificOutput": {"additionalContext": text(0x110000)}},
+                     lambda: [value(depth + 1) for _ in range(rng.randint(0, 3))],
+                     lambda: {text(0x3000): value(depth + 1) for _ in range(rng.randint(0, 3))})
+            return kinds[rng.randrange(len(kinds) if depth < 3 else 7)]()
+        for _ in range(3000):
+            v = value()
+            for sort, compact in ((False, False), (True, True)):
+                self.assertEqual(store.json_text(v, sort=sort, compact=compact),
+                                 json.dumps(v, sort_keys=sort, separators=(",", ":") if compact else None))
+        for v in ({"a": [1, None]}, {"a": 1.5}, {1: "x"}, "\ud800", {}, (1, 2), {"b": 1, "a": {"d": 2, "c": 3}}):
+            self.assertEqual(store.json_text(v), json.dumps(v))
+            self.assertEqual(store.json_text(v, sort=True, compact=True),
+                             json.dumps(v, sort_keys=True, separators=(",", ":")))
+        cycle = []
+        cycle.append(cycle)
+        for bad in ({1: "x", "a": 2}, {"a": object()}, cycle):
+            with self.assertRaises((TypeError, ValueError)) as caught:
+                store.json_text(bad, sort=True)
+            with self.assertRaises(type(caught.exception)):
+                json.dumps(bad, sort_keys=True)
 
     def test_the_payload_reader_gives_json_s_value_or_json_s_error(self):
         import hook
