@@ -70,6 +70,25 @@ class CoordScenarios(h.CoordCase):
         ended = [r for r in self.coord_state()["runtimes"] if r["id"] == rt["id"]][0]
         self.assertEqual(ended["end_reason"], "session-end")
 
+    def test_a_shim_or_a_python3_in_the_repository_first_on_path_never_runs_the_hook(self):
+        # Auggie 0.36.0 rewrites ${NAME} and ${NAME:-default} in a handler from its own environment
+        # before it spawns it; coord's handler for it spells none, so the script picks its
+        # interpreter as everywhere else (docs/harness-auggie.md).
+        marker = os.path.join(self.tmp, "wrong-python-ran")
+        dirs = [os.path.join(self.repo, "venv", "bin"), os.path.join(self.tmp, "fake", "shims")]
+        for d in dirs:
+            os.makedirs(d)
+            with open(os.path.join(d, "python3"), "w") as f:
+                f.write("#!/bin/sh\necho \"$0\" >> %s\nexit 9\n" % marker)
+            os.chmod(os.path.join(d, "python3"), 0o755)
+        for first in dirs:
+            with self.subTest(first=first):
+                result = self.run_agent([tool("view", path="src/a.py", type="file"), say("done")],
+                                        env={"PATH": os.pathsep.join([first, os.environ["PATH"]])})
+                self.assertEqual([r["harness"] for r in self.runtimes_of(result.session_id())], ["auggie"],
+                                 result.describe())
+        self.assertFalse(os.path.exists(marker), open(marker).read() if os.path.exists(marker) else "")
+
     def test_in_its_managed_clone_it_registers_and_the_work_lands_and_goes(self):
         self.env.update(self.managed_env())
         work = self.rcoord("work", "create", "auggie-task")["work"]

@@ -1243,6 +1243,49 @@ class HookCommandTest(InstallTestCase):
                 self.assertEqual(json.loads(proc.stdout)["exe"], os.path.join(real_dir, "python3"))
         self.assertFalse(os.path.exists(marker))
 
+    def test_auggies_rewrite_of_its_handler_leaves_the_interpreter_choice_as_written(self):
+        # Auggie 0.36.0 (augment.mjs: the hook runner's expansion of command and args) replaces
+        # ${NAME} and ${NAME:-default} from its own environment before it spawns a handler, keeping
+        # what it cannot resolve; the script's own variables are unset there. Done here as it does
+        # it, on the handler the installer wrote: still no shim, no python3 in the repository, and
+        # COORD_PYTHON honoured.
+        import re
+        self.use_recorder()
+        with open(os.path.join(self.target, ".augment", "settings.json")) as f:
+            handler = json.load(f)["hooks"]["PostToolUse"][0]["hooks"][0]
+        self.assertEqual(handler["args"], ["-c", installer.hook_command("auggie")])
+        script = installer.hook_command("auggie", self.recorder)
+        expand = re.compile(r"(?<!\\)\$\{([a-zA-Z_][a-zA-Z0-9_]*)(?::-([\s\S]*?))?\}")
+
+        def as_auggie_runs(env):
+            def one(m):
+                if m.group(1) in env:
+                    return env[m.group(1)]
+                return m.group(2) if m.group(2) is not None else m.group(0)
+            return expand.sub(one, script).replace("\\${", "${")
+        shims, planted, real_dir = (os.path.join(self.tmp, "fake", "shims"), self.t("venv", "bin"),
+                                    os.path.join(self.tmp, "realbin"))
+        marker = os.path.join(self.tmp, "wrong-python-ran")
+        for d in (shims, planted):
+            os.makedirs(d)
+            with open(os.path.join(d, "python3"), "w") as f:
+                f.write("#!/bin/sh\ntouch %s\nexit 9\n" % marker)
+            os.chmod(os.path.join(d, "python3"), 0o755)
+        os.makedirs(real_dir)
+        os.symlink(sys.executable, os.path.join(real_dir, "python3"))
+        for path, extra, exe in (("%s:%s:%s" % (shims, real_dir, "/usr/bin:/bin"), {}, os.path.join(real_dir, "python3")),
+                                 ("%s:%s:%s" % (planted, real_dir, "/usr/bin:/bin"), {}, os.path.join(real_dir, "python3")),
+                                 ("%s:%s:%s" % (shims, real_dir, "/usr/bin:/bin"), {"COORD_PYTHON": sys.executable},
+                                  sys.executable)):
+            with self.subTest(path=path, extra=extra):
+                env = dict(self.env, PATH=path, **extra)
+                env.pop("CLAUDE_PROJECT_DIR", None)
+                proc = support.run_hook(as_auggie_runs(env), '{"hook_event_name": "Stop"}',
+                                        dict(env, AUGMENT_PROJECT_DIR=self.target), self.sub)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(json.loads(proc.stdout)["exe"], exe)
+        self.assertFalse(os.path.exists(marker))
+
     def test_command_with_no_python3_at_all_allows_and_says_nothing(self):
         # Copilot CLI denies a tool when its hook cannot start; coord's command exits 0 instead.
         self.use_recorder()
