@@ -662,6 +662,8 @@ def on_session_start(h):
         else:
             db.reap()
             db.heartbeat(rt["id"])
+            if turn or db.turn(rt["id"]) is None:
+                db.set_turn(rt["id"], turn or "busy")
     elif pg:  # the registration brings back what session_context reads (one wait in all)
         hello = dict(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
                      source="hook:%s" % str(h.payload.get("source"))[:40], turn=turn or "busy")
@@ -669,11 +671,11 @@ def on_session_start(h):
                                lambda: {"runtime": db.register(**hello)})
         rt = h.started["runtime"]
         h.registered = True  # its lease lines from the database: the copy may not have seen this yet
-    else:
+    else:  # the turn goes in the registration's own transaction (one write, not two)
         rt = db.register(conversation=h.session, harness=h.harness, pid=pid, pid_start=start, cwd=h.cwd,
-                         source="hook:%s" % str(h.payload.get("source"))[:40])
-    if not pg and (turn or db.turn(rt["id"]) is None):
-        db.set_turn(rt["id"], turn or "busy")
+                         source="hook:%s" % str(h.payload.get("source"))[:40], turn=turn)
+        if not turn and db.turn(rt["id"]) is None:
+            db.set_turn(rt["id"], "busy")
     env_file = h.environ.get("CLAUDE_ENV_FILE")
     if env_file:
         export_runtime(env_file, rt["id"])
