@@ -1779,16 +1779,11 @@ class Store(store.Store):
         if self._starting is None:
             return None
         limit, now, got = self._starting
-        where = self._PEER_EXCLUSIVE_WHERE
-        lo = self._LOST % runtime_id
-        hi = lo[:-1] + chr(ord(":") + 1)
-        reads = [(self._LEASES_OF, (runtime_id,)),
-                 ("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
-                  (runtime_id, now, limit)),
-                 ("SELECT count(*)" + where, (runtime_id, now)),
-                 ("SELECT count(*) FROM runtimes WHERE superseded_by = ? AND harness = ?", (runtime_id, store.PARKED)),
-                 ("SELECT (SELECT count(*) FROM deliveries WHERE recipient = ? AND state != 'acked')"
-                  " + (SELECT count(*) FROM meta WHERE key >= ? AND key < ?)", (runtime_id, lo, hi))]
+        lo, hi = self._lost_range(runtime_id)
+        reads = self._session_lease_reads(runtime_id, limit, now) + [
+            ("SELECT count(*) FROM runtimes WHERE superseded_by = ? AND harness = ?", (runtime_id, store.PARKED)),
+            ("SELECT (SELECT count(*) FROM deliveries WHERE recipient = ? AND state != 'acked')"
+             " + (SELECT count(*) FROM meta WHERE key >= ? AND key < ?)", (runtime_id, lo, hi))]
         curs = [self.conn.execute_at_commit(sql, params) for sql, params in reads]
 
         def later():
@@ -2032,8 +2027,7 @@ class Store(store.Store):
         wait when there is nothing to show, two otherwise; None when the server's state changed
         between the two (the caller runs the old path)."""
         now = _now(now)
-        lo = self._LOST % runtime_id
-        hi = lo[:-1] + chr(ord(":") + 1)
+        lo, hi = self._lost_range(runtime_id)
         lost_read = ("SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key", (lo, hi))
         open_read = (self._OPEN_BODIES_SQL, (budget, runtime_id))
         reads = ([lost_read] if lost else []) + [open_read]

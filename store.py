@@ -2456,11 +2456,15 @@ class Store:
             (self._LOST % holder) + resource,
             json_text({"resource": resource, "mode": mode, "to": taker_handle, "at": now})))
 
+    def _lost_range(self, runtime_id):
+        """(lo, hi): the meta keys of the runtime's lost-lease notes are lo <= key < hi."""
+        lo = self._LOST % runtime_id
+        return lo, lo[:-1] + chr(ord(":") + 1)
+
     def take_lost(self, runtime_id):
         """The runtime's lost-lease notes not yet reported ([{resource, mode, to, at}]), removed as
         they are returned so each is told once. One indexed read when there are none."""
-        lo = self._LOST % runtime_id
-        hi = lo[:-1] + chr(ord(":") + 1)
+        lo, hi = self._lost_range(runtime_id)
         if not self.q("SELECT 1 FROM meta WHERE key >= ? AND key < ? LIMIT 1", (lo, hi)).fetchone():
             return []
         import json
@@ -2932,15 +2936,20 @@ class Store:
         and peers' exclusive leases (peer_exclusive_leases), in one snapshot (one wait on
         PostgreSQL). -> {"mine": [names], "held": [...], "total": n, "from": "database"}."""
         now = _now(now)
-        where = self._PEER_EXCLUSIVE_WHERE
         with self.snapshot():
-            self._prefetch(lambda: [(self._LEASES_OF, (runtime_id,)),
-                                    ("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
-                                     (runtime_id, now, limit)),
-                                    ("SELECT count(*)" + where, (runtime_id, now))])
+            self._prefetch(lambda: self._session_lease_reads(runtime_id, limit, now))
             mine = [l["resource"] for l in self.leases_of(runtime_id)]
             held, total = self.peer_exclusive_leases(runtime_id, limit, now)
         return {"mine": mine, "held": held, "total": total, "from": "database"}
+
+    def _session_lease_reads(self, runtime_id, limit, now):
+        """SessionStart's lease reads, as (sql, params): the runtime's own leases (leases_of), and
+        the peers' exclusive leases it is shown (peer_exclusive_leases) with their count."""
+        where = self._PEER_EXCLUSIVE_WHERE
+        return [(self._LEASES_OF, (runtime_id,)),
+                ("SELECT l.resource, r.handle, l.purpose" + where + " ORDER BY l.resource LIMIT ?",
+                 (runtime_id, now, limit)),
+                ("SELECT count(*)" + where, (runtime_id, now))]
 
     # The same, never from the copy: right after this hook's own registration, which the copy may
     # not have seen yet (its wake-up can still be on the way), so it would list the leases the
