@@ -1125,6 +1125,26 @@ class RuntimeCopyTest(InstallTestCase):
         self.install("--repair", check=0)
         self.assertEqual(installer.runtime_state(self.copy), "ok")
 
+    def test_an_interpreter_that_cannot_check_the_copy_allows_and_says_so(self):
+        # A Python built without BLAKE2b (neither _blake2 nor hashlib's) cannot check the copy: the
+        # command fails open with its one line, exit 0 (Copilot CLI denies a tool on any other exit).
+        python = os.path.join(self.tmp, "python-without-blake2")
+        with open(python, "w") as f:
+            f.write("#!%s\nimport os, sys\n"
+                    "args = sys.argv[1:]\n"
+                    "i = args.index('-c') + 1\n"
+                    "args[i] = 'import sys\\nsys.modules[\"_blake2\"] = sys.modules[\"hashlib\"] = None\\n' + args[i]\n"
+                    "os.execv(sys.executable, [sys.executable] + args)\n" % sys.executable)
+        os.chmod(python, 0o755)
+        command, _ = support.installed_hook(self.target, "codex", "SessionStart")
+        env = dict(self.env, COORD_PYTHON=python)
+        env.pop("CLAUDE_PROJECT_DIR", None)
+        proc = support.run_hook(command, {"hook_event_name": "SessionStart", "session_id": "s", "cwd": self.target},
+                                env, self.target)
+        self.assertEqual((proc.returncode, proc.stdout), (0, ""))
+        self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)
+        self.assertIn("runtime copy is missing or altered", proc.stderr)
+
     def test_a_runtime_directory_inside_the_target_is_refused(self):
         proc = self.install(env={"XDG_DATA_HOME": self.t("data")}, check=3)
         self.assertIn("where an agent can write", proc.stderr)
