@@ -516,6 +516,41 @@ class PiInstallTest(OpenCodeInstallTest):
     PLUGIN = ".pi/extensions/coord-hook.js"
 
 
+class PiExtensionOrderTest(InstallTestCase):
+    """pi's extension under node, driven as pi 0.73.1 emits its events: it queues agent_end apart
+    from the prompt and does not wait for it before session_shutdown (agent-session.js)."""
+
+    DRIVER = """import hook from %s;
+const handlers = {};
+hook({ on: (name, fn) => { handlers[name] = fn; } });
+const ctx = { sessionManager: { getSessionId: () => "s1" }, cwd: process.argv[2] };
+await handlers.session_start({ reason: "startup" }, ctx);
+const stop = handlers.agent_end({ messages: [] });  // still running when session_shutdown comes
+await handlers.session_shutdown({});
+await handlers.agent_end({ messages: [] });  // and one that comes after it
+await stop;
+"""
+
+    def test_hooks_run_in_order_and_none_after_session_end(self):
+        node = support.require_tool(self, "node")
+        log = os.path.join(self.tmp, "events.log")
+        source = installer.plugin_source("pi").decode("utf-8")
+        command = json.dumps(installer.plugin_command("pi"))
+        self.assertEqual(source.count(command), 1)
+        recorder = "p=$(cat); case $p in *Stop*) sleep 0.3;; esac; printf '%%s\\n' \"$p\" >> '%s'" % log
+        ext, driver = os.path.join(self.tmp, "coord-hook.mjs"), os.path.join(self.tmp, "driver.mjs")
+        with open(ext, "w") as f:
+            f.write(source.replace(command, json.dumps(recorder)))
+        with open(driver, "w") as f:
+            f.write(self.DRIVER % json.dumps(ext))
+        proc = subprocess.run([node, driver, self.tmp], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(log) as f:
+            events = [json.loads(line)["hook_event_name"] for line in f if line.strip()]
+        self.assertEqual(events, ["SessionStart", "Stop", "SessionEnd"])
+
+
 class RefusalTest(InstallTestCase):
 
     def test_abbreviated_options_are_refused(self):
