@@ -7,7 +7,6 @@ from its session's tenant URL: harnesses.auggie_env). These tests run coord inst
 """
 
 import os
-import subprocess
 import sys
 import unittest
 
@@ -90,19 +89,8 @@ class CoordScenarios(h.CoordCase):
         self.assertFalse(os.path.exists(marker), open(marker).read() if os.path.exists(marker) else "")
 
     def test_in_its_managed_clone_it_registers_and_the_work_lands_and_goes(self):
-        self.env.update(self.managed_env())
-        work = self.rcoord("work", "create", "auggie-task")["work"]
-        clone = work["path"]
-        result = self.run_agent([tool("save-file", path="src/c.py", file_content="c\n"), say("done")], repo=clone)
-        self.assertEqual(open(os.path.join(clone, "src", "c.py")).read(), "c\n")
-        rts = self.runtimes_of(result.session_id())
-        self.assertEqual([(r["harness"], os.path.realpath(r["cwd"])) for r in rts],
-                         [("auggie", os.path.realpath(clone))])
-        self.assertIn("Your work: %s" % work["handle"], self.server.model_requests()[1].text())
-        status = subprocess.run(["git", "-C", clone, "status", "--porcelain", "--ignored"],
-                                stdout=subprocess.PIPE, universal_newlines=True).stdout
-        self.assertEqual([l for l in status.splitlines() if l[3:] not in ("src/c.py", ".jj/")], [], status)
-        self.land_and_remove(work["handle"], clone)
+        # SessionStart's lines come with the first tool result (the second request)
+        self.one_write_in_a_clone_lands(lambda clone: tool("save-file", path="src/c.py", file_content="c\n"), 1)
 
 
 class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):

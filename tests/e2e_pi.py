@@ -8,7 +8,6 @@ aside (docs/harness-pi.md).
 """
 
 import os
-import subprocess
 import sys
 import unittest
 
@@ -58,19 +57,7 @@ class CoordScenarios(h.CoordCase):
         self.assertEqual(ended["end_reason"], "session-end")
 
     def test_in_its_managed_clone_it_registers_and_the_work_lands_and_goes(self):
-        self.env.update(self.managed_env())
-        work = self.rcoord("work", "create", "pi-task")["work"]
-        clone = work["path"]
-        result = self.run_agent([tool("write", path="src/c.py", content="c\n"), say("done")], repo=clone)
-        self.assertEqual(open(os.path.join(clone, "src", "c.py")).read(), "c\n")
-        rts = self.runtimes_of(result.session_id())
-        self.assertEqual([(r["harness"], os.path.realpath(r["cwd"])) for r in rts],
-                         [("pi", os.path.realpath(clone))])
-        self.assertIn("Your work: %s" % work["handle"], self.server.model_requests()[0].text())
-        status = subprocess.run(["git", "-C", clone, "status", "--porcelain", "--ignored"],
-                                stdout=subprocess.PIPE, universal_newlines=True).stdout
-        self.assertEqual([l for l in status.splitlines() if l[3:] not in ("src/c.py", ".jj/")], [], status)
-        self.land_and_remove(work["handle"], clone)
+        self.one_write_in_a_clone_lands(lambda clone: tool("write", path="src/c.py", content="c\n"))
 
 
 class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):

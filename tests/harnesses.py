@@ -1145,6 +1145,24 @@ class CoordCase(HarnessCase):
         self.assertEqual([l["runtime"] for l in lease], [rt["id"]], self.results())
         return result, rt
 
+    def one_write_in_a_clone_lands(self, write, first_request=0):
+        """A new work's clone: the agent's scripted `write(clone)` of src/c.py ("c\n") is there, its
+        session is the one runtime and registered in the clone, the model read the work's line in
+        request `first_request`, git sees nothing else, and the work lands and is removed."""
+        self.env.update(self.managed_env())
+        work = self.rcoord("work", "create", "%s-task" % self.harness)["work"]
+        clone = work["path"]
+        result = self.run_agent([write(clone), say("done")], repo=clone)
+        self.assertEqual(open(os.path.join(clone, "src", "c.py")).read(), "c\n")
+        rts = self.runtimes_of(result.session_id())
+        self.assertEqual([(r["harness"], os.path.realpath(r["cwd"])) for r in rts],
+                         [(self.harness, os.path.realpath(clone))])
+        self.assertIn("Your work: %s" % work["handle"], self.server.model_requests()[first_request].text())
+        status = subprocess.run(["git", "-C", clone, "status", "--porcelain", "--ignored"],
+                                stdout=subprocess.PIPE, universal_newlines=True).stdout
+        self.assertEqual([l for l in status.splitlines() if l[3:] not in ("src/c.py", ".jj/")], [], status)
+        self.land_and_remove(work["handle"], clone)
+
     def land_and_remove(self, handle, clone):
         """Describe the clone's change, land it at a terminal (the person) with a passing check,
         remove the clone; it must be gone."""
