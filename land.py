@@ -97,10 +97,11 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
         workspace.authorize(st, w, caller, "acquire", override, into=into)
     path = workspace.verified_path(w)
     ids = workspace.head_ids(path, environ=environ)  # snapshots the clone
-    local, with_empty = workspace.local_revsets(w, environ)
-    cand_change, cand_commit = _candidate_of(w, ids, workspace.local_changes(path, local, environ))
-    refuse_placeholder(w, cand_change, cand_commit, environ)
-    refuse_undescribed_below(w, cand_commit, with_empty, environ)
+    _, with_empty = workspace.local_revsets(w, environ)
+    rows = workspace.described_changes(path, with_empty, environ)  # the work's own commits, empty ones too
+    cand_change, cand_commit = _candidate_of(w, ids, [r for r in rows if not r["empty"]])
+    refuse_placeholder(w, cand_change, cand_commit, rows)
+    refuse_undescribed_below(w, cand_commit, rows)
     with st.transaction():
         fence = st.claim_integration(caller["id"], resource, "integrate %s" % w["handle"])["fence"]
         cur = st.resolve_work(w["id"])
@@ -137,12 +138,12 @@ def _acquire_preview(w, commit, into, environ):
     return dict(preview(w, commit, into, environ), ref=ref)
 
 
-def refuse_placeholder(w, change, commit, environ=None):
+def refuse_placeholder(w, change, commit, rows):
     """Refuse a candidate whose description is still the one `work create` wrote (or none):
-    it would land on the target as "coord work <uuid>: <task>"."""
-    _, out, _ = jj(["log", "--no-graph", "-r", commit, "-T", "description"], w["path"], snapshot=False,
-                   environ=environ)
-    subject = (out.strip().splitlines() or [""])[0].strip()
+    it would land on the target as "coord work <uuid>: <task>". rows: the work's own commits
+    (workspace.described_changes), the candidate among them."""
+    text = next((r["description"] for r in rows if r["commit"] == commit), "")
+    subject = (text.strip().splitlines() or [""])[0].strip()
     placeholder = workspace.description(w["task"], w["id"]).splitlines()[0]
     if not subject:
         raise Refused("the candidate %s of %s has no description; it would land on the target with an empty "
@@ -156,24 +157,29 @@ def refuse_placeholder(w, change, commit, environ=None):
                       % (shlex.quote(w["path"]), change), reason="placeholder-description")
 
 
-def refuse_undescribed_below(w, commit, local, environ=None):
-    """Refuse a candidate with a commit under it, among the work's own changes, that has no
-    description or still coord's placeholder: it would land on the target with that subject.
-    The usual one is empty: a `jj new` run on the new @ that a landing leaves in an idle clone."""
-    _, out, _ = jj(["log", "--no-graph", "-r", "(::%s) & (%s) & ~%s" % (commit, local, commit), "-T",
-                    'change_id ++ " " ++ if(empty, "empty", "changes") ++ " " ++ description.first_line() ++ "\\n"'],
-                   w["path"], snapshot=False, environ=environ)
+def refuse_undescribed_below(w, commit, rows):
+    """Refuse a candidate with a commit under it, among the work's own changes (rows: every one,
+    empty ones too, from workspace.described_changes), that has no description or still coord's
+    placeholder: it would land on the target with that subject. The usual one is empty: a
+    `jj new` run on the new @ that a landing leaves in an idle clone."""
+    by_commit = {r["commit"]: r for r in rows}
+    below, todo = set(), list((by_commit.get(commit) or {}).get("parents") or [])
+    while todo:  # the candidate's ancestors among the work's own commits (they are connected to it)
+        c = todo.pop()
+        if c in by_commit and c not in below:
+            below.add(c)
+            todo.extend(by_commit[c]["parents"])
     placeholder = workspace.description(w["task"], w["id"]).splitlines()[0]
-    rows = [line.split(" ", 2) for line in out.splitlines() if line.strip()]
-    rows = [r for r in rows if len(r) < 3 or r[2].strip() in ("", placeholder)]
-    if not rows:
+    bad = [r for r in rows if r["commit"] in below and r["commit"] != commit
+           and r["description"].split("\n", 1)[0].strip() in ("", placeholder)]
+    if not bad:
         return
-    change, what = rows[0][0], rows[0][1]
-    how = ("drop it (it changes nothing): jj -R %s abandon %s" if what == "empty" else
+    change, empty = bad[0]["change"], bad[0]["empty"]
+    how = ("drop it (it changes nothing): jj -R %s abandon %s" if empty else
            "describe it: jj -R %s describe -r %s -m \"what it does\"") % (shlex.quote(w["path"]), change)
     raise Refused("the candidate of %s has %d undescribed commit(s) under it (first %s, %s); they would land "
-                  "with an empty or placeholder subject" % (w["handle"], len(rows), change[:12],
-                                                           "empty" if what == "empty" else "with changes"),
+                  "with an empty or placeholder subject" % (w["handle"], len(bad), change[:12],
+                                                           "empty" if empty else "with changes"),
                   "%s, then retry" % how, reason="placeholder-description")
 
 
@@ -348,7 +354,7 @@ def _check_ancestry(w, into, candidate, target, environ):
                     if what == "candidate" else
                     "name a commit that exists in %s" % source)
             raise Refused("%s commit %s is not in the canonical repository %s" % (what, oid, source), hint)
-    code, _, err = git(gargs + ["merge-base", "--is-ancestor", candidate, target], source, environ, check=False)
+    code, err = _ancestry(gargs, source, candidate, target, environ) if candidate != target else (0, "")
     if code == 1:
         raise Refused("candidate %s of %s is not an ancestor of %s" % (candidate, w["handle"], target),
                       workspace.SQUASH_NOTE % (w["handle"], w["handle"]))
@@ -441,26 +447,39 @@ CHECK_TAIL = 4000                              # characters of a failed check's 
 LAND_RESUMABLE = frozenset(("running", "publish-refused", "publish-ambiguous"))
 
 
-# Reads that depend only on full commit IDs (which paths differ between two commits, whether a
-# commit is present) give the same answer for the whole command: a queue asks each several times
-# per work (its refusals, its proof, its report), so one process asks git once.
+# Reads that depend only on full commit IDs in one repository (which paths differ between two
+# commits, whether one is an ancestor of the other, their merge base, whether a commit is
+# present) give the same answer for the whole command: a queue asks each several times per work
+# (its refusals, its proof, its report), so one process asks git once.
 _SAME_FOR_COMMITS = {}
+
+
+def _full(*oids):
+    return all(workspace.FULL_COMMIT_RE.match(o or "") for o in oids)
+
+
+def _name_status(gargs, cwd, old, new, environ, check=True):
+    """[(status letter, path)] of what differs between commits `old` and `new` (git diff
+    --name-status, no renames), or None when git fails and not check."""
+    key = ("diff", tuple(gargs), cwd, old, new)
+    if key in _SAME_FOR_COMMITS:
+        return list(_SAME_FOR_COMMITS[key])
+    code, out, _ = git(list(gargs) + ["diff", "--name-status", "-z", "--no-renames", old, new], cwd, environ,
+                       check=check)
+    if code != 0:
+        return None
+    fields = out.split("\0")
+    rows = [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i + 1]]
+    if _full(old, new):
+        _SAME_FOR_COMMITS[key] = tuple(rows)
+    return rows
 
 
 def _changed_names(gargs, cwd, old, new, environ, check=True):
     """The paths that differ between commits `old` and `new` (git diff --name-only), or None when
     git fails and not check; memoized per process when both are full commit IDs."""
-    key = ("diff", tuple(gargs), cwd, old, new)
-    if key in _SAME_FOR_COMMITS:
-        return list(_SAME_FOR_COMMITS[key])
-    code, out, _ = git(list(gargs) + ["diff", "--name-only", "-z", "--no-renames", old, new], cwd, environ,
-                       check=check)
-    if code != 0:
-        return None
-    names = [p for p in out.split("\0") if p]
-    if workspace.FULL_COMMIT_RE.match(old) and workspace.FULL_COMMIT_RE.match(new):
-        _SAME_FOR_COMMITS[key] = tuple(names)
-    return names
+    rows = _name_status(gargs, cwd, old, new, environ, check=check)
+    return None if rows is None else [p for _, p in rows]
 
 
 def _has_commit(gargs, cwd, oid, environ):
@@ -470,9 +489,32 @@ def _has_commit(gargs, cwd, oid, environ):
     if key in _SAME_FOR_COMMITS:
         return True
     code, _, _ = git(list(gargs) + ["cat-file", "-e", oid + "^{commit}"], cwd, environ, check=False)
-    if code == 0 and workspace.FULL_COMMIT_RE.match(oid):
+    if code == 0 and _full(oid):
         _SAME_FOR_COMMITS[key] = True
     return code == 0
+
+
+def _ancestry(gargs, cwd, older, newer, environ):
+    """git merge-base --is-ancestor's exit: 0 when `older` is an ancestor of `newer` (or the same),
+    1 when not, anything else when git could not say (neither is remembered)."""
+    key = ("ancestor", tuple(gargs), cwd, older, newer)
+    if key in _SAME_FOR_COMMITS:
+        return _SAME_FOR_COMMITS[key], ""
+    code, _, err = git(list(gargs) + ["merge-base", "--is-ancestor", older, newer], cwd, environ, check=False)
+    if code in (0, 1) and _full(older, newer):
+        _SAME_FOR_COMMITS[key] = code
+    return code, err
+
+
+def _merge_base(gargs, cwd, one, two, environ):
+    """The merge base of two commits (git merge-base), remembered for full commit IDs."""
+    key = ("base", tuple(gargs), cwd, one, two)
+    if key not in _SAME_FOR_COMMITS:
+        _, out, _ = git(list(gargs) + ["merge-base", one, two], cwd, environ)
+        if not _full(one, two):
+            return out.strip()
+        _SAME_FOR_COMMITS[key] = out.strip()
+    return _SAME_FOR_COMMITS[key]
 
 
 def _rev(source, ref, environ):
@@ -483,8 +525,7 @@ def _rev(source, ref, environ):
 
 
 def _is_ancestor(source, older, newer, environ):
-    code, _, err = git(git_dir_args(source) + ["merge-base", "--is-ancestor", older, newer], source, environ,
-                       check=False)
+    code, err = _ancestry(git_dir_args(source), source, older, newer, environ)
     if code not in (0, 1):
         raise workspace.ToolError(["git", "merge-base", "--is-ancestor"], code, err)
     return code == 0
@@ -551,6 +592,7 @@ class _Scratch:
 
     def __init__(self, w, environ):
         self.w, self.environ, self.path = w, environ, None
+        self.head = None  # the commit checked out, clean, when known: a chain picks onto the last pick
 
     def __enter__(self):
         import tempfile
@@ -568,28 +610,36 @@ class _Scratch:
         return git(args, self.path, self.environ, check=check)
 
     def checkout(self, commit):
-        self.git(["checkout", "--quiet", "--detach", commit])
+        if commit != self.head:
+            self.head = None
+            self.git(["checkout", "--quiet", "--detach", commit])
+            self.head = commit
 
     def rebase(self, onto, cand):
         """Cherry-pick onto..cand onto `onto`; -> (new commit, []) or (None, conflicted paths)."""
-        _, out, _ = self.git(["rev-list", "--reverse", "--topo-order", "%s..%s" % (onto, cand)])
-        commits = out.split()
-        _, merges, _ = self.git(["rev-list", "--merges", "%s..%s" % (onto, cand)])
-        if merges.strip():
+        # One read for the commits, oldest first, each with its parents and its committer.
+        _, out, _ = self.git(["rev-list", "--reverse", "--topo-order", "--parents", "--format=%cn%x00%ce",
+                              "%s..%s" % (onto, cand)])
+        lines, commits = out.split("\n"), []
+        for i in range(0, len(lines) - 1, 2):
+            ids = lines[i].split()[1:]
+            name, _, email = lines[i + 1].partition("\0")
+            commits.append((ids[0], len(ids) > 2, name or "coord", email or "coord@localhost"))
+        if any(merge for _, merge, _, _ in commits):
             raise Refused("work %s has merge commits since %s; coord rebases only linear work in a scratch copy"
                           % (self.w["handle"], onto[:12]), "rebase it in the clone (jj rebase -b @ -d main@origin), "
                           "then re-run", reason="merge-commits")
         self.checkout(onto)
-        for c in commits:
-            _, who, _ = self.git(["log", "-1", "--format=%cn%n%ce", c])
-            name, email = (who.splitlines() + ["coord", "coord@localhost"])[:2]
+        self.head = None
+        for c, _, name, email in commits:
             code, _, _ = self.git(["-c", "user.name=" + name, "-c", "user.email=" + email, "cherry-pick",
                                    "--allow-empty", "--keep-redundant-commits", c], check=False)
             if code != 0:
                 _, out, _ = self.git(["diff", "--name-only", "--diff-filter=U"], check=False)
                 self.git(["cherry-pick", "--abort"], check=False)
                 return None, sorted(set(out.split("\n")) - {""}) or ["(unknown)"]
-        return _rev(self.path, "HEAD", self.environ), []
+        self.head = _rev(self.path, "HEAD", self.environ)
+        return self.head, []
 
 
 def _tell_owner(st, w, caller, body):
@@ -929,10 +979,9 @@ def _refuse_installed(st, w, caller, into, old, cand, override, environ):
     installation is the person's, in the shared checkout, never a side effect of landing a work.
     The hint drops them from the candidate; the caller's override lands them, audited."""
     gargs = git_dir_args(w["source"])
-    _, base, _ = git(gargs + ["merge-base", old, cand["commit"]], w["source"], environ)
-    base = base.strip()
-    _, out, _ = git(gargs + ["diff", "--name-only", "-z", "--no-renames", base, cand["commit"]], w["source"], environ)
-    hit = [p for p in out.split("\0") if p and any(p == i or p.startswith(i + "/") for i in workspace.INSTALLED_PATHS)]
+    base = _merge_base(gargs, w["source"], old, cand["commit"], environ)
+    hit = [p for p in _changed_names(gargs, w["source"], base, cand["commit"], environ)
+           if any(p == i or p.startswith(i + "/") for i in workspace.INSTALLED_PATHS)]
     if not hit:
         return
     if override:
@@ -1335,12 +1384,19 @@ def _prepare_in_scratch(ld, cand, stale, scratch, live):
     return cand
 
 
-def _freeze_scratch(ld, cand, new, scratch, where):
+def _fetch_from_scratch(ld, scratch, picks):
+    """Fetch commits rebased in the scratch checkout to their works' private refs, in one git fetch.
+    picks: [(work, commit)]."""
+    git(git_dir_args(ld.source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path] +
+        ["+%s:%s" % (new, candidate_ref(w["id"])) for w, new in picks], ld.source, ld.environ)
+
+
+def _freeze_scratch(ld, cand, new, scratch, where, fetched=False):
     """The candidate rebased in a scratch checkout as `new`: fetch it to the work's private ref
-    and freeze it as the candidate. -> the new candidate."""
-    st, w, source = ld.st, ld.w, ld.source
-    git(git_dir_args(source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path,
-                                "+%s:%s" % (new, candidate_ref(w["id"]))], source, ld.environ)
+    (unless `fetched`) and freeze it as the candidate. -> the new candidate."""
+    st, w = ld.st, ld.w
+    if not fetched:
+        _fetch_from_scratch(ld, scratch, [(w, new)])
     with st.transaction():
         cur = st.work(w["id"])
         integ = integration_of(cur)
@@ -1515,9 +1571,7 @@ def _refuse_lfs_content(w, old, new, environ):
     attributes say `filter=lfs`: jj runs no git filters, so in a clone such a file is committed
     as is, and landing it would put the bytes themselves on the target (and the remote)."""
     gargs = git_dir_args(w["source"])
-    _, out, _ = git(gargs + ["diff", "--name-only", "-z", "--no-renames", "--diff-filter=AM", old, new],
-                    w["source"], environ)
-    paths = [p for p in out.split("\0") if p]
+    paths = [p for how, p in _name_status(gargs, w["source"], old, new, environ) if how in ("A", "M")]
     if not paths:
         return
     spec = ["--"] + paths
@@ -1987,26 +2041,47 @@ def _batch_requeue(lds, why):
 
 def _batch_chain(ready, old, scratch, results):
     """Rebase each ready work onto the one before it (the first onto `old`) in the scratch
-    checkout; one that conflicts goes back to its agent and the chain goes on without it.
+    checkout; one that conflicts goes back to its agent and the chain goes on without it. The
+    rebased commits are fetched in one go, then each is frozen as its work's candidate.
     -> [(Landing, candidate)] in order, each recorded `rebased` with the one before as its old target."""
-    cur, chain = old, []
+    cur, picked = old, []
     for ld in ready:
-        cand = ld.cand
+        new = None
         try:
-            if _is_ancestor(ld.source, cur, cand["commit"], ld.environ):
-                rebased = False
-            else:
-                new, paths = scratch.rebase(cur, cand["commit"])
+            # Read in the scratch checkout: the commits rebased before are fetched only after the loop.
+            code, err = _ancestry([], scratch.path, cur, ld.cand["commit"], ld.environ)
+            if code not in (0, 1):
+                raise workspace.ToolError(["git", "merge-base", "--is-ancestor"], code, err)
+            if code == 1:
+                new, paths = scratch.rebase(cur, ld.cand["commit"])
                 if paths:
                     ld.old = cur
-                    _land_conflict(ld, cand, paths, scratch=True)
-                cand, rebased = _freeze_scratch(ld, cand, new, scratch, "batch"), True
-            ld.record("rebased", candidate=cand["commit"], rebased=rebased, where="batch", old_target=cur)
+                    _land_conflict(ld, ld.cand, paths, scratch=True)
         except store.CoordError as exc:
             _batch_refused(ld, exc, results)
             continue
+        picked.append((ld, new, cur))
+        cur = new or ld.cand["commit"]
+    rebased = [(ld.w, new) for ld, new, _ in picked if new]
+    try:
+        if rebased:
+            _fetch_from_scratch(picked[0][0], scratch, rebased)
+    except store.CoordError as exc:  # the first rebased work stops here; those after it build on it
+        first = next(i for i, (_, new, _) in enumerate(picked) if new)
+        _batch_refused(picked[first][0], exc, results)
+        _batch_requeue([ld for ld, _, _ in picked[first + 1:]],
+                       "the batch stopped at %s" % picked[first][0].w["handle"])
+        picked = picked[:first]
+    chain = []
+    for i, (ld, new, before) in enumerate(picked):
+        try:
+            cand = _freeze_scratch(ld, ld.cand, new, scratch, "batch", fetched=True) if new else ld.cand
+            ld.record("rebased", candidate=cand["commit"], rebased=new is not None, where="batch", old_target=before)
+        except store.CoordError as exc:
+            _batch_refused(ld, exc, results)
+            _batch_requeue([l for l, _, _ in picked[i + 1:]], "the batch stopped at %s" % ld.w["handle"])
+            break
         chain.append((ld, cand))
-        cur = cand["commit"]
     return chain
 
 

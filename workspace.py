@@ -208,6 +208,26 @@ def local_changes(path, revset, environ=None):
     return rows
 
 
+_DESCRIBED_TEMPLATE = ('commit_id ++ " " ++ change_id ++ " " ++ if(current_working_copy, "wc", "-") ++ " " ++ '
+                       'if(empty, "empty", "changes") ++ " " ++ parents.map(|c| c.commit_id()).join(",") ++ "\\0" '
+                       '++ description ++ "\\0"')
+
+
+def described_changes(path, revset, environ=None):
+    """local_changes with each commit's emptiness, parents and whole description, in one read:
+    [{commit, change, wc, empty, parents, description}] in jj log's order (newest first)."""
+    _, out, _ = jj(["log", "--no-graph", "-r", revset, "-T", _DESCRIBED_TEMPLATE], path, snapshot=False,
+                   environ=environ)
+    fields, rows = out.split("\0"), []
+    for i in range(0, len(fields) - 1, 2):
+        parts = fields[i].strip("\n").split(" ")
+        if len(parts) != 5 or not FULL_COMMIT_RE.match(parts[0]):
+            raise ToolError(["jj", "log", "-r", revset], 0, "an unexpected row: %r" % fields[i][:200])
+        rows.append({"commit": parts[0], "change": parts[1], "wc": parts[2] == "wc", "empty": parts[3] == "empty",
+                     "parents": [c for c in parts[4].split(",") if c], "description": fields[i + 1]})
+    return rows
+
+
 def local_revsets(w, environ=None):
     """(local_revset(w), local_revset(w, keep_empty=True)), reading the clone and the canonical
     refs once for both."""
