@@ -256,19 +256,37 @@ def _local_from(w, safe, keep_empty):
     return LOCAL_WORK % " | ".join(safe)
 
 
+def _clone_targets(path, environ):
+    """The commits the clone's remote bookmarks and tags point at. A colocated clone keeps them as
+    git refs too (refs/remotes, refs/tags: jj imports and exports them on every command, and the
+    callers read right after a snapshot), so one git read stands for `jj bookmark list
+    --all-remotes` and `jj tag list`; a clone without .git asks jj. Each is only a candidate: the
+    canonical repository decides which count (_safe_targets)."""
+    if os.path.isdir(os.path.join(path, ".git")):
+        code, out, _ = git(["-C", path, "for-each-ref", "--format=%(objecttype) %(objectname) %(*objecttype) "
+                            "%(*objectname)", "refs/remotes", "refs/tags"], path, environ, check=False)
+        if code == 0:
+            found = []
+            for line in out.splitlines():
+                kind, oid, peeled_kind, peeled = (line.split(" ") + ["", "", "", ""])[:4]
+                found += [oid] if kind == "commit" else [peeled] if peeled_kind == "commit" else []
+            return found
+    _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
+                    'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
+                   path, snapshot=False, environ=environ)
+    _, tags, _ = jj(["tag", "list", "--all-remotes", "-T", 'if(normal_target, normal_target.commit_id() ++ "\\n")'],
+                    path, snapshot=False, environ=environ)
+    return (out + "\n" + tags).split()
+
+
 def _safe_targets(w, environ):
     """The clone's remote bookmark and tag targets that a current canonical branch or tag
     contains (local_revset), with root(); a native workspace needs none."""
     if w["data"].get("kind") == "native":
         return []
-    _, out, _ = jj(["bookmark", "list", "--all-remotes", "-T",
-                    'if(remote && remote != "git" && normal_target, normal_target.commit_id() ++ "\\n")'],
-                   w["path"], snapshot=False, environ=environ)
     # Tags too (local and remote): a release tagged on a commit no branch contains is the shared
     # repository's history, not the work's, and must neither block cleanup nor become a candidate.
-    _, tags, _ = jj(["tag", "list", "--all-remotes", "-T", 'if(normal_target, normal_target.commit_id() ++ "\\n")'],
-                    w["path"], snapshot=False, environ=environ)
-    targets = sorted({t for t in (out + "\n" + tags).split() if FULL_COMMIT_RE.match(t)})
+    targets = sorted({t for t in _clone_targets(w["path"], environ) if FULL_COMMIT_RE.match(t)})
     safe = ["root()"]
     if targets:
         gargs = git_dir_args(w["source"])

@@ -783,10 +783,12 @@ class JjFaultTest(FaultyToolCase):
         handle, path, _ = self.create("feature")
         self.write(path, "feature.txt", "feature\n")
         self.jj(path, "describe", "-m", "feature")
-        for word in ("log", "bookmark"):
-            with self.subTest(failing="jj " + word):
+        # jj reading the clone's commits, and git reading the refs the candidate is judged by
+        # (the clone's and the shared checkout's: a failing read in the clone falls back to jj).
+        for tool, word in (("jj", "log"), ("git", "for-each-ref")):
+            with self.subTest(failing=tool + " " + word):
                 before, audit, leases = self.raw(handle), self.audit(), self.leases()
-                env, log = self.flaky("jj", on=word)
+                env, log = self.flaky(tool, on=word)
                 proc = self.work("integrate", "acquire", handle, "--into", "main", env=env)
                 self.assert_clean_error(proc, 4)
                 self.assertTrue(any(c.startswith("FAIL ") for c in self.calls(log)), self.calls(log))
