@@ -1387,8 +1387,10 @@ def _prepare_in_scratch(ld, cand, stale, scratch, live):
 def _fetch_from_scratch(ld, scratch, picks):
     """Fetch commits rebased in the scratch checkout to their works' private refs, in one git fetch.
     picks: [(work, commit)]."""
-    git(git_dir_args(ld.source) + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path] +
+    gargs = git_dir_args(ld.source)
+    git(gargs + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path] +
         ["+%s:%s" % (new, candidate_ref(w["id"])) for w, new in picks], ld.source, ld.environ)
+    _fetched(gargs, ld.source, [new for _, new in picks])
 
 
 def _freeze_scratch(ld, cand, new, scratch, where, fetched=False):
@@ -2254,7 +2256,15 @@ def fetch_candidate(w, commit, environ=None):
                      "--no-write-fetch-head", "--no-recurse-submodules",
                      "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",  # served even if unadvertised
                      workspace.verified_path(w), "+%s:%s" % (commit, ref)], source, environ)
+        _fetched(gargs, source, [commit])
     return ref
+
+
+def _fetched(gargs, cwd, commits):
+    """Remember commits a fetch just brought into the repository as present (_has_commit)."""
+    for commit in commits:
+        if _full(commit):
+            _SAME_FOR_COMMITS[("commit", tuple(gargs), cwd, commit)] = True
 
 
 def drop_candidate_ref(w, environ=None, keep_unlanded=False):
