@@ -96,9 +96,10 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
     if not authorized:
         workspace.authorize(st, w, caller, "acquire", override, into=into)
     path = workspace.verified_path(w)
-    ids = workspace.head_ids(path, environ=environ)  # snapshots the clone
-    _, with_empty = workspace.local_revsets(w, environ)
-    rows = workspace.described_changes(path, with_empty, environ)  # the work's own commits, empty ones too
+    _, with_empty = workspace.local_revsets(w, environ)  # from refs, which a snapshot does not move
+    # One jj call: the snapshot (the candidate is what is on disk now), @ and the work's own
+    # commits, empty ones too.
+    ids, rows = workspace.described_changes(path, with_empty, environ, with_head=True)
     cand_change, cand_commit = _candidate_of(w, ids, [r for r in rows if not r["empty"]])
     refuse_placeholder(w, cand_change, cand_commit, rows)
     refuse_undescribed_below(w, cand_commit, rows)

@@ -213,19 +213,35 @@ _DESCRIBED_TEMPLATE = ('commit_id ++ " " ++ change_id ++ " " ++ if(current_worki
                        '++ description ++ "\\0"')
 
 
-def described_changes(path, revset, environ=None):
+def described_changes(path, revset, environ=None, with_head=False):
     """local_changes with each commit's emptiness, parents and whole description, in one read:
-    [{commit, change, wc, empty, parents, description}] in jj log's order (newest first)."""
-    _, out, _ = jj(["log", "--no-graph", "-r", revset, "-T", _DESCRIBED_TEMPLATE], path, snapshot=False,
-                   environ=environ)
-    fields, rows = out.split("\0"), []
+    [{commit, change, wc, empty, parents, description}] in jj log's order (newest first).
+    with_head: snapshot the checkout first and read @ in the same call -> (head_ids, rows)."""
+    query, template = revset, _DESCRIBED_TEMPLATE
+    if with_head:
+        if '"' in revset or "\\" in revset:  # not one a template can quote: two reads
+            return head_ids(path, environ=environ), described_changes(path, revset, environ)
+        query = "@ | (%s)" % revset
+        template = 'if(self.contained_in("%s"), "in", "out") ++ " " ++ %s' % (revset, _DESCRIBED_TEMPLATE)
+    _, out, _ = jj(["log", "--no-graph", "-r", query, "-T", template], path, snapshot=with_head, environ=environ)
+    fields, rows, ids = out.split("\0"), [], None
     for i in range(0, len(fields) - 1, 2):
         parts = fields[i].strip("\n").split(" ")
+        member = not with_head or parts.pop(0) == "in"
         if len(parts) != 5 or not FULL_COMMIT_RE.match(parts[0]):
-            raise ToolError(["jj", "log", "-r", revset], 0, "an unexpected row: %r" % fields[i][:200])
-        rows.append({"commit": parts[0], "change": parts[1], "wc": parts[2] == "wc", "empty": parts[3] == "empty",
-                     "parents": [c for c in parts[4].split(",") if c], "description": fields[i + 1]})
-    return rows
+            raise ToolError(["jj", "log", "-r", query], 0, "an unexpected row: %r" % fields[i][:200])
+        row = {"commit": parts[0], "change": parts[1], "wc": parts[2] == "wc", "empty": parts[3] == "empty",
+               "parents": [c for c in parts[4].split(",") if c], "description": fields[i + 1]}
+        if row["wc"]:
+            ids = {"change": row["change"], "commit": row["commit"], "empty": row["empty"],
+                   "parents": row["parents"]}
+        if member:
+            rows.append(row)
+    if not with_head:
+        return rows
+    if ids is None:
+        raise ToolError(["jj", "log", "-r", query], 0, "no working-copy commit in the output")
+    return ids, rows
 
 
 def local_revsets(w, environ=None):

@@ -2192,3 +2192,26 @@ class PgLandQueueTest(support.PostgresProject, LandQueueTest):
 
 class PgLandBatchTest(support.PostgresProject, LandBatchTest):
     pass
+
+
+class LandBenchTest(CoordTestCase):
+    """bench/land and bench/land_queue run as written, at a size small enough for the suite: a
+    bench that stopped working (a refusal it did not expect) says nothing when someone needs it."""
+
+    def bench(self, name, *args):
+        self.use_jj()
+        proc = subprocess.run([sys.executable, os.path.join(support.ROOT, "bench", name), "--json",
+                               "--dir", self.tmp] + list(args), env=dict(os.environ, **self.env),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        return json.loads(proc.stdout)
+
+    def test_bench_land_lands_and_measures(self):
+        figures = self.bench("land", "--files", "50", "--runs", "1")
+        self.assertGreater(figures["land_s"], 0)
+        self.assertGreater(figures["manual_s"], 0)
+
+    def test_bench_land_queue_lands_every_work_in_one_check_run(self):
+        figures = self.bench("land_queue", "--works", "3", "--batch", "3", "--check-seconds", "0",
+                             "--files", "50", "--manual", "1")
+        self.assertEqual((figures["landed"], figures["check_runs"]), (3, 1))
