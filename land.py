@@ -510,6 +510,8 @@ def _ancestry(gargs, cwd, older, newer, environ):
 def _merge_base(gargs, cwd, one, two, environ):
     """The merge base of two commits (git merge-base), remembered for full commit IDs."""
     key = ("base", tuple(gargs), cwd, one, two)
+    if _SAME_FOR_COMMITS.get(("ancestor", tuple(gargs), cwd, one, two)) == 0:
+        return one  # an ancestor is its own merge base with its descendant
     if key not in _SAME_FOR_COMMITS:
         _, out, _ = git(list(gargs) + ["merge-base", one, two], cwd, environ)
         if not _full(one, two):
@@ -870,8 +872,8 @@ def _worktrees_on(source, ref, environ):
 def _written(tree, old, new, environ, fork=False):
     """The paths moving from `old` to `new` writes (fork: `new`'s own changes since it forked
     from `old`), read in the checkout `tree`."""
-    if not fork:
-        return _changed_names([], tree, old, new, environ)
+    if not fork:  # as the shared repository's own read of the same two commits (one answer per command)
+        return _changed_names(git_dir_args(tree), tree, old, new, environ)
     _, out, _ = git(["diff", "--name-only", "-z", "--no-renames", "%s...%s" % (old, new)], tree, environ)
     return [p for p in out.split("\0") if p]
 
