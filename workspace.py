@@ -168,6 +168,9 @@ def run_tool(argv, cwd=None, timeout=TOOL_TIMEOUT, environ=None, check=True, inp
         what = {"jj": "Jujutsu (jj)", "git": "git (>= 2.42 for jj)"}.get(argv[0], argv[0])
         raise EnvError("%s not found: coord work needs %s on PATH" % (argv[0], what),
                        "install %s, or put it on PATH, then retry" % what)
+    except OSError as exc:  # not executable, or an argument list longer than the kernel takes
+        raise EnvError("%s could not be started (%s): %s" % (argv[0], " ".join(argv[1:3]), exc.strerror or exc),
+                       "check that `%s --version` runs; nothing was changed by this step" % argv[0])
     except subprocess.TimeoutExpired as exc:
         out = exc.stderr or exc.stdout or b""
         if isinstance(out, bytes):
@@ -274,13 +277,15 @@ def _local_from(w, safe, keep_empty):
 
 def _clone_targets(path, environ):
     """The commits the clone's remote bookmarks and tags point at. A colocated clone keeps them as
-    git refs too (refs/remotes, refs/tags: jj imports and exports them on every command, and the
-    callers read right after a snapshot), so one git read stands for `jj bookmark list
-    --all-remotes` and `jj tag list`; a clone without .git asks jj. Each is only a candidate: the
-    canonical repository decides which count (_safe_targets)."""
+    git refs too (refs/remotes, refs/tags, and jj 0.46's remote tags under refs/jj/remote-tags:
+    jj exports them at the end of every command, and a snapshot does not move them), so one git
+    read stands for `jj bookmark list --all-remotes` and `jj tag list --all-remotes`; a clone
+    without .git asks jj. Each is only a candidate: the canonical repository decides which count
+    (_safe_targets), and one missing only makes more commits count as the work's own."""
     if os.path.isdir(os.path.join(path, ".git")):
         code, out, _ = git(["-C", path, "for-each-ref", "--format=%(objecttype) %(objectname) %(*objecttype) "
-                            "%(*objectname)", "refs/remotes", "refs/tags"], path, environ, check=False)
+                            "%(*objectname)", "refs/remotes", "refs/tags", "refs/jj/remote-tags"], path, environ,
+                           check=False)
         if code == 0:
             found = []
             for line in out.splitlines():
@@ -317,7 +322,27 @@ def _safe_targets(w, environ):
                                  w["source"], environ, check=False)
             if code == 0 and found.strip():
                 safe.append(t)
+    if len(safe) > SAFE_TARGETS_MAX:  # ::S is ::heads(S); one argument of a command holds at most 128 KB
+        safe = ["root()"] + _heads_of(w["source"], safe[1:], environ)
     return safe
+
+
+SAFE_TARGETS_MAX = 1000   # above this many, a revset names only the heads (a repository with thousands of tags)
+_HEADS_CHUNK = 2000       # commits per `git merge-base --independent`
+
+
+def _heads_of(source, commits, environ):
+    """The commits of `commits` that none of the others contains (git merge-base --independent in
+    the canonical repository, in chunks an argument list holds)."""
+    gargs = git_dir_args(source)
+    while True:
+        heads = []
+        for i in range(0, len(commits), _HEADS_CHUNK):
+            _, out, _ = git(gargs + ["merge-base", "--independent"] + commits[i:i + _HEADS_CHUNK], source, environ)
+            heads += [h for h in out.split() if FULL_COMMIT_RE.match(h)]
+        if len(commits) <= _HEADS_CHUNK or len(heads) >= len(commits):
+            return sorted(heads)
+        commits = heads
 
 
 

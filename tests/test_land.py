@@ -2194,6 +2194,31 @@ class PgLandBatchTest(support.PostgresProject, LandBatchTest):
     pass
 
 
+class ManyTagsTest(LandCase):
+    """A repository with thousands of tags on distinct commits: the revset naming the work's own
+    commits lists every shared target, and one argument of a command holds at most 128 KB (about
+    3,000 commit IDs), so jj could not start; only the heads of those targets are named."""
+
+    def test_a_work_lands_and_goes_in_a_repository_with_3500_tags(self):
+        n = 3500
+        chunks = []
+        for i in range(n):
+            body = "release %d\n" % i
+            chunks.append("commit refs/heads/main\nmark :%d\ncommitter R <r@example.invalid> %d +0000\ndata 8\n"
+                          "release\n%sM 100644 inline releases.txt\ndata %d\n%s\n"
+                          % (i + 1, 1700000000 + i, "from refs/heads/main^0\n" if i == 0 else "from :%d\n" % i,
+                             len(body), body))
+        chunks += ["reset refs/tags/r%d\nfrom :%d\n\n" % (i, i + 1) for i in range(n)]
+        self.run_tool(self.canon, "git", "fast-import", "--quiet", input="".join(chunks))
+        self.run_tool(self.canon, "git", "reset", "-q", "--hard", "main")
+        handle, path = self.make("tagged")
+        proc = self.land(handle, "--check", "true", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        self.assertEqual(self.run_tool(self.canon, "git", "show", "main:feature.txt"), "feature\n")
+        self.assertEqual(self.work("remove", handle, "--confirm", handle).returncode, 0)
+        self.assertFalse(os.path.exists(path))
+
+
 class LandBenchTest(CoordTestCase):
     """bench/land and bench/land_queue run as written, at a size small enough for the suite: a
     bench that stopped working (a refusal it did not expect) says nothing when someone needs it."""

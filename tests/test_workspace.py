@@ -1295,6 +1295,19 @@ class MissingToolTest(TmuxWorkCase):
         self.assertEqual(self.errors_log(), "")
         self.assertTrue(os.path.isdir(path))
 
+    def test_a_jj_that_cannot_start_exits_4_not_1(self):
+        handle, path, _ = self.create("noexec")
+        self.write(path, "feature.txt", "feature\n")
+        d = self.path_with("git", "tmux")
+        with open(os.path.join(d, "jj"), "w") as f:
+            f.write("#!/bin/sh\nexit 0\n")
+        os.chmod(os.path.join(d, "jj"), 0o644)  # on PATH, not executable: exec fails with EACCES
+        proc = self.work("integrate", "acquire", handle, "--into", "main", env={"PATH": d})
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn("jj could not be started", proc.stderr)
+        self.assertNotIn("internal error", proc.stderr)
+        self.assertEqual(self.errors_log(), "")
+
     def path_without(self, tool):
         """A PATH directory with every command of the current PATH except `tool` (symlinks)."""
         d = os.path.join(self.tmp, "bin-without-" + tool)
