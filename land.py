@@ -286,7 +286,7 @@ def _landed_paths(w, commit, environ):
     old = old or (w["data"].get("base") or {}).get("commit")
     if not old:
         return []
-    return _changed_names(git_dir_args(w["source"]), w["source"], old, commit, environ, check=False) or []
+    return workspace.changed_names(git_dir_args(w["source"]), w["source"], old, commit, environ, check=False) or []
 
 
 def _release_landed(st, w, caller, paths):
@@ -350,12 +350,12 @@ def _check_ancestry(w, into, candidate, target, environ):
     source = w["source"]
     gargs = git_dir_args(source)
     for what, oid in (("target", target), ("candidate", candidate)):
-        if not _has_commit(gargs, source, oid, environ):
+        if not workspace.has_commit(gargs, source, oid, environ):
             hint = ("push the candidate to %s first; %s" % (source, workspace.SQUASH_NOTE % (w["handle"], w["handle"]))
                     if what == "candidate" else
                     "name a commit that exists in %s" % source)
             raise Refused("%s commit %s is not in the canonical repository %s" % (what, oid, source), hint)
-    code, err = _ancestry(gargs, source, candidate, target, environ) if candidate != target else (0, "")
+    code, err = workspace.ancestry(gargs, source, candidate, target, environ) if candidate != target else (0, "")
     if code == 1:
         raise Refused("candidate %s of %s is not an ancestor of %s" % (candidate, w["handle"], target),
                       workspace.SQUASH_NOTE % (w["handle"], w["handle"]))
@@ -448,78 +448,6 @@ CHECK_TAIL = 4000                              # characters of a failed check's 
 LAND_RESUMABLE = frozenset(("running", "publish-refused", "publish-ambiguous"))
 
 
-# Reads that depend only on full commit IDs in one repository (which paths differ between two
-# commits, whether one is an ancestor of the other, their merge base, whether a commit is
-# present) give the same answer for the whole command: a queue asks each several times per work
-# (its refusals, its proof, its report), so one process asks git once.
-_SAME_FOR_COMMITS = {}
-
-
-def _full(*oids):
-    return all(workspace.FULL_COMMIT_RE.match(o or "") for o in oids)
-
-
-def _name_status(gargs, cwd, old, new, environ, check=True):
-    """[(status letter, path)] of what differs between commits `old` and `new` (git diff
-    --name-status, no renames), or None when git fails and not check."""
-    key = ("diff", tuple(gargs), cwd, old, new)
-    if key in _SAME_FOR_COMMITS:
-        return list(_SAME_FOR_COMMITS[key])
-    code, out, _ = git(list(gargs) + ["diff", "--name-status", "-z", "--no-renames", old, new], cwd, environ,
-                       check=check)
-    if code != 0:
-        return None
-    fields = out.split("\0")
-    rows = [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i + 1]]
-    if _full(old, new):
-        _SAME_FOR_COMMITS[key] = tuple(rows)
-    return rows
-
-
-def _changed_names(gargs, cwd, old, new, environ, check=True):
-    """The paths that differ between commits `old` and `new` (git diff --name-only), or None when
-    git fails and not check; memoized per process when both are full commit IDs."""
-    rows = _name_status(gargs, cwd, old, new, environ, check=check)
-    return None if rows is None else [p for _, p in rows]
-
-
-def _has_commit(gargs, cwd, oid, environ):
-    """Whether commit `oid` is in the repository; a present commit is remembered (objects are not
-    removed while coord runs: it turns automatic gc off where it fetches)."""
-    key = ("commit", tuple(gargs), cwd, oid)
-    if key in _SAME_FOR_COMMITS:
-        return True
-    code, _, _ = git(list(gargs) + ["cat-file", "-e", oid + "^{commit}"], cwd, environ, check=False)
-    if code == 0 and _full(oid):
-        _SAME_FOR_COMMITS[key] = True
-    return code == 0
-
-
-def _ancestry(gargs, cwd, older, newer, environ):
-    """git merge-base --is-ancestor's exit: 0 when `older` is an ancestor of `newer` (or the same),
-    1 when not, anything else when git could not say (neither is remembered)."""
-    key = ("ancestor", tuple(gargs), cwd, older, newer)
-    if key in _SAME_FOR_COMMITS:
-        return _SAME_FOR_COMMITS[key], ""
-    code, _, err = git(list(gargs) + ["merge-base", "--is-ancestor", older, newer], cwd, environ, check=False)
-    if code in (0, 1) and _full(older, newer):
-        _SAME_FOR_COMMITS[key] = code
-    return code, err
-
-
-def _merge_base(gargs, cwd, one, two, environ):
-    """The merge base of two commits (git merge-base), remembered for full commit IDs."""
-    key = ("base", tuple(gargs), cwd, one, two)
-    if _SAME_FOR_COMMITS.get(("ancestor", tuple(gargs), cwd, one, two)) == 0:
-        return one  # an ancestor is its own merge base with its descendant
-    if key not in _SAME_FOR_COMMITS:
-        _, out, _ = git(list(gargs) + ["merge-base", one, two], cwd, environ)
-        if not _full(one, two):
-            return out.strip()
-        _SAME_FOR_COMMITS[key] = out.strip()
-    return _SAME_FOR_COMMITS[key]
-
-
 def _rev(source, ref, environ):
     """The full commit a ref names in the canonical repository, or None."""
     code, out, _ = git(git_dir_args(source) + ["rev-parse", "--verify", "--quiet", ref + "^{commit}"], source,
@@ -528,7 +456,7 @@ def _rev(source, ref, environ):
 
 
 def _is_ancestor(source, older, newer, environ):
-    code, err = _ancestry(git_dir_args(source), source, older, newer, environ)
+    code, err = workspace.ancestry(git_dir_args(source), source, older, newer, environ)
     if code not in (0, 1):
         raise workspace.ToolError(["git", "merge-base", "--is-ancestor"], code, err)
     return code == 0
@@ -873,7 +801,7 @@ def _written(tree, old, new, environ, fork=False):
     """The paths moving from `old` to `new` writes (fork: `new`'s own changes since it forked
     from `old`), read in the checkout `tree`."""
     if not fork:  # as the shared repository's own read of the same two commits (one answer per command)
-        return _changed_names(git_dir_args(tree), tree, old, new, environ)
+        return workspace.changed_names(git_dir_args(tree), tree, old, new, environ)
     _, out, _ = git(["diff", "--name-only", "-z", "--no-renames", "%s...%s" % (old, new)], tree, environ)
     return [p for p in out.split("\0") if p]
 
@@ -982,8 +910,8 @@ def _refuse_installed(st, w, caller, into, old, cand, override, environ):
     installation is the person's, in the shared checkout, never a side effect of landing a work.
     The hint drops them from the candidate; the caller's override lands them, audited."""
     gargs = git_dir_args(w["source"])
-    base = _merge_base(gargs, w["source"], old, cand["commit"], environ)
-    hit = [p for p in _changed_names(gargs, w["source"], base, cand["commit"], environ)
+    base = workspace.merge_base(gargs, w["source"], old, cand["commit"], environ)
+    hit = [p for p in workspace.changed_names(gargs, w["source"], base, cand["commit"], environ)
            if any(p == i or p.startswith(i + "/") for i in workspace.INSTALLED_PATHS)]
     if not hit:
         return
@@ -1393,7 +1321,7 @@ def _fetch_from_scratch(ld, scratch, picks):
     gargs = git_dir_args(ld.source)
     git(gargs + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path] +
         ["+%s:%s" % (new, candidate_ref(w["id"])) for w, new in picks], ld.source, ld.environ)
-    _fetched(gargs, ld.source, [new for _, new in picks])
+    workspace.fetched(gargs, ld.source, [new for _, new in picks])
 
 
 def _freeze_scratch(ld, cand, new, scratch, where, fetched=False):
@@ -1551,7 +1479,7 @@ def _held_while_working(st, w, caller, old, new, environ):
     existed (the lease audit): shell writes are advisory, so this is where an overlap shows.
     -> [{path, holder}] (at most 50), for the landing's report; never blocks."""
     try:
-        paths = _changed_names(git_dir_args(w["source"]), w["source"], old, new, environ)
+        paths = workspace.changed_names(git_dir_args(w["source"]), w["source"], old, new, environ)
         claims = st.exclusive_claims_since(w["created_at"], paths) if paths else []
     except store.CoordError:
         return []
@@ -1576,7 +1504,7 @@ def _refuse_lfs_content(w, old, new, environ):
     attributes say `filter=lfs`: jj runs no git filters, so in a clone such a file is committed
     as is, and landing it would put the bytes themselves on the target (and the remote)."""
     gargs = git_dir_args(w["source"])
-    paths = [p for how, p in _name_status(gargs, w["source"], old, new, environ) if how in ("A", "M")]
+    paths = [p for how, p in workspace.name_status(gargs, w["source"], old, new, environ) if how in ("A", "M")]
     if not paths:
         return
     spec = ["--"] + paths
@@ -1611,7 +1539,7 @@ def _refuse_peer_leases(st, w, caller, old, new, override, environ):
     caller overrides (audited). The work's own agents (owner, successor, its harness, a parked
     holder) and the caller are not peers."""
     names = []
-    for p in _changed_names(git_dir_args(w["source"]), w["source"], old, new, environ):
+    for p in workspace.changed_names(git_dir_args(w["source"]), w["source"], old, new, environ):
         try:
             names.append(store.normalize_resource(p))
         except store.CoordError:
@@ -2054,7 +1982,7 @@ def _batch_chain(ready, old, scratch, results):
         new = None
         try:
             # Read in the scratch checkout: the commits rebased before are fetched only after the loop.
-            code, err = _ancestry([], scratch.path, cur, ld.cand["commit"], ld.environ)
+            code, err = workspace.ancestry([], scratch.path, cur, ld.cand["commit"], ld.environ)
             if code not in (0, 1):
                 raise workspace.ToolError(["git", "merge-base", "--is-ancestor"], code, err)
             if code == 1:
@@ -2252,22 +2180,16 @@ def fetch_candidate(w, commit, environ=None):
     source = w["source"]
     gargs = git_dir_args(source)
     ref = candidate_ref(w["id"])
-    if _has_commit(gargs, source, commit, environ):  # already there (a native workspace shares the store, or fetched before)
+    # already there: a native workspace shares the store, or it was fetched before
+    if workspace.has_commit(gargs, source, commit, environ):
         git(gargs + ["update-ref", ref, commit], source, environ)
     else:
         git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
                      "--no-write-fetch-head", "--no-recurse-submodules",
                      "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",  # served even if unadvertised
                      workspace.verified_path(w), "+%s:%s" % (commit, ref)], source, environ)
-        _fetched(gargs, source, [commit])
+        workspace.fetched(gargs, source, [commit])
     return ref
-
-
-def _fetched(gargs, cwd, commits):
-    """Remember commits a fetch just brought into the repository as present (_has_commit)."""
-    for commit in commits:
-        if _full(commit):
-            _SAME_FOR_COMMITS[("commit", tuple(gargs), cwd, commit)] = True
 
 
 def drop_candidate_ref(w, environ=None, keep_unlanded=False):

@@ -192,6 +192,85 @@ def git(args, cwd, environ=None, check=True, timeout=TOOL_TIMEOUT, input=None, e
                     extra_env=extra_env)
 
 
+# Reads that depend only on full commit IDs in one repository (which paths differ between two
+# commits, whether one is an ancestor of the other, their merge base, whether a commit is
+# present) give the same answer for the whole command: a queue asks each several times per work
+# (its refusals, its proof, its report), so one process asks git once.
+_SAME_FOR_COMMITS = {}
+
+
+def _full(*oids):
+    return all(FULL_COMMIT_RE.match(o or "") for o in oids)
+
+
+def name_status(gargs, cwd, old, new, environ, check=True):
+    """[(status letter, path)] of what differs between commits `old` and `new` (git diff
+    --name-status, no renames), or None when git fails and not check."""
+    key = ("diff", tuple(gargs), cwd, old, new)
+    if key in _SAME_FOR_COMMITS:
+        return list(_SAME_FOR_COMMITS[key])
+    code, out, _ = git(list(gargs) + ["diff", "--name-status", "-z", "--no-renames", old, new], cwd, environ,
+                       check=check)
+    if code != 0:
+        return None
+    fields = out.split("\0")
+    rows = [(fields[i][:1], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i + 1]]
+    if _full(old, new):
+        _SAME_FOR_COMMITS[key] = tuple(rows)
+    return rows
+
+
+def changed_names(gargs, cwd, old, new, environ, check=True):
+    """The paths that differ between commits `old` and `new` (git diff --name-only), or None when
+    git fails and not check; memoized per process when both are full commit IDs."""
+    rows = name_status(gargs, cwd, old, new, environ, check=check)
+    return None if rows is None else [p for _, p in rows]
+
+
+def has_commit(gargs, cwd, oid, environ):
+    """Whether commit `oid` is in the repository; a present commit is remembered (objects are not
+    removed while coord runs: it turns automatic gc off where it fetches)."""
+    key = ("commit", tuple(gargs), cwd, oid)
+    if key in _SAME_FOR_COMMITS:
+        return True
+    code, _, _ = git(list(gargs) + ["cat-file", "-e", oid + "^{commit}"], cwd, environ, check=False)
+    if code == 0 and _full(oid):
+        _SAME_FOR_COMMITS[key] = True
+    return code == 0
+
+
+def ancestry(gargs, cwd, older, newer, environ):
+    """git merge-base --is-ancestor's exit: 0 when `older` is an ancestor of `newer` (or the same),
+    1 when not, anything else when git could not say (neither is remembered)."""
+    key = ("ancestor", tuple(gargs), cwd, older, newer)
+    if key in _SAME_FOR_COMMITS:
+        return _SAME_FOR_COMMITS[key], ""
+    code, _, err = git(list(gargs) + ["merge-base", "--is-ancestor", older, newer], cwd, environ, check=False)
+    if code in (0, 1) and _full(older, newer):
+        _SAME_FOR_COMMITS[key] = code
+    return code, err
+
+
+def merge_base(gargs, cwd, one, two, environ):
+    """The merge base of two commits (git merge-base), remembered for full commit IDs."""
+    key = ("base", tuple(gargs), cwd, one, two)
+    if _SAME_FOR_COMMITS.get(("ancestor", tuple(gargs), cwd, one, two)) == 0:
+        return one  # an ancestor is its own merge base with its descendant
+    if key not in _SAME_FOR_COMMITS:
+        _, out, _ = git(list(gargs) + ["merge-base", one, two], cwd, environ)
+        if not _full(one, two):
+            return out.strip()
+        _SAME_FOR_COMMITS[key] = out.strip()
+    return _SAME_FOR_COMMITS[key]
+
+
+def fetched(gargs, cwd, commits):
+    """Remember commits a fetch just brought into the repository as present (has_commit)."""
+    for commit in commits:
+        if _full(commit):
+            _SAME_FOR_COMMITS[("commit", tuple(gargs), cwd, commit)] = True
+
+
 def head_ids(path, snapshot=True, environ=None):
     """{change, commit, empty, parents} of @ in a checkout (snapshotting it first by default)."""
     _, out, _ = jj(["log", "--no-graph", "-r", "@", "-T", _ID_TEMPLATE], path, snapshot, environ=environ)
