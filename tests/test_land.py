@@ -1676,7 +1676,7 @@ class LandFencingTest(LandCase):
         mine, _ = self.make("mine", name="mine.txt", text="mine\n")
         theirs, _ = self.make("theirs", name="theirs.txt", text="theirs\n", runtime=other["id"])
         before = self.main()
-        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"], COORD_LEASE_TTL="1",
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"], COORD_LEASE_TTL="3",
                    **{land.LAND_STOP_ENV: "checked"})
         first = subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", mine, "--into", "main",
                                   "--push", "origin", "--check", "true", "--json"], cwd=self.canon, env=env,
@@ -1711,7 +1711,7 @@ class LandFencingTest(LandCase):
         mine, _ = self.make("mine", name="mine.txt", text="mine\n")
         theirs, _ = self.make("theirs", name="theirs.txt", text="theirs\n", runtime=other["id"])
         before = self.remote_main()
-        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"], COORD_LEASE_TTL="1",
+        env = dict(self.env, COORD_RUNTIME_ID=self.rt["id"], COORD_LEASE_TTL="3",
                    **{land.LAND_STOP_ENV: "moved"})
         first = subprocess.Popen([sys.executable, support.COORD, "work", "integrate", "land", mine, "--into", "main",
                                   "--push", "origin", "--check", "true", "--json"], cwd=self.canon, env=env,
