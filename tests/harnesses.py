@@ -139,6 +139,22 @@ def base_env(home, server, extra=None):
     return env
 
 
+def processes_inside(directory):
+    """PIDs of this user's processes whose working directory is `directory` or under it."""
+    top = os.path.realpath(directory)
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cwd = os.readlink("/proc/%s/cwd" % name)
+        except OSError:
+            continue
+        if cwd == top or cwd.startswith(top + os.sep):
+            found.append(int(name))
+    return found
+
+
 def _run(argv, cwd, env, timeout, stdin=subprocess.DEVNULL):
     start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
@@ -1170,6 +1186,12 @@ class CoordCase(HarnessCase):
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
         self.coord_at_terminal("work", "integrate", "land", handle, "--into", "main", "--check", "true",
                                cwd=self.repo, check=0)
+        # Auggie 0.36.0's `--print` exits before its worker processes do (on a loaded machine they
+        # stayed in the clone a few seconds); `work remove` rightly refuses while they are there
+        try:
+            support.retry_until(lambda: not processes_inside(clone), timeout=60, interval=0.2)
+        except AssertionError:
+            pass  # the removal below says which processes stayed
         self.coord_at_terminal("work", "remove", handle, "--confirm", handle, cwd=self.repo, check=0)
         self.assertFalse(os.path.exists(clone))
 
