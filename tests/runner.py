@@ -141,6 +141,23 @@ def is_stress(test, listed=()):
     return _marked(test, "coord_stress") or test.id() in listed or test.id().rsplit(".", 1)[0] in listed
 
 
+def one_per_class(tests, whole=()):
+    """Mark every test after the first of its class to be skipped as left out by design, except
+    in the modules and classes named in `whole` (support.EVERY_INTERPRETER): the oldest and
+    newest interpreters' share of the suite. -> how many were marked."""
+    seen = set()
+    marked = 0
+    for test in tests:
+        cls = test.id().rsplit(".", 1)[0]
+        if cls.split(".")[0] in whole or cls in whole or cls not in seen:
+            seen.add(cls)
+            continue
+        skipped = unittest.skip(ONE_PER_CLASS)(lambda: None)
+        setattr(test, test.id().rsplit(".", 1)[1], skipped)  # the instance's method only
+        marked += 1
+    return marked
+
+
 def _listed_stress():
     """support.STRESS of the tests/ directory in use (empty when it has no support module)."""
     try:
@@ -219,7 +236,8 @@ def record(result, ran):
 
     def failures(value):
         for test_id in ran:
-            value.pop(test_id, None)
+            if test_id not in skipped:  # a skip says nothing of whether it still fails
+                value.pop(test_id, None)
         for test_id in failed:
             value[test_id] = python
     _update("failed.json", failures)
@@ -343,10 +361,11 @@ def count(result):
     return passed, len(bad) + outside, len(skipped)
 
 
-# The skip reasons of what --no-jj leaves out by design: support.CoordTestCase.use_jj's, and those
-# of the SQLite classes repeated on PostgreSQL (test_store.PostgresEngine, support.PostgresProject's
-# mirrors), which run once, on the default interpreter
-LEFT_OUT = ("drives jj:", "runs once:")
+# The skip reasons of what --no-jj leaves out by design: support.CoordTestCase.use_jj's, those of
+# the SQLite classes repeated on PostgreSQL (test_store.PostgresEngine, support.PostgresProject's
+# mirrors), which run once, on the default interpreter, and one_per_class's
+ONE_PER_CLASS = "one per class: the default interpreter's suite runs the rest"
+LEFT_OUT = ("drives jj:", "runs once:", "one per class:")
 
 
 def left_out(result):
@@ -489,7 +508,9 @@ def main(argv=None):
     parser.add_argument("--stress", action="store_true",
                         help="also run the stress tier (support.stress: races, kill storms)")
     parser.add_argument("--no-jj", action="store_true",
-                        help="skip the tests that drive jj (support.use_jj): what cannot differ by interpreter")
+                        help="what can differ by interpreter: skip the tests that drive jj (support.use_jj) "
+                             "and, in a whole run, all but the first test of each class outside "
+                             "support.EVERY_INTERPRETER")
     parser.add_argument("--failed", action="store_true",
                         help="run only the tests that failed when last run (recorded under the test cache)")
     parser.add_argument("--changed", action="store_true",
@@ -570,6 +591,9 @@ def main(argv=None):
               % (len(tests) - len(kept), limit,
                  "; %d never measured (run them once without --quick)" % unmeasured if unmeasured else ""))
         tests = kept
+    if args.no_jj and not names and not args.keywords:
+        import support
+        one_per_class(tests, support.EVERY_INTERPRETER)
     if args.shard:
         tests = tests[args.shard[0] - 1::args.shard[1]]
     if args.queue:
@@ -608,7 +632,8 @@ def _finish(args, label, result):
     line = "%s: %d passed, %d failed, %d skipped" % (label, passed, failed, skipped)
     by_design = left_out(result)
     if by_design:
-        line += " (%d of them drive jj or repeat a SQLite class on PostgreSQL: the default interpreter's suite runs them)" % by_design
+        line += (" (%d of them drive jj, repeat a SQLite class on PostgreSQL or are not their class's first:"
+                 " the default interpreter's suite runs them)" % by_design)
     print(line)
     sys.stdout.flush()
     if args.summary_file:

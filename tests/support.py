@@ -137,6 +137,21 @@ STRESS = frozenset([
 ])
 
 
+# What the oldest and newest interpreters' suites (`runner.py --no-jj`) run whole: the modules
+# whose noun meets the interpreter most directly (every product file compiled and imported; the
+# sqlite3 module under the store; the hook's start on an agent's python3; argparse under the
+# command line) and the TOML reader that only interpreters before 3.11 use. Every other class
+# that does not drive jj runs its first test there (unittest's order): the rest run on the
+# default interpreter, where they exercise the same code paths.
+EVERY_INTERPRETER = frozenset([
+    "test_compile",
+    "test_store",
+    "test_hook",
+    "test_cli",
+    "test_install.TomlReadingTest",
+])
+
+
 # A long-lived process standing in for a harness: it runs each requested command as its child
 # (so it is that command's ancestor, as a harness is for its hooks and its agent's shell).
 _HARNESS_DRIVER = r"""

@@ -306,6 +306,12 @@ class RunnerTest(unittest.TestCase):
                 ids.update((test.id(), test.id().rsplit(".", 1)[0]))
         self.assertEqual(sorted(support.STRESS - ids), [], "support.STRESS names tests that do not exist")
 
+    def test_support_every_interpreter_names_real_tests(self):
+        import runner
+        loader = unittest.TestLoader()
+        for name in support.EVERY_INTERPRETER:
+            self.assertTrue(list(runner._tests(loader.loadTestsFromName(name))), name)
+
     def test_no_jj_skips_the_tests_that_drive_jj(self):
         self.write("test_drives.py", """
             import unittest
@@ -316,16 +322,35 @@ class RunnerTest(unittest.TestCase):
                     self.use_jj()
                     print("drove jj")
 
+            class StoreOnly(support.CoordTestCase):
                 def test_store_only(self):
                     pass
         """)
         tests_dir = os.path.dirname(RUNNER)
         rc, last, out = self.run_runner("--no-jj", PYTHONPATH=tests_dir)
-        self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 1 skipped (1 of them drive jj or repeat a SQLite class on "
-                                         "PostgreSQL: the default interpreter's suite runs them)"), out)
+        self.assertEqual((rc, last), (0, "unit: 1 passed, 0 failed, 1 skipped (1 of them drive jj, repeat a SQLite class on "
+                                         "PostgreSQL or are not their class's first: the default interpreter's suite "
+                                         "runs them)"), out)
         with open(os.path.join(self.dir, "cache", "runs", "durations.json")) as f:
-            self.assertEqual(sorted(json.load(f)), ["test_drives.Drives.test_store_only"],
+            self.assertEqual(sorted(json.load(f)), ["test_drives.StoreOnly.test_store_only"],
                              "a skipped test's time is not recorded")
+
+    def test_no_jj_runs_the_first_test_of_each_class_and_whole_what_meets_the_interpreter(self):
+        """A whole --no-jj run (the oldest and newest interpreters' suites): the first test of a
+        class in unittest's order, every test of a module named in support.EVERY_INTERPRETER;
+        named tests run whole."""
+        three = ("import unittest\nclass Three(unittest.TestCase):\n" + "".join(
+            "    def test_%s(self):\n        print('ran %s')\n" % (c, c) for c in "abc"))
+        self.write("test_sampled.py", three)
+        self.write("test_store.py", three.replace("ran ", "whole "))
+        tests_dir = os.path.dirname(RUNNER)
+        rc, last, out = self.run_runner("--no-jj", "-v", PYTHONPATH=tests_dir)
+        self.assertEqual(rc, 0, out)
+        self.assertTrue(last.startswith("unit: 4 passed, 0 failed, 2 skipped (2 of them"), out)
+        self.assertIn("test_b (test_sampled.Three", out)
+        self.assertRegex(out, r"test_b \(test_sampled\.Three[^\n]*skipped .one per class")
+        rc, last, out = self.run_runner("--no-jj", "test_sampled", PYTHONPATH=tests_dir)
+        self.assertEqual((rc, last), (0, "unit: 3 passed, 0 failed, 0 skipped"), out)
 
     def test_shards_split_the_tests_between_them(self):
         self.write("test_many.py", "import unittest\nclass Many(unittest.TestCase):\n" + "".join(
