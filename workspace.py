@@ -1027,7 +1027,7 @@ def create_work(st, *, caller, root, task, environ, scratch_root=None, from_rev=
         with st.transaction():
             w = st.update_work(w["id"], data={"setup": {"status": "skipped", "at": now_time()}})
         return w
-    w, result = run_setup(st, caller=caller, work=w, environ=environ)
+    w, result = run_setup(st, caller=caller, work=w, environ=environ, paged=True)
     if result["status"] not in SETUP_OK:
         raise setup_refusal(w, result, created=True)
     return w
@@ -1664,18 +1664,20 @@ def _run_hook_script(w, environ, timeout):
     return status, (None if status == "timeout" else code), tail
 
 
-def run_setup(st, *, caller, work, environ):
+def run_setup(st, *, caller, work, environ, paged=False):
     """Set the clone up: copy the included ignored files, then run its committed .coord/setup with
     COORD_WORK_ID, COORD_WORK_PATH, COORD_WORK_HANDLE and COORD_PORT_BASE, bounded by
     COORD_SETUP_TIMEOUT. The result (status ok/failed/timeout/none, exit, output tail, duration,
-    files copied) goes into the record and the audit; the clone is never deleted here.
+    files copied) goes into the record and the audit; the clone is never deleted here. `paged`:
+    the clone's pager settings were just written (create), so they are not written again.
     -> (work record, setup result)."""
     environ = os.environ if environ is None else environ
     timeout = store.env_number(environ, "COORD_SETUP_TIMEOUT", SETUP_TIMEOUT, SETUP_TIMEOUT_RANGE)
     w = st.resolve_work(work) if isinstance(work, str) else work
     refuse_state(w, UNUSABLE)
     verified_path(w)
-    never_page(w["path"], environ)
+    if not paged:
+        never_page(w["path"], environ)
     if not os.path.isfile(os.path.join(w["source"] or "", INCLUDE_FILE)) and \
             not os.path.lexists(os.path.join(w["path"], SETUP_HOOK)):
         result = {"status": "none", "at": now_time()}  # nothing to do: no audit row, one write
