@@ -61,6 +61,7 @@ class CoordScenarios(h.PluginScenarios, h.CoordCase):
         # which is nowhere else yet: the clone stays until the work lands (docs/harness-kilo.md).
         handle = work["handle"]
         self.rcoord("work", "gate", handle, "--waive", "--reason", "e2e")
+        self.wait_left(clone)
         reply = self.rcoord("work", "remove", handle, "--confirm", handle, check=3)
         reasons = {r["code"]: r for r in reply["reasons"]}
         self.assertEqual(sorted(set(reasons) - {"git-only-refs"}), ["dirty"], reply)

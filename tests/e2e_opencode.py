@@ -92,6 +92,7 @@ class CoordScenarios(h.PluginScenarios, h.CoordCase):
         self.assertEqual(root, subprocess.run(["git", "-C", clone, "rev-list", "--max-parents=0", "HEAD"],
                                               stdout=subprocess.PIPE, universal_newlines=True).stdout.strip())
         self.rcoord("work", "gate", work["handle"], "--waive", "--reason", "e2e")
+        self.wait_left(clone)
         reply = self.rcoord("work", "remove", work["handle"], "--confirm", work["handle"], check=3)
         self.assertEqual([r["code"] for r in reply["reasons"]], ["dirty"], reply)
 

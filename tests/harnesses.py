@@ -1186,14 +1186,19 @@ class CoordCase(HarnessCase):
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
         self.coord_at_terminal("work", "integrate", "land", handle, "--into", "main", "--check", "true",
                                cwd=self.repo, check=0)
-        # Auggie 0.36.0's `--print` exits before its worker processes do (on a loaded machine they
-        # stayed in the clone a few seconds); `work remove` rightly refuses while they are there
+        self.wait_left(clone)
+        self.coord_at_terminal("work", "remove", handle, "--confirm", handle, cwd=self.repo, check=0)
+        self.assertFalse(os.path.exists(clone))
+
+    def wait_left(self, clone):
+        """Wait (up to 60 s) until no process has its working directory in `clone`: a harness's
+        headless run can end before its child processes do (Auggie 0.36.0's `--print` exits before
+        its workers; on a loaded machine they stayed a few seconds), and `work remove` rightly
+        refuses a clone in use. The removal that follows says which processes stayed, if any."""
         try:
             support.retry_until(lambda: not processes_inside(clone), timeout=60, interval=0.2)
         except AssertionError:
-            pass  # the removal below says which processes stayed
-        self.coord_at_terminal("work", "remove", handle, "--confirm", handle, cwd=self.repo, check=0)
-        self.assertFalse(os.path.exists(clone))
+            pass
 
     def coord_state(self):
         """`coord list --all --json`: {"runtimes": [...], "leases": [...]}."""
