@@ -141,21 +141,42 @@ def is_stress(test, listed=()):
     return _marked(test, "coord_stress") or test.id() in listed or test.id().rsplit(".", 1)[0] in listed
 
 
-def one_per_class(tests, whole=()):
-    """Mark every test after the first of its class to be skipped as left out by design, except
-    in the modules and classes named in `whole` (support.EVERY_INTERPRETER): the oldest and
-    newest interpreters' share of the suite. -> how many were marked."""
-    seen = set()
-    marked = 0
-    for test in tests:
-        cls = test.id().rsplit(".", 1)[0]
-        if cls.split(".")[0] in whole or cls in whole or cls not in seen:
-            seen.add(cls)
-            continue
-        skipped = unittest.skip(ONE_PER_CLASS)(lambda: None)
-        setattr(test, test.id().rsplit(".", 1)[1], skipped)  # the instance's method only
-        marked += 1
-    return marked
+class OnePerClass(unittest.TestSuite):
+    """The oldest and newest interpreters' share of the suite: of each class outside `whole` (the
+    modules and classes of support.EVERY_INTERPRETER, which run whole), the first test that is
+    not skipped runs (one that drives jj is, so the next one is tried), and the
+    rest are skipped as left out by design before their setUp. Tests are marked as the run
+    reaches them: a class's tests run one after another."""
+
+    def __init__(self, tests, whole=()):
+        super().__init__(tests)
+        self.whole, self.ran = whole, set()
+
+    def __iter__(self):
+        import functools
+        for test in super().__iter__():
+            cls = test.id().rsplit(".", 1)[0]
+            name = test.id().rsplit(".", 1)[1]
+            if cls.split(".")[0] in self.whole or cls in self.whole or not hasattr(test, name):
+                yield test
+                continue
+            method = getattr(test, name)
+            if cls in self.ran:
+                replacement = unittest.skip(ONE_PER_CLASS)(lambda: None)
+            else:
+                def replacement(*args, _method=method, _cls=cls, **kwargs):
+                    try:
+                        outcome = _method(*args, **kwargs)
+                    except unittest.SkipTest:
+                        raise  # skipped in its body (one that drives jj): the next one is tried
+                    except BaseException:
+                        self.ran.add(_cls)
+                        raise
+                    self.ran.add(_cls)  # this class's test on this interpreter
+                    return outcome
+                replacement = functools.wraps(method)(replacement)
+            setattr(test, name, replacement)  # this instance only
+            yield test
 
 
 def _listed_stress():
@@ -363,7 +384,7 @@ def count(result):
 
 # The skip reasons of what --no-jj leaves out by design: support.CoordTestCase.use_jj's, those of
 # the SQLite classes repeated on PostgreSQL (test_store.PostgresEngine, support.PostgresProject's
-# mirrors), which run once, on the default interpreter, and one_per_class's
+# mirrors), which run once, on the default interpreter, and OnePerClass's
 ONE_PER_CLASS = "one per class: the default interpreter's suite runs the rest"
 LEFT_OUT = ("drives jj:", "runs once:", "one per class:")
 
@@ -591,9 +612,6 @@ def main(argv=None):
               % (len(tests) - len(kept), limit,
                  "; %d never measured (run them once without --quick)" % unmeasured if unmeasured else ""))
         tests = kept
-    if args.no_jj and not names and not args.keywords:
-        import support
-        one_per_class(tests, support.EVERY_INTERPRETER)
     if args.shard:
         tests = tests[args.shard[0] - 1::args.shard[1]]
     if args.queue:
@@ -604,6 +622,9 @@ def main(argv=None):
             theirs = Queue(other)
             sources.append((theirs, theirs.published(), {}))
         suite = ClaimedSuite(sources)
+    elif args.no_jj and not names and not args.keywords:
+        import support
+        suite = OnePerClass(tests, support.EVERY_INTERPRETER)
     else:
         suite = unittest.TestSuite(tests)
     sys.stdout.flush()

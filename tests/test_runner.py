@@ -341,16 +341,27 @@ class RunnerTest(unittest.TestCase):
         named tests run whole."""
         three = ("import unittest\nclass Three(unittest.TestCase):\n" + "".join(
             "    def test_%s(self):\n        print('ran %s')\n" % (c, c) for c in "abc"))
-        self.write("test_sampled.py", three)
+        self.write("test_sampled.py", three + textwrap.dedent("""
+            import support
+            class JjFirst(support.CoordTestCase):
+                def test_a(self):
+                    self.use_jj()
+                def test_b(self):
+                    print("ran jj-free")
+                def test_c(self):
+                    pass
+        """))
         self.write("test_store.py", three.replace("ran ", "whole "))
         tests_dir = os.path.dirname(RUNNER)
         rc, last, out = self.run_runner("--no-jj", "-v", PYTHONPATH=tests_dir)
         self.assertEqual(rc, 0, out)
-        self.assertTrue(last.startswith("unit: 4 passed, 0 failed, 2 skipped (2 of them"), out)
-        self.assertIn("test_b (test_sampled.Three", out)
+        self.assertTrue(last.startswith("unit: 5 passed, 0 failed, 4 skipped (4 of them"), out)
         self.assertRegex(out, r"test_b \(test_sampled\.Three[^\n]*skipped .one per class")
+        # a class whose first test drives jj runs its next one here
+        self.assertRegex(out, r"test_b \(test_sampled\.JjFirst[^\n]*ok")
+        self.assertRegex(out, r"test_c \(test_sampled\.JjFirst[^\n]*skipped .one per class")
         rc, last, out = self.run_runner("--no-jj", "test_sampled", PYTHONPATH=tests_dir)
-        self.assertEqual((rc, last), (0, "unit: 3 passed, 0 failed, 0 skipped"), out)
+        self.assertEqual((rc, last[:40]), (0, "unit: 5 passed, 0 failed, 1 skipped (1 o"), out)
 
     def test_shards_split_the_tests_between_them(self):
         self.write("test_many.py", "import unittest\nclass Many(unittest.TestCase):\n" + "".join(
