@@ -493,8 +493,8 @@ def _stop_point(environ, point):
 def land_check_command(source, environ=None):
     """The repository's configured check command (git config coord.landCheck in the canonical
     repository's own config, which no clone can commit), or None."""
-    code, out, _ = git(git_dir_args(source) + ["config", "--local", "--get", LAND_CHECK_CONFIG], source, environ,
-                       check=False)
+    code, out, _ = workspace.held(("land-check", source), lambda: git(
+        git_dir_args(source) + ["config", "--local", "--get", LAND_CHECK_CONFIG], source, environ, check=False))
     return out.strip() or None if code == 0 else None
 
 
@@ -787,7 +787,8 @@ def check_created(w, paths):
 
 def _worktrees_on(source, ref, environ):
     """Working trees of the canonical git repository that have `ref` checked out."""
-    _, out, _ = git(git_dir_args(source) + ["worktree", "list", "--porcelain"], source, environ)
+    _, out, _ = workspace.held(("worktrees", source), lambda: git(
+        git_dir_args(source) + ["worktree", "list", "--porcelain"], source, environ))
     found, cur = [], None
     for line in out.splitlines():
         if line.startswith("worktree "):
@@ -1900,16 +1901,17 @@ def _land_batch(st, caller, works, into, environ, push, check, results):
     with workspace.repo_lock(source, _lock_dir(st, works[0]), "land-" + into):
         old = _rev(source, "refs/heads/" + into, environ)
         try:
-            for w in works:
-                ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, queued=True)
-                ld.queued_at = integration_of(w).get("queued_at")
-                started.append(ld)
-                cand = _batch_start(ld, old, results, first=len(started) == 1)
-                done.add(w["id"])
-                if cand is None and results[-1]["outcome"] == "stopped":
-                    return done | _batch_requeue([l for l in started if l.cand], "the queue stopped at %s"
-                                                 % w["handle"])
-                ld.cand = cand
+            with workspace.held_reads():  # the works start one after another and nothing moves meanwhile
+                for w in works:
+                    ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, queued=True)
+                    ld.queued_at = integration_of(w).get("queued_at")
+                    started.append(ld)
+                    cand = _batch_start(ld, old, results, first=len(started) == 1)
+                    done.add(w["id"])
+                    if cand is None and results[-1]["outcome"] == "stopped":
+                        return done | _batch_requeue([l for l in started if l.cand], "the queue stopped at %s"
+                                                     % w["handle"])
+                    ld.cand = cand
             ready = [ld for ld in started if ld.cand]
             if not ready:
                 return done

@@ -25,6 +25,7 @@ call one operation, render), and the parser registration. The harness launched i
 its tmux window are launch.py's; the harness trust carried for a clone is trust.py's.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -201,6 +202,31 @@ _SAME_FOR_COMMITS = {}
 
 def _full(*oids):
     return all(FULL_COMMIT_RE.match(o or "") for o in oids)
+
+
+# Reads of the shared checkout's own state (its config, its working trees, its branch and tag
+# heads) that a queue's batch asks once per work while it starts its works: nothing moves
+# between those starts, so inside held_reads() each is asked once. Outside, every call reads.
+_HELD = {}
+
+
+@contextlib.contextmanager
+def held_reads():
+    _HELD.clear()
+    _HELD[None] = True
+    try:
+        yield
+    finally:
+        _HELD.clear()
+
+
+def held(key, read):
+    """read() once per key inside held_reads(); every time outside it."""
+    if not _HELD:
+        return read()
+    if key not in _HELD:
+        _HELD[key] = read()
+    return _HELD[key]
 
 
 def name_status(gargs, cwd, old, new, environ, check=True):
@@ -390,9 +416,9 @@ def _safe_targets(w, environ):
     safe = ["root()"]
     if targets:
         gargs = git_dir_args(w["source"])
-        _, heads, _ = git(gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
-                          w["source"], environ)
-        current = set(heads.split())
+        current = held(("heads", w["source"]), lambda: set(git(
+            gargs + ["for-each-ref", "--format=%(objectname) %(*objectname)"] + list(CANONICAL_REFS),
+            w["source"], environ)[1].split()))
         for t in targets:
             if t in current:  # the common case: one call for every unmoved bookmark or tag
                 safe.append(t)
@@ -739,12 +765,14 @@ def agents_land(source, environ=None):
     coord.agentsLand true` in the shared checkout's own config (.git/config, which no clone can
     commit), read with --local exactly as coord.landCheck is, so neither a clone's config nor
     the caller's environment (GIT_CONFIG_*, which tool_env drops and --local ignores) counts."""
-    try:
-        code, out, _ = git(git_dir_args(source) + ["config", "--local", "--type=bool", "--get",
-                                                   AGENTS_LAND_CONFIG], source, environ, check=False)
-    except store.CoordError:
-        return False
-    return code == 0 and out.strip() == "true"
+    def read():
+        try:
+            code, out, _ = git(git_dir_args(source) + ["config", "--local", "--type=bool", "--get",
+                                                       AGENTS_LAND_CONFIG], source, environ, check=False)
+        except store.CoordError:
+            return False
+        return code == 0 and out.strip() == "true"
+    return held(("agents-land", source), read)
 
 
 def _enqueue_hint(w, into):

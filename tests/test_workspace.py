@@ -1377,6 +1377,21 @@ class HelperTest(CoordTestCase):
         self.assertEqual(env["GIT_EXEC_PATH"], "/keep")
         self.assertEqual(env["GIT_TERMINAL_PROMPT"], "0")
 
+    def test_reads_held_for_a_batch_start_are_fresh_outside_it(self):
+        """Inside workspace.held_reads() (a queue's batch starting its works) the shared checkout's
+        config is read once; outside it every call reads it again, so the person's change counts."""
+        repo = os.path.join(self.tmp, "shared")
+        subprocess.run(["git", "init", "-q", repo], check=True)
+        flip = lambda value: subprocess.run(["git", "-C", repo, "config", "coord.agentsLand", value], check=True)
+        self.assertFalse(workspace.agents_land(repo))
+        flip("true")
+        self.assertTrue(workspace.agents_land(repo))
+        with workspace.held_reads():
+            self.assertTrue(workspace.agents_land(repo))
+            flip("false")
+            self.assertTrue(workspace.agents_land(repo), "read once inside")
+        self.assertFalse(workspace.agents_land(repo), "fresh outside")
+
     def test_tool_error_carries_command_exit_and_output(self):
         with self.assertRaises(workspace.ToolError) as cm:
             workspace.run_tool(["sh", "-c", "echo 'Error: broken \xff' >&2; exit 7"])
