@@ -476,7 +476,11 @@ class CoordTestCase(unittest.TestCase):
         """Run coord with --json and exit status 0 expected; return the parsed reply."""
         kw.setdefault("check", 0)
         proc = self.coord(*(list(args) + ["--json"]), **kw)
-        return json.loads(proc.stdout)
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:  # say what came instead (a reply once came back empty with exit 0 in CI)
+            self.fail("coord %s --json exited %d without a JSON reply\nstdout: %r\nstderr: %r" % (
+                " ".join(map(str, args)), proc.returncode, proc.stdout, proc.stderr))
 
     def coord_at_terminal(self, *args, env=None, cwd=None, check=None):
         """Run the real `coord` the way a person types it: in a shell on a terminal of its own
