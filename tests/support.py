@@ -125,6 +125,7 @@ def stress(test):
 # and names any entry that matches no test.
 STRESS = frozenset([
     "test_cli.CliRaceTest",
+    "test_cli.PgCliRaceTest",  # the same race on PostgreSQL
     "test_faults.StormTest",
     "test_land.LandKillTest",
     "test_land.LandRaceTest",

@@ -1190,7 +1190,8 @@ class RuntimeCopyTest(InstallTestCase):
         self.assertEqual((r["path"], r["state"]), (self.copy, "ok"))
         config = {("sandbox_mode",): "workspace-write",
                   ("sandbox_workspace_write", "writable_roots"): [self.home],
-                  ("sandbox_workspace_write", "exclude_slash_tmp"): True}
+                  ("sandbox_workspace_write", "exclude_slash_tmp"): True,
+                  ("sandbox_workspace_write", "exclude_tmpdir_env_var"): True}  # the test may run under $TMPDIR
         self.assertEqual(installer.runtime_exposure(config, self.copy, self.target), ["writable root %s" % self.home])
         config[("sandbox_workspace_write", "writable_roots")] = []
         self.assertEqual(installer.runtime_exposure(config, self.copy, self.target), [])

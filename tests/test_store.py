@@ -1622,7 +1622,7 @@ class DatabaseUrlTest(support.CoordTestCase):
         self.assertEqual(store.project_database(env), {"engine": "postgresql", "url": self.URLS[1], "project": "p1",
                                                        "source": path})
         self.assertEqual(store.project_database(dict(env, COORD_PROJECT_ID="p2"))["engine"], "sqlite")
-        self.assertEqual(os.listdir(self.tmp), ["home", "state"], "nothing was created but the settings")
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["home", "state"], "nothing was created but the settings")
 
     def test_the_cli_exits_4_and_creates_nothing(self):
         proc = self.coord("hello", env={"COORD_DB": "sqlite:///tmp/x.sqlite3"})
