@@ -19,7 +19,7 @@ other interpreters' suites of a default tests/run.
 
 Runners given the same --queue DIR share its tests: each runs the next test none has taken
 (tests/run starts two per suite); --help-queue DIR takes what is left of another suite's queue
-once this runner's own tests are done.
+once this runner's own tests are done (--help-tmpdir DIR: in that suite's TMPDIR).
 
 Test files import their helpers as top-level modules (`import support`,
 `from support import CoordTestCase`): this runner puts tests/ first on sys.path, exactly
@@ -481,14 +481,19 @@ class ClaimedSuite(unittest.TestSuite):
 
     _cleanup = False  # no list of tests to release
 
-    def __init__(self, sources):
+    def __init__(self, sources, help_tmpdir=None):
         super().__init__()
         self.sources = sources  # [(Queue, ids, {id: loaded test})]
         self.claimed = []
         self.helped = 0
+        self.help_tmpdir = help_tmpdir  # TMPDIR of the tests taken from another suite's queue
 
     def __iter__(self):
         for n, (queue, ids, loaded) in enumerate(self.sources):
+            if n == 1 and self.help_tmpdir:
+                import tempfile
+                os.environ["TMPDIR"] = self.help_tmpdir
+                tempfile.tempdir = None  # tempfile reads TMPDIR again
             while True:
                 index = queue.claim()
                 if index >= len(ids):
@@ -544,6 +549,8 @@ def main(argv=None):
     parser.add_argument("--help-queue", metavar="DIR", action="append", default=[],
                         help="when this runner's own tests are done, take what is left in another "
                              "suite's queue (repeatable; same interpreter)")
+    parser.add_argument("--help-tmpdir", metavar="DIR",
+                        help="the TMPDIR of the tests taken from another suite's queue (that suite's own)")
     parser.add_argument("--dir", default=TESTS, help=argparse.SUPPRESS)  # for test_runner.py
     parser.add_argument("--summary-file", metavar="PATH",
                         help="also write the counting line to PATH (tests/run reads it)")
@@ -621,7 +628,7 @@ def main(argv=None):
         for other in args.help_queue:
             theirs = Queue(other)
             sources.append((theirs, theirs.published(), {}))
-        suite = ClaimedSuite(sources)
+        suite = ClaimedSuite(sources, args.help_tmpdir)
     elif args.no_jj and not names and not args.keywords:
         import support
         suite = OnePerClass(tests, support.EVERY_INTERPRETER)

@@ -378,8 +378,9 @@ class RunnerTest(unittest.TestCase):
     def test_runners_sharing_a_queue_run_each_test_once_and_a_helper_takes_what_is_left(self):
         """Two runners at once on one queue (each test sleeps, so both take part), then a runner of
         another suite that finds its own queue empty helps with a third queue."""
-        self.write("test_many.py", "import time, unittest\nclass Many(unittest.TestCase):\n" + "".join(
-            "    def test_%d(self):\n        print('ran %d')\n        time.sleep(0.2)\n        self.fail()\n" % (i, i)
+        self.write("test_many.py", "import tempfile, time, unittest\nclass Many(unittest.TestCase):\n" + "".join(
+            "    def test_%d(self):\n        print('ran %d')\n        print('tmp ' + tempfile.gettempdir())\n"
+            "        time.sleep(0.2)\n        self.fail()\n" % (i, i)
             for i in range(8)))
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", COORD_TEST_CACHE=os.path.join(self.dir, "cache"))
         queue = os.path.join(self.dir, "q")
@@ -401,9 +402,12 @@ class RunnerTest(unittest.TestCase):
             json.dump(["test_many.Many.test_%d" % i for i in range(8)], f)
         with open(os.path.join(left, "next"), "w") as f:
             f.write("3\n")
+        theirs = os.path.join(self.dir, "their-tmp")  # the helped suite's TMPDIR, not this runner's
+        os.makedirs(theirs)
         rc, last, out = self.run_runner("--queue", os.path.join(self.dir, "own"), "--pattern", "nothing_*.py",
-                                        "--help-queue", left)
+                                        "--help-queue", left, "--help-tmpdir", theirs)
         self.assertEqual(set(re.findall(r"^ran (\d)$", out, re.M)), set("34567"), out)
+        self.assertEqual(set(re.findall(r"^tmp (.*)$", out, re.M)), {theirs}, out)
         self.assertEqual((rc, last), (1, "nothing: 0 passed, 5 failed, 0 skipped"), out)
         self.assertIn("helped: 5 of these tests came from another suite's queue", out)
 
