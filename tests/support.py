@@ -586,13 +586,39 @@ class Terminal:
         os.close(self.fd)
 
 
+class PtyDrain:
+    """Reads and discards what arrives at a terminal's master end `fd` in a thread of its own.
+    stop() ends that thread; call it before closing `fd`. A thread still reading a closed number
+    reads whatever reuses it: once it was the stdout pipe of the test's next `coord --json`, which
+    then came back empty with exit 0."""
+
+    def __init__(self, fd):
+        import threading
+        self.fd, self._stopping = fd, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        import select
+        while not self._stopping.is_set():
+            try:
+                ready, _, _ = select.select([self.fd], [], [], 0.1)
+                if ready and not os.read(self.fd, 65536):
+                    return
+            except OSError:
+                return
+
+    def stop(self):
+        self._stopping.set()
+        self._thread.join()
+
+
 class TmuxClient:
     """A person at a tmux client: `tmux attach` on its own pseudo-terminal. type() writes keys the
     way a keyboard does, so tmux counts them as that session's activity (send-keys does not)."""
 
     def __init__(self, testcase, socket, target, env=None):
         import pty
-        import threading
         pid, fd = pty.fork()
         if pid == 0:
             try:
@@ -603,18 +629,8 @@ class TmuxClient:
                 os._exit(127)
         self.pid, self.fd, self.closed, self.socket = pid, fd, False, socket
         testcase.addCleanup(self.close)
-        # Drain what tmux draws, or it blocks once the terminal's buffer is full.
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
+        self._drain = PtyDrain(fd)  # what tmux draws, or it blocks once the terminal's buffer is full
         retry_until(lambda: self.tty() is not None, timeout=20)
-
-    def _drain(self):
-        while True:
-            try:
-                if not os.read(self.fd, 65536):
-                    return
-            except OSError:
-                return
 
     def tty(self):
         """This client's terminal as tmux lists it, None until it is attached."""
@@ -642,10 +658,8 @@ class TmuxClient:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
             pass
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        self._drain.stop()
+        os.close(self.fd)
 
 
 def person_terminal(testcase, cwd, env=None):

@@ -15,7 +15,6 @@ import struct
 import subprocess
 import sys
 import termios
-import threading
 import time
 import unittest
 import uuid
@@ -225,20 +224,13 @@ class TmuxTestCase(CoordTestCase):
                                 stdin=slave, stdout=slave, stderr=slave, env=env,
                                 start_new_session=True)
         os.close(slave)
-
-        def drain():
-            while True:
-                try:
-                    if not os.read(master, 65536):
-                        return
-                except OSError:
-                    return
-        threading.Thread(target=drain, daemon=True).start()
+        drain = support.PtyDrain(master)
 
         def stop():
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=10)
+            drain.stop()
             os.close(master)
         self.addCleanup(stop)
         return retry_until(lambda: next(

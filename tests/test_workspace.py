@@ -2811,6 +2811,20 @@ class RescueTest(WorkTestCase):
                       'if(description == "snapshot working copy", id ++ "\\n")')
         return [l for l in out.splitlines() if l]
 
+    def settle(self, path):
+        """Wait until no `jj util snapshot` the Stop hook detached for `path` still runs."""
+        def running():
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open("/proc/%s/cmdline" % pid, "rb") as f:
+                        argv = f.read().split(b"\0")
+                except OSError:
+                    continue
+                if b"snapshot" in argv and os.fsencode(path) in argv:
+                    return True
+            return False
+        support.retry_until(lambda: not running(), timeout=60)
+
     def stop(self, path, wait=True, race=False):
         """Run coord's real hook at a turn's end in the clone; with `wait`, until its detached
         snapshot is in the operation log (without, 3 s for one that must not come; with `race`,
@@ -2949,6 +2963,8 @@ class RescueTest(WorkTestCase):
         commits leave no divergent change and every file in the history."""
         handle, path, _ = self.create("racing")
         for i in range(6):
+            # the last turn's snapshot, when late, would record this turn's file before its own Stop
+            self.settle(path)
             self.write(path, "f%d.txt" % i, "%d\n" % i)
             self.stop(path, race=bool(i % 2))
             self.jj(path, "describe", "-m", "step %d" % i)
