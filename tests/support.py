@@ -586,6 +586,16 @@ class Terminal:
         os.close(self.fd)
 
 
+def process_argvs():
+    """(pid, argv as bytes) of every process this user can read in /proc, as it is now."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                yield int(pid), f.read().split(b"\0")
+        except OSError:
+            continue
+
+
 class PtyDrain:
     """Reads and discards what arrives at a terminal's master end `fd` in a thread of its own.
     stop() ends that thread; call it before closing `fd`. A thread still reading a closed number

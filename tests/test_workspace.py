@@ -2813,17 +2813,9 @@ class RescueTest(WorkTestCase):
 
     def settle(self, path):
         """Wait until no `jj util snapshot` the Stop hook detached for `path` still runs."""
-        def running():
-            for pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    with open("/proc/%s/cmdline" % pid, "rb") as f:
-                        argv = f.read().split(b"\0")
-                except OSError:
-                    continue
-                if b"snapshot" in argv and os.fsencode(path) in argv:
-                    return True
-            return False
-        support.retry_until(lambda: not running(), timeout=60)
+        mine = os.fsencode(path)
+        support.retry_until(lambda: not any(b"snapshot" in argv and mine in argv
+                                            for _, argv in support.process_argvs()), timeout=60)
 
     def stop(self, path, wait=True, race=False):
         """Run coord's real hook at a turn's end in the clone; with `wait`, until its detached
@@ -3784,15 +3776,10 @@ class HeadlessOrphanTest(TmuxWorkCase):
     def end_strays(self):
         """A stand-in that ignores SIGHUP outlives the test's tmux server (a resumed one too):
         end every stand-in process of this test's directory."""
-        for pid in os.listdir("/proc"):
-            try:
-                with open("/proc/%s/cmdline" % pid, "rb") as f:
-                    argv = f.read().split(b"\0")
-            except (OSError, ValueError):
-                continue
+        for pid, argv in support.process_argvs():
             if any(a.endswith(b"fake_harness.py") for a in argv) and any(self.tmp.encode() in a for a in argv):
                 try:
-                    os.kill(int(pid), 9)
+                    os.kill(pid, 9)
                 except OSError:
                     pass
 
