@@ -63,7 +63,8 @@ OPT_CONVERSATION = "@coord-conversation"
 OPT_RUNTIME = "@coord-runtime"
 
 _PANE_FIELDS = ("pid", "session_id", "window_id", "pane_id", "pane_pid", "pane_dead",
-                "session_activity", "session_last_attached", "pane_in_mode", "pane_current_command", "pane_start_command")
+                "session_activity", "session_last_attached", "pane_tty", "pane_in_mode", "pane_current_command",
+                "pane_start_command")
 _PANE_FORMAT = SEP.join("#{%s}" % f for f in _PANE_FIELDS)
 
 
@@ -644,7 +645,7 @@ def _inspect(record, tmux):
     return {
         "socket": tmux.socket, "server_pid": server_pid, "window_id": wid, "pane_id": pid_,
         "dead": pane["pane_dead"], "current_command": pane["pane_current_command"],
-        "in_mode": pane["pane_in_mode"],
+        "in_mode": pane["pane_in_mode"], "tty": pane["pane_tty"],
         # Last key a client typed into any session showing this window (whole seconds; tmux's own
         # send-keys does not count): None when a session does not say.
         "typed_at": None if any(p["session_activity"] is None for p in in_window)
@@ -852,17 +853,35 @@ NUDGE = "coord: new messages for you; read: .coord/coord inbox, then ack each"
 NUDGE_ENTER_AFTER = 0.4
 
 
-def nudge(record, since, claim=None, tmux=None):
-    """Type NUDGE and Enter into the record's pane, so an agent idle at its prompt runs a turn
-    (and with it the hooks that show its messages). The caller has already seen the harness's own
-    "turn ended" boundary (store turns); this adds what only tmux knows, and types nothing unless
-    all of it holds: the record validates (window label, pane pid and start command), the harness
-    still runs (not dead, not a shell), the pane is not in a tmux mode, and no client typed into a
-    session showing it (none ever attached to one), or in or after the second of `since` (when the
-    agent's last turn began, or its window opened: text typed since may still sit in its
-    prompt, and Enter would submit it). `claim()`, when given, runs
-    last and must return True (one nudge per idle prompt). -> the pane ID; Refused says why not."""
-    tmux = tmux or Tmux(record["socket"])
+# A harness's TUI takes its terminal out of canonical mode (reads key by key) once it accepts
+# typed text. Before that the terminal echoes keys and the TUI drops them when it starts; a
+# resumed harness's SessionStart can run first (measured after it: Kilo Code 7.7.7 1.06 s, OpenCode
+# 1.18.33 0.15 s, Auggie 0.36.0 0.11 s), so a nudge waits for the terminal this long.
+NUDGE_READY_WAIT = 10.0
+# seconds a typed line may take to show on the pane's screen before it counts as dropped
+NUDGE_SHOWN_WAIT = 2.0
+_WAITS = "the message waits for the agent's next turn"
+
+
+def reads_keys(tty):
+    """True when the terminal `tty` (a pane's /dev/pts/N) is out of canonical mode, as a harness's
+    TUI sets it to read keys; False when it is line-buffered; None when its mode cannot be read."""
+    import termios
+    try:
+        fd = os.open(tty, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return not termios.tcgetattr(fd)[3] & termios.ICANON
+    except (OSError, termios.error):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _typable(record, since, tmux):
+    """The pane's live state (_inspect) when keys typed there now would reach the harness at an
+    empty prompt, as far as tmux can tell (see nudge); else Refused."""
     live = _inspect(record, tmux)
     pane = record["pane_id"]
     if live["dead"]:
@@ -873,9 +892,8 @@ def nudge(record, since, claim=None, tmux=None):
         # The harness is gone and its wrapper left a shell at the prompt: typed text would run.
         raise Refused("pane %s shows a %s prompt, not the agent; a nudge there would run as a command"
                       % (pane, shown), "coord work resume <work>")
-    wait = "the message waits for the agent's next turn"
     if live["in_mode"]:
-        raise Refused("pane %s is in a tmux mode (copy or view): keys would go to tmux, not the agent" % pane, wait)
+        raise Refused("pane %s is in a tmux mode (copy or view): keys would go to tmux, not the agent" % pane, _WAITS)
     typed = live["typed_at"]
     # A session's creation counts as activity too, so a turn that began in the second the window
     # opened would look typed into: a session no client ever attached to had no keys at all.
@@ -884,13 +902,69 @@ def nudge(record, since, claim=None, tmux=None):
         raise Refused("someone typed into tmux session%s %s since the agent's turn began%s: a half-typed "
                       "prompt there would be submitted with the nudge"
                       % ("s" if len(live["sessions"]) > 1 else "", ", ".join(live["sessions"]),
-                         " (at %s)" % time.strftime("%H:%M:%S", time.localtime(typed)) if typed else ""), wait)
+                         " (at %s)" % time.strftime("%H:%M:%S", time.localtime(typed)) if typed else ""), _WAITS)
+    return live
+
+
+def nudge(record, since, claim=None, tmux=None):
+    """Type NUDGE and Enter into the record's pane, so an agent idle at its prompt runs a turn
+    (and with it the hooks that show its messages). The caller has already seen the harness's own
+    "turn ended" boundary (store turns); this adds what only tmux knows, and types nothing unless
+    all of it holds: the record validates (window label, pane pid and start command), the harness
+    still runs (not dead, not a shell) and reads its terminal key by key (waited for up to
+    NUDGE_READY_WAIT), the pane is not in a tmux mode, and no client typed into a session showing
+    it (none ever attached to one), or in or after the second of `since` (when the agent's last
+    turn began, or its window opened: text typed since may still sit in its prompt, and Enter
+    would submit it). `claim()`, when given, runs last and must return True (one nudge per idle
+    prompt). -> the pane ID; Refused says why not."""
+    tmux = tmux or Tmux(record["socket"])
+    deadline = time.monotonic() + NUDGE_READY_WAIT
+    while True:
+        live = _typable(record, since, tmux)
+        ready = reads_keys(live["tty"])
+        if ready or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    pane = record["pane_id"]
+    if not ready:
+        raise Refused("the agent in pane %s does not read its terminal key by key%s: it is still starting, or "
+                      "a program it runs holds the terminal, and typed keys would be dropped"
+                      % (pane, "" if ready is False else " (its mode cannot be read)"), _WAITS)
     if claim is not None and not claim():
-        raise Refused("another nudge was typed into pane %s since the agent's turn ended" % pane, wait)
-    tmux.run("send-keys", "-t", pane, "-l", NUDGE)
+        raise Refused("another nudge was typed into pane %s since the agent's turn ended" % pane, _WAITS)
+    typed = _type_until_shown(tmux, pane, deadline)
+    if typed is None:
+        raise Refused("the line typed into pane %s never showed there, so Enter was not pressed: the agent "
+                      "is still drawing its screen" % pane, _WAITS)
     # Enter in the same write as the text reads as part of a paste to the harness's prompt, which
     # then keeps the line unsent (measured: Claude Code 2.1.197, Codex 0.171.0): send it on its
     # own, a moment later.
-    time.sleep(NUDGE_ENTER_AFTER)
+    time.sleep(max(0.0, typed + NUDGE_ENTER_AFTER - time.monotonic()))
     tmux.run("send-keys", "-t", pane, "Enter")
     return pane
+
+
+def _type_until_shown(tmux, pane, deadline):
+    """Type NUDGE into the pane, again when its screen does not show it within NUDGE_SHOWN_WAIT
+    (a TUI that took its terminal may still drop keys while it draws: OpenCode 1.18.33 and Kilo
+    Code 7.7.7 resuming a session), until `deadline` (monotonic). -> when the shown line was
+    typed (monotonic), or None when it never showed. (An earlier line that scrolls away as this
+    one shows makes it type once more: the prompt then holds the line twice.)"""
+    def shown():  # the prompt may wrap the line and frame it: count in letters and digits only
+        return _letters(tmux.run("capture-pane", "-p", "-J", "-t", pane)).count(_letters(NUDGE))
+    before = shown()  # an earlier nudge may still be on the screen
+    while True:
+        tmux.run("send-keys", "-t", pane, "-l", NUDGE)
+        typed = time.monotonic()
+        while True:
+            if shown() > before:
+                return typed
+            if time.monotonic() >= min(deadline, typed + NUDGE_SHOWN_WAIT):
+                break
+            time.sleep(0.1)
+        if time.monotonic() >= deadline:
+            return None
+
+
+def _letters(text):
+    return "".join(c for c in text if c.isalnum())

@@ -106,15 +106,15 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return h.auggie_env(self.home, self.server, self.launch_managed({"COORD_AUGGIE_CMD": self.cli}))
 
     def test_a_resumed_auggie_is_nudged_and_told_its_leases(self):
-        work, rec = self.resume_interrupted(lease="src/kept.py")
-
         def as_a_model_would(request):  # the nudge's line says to read the inbox; its model does
             if session.NUDGE in request.text() and not request.tool_results():
                 return tool("launch-process", command="./.coord/coord inbox", wait=True, max_wait_seconds=60, cwd=".")
             return say("ok")
-        with self.server._lock:
-            self.server.script, self.server._next[None] = [as_a_model_would] * 50, 0
-        self.nudge_resumed(work, rec)
+
+        def script():
+            with self.server._lock:
+                self.server.script, self.server._next[None] = [as_a_model_would] * 50, 0
+        self.resume_and_nudge("src/kept.py", before=script)
         self.told_kept("src/kept.py", self.requests_at_resume)
 
 

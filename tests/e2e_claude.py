@@ -822,8 +822,7 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return self.launch_env
 
     def test_resumed_claude_registers_without_a_prompt(self):
-        work, rec = self.resume_interrupted(timeout=60, lease="src/kept.py")
-        self.nudge_resumed(work, rec)  # idle at its prompt, not "in a turn" that never ends
+        self.resume_and_nudge("src/kept.py", timeout=60)  # idle at its prompt, not "in a turn" that never ends
         self.told_kept("src/kept.py", self.requests_at_resume)
 
 

@@ -831,9 +831,8 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return env
 
     def test_resume_interrupted_brings_codex_to_its_first_boundary(self):
-        work, rec = self.resume_interrupted(lease="src/kept.py")
+        self.resume_and_nudge("src/kept.py")
         self.told_kept("src/kept.py", self.requests_at_resume)
-        self.nudge_resumed(work, rec)
 
 
 # --------------------------------------------------------------------------- Codex's sandbox and the host socket (issue 25, pgcodex)

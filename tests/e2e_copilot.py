@@ -246,8 +246,7 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return h.copilot_env(self.home, self.server, self.launch_managed({"COORD_COPILOT_CMD": self.cli}))
 
     def test_resume_interrupted_brings_copilot_to_its_first_boundary(self):
-        work, rec = self.resume_interrupted(lease="src/kept.py")
-        self.nudge_resumed(work, rec)
+        self.resume_and_nudge("src/kept.py")
         self.told_kept("src/kept.py", self.requests_at_resume)
 
 

@@ -123,11 +123,10 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return h.droid_env(self.home, self.server, self.launch_managed({"COORD_DROID_CMD": self.cli}))
 
     def test_a_resumed_droid_is_nudged_and_told_its_leases(self):
-        work, rec = self.resume_interrupted(lease="src/kept.py")
+        work, rec = self.resume_and_nudge("src/kept.py")
         with open(os.path.join(self.home, ".factory", "settings.json")) as f:
             folders = json.load(f)["trustedFolders"]
         self.assertIn(os.path.realpath(work["path"]), [os.path.realpath(p) for p in folders])
-        self.nudge_resumed(work, rec)
         self.told_kept("src/kept.py", self.requests_at_resume)
 
 

@@ -85,9 +85,7 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return env
 
     def test_a_resumed_kilo_is_nudged_and_told_its_leases(self):
-        work, rec = self.resume_interrupted(lease="src/kept.py")
-        h.retry_until(lambda: "EARLIER-TURN" in self.pane_text(rec), timeout=60, interval=0.25)
-        self.nudge_resumed(work, rec)
+        self.resume_and_nudge("src/kept.py")
         self.told_kept("src/kept.py", self.requests_at_resume)
 
 

@@ -113,10 +113,7 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return env
 
     def test_a_resumed_opencode_is_nudged_and_told_its_leases(self):
-        work, rec = self.resume_interrupted(lease="src/kept.py")
-        # Its plugin's start ran at load: keys typed before the TUI draws the session are lost.
-        h.retry_until(lambda: "EARLIER-TURN" in self.pane_text(rec), timeout=60, interval=0.25)
-        self.nudge_resumed(work, rec)
+        self.resume_and_nudge("src/kept.py")
         self.told_kept("src/kept.py", self.requests_at_resume)
 
     def test_resume_interrupted_brings_opencode_to_its_first_boundary(self):

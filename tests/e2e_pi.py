@@ -71,8 +71,7 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return h.pi_env(self.home, self.server, self.launch_managed({"COORD_PI_CMD": self.cli}))
 
     def test_a_resumed_pi_is_nudged_and_told_its_leases(self):
-        work, rec = self.resume_interrupted(lease="src/kept.py")
-        self.nudge_resumed(work, rec)
+        self.resume_and_nudge("src/kept.py")
         self.told_kept("src/kept.py", self.requests_at_resume)
 
 

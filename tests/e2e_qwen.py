@@ -275,8 +275,7 @@ class ResumedFirstBoundary(h.ResumedFirstBoundary, h.CoordCase):
         return h.qwen_env(self.home, self.server, self.launch_managed({"COORD_QWEN_CMD": self.cli}))
 
     def test_resume_interrupted_brings_qwen_to_its_first_boundary(self):
-        work, rec = self.resume_interrupted(lease="src/kept.py")
-        self.nudge_resumed(work, rec)
+        self.resume_and_nudge("src/kept.py")
         self.told_kept("src/kept.py", self.requests_at_resume)
 
 

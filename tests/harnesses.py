@@ -1265,9 +1265,10 @@ class ResumedFirstBoundary(object):
 
     KEPT = "Your leases, kept for your work while it was away: "
 
-    def resume_interrupted(self, timeout=90, lease=None):
+    def resume_interrupted(self, timeout=90, lease=None, at_idle=None):
         """... with `lease`: the agent holds it (claimed as its runtime) when its window is killed;
-        the work keeps it (check says held, whether the harness ran SessionEnd or just died)."""
+        the work keeps it (check says held, whether the harness ran SessionEnd or just died).
+        at_idle(work) runs the moment the resumed agent's turn is first recorded idle."""
         import launch
         from modelserver import say
         first_prompt = self.harness in launch.NO_HOOK_UNTIL_PROMPT
@@ -1317,6 +1318,9 @@ class ResumedFirstBoundary(object):
         self.assertEqual("this session was resumed" in reply["resumed"][0]["tmux"]["pane_command"], first_prompt,
                          reply["resumed"][0]["tmux"]["pane_command"])
         # Nothing typed: the resumed agent reaches its first boundary by itself.
+        if at_idle:
+            retry_until(lambda: self.idle_again(first), timeout=timeout, interval=0.02)
+            at_idle(work)
         rec = self.registered(work["handle"], timeout, other_than=first)
         self.assertEqual(rec["conversation"], first["conversation"], "the same conversation was resumed")
         if first_prompt:
@@ -1355,6 +1359,16 @@ class ResumedFirstBoundary(object):
                                      json.dumps(seen["data"].get("history"))[-1500:]))
         return work, rec
 
+    def idle_again(self, first):
+        """True once a runtime other than `first`'s has the same conversation and an idle turn."""
+        import store
+        st = store.Store(self.env["COORD_DB"])
+        try:
+            rt = st.find_conversation_runtime(first["conversation"])
+            return bool(rt and rt["id"] != first["runtime_id"] and (st.turn(rt["id"]) or {}).get("state") == "idle")
+        finally:
+            st.close()
+
     def told_kept(self, lease, since, timeout=90):
         """A model request after `since` told the resumed agent it holds `lease` again."""
         try:
@@ -1364,15 +1378,21 @@ class ResumedFirstBoundary(object):
             raise AssertionError("the resumed %s was never told it holds %s again:\n%s" % (
                 self.harness, lease, "\n---\n".join(r.text()[-600:] for r in list(self.server.requests)[since:])))
 
-    def nudge_resumed(self, work, rec, timeout=90):
-        """After resume_interrupted: the resumed agent waits at its prompt (its SessionStart says
-        idle; a harness given the resume prompt once that turn ended), and `send --nudge` from the
-        owner types coord's line there: the next model request carries the message's body."""
+    def resume_and_nudge(self, lease, before=None, timeout=90):
+        """resume_interrupted(lease=lease), and `send --nudge` from the owner the moment the resumed
+        agent is recorded idle (its SessionStart; a harness given the resume prompt once that turn
+        ended), as a person watching it would; before(), when given, runs first. The harness may
+        not read keys yet (Kilo Code 7.7.7 took its terminal 1.06 s after): coord waits for it and
+        types its line there, and the next model request carries the message's body."""
         import session
-        retry_until(lambda: self.turn(rec) == "idle", timeout=timeout, interval=0.25)
         marker = "RESUMED-NUDGE-%d" % os.getpid()
-        reply = self.rcoord("send", "look at " + marker, "--to", work["handle"], "--nudge", env=self.as_owner)
-        self.assertTrue(reply["nudged"], reply)
+
+        def nudge(work):
+            if before:
+                before()
+            reply = self.rcoord("send", "look at " + marker, "--to", work["handle"], "--nudge", env=self.as_owner)
+            self.assertTrue(reply["nudged"], reply)
+        work, rec = self.resume_interrupted(lease=lease, at_idle=nudge, timeout=timeout)
         try:
             seen = retry_until(lambda: [r for r in list(self.server.requests) if r.api and marker in r.text()],
                                timeout=timeout, interval=0.25)
@@ -1380,6 +1400,7 @@ class ResumedFirstBoundary(object):
             raise AssertionError("the nudged %s never sent the message to its model:\n%s"
                                  % (self.harness, self.pane_text(rec)))
         self.assertIn(session.NUDGE, seen[0].text())
+        return work, rec
 
 class CloseThenRemove(ResumedFirstBoundary):
     """Mixed into a CoordCase per harness (before it), with ResumedFirstBoundary's set-up: README's
