@@ -906,7 +906,7 @@ def _typable(record, since, tmux):
     return live
 
 
-def nudge(record, since, claim=None, tmux=None):
+def nudge(record, since, claim=None, unclaim=None, tmux=None):
     """Type NUDGE and Enter into the record's pane, so an agent idle at its prompt runs a turn
     (and with it the hooks that show its messages). The caller has already seen the harness's own
     "turn ended" boundary (store turns); this adds what only tmux knows, and types nothing unless
@@ -916,7 +916,8 @@ def nudge(record, since, claim=None, tmux=None):
     it (none ever attached to one), or in or after the second of `since` (when the agent's last
     turn began, or its window opened: text typed since may still sit in its prompt, and Enter
     would submit it). `claim()`, when given, runs last and must return True (one nudge per idle
-    prompt). -> the pane ID; Refused says why not."""
+    prompt); `unclaim()` gives the prompt back when the typed line never showed. -> the pane ID;
+    Refused says why not."""
     tmux = tmux or Tmux(record["socket"])
     deadline = time.monotonic() + NUDGE_READY_WAIT
     while True:
@@ -934,6 +935,8 @@ def nudge(record, since, claim=None, tmux=None):
         raise Refused("another nudge was typed into pane %s since the agent's turn ended" % pane, _WAITS)
     typed = _type_until_shown(tmux, pane, deadline)
     if typed is None:
+        if unclaim is not None:
+            unclaim()
         raise Refused("the line typed into pane %s never showed there, so Enter was not pressed: the agent "
                       "is still drawing its screen" % pane, _WAITS)
     # Enter in the same write as the text reads as part of a paste to the harness's prompt, which

@@ -2584,7 +2584,8 @@ def nudge_work(st, rt, work, msg):
     # since its turn began, or (idle since its SessionStart) since its window opened
     since = turn["began"] if turn["began"] is not None else rec.get("launched_at") or turn["at"]
     try:
-        pane = session.nudge(rec, since, claim=lambda: st.claim_nudge(rid, turn["at"]))
+        pane = session.nudge(rec, since, claim=lambda: st.claim_nudge(rid, turn["at"]),
+                             unclaim=lambda: st.set_turn(rid, "idle", only_from="nudged"))
     except store.CoordError as exc:
         return exc.message
     with st.transaction():

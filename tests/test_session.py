@@ -802,6 +802,20 @@ class NudgeTest(TmuxTestCase):
         retry_until(lambda: os.path.exists(keys) and open(keys).read().endswith("\n"))
         self.assertEqual(open(keys).read(), session.NUDGE + "\n")
 
+    def test_a_line_that_never_shows_gets_no_enter_and_gives_the_prompt_back(self):
+        rec = self.launch(env={"FAKE_DROP_FOR": "600"})
+        self.seen(rec)
+        keys = os.path.join(self.rec, "%d.keys" % rec["pane_pid"])
+        retry_until(lambda: session.reads_keys(self.t("display", "-p", "-t", rec["pane_id"], "#{pane_tty}").strip()))
+        self.addCleanup(setattr, session, "NUDGE_READY_WAIT", session.NUDGE_READY_WAIT)
+        session.NUDGE_READY_WAIT = 1.0
+        given_back = []
+        with self.assertRaises(store.Refused) as cm:
+            session.nudge(rec, time.time() + 1, claim=lambda: True, unclaim=lambda: given_back.append(1))
+        self.assertIn("never showed there, so Enter was not pressed", cm.exception.message)
+        self.assertEqual(given_back, [1])
+        self.assertFalse(os.path.exists(keys))
+
     def test_a_terminal_that_stays_line_buffered_is_never_typed_into(self):
         rec = self.launch(env={"FAKE_TTY": "cooked"})
         self.seen(rec)
