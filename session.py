@@ -856,9 +856,12 @@ NUDGE_ENTER_AFTER = 0.4
 # A harness's TUI takes its terminal out of canonical mode (reads key by key) once it accepts
 # typed text. Before that the terminal echoes keys and the TUI drops them when it starts; a
 # resumed harness's SessionStart can run first (measured after it: Kilo Code 7.7.7 1.06 s, OpenCode
-# 1.18.33 0.15 s, Auggie 0.36.0 0.11 s), so a nudge waits for the terminal this long.
-NUDGE_READY_WAIT = 10.0
-# seconds a typed line may take to show on the pane's screen before it counts as dropped
+# 1.18.33 0.15 s, Auggie 0.36.0 0.11 s; Kilo Code and OpenCode then drop keys until they have
+# drawn the session, 17 to 21 s after SessionStart on a loaded 2-core machine), so a nudge waits
+# this long for the terminal and its typed line to show.
+NUDGE_READY_WAIT = 60.0
+# seconds a typed line may take to show on the pane's screen before it counts as dropped (doubled
+# at each retry)
 NUDGE_SHOWN_WAIT = 2.0
 _WAITS = "the message waits for the agent's next turn"
 
@@ -956,17 +959,19 @@ def _type_until_shown(tmux, pane, deadline):
     def shown():  # the prompt may wrap the line and frame it: count in letters and digits only
         return _letters(tmux.run("capture-pane", "-p", "-J", "-t", pane)).count(_letters(NUDGE))
     before = shown()  # an earlier nudge may still be on the screen
+    patience = NUDGE_SHOWN_WAIT
     while True:
         tmux.run("send-keys", "-t", pane, "-l", NUDGE)
         typed = time.monotonic()
         while True:
             if shown() > before:
                 return typed
-            if time.monotonic() >= min(deadline, typed + NUDGE_SHOWN_WAIT):
+            if time.monotonic() >= min(deadline, typed + patience):
                 break
             time.sleep(0.1)
         if time.monotonic() >= deadline:
             return None
+        patience *= 2  # a slow start gets few copies typed
 
 
 def _letters(text):

@@ -1382,8 +1382,9 @@ class ResumedFirstBoundary(object):
         """resume_interrupted(lease=lease), and `send --nudge` from the owner the moment the resumed
         agent is recorded idle (its SessionStart; a harness given the resume prompt once that turn
         ended), as a person watching it would; before(), when given, runs first. The harness may
-        not read keys yet (Kilo Code 7.7.7 took its terminal 1.06 s after): coord waits for it and
-        types its line there, and the next model request carries the message's body."""
+        not read keys yet (Kilo Code 7.7.7 took its terminal 1.06 s after, and took keys about 20 s
+        after on a loaded 2-core machine): coord waits for it and types its line there, and the
+        next model request carries the message's body."""
         import session
         marker = "RESUMED-NUDGE-%d" % os.getpid()
 
@@ -1391,7 +1392,9 @@ class ResumedFirstBoundary(object):
             if before:
                 before()
             reply = self.rcoord("send", "look at " + marker, "--to", work["handle"], "--nudge", env=self.as_owner)
-            self.assertTrue(reply["nudged"], reply)
+            if not reply["nudged"]:
+                raise AssertionError("%s was not nudged: %s\n%s" % (self.harness, reply.get("nudge_problem"),
+                                                                   self.pane_text(self.tmux_record(work["handle"]))))
         work, rec = self.resume_interrupted(lease=lease, at_idle=nudge, timeout=timeout)
         try:
             seen = retry_until(lambda: [r for r in list(self.server.requests) if r.api and marker in r.text()],
