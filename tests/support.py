@@ -64,6 +64,9 @@ _SCRUB = (
     "COORD_LEASE_TTL", "COORD_RUNTIME_TTL", "COORD_PYTHON", "COORD_REPO_ROOT", "CODEX_HOME",
     "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CLAUDECODE", "COORD_REGISTER_GRACE",
     "COPILOT_CLI", "COPILOT_AGENT_SESSION_ID", "COPILOT_PROJECT_DIR", "COPILOT_HOME",
+    # CI=true is the runner's (a test that cannot run fails: IN_CI), never a person's: in a harness
+    # launched with it, Auggie 0.36.0 and Droid 0.225.2 (Ink) draw no typed keys
+    "CI",
 )
 
 
