@@ -781,34 +781,43 @@ class NudgeTest(TmuxTestCase):
         session.nudge(rec, time.time() + 1)
         retry_until(lambda: session.NUDGE in self.screen(rec))
 
+    def starting(self, env, taken=False):
+        """A stand-in harness launched with `env` (FAKE_TTY_AFTER, FAKE_DROP_FOR: see
+        fake_harness.py), with its terminal out of canonical mode when `taken`; -> (record, the
+        file its keys go to)."""
+        rec = self.launch(env=env)
+        self.seen(rec)
+        if taken:
+            retry_until(lambda: session.reads_keys(self.t("display", "-p", "-t", rec["pane_id"],
+                                                          "#{pane_tty}").strip()))
+        return rec, os.path.join(self.rec, "%d.keys" % rec["pane_pid"])
+
+    def assert_entered_once(self, keys):
+        """The harness read the nudge's line and one Enter, nothing else."""
+        retry_until(lambda: os.path.exists(keys) and open(keys).read().endswith("\n"))
+        self.assertEqual(open(keys).read(), session.NUDGE + "\n")
+
+    def ready_wait(self, seconds):
+        self.addCleanup(setattr, session, "NUDGE_READY_WAIT", session.NUDGE_READY_WAIT)
+        session.NUDGE_READY_WAIT = seconds
+
     def test_a_tui_still_starting_is_nudged_once_it_reads_keys(self):
         # A resumed harness's SessionStart can run before its TUI takes the terminal (Kilo Code
         # 7.7.7: 1.06 s before); keys typed in between are echoed, then dropped when it starts.
-        rec = self.launch(env={"FAKE_TTY_AFTER": "1.5"})
-        self.seen(rec)
+        rec, keys = self.starting({"FAKE_TTY_AFTER": "1.5"})
         self.assertEqual(session.nudge(rec, time.time() + 1), rec["pane_id"])
-        keys = os.path.join(self.rec, "%d.keys" % rec["pane_pid"])
-        retry_until(lambda: os.path.exists(keys) and open(keys).read().endswith("\n"))
-        self.assertEqual(open(keys).read(), session.NUDGE + "\n")
+        self.assert_entered_once(keys)
 
     def test_a_line_the_tui_dropped_is_typed_again_and_entered_once_shown(self):
         # OpenCode 1.18.33 and Kilo Code 7.7.7 resuming a session take the terminal, then drop
         # keys until they have drawn it: Enter alone would have submitted an empty prompt.
-        rec = self.launch(env={"FAKE_DROP_FOR": "1.5"})
-        self.seen(rec)
-        keys = os.path.join(self.rec, "%d.keys" % rec["pane_pid"])
-        retry_until(lambda: session.reads_keys(self.t("display", "-p", "-t", rec["pane_id"], "#{pane_tty}").strip()))
+        rec, keys = self.starting({"FAKE_DROP_FOR": "1.5"}, taken=True)
         self.assertEqual(session.nudge(rec, time.time() + 1), rec["pane_id"])
-        retry_until(lambda: os.path.exists(keys) and open(keys).read().endswith("\n"))
-        self.assertEqual(open(keys).read(), session.NUDGE + "\n")
+        self.assert_entered_once(keys)
 
     def test_a_line_that_never_shows_gets_no_enter_and_gives_the_prompt_back(self):
-        rec = self.launch(env={"FAKE_DROP_FOR": "600"})
-        self.seen(rec)
-        keys = os.path.join(self.rec, "%d.keys" % rec["pane_pid"])
-        retry_until(lambda: session.reads_keys(self.t("display", "-p", "-t", rec["pane_id"], "#{pane_tty}").strip()))
-        self.addCleanup(setattr, session, "NUDGE_READY_WAIT", session.NUDGE_READY_WAIT)
-        session.NUDGE_READY_WAIT = 1.0
+        rec, keys = self.starting({"FAKE_DROP_FOR": "600"}, taken=True)
+        self.ready_wait(1.0)
         given_back = []
         with self.assertRaises(store.Refused) as cm:
             session.nudge(rec, time.time() + 1, claim=lambda: True, unclaim=lambda: given_back.append(1))
@@ -817,10 +826,8 @@ class NudgeTest(TmuxTestCase):
         self.assertFalse(os.path.exists(keys))
 
     def test_a_terminal_that_stays_line_buffered_is_never_typed_into(self):
-        rec = self.launch(env={"FAKE_TTY": "cooked"})
-        self.seen(rec)
-        self.addCleanup(setattr, session, "NUDGE_READY_WAIT", session.NUDGE_READY_WAIT)
-        session.NUDGE_READY_WAIT = 0.5
+        rec, _ = self.starting({"FAKE_TTY": "cooked"})
+        self.ready_wait(0.5)
         with self.assertRaises(store.Refused) as cm:
             session.nudge(rec, time.time() + 1, claim=lambda: self.fail("claimed a nudge it could not type"))
         self.assertIn("does not read its terminal key by key: it is still starting", cm.exception.message)
