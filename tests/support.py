@@ -329,6 +329,18 @@ def _template_root():
     return _TEMPLATE_ROOT[0]
 
 
+def _git_system_config():
+    """A system git config for every process a test starts: git's automatic maintenance off.
+    git 2.55.0 (the tests' toolchain) ends a push, fetch or commit with `git maintenance run
+    --auto --detach`, which takes objects/maintenance.lock after the command has returned: a
+    fixture copied then met a file that vanished under it. A person's git keeps its own."""
+    path = os.path.join(_template_root(), "gitconfig-system")
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write("[maintenance]\n\tauto = false\n[gc]\n\tauto = 0\n")
+    return path
+
+
 def _files_naming(directory):
     """Relative paths of the files under `directory` whose bytes contain its path; None when one
     of them is binary or a symbolic link points through it (then the tree is not copyable)."""
@@ -415,7 +427,9 @@ class CoordTestCase(unittest.TestCase):
             "COORD_DB": self.db,
             "COORD_PROJECT_ID": "test-project",
             "PYTHONDONTWRITEBYTECODE": "1",
+            "GIT_CONFIG_SYSTEM": _git_system_config(),
         })
+        self.env.pop("GIT_CONFIG_NOSYSTEM", None)
         self._saved_env = dict(os.environ)
         self.addCleanup(self._restore_env)
         os.environ.clear()
