@@ -96,10 +96,7 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
     if not authorized:
         workspace.authorize(st, w, caller, "acquire", override, into=into)
     path = workspace.verified_path(w)
-    _, with_empty = workspace.local_revsets(w, environ)  # from refs, which a snapshot does not move
-    # One jj call: the snapshot (the candidate is what is on disk now), @ and the work's own
-    # commits, empty ones too.
-    ids, rows = workspace.described_changes(path, with_empty, environ, with_head=True)
+    ids, rows = workspace.held(("snapshot", w["id"]), lambda: _snapshot(w, path, environ))
     cand_change, cand_commit = _candidate_of(w, ids, [r for r in rows if not r["empty"]])
     refuse_placeholder(w, cand_change, cand_commit, rows)
     refuse_undescribed_below(w, cand_commit, rows)
@@ -128,6 +125,13 @@ def acquire(st, *, caller, handle, into, environ=None, override=False, authorize
     return {"work": w["handle"], "resource": resource, "candidate": {"change": cand_change, "commit": cand_commit},
             "fence": fence, "waiting_on": waiting,
             "preview": None if authorized else _acquire_preview(w, cand_commit, into, environ)}
+
+
+def _snapshot(w, path, environ):
+    """One jj call: the snapshot (the candidate is what is on disk now), @ and the work's own
+    commits, empty ones too; -> (head ids, rows) as workspace.described_changes."""
+    _, with_empty = workspace.local_revsets(w, environ)  # from refs, which a snapshot does not move
+    return workspace.described_changes(path, with_empty, environ, with_head=True)
 
 
 def _acquire_preview(w, commit, into, environ):
@@ -546,8 +550,9 @@ class _Scratch:
             self.git(["checkout", "--quiet", "--detach", commit])
             self.head = commit
 
-    def rebase(self, onto, cand):
-        """Cherry-pick onto..cand onto `onto`; -> (new commit, []) or (None, conflicted paths)."""
+    def rebase(self, onto, cand, checkout=True):
+        """Apply onto..cand onto `onto`, commit by commit, as cherry-pick does; -> (new commit, [])
+        or (None, conflicted paths). With checkout, the checkout is left at the new commit."""
         # One read for the commits, oldest first, each with its parents and its committer.
         _, out, _ = self.git(["rev-list", "--reverse", "--topo-order", "--parents", "--format=%cn%x00%ce",
                               "%s..%s" % (onto, cand)])
@@ -555,14 +560,20 @@ class _Scratch:
         for i in range(0, len(lines) - 1, 2):
             ids = lines[i].split()[1:]
             name, _, email = lines[i + 1].partition("\0")
-            commits.append((ids[0], len(ids) > 2, name or "coord", email or "coord@localhost"))
-        if any(merge for _, merge, _, _ in commits):
+            commits.append((ids[0], len(ids) > 2, name or "coord", email or "coord@localhost", ids[1:2]))
+        if any(merge for _, merge, _, _, _ in commits):
             raise Refused("work %s has merge commits since %s; coord rebases only linear work in a scratch copy"
                           % (self.w["handle"], onto[:12]), "rebase it in the clone (jj rebase -b @ -d main@origin), "
                           "then re-run", reason="merge-commits")
+        raw = self._raw(commits) if _merge_tree_rebases(self.environ) else None
+        if raw is not None:
+            new, paths = self._replay(onto, commits, raw)
+            if new and checkout:
+                self.checkout(new)
+            return new, paths
         self.checkout(onto)
         self.head = None
-        for c, _, name, email in commits:
+        for c, _, name, email, _ in commits:
             code, _, _ = self.git(["-c", "user.name=" + name, "-c", "user.email=" + email, "cherry-pick",
                                    "--allow-empty", "--keep-redundant-commits", c], check=False)
             if code != 0:
@@ -571,6 +582,67 @@ class _Scratch:
                 return None, sorted(set(out.split("\n")) - {""}) or ["(unknown)"]
         self.head = _rev(self.path, "HEAD", self.environ)
         return self.head, []
+
+    def _raw(self, commits):
+        """{commit: (author name, email, date, committer name, email, message)} read in one git call
+        (bytes that are not UTF-8 kept), or None when a commit needs cherry-pick: one with no
+        parent, or with an encoding header (its message is not UTF-8)."""
+        if not commits or any(not parent for _, _, _, _, parent in commits):
+            return None
+        _, out, _ = self.git_raw(["cat-file", "--batch"], input="".join(c + "\n" for c, _, _, _, _ in commits))
+        data, pos, raw = out.encode("utf-8", "surrogateescape"), 0, {}
+        while pos < len(data):
+            end = data.index(b"\n", pos)
+            oid, kind, size = data[pos:end].split()
+            body = data[end + 1:end + 1 + int(size)]
+            pos = end + 2 + int(size)
+            head, _, message = body.partition(b"\n\n")
+            who = {}
+            for line in head.split(b"\n"):
+                key, _, value = line.partition(b" ")
+                if key == b"encoding" or kind != b"commit":
+                    return None
+                if key in (b"author", b"committer") and b" <" in value and b"> " in value:
+                    ident, _, date = value.rpartition(b"> ")
+                    name, _, email = ident.partition(b" <")
+                    who[key] = [x.decode("utf-8", "surrogateescape") for x in (name, email, date)]
+            if len(who) != 2:
+                return None
+            raw[oid.decode()] = who[b"author"] + who[b"committer"][:2] + [message.decode("utf-8", "surrogateescape")]
+        return raw
+
+    def _replay(self, onto, commits, raw):
+        """Each commit's changes merged onto the last (git merge-tree, which merges as cherry-pick
+        does) and committed with its author and message (git commit-tree), the checkout untouched."""
+        head = onto
+        for c, _, _, _, parent in commits:
+            code, out, err = self.git(["merge-tree", "--write-tree", "--name-only", "-z",
+                                       "--merge-base=" + parent[0], head, c], check=False)
+            if code not in (0, 1):
+                raise workspace.ToolError(["git", "merge-tree", "--write-tree"], code, err or out)
+            fields = out.split("\0")
+            if code == 1:
+                paths = fields[1:fields.index("", 1)] if "" in fields[1:] else fields[1:]
+                return None, sorted(set(p for p in paths if p)) or ["(unknown)"]
+            an, ae, ad, cn, ce, message = raw[c]
+            _, out, _ = self.git_raw(["commit-tree", fields[0], "-p", head], input=message, extra_env={
+                "GIT_AUTHOR_NAME": an, "GIT_AUTHOR_EMAIL": ae, "GIT_AUTHOR_DATE": "@" + ad,
+                "GIT_COMMITTER_NAME": cn or "coord", "GIT_COMMITTER_EMAIL": ce or "coord@localhost"})
+            head = out.strip()
+        return head, []
+
+    def git_raw(self, args, input=None, extra_env=None):
+        return git(args, self.path, self.environ, input=input, extra_env=extra_env, errors="surrogateescape")
+
+
+_MERGE_TREE_REBASE = []  # whether git merge-tree takes --merge-base (git 2.40), asked once
+
+
+def _merge_tree_rebases(environ):
+    if not _MERGE_TREE_REBASE:
+        version = git_version(environ)
+        _MERGE_TREE_REBASE.append(version is not None and version >= (2, 40))
+    return _MERGE_TREE_REBASE[0]
 
 
 def _tell_owner(st, w, caller, body):
@@ -1320,7 +1392,8 @@ def _fetch_from_scratch(ld, scratch, picks):
     """Fetch commits rebased in the scratch checkout to their works' private refs, in one git fetch.
     picks: [(work, commit)]."""
     gargs = git_dir_args(ld.source)
-    git(gargs + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", scratch.path] +
+    git(gargs + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+                 "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack", scratch.path] +
         ["+%s:%s" % (new, candidate_ref(w["id"])) for w, new in picks], ld.source, ld.environ)
     workspace.fetched(gargs, ld.source, [new for _, new in picks])
 
@@ -1906,12 +1979,20 @@ def _land_batch(st, caller, works, into, environ, push, check, results):
                     ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, queued=True)
                     ld.queued_at = integration_of(w).get("queued_at")
                     started.append(ld)
-                    cand = _batch_start(ld, old, results, first=len(started) == 1)
+                    ld.cand = _batch_start(ld, old, results, _batch_ready)
                     done.add(w["id"])
-                    if cand is None and results[-1]["outcome"] == "stopped":
-                        return done | _batch_requeue([l for l in started if l.cand], "the queue stopped at %s"
-                                                     % w["handle"])
-                    ld.cand = cand
+                    if ld.cand is None and results[-1]["outcome"] == "stopped":
+                        return done
+                _snapshot_ahead([ld for ld in started if ld.cand])
+                # Each step for every work before the next step: one fetch brings all candidates.
+                for step in (_batch_acquire, _batch_refusals):
+                    kw = {"fetched": fetch_candidates([l for l in started if l.cand], old, environ)} \
+                        if step is _batch_refusals else {}
+                    for ld in [l for l in started if l.cand]:
+                        ld.cand = _batch_start(ld, old, results, step, **kw)
+                        if ld.cand is None and results[-1]["outcome"] == "stopped":
+                            return done | _batch_requeue([l for l in started if l.cand], "the queue stopped at %s"
+                                                         % ld.w["handle"])
             ready = [ld for ld in started if ld.cand]
             if not ready:
                 return done
@@ -1931,30 +2012,67 @@ def _land_batch(st, caller, works, into, environ, push, check, results):
             return done
 
 
-def _batch_start(ld, old, results, first):
-    """A batch's work up to its rebase: what a single landing refuses (authority, readiness, the
-    candidate, what the move and the push would meet; the remote is read for the first work only,
-    since it is the same for all) refuses it here. -> the candidate, or None with its outcome
-    appended to `results`."""
-    st, w, caller, environ = ld.st, ld.w, ld.caller, ld.environ
+def _batch_start(ld, old, results, step, **kw):
+    """One of a batch's two steps up to its rebase for one work (_batch_acquire, then, once every
+    candidate is fetched, _batch_refusals): what a single landing refuses refuses it here.
+    -> the candidate, or None with its outcome appended to `results`."""
     try:
-        workspace.authorize(st, w, caller, "land", False, into=ld.into)
-        workspace.refuse_state(w, workspace.UNUSABLE)
-        ld.check, ld.checks = _land_checks(w, ld.check_arg, environ)
-        _refuse_unready(st, w, ld.checks)
-        ld.old = old
-        cand = _land_acquire(ld)
-        fetch_candidate(ld.w, cand["commit"], environ)
-        ld.record("fetched", candidate=cand["commit"])
-        stale = not _is_ancestor(ld.source, old, cand["commit"], environ)
-        _refuse_early(ld.w, ld.into, ld.push if first else None, old, cand["commit"], environ, stale)
-        _refuse_installed(st, ld.w, caller, ld.into, old, cand, ld.override, environ)
-        _refuse_peer_leases(st, ld.w, caller, old, cand["commit"], ld.override, environ)
-        _refuse_lfs_content(ld.w, old, cand["commit"], environ)
-        return cand
+        return step(ld, old, **kw)
     except store.CoordError as exc:
         _batch_refused(ld, exc, results)
         return None
+
+
+def _batch_ready(ld, old):
+    """Authority and readiness; -> True."""
+    st, w, caller, environ = ld.st, ld.w, ld.caller, ld.environ
+    workspace.authorize(st, w, caller, "land", False, into=ld.into)
+    workspace.refuse_state(w, workspace.UNUSABLE)
+    ld.check, ld.checks = _land_checks(w, ld.check_arg, environ)
+    _refuse_unready(st, w, ld.checks)
+    ld.old = old
+    return True
+
+
+def _batch_acquire(ld, old):
+    """The candidate frozen (from the snapshot _snapshot_ahead took); -> the candidate."""
+    return _land_acquire(ld)
+
+
+def _snapshot_ahead(lds):
+    """Take the snapshots the batch's acquires read (one jj call in each clone, tens of
+    milliseconds) side by side, one thread per core, and hold them for acquire(): each is still
+    what is on disk at the batch's start, before its integration lock. A snapshot that fails here
+    is left to acquire, which takes it again and says why."""
+    def take(ld):
+        try:
+            ahead.append((ld.w["id"], _snapshot(ld.w, workspace.verified_path(ld.w), ld.environ)))
+        except store.CoordError:
+            pass
+    ahead = []
+    if len(lds) < 2:
+        return
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(lds), os.cpu_count() or 1)) as pool:
+        list(pool.map(take, lds))
+    for work_id, got in ahead:
+        workspace.held(("snapshot", work_id), lambda: got)
+
+
+def _batch_refusals(ld, old, fetched):
+    """The fetched candidate against what the move and the push would meet (the remote is read
+    for the batch's first work only, since it is the same for all); -> the candidate."""
+    cand, environ = ld.cand, ld.environ
+    if ld.w["id"] not in fetched:
+        fetch_candidate(ld.w, cand["commit"], environ)
+    ld.record("fetched", candidate=cand["commit"])
+    stale = not _is_ancestor(ld.source, old, cand["commit"], environ)
+    first = fetched.get(None) == ld.w["id"]
+    _refuse_early(ld.w, ld.into, ld.push if first else None, old, cand["commit"], environ, stale)
+    _refuse_installed(ld.st, ld.w, ld.caller, ld.into, old, cand, ld.override, environ)
+    _refuse_peer_leases(ld.st, ld.w, ld.caller, old, cand["commit"], ld.override, environ)
+    _refuse_lfs_content(ld.w, old, cand["commit"], environ)
+    return cand
 
 
 def _batch_refused(ld, exc, results):
@@ -1988,7 +2106,7 @@ def _batch_chain(ready, old, scratch, results):
             if code not in (0, 1):
                 raise workspace.ToolError(["git", "merge-base", "--is-ancestor"], code, err)
             if code == 1:
-                new, paths = scratch.rebase(cur, ld.cand["commit"])
+                new, paths = scratch.rebase(cur, ld.cand["commit"], checkout=False)
                 if paths:
                     ld.old = cur
                     _land_conflict(ld, ld.cand, paths, scratch=True)
@@ -2192,6 +2310,50 @@ def fetch_candidate(w, commit, environ=None):
                      workspace.verified_path(w), "+%s:%s" % (commit, ref)], source, environ)
         workspace.fetched(gargs, source, [commit])
     return ref
+
+
+def fetch_candidates(lds, old, environ=None):
+    """A batch's candidates (the Landings `lds`, each with its frozen cand) into the canonical
+    repository in one git fetch, each at its private ref, from a throwaway repository whose
+    alternates are the clones' object stores; then, in one read, which of them have `old` below
+    them (remembered as merge-base --is-ancestor would answer). A work whose clone has no store of
+    its own (a native workspace), or a batch whose fetch fails, is left to fetch_candidate, which
+    names the work that failed. -> {work id: ref} of the works fetched, and None: the first's ID."""
+    out = {None: lds[0].w["id"]} if lds else {}
+    if len(lds) < 2:
+        return out
+    source = lds[0].source
+    gargs = git_dir_args(source)
+    own = []
+    for ld in lds:
+        try:
+            path = workspace.verified_path(ld.w)
+        except store.CoordError:
+            continue  # fetch_candidate refuses it with the reason
+        for d in (os.path.join(path, ".git", "objects"), os.path.join(path, ".jj", "repo", "store", "git", "objects")):
+            if ld.w["data"].get("kind") != "native" and os.path.isdir(d) and not os.path.islink(d):
+                own.append((ld, d))
+                break
+    if len(own) < 2:
+        return out
+    commits = [workspace.full_commit(ld.cand["commit"], "candidate") for ld, _ in own]
+    refs = [candidate_ref(ld.w["id"]) for ld, _ in own]
+    try:
+        with _Overlay([d for _, d in own], environ, sha256=len(commits[0]) == 64) as ov:
+            git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
+                         "--no-write-fetch-head", "--no-recurse-submodules",
+                         "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack", ov.dir]
+                + ["+%s:%s" % pair for pair in zip(commits, refs)], source, environ)
+        _, have, _ = git(gargs + ["for-each-ref", "--format=%(refname) %(objectname)", "--contains", old] + refs,
+                         source, environ)
+    except store.CoordError:
+        return out
+    workspace.fetched(gargs, source, commits)
+    below = dict(line.split(" ", 1) for line in have.splitlines() if " " in line)
+    for ref, commit in zip(refs, commits):
+        workspace.remember_ancestry(gargs, source, old, commit, 0 if below.get(ref) == commit else 1)
+    out.update((ld.w["id"], ref) for (ld, _), ref in zip(own, refs))
+    return out
 
 
 def drop_candidate_ref(w, environ=None, keep_unlanded=False):

@@ -152,9 +152,11 @@ def tool_env(environ=None):
     return env
 
 
-def run_tool(argv, cwd=None, timeout=TOOL_TIMEOUT, environ=None, check=True, input=None, extra_env=None):
+def run_tool(argv, cwd=None, timeout=TOOL_TIMEOUT, environ=None, check=True, input=None, extra_env=None,
+             errors="backslashreplace"):
     """Run jj/git; return (exit code, stdout, stderr). Raise ToolError when check and it fails.
-    extra_env: variables set after tool_env's scrubbing (coord's own, never inherited)."""
+    extra_env: variables set after tool_env's scrubbing (coord's own, never inherited); errors:
+    "surrogateescape" keeps bytes that are not UTF-8, both ways."""
     argv = [str(a) for a in argv]
     if cwd is not None and not os.path.isdir(cwd):
         raise EnvError("directory %s does not exist" % cwd, "coord work list shows recorded paths")
@@ -164,7 +166,7 @@ def run_tool(argv, cwd=None, timeout=TOOL_TIMEOUT, environ=None, check=True, inp
         proc = subprocess.run(argv, cwd=cwd, env=env, input=input,
                               stdin=subprocess.DEVNULL if input is None else None,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
-                              encoding="utf-8", errors="backslashreplace")
+                              encoding="utf-8", errors=errors)
     except FileNotFoundError:
         what = {"jj": "Jujutsu (jj)", "git": "git (>= 2.42 for jj)"}.get(argv[0], argv[0])
         raise EnvError("%s not found: coord work needs %s on PATH" % (argv[0], what),
@@ -188,9 +190,10 @@ def jj(args, cwd, snapshot=True, timeout=TOOL_TIMEOUT, environ=None, check=True)
     return run_tool(argv, cwd=cwd, timeout=timeout, environ=environ, check=check)
 
 
-def git(args, cwd, environ=None, check=True, timeout=TOOL_TIMEOUT, input=None, extra_env=None):
+def git(args, cwd, environ=None, check=True, timeout=TOOL_TIMEOUT, input=None, extra_env=None,
+        errors="backslashreplace"):
     return run_tool(["git"] + list(args), cwd=cwd, timeout=timeout, environ=environ, check=check, input=input,
-                    extra_env=extra_env)
+                    extra_env=extra_env, errors=errors)
 
 
 # Reads that depend only on full commit IDs in one repository (which paths differ between two
@@ -275,6 +278,12 @@ def ancestry(gargs, cwd, older, newer, environ):
     if code in (0, 1) and _full(older, newer):
         _SAME_FOR_COMMITS[key] = code
     return code, err
+
+
+def remember_ancestry(gargs, cwd, older, newer, code):
+    """Record what ancestry() would answer for two full commit IDs, read some other way."""
+    if code in (0, 1) and _full(older, newer):
+        _SAME_FOR_COMMITS[("ancestor", tuple(gargs), cwd, older, newer)] = code
 
 
 def merge_base(gargs, cwd, one, two, environ):

@@ -647,6 +647,81 @@ class LandCloneInUseTest(LandCase):
         self.assertIn("shared.txt", json.dumps(self.coord_json("inbox", runtime=owner["id"])))
 
 
+class ScratchRebaseTest(CoordTestCase):
+    """A scratch checkout's rebase (git merge-tree and commit-tree where git has merge-tree
+    --merge-base) makes what cherry-pick made: the same trees, authors, committers and message
+    bytes, and the same conflicted paths."""
+
+    def setUp(self):
+        super().setUp()
+        self.use_jj(git_user=True)
+        self.repo = os.path.join(self.tmp, "repo")
+        self.git("init", "-q", "-b", "main", self.repo, cwd=self.tmp)
+        self.commit("shared.txt", "one\ntwo\nthree\n", b"initial\n")
+        self.base = self.git("rev-parse", "HEAD").strip()
+        self.onto = self.commit("upstream.txt", "upstream\n", b"upstream\n")
+        self.git("checkout", "-q", "-b", "work", self.base)
+        self.addCleanup(land._MERGE_TREE_REBASE.clear)
+
+    def git(self, *argv, cwd=None, input=None, check=True):
+        proc = subprocess.run(["git"] + list(argv), cwd=cwd or self.repo, env=self.env, input=input,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=check)
+        return proc.stdout.decode("utf-8", "surrogateescape")
+
+    def commit(self, name, text, message, empty=False):
+        if not empty:
+            with open(os.path.join(self.repo, name), "w") as f:
+                f.write(text)
+            self.git("add", name)
+        # The object written as is (git commit would re-encode bytes that are not UTF-8).
+        parent = self.git("rev-parse", "-q", "--verify", "HEAD^{commit}", check=False).strip()
+        obj = b"tree %s\n%sauthor Ann Author <ann@example.invalid> 1700000000 +0200\ncommitter Cy Committer " \
+              b"<cy@example.invalid> 1700000100 +0000\n\n" % (self.git("write-tree").strip().encode(),
+                                                              b"parent %s\n" % parent.encode() if parent else b"")
+        oid = self.git("hash-object", "-t", "commit", "-w", "--stdin", input=obj + message).strip()
+        self.git("update-ref", "HEAD", oid)
+        return oid
+
+    def rebase(self, replay, tip, checkout=True):
+        land._MERGE_TREE_REBASE[:] = [replay]
+        w = {"id": "0" * 32, "handle": "a-b-c-d-e", "source": self.repo, "scratch_root": self.scratch}
+        with land._Scratch(w, self.env) as scratch:
+            new, paths = scratch.rebase(self.onto, tip, checkout=checkout)
+            if new is None:
+                return None, paths
+            shown = [self.git("--git-dir", os.path.join(scratch.path, ".git"), "cat-file", "commit", c)
+                     for c in self.git("--git-dir", os.path.join(scratch.path, ".git"), "rev-list",
+                                       "%s..%s" % (self.onto, new)).split()]
+            # Committed now: the committer's time, and so the parents' IDs, differ from run to run.
+            rows = [re.sub(r"^parent .*\n", "", re.sub(r"^(committer .*>) \d+ [-+]\d{4}$", r"\1", c, flags=re.M),
+                           flags=re.M) for c in shown]
+            if checkout:
+                self.assertEqual(self.git("-C", scratch.path, "rev-parse", "HEAD").strip(), new)
+                self.assertEqual(self.git("-C", scratch.path, "status", "--porcelain"), "")
+            return rows, paths
+
+    def test_merge_tree_makes_what_cherry_pick_makes(self):
+        self.commit("feature.txt", "feature\n", b"add a feature\n\nwith a body, and bytes \xe9\xff not UTF-8\n")
+        self.commit("", "", b"an empty commit\n", empty=True)
+        tip = self.commit("shared.txt", "one\nTWO\nthree\n", "change shared, \u00e9t\u00e9\n".encode())
+        picked, replayed = self.rebase(False, tip), self.rebase(True, tip)
+        self.assertEqual(len(replayed[0]), 3)
+        self.assertEqual(replayed, picked)
+        self.assertIn("author Ann Author <ann@example.invalid> 1700000000 +0200\ncommitter Cy Committer "
+                      "<cy@example.invalid>\n", replayed[0][0])
+        self.assertIn("bytes \u00e9\u00ff not UTF-8", replayed[0][-1])  # git takes such bytes as Latin-1, both ways
+        self.assertEqual(self.rebase(True, tip, checkout=False)[0], picked[0])
+
+    def test_a_conflict_names_the_same_paths_both_ways(self):
+        self.commit("feature.txt", "feature\n", b"add a feature\n")
+        self.git("checkout", "-q", "main")
+        self.onto = self.commit("shared.txt", "one\nupstream\nthree\n", b"upstream shared\n")
+        self.git("checkout", "-q", "work")
+        tip = self.commit("shared.txt", "one\nclone\nthree\n", b"clone shared\n")
+        self.assertEqual(self.rebase(True, tip), (None, ["shared.txt"]))
+        self.assertEqual(self.rebase(False, tip), (None, ["shared.txt"]))
+
+
 class LandTellsTheWorksAgentTest(LandCase):
     """A person lands the work they created and launched an agent for: the conflict goes to that
     agent (the one that must resolve it), not back to the person, who is the caller."""
@@ -2124,6 +2199,25 @@ class LandBatchTest(LandCase):
         for h in (handles[2], handles[4]):
             self.assertEqual(self.record(h)["data"]["integration"]["state"], "lock-released")
         self.assertEqual(self.read(self.canon, "shared.txt"), "one\nTWO (b1)\nthree\n")
+
+    def test_a_stale_work_in_a_batch_is_read_as_stale_beside_a_fresh_one(self):
+        # The batch learns which candidates have the target below them in one read: a stale work
+        # taken as fresh would count main's own newer files as its writes, and stop the queue on
+        # the person's uncommitted edit of one of them.
+        stale, _ = self.make("old", name="old.txt", describe="add old")
+        self.advance_main("upstream.txt", "upstream\n")
+        fresh, _ = self.make("new", name="new.txt", describe="add new")
+        for handle in (stale, fresh):
+            self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+        self.write(self.canon, "upstream.txt", "the person's edit\n")
+        proc = self.work("integrate", "land", "--queued", "--batch", "2", "--into", "main", "--check", "true",
+                         "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        r = json.loads(proc.stdout)
+        self.assertEqual([(x["work"], x["outcome"]) for x in r["works"]], [(stale, "landed"), (fresh, "landed")])
+        self.assertEqual(self.read(self.canon, "upstream.txt"), "the person's edit\n")
+        self.assertEqual(self.run_tool(self.canon, "git", "ls-tree", "--name-only", "main").split(),
+                         ["README", "new.txt", "old.txt", "shared.txt", "upstream.txt"])
 
     def test_a_batch_killed_after_moving_or_pushing_is_finished_by_a_rerun_each_work_once(self):
         for step in ("moved", "pushed"):
