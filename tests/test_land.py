@@ -722,6 +722,35 @@ class ScratchRebaseTest(CoordTestCase):
         self.assertEqual(self.rebase(False, tip), (None, ["shared.txt"]))
 
 
+class LandBatchJjTest(LandCase):
+    """A batch in a jj repository, with a native workspace beside two clones: the clones'
+    candidates come in one fetch, the native one's (its store is the repository's) by itself."""
+    kind = "jj"
+
+    def test_a_native_workspace_and_two_clones_land_in_one_batch(self):
+        handles = []
+        for i, native in enumerate((False, True, False)):
+            extra = ("--native-workspace",) if native else ()
+            proc = self.work("create", "mixed%d" % i, *extra)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            handle, path = proc.stdout.splitlines()[:2]
+            self.write(path, "mixed%d.txt" % i, "mixed %d\n" % i)
+            self.run_tool(path, "jj", "describe", "-m", "add mixed%d" % i)
+            self.assertEqual(self.work("integrate", "enqueue", handle, "--into", "main").returncode, 0)
+            handles.append(handle)
+        self.assertEqual(self.record(handles[1])["data"]["kind"], "native")
+        proc = self.work("integrate", "land", "--queued", "--batch", "3", "--into", "main", "--push", "origin",
+                         "--check", "test -f mixed0.txt", "--json")
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        r = json.loads(proc.stdout)
+        self.assertEqual([(x["work"], x["outcome"]) for x in r["works"]], [(h, "landed") for h in handles])
+        self.assertEqual((r["check_runs"], self.remote_main()), (1, self.main()))
+        tree = self.run_tool(self.canon, "git", "ls-tree", "--name-only", "main").split()
+        self.assertTrue({"mixed0.txt", "mixed1.txt", "mixed2.txt"} <= set(tree), tree)
+        for h in handles:
+            self.assertEqual(self.record(h)["data"]["integration"]["state"], "integrated")
+
+
 class LandTellsTheWorksAgentTest(LandCase):
     """A person lands the work they created and launched an agent for: the conflict goes to that
     agent (the one that must resolve it), not back to the person, who is the caller."""
