@@ -1392,9 +1392,8 @@ def _fetch_from_scratch(ld, scratch, picks):
     """Fetch commits rebased in the scratch checkout to their works' private refs, in one git fetch.
     picks: [(work, commit)]."""
     gargs = git_dir_args(ld.source)
-    git(gargs + ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
-                 "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack", scratch.path] +
-        ["+%s:%s" % (new, candidate_ref(w["id"])) for w, new in picks], ld.source, ld.environ)
+    git(gargs + FETCH_BY_ID + [scratch.path] + ["+%s:%s" % (new, candidate_ref(w["id"])) for w, new in picks],
+        ld.source, ld.environ)
     workspace.fetched(gargs, ld.source, [new for _, new in picks])
 
 
@@ -1979,20 +1978,18 @@ def _land_batch(st, caller, works, into, environ, push, check, results):
                     ld = Landing(st, caller, st.work(w["id"]), into, environ, push=push, check=check, queued=True)
                     ld.queued_at = integration_of(w).get("queued_at")
                     started.append(ld)
-                    ld.cand = _batch_start(ld, old, results, _batch_ready)
+                    ld.cand = True
                     done.add(w["id"])
-                    if ld.cand is None and results[-1]["outcome"] == "stopped":
+                    if _batch_step([ld], results, _batch_ready, old) is not None:
                         return done
+                # Each step for every work before the next: the snapshots side by side, one fetch.
                 _snapshot_ahead([ld for ld in started if ld.cand])
-                # Each step for every work before the next step: one fetch brings all candidates.
-                for step in (_batch_acquire, _batch_refusals):
-                    kw = {"fetched": fetch_candidates([l for l in started if l.cand], old, environ)} \
-                        if step is _batch_refusals else {}
-                    for ld in [l for l in started if l.cand]:
-                        ld.cand = _batch_start(ld, old, results, step, **kw)
-                        if ld.cand is None and results[-1]["outcome"] == "stopped":
-                            return done | _batch_requeue([l for l in started if l.cand], "the queue stopped at %s"
-                                                         % ld.w["handle"])
+                stopped = _batch_step(started, results, _land_acquire)
+                if stopped is None:
+                    fetched = fetch_candidates([ld for ld in started if ld.cand], old, environ)
+                    stopped = _batch_step(started, results, _batch_refusals, old, fetched)
+                if stopped is not None:
+                    return done | stopped
             ready = [ld for ld in started if ld.cand]
             if not ready:
                 return done
@@ -2012,15 +2009,20 @@ def _land_batch(st, caller, works, into, environ, push, check, results):
             return done
 
 
-def _batch_start(ld, old, results, step, **kw):
-    """One of a batch's two steps up to its rebase for one work (_batch_acquire, then, once every
-    candidate is fetched, _batch_refusals): what a single landing refuses refuses it here.
-    -> the candidate, or None with its outcome appended to `results`."""
-    try:
-        return step(ld, old, **kw)
-    except store.CoordError as exc:
-        _batch_refused(ld, exc, results)
-        return None
+def _batch_step(lds, results, step, *args):
+    """One step of a batch's start up to its rebase (_batch_ready, _land_acquire, _batch_refusals)
+    for each work of `lds` still in the batch: step(ld, *args) -> ld.cand. What a single landing
+    refuses refuses a work here, with its outcome appended to `results`. -> None, or, when the
+    queue stopped at a work, what _land_batch returns for the works started (put back)."""
+    for ld in [l for l in lds if l.cand]:
+        try:
+            ld.cand = step(ld, *args)
+        except store.CoordError as exc:
+            ld.cand = None
+            _batch_refused(ld, exc, results)
+            if results[-1]["outcome"] == "stopped":
+                return _batch_requeue([l for l in lds if l.cand], "the queue stopped at %s" % ld.w["handle"])
+    return None
 
 
 def _batch_ready(ld, old):
@@ -2034,11 +2036,6 @@ def _batch_ready(ld, old):
     return True
 
 
-def _batch_acquire(ld, old):
-    """The candidate frozen (from the snapshot _snapshot_ahead took); -> the candidate."""
-    return _land_acquire(ld)
-
-
 def _snapshot_ahead(lds):
     """Take the snapshots the batch's acquires read (one jj call in each clone, tens of
     milliseconds) side by side, one thread per core, and hold them for acquire(): each is still
@@ -2046,17 +2043,17 @@ def _snapshot_ahead(lds):
     is left to acquire, which takes it again and says why."""
     def take(ld):
         try:
-            ahead.append((ld.w["id"], _snapshot(ld.w, workspace.verified_path(ld.w), ld.environ)))
+            return _snapshot(ld.w, workspace.verified_path(ld.w), ld.environ)
         except store.CoordError:
-            pass
-    ahead = []
+            return None
     if len(lds) < 2:
         return
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(lds), os.cpu_count() or 1)) as pool:
-        list(pool.map(take, lds))
-    for work_id, got in ahead:
-        workspace.held(("snapshot", work_id), lambda: got)
+        taken = list(pool.map(take, lds))
+    for ld, got in zip(lds, taken):
+        if got is not None:
+            workspace.held(("snapshot", ld.w["id"]), lambda: got)
 
 
 def _batch_refusals(ld, old, fetched):
@@ -2288,6 +2285,13 @@ CANDIDATE_REFS = "refs/coord/work/"   # private refs in the canonical repository
 MERGE_TREE_GIT = (2, 38)              # `git merge-tree --write-tree`
 
 
+# A fetch into the canonical repository of commits named by ID (served even if unadvertised),
+# writing objects and the named refs only, with automatic gc and maintenance off.
+FETCH_BY_ID = ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
+               "--no-write-fetch-head", "--no-recurse-submodules",
+               "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack"]
+
+
 def candidate_ref(work_id):
     return CANDIDATE_REFS + work_id
 
@@ -2304,10 +2308,7 @@ def fetch_candidate(w, commit, environ=None):
     if workspace.has_commit(gargs, source, commit, environ):
         git(gargs + ["update-ref", ref, commit], source, environ)
     else:
-        git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
-                     "--no-write-fetch-head", "--no-recurse-submodules",
-                     "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack",  # served even if unadvertised
-                     workspace.verified_path(w), "+%s:%s" % (commit, ref)], source, environ)
+        git(gargs + FETCH_BY_ID + [workspace.verified_path(w), "+%s:%s" % (commit, ref)], source, environ)
         workspace.fetched(gargs, source, [commit])
     return ref
 
@@ -2327,23 +2328,18 @@ def fetch_candidates(lds, old, environ=None):
     own = []
     for ld in lds:
         try:
-            path = workspace.verified_path(ld.w)
+            d = ld.w["data"].get("kind") != "native" and _own_objects(workspace.verified_path(ld.w))
         except store.CoordError:
             continue  # fetch_candidate refuses it with the reason
-        for d in (os.path.join(path, ".git", "objects"), os.path.join(path, ".jj", "repo", "store", "git", "objects")):
-            if ld.w["data"].get("kind") != "native" and os.path.isdir(d) and not os.path.islink(d):
-                own.append((ld, d))
-                break
+        if d and not os.path.islink(d):
+            own.append((ld, d))
     if len(own) < 2:
         return out
     commits = [workspace.full_commit(ld.cand["commit"], "candidate") for ld, _ in own]
     refs = [candidate_ref(ld.w["id"]) for ld, _ in own]
     try:
         with _Overlay([d for _, d in own], environ, sha256=len(commits[0]) == 64) as ov:
-            git(gargs + ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "fetch", "--quiet", "--no-tags",
-                         "--no-write-fetch-head", "--no-recurse-submodules",
-                         "--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack", ov.dir]
-                + ["+%s:%s" % pair for pair in zip(commits, refs)], source, environ)
+            git(gargs + FETCH_BY_ID + [ov.dir] + ["+%s:%s" % pair for pair in zip(commits, refs)], source, environ)
         _, have, _ = git(gargs + ["for-each-ref", "--format=%(refname) %(objectname)", "--contains", old] + refs,
                          source, environ)
     except store.CoordError:
@@ -2378,11 +2374,18 @@ def drop_candidate_ref(w, environ=None, keep_unlanded=False):
         return None
 
 
-def _objects_dir(repo, environ=None):
-    """The absolute object directory of a checkout (its .git, jj's own git store, or what git says)."""
+def _own_objects(repo):
+    """The object directory a checkout keeps itself (its .git, or jj's own git store), or None."""
     for d in (os.path.join(repo, ".git", "objects"), os.path.join(repo, ".jj", "repo", "store", "git", "objects")):
         if os.path.isdir(d):
             return d
+    return None
+
+
+def _objects_dir(repo, environ=None):
+    """The absolute object directory of a checkout (its .git, jj's own git store, or what git says)."""
+    if _own_objects(repo):
+        return _own_objects(repo)
     _, out, _ = git(git_dir_args(repo) + ["rev-parse", "--git-path", "objects"], repo, environ)
     path = out.strip()
     return path if os.path.isabs(path) else os.path.join(repo, path)
