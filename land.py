@@ -1759,7 +1759,7 @@ def _land_conflict(ld, cand, paths, scratch=False):
                rerun_command(w, into)))
     told, woke = _tell_owner(st, w, caller, body) if not ld.queued else (None, None)
     exc = Refused("landing %s stopped: rebasing onto %s %s conflicts in %s; %s%s, nothing else changed" % (
-                  w["handle"], into, old, named_paths(paths), "the clone is in use and was not touched" if scratch
+                  w["handle"], into, old, named_paths(paths), "tried in a scratch copy, the clone was not touched" if scratch
                   else "the clone keeps the conflict for its owner", " (told %s)" % told if told else ""),
                   ("the work's agent rebases and resolves in its clone (%s: %s)%s, then re-run: %s"
                    % (w["path"], how, "; it was told" if told else "", rerun_command(w, into))) if scratch else

@@ -2213,6 +2213,8 @@ class LandBatchTest(LandCase):
         self.assertEqual([(x["work"], x["outcome"], x.get("reason")) for x in r["works"]],
                          [(handles[4], "sent-back", "conflict"), (handles[2], "sent-back", "check-failed"),
                           (handles[0], "landed", None), (handles[1], "landed", None), (handles[3], "landed", None)])
+        # A batch rebases in a scratch copy whether or not anything works in the clone.
+        self.assertIn("tried in a scratch copy, the clone was not touched", r["works"][0]["message"])
         self.assertEqual([b["check_runs"] for b in r["batches"]], [3, 1], "full, bisect 2 (pass) and 3 (fail); then "
                          "the rest")
         self.assertEqual(r["check_runs"], 4)
