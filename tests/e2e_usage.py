@@ -476,8 +476,8 @@ class QueueOfTwoKinds(h.CoordCase):
             self.fail("the agents did not queue their work: claude %d steps left, codex %d; requests %s; panes %s" % (
                 len(claude_steps), len(codex_steps), [(r.lane, r.api) for r in self.server.all_model_requests()],
                 panes))
-        import land
-        order = [w["handle"] for w in land.queue_order(st, "main")]
+        import review
+        order = [w["handle"] for w in review.queue_order(st, "main")]
         self.assertEqual((order[0], sorted(order)), (mine, sorted([mine, claude_work, codex_work])))
         out = self.typed(".coord/coord work integrate land --queued --into main --push origin --check "
                          "'test ! -f broken.txt'")

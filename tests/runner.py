@@ -282,7 +282,8 @@ def failed_ids(result):
 _TESTS_OF = {"coord": ["test_cli", "test_compile"], "install": ["test_install", "test_upgrade"],
              "hook.py": ["test_hook"], "workspace.py": ["test_workspace", "test_land"],
              "launch.py": ["test_workspace", "test_wrappers"],
-             "land.py": ["test_land", "test_workspace"], "cleanup.py": ["test_cleanup", "test_workspace"]}
+             "land.py": ["test_land", "test_workspace"], "review.py": ["test_land", "test_workspace"],
+             "cleanup.py": ["test_cleanup", "test_workspace"]}
 
 
 def _git_names(root, *argv):

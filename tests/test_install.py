@@ -23,7 +23,7 @@ ROOT = support.ROOT
 INSTALL = os.path.join(ROOT, "install")
 RUNTIME = ("coord", "store.py", "hook.py", "workspace.py", "land.py", "cleanup.py", "session.py", "install", "host.py",
            "pg.py", "hostclient.py", "VERSION", "launch.py", "harness_facts.py",
-           "view.py")
+           "view.py", "review.py")
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PermissionRequest",
           "SessionEnd", "SubagentStart", "SubagentStop")
 

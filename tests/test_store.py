@@ -1244,9 +1244,9 @@ class ModuleLadderTest(support.CoordTestCase):
     modules."""
 
     RANK = {"harness_facts": -1, "store": 0, "session": 1, "trust": 1, "hostclient": 1, "pg": 2, "workspace": 2,
-            "launch": 2.5, "land": 3, "view": 3, "cleanup": 4, "hook": 5, "coord": 5, "install": 5, "host": 5}
+            "launch": 2.5, "review": 2.75, "land": 3, "view": 3, "cleanup": 4, "hook": 5, "coord": 5, "install": 5, "host": 5}
     FILES = {"harness_facts": "harness_facts.py", "store": "store.py", "session": "session.py", "trust": "trust.py",
-             "workspace": "workspace.py", "launch": "launch.py", "land": "land.py", "view": "view.py",
+             "workspace": "workspace.py", "launch": "launch.py", "land": "land.py", "review": "review.py", "view": "view.py",
              "cleanup": "cleanup.py", "hook": "hook.py", "coord": "coord", "install": "install", "host": "host.py", "hostclient": "hostclient.py",
              "pg": "pg.py"}
     # The PostgreSQL engine is the host process's alone; its client, only where a PostgreSQL
