@@ -643,7 +643,11 @@ def _stopped_landing_rule(w, h):
     into = landing["into"]
     if landing.get("state") == "conflict":
         why = "rebasing onto %s conflicts in %s" % (into, named_paths(landing.get("paths") or ["(unknown)"]))
-        first = "resolve it in %s (jj resolve --list), then " % w["path"]
+        if landing.get("scratch"):  # tried in a scratch copy: the clone holds no conflict until rebased
+            first = "in %s: jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list), then " % (
+                w["path"], into)
+        else:
+            first = "resolve it in %s (jj resolve --list), then " % w["path"]
     else:
         why = store.clean_text(landing.get("reason") or landing["state"], 200)
         first = ""

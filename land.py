@@ -1765,7 +1765,7 @@ def _land_conflict(ld, cand, paths, scratch=False):
                    % (w["path"], how, "; it was told" if told else "", rerun_command(w, into))) if scratch else
                   "resolve in %s (jj resolve --list), then re-run: %s" % (w["path"], rerun_command(w, into)),
                   reason="conflict", paths=paths, owner_told=told, owner_nudged=woke)
-    _stop_before_move(ld, "conflict", exc, paths=paths, owner_told=told)
+    _stop_before_move(ld, "conflict", exc, paths=paths, owner_told=told, scratch=bool(scratch))
     raise exc
 
 

@@ -919,6 +919,9 @@ class LandStoppedRemoveTest(LandCase):
                       "shared.txt): none of it landed", proc.stderr)
         self.assertIn("work integrate land %s --into main" % handle, proc.stderr)
         self.assertNotIn("squash", proc.stderr)
+        # The clone holds no conflict yet: its agent fetches and rebases before it resolves.
+        self.assertIn("in %s: jj git fetch; jj rebase -b @ -d main@origin; resolve (jj resolve --list)" % path,
+                      proc.stderr)
         self.assertEqual(self.read(path, "shared.txt"), "one\nclone\nthree\n")
 
 
@@ -938,6 +941,8 @@ class LandStoppedInCloneRemoveTest(LandCase):
         self.assertIn("its landing into main stopped before anything moved (rebasing onto main conflicts in "
                       "shared.txt): none of it landed", proc.stderr)
         self.assertIn("work integrate land %s --into main" % handle, proc.stderr)
+        self.assertIn("resolve it in %s (jj resolve --list)" % path, proc.stderr)  # the conflict is in the clone
+        self.assertNotIn("jj git fetch", proc.stderr)
         self.assertTrue(os.path.isdir(path))
 
 
