@@ -513,6 +513,27 @@ def _diff_lines(r):
     return lines
 
 
+def queue_review_lines(r, verbose=False):
+    """The text of `work review --queued`: each work's review (its diff only with --verbose), then
+    the combined diff of those that merge."""
+    lines = []
+    for i, x in enumerate(r["works"], 1):
+        one = review_lines(dict(x, stat="", diff=[], diff_lines=0) if not verbose else x, verbose)
+        lines += ["%d. %s" % (i, one[0])] + ["   " + l for l in one[1:]]
+    c = r["combined"]
+    if not r["works"]:
+        lines.append("nothing queued for %s" % r["into"])
+    elif c["error"]:
+        lines.append("combined: not computed: %s" % store.clean_text(c["error"], 300))
+    else:
+        merged = len(r["works"]) - len(c["left_out"])
+        lines.append("combined (%d work%s onto %s%s):" % (
+            merged, "" if merged == 1 else "s", r["into"],
+            "; would conflict, left out: %s" % ", ".join(c["left_out"]) if c["left_out"] else ""))
+        lines += _diff_lines(c)
+    return lines
+
+
 def cmd_review(ctx, args):
     limit = REVIEW_DIFF_VERBOSE if ctx.verbose else REVIEW_DIFF_LINES
     if args.queued:
@@ -520,21 +541,7 @@ def cmd_review(ctx, args):
             raise UsageError("--queued reviews the queue of one bookmark: --into B, and no WORK",
                              "coord work review --queued --into main")
         r = review_queue(ctx.db, into=args.into, environ=ctx.environ, limit=limit)
-        lines = []
-        for i, x in enumerate(r["works"], 1):
-            one = review_lines(dict(x, stat="", diff=[], diff_lines=0) if not ctx.verbose else x, ctx.verbose)
-            lines += ["%d. %s" % (i, one[0])] + ["   " + l for l in one[1:]]
-        c = r["combined"]
-        if not r["works"]:
-            lines.append("nothing queued for %s" % r["into"])
-        elif c["error"]:
-            lines.append("combined: not computed: %s" % store.clean_text(c["error"], 300))
-        else:
-            lines.append("combined (%d work%s onto %s%s):" % (
-                len(r["works"]) - len(c["left_out"]), "" if len(r["works"]) == 1 else "s", r["into"],
-                "; would conflict, left out: %s" % ", ".join(c["left_out"]) if c["left_out"] else ""))
-            lines += _diff_lines(c)
-        return 0, dict(r, ok=True), "\n".join(lines)
+        return 0, dict(r, ok=True), "\n".join(queue_review_lines(r, ctx.verbose))
     if not args.handle:
         raise UsageError("name the work to review, or --queued --into B", "coord work review WORK")
     w = workspace.target_work(ctx, args.handle)

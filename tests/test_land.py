@@ -14,12 +14,14 @@ import os
 import subprocess
 import sys
 import time
+import unittest
 
 import support
 from support import CoordTestCase
 
 import store
 import land
+import review
 import workspace
 
 LAND_KILL_ENV = "COORD_TEST_LAND_KILL_AFTER"
@@ -2106,6 +2108,28 @@ class LandQueueTest(LandCase):
         self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
         self.assertEqual([(x["work"], x["outcome"]) for x in json.loads(proc.stdout)["works"]],
                          [(first, "landed"), (later, "landed")])
+
+class QueueReviewTextTest(unittest.TestCase):
+    """`work review --queued`'s last line counts the works that merge, not the works queued."""
+
+    def queue(self, handles, left_out):
+        work = {"frozen": False, "task": "t", "ahead": 1, "behind": 0, "description": "d", "commits": ["c"],
+                "files": ["a.txt"], "leases": [], "forecast": {"target": None, "pairs": [], "error": None},
+                "check": {"state": "pending"}, "landing": None, "stat": "", "diff": [], "diff_lines": 0,
+                "into": "main", "candidate": "0" * 40}
+        return {"into": "main", "works": [dict(work, work=h) for h in handles],
+                "combined": {"stat": "", "diff": [], "diff_lines": 0, "left_out": left_out, "error": None}}
+
+    def test_the_combined_line_counts_what_merges(self):
+        cases = ((["a", "b"], ["b"], "combined (1 work onto main; would conflict, left out: b):"),
+                 (["a", "b", "c"], ["b"], "combined (2 works onto main; would conflict, left out: b):"),
+                 (["a"], [], "combined (1 work onto main):"))
+        for handles, left_out, line in cases:
+            lines = review.queue_review_lines(self.queue(handles, left_out))
+            self.assertIn(line, lines)
+            self.assertEqual(sum(1 for l in lines if l[:2] in ("1.", "2.", "3.")), len(handles))
+        self.assertEqual(review.queue_review_lines(self.queue([], [])), ["nothing queued for main"])
+
 
 class ReviewTest(LandCase):
     """`work review`: one screen of what the person decides a landing on, read only."""
