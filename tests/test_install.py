@@ -73,9 +73,8 @@ class InstallTestCase(support.CoordTestCase):
         e = dict(self.env)
         if env:
             e.update(env)
-        proc = subprocess.run(
-            [sys.executable, install_path or self.install_path, target or self.target]
-            + list(args),
+        proc = subprocess.run(  # from cached bytecode, as .coord/coord runs (not compiled on every call)
+            support.script_argv(install_path or self.install_path) + [target or self.target] + list(args),
             env=e, cwd=cwd or self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, timeout=120)
         if check is not None and proc.returncode != check:
