@@ -644,8 +644,7 @@ def _stopped_landing_rule(w, h):
     if landing.get("state") == "conflict":
         why = "rebasing onto %s conflicts in %s" % (into, named_paths(landing.get("paths") or ["(unknown)"]))
         if landing.get("scratch"):  # tried in a scratch copy: the clone holds no conflict until rebased
-            first = "in %s: jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list), then " % (
-                w["path"], into)
+            first = "in %s: %s, then " % (w["path"], land.conflict_steps(into, True))
         else:
             first = "resolve it in %s (jj resolve --list), then " % w["path"]
     else:

@@ -1747,12 +1747,19 @@ def _land_result(w, landing, already=False):
             "agent_nudged": landing.get("agent_nudged")}
 
 
+def conflict_steps(into, scratch):
+    """What the work's agent runs in its clone after a landing into `into` stopped on a conflict:
+    after a rebase tried in a scratch copy the clone holds no conflict until it is rebased."""
+    if scratch:
+        return "jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list)" % into
+    return "jj status; edit; jj resolve --list"
+
+
 def _land_conflict(ld, cand, paths, scratch=False):
     """The rebase onto the current target conflicts: record it, tell the owner, stop (nothing moved).
     scratch: the rebase was tried in a scratch copy, so the clone is unchanged and its owner rebases."""
     st, w, caller, into, old = ld.st, ld.w, ld.caller, ld.into, ld.old
-    how = ("jj git fetch; jj rebase -b @ -d %s@origin; resolve (jj resolve --list)" % into if scratch else
-           "jj status; edit; jj resolve --list")
+    how = conflict_steps(into, scratch)
     body = ("coord: landing %s into %s stopped: rebasing onto %s conflicts in %s. Resolve it in %s "
             "(%s), then tell the integration owner %s; they re-run: %s"
             % (w["handle"], into, old[:12], ", ".join(paths[:20]), w["path"], how, caller["handle"],
